@@ -1,0 +1,51 @@
+"""SSM Parameter Store names: the hand-off from ``infra`` to the job and tools.
+
+``infra`` writes every parameter under ``/tablecast/<env>/``; the job's
+service on the driver node and the operator's scripts read them. Both sides
+import this module, so a renamed parameter breaks a test, not a deployment.
+"""
+
+from typing import Final
+
+PREFIX: Final = "/tablecast"
+
+BOOTSTRAP_BROKERS_IAM: Final = "bootstrap-brokers-iam"
+BUCKET: Final = "bucket"
+OUTPUT_URI: Final = "output-uri"
+ARCHIVE_URI: Final = "archive-uri"
+ARTIFACTS_URI: Final = "artifacts-uri"
+CHECKPOINT_BACKUP_URI: Final = "checkpoint-backup-uri"
+CHECKPOINT_URI: Final = "checkpoint-uri"
+TOPIC_PATTERN: Final = "topic-pattern"
+TRIGGER: Final = "trigger"
+METRIC_NAMESPACE: Final = "metric-namespace"
+DRIVER_ADDRESS: Final = "driver-address"
+DRIVER_INSTANCE_ID: Final = "driver-instance-id"
+JOB_VERSION: Final = "job-version"
+RETENTION_HOURS: Final = "retention-hours"
+REPLICATION_FACTOR: Final = "replication-factor"
+REGION: Final = "region"
+
+ALL: Final = (
+    BOOTSTRAP_BROKERS_IAM,
+    BUCKET,
+    OUTPUT_URI,
+    ARCHIVE_URI,
+    ARTIFACTS_URI,
+    CHECKPOINT_BACKUP_URI,
+    CHECKPOINT_URI,
+    TOPIC_PATTERN,
+    TRIGGER,
+    METRIC_NAMESPACE,
+    DRIVER_ADDRESS,
+    DRIVER_INSTANCE_ID,
+    JOB_VERSION,
+    RETENTION_HOURS,
+    REPLICATION_FACTOR,
+    REGION,
+)
+
+
+def parameter_name(environment: str, name: str) -> str:
+    """The full SSM parameter name of ``name`` in ``environment``."""
+    return f"{PREFIX}/{environment}/{name}"

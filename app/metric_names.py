@@ -1,0 +1,41 @@
+"""Names of the job's CloudWatch metrics, shared by ``app`` and ``infra``.
+
+The job publishes these and the infrastructure's alarms watch them; both
+import this module so that an alarm can never watch a metric nobody publishes.
+Every metric carries the ``Environment`` dimension.
+"""
+
+from typing import Final
+
+NAMESPACE: Final = "Tablecast"
+ENVIRONMENT_DIMENSION: Final = "Environment"
+
+# Published once per micro-batch; its absence means the job is not running.
+HEARTBEAT: Final = "Heartbeat"
+INPUT_MESSAGES: Final = "InputMessages"
+ROWS_WRITTEN: Final = "RowsWritten"
+BATCH_DURATION_MS: Final = "BatchDurationMs"
+# Records between the last processed offset and the newest available offset.
+RECORDS_BEHIND: Final = "RecordsBehind"
+RECORDS_BEHIND_WORST_PARTITION: Final = "RecordsBehindWorstPartition"
+SESSIONS_IN_STATE: Final = "SessionsInState"
+STATE_BYTES: Final = "StateBytes"
+INTEGRITY_VIOLATIONS: Final = "IntegrityViolations"
+QUARANTINED_MESSAGES: Final = "QuarantinedMessages"
+OUTPUT_FILES: Final = "OutputFiles"
+OUTPUT_BYTES: Final = "OutputBytes"
+
+ALL: Final = (
+    HEARTBEAT,
+    INPUT_MESSAGES,
+    ROWS_WRITTEN,
+    BATCH_DURATION_MS,
+    RECORDS_BEHIND,
+    RECORDS_BEHIND_WORST_PARTITION,
+    SESSIONS_IN_STATE,
+    STATE_BYTES,
+    INTEGRITY_VIOLATIONS,
+    QUARANTINED_MESSAGES,
+    OUTPUT_FILES,
+    OUTPUT_BYTES,
+)
