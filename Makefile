@@ -38,16 +38,31 @@ unit: setup
 test: lint typecheck unit synth checkov packer-validate shellcheck
 
 synth: setup
-	@echo "synth: no infra yet"
+	rm -rf cdktf.out
+	$(BIN)/python -m infra.main
 
 checkov: synth
-	@echo "checkov: no infra yet"
+	cmp -s infra/requirements-checkov.txt $(CHECKOV_VENV)/requirements-checkov.txt \
+	  || { $(PYTHON) -m venv $(CHECKOV_VENV) \
+	       && $(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r infra/requirements-checkov.txt \
+	       && cp infra/requirements-checkov.txt $(CHECKOV_VENV)/requirements-checkov.txt; }
+	$(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml $$(printf -- '--file %s ' cdktf.out/stacks/*/cdk.tf.json)
 
 packer-validate:
-	@echo "packer: no ami yet"
+	@command -v packer >/dev/null || { echo "packer-validate: no packer binary (CI installs it with: apt-get install -y packer)" >&2; exit 1; }
+	packer validate ami
+	packer fmt -check -diff ami
 
 shellcheck: setup
-	@echo "shellcheck: no scripts yet"
+	@files=(); \
+	while IFS= read -r -d '' file; do \
+	  case "$$file" in \
+	    *.sh) files+=("$$file") ;; \
+	    *) if head -n 1 "$$file" | grep -qE '^#!.*\b(ba)?sh\b'; then files+=("$$file"); fi ;; \
+	  esac; \
+	done < <(find ami scripts .ci -type f ! -path '*/__pycache__/*' -print0 2>/dev/null); \
+	echo "shellcheck: $${#files[@]} scripts"; \
+	$(BIN)/shellcheck --external-sources --source-path=SCRIPTDIR "$${files[@]}"
 
 bench: setup
 	$(BIN)/python bench/job_vs_copy.py

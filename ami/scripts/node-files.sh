@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+set -euo pipefail
+# The node's own files, from ami/files: the bootstrap and job entry points
+# (/opt/tablecast/bin), the systemd units (installed, not enabled:
+# node-bootstrap enables the role's units), the configuration templates, the
+# logging path (journald -> rsyslog -> /var/log/tablecast -> CloudWatch agent),
+# the image's environment file, and a copy of versions.toml for validate.sh.
+
+SCRIPT_NAME="node-files"
+: "${TABLECAST_BUILD_DIR:?TABLECAST_BUILD_DIR must be set}"
+: "${VERSIONS_FILE:?VERSIONS_FILE must be set}"
+# shellcheck source=lib/common.sh
+source "${TABLECAST_BUILD_DIR}/lib/common.sh"
+
+readonly FILES="${TABLECAST_BUILD_DIR}/files"
+readonly UNITS=(spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job)
+readonly PROGRAMS=(node-bootstrap run-job hdfs-format-once hdfs-init-dirs)
+readonly TEMPLATES=(core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json)
+
+require_file "${VERSIONS_FILE}"
+for unit in "${UNITS[@]}"; do require_file "${FILES}/systemd/${unit}.service"; done
+for program in "${PROGRAMS[@]}"; do require_file "${FILES}/bin/${program}"; done
+for template in "${TEMPLATES[@]}"; do require_file "${FILES}/templates/${template}.tmpl"; done
+require_file "${FILES}/rsyslog/30-tablecast.conf" "${FILES}/journald/10-tablecast.conf" \
+  "${FILES}/logrotate/tablecast"
+[[ -d /opt/spark/jars && -d /opt/hadoop/bin ]] || die "run python-env.sh and hadoop.sh first"
+
+for program in "${PROGRAMS[@]}"; do
+  install -m 0755 -o root -g root "${FILES}/bin/${program}" /opt/tablecast/bin/
+done
+for template in "${TEMPLATES[@]}"; do
+  install -m 0644 -o root -g root "${FILES}/templates/${template}.tmpl" /opt/tablecast/templates/
+done
+for unit in "${UNITS[@]}"; do
+  install -m 0644 -o root -g root "${FILES}/systemd/${unit}.service" /etc/systemd/system/
+done
+install -m 0644 -o root -g root "${FILES}/rsyslog/30-tablecast.conf" /etc/rsyslog.d/
+install -d -m 0755 /etc/systemd/journald.conf.d
+install -m 0644 -o root -g root "${FILES}/journald/10-tablecast.conf" /etc/systemd/journald.conf.d/
+install -m 0644 -o root -g root "${FILES}/logrotate/tablecast" /etc/logrotate.d/
+install -m 0644 -o root -g root "${VERSIONS_FILE}" /opt/tablecast/versions.toml
+
+# Literal values: systemd's EnvironmentFile does not expand variables.
+java_home="$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")"
+cat >/etc/tablecast/image.env <<ENV
+# Written at image build time by ami/scripts/node-files.sh.
+JAVA_HOME=${java_home}
+SPARK_HOME=/opt/spark
+SPARK_CONF_DIR=/etc/spark
+HADOOP_HOME=/opt/hadoop
+HADOOP_CONF_DIR=/etc/hadoop
+HADOOP_LOG_DIR=/var/log/hadoop
+HADOOP_ROOT_LOGGER=INFO,console
+PYSPARK_PYTHON=/opt/tablecast/venv/bin/python
+PYSPARK_DRIVER_PYTHON=/opt/tablecast/venv/bin/python
+PATH=/opt/tablecast/venv/bin:/opt/spark/bin:/opt/hadoop/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ENV
+chmod 0644 /etc/tablecast/image.env
+
+systemctl daemon-reload
+for unit in "${UNITS[@]}"; do
+  systemd-analyze verify "/etc/systemd/system/${unit}.service" ||
+    die "systemd rejects ${unit}.service"
+done
+rsyslogd -N1 -f /etc/rsyslog.conf >/dev/null || die "rsyslog rejects its configuration"
+log "node files installed; units ${UNITS[*]} are installed and left disabled"

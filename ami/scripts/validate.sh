@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+set -euo pipefail
+# The last step of the build: check the image is what versions.toml says and
+# that nothing of the build machine is left. Reads the pins from the copy of
+# versions.toml baked into the image; self-contained (cleanup.sh has removed
+# the build's uploads). Every failed check is reported, then the build fails.
+
+readonly VERSIONS=/opt/tablecast/versions.toml
+readonly SPARK_HOME=/opt/spark
+readonly VENV=/opt/tablecast/venv
+failures=0
+
+pass() { printf '[validate] ok    %s\n' "$*" >&2; }
+fail() {
+  printf '[validate] FAIL  %s\n' "$*" >&2
+  failures=$((failures + 1))
+}
+check_equal() {
+  local what="$1" expected="$2" actual="$3"
+  if [[ "${expected}" == "${actual}" ]]; then
+    pass "${what}: ${actual}"
+  else
+    fail "${what}: expected '${expected}', found '${actual}'"
+  fi
+}
+# check DESCRIPTION COMMAND...: pass when COMMAND succeeds.
+check() {
+  local what="$1"
+  shift
+  if "$@"; then
+    pass "${what}"
+  else
+    fail "${what}"
+  fi
+}
+pin() {
+  python3 - "${VERSIONS}" "$1" "$2" <<'PY'
+import sys
+import tomllib
+
+data = tomllib.load(open(sys.argv[1], "rb"))
+print(data[sys.argv[2]][sys.argv[3]])
+PY
+}
+
+[[ -r "${VERSIONS}" ]] || {
+  fail "${VERSIONS} is missing"
+  exit 1
+}
+
+# Versions ------------------------------------------------------------------
+# shellcheck source=/dev/null
+source /etc/tablecast/image.env
+check_equal "Java" "$(pin java version)" \
+  "$("${JAVA_HOME}/bin/java" -XshowSettings:properties -version 2>&1 |
+    awk -F'= ' '/java.specification.version/ { print $2 }')"
+check_equal "Python (venv)" "$(pin python version)" \
+  "$("${VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+check_equal "PySpark" "$(pin spark version)" \
+  "$("${VENV}/bin/python" -c 'import pyspark; print(pyspark.__version__)')"
+check_equal "SPARK_HOME" "$(readlink -f "${SPARK_HOME}")" \
+  "$("${VENV}/bin/python" -c 'import os, pyspark; print(os.path.realpath(os.path.dirname(pyspark.__file__)))')"
+check_equal "Hadoop" "Hadoop $(pin hadoop version)" "$(/opt/hadoop/bin/hadoop version 2>/dev/null | head -n 1)"
+
+scala="$(pin spark scala_binary)"
+hadoop_version="$(pin hadoop version)"
+# artifact=version: exactly one jar of each, at exactly this version.
+expected_jars=(
+  "spark-sql-kafka-0-10_${scala}=$(pin jars spark_sql_kafka)"
+  "spark-token-provider-kafka-0-10_${scala}=$(pin jars spark_sql_kafka)"
+  "kafka-clients=$(pin jars kafka_clients)"
+  "commons-pool2=$(pin jars commons_pool2)"
+  "aws-msk-iam-auth=$(pin jars aws_msk_iam_auth)-all"
+  "hadoop-aws=$(pin jars hadoop_aws)"
+  "bundle=$(pin jars aws_sdk_bundle)"
+  "analyticsaccelerator-s3=$(pin jars analytics_accelerator_s3)"
+  "hadoop-client-api=${hadoop_version}"
+  "hadoop-client-runtime=${hadoop_version}"
+)
+for entry in "${expected_jars[@]}"; do
+  artifact="${entry%%=*}"
+  version="${entry#*=}"
+  mapfile -t found < <(find "${SPARK_HOME}/jars/" -maxdepth 1 -name "${artifact}-[0-9]*.jar" -printf '%f\n')
+  check_equal "jar ${artifact}" "${artifact}-${version}.jar" "${found[*]:-none}"
+done
+if find "${SPARK_HOME}/jars/" -maxdepth 1 -name '*_2.1[0-2]-*.jar' | grep -q .; then
+  fail "jars for another Scala binary version than ${scala}: $(find "${SPARK_HOME}/jars/" -maxdepth 1 -name '*_2.1[0-2]-*.jar' -printf '%f ')"
+else
+  pass "every Scala jar is for Scala ${scala}"
+fi
+
+# Services and files ----------------------------------------------------------
+for unit in spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job; do
+  if [[ -f "/etc/systemd/system/${unit}.service" ]] && systemctl cat "${unit}.service" >/dev/null 2>&1; then
+    state="$(systemctl is-enabled "${unit}.service" 2>/dev/null || true)"
+    check_equal "${unit}.service installed, enabled by node-bootstrap only" disabled "${state}"
+  else
+    fail "${unit}.service is not installed"
+  fi
+done
+for program in node-bootstrap run-job hdfs-format-once hdfs-init-dirs; do
+  check "/opt/tablecast/bin/${program} is executable" test -x "/opt/tablecast/bin/${program}"
+done
+for template in core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json; do
+  check "template ${template} is installed" test -f "/opt/tablecast/templates/${template}.tmpl"
+done
+check "the CloudWatch agent is installed" \
+  test -x /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
+for user in spark hdfs; do
+  check_equal "login shell of system user ${user}" /usr/sbin/nologin \
+    "$(getent passwd "${user}" | cut -d: -f7)"
+done
+
+# Nothing left of the build ----------------------------------------------------
+leftovers() {
+  local what="$1"
+  shift
+  local found
+  found="$("$@" 2>/dev/null | head -n 20 | tr '\n' ' ')"
+  if [[ -n "${found}" ]]; then
+    fail "${what} left in the image: ${found}"
+  else
+    pass "no ${what}"
+  fi
+}
+leftovers "SSH host keys" find /etc/ssh -maxdepth 1 -name 'ssh_host_*'
+leftovers "authorized SSH keys" find /root /home -maxdepth 3 -path '*/.ssh/authorized_keys'
+leftovers "shell history" find /root /home -maxdepth 2 -name '.*_history'
+# cleanup.sh moved journald to /run and stopped rsyslog for the rest of the
+# build; only login accounting (this build's own SSH session) may still write.
+leftovers "logs" find /var/log -type f -size +0 \
+  ! -name wtmp ! -name btmp ! -name lastlog -print
+leftovers "build uploads" find /tmp -maxdepth 1 -name 'tablecast-build'
+leftovers "cloud-init instance state" find /var/lib/cloud/instances -mindepth 1 -maxdepth 1
+
+if ((failures > 0)); then
+  printf '[validate] %d check(s) failed\n' "${failures}" >&2
+  exit 1
+fi
+printf '[validate] the image matches %s\n' "${VERSIONS}" >&2

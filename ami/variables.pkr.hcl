@@ -1,0 +1,87 @@
+# Inputs of the Spark node image build, and the values derived from the
+# repository's single versions file.
+#
+# Versions are NOT variables here: every version the image installs is read
+# from ../versions.toml (by the locals below for the tags, and by the
+# provisioning scripts for the downloads), so there is nothing to keep in step.
+# tests/test_versions.py evaluates these locals with `packer inspect` and
+# compares them with versions.toml.
+
+variable "region" {
+  description = "AWS region the image is built in (and registered to)."
+  type        = string
+  default     = "eu-west-1"
+}
+
+variable "instance_type" {
+  description = "Instance type of the temporary build instance."
+  type        = string
+  default     = "m6i.large"
+}
+
+variable "subnet_id" {
+  description = "Subnet of the build instance; empty uses the default VPC. It needs outbound HTTPS to Debian, PyPI, Apache, Maven Central and S3."
+  type        = string
+  default     = ""
+}
+
+variable "root_volume_size_gb" {
+  description = "Size of the image's root volume in GiB (Spark, Hadoop and the Python environment take about 6 GiB)."
+  type        = number
+  default     = 20
+}
+
+variable "git_sha" {
+  description = "Git commit the image is built from; names the image. Empty names it by build timestamp instead."
+  type        = string
+  default     = ""
+}
+
+variable "base_ami_owner" {
+  description = "Owner account of the base image: 136693071363 is the Debian project's official AWS account."
+  type        = string
+  default     = "136693071363"
+}
+
+variable "base_ami_name_filter" {
+  description = "Name filter selecting the base image: Debian 12 (bookworm), amd64. The newest image matching every filter is used."
+  type        = string
+  default     = "debian-12-amd64-*"
+}
+
+variable "ssh_username" {
+  description = "Login user of the base image (Debian's cloud images use admin)."
+  type        = string
+  default     = "admin"
+}
+
+locals {
+  # The repository's versions file, read once; see the header comment.
+  versions_toml = file("${abspath(path.root)}/../versions.toml")
+
+  # `version = "..."` inside the [spark] table of versions.toml. Packer 1.6.6
+  # has no TOML decoder and no regex(), so regex_replace keeps the capture:
+  # the table header, then lines not starting a new table, then the key.
+  spark_version = regex_replace(
+    local.versions_toml,
+    "(?s)^(?:.*\\n)?\\[spark\\]\\n(?:[^\\[\\n][^\\n]*\\n|\\n)*?version\\s*=\\s*\"([^\"]+)\".*$",
+    "$1"
+  )
+
+  build_timestamp = formatdate("YYYYMMDDhhmmss", timestamp())
+  build_id        = var.git_sha != "" ? var.git_sha : local.build_timestamp
+  ami_name        = "tablecast-spark-node-${local.build_id}"
+
+  # infra/ finds the image by these tags (Project, Component, SparkVersion).
+  image_tags = {
+    Project      = "tablecast"
+    Component    = "spark-node"
+    SparkVersion = local.spark_version
+    GitSha       = var.git_sha
+    BuiltAt      = local.build_timestamp
+    BaseImage    = "{{ .SourceAMIName }}"
+  }
+
+  # Where the build uploads the repository files it needs on the instance.
+  build_dir = "/tmp/tablecast-build"
+}

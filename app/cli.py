@@ -1,0 +1,231 @@
+"""``tablecast``: the job and its tools on the command line.
+
+Every failure the operator can act on is printed as one line that names what
+was wrong and where, with a distinct exit code (see :mod:`app.errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+from app import generate as gen
+from app import verify as verify_mod
+from app.errors import ConfigurationError, TablecastError
+from app.session import IntegrityMode
+from app.sink.commit import BatchReport
+from app.sources.kafka import KafkaAuth
+
+_UNITS_MS = {
+    "ms": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
+    "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+
+
+def parse_duration_ms(text: str) -> int:
+    """``1 hour``, ``30 minutes``, ``90s`` -> milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]+)\s*", text.lower())
+    if match is None or match.group(2) not in _UNITS_MS:
+        raise ConfigurationError(f"duration {text!r} is not like '1 hour', '30 minutes' or '90s'")
+    return int(match.group(1)) * _UNITS_MS[match.group(2)]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tablecast", description="Ordered, stateful reconstruction of capture sessions."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the streaming job")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--archive", help="read the raw archive (local path or s3://)")
+    source.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
+    run.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none")
+    run.add_argument("--output", required=True, help="output dataset (local path or s3://)")
+    run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
+    run.add_argument(
+        "--trigger",
+        default="processing-time=1 minute",
+        help="'available-now' or 'processing-time=<interval>' [processing-time=1 minute]",
+    )
+    run.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    run.add_argument("--topic-pattern", default="^sensor-.+")
+    run.add_argument("--max-offsets-per-trigger", type=_positive, default=500_000)
+    run.add_argument("--session-timeout", default="1 hour")
+    run.add_argument("--trace", action="append", default=[], metavar="SESSION",
+                     help="log every message of this session as it is applied")  # fmt: skip
+    run.add_argument("--master", default=None, help="Spark master [local[2]]")
+    run.add_argument("--state-partitions", type=_positive, default=None,
+                     help="state partitions, fixed at a checkpoint's first run")  # fmt: skip
+
+    generate = commands.add_parser("generate", help="write a sample capture as a raw archive")
+    generate.add_argument("--archive", required=True)
+    generate.add_argument("--topics", type=_positive, default=2)
+    generate.add_argument("--partitions", type=_positive, default=2)
+    generate.add_argument("--sessions", type=_positive, default=8)
+    generate.add_argument("--rows-min", type=_positive, default=5)
+    generate.add_argument("--rows-max", type=_positive, default=20)
+    generate.add_argument("--updates", type=int, default=40)
+    generate.add_argument("--resync-every", type=int, default=0,
+                          help="emit a resync snapshot every N messages of a session")  # fmt: skip
+    generate.add_argument("--records-per-file", type=_positive, default=500)
+    generate.add_argument("--prefix", default="sensor-")
+    generate.add_argument("--seed", type=int, default=7)
+    generate.add_argument("--fault", action="append", default=[],
+                          choices=[f.value for f in gen.Fault])  # fmt: skip
+
+    verify = commands.add_parser("verify", help="compare an output with the archive's expectation")
+    verify.add_argument("--archive", required=True)
+    verify.add_argument("--output", required=True)
+    verify.add_argument("--topic-pattern", default="^sensor-.+")
+    verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "generate":
+            return _generate(args)
+        if args.command == "verify":
+            return _verify(args)
+    except TablecastError as exc:
+        print(f"tablecast {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    raise AssertionError(args.command)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from app import job
+
+    source: job.ArchiveSource | job.KafkaSource
+    if args.archive:
+        source = job.ArchiveSource(args.archive)
+    else:
+        source = job.KafkaSource(args.bootstrap_servers, KafkaAuth(args.kafka_auth))
+    config = job.JobConfig(
+        source=source,
+        output=args.output,
+        checkpoint=args.checkpoint,
+        trigger=job.Trigger.parse(args.trigger),
+        integrity=IntegrityMode(args.integrity),
+        topic_pattern=_pattern(args.topic_pattern),
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        session_timeout_ms=parse_duration_ms(args.session_timeout),
+        trace=frozenset(args.trace),
+    )
+    started = time.monotonic()
+    totals = {"batches": 0, "rows": 0, "files": 0, "quarantined": 0}
+
+    def on_batch(report: BatchReport) -> None:
+        totals["batches"] += 1
+        totals["rows"] += report.rows
+        totals["files"] += report.files
+        totals["quarantined"] += report.quarantined
+        for line in report.trace:
+            print(f"trace {line}", flush=True)
+        print(
+            f"batch {report.batch_id}: {report.rows:,} rows in {report.files} files"
+            + (f", {report.quarantined:,} quarantined" if report.quarantined else "")
+            + ("" if report.published else " (already published)"),
+            flush=True,
+        )
+
+    spark = job.spark_session(args.master, args.state_partitions)
+    job.run(spark, config, on_batch)
+    print(
+        f"done: {totals['batches']} batches, {totals['rows']:,} rows in {totals['files']} files, "
+        f"{totals['quarantined']:,} quarantined, {time.monotonic() - started:.1f} s",
+        flush=True,
+    )
+    return 0
+
+
+def _pattern(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ConfigurationError(f"--topic-pattern {text!r} is not a regular expression: {exc}") from None
+    return text
+
+
+def _generate(args: argparse.Namespace) -> int:
+    spec = gen.CaptureSpec(
+        topics=args.topics,
+        partitions=args.partitions,
+        sessions=args.sessions,
+        rows_min=args.rows_min,
+        rows_max=max(args.rows_min, args.rows_max),
+        updates=args.updates,
+        resync_every=args.resync_every,
+        records_per_file=args.records_per_file,
+        prefix=args.prefix,
+        seed=args.seed,
+        faults=tuple(gen.Fault(f) for f in args.fault),
+    )
+    capture = gen.generate(spec)
+    progress = _Progress("writing archive")
+    gen.write_archive(capture, args.archive, spec, progress.update)
+    progress.finish()
+    print(
+        f"wrote {capture.messages:,} messages of {spec.sessions} sessions in "
+        f"{len(capture.partitions)} topic-partitions to {args.archive}"
+    )
+    for fault in capture.faults:
+        print(
+            f"injected {fault.fault.value} at topic {fault.topic} partition {fault.partition} "
+            f"offset {fault.offset}" + (f", session {fault.session}" if fault.session else "")
+        )
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    groups = verify_mod.read_archive(args.archive, args.topic_pattern)
+    expected = verify_mod.expected_output(groups, IntegrityMode(args.integrity))
+    actual = verify_mod.read_output(args.output)
+    comparison = verify_mod.compare(expected.rows, actual)
+    print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
+    print(comparison.report())
+    return 0 if comparison.ok else 1
+
+
+class _Progress:
+    """A progress line: redrawn on a terminal, a few plain lines otherwise."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.tty = sys.stderr.isatty()
+        self.last = 0.0
+
+    def update(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last < (0.2 if self.tty else 5.0) and done < total:
+            return
+        self.last = now
+        line = f"{self.label}: {done:,}/{total:,} ({100 * done // max(total, 1)}%)"
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr)
+
+    def finish(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

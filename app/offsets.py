@@ -1,0 +1,67 @@
+"""Per topic-partition offsets, the one key that outlives a checkpoint.
+
+Offsets are kept as ``{TopicPartition: next_offset}``. The raw archive
+source records them in Spark's checkpoint as ``{"topic:partition": n}``;
+Spark's Kafka source as ``{"topic": {"partition": n}}``. Both parse here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, NamedTuple
+
+import orjson
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def key(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+    def __str__(self) -> str:
+        return f"topic {self.topic} partition {self.partition}"
+
+
+Offsets = dict[TopicPartition, int]
+
+
+def parse_key(key: str) -> TopicPartition:
+    topic, _, partition = key.rpartition(":")
+    return TopicPartition(topic, int(partition))
+
+
+def from_json(doc: Any) -> Offsets:
+    """Offsets from either source's JSON form."""
+    if isinstance(doc, str | bytes):
+        doc = orjson.loads(doc)
+    offsets: Offsets = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):  # Kafka: {"topic": {"0": 12}}
+            for partition, offset in value.items():
+                offsets[TopicPartition(key, int(partition))] = int(offset)
+        else:  # archive: {"topic:0": 12}
+            offsets[parse_key(key)] = int(value)
+    return offsets
+
+
+def to_archive_json(offsets: Offsets) -> dict[str, int]:
+    return {tp.key(): offsets[tp] for tp in sorted(offsets)}
+
+
+def to_kafka_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    doc: dict[str, dict[str, int]] = {}
+    for tp in sorted(offsets):
+        doc.setdefault(tp.topic, {})[str(tp.partition)] = offsets[tp]
+    return doc
+
+
+def fingerprint(offsets: Offsets) -> str:
+    """A short name for a range end: equal offsets, equal name."""
+    canonical = orjson.dumps(to_archive_json(offsets))
+    return hashlib.sha256(canonical).hexdigest()[:20]
+
+
+def describe(offsets: Offsets) -> str:
+    return ", ".join(f"{tp.key()}@{offsets[tp]}" for tp in sorted(offsets)) or "(none)"

@@ -1,0 +1,82 @@
+"""The start-up check: output and checkpoint must agree before a run starts.
+
+A deleted, lost or swapped checkpoint beside an output that remains would
+make Spark re-read from the earliest offsets (duplicates) or skip offsets
+(loss). Instead the job refuses to start, names the checkpoint and says what
+to run. The only fresh checkpoint accepted beside a non-empty output is one
+that ``tablecast repair`` prepared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app import offsets as offsets_mod
+from app.checkpoint import CheckpointLog
+from app.errors import OutputStateError
+from app.offsets import Offsets
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import Ledger
+from app.storage import resolve
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """Where a run starts: the checkpoint's position, or a repair's offsets."""
+
+    starting_offsets: Offsets | None  # None: the checkpoint's (or the earliest)
+    adopt: frozenset[str]  # sessions a repair restarts from a resync snapshot
+
+
+def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
+    location = resolve(output_uri)
+    ledger = Ledger(location)
+    # Files staged by a run that died are never published; a redo stages anew.
+    location.delete_dir(location.child(ledger_mod.STAGING_DIR))
+    head = ledger.head()
+    adopt = ledger.adopted_sessions()
+    repair_hint = (
+        f"run `tablecast repair --output {output_uri} --checkpoint {checkpoint.uri} "
+        "--archive PATH` (or --bootstrap-servers) to realign them"
+    )
+
+    if checkpoint.is_fresh():
+        if head is None:
+            return StartPlan(None, adopt)
+        if head.kind == ledger_mod.REPAIR:
+            return StartPlan(head.end, adopt)
+        raise OutputStateError(
+            f"checkpoint {checkpoint.uri} holds no progress but output {output_uri} holds "
+            f"offsets up to {offsets_mod.describe(head.end)} (the checkpoint was deleted, "
+            f"lost or swapped); {repair_hint}"
+        )
+
+    committed = checkpoint.last_committed()
+    if head is None:
+        if committed is None:
+            return StartPlan(None, adopt)  # died in its first batch, before publishing
+        raise OutputStateError(
+            f"output {output_uri} is empty but checkpoint {checkpoint.uri} has committed "
+            f"batches up to {committed} (the output was deleted or moved); move the "
+            "checkpoint aside to rebuild the output from the earliest offsets"
+        )
+
+    query_id = checkpoint.query_id()
+    if head.kind == ledger_mod.BATCH and head.checkpoint_id != query_id:
+        raise OutputStateError(
+            f"checkpoint {checkpoint.uri} (query {query_id}) is not the one that wrote output "
+            f"{output_uri} (query {head.checkpoint_id}, {head.checkpoint}); {repair_hint}"
+        )
+    committed_end = checkpoint.offsets(committed) if committed is not None else None
+    planned = checkpoint.last_planned()
+    planned_end = checkpoint.offsets(planned) if planned is not None else None
+    if head.kind == ledger_mod.REPAIR:
+        if committed is None:
+            return StartPlan(head.end, adopt)  # the run after a repair died early
+    elif head.end in (committed_end, planned_end):
+        # Equal to the planned batch: published, then died before Spark's commit.
+        return StartPlan(None, adopt)
+    raise OutputStateError(
+        f"output {output_uri} ends at {offsets_mod.describe(head.end)} but checkpoint "
+        f"{checkpoint.uri} committed {offsets_mod.describe(committed_end or {})}; {repair_hint}"
+    )

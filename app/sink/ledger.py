@@ -1,0 +1,127 @@
+"""The output's own record of what it holds, keyed by source offsets.
+
+``<output>/_tablecast/ledger/<n>.json``, one entry per published micro-batch
+(and per repair), says which offsets the visible files cover. ``n`` counts
+entries of this output only; Spark's batch numbers are recorded for the
+operator's eyes but never used as a key, because they mean nothing to
+another checkpoint. Readers of the dataset skip ``_tablecast`` (names that
+start with ``_`` are hidden).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from app import offsets as offsets_mod
+from app.offsets import Offsets
+from app.storage import Location
+
+CONTROL_DIR = "_tablecast"
+LEDGER_DIR = posixpath.join(CONTROL_DIR, "ledger")
+STAGING_DIR = posixpath.join(CONTROL_DIR, "staging")
+PENDING_FILE = posixpath.join(CONTROL_DIR, "pending.json")
+
+BATCH = "batch"
+REPAIR = "repair"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    number: int
+    kind: str  # BATCH or REPAIR
+    end: Offsets  # every partition's next offset after this entry
+    files: tuple[str, ...] = ()
+    rows: int = 0
+    checkpoint: str | None = None  # the checkpoint's URI when the entry was written
+    checkpoint_id: str | None = None  # Spark's query id in that checkpoint
+    batch_id: int | None = None  # for the operator's eyes only
+    adopt: tuple[str, ...] = ()  # sessions a repair restarts from a resync snapshot
+    written_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "number": self.number,
+            "kind": self.kind,
+            "end": offsets_mod.to_archive_json(self.end),
+            "files": list(self.files),
+            "rows": self.rows,
+            "checkpoint": self.checkpoint,
+            "checkpoint_id": self.checkpoint_id,
+            "batch_id": self.batch_id,
+            "adopt": list(self.adopt),
+            "written_at": self.written_at,
+        }
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> LedgerEntry:
+        doc = orjson.loads(data)
+        return cls(
+            number=doc["number"],
+            kind=doc["kind"],
+            end=offsets_mod.from_json(doc["end"]),
+            files=tuple(doc["files"]),
+            rows=doc["rows"],
+            checkpoint=doc["checkpoint"],
+            checkpoint_id=doc["checkpoint_id"],
+            batch_id=doc["batch_id"],
+            adopt=tuple(doc.get("adopt", ())),
+            written_at=doc["written_at"],
+        )
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Files a micro-batch is about to publish, written before it publishes."""
+
+    end_key: str
+    files: tuple[str, ...]
+
+
+class Ledger:
+    def __init__(self, location: Location) -> None:
+        self.location = location
+
+    def _entry_path(self, number: int) -> str:
+        return self.location.child(LEDGER_DIR, f"{number:020d}.json")
+
+    def numbers(self) -> list[int]:
+        names = [i.base_name for i in self.location.list_dir(self.location.child(LEDGER_DIR))]
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+    def head(self) -> LedgerEntry | None:
+        numbers = self.numbers()
+        return self.read(numbers[-1]) if numbers else None
+
+    def read(self, number: int) -> LedgerEntry:
+        return LedgerEntry.from_json(self.location.read_bytes(self._entry_path(number)))
+
+    def entries(self) -> list[LedgerEntry]:
+        return [self.read(n) for n in self.numbers()]
+
+    def append(self, entry: LedgerEntry) -> None:
+        self.location.write_bytes_atomic(self._entry_path(entry.number), entry.to_json())
+
+    def adopted_sessions(self) -> frozenset[str]:
+        return frozenset(s for e in self.entries() if e.kind == REPAIR for s in e.adopt)
+
+    def pending(self) -> Pending | None:
+        path = self.location.child(PENDING_FILE)
+        if not self.location.exists(path):
+            return None
+        doc = orjson.loads(self.location.read_bytes(path))
+        return Pending(doc["end_key"], tuple(doc["files"]))
+
+    def set_pending(self, pending: Pending) -> None:
+        self.location.write_bytes_atomic(
+            self.location.child(PENDING_FILE),
+            orjson.dumps({"end_key": pending.end_key, "files": list(pending.files)}),
+        )
+
+    def clear_pending(self) -> None:
+        self.location.delete_file(self.location.child(PENDING_FILE))

@@ -1,0 +1,179 @@
+"""The raw archive's layout (CONTRACT.md section 4): list, check, read, write.
+
+``<archive>/<topic>/<partition>/<start>-<end>.parquet`` holds the records of
+offsets ``[start, end)``; a partition's files continue one another, and a
+hole between two files is data loss.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from app.errors import ArchiveLayoutError, DataLossError
+from app.offsets import TopicPartition
+from app.storage import Location
+
+# The columns of Spark's Kafka source, as the archive stores them.
+SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+)
+SPARK_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+
+_FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFile:
+    tp: TopicPartition
+    start: int
+    end: int
+    path: str
+
+
+@dataclass(slots=True)
+class ArchiveIndex:
+    """What the archive held when it was listed: each partition's files."""
+
+    files: dict[TopicPartition, list[ArchiveFile]] = field(default_factory=dict)
+
+    def earliest(self, tp: TopicPartition) -> int:
+        return self.files[tp][0].start
+
+    def latest(self, tp: TopicPartition) -> int:
+        return self.files[tp][-1].end
+
+    def covering(self, tp: TopicPartition, start: int, end: int) -> list[ArchiveFile]:
+        """The files holding offsets ``[start, end)``; data loss if any are gone."""
+        found = [f for f in self.files.get(tp, []) if f.end > start and f.start < end]
+        if start < end and (not found or found[0].start > start):
+            first = found[0].start if found else "none"
+            raise DataLossError(
+                f"data loss in the archive: {tp} offsets from {start} are needed but "
+                f"the earliest file starts at {first}"
+            )
+        return found
+
+
+def file_name(start: int, end: int) -> str:
+    return f"{start:020d}-{end:020d}.parquet"
+
+
+def scan(location: Location, topic_pattern: str) -> ArchiveIndex:
+    """List every partition of the topics matching ``topic_pattern``.
+
+    Topics match as Kafka's ``subscribePattern`` does: the whole name.
+    """
+    pattern = re.compile(topic_pattern)
+    index = ArchiveIndex()
+    for topic_info in location.list_dir(location.path):
+        topic = topic_info.base_name
+        if topic_info.type != pafs.FileType.Directory or topic.startswith((".", "_")):
+            continue
+        if not pattern.fullmatch(topic):
+            continue
+        for part_info in location.list_dir(topic_info.path):
+            if part_info.type != pafs.FileType.Directory or part_info.base_name.startswith(
+                (".", "_")
+            ):
+                continue
+            if not part_info.base_name.isdigit():
+                raise ArchiveLayoutError(
+                    f"archive directory {part_info.path} is not a partition number"
+                )
+            tp = TopicPartition(topic, int(part_info.base_name))
+            files = _partition_files(location, tp, part_info.path)
+            if files:
+                index.files[tp] = files
+    return index
+
+
+def _partition_files(location: Location, tp: TopicPartition, path: str) -> list[ArchiveFile]:
+    files: list[ArchiveFile] = []
+    for info in location.list_dir(path):
+        name = info.base_name
+        if name.startswith((".", "_")):  # files still being written
+            continue
+        match = _FILE_NAME.match(name)
+        if info.type != pafs.FileType.File or match is None:
+            raise ArchiveLayoutError(
+                f"archive file {info.path} is not named <start>-<end>.parquet "
+                "with 20-digit offsets"
+            )
+        start, end = int(match.group(1)), int(match.group(2))
+        if end <= start:
+            raise ArchiveLayoutError(f"archive file {info.path} ends at or before its start")
+        files.append(ArchiveFile(tp, start, end, info.path))
+    files.sort(key=lambda f: f.start)
+    for previous, current in zip(files, files[1:], strict=False):
+        if current.start > previous.end:
+            raise DataLossError(
+                f"data loss in the archive: {tp} offsets {previous.end} to "
+                f"{current.start - 1} are missing between {posixpath.basename(previous.path)} "
+                f"and {posixpath.basename(current.path)}"
+            )
+        if current.start < previous.end:
+            raise ArchiveLayoutError(
+                f"archive files {previous.path} and {current.path} overlap ({tp})"
+            )
+    return files
+
+
+def read_range(
+    location: Location, files: list[ArchiveFile], start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """The records of offsets ``[start, end)``, in offset order."""
+    for archive_file in files:
+        table = pq.read_table(archive_file.path, filesystem=location.fs, schema=None)
+        table = _conform(table, archive_file)
+        offsets = table.column("offset")
+        if len(table) and (
+            pc.min(offsets).as_py() < archive_file.start or pc.max(offsets).as_py() >= archive_file.end
+        ):
+            raise ArchiveLayoutError(
+                f"archive file {archive_file.path} holds offsets outside its name's range"
+            )
+        mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
+        table = table.filter(mask)
+        for batch in table.to_batches(max_chunksize=65_536):
+            yield batch
+
+
+def _conform(table: pa.Table, archive_file: ArchiveFile) -> pa.Table:
+    try:
+        table = table.select(SCHEMA.names).cast(SCHEMA)
+    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ArchiveLayoutError(
+            f"archive file {archive_file.path} does not have the Kafka columns: {exc}"
+        ) from None
+    offsets = table.column("offset").to_numpy()
+    if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
+        raise ArchiveLayoutError(f"archive file {archive_file.path} is not sorted by offset")
+    return table
+
+
+def write_file(location: Location, tp: TopicPartition, start: int, end: int, table: pa.Table) -> str:
+    """Write one archive file whole (write, then rename into place)."""
+    path = location.child(tp.topic, str(tp.partition), file_name(start, end))
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.cast(SCHEMA), sink, compression="zstd")
+    location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
+    return path

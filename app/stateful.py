@@ -1,0 +1,205 @@
+"""The Spark wrapper around :class:`app.session.SessionMachine`.
+
+``applyInPandasWithState`` groups the records of a micro-batch by key (the
+session id) and calls :func:`StateFunction.__call__` once per session with
+its stored state. The wrapper converts between pandas and the plain-Python
+types, stores the session's state as one row, and expires idle sessions.
+Its output is an event stream: output rows, quarantined records, strict-mode
+violations and trace lines, told apart by ``kind``; the sink sorts them out.
+
+Why ``applyInPandasWithState``: see docs/design.md ("Choosing the stateful
+operator") for the measurements.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from app.contract import Position, Record
+from app.processor import Processor
+from app.session import BatchResult, IntegrityMode, SessionMachine, SessionState
+
+# Event kinds in the stateful operator's output.
+ROW = "row"
+QUARANTINE = "quarantine"
+VIOLATION = "violation"
+TRACE = "trace"
+
+OUTPUT_DDL = (
+    "kind string, topic string, partition int, offset long, session string, seq long, "
+    "type string, ts_ms long, row_id string, value double, status string, deleted boolean, "
+    "detail string, raw binary"
+)
+STATE_DDL = (
+    "session string, topic string, partition int, last_seq long, last_offset long, "
+    "last_ts long, closed boolean, quarantine string, user binary, active_ms long"
+)
+OUTPUT_COLUMNS = [part.strip().split(" ")[0] for part in OUTPUT_DDL.split(",")]
+
+
+@dataclass(frozen=True)
+class StateFunction:
+    """The function given to ``applyInPandasWithState`` (pickled to executors)."""
+
+    processor: Processor[Any]
+    mode: IntegrityMode
+    timeout_ms: int
+    run_started_ms: int
+    adopt: frozenset[str] = frozenset()
+    trace: frozenset[str] = frozenset()
+
+    def __call__(
+        self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], group_state: Any
+    ) -> Iterator[pd.DataFrame]:
+        now_ms = int(group_state.getCurrentProcessingTimeMs())
+        if group_state.hasTimedOut:
+            stored = _load(self.processor, group_state.get)
+            remaining = idle_remaining_ms(
+                stored.last_active_ms, self.run_started_ms, now_ms, self.timeout_ms
+            )
+            if remaining <= 0:
+                group_state.remove()
+            else:
+                group_state.setTimeoutDuration(remaining)
+            return
+
+        stored_state = _load(self.processor, group_state.get).state if group_state.exists else None
+        records = list(_records(frames))
+        machine = SessionMachine(self.processor, self.mode, self.adopt, self.trace)
+        result = machine.apply(key[0], stored_state, records)
+        if result.state is None:
+            group_state.remove()
+        else:
+            group_state.update(_dump(self.processor, result.state, now_ms))
+            group_state.setTimeoutDuration(self.timeout_ms)
+        frame = _events(result)
+        if len(frame):
+            yield frame
+
+
+def idle_remaining_ms(last_active_ms: int, run_started_ms: int, now_ms: int, timeout_ms: int) -> int:
+    """How long an idle session lives on; <= 0 means expire it now.
+
+    Idle time counts only while this run is up: after an outage the job
+    catches up before the sessions it has not reached yet look idle.
+    """
+    idle = now_ms - max(last_active_ms, run_started_ms)
+    return timeout_ms - idle
+
+
+def current_time_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    state: SessionState[Any]
+    last_active_ms: int
+
+
+def _load(processor: Processor[Any], row: tuple[Any, ...]) -> _Stored:
+    (session, topic, partition, last_seq, last_offset, last_ts, closed, quarantine, user, active) = row
+    state: SessionState[Any] = SessionState(
+        session,
+        topic,
+        int(partition),
+        int(last_seq),
+        int(last_offset),
+        int(last_ts),
+        bool(closed),
+        quarantine,
+        None if user is None else processor.decode(bytes(user)),
+    )
+    return _Stored(state, int(active))
+
+
+def _dump(processor: Processor[Any], state: SessionState[Any], now_ms: int) -> tuple[Any, ...]:
+    return (
+        state.session,
+        state.topic,
+        state.partition,
+        state.last_seq,
+        state.last_offset,
+        state.last_ts,
+        state.closed,
+        state.quarantine,
+        None if state.user is None else processor.encode(state.user),
+        now_ms,
+    )
+
+
+def _records(frames: Iterator[pd.DataFrame]) -> Iterator[Record]:
+    for frame in frames:
+        for key, value, topic, partition, offset, ts in zip(
+            frame["key"].tolist(),
+            frame["value"].tolist(),
+            frame["topic"].tolist(),
+            frame["partition"].tolist(),
+            frame["offset"].tolist(),
+            frame["timestamp_ms"].tolist(),
+            strict=True,
+        ):
+            yield Record(Position(topic, int(partition), int(offset)), key, value, int(ts))
+
+
+def _events(result: BatchResult[Any]) -> pd.DataFrame:
+    columns: dict[str, list[Any]] = {name: [] for name in OUTPUT_COLUMNS}
+    if result.rows:
+        n = len(result.rows)
+        topic, partition, offset, session, seq, kind, ts, row_id, value, status, deleted = zip(
+            *result.rows, strict=True
+        )
+        columns.update(
+            kind=[ROW] * n,
+            topic=list(topic),
+            partition=list(partition),
+            offset=list(offset),
+            session=list(session),
+            seq=list(seq),
+            type=list(kind),
+            ts_ms=list(ts),
+            row_id=list(row_id),
+            value=list(value),
+            status=list(status),
+            deleted=list(deleted),
+            detail=[None] * n,
+            raw=[None] * n,
+        )
+    extra: list[dict[str, Any]] = []
+    for q in result.quarantined:
+        extra.append(
+            {
+                "kind": QUARANTINE, "topic": q.topic, "partition": q.partition,
+                "offset": q.offset, "session": q.session, "seq": q.seq, "type": q.type,
+                "ts_ms": q.timestamp_ms, "detail": q.reason, "raw": q.value,
+            }
+        )  # fmt: skip
+    for v in result.violations:
+        extra.append(
+            {
+                "kind": VIOLATION, "topic": v.topic, "partition": v.partition,
+                "offset": v.offset, "session": v.session,
+                "detail": orjson.dumps(
+                    {"rule": int(v.rule), "expected": v.expected, "got": v.got}
+                ).decode(),
+            }
+        )  # fmt: skip
+    for t in result.trace:
+        extra.append(
+            {
+                "kind": TRACE, "topic": t.position.topic, "partition": t.position.partition,
+                "offset": t.position.offset, "session": t.session, "seq": t.seq,
+                "type": t.type, "detail": f"{t.outcome}; {t.rows} rows",
+            }
+        )  # fmt: skip
+    for event in extra:
+        for name in OUTPUT_COLUMNS:
+            columns[name].append(event.get(name))
+    frame = pd.DataFrame(columns)
+    return frame

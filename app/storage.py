@@ -1,0 +1,99 @@
+"""Local paths and ``s3://bucket/prefix`` URIs behind one small interface.
+
+The archive, the output and the output's ledger are read and written with
+pyarrow's filesystems, on the driver and in Spark tasks alike, so the same
+code serves a laptop and the cluster's bucket. ``TABLECAST_S3_ENDPOINT``
+(or ``AWS_ENDPOINT_URL``) points S3 at another endpoint, as tests do with
+moto's server.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A directory on some filesystem: ``fs`` plus a path without scheme."""
+
+    uri: str
+    fs: pafs.FileSystem
+    path: str
+    is_local: bool
+
+    def child(self, *parts: str) -> str:
+        return posixpath.join(self.path, *parts)
+
+    def list_dir(self, path: str) -> list[pafs.FileInfo]:
+        """The entries directly under ``path``; empty when it does not exist."""
+        selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
+        return list(self.fs.get_file_info(selector))
+
+    def list_tree(self, path: str) -> list[pafs.FileInfo]:
+        selector = pafs.FileSelector(path, allow_not_found=True, recursive=True)
+        return [i for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.File]
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.fs.open_input_stream(path) as stream:
+            return bytes(stream.readall())
+
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Write a whole file so that readers never see it partly written."""
+        parent = posixpath.dirname(path)
+        self.fs.create_dir(parent, recursive=True)
+        if not self.is_local:
+            # An S3 object becomes visible only when its upload completes.
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
+        temp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with self.fs.open_output_stream(temp) as out:
+            out.write(data)
+        os.replace(temp, path)
+
+    def move(self, source: str, target: str) -> None:
+        """Publish ``source`` under ``target``, replacing whatever is there.
+
+        Local: ``rename``, atomic. S3: copy, then delete; a copy is atomic per
+        object, so the target is never seen broken or empty.
+        """
+        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        if self.is_local:
+            os.replace(source, target)
+        else:
+            self.fs.copy_file(source, target)
+            self.fs.delete_file(source)
+
+    def delete_file(self, path: str) -> None:
+        if self.exists(path):
+            self.fs.delete_file(path)
+
+    def delete_dir(self, path: str) -> None:
+        if self.exists(path):
+            self.fs.delete_dir(path)
+
+
+def resolve(uri: str) -> Location:
+    """The :class:`Location` of a local path, ``file://`` URI or ``s3://`` URI."""
+    if uri.startswith("s3://") or uri.startswith("s3a://"):
+        rest = uri.split("://", 1)[1].rstrip("/")
+        endpoint = os.environ.get("TABLECAST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        fs = pafs.S3FileSystem(
+            endpoint_override=endpoint,
+            region=region or "us-east-1",
+            scheme="http" if endpoint and endpoint.startswith("http://") else "https",
+            allow_bucket_creation=False,
+        )
+        return Location(f"s3://{rest}", fs, rest, is_local=False)
+    path = uri[len("file://") :] if uri.startswith("file://") else uri
+    path = os.path.abspath(path)
+    return Location(path, pafs.LocalFileSystem(), path, is_local=True)

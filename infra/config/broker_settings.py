@@ -1,0 +1,34 @@
+"""MSK's ``server_properties`` for an environment: durability and retention settings.
+
+checkov has no checks for ``aws_msk_configuration``; tests/infra asserts these.
+"""
+
+from infra.config.model import EnvironmentConfig
+
+
+def broker_properties(config: EnvironmentConfig) -> dict[str, str]:
+    """Kafka broker settings, by name."""
+    replication = str(config.replication_factor)
+    min_insync = str(config.min_insync_replicas)
+    return {
+        # Topics are created on purpose by the operator's tool, with their
+        # partition count; a typo in a producer must not create one.
+        "auto.create.topics.enable": "false",
+        "default.replication.factor": replication,
+        "min.insync.replicas": min_insync,
+        # Kafka's internal topics get the same durability as ours.
+        "offsets.topic.replication.factor": replication,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": min_insync,
+        # An out-of-sync replica must never become leader: that loses
+        # acknowledged records, and the job's integrity check would fail.
+        "unclean.leader.election.enable": "false",
+        "log.retention.hours": str(config.retention_hours),
+        # Retention by time only; storage is sized for it.
+        "log.retention.bytes": "-1",
+    }
+
+
+def server_properties(config: EnvironmentConfig) -> str:
+    """The properties as MSK wants them: ``key=value`` lines."""
+    return "".join(f"{key}={value}\n" for key, value in broker_properties(config).items())

@@ -1,0 +1,49 @@
+"""Names, paths and ports agreed with the AMI and the job; change them together or not at all."""
+
+from typing import Final
+
+JOB_NAME: Final = "tablecast"
+
+# Prefixes of the pipeline's bucket: the job's output dataset, the raw Kafka
+# archive, deployable job artifacts, and copies of the HDFS checkpoint.
+OUTPUT_PREFIX: Final = "output"
+ARCHIVE_PREFIX: Final = "archive"
+ARTIFACTS_PREFIX: Final = "artifacts"
+CHECKPOINT_BACKUPS_PREFIX: Final = "checkpoint-backups"
+BUCKET_PREFIXES: Final = (
+    OUTPUT_PREFIX,
+    ARCHIVE_PREFIX,
+    ARTIFACTS_PREFIX,
+    CHECKPOINT_BACKUPS_PREFIX,
+)
+
+# The Spark nodes (the AMI's node-bootstrap reads /etc/tablecast/node.env).
+NODE_ENV_FILE: Final = "/etc/tablecast/node.env"
+NODE_BOOTSTRAP: Final = "/opt/tablecast/bin/node-bootstrap"
+HDFS_DEVICE: Final = "/dev/sdf"
+HDFS_NAMENODE_PORT: Final = 8020
+SPARK_MASTER_PORT: Final = 7077
+CHECKPOINT_PATH: Final = f"/tablecast/checkpoints/{JOB_NAME}"
+JOB_SERVICE: Final = "tablecast-job.service"
+
+# The AMI build names and tags every image it makes like this.
+AMI_NAME_PATTERN: Final = "tablecast-spark-node-*"
+AMI_TAGS: Final = {"Project": "tablecast", "Component": "spark-node"}
+AMI_SPARK_VERSION_TAG: Final = "SparkVersion"
+
+# MSK's listener for IAM-authenticated TLS clients.
+KAFKA_IAM_PORT: Final = 9098
+HTTPS_PORT: Final = 443
+
+# Logs kept a year: long enough for an incident review and for checkov's rule.
+LOG_RETENTION_DAYS: Final = 365
+
+
+def checkpoint_uri(driver_host: str) -> str:
+    """Where the job keeps its checkpoint: HDFS on the Spark nodes."""
+    return f"hdfs://{driver_host}:{HDFS_NAMENODE_PORT}{CHECKPOINT_PATH}"
+
+
+def s3_uri(bucket: str, prefix: str) -> str:
+    """``s3://<bucket>/<prefix>``, the form written to SSM."""
+    return f"s3://{bucket}/{prefix}"

@@ -1,0 +1,313 @@
+"""One environment's configuration: a frozen, validated value the stacks are built from."""
+
+import ipaddress
+import re
+from dataclasses import dataclass, fields
+
+from infra.config import parsing
+from infra.config.addressing import SubnetPlan, plan_subnets
+from infra.config.errors import ConfigError
+from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
+
+MIN_RETENTION_HOURS = 72
+"""The seed's absolute minimum: data must survive a weekend without the job."""
+DEFAULT_RETENTION_HOURS = 168
+DEFAULT_TOPIC_PATTERN = "^sensor-.+"
+ENHANCED_MONITORING_LEVELS = ("PER_BROKER", "PER_TOPIC_PER_BROKER", "PER_TOPIC_PER_PARTITION")
+# S3 refuses a transition to STANDARD_IA before an object is 30 days old.
+MIN_INFREQUENT_ACCESS_DAYS = 30
+# Kafka's durable default: three copies, a write needs two of them.
+DURABLE_REPLICATION_FACTOR = 3
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,10}[a-z0-9]$|^[a-z]$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_EC2_TYPE = re.compile(r"^([a-z]+)(\d+)([a-z-]*)\.([a-z0-9]+)$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# Instance families whose storage is instance store: EC2's recover action,
+# which the status-check alarms use, only works on EBS-only instances.
+_INSTANCE_STORE_FAMILIES = frozenset({"d", "h", "i", "im", "is"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentConfig:
+    """Everything that differs between environments; validated when constructed.
+
+    Add an environment by adding one of these to ``infra/config/environments.py``.
+    """
+
+    name: str
+    """Environment name, in every stack and resource name: 1-12 of ``a-z0-9-``."""
+    region: str
+    """AWS region, e.g. ``"eu-west-1"``."""
+    availability_zones: tuple[str, ...]
+    """Two or three zones of ``region``; Spark runs in the first."""
+    vpc_cidr: str
+    """Private IPv4 CIDR of the VPC, /16 to /22."""
+    broker_instance_type: str
+    """MSK broker type, e.g. ``"kafka.m7g.large"``."""
+    broker_count: int
+    """MSK brokers: a multiple of the number of zones."""
+    spark_worker_count: int
+    """Spark worker (and HDFS DataNode) instances, at least one."""
+    spark_worker_instance_type: str
+    """EC2 type of the workers: EBS-only, not burstable (cluster placement group)."""
+    driver_instance_type: str
+    """EC2 type of the driver node (Spark master, HDFS NameNode, the job's service)."""
+    retention_hours: int = DEFAULT_RETENTION_HOURS
+    """Kafka retention: at least 72 hours."""
+    peak_ingest_mib_per_s: float = 1.0
+    """Planned peak write rate over all topics, before replication; sizes broker storage."""
+    broker_volume_gib: int | None = None
+    """Per-broker EBS size; ``None`` derives it from retention and ingest, a value must hold it."""
+    enhanced_monitoring: str = "PER_BROKER"
+    """MSK enhanced monitoring level (``DEFAULT`` is not enhanced and not allowed)."""
+    spark_data_volume_gib: int = 100
+    """Per-node EBS volume for HDFS data (checkpoints, NameNode metadata)."""
+    alarm_emails: tuple[str, ...] = ()
+    """Addresses subscribed to the alarm topic; at least one in production."""
+    production: bool = False
+    """Production environments must have alarm addresses; ``prod`` always is one."""
+    trigger_interval: str = "1 minute"
+    """The job's processing-time trigger, e.g. ``"1 minute"``; bounds the batch-duration alarm."""
+    topic_pattern: str = DEFAULT_TOPIC_PATTERN
+    """Regular expression of the job's topics; must start with ``^`` and a literal prefix."""
+    records_behind_alarm_threshold: int = 100_000
+    """Alarm when the job is this many records behind the newest offsets."""
+    archive_infrequent_access_days: int = 30
+    """Age at which ``archive/`` objects move to STANDARD_IA (S3's minimum is 30)."""
+    archive_glacier_days: int = 180
+    """Age at which ``archive/`` objects move to GLACIER_IR; after the STANDARD_IA move."""
+    noncurrent_version_days: int = 30
+    """Days S3 keeps an overwritten or deleted object's previous version."""
+    state_bucket: str | None = None
+    """S3 bucket for Terraform state; ``None`` keeps state in local files (trying out only)."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def is_production(self) -> bool:
+        """Whether the stricter production rules apply."""
+        return self.production or self.name == "prod"
+
+    @property
+    def trigger_seconds(self) -> int:
+        """The trigger interval in seconds."""
+        return parsing.trigger_seconds(self.trigger_interval)
+
+    @property
+    def topic_prefix(self) -> str:
+        """Literal prefix of every topic the job reads, e.g. ``"sensor-"``."""
+        return parsing.topic_prefix(self.topic_pattern)
+
+    @property
+    def replication_factor(self) -> int:
+        """Topics' replication factor: three where there are three brokers or more."""
+        return min(DURABLE_REPLICATION_FACTOR, self.broker_count)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """Two with three replicas, so one broker may be down while writes stay durable."""
+        return 2 if self.replication_factor >= DURABLE_REPLICATION_FACTOR else 1
+
+    @property
+    def required_broker_volume_gib(self) -> int:
+        """Smallest per-broker volume that holds the retention at the peak rate."""
+        return required_broker_volume_gib(
+            peak_ingest_mib_per_s=self.peak_ingest_mib_per_s,
+            retention_hours=self.retention_hours,
+            replication_factor=self.replication_factor,
+            broker_count=self.broker_count,
+        )
+
+    @property
+    def effective_broker_volume_gib(self) -> int:
+        """The per-broker volume the cluster gets."""
+        if self.broker_volume_gib is None:
+            return self.required_broker_volume_gib
+        return self.broker_volume_gib
+
+    @property
+    def subnets(self) -> SubnetPlan:
+        """The environment's subnet CIDRs and the driver's fixed address."""
+        return plan_subnets(self.vpc_cidr, len(self.availability_zones))
+
+    @property
+    def spark_availability_zone(self) -> str:
+        """The zone of every Spark node, which also holds a broker subnet."""
+        return self.availability_zones[0]
+
+    def stack_name(self, component: str) -> str:
+        """``tablecast-<env>-<component>``: one environment is deployed without touching another."""
+        return f"tablecast-{self.name}-{component}"
+
+    @property
+    def resource_prefix(self) -> str:
+        """Prefix of named AWS resources: ``tablecast-<env>``."""
+        return f"tablecast-{self.name}"
+
+
+def _validate(config: EnvironmentConfig) -> None:
+    """Check every field; raise ``ConfigError`` naming the first one that is wrong."""
+    _check_types(config)
+    if not _NAME.match(config.name):
+        raise _problem(config, "name", "must be 1-12 of a-z, 0-9, '-' starting with a letter")
+    _check_placement(config)
+    _check_kafka(config)
+    _check_spark(config)
+    _check_operations(config)
+
+
+def _problem(config: EnvironmentConfig, field: str, problem: str) -> ConfigError:
+    return ConfigError(environment=config.name, field=field, problem=problem)
+
+
+def _check_types(config: EnvironmentConfig) -> None:
+    # Frozen dataclasses do not check types at run time; a tuple given as a
+    # list or a count given as a string would otherwise fail deep in synth.
+    for field in fields(config):
+        value = getattr(config, field.name)
+        if field.name in {"availability_zones", "alarm_emails"}:
+            if not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
+                raise _problem(config, field.name, "must be a tuple of strings")
+        elif field.type is int and (not isinstance(value, int) or isinstance(value, bool)):
+            raise _problem(config, field.name, f"must be an integer (got {value!r})")
+
+
+def _check_placement(config: EnvironmentConfig) -> None:
+    if not _REGION.match(config.region):
+        raise _problem(config, "region", f"{config.region!r} is not an AWS region name")
+    zones = config.availability_zones
+    if len(zones) not in (2, 3):
+        raise _problem(config, "availability_zones", f"needs 2 or 3 zones (got {len(zones)})")
+    if len(set(zones)) != len(zones):
+        raise _problem(config, "availability_zones", f"zones repeat: {', '.join(zones)}")
+    for zone in zones:
+        if not re.fullmatch(re.escape(config.region) + r"[a-z]", zone):
+            raise _problem(
+                config, "availability_zones", f"{zone!r} is not a zone of {config.region}"
+            )
+    try:
+        network = ipaddress.IPv4Network(config.vpc_cidr)
+    except ValueError as exc:
+        raise _problem(
+            config, "vpc_cidr", f"{config.vpc_cidr!r} is not an IPv4 network: {exc}"
+        ) from None
+    if not network.is_private:
+        raise _problem(config, "vpc_cidr", f"{config.vpc_cidr} is not a private range")
+    if not 16 <= network.prefixlen <= 22:
+        raise _problem(
+            config, "vpc_cidr", f"prefix length must be /16 to /22 (got /{network.prefixlen})"
+        )
+
+
+def _check_kafka(config: EnvironmentConfig) -> None:
+    if not config.broker_instance_type.startswith("kafka."):
+        raise _problem(
+            config, "broker_instance_type", f"{config.broker_instance_type!r} is not an MSK type"
+        )
+    zones = len(config.availability_zones)
+    if config.broker_count < zones or config.broker_count % zones != 0:
+        raise _problem(
+            config,
+            "broker_count",
+            f"{config.broker_count} is not a multiple of the {zones} availability zones",
+        )
+    if config.retention_hours < MIN_RETENTION_HOURS:
+        raise _problem(
+            config,
+            "retention_hours",
+            f"{config.retention_hours} is under the minimum of {MIN_RETENTION_HOURS} hours",
+        )
+    if config.peak_ingest_mib_per_s <= 0:
+        raise _problem(config, "peak_ingest_mib_per_s", "must be positive")
+    required = config.required_broker_volume_gib
+    if required > MSK_MAX_VOLUME_GIB:
+        raise _problem(
+            config,
+            "broker_count",
+            f"{required} GiB per broker needed for the retention exceeds MSK's "
+            f"{MSK_MAX_VOLUME_GIB} GiB: add brokers or lower retention",
+        )
+    volume = config.broker_volume_gib
+    if volume is not None and not required <= volume <= MSK_MAX_VOLUME_GIB:
+        raise _problem(
+            config,
+            "broker_volume_gib",
+            f"{volume} GiB does not hold {config.retention_hours} h at "
+            f"{config.peak_ingest_mib_per_s} MiB/s x{config.replication_factor} "
+            f"(needs {required} to {MSK_MAX_VOLUME_GIB})",
+        )
+    if config.enhanced_monitoring not in ENHANCED_MONITORING_LEVELS:
+        raise _problem(
+            config, "enhanced_monitoring", f"must be one of {', '.join(ENHANCED_MONITORING_LEVELS)}"
+        )
+    try:
+        parsing.topic_prefix(config.topic_pattern)
+    except ValueError as exc:
+        raise _problem(config, "topic_pattern", str(exc)) from None
+
+
+def _check_spark(config: EnvironmentConfig) -> None:
+    if config.spark_worker_count < 1:
+        raise _problem(
+            config,
+            "spark_worker_count",
+            f"needs at least one worker (got {config.spark_worker_count})",
+        )
+    for field in ("spark_worker_instance_type", "driver_instance_type"):
+        problem = _ec2_type_problem(getattr(config, field))
+        if problem is not None:
+            raise _problem(config, field, problem)
+    if not 1 <= config.spark_data_volume_gib <= MSK_MAX_VOLUME_GIB:
+        raise _problem(config, "spark_data_volume_gib", f"must be 1 to {MSK_MAX_VOLUME_GIB} GiB")
+
+
+def _ec2_type_problem(instance_type: str) -> str | None:
+    match = _EC2_TYPE.match(instance_type)
+    if match is None:
+        return f"{instance_type!r} is not an EC2 instance type"
+    family, _generation, attributes, _size = match.groups()
+    if family == "t":
+        return f"{instance_type!r} is burstable: cluster placement groups do not take t* types"
+    if family in _INSTANCE_STORE_FAMILIES or "d" in attributes:
+        return f"{instance_type!r} has instance store: the EC2 recover action needs EBS-only types"
+    return None
+
+
+def _check_operations(config: EnvironmentConfig) -> None:
+    for address in config.alarm_emails:
+        if not _EMAIL.match(address):
+            raise _problem(config, "alarm_emails", f"{address!r} is not an email address")
+    if config.is_production and not config.alarm_emails:
+        raise _problem(
+            config, "alarm_emails", "a production environment needs at least one alarm address"
+        )
+    try:
+        seconds = parsing.trigger_seconds(config.trigger_interval)
+    except ValueError as exc:
+        raise _problem(config, "trigger_interval", str(exc)) from None
+    if not 1 <= seconds <= 3600:
+        raise _problem(
+            config,
+            "trigger_interval",
+            f"must be 1 second to 1 hour (got {config.trigger_interval!r})",
+        )
+    if config.records_behind_alarm_threshold < 1:
+        raise _problem(config, "records_behind_alarm_threshold", "must be positive")
+    if config.archive_infrequent_access_days < MIN_INFREQUENT_ACCESS_DAYS:
+        raise _problem(
+            config,
+            "archive_infrequent_access_days",
+            f"S3 moves objects to STANDARD_IA after {MIN_INFREQUENT_ACCESS_DAYS} days at the "
+            f"earliest (got {config.archive_infrequent_access_days})",
+        )
+    if config.archive_glacier_days <= config.archive_infrequent_access_days:
+        raise _problem(
+            config, "archive_glacier_days", "must come after archive_infrequent_access_days"
+        )
+    if config.noncurrent_version_days < 1:
+        raise _problem(config, "noncurrent_version_days", "must be positive")
+    if config.state_bucket is not None and not _BUCKET.match(config.state_bucket):
+        raise _problem(config, "state_bucket", f"{config.state_bucket!r} is not an S3 bucket name")

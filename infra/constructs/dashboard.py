@@ -1,0 +1,153 @@
+"""The CloudWatch dashboard's body: the job's metrics, the brokers', the nodes', and the alarms."""
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from app import metric_names
+
+MSK_NAMESPACE = "AWS/Kafka"
+EC2_NAMESPACE = "AWS/EC2"
+WIDTH = 12
+HEIGHT = 6
+
+Widget = dict[str, Any]
+
+
+def dashboard_body(
+    *,
+    environment: str,
+    region: str,
+    cluster_name: str,
+    broker_count: int,
+    trigger_ms: int,
+    nodes: Mapping[str, str],
+    alarm_arns: Sequence[str],
+) -> str:
+    """The dashboard as CloudWatch's JSON; token values resolve inside it.
+
+    :param nodes: instance ids by node name.
+    :param alarm_arns: alarms shown in the status widget.
+    """
+
+    def job_metrics(*names: str, stat: str = "Sum") -> list[list[Any]]:
+        return [
+            [
+                metric_names.NAMESPACE,
+                name,
+                metric_names.ENVIRONMENT_DIMENSION,
+                environment,
+                {"stat": stat},
+            ]
+            for name in names
+        ]
+
+    def brokers(metric: str, stat: str) -> list[list[Any]]:
+        return [
+            [
+                MSK_NAMESPACE,
+                metric,
+                "Cluster Name",
+                cluster_name,
+                "Broker ID",
+                str(broker),
+                {"stat": stat},
+            ]
+            for broker in range(1, broker_count + 1)
+        ]
+
+    def cluster(metric: str, stat: str) -> list[Any]:
+        return [MSK_NAMESPACE, metric, "Cluster Name", cluster_name, {"stat": stat}]
+
+    def instances(metric: str, stat: str) -> list[list[Any]]:
+        return [
+            [EC2_NAMESPACE, metric, "InstanceId", instance_id, {"stat": stat, "label": name}]
+            for name, instance_id in nodes.items()
+        ]
+
+    widgets = [
+        _alarms("Alarms", alarm_arns),
+        _metrics(
+            "Job: heartbeat and throughput",
+            region,
+            job_metrics(
+                metric_names.HEARTBEAT, metric_names.INPUT_MESSAGES, metric_names.ROWS_WRITTEN
+            ),
+        ),
+        _metrics(
+            "Job: records behind the newest offsets",
+            region,
+            job_metrics(
+                metric_names.RECORDS_BEHIND,
+                metric_names.RECORDS_BEHIND_WORST_PARTITION,
+                stat="Maximum",
+            ),
+        ),
+        _metrics(
+            "Job: batch duration (ms)",
+            region,
+            job_metrics(metric_names.BATCH_DURATION_MS, stat="Maximum"),
+            annotation=("trigger interval", trigger_ms),
+        ),
+        _metrics(
+            "Job: integrity",
+            region,
+            job_metrics(metric_names.INTEGRITY_VIOLATIONS, metric_names.QUARANTINED_MESSAGES),
+        ),
+        _metrics(
+            "Job: state",
+            region,
+            job_metrics(metric_names.SESSIONS_IN_STATE, metric_names.STATE_BYTES, stat="Maximum"),
+        ),
+        _metrics(
+            "Job: output", region, job_metrics(metric_names.OUTPUT_FILES, metric_names.OUTPUT_BYTES)
+        ),
+        _metrics(
+            "Kafka: data disk used (%)",
+            region,
+            brokers("KafkaDataLogsDiskUsed", "Maximum"),
+            annotation=("alarm", 85),
+        ),
+        _metrics("Kafka: broker CPU user (%)", region, brokers("CpuUser", "Average")),
+        _metrics(
+            "Kafka: partitions and controller",
+            region,
+            [
+                cluster("OfflinePartitionsCount", "Maximum"),
+                cluster("ActiveControllerCount", "Sum"),
+                *brokers("UnderReplicatedPartitions", "Maximum"),
+            ],
+        ),
+        _metrics("Spark nodes: CPU (%)", region, instances("CPUUtilization", "Average")),
+        _metrics(
+            "Spark nodes: failed status checks", region, instances("StatusCheckFailed", "Maximum")
+        ),
+    ]
+    for index, widget in enumerate(widgets):
+        widget.update(x=(index % 2) * WIDTH, y=(index // 2) * HEIGHT, width=WIDTH, height=HEIGHT)
+    return json.dumps({"widgets": widgets})
+
+
+def _metrics(
+    title: str,
+    region: str,
+    metrics: list[Any],
+    *,
+    annotation: tuple[str, int] | None = None,
+) -> Widget:
+    properties: dict[str, Any] = {
+        "title": title,
+        "region": region,
+        "view": "timeSeries",
+        "stacked": False,
+        "period": 60,
+        "metrics": metrics,
+    }
+    if annotation is not None:
+        label, value = annotation
+        properties["annotations"] = {"horizontal": [{"label": label, "value": value}]}
+    return {"type": "metric", "properties": properties}
+
+
+def _alarms(title: str, alarm_arns: Sequence[str]) -> Widget:
+    return {"type": "alarm", "properties": {"title": title, "alarms": list(alarm_arns)}}

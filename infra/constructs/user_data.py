@@ -1,0 +1,58 @@
+"""The user data of a Spark node: which role it has and where its driver is.
+
+The AMI's ``node-bootstrap`` reads ``/etc/tablecast/node.env``, formats and
+mounts the HDFS data volume, and enables the role's systemd units.
+"""
+
+from enum import StrEnum
+
+from infra.config import layout
+
+
+class NodeRole(StrEnum):
+    """A Spark node's role, as ``TABLECAST_ROLE`` names it."""
+
+    DRIVER = "driver"
+    """Spark master, HDFS NameNode and the job's service."""
+    WORKER = "worker"
+    """Spark worker and HDFS DataNode."""
+
+
+def node_environment(
+    *, environment: str, role: NodeRole, driver_host: str, region: str
+) -> dict[str, str]:
+    """The variables written to ``/etc/tablecast/node.env``, in order."""
+    return {
+        "TABLECAST_ENV": environment,
+        "TABLECAST_ROLE": role.value,
+        "TABLECAST_DRIVER_HOST": driver_host,
+        "AWS_REGION": region,
+        "TABLECAST_HDFS_DEVICE": layout.HDFS_DEVICE,
+    }
+
+
+def node_user_data(*, environment: str, role: NodeRole, driver_host: str, region: str) -> str:
+    """A shell script that writes the node's environment file and runs the bootstrap.
+
+    ``driver_host`` may be a cdktf token (a worker names the driver
+    instance's ``private_ip``); Terraform fills it in before the script runs.
+    """
+    variables = node_environment(
+        environment=environment, role=role, driver_host=driver_host, region=region
+    )
+    lines = "".join(f"{name}={value}\n" for name, value in variables.items())
+    return (
+        "#!/bin/bash\n"
+        "# Written by infra/: tells this node its role and where its driver is.\n"
+        "set -euo pipefail\n"
+        f"install -d -m 0755 {_directory(layout.NODE_ENV_FILE)}\n"
+        f"cat > {layout.NODE_ENV_FILE} <<'NODE_ENV'\n"
+        f"{lines}"
+        "NODE_ENV\n"
+        f"chmod 0644 {layout.NODE_ENV_FILE}\n"
+        f"exec {layout.NODE_BOOTSTRAP}\n"
+    )
+
+
+def _directory(path: str) -> str:
+    return path.rsplit("/", 1)[0]

@@ -1,0 +1,118 @@
+"""The hand-off: every value the job and the operator's tools read, in SSM and as outputs.
+
+Names come from ``app.handoff``, which the job imports too; each parameter is
+also a Terraform output of this stack, so the outputs are the contract.
+"""
+
+from cdktf import Fn, TerraformOutput, TerraformResourceLifecycle
+from cdktf_cdktf_provider_aws.ssm_parameter import SsmParameter
+from constructs import Construct
+
+from app import handoff, metric_names
+from infra.config import EnvironmentConfig, layout
+from infra.stacks.base import EnvironmentStack
+
+# What the job-version parameter holds until the deploy tool sets a version.
+NO_JOB_VERSION = "none"
+
+DESCRIPTIONS = {
+    handoff.BOOTSTRAP_BROKERS_IAM: "MSK bootstrap brokers for IAM clients (TLS, port 9098)",
+    handoff.BUCKET: "The pipeline's S3 bucket",
+    handoff.OUTPUT_URI: "The job's output dataset",
+    handoff.ARCHIVE_URI: "The raw Kafka archive",
+    handoff.ARTIFACTS_URI: "Deployable job artifacts",
+    handoff.CHECKPOINT_BACKUP_URI: "Copies of the HDFS checkpoint",
+    handoff.CHECKPOINT_URI: "The job's checkpoint in HDFS on the driver",
+    handoff.TOPIC_PATTERN: "Regular expression of the job's topics",
+    handoff.TRIGGER: "The job's processing-time trigger interval",
+    handoff.METRIC_NAMESPACE: "CloudWatch namespace of the job's metrics",
+    handoff.DRIVER_ADDRESS: "Private address of the driver node (Spark master, NameNode)",
+    handoff.DRIVER_INSTANCE_ID: "Instance id of the driver node, for SSM Run Command",
+    handoff.JOB_VERSION: "Deployed job version; set by the deploy tool, not by Terraform",
+    handoff.RETENTION_HOURS: "Kafka retention in hours",
+    handoff.REPLICATION_FACTOR: "Replication factor for new topics",
+    handoff.REGION: "AWS region of the environment",
+}
+
+
+class HandoffStack(EnvironmentStack):
+    """``tablecast-<env>-handoff``: SSM parameters under ``/tablecast/<env>/`` and outputs."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        config: EnvironmentConfig,
+        bootstrap_brokers_iam: str,
+        bucket_name: str,
+        driver_private_ip: str,
+        driver_instance_id: str,
+    ) -> None:
+        """Write the parameters.
+
+        :param config: the environment.
+        :param bootstrap_brokers_iam: the cluster's IAM bootstrap brokers (the kafka stack's).
+        :param bucket_name: the pipeline's bucket (the storage stack's).
+        :param driver_private_ip: the driver node's address (the spark stack's).
+        :param driver_instance_id: the driver node's instance id (the spark stack's).
+        """
+        super().__init__(scope, config=config, component="handoff")
+        self.values = handoff_values(
+            config=config,
+            bootstrap_brokers_iam=bootstrap_brokers_iam,
+            bucket_name=bucket_name,
+            driver_private_ip=driver_private_ip,
+            driver_instance_id=driver_instance_id,
+        )
+        for name, value in self.values.items():
+            parameter = SsmParameter(
+                self,
+                f"parameter-{name}",
+                name=handoff.parameter_name(config.name, name),
+                type="String",
+                tier="Standard",
+                value=value,
+                description=DESCRIPTIONS[name],
+                # The deploy tool owns the version once it exists.
+                lifecycle=TerraformResourceLifecycle(ignore_changes=["value"])
+                if name == handoff.JOB_VERSION
+                else None,
+            )
+            TerraformOutput(
+                self,
+                name.replace("-", "_"),
+                # Addresses and names, no secrets: the provider marks every
+                # parameter value sensitive, and cdktf every cross-stack value.
+                value=Fn.nonsensitive(parameter.value),
+                description=DESCRIPTIONS[name],
+            )
+
+
+def handoff_values(
+    *,
+    config: EnvironmentConfig,
+    bootstrap_brokers_iam: str,
+    bucket_name: str,
+    driver_private_ip: str,
+    driver_instance_id: str,
+) -> dict[str, str]:
+    """The value of every name in ``app.handoff.ALL``, in that order."""
+    values = {
+        handoff.BOOTSTRAP_BROKERS_IAM: bootstrap_brokers_iam,
+        handoff.BUCKET: bucket_name,
+        handoff.OUTPUT_URI: layout.s3_uri(bucket_name, layout.OUTPUT_PREFIX),
+        handoff.ARCHIVE_URI: layout.s3_uri(bucket_name, layout.ARCHIVE_PREFIX),
+        handoff.ARTIFACTS_URI: layout.s3_uri(bucket_name, layout.ARTIFACTS_PREFIX),
+        handoff.CHECKPOINT_BACKUP_URI: layout.s3_uri(bucket_name, layout.CHECKPOINT_BACKUPS_PREFIX),
+        handoff.CHECKPOINT_URI: layout.checkpoint_uri(driver_private_ip),
+        handoff.TOPIC_PATTERN: config.topic_pattern,
+        handoff.TRIGGER: config.trigger_interval,
+        handoff.METRIC_NAMESPACE: metric_names.NAMESPACE,
+        handoff.DRIVER_ADDRESS: driver_private_ip,
+        handoff.DRIVER_INSTANCE_ID: driver_instance_id,
+        handoff.JOB_VERSION: NO_JOB_VERSION,
+        handoff.RETENTION_HOURS: str(config.retention_hours),
+        handoff.REPLICATION_FACTOR: str(config.replication_factor),
+        handoff.REGION: config.region,
+    }
+    return {name: values[name] for name in handoff.ALL}

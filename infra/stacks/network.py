@@ -1,0 +1,275 @@
+"""The network: a private VPC with no route to or from the internet.
+
+Broker subnets in every zone, one Spark subnet in the first zone, an S3
+gateway endpoint and interface endpoints for what the nodes call (SSM,
+CloudWatch), and the security groups that decide who talks to whom: only the
+Spark nodes reach the brokers.
+"""
+
+from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
+from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
+from cdktf_cdktf_provider_aws.default_security_group import DefaultSecurityGroup
+from cdktf_cdktf_provider_aws.flow_log import FlowLog
+from cdktf_cdktf_provider_aws.iam_role import IamRole
+from cdktf_cdktf_provider_aws.iam_role_policy import IamRolePolicy
+from cdktf_cdktf_provider_aws.route_table import RouteTable
+from cdktf_cdktf_provider_aws.route_table_association import RouteTableAssociation
+from cdktf_cdktf_provider_aws.security_group import SecurityGroup
+from cdktf_cdktf_provider_aws.subnet import Subnet
+from cdktf_cdktf_provider_aws.vpc import Vpc
+from cdktf_cdktf_provider_aws.vpc_endpoint import VpcEndpoint
+from cdktf_cdktf_provider_aws.vpc_security_group_egress_rule import VpcSecurityGroupEgressRule
+from cdktf_cdktf_provider_aws.vpc_security_group_ingress_rule import VpcSecurityGroupIngressRule
+from constructs import Construct
+
+from infra.config import EnvironmentConfig, layout
+from infra.constructs import EncryptionKey
+from infra.constructs.policies import allow, assume_role_policy, policy_json
+from infra.stacks.base import EnvironmentStack
+
+# What the nodes call besides S3 and Kafka: SSM (agent, Run Command, Session
+# Manager) and CloudWatch (the job's metrics, logs).
+INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs")
+
+
+class NetworkStack(EnvironmentStack):
+    """``tablecast-<env>-network``: VPC, subnets, endpoints, security groups, flow logs."""
+
+    def __init__(self, scope: Construct, *, config: EnvironmentConfig) -> None:
+        """Create the network of ``config``'s environment.
+
+        :param config: the environment.
+        """
+        super().__init__(scope, config=config, component="network")
+        prefix = config.resource_prefix
+        plan = config.subnets
+        self.vpc = Vpc(
+            self,
+            "vpc",
+            cidr_block=config.vpc_cidr,
+            # MSK and the interface endpoints resolve through the VPC's DNS.
+            enable_dns_support=True,
+            enable_dns_hostnames=True,
+            tags={"Name": prefix},
+        )
+        # The default group stays empty, so nothing lands in it by accident.
+        DefaultSecurityGroup(self, "default-security-group", vpc_id=self.vpc.id)
+        self.broker_subnet_ids: list[str] = []
+        for zone, cidr in zip(config.availability_zones, plan.broker_subnets, strict=True):
+            subnet = self._subnet(f"brokers-{zone}", zone, cidr)
+            self.broker_subnet_ids.append(subnet.id)
+        self.spark_subnet_id: str = self._subnet(
+            "spark", config.spark_availability_zone, plan.spark_subnet
+        ).id
+        self.spark_subnet_cidr = plan.spark_subnet
+        # No routes but the VPC's own and the S3 endpoint's: nothing public.
+        route_table = RouteTable(
+            self, "private-routes", vpc_id=self.vpc.id, tags={"Name": f"{prefix}-private"}
+        )
+        for index, subnet_id in enumerate([*self.broker_subnet_ids, self.spark_subnet_id]):
+            RouteTableAssociation(
+                self, f"private-routes-{index}", route_table_id=route_table.id, subnet_id=subnet_id
+            )
+        s3_endpoint = VpcEndpoint(
+            self,
+            "s3-endpoint",
+            vpc_id=self.vpc.id,
+            service_name=f"com.amazonaws.{config.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[route_table.id],
+            tags={"Name": f"{prefix}-s3"},
+        )
+        self._security_groups(s3_prefix_list_id=s3_endpoint.prefix_list_id)
+        for service in INTERFACE_ENDPOINT_SERVICES:
+            VpcEndpoint(
+                self,
+                f"{service}-endpoint",
+                vpc_id=self.vpc.id,
+                service_name=f"com.amazonaws.{config.region}.{service}",
+                vpc_endpoint_type="Interface",
+                private_dns_enabled=True,
+                # Only Spark nodes use them, and they all live in this subnet.
+                subnet_ids=[self.spark_subnet_id],
+                security_group_ids=[self.endpoint_security_group_id],
+                tags={"Name": f"{prefix}-{service}"},
+            )
+        self._flow_logs()
+
+    def _subnet(self, name: str, zone: str, cidr: str) -> Subnet:
+        return Subnet(
+            self,
+            name,
+            vpc_id=self.vpc.id,
+            availability_zone=zone,
+            cidr_block=cidr,
+            map_public_ip_on_launch=False,
+            tags={"Name": f"{self.config.resource_prefix}-{name}"},
+        )
+
+    def _security_groups(self, *, s3_prefix_list_id: str) -> None:
+        prefix = self.config.resource_prefix
+        brokers = self._group("brokers", "MSK brokers: Kafka over TLS with IAM from Spark nodes")
+        spark = self._group("spark", "Spark nodes: each other, the brokers, S3 and endpoints")
+        endpoints = self._group("endpoints", "Interface endpoints: HTTPS from Spark nodes")
+        self.broker_security_group_id: str = brokers.id
+        self.spark_security_group_id: str = spark.id
+        self.endpoint_security_group_id: str = endpoints.id
+        # Rules as resources of their own: the groups refer to each other.
+        self._ingress(
+            "brokers-from-spark",
+            brokers,
+            source=spark,
+            port=layout.KAFKA_IAM_PORT,
+            description="Kafka TLS+IAM from Spark nodes",
+        )
+        self._ingress(
+            "endpoints-from-spark",
+            endpoints,
+            source=spark,
+            port=layout.HTTPS_PORT,
+            description="HTTPS to AWS APIs from Spark nodes",
+        )
+        # Spark RPC, block transfers and HDFS use many ports between nodes.
+        VpcSecurityGroupIngressRule(
+            self,
+            "spark-from-spark",
+            security_group_id=spark.id,
+            referenced_security_group_id=spark.id,
+            ip_protocol="-1",
+            description="Spark and HDFS between cluster nodes",
+            tags={"Name": f"{prefix}-spark-from-spark"},
+        )
+        VpcSecurityGroupEgressRule(
+            self,
+            "spark-to-spark",
+            security_group_id=spark.id,
+            referenced_security_group_id=spark.id,
+            ip_protocol="-1",
+            description="Spark and HDFS between cluster nodes",
+            tags={"Name": f"{prefix}-spark-to-spark"},
+        )
+        self._egress(
+            "spark-to-brokers",
+            spark,
+            port=layout.KAFKA_IAM_PORT,
+            destination=brokers,
+            description="Kafka TLS+IAM to the brokers",
+        )
+        self._egress(
+            "spark-to-endpoints",
+            spark,
+            port=layout.HTTPS_PORT,
+            destination=endpoints,
+            description="HTTPS to AWS API endpoints",
+        )
+        VpcSecurityGroupEgressRule(
+            self,
+            "spark-to-s3",
+            security_group_id=spark.id,
+            prefix_list_id=s3_prefix_list_id,
+            ip_protocol="tcp",
+            from_port=layout.HTTPS_PORT,
+            to_port=layout.HTTPS_PORT,
+            description="HTTPS to S3 through the gateway endpoint",
+            tags={"Name": f"{prefix}-spark-to-s3"},
+        )
+
+    def _group(self, name: str, description: str) -> SecurityGroup:
+        # Terraform removes the default allow-all egress rule of a new group;
+        # every rule these groups have is below.
+        return SecurityGroup(
+            self,
+            f"{name}-security-group",
+            name=f"{self.config.resource_prefix}-{name}",
+            description=description,
+            vpc_id=self.vpc.id,
+            tags={"Name": f"{self.config.resource_prefix}-{name}"},
+        )
+
+    def _ingress(
+        self, name: str, group: SecurityGroup, *, source: SecurityGroup, port: int, description: str
+    ) -> None:
+        VpcSecurityGroupIngressRule(
+            self,
+            name,
+            security_group_id=group.id,
+            referenced_security_group_id=source.id,
+            ip_protocol="tcp",
+            from_port=port,
+            to_port=port,
+            description=description,
+            tags={"Name": f"{self.config.resource_prefix}-{name}"},
+        )
+
+    def _egress(
+        self,
+        name: str,
+        group: SecurityGroup,
+        *,
+        port: int,
+        destination: SecurityGroup,
+        description: str,
+    ) -> None:
+        VpcSecurityGroupEgressRule(
+            self,
+            name,
+            security_group_id=group.id,
+            referenced_security_group_id=destination.id,
+            ip_protocol="tcp",
+            from_port=port,
+            to_port=port,
+            description=description,
+            tags={"Name": f"{self.config.resource_prefix}-{name}"},
+        )
+
+    def _flow_logs(self) -> None:
+        config = self.config
+        prefix = config.resource_prefix
+        key = EncryptionKey(
+            self,
+            "flow-logs-key",
+            alias=f"{prefix}-network",
+            description=f"{prefix} VPC flow logs",
+            region=config.region,
+            allow_cloudwatch_logs=True,
+        )
+        log_group = CloudwatchLogGroup(
+            self,
+            "flow-logs",
+            name=f"/tablecast/{config.name}/vpc-flow-logs",
+            kms_key_id=key.arn,
+            retention_in_days=layout.LOG_RETENTION_DAYS,
+        )
+        account = DataAwsCallerIdentity(self, "account").account_id
+        role = IamRole(
+            self,
+            "flow-logs-role",
+            name=f"{prefix}-vpc-flow-logs",
+            assume_role_policy=assume_role_policy(
+                "vpc-flow-logs.amazonaws.com", source_account=account
+            ),
+        )
+        IamRolePolicy(
+            self,
+            "flow-logs-policy",
+            name="write-flow-logs",
+            role=role.id,
+            policy=policy_json(
+                [
+                    allow(
+                        "WriteFlowLogs",
+                        ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+                        [log_group.arn, f"{log_group.arn}:*"],
+                    )
+                ]
+            ),
+        )
+        FlowLog(
+            self,
+            "flow-log",
+            vpc_id=self.vpc.id,
+            traffic_type="ALL",
+            log_destination_type="cloud-watch-logs",
+            log_destination=log_group.arn,
+            iam_role_arn=role.arn,
+        )

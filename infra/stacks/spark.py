@@ -1,0 +1,171 @@
+"""The Spark standalone cluster: a driver node and N workers, zone-affine with the brokers.
+
+All nodes share one subnet (in the first zone, which also has a broker subnet)
+and a ``cluster`` placement group: Spark shuffles and HDFS replication stay
+inside one zone, and reading Kafka from the zone's broker costs no
+cross-zone transfer for those partitions.
+"""
+
+from cdktf_cdktf_provider_aws.data_aws_ami import DataAwsAmi, DataAwsAmiFilter
+from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
+from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
+from cdktf_cdktf_provider_aws.iam_instance_profile import IamInstanceProfile
+from cdktf_cdktf_provider_aws.iam_role import IamRole
+from cdktf_cdktf_provider_aws.iam_role_policy import IamRolePolicy
+from cdktf_cdktf_provider_aws.iam_role_policy_attachment import IamRolePolicyAttachment
+from cdktf_cdktf_provider_aws.placement_group import PlacementGroup
+from constructs import Construct
+
+from infra.config import EnvironmentConfig, layout, versions
+from infra.constructs import EncryptionKey, NodeRole, SparkNode, node_user_data
+from infra.constructs.node_permissions import node_statements
+from infra.constructs.policies import assume_role_policy, policy_json
+from infra.stacks.base import EnvironmentStack
+
+# SSM Run Command (the deploy tool restarts the job's service with it) and
+# Session Manager need this on every node.
+SSM_MANAGED_INSTANCE_CORE = "policy/AmazonSSMManagedInstanceCore"
+
+
+class SparkStack(EnvironmentStack):
+    """``tablecast-<env>-spark``: nodes, their data volumes, role and placement group."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        config: EnvironmentConfig,
+        subnet_id: str,
+        security_group_id: str,
+        bucket_arn: str,
+        data_key_arn: str,
+        cluster_arn: str,
+    ) -> None:
+        """Create the cluster.
+
+        :param config: the environment.
+        :param subnet_id: the Spark subnet (the network stack's).
+        :param security_group_id: the Spark nodes' security group.
+        :param bucket_arn: the pipeline's bucket (the storage stack's).
+        :param data_key_arn: the KMS key that encrypts the bucket.
+        :param cluster_arn: the MSK cluster (the kafka stack's).
+        """
+        super().__init__(scope, config=config, component="spark")
+        prefix = config.resource_prefix
+        profile = self._instance_profile(
+            bucket_arn=bucket_arn, data_key_arn=data_key_arn, cluster_arn=cluster_arn
+        )
+        key = EncryptionKey(
+            self,
+            "volumes-key",
+            alias=f"{prefix}-spark-volumes",
+            description=f"{prefix} Spark node root and HDFS volumes",
+            region=config.region,
+        )
+        image = _node_image(self)
+        placement = PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="cluster")
+        driver_host = config.subnets.driver_private_ip
+
+        def node(
+            node_id: str, name: str, role: NodeRole, instance_type: str, host: str
+        ) -> SparkNode:
+            return SparkNode(
+                self,
+                node_id,
+                name=f"{prefix}-{name}",
+                ami_id=image.id,
+                instance_type=instance_type,
+                subnet_id=subnet_id,
+                availability_zone=config.spark_availability_zone,
+                placement_group=placement.name,
+                security_group_ids=[security_group_id],
+                instance_profile=profile.name,
+                kms_key_arn=key.arn,
+                data_volume_gib=config.spark_data_volume_gib,
+                user_data=node_user_data(
+                    environment=config.name, role=role, driver_host=host, region=config.region
+                ),
+                private_ip=driver_host if role is NodeRole.DRIVER else None,
+                keep_final_snapshot=config.is_production,
+            )
+
+        # The driver writes its own fixed address; workers name the driver
+        # instance's, which also makes Terraform start the driver first.
+        self.driver = node(
+            "driver", "driver", NodeRole.DRIVER, config.driver_instance_type, driver_host
+        )
+        self.workers = [
+            node(
+                f"worker-{index}",
+                f"worker-{index}",
+                NodeRole.WORKER,
+                config.spark_worker_instance_type,
+                self.driver.private_ip,
+            )
+            for index in range(1, config.spark_worker_count + 1)
+        ]
+        self.driver_instance_id = self.driver.instance_id
+        self.driver_private_ip = self.driver.private_ip
+        self.nodes = {"driver": self.driver.instance_id} | {
+            f"worker-{index}": worker.instance_id
+            for index, worker in enumerate(self.workers, start=1)
+        }
+        """Instance ids by node name, for the monitoring stack."""
+
+    def _instance_profile(
+        self, *, bucket_arn: str, data_key_arn: str, cluster_arn: str
+    ) -> IamInstanceProfile:
+        config = self.config
+        prefix = config.resource_prefix
+        partition = DataAwsPartition(self, "partition").partition
+        account = DataAwsCallerIdentity(self, "account").account_id
+        role = IamRole(
+            self,
+            "node-role",
+            name=f"{prefix}-spark-node",
+            description="Spark nodes: the pipeline's bucket, topics, metrics and SSM",
+            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
+        )
+        IamRolePolicy(
+            self,
+            "node-policy",
+            name="pipeline",
+            role=role.id,
+            policy=policy_json(
+                node_statements(
+                    environment=config.name,
+                    region=config.region,
+                    account=account,
+                    partition=partition,
+                    bucket_arn=bucket_arn,
+                    bucket_prefixes=layout.BUCKET_PREFIXES,
+                    data_key_arn=data_key_arn,
+                    cluster_arn=cluster_arn,
+                    topic_prefix=config.topic_prefix,
+                )
+            ),
+        )
+        IamRolePolicyAttachment(
+            self,
+            "ssm-managed-instance-core",
+            role=role.name,
+            policy_arn=f"arn:{partition}:iam::aws:{SSM_MANAGED_INSTANCE_CORE}",
+        )
+        self.role_arn: str = role.arn
+        return IamInstanceProfile(self, "node-profile", name=f"{prefix}-spark-node", role=role.name)
+
+
+def _node_image(scope: Construct) -> DataAwsAmi:
+    """Our own Spark node image, built by ami/ for this repository's Spark version."""
+    tags = {**layout.AMI_TAGS, layout.AMI_SPARK_VERSION_TAG: versions().spark}
+    return DataAwsAmi(
+        scope,
+        "spark-node-image",
+        owners=["self"],
+        most_recent=True,
+        filter=[
+            DataAwsAmiFilter(name="name", values=[layout.AMI_NAME_PATTERN]),
+            DataAwsAmiFilter(name="state", values=["available"]),
+            *(DataAwsAmiFilter(name=f"tag:{key}", values=[value]) for key, value in tags.items()),
+        ],
+    )

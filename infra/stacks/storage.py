@@ -1,0 +1,50 @@
+"""The pipeline's bucket: output dataset, raw archive, job artifacts and checkpoint backups."""
+
+from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
+from constructs import Construct
+
+from infra.config import EnvironmentConfig, layout
+from infra.constructs import EncryptionKey, SecureBucket, Tiering
+from infra.stacks.base import EnvironmentStack
+
+
+class StorageStack(EnvironmentStack):
+    """``tablecast-<env>-storage``: the KMS key and the bucket with every prefix."""
+
+    def __init__(self, scope: Construct, *, config: EnvironmentConfig) -> None:
+        """Create the bucket of ``config``'s environment.
+
+        :param config: the environment.
+        """
+        super().__init__(scope, config=config, component="storage")
+        prefix = config.resource_prefix
+        self.key = EncryptionKey(
+            self,
+            "data-key",
+            alias=f"{prefix}-data",
+            description=f"{prefix} pipeline bucket",
+            region=config.region,
+        )
+        account = DataAwsCallerIdentity(self, "account").account_id
+        self.bucket = SecureBucket(
+            self,
+            "pipeline",
+            # Account and region make the global name unique and predictable.
+            bucket_name=f"{prefix}-{account}-{config.region}",
+            kms_key_arn=self.key.arn,
+            noncurrent_version_days=config.noncurrent_version_days,
+            tiering=[
+                Tiering(
+                    prefix=f"{layout.ARCHIVE_PREFIX}/",
+                    transitions=(
+                        (config.archive_infrequent_access_days, "STANDARD_IA"),
+                        (config.archive_glacier_days, "GLACIER_IR"),
+                    ),
+                )
+            ],
+            # Test pipelines are torn down whole; production data never is.
+            force_destroy=not config.is_production,
+        )
+        self.bucket_name = self.bucket.name
+        self.bucket_arn = self.bucket.arn
+        self.key_arn = self.key.arn

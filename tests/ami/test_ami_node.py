@@ -1,0 +1,301 @@
+"""The node's own files: systemd units, the job's entry point and its SSM
+contract with app/handoff.py, the configuration templates, the log path to
+CloudWatch, and node-bootstrap's checks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from ami_helpers import FILES, NODE_BOOTSTRAP, bash, shell_env
+
+from app import handoff
+
+UNITS = FILES / "systemd"
+BIN = FILES / "bin"
+TEMPLATES = FILES / "templates"
+RUN_JOB = BIN / "run-job"
+
+# What node-bootstrap exports when it fills the templates.
+NODE_SETTINGS = {
+    "TABLECAST_ENV": "prod",
+    "TABLECAST_ROLE": "driver",
+    "TABLECAST_DRIVER_HOST": "10.0.1.23",
+    "AWS_REGION": "eu-west-1",
+    "TABLECAST_HDFS_DEVICE": "/dev/sdf",
+    "TABLECAST_HDFS_REPLICATION": "2",
+}
+
+
+def unit(name: str) -> dict[str, list[str]]:
+    """A unit file's keys and their values (continuation lines joined)."""
+    text = (UNITS / f"{name}.service").read_text(encoding="utf-8").replace("\\\n", " ")
+    entries: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            entries.setdefault(key.strip(), []).append(" ".join(value.split()))
+    return entries
+
+
+def run_job_parameters() -> list[str]:
+    text = RUN_JOB.read_text(encoding="utf-8")
+    block = re.search(r"readonly PARAMETERS=\((.*?)\)", text, re.S)
+    assert block is not None
+    return block.group(1).split()
+
+
+@pytest.mark.parametrize(
+    "name", ["spark-master", "spark-worker", "hdfs-namenode", "hdfs-datanode", "tablecast-job"]
+)
+def test_unit_runs_in_the_foreground_with_restart_and_its_identifier(name: str) -> None:
+    entries = unit(name)
+    assert entries["Restart"] == ["on-failure"]
+    assert entries["SyslogIdentifier"] == [name]
+    assert "/etc/tablecast/image.env" in entries["EnvironmentFile"]
+    assert "/etc/tablecast/node.env" in entries["EnvironmentFile"]
+    assert entries["WantedBy"] == ["multi-user.target"]
+    assert entries.get("Type", ["simple"]) == ["simple"]
+
+
+def test_spark_daemons_use_the_driver_address() -> None:
+    master = unit("spark-master")["ExecStart"][0]
+    assert "org.apache.spark.deploy.master.Master" in master
+    assert "--host ${TABLECAST_DRIVER_HOST} --port 7077" in master
+    worker = unit("spark-worker")["ExecStart"][0]
+    assert "org.apache.spark.deploy.worker.Worker" in worker
+    assert worker.endswith("spark://${TABLECAST_DRIVER_HOST}:7077")
+    for name in ("spark-master", "spark-worker"):
+        assert unit(name)["User"] == ["spark"]
+
+
+def test_namenode_is_formatted_once_before_it_starts() -> None:
+    entries = unit("hdfs-namenode")
+    assert entries["ExecStartPre"] == ["/opt/tablecast/bin/hdfs-format-once"]
+    assert entries["ExecStart"] == ["/opt/hadoop/bin/hdfs namenode"]
+    assert entries["User"] == ["hdfs"]
+    script = (BIN / "hdfs-format-once").read_text(encoding="utf-8")
+    assert "-nonInteractive" in script, "never format over existing data"
+    marker = script.index('if [[ -f "${MARKER}" ]]')
+    assert marker < script.index("namenode -format"), "the marker is checked before formatting"
+    assert "current/VERSION" in script
+
+
+def test_job_service_runs_run_job_and_restarts_on_failure() -> None:
+    entries = unit("tablecast-job")
+    assert entries["ExecStart"] == ["/opt/tablecast/bin/run-job"]
+    assert entries["StartLimitIntervalSec"] == ["0"], "keep restarting, never give up"
+    assert "spark-master.service" in entries["After"][0]
+    assert "hdfs-namenode.service" in entries["After"][0]
+
+
+def test_run_job_reads_exactly_handoff_names() -> None:
+    parameters = run_job_parameters()
+    unknown = set(parameters) - set(handoff.ALL)
+    assert not unknown, f"run-job reads SSM names app/handoff.py does not define: {unknown}"
+    required = {
+        handoff.BOOTSTRAP_BROKERS_IAM,
+        handoff.OUTPUT_URI,
+        handoff.ARCHIVE_URI,
+        handoff.CHECKPOINT_URI,
+        handoff.TOPIC_PATTERN,
+        handoff.TRIGGER,
+        handoff.METRIC_NAMESPACE,
+        handoff.JOB_VERSION,
+        handoff.ARTIFACTS_URI,
+        handoff.REGION,
+    }
+    assert required <= set(parameters)
+    assert f'"{handoff.PREFIX}/${{TABLECAST_ENV}}/"' in RUN_JOB.read_text(encoding="utf-8")
+
+
+def test_run_job_submits_the_cli_in_client_mode() -> None:
+    text = RUN_JOB.read_text(encoding="utf-8").replace("\\\n", " ")
+    command = " ".join(text[text.index("exec setpriv") :].split())
+    for part in (
+        '--master "spark://${TABLECAST_DRIVER_HOST}:7077"',
+        "--deploy-mode client",
+        '"${main_py}" run',
+        '--bootstrap-servers "${setting[bootstrap-brokers-iam]}"',
+        "--kafka-auth iam",
+        '--output "${setting[output-uri]}"',
+        '--checkpoint "${setting[checkpoint-uri]}"',
+        '--topic-pattern "${setting[topic-pattern]}"',
+        '--trigger "${setting[trigger]}"',
+        "--metrics cloudwatch",
+        '--environment "${TABLECAST_ENV}"',
+    ):
+        assert part in command, part
+    assert "--reuid=" in command, "spark-submit must not run as root"
+
+
+def test_run_job_installs_the_recorded_wheel_without_dependencies() -> None:
+    text = RUN_JOB.read_text(encoding="utf-8").replace("\\\n", " ")
+    assert 'wheel_name="tablecast-${version}-py3-none-any.whl"' in text
+    install = " ".join(text[text.index("-m pip install") :].split("\n")[0].split())
+    for flag in ("--no-deps", "--no-index"):
+        assert flag in install
+
+
+def placeholders(template: Path) -> set[str]:
+    pattern = string.Template.pattern
+    found = set()
+    for match in pattern.finditer(template.read_text(encoding="utf-8")):
+        name = match.group("named") or match.group("braced")
+        if name:
+            found.add(name)
+    return found
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES.glob("*.tmpl")), ids=lambda p: p.name)
+def test_template_needs_only_what_node_bootstrap_provides(template: Path) -> None:
+    assert placeholders(template) <= set(NODE_SETTINGS), placeholders(template)
+
+
+def render(name: str) -> str:
+    text = (TEMPLATES / f"{name}.tmpl").read_text(encoding="utf-8")
+    return string.Template(text).substitute(NODE_SETTINGS)
+
+
+def xml_properties(name: str) -> dict[str, str]:
+    root = ET.fromstring(render(name))
+    return {prop.findtext("name", ""): prop.findtext("value", "") for prop in root.iter("property")}
+
+
+def test_core_site_points_at_the_namenode_and_s3a_with_the_instance_profile() -> None:
+    props = xml_properties("core-site.xml")
+    assert props["fs.defaultFS"] == "hdfs://10.0.1.23:8020"
+    assert props["fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert props["fs.s3a.aws.credentials.provider"] == (
+        "org.apache.hadoop.fs.s3a.auth.IAMInstanceCredentialsProvider"
+    )
+    assert props["fs.s3a.endpoint.region"] == "eu-west-1"
+
+
+def test_hdfs_site_keeps_data_on_the_data_volume() -> None:
+    props = xml_properties("hdfs-site.xml")
+    assert props["dfs.namenode.name.dir"] == "file:///data/hdfs/namenode"
+    assert props["dfs.datanode.data.dir"] == "file:///data/hdfs/datanode"
+    assert props["dfs.replication"] == "2"
+
+
+def test_spark_defaults_point_at_the_master_and_the_venv() -> None:
+    lines = dict(
+        line.split(None, 1)
+        for line in render("spark-defaults.conf").splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    assert lines["spark.master"] == "spark://10.0.1.23:7077"
+    assert lines["spark.submit.deployMode"] == "client"
+    assert lines["spark.pyspark.python"] == "/opt/tablecast/venv/bin/python"
+    assert "spark.jars.packages" not in lines, "nothing is resolved at run time"
+
+
+def test_logs_flow_from_units_to_cloudwatch_log_groups() -> None:
+    config = json.loads(render("cloudwatch-agent.json"))
+    collected = config["logs"]["logs_collected"]["files"]["collect_list"]
+    shipped = {entry["file_path"]: entry["log_group_name"] for entry in collected}
+    assert shipped == {
+        f"/var/log/tablecast/{stream}.log": f"/tablecast/prod/{stream}"
+        for stream in ("job", "spark", "hdfs", "bootstrap")
+    }
+    rules = (FILES / "rsyslog" / "30-tablecast.conf").read_text(encoding="utf-8")
+    written = set(re.findall(r'file="([^"]+)"', rules))
+    assert written == set(shipped), "rsyslog writes exactly the files the agent ships"
+    for name, stream in (
+        ("tablecast-job", "job"),
+        ("spark-master", "spark"),
+        ("spark-worker", "spark"),
+        ("hdfs-namenode", "hdfs"),
+        ("hdfs-datanode", "hdfs"),
+    ):
+        identifier = unit(name)["SyslogIdentifier"][0]
+        matched = f"({re.escape(identifier)}|{identifier.split('-')[0]}-)"
+        rule = re.search(
+            rf"\$programname (==|startswith) '{matched}'"
+            rf" then \{{\s*action\(type=\"omfile\" file=\"/var/log/tablecast/{stream}\.log\"",
+            rules,
+        )
+        assert rule is not None, f"{name} does not reach {stream}.log"
+    journald = (FILES / "journald" / "10-tablecast.conf").read_text(encoding="utf-8")
+    assert "ForwardToSyslog=yes" in journald
+
+
+def write_node_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
+    settings = {k: v for k, v in NODE_SETTINGS.items() if k != "TABLECAST_HDFS_REPLICATION"}
+    settings.update(overrides)
+    node_env = tmp_path / "node.env"
+    node_env.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
+    image_env = tmp_path / "image.env"
+    image_env.write_text("JAVA_HOME=/usr/lib/jvm/java\n", encoding="utf-8")
+    env = shell_env(tmp_path)
+    for name in NODE_SETTINGS:
+        env.pop(name, None)
+    env["TABLECAST_NODE_ENV_FILE"] = str(node_env)
+    env["TABLECAST_IMAGE_ENV_FILE"] = str(image_env)
+    return env
+
+
+def test_node_bootstrap_accepts_the_agreed_settings(tmp_path: Path) -> None:
+    env = write_node_env(tmp_path)
+    result = bash(
+        f'source "{NODE_BOOTSTRAP}"\nload_settings\necho "$TABLECAST_HDFS_REPLICATION"', env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+    assert "role driver, driver 10.0.1.23" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "complaint"),
+    [
+        ("TABLECAST_ROLE", "master", "expected driver or worker"),
+        ("TABLECAST_DRIVER_HOST", "driver.internal", "not an IPv4 address"),
+        ("TABLECAST_ENV", "Prod env", "not a lower-case name"),
+        ("AWS_REGION", "europe", "not a region name"),
+        ("TABLECAST_HDFS_DEVICE", "sdf", "not a device path"),
+        ("TABLECAST_HDFS_REPLICATION", "5", "is not 1, 2 or 3"),
+        ("TABLECAST_ENV", "", "does not set: TABLECAST_ENV"),
+    ],
+)
+def test_node_bootstrap_refuses_bad_settings(
+    setting: str, value: str, complaint: str, tmp_path: Path
+) -> None:
+    env = write_node_env(tmp_path, **{setting: value})
+    result = bash(f'source "{NODE_BOOTSTRAP}"\nload_settings', env)
+    assert result.returncode == 1
+    assert complaint in result.stderr
+
+
+@pytest.mark.parametrize("reported", ["sdf", "/dev/sdf", "xvdf"])
+def test_node_bootstrap_reads_the_ebs_device_name_from_nvme(reported: str, tmp_path: Path) -> None:
+    """EBS puts the mapping name in bytes 3072.. of the NVMe controller data."""
+    env = shell_env(tmp_path)
+    stub = Path(env["PATH"].split(":", 1)[0]) / "nvme"
+    stub.write_text(
+        "#!/usr/bin/env python3\n"
+        "import sys\n"
+        "data = bytearray(4096)\n"
+        f"name = {reported.encode()!r}\n"
+        "data[3072:3072 + len(name)] = name\n"
+        "data[3072 + len(name):3104] = b' ' * (32 - len(name))\n"
+        "sys.stdout.buffer.write(bytes(data))\n",
+        encoding="utf-8",
+    )
+    stub.chmod(0o755)
+    result = bash(f'source "{NODE_BOOTSTRAP}"\nnvme_block_device_name /dev/nvme1n1', env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == reported.removeprefix("/dev/")
+
+
+def test_node_bootstrap_starts_only_the_roles_units() -> None:
+    text = NODE_BOOTSTRAP.read_text(encoding="utf-8")
+    assert "units=(hdfs-namenode.service spark-master.service tablecast-job.service)" in text
+    assert "units=(hdfs-datanode.service spark-worker.service)" in text
+    assert "meta-data/local-ipv4" in text and "X-aws-ec2-metadata-token" in text
+    assert re.search(r"status == 2\)\); then\s+log .*blank", text), "format only blank volumes"

@@ -1,0 +1,104 @@
+"""The network: private only, and only the Spark nodes reach the brokers."""
+
+import ipaddress
+
+from infra.config import layout
+from infra.testing import SynthesizedEnvironment
+
+PUBLIC_RESOURCE_TYPES = (
+    "aws_internet_gateway",
+    "aws_egress_only_internet_gateway",
+    "aws_nat_gateway",
+    "aws_eip",
+    "aws_lb",
+    "aws_route",
+)
+
+
+def test_nothing_public(env: SynthesizedEnvironment) -> None:
+    for resource_type in PUBLIC_RESOURCE_TYPES:
+        assert not list(env.all_resources(resource_type)), resource_type
+    for _, subnet in env.all_resources("aws_subnet"):
+        assert subnet["map_public_ip_on_launch"] is False
+    for _, table in env.all_resources("aws_route_table"):
+        assert "route" not in table
+    for _, instance in env.all_resources("aws_instance"):
+        assert instance["associate_public_ip_address"] is False
+
+
+def test_no_ingress_from_anywhere(env: SynthesizedEnvironment) -> None:
+    for _, rule in env.all_resources("aws_vpc_security_group_ingress_rule"):
+        assert "cidr_ipv4" not in rule
+        assert "cidr_ipv6" not in rule
+        assert "referenced_security_group_id" in rule
+    for _, group in env.all_resources("aws_security_group"):
+        assert "ingress" not in group
+        assert "egress" not in group
+    for _, rule in env.all_resources("aws_vpc_security_group_egress_rule"):
+        assert rule.get("cidr_ipv4") != "0.0.0.0/0"
+        assert "cidr_ipv6" not in rule
+    (default_group,) = env["network"].resources("aws_default_security_group").values()
+    assert "ingress" not in default_group
+    assert "egress" not in default_group
+
+
+def test_only_spark_nodes_reach_the_brokers(env: SynthesizedEnvironment) -> None:
+    network = env["network"]
+    rules = [
+        rule
+        for rule in network.resources("aws_vpc_security_group_ingress_rule").values()
+        if rule["security_group_id"] == "${aws_security_group.brokers-security-group.id}"
+    ]
+    assert len(rules) == 1
+    (rule,) = rules
+    assert rule["referenced_security_group_id"] == "${aws_security_group.spark-security-group.id}"
+    assert (rule["ip_protocol"], rule["from_port"], rule["to_port"]) == (
+        "tcp",
+        layout.KAFKA_IAM_PORT,
+        layout.KAFKA_IAM_PORT,
+    )
+
+
+def test_security_groups_are_attached_across_stacks(env: SynthesizedEnvironment) -> None:
+    # checkov cannot follow cross-stack references (CKV2_AWS_5 is skipped).
+    (msk,) = env["kafka"].resources("aws_msk_cluster").values()
+    assert [env.follow(group) for group in msk["broker_node_group_info"]["security_groups"]] == [
+        "${aws_security_group.brokers-security-group.id}"
+    ]
+    for _, instance in env.all_resources("aws_instance"):
+        assert [env.follow(group) for group in instance["vpc_security_group_ids"]] == [
+            "${aws_security_group.spark-security-group.id}"
+        ]
+
+
+def test_subnets_follow_the_address_plan(env: SynthesizedEnvironment) -> None:
+    plan = env.config.subnets
+    subnets = env["network"].resources("aws_subnet")
+    spark = subnets["spark"]
+    assert spark["cidr_block"] == plan.spark_subnet
+    assert spark["availability_zone"] == env.config.availability_zones[0]
+    brokers = {
+        subnet["availability_zone"]: subnet["cidr_block"]
+        for name, subnet in subnets.items()
+        if name.startswith("brokers-")
+    }
+    assert brokers == dict(zip(env.config.availability_zones, plan.broker_subnets, strict=True))
+    vpc = ipaddress.ip_network(env.config.vpc_cidr)
+    assert all(ipaddress.ip_network(cidr).subnet_of(vpc) for cidr in brokers.values())
+
+
+def test_s3_gateway_endpoint_and_private_interface_endpoints(env: SynthesizedEnvironment) -> None:
+    endpoints = list(env["network"].resources("aws_vpc_endpoint").values())
+    services = {endpoint["service_name"]: endpoint for endpoint in endpoints}
+    s3 = services[f"com.amazonaws.{env.config.region}.s3"]
+    assert s3["vpc_endpoint_type"] == "Gateway"
+    for service in ("ssm", "ssmmessages", "ec2messages", "monitoring"):
+        endpoint = services[f"com.amazonaws.{env.config.region}.{service}"]
+        assert endpoint["vpc_endpoint_type"] == "Interface"
+        assert endpoint["private_dns_enabled"] is True
+
+
+def test_flow_logs_are_on(env: SynthesizedEnvironment) -> None:
+    assert env["network"].has_resource(
+        "aws_flow_log", {"traffic_type": "ALL", "log_destination_type": "cloud-watch-logs"}
+    )

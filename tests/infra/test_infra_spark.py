@@ -1,0 +1,122 @@
+"""The Spark cluster: zone affinity, the image, IMDSv2, encrypted volumes, user data."""
+
+from infra.config import layout, versions
+from infra.testing import Document, SynthesizedEnvironment
+
+
+def instances(env: SynthesizedEnvironment) -> dict[str, Document]:
+    return env["spark"].resources("aws_instance")
+
+
+def test_one_driver_and_the_configured_workers(env: SynthesizedEnvironment) -> None:
+    nodes = instances(env)
+    assert len(nodes) == env.config.spark_worker_count + 1
+    types = sorted(node["instance_type"] for node in nodes.values())
+    expected = sorted(
+        [env.config.driver_instance_type]
+        + [env.config.spark_worker_instance_type] * env.config.spark_worker_count
+    )
+    assert types == expected
+
+
+def test_zone_affinity_one_subnet_in_a_broker_zone_and_a_cluster_placement_group(
+    env: SynthesizedEnvironment,
+) -> None:
+    subnets = {env.follow(node["subnet_id"]) for node in instances(env).values()}
+    assert subnets == {"${aws_subnet.spark.id}"}
+    network_subnets = env["network"].resources("aws_subnet")
+    spark_zone = network_subnets["spark"]["availability_zone"]
+    broker_zones = {
+        subnet["availability_zone"]
+        for name, subnet in network_subnets.items()
+        if name.startswith("brokers-")
+    }
+    assert spark_zone in broker_zones
+    (group,) = env["spark"].resources("aws_placement_group").values()
+    assert group["strategy"] == "cluster"
+    assert {node["placement_group"] for node in instances(env).values()} == {
+        "${aws_placement_group.placement.name}"
+    }
+    for volume in env["spark"].resources("aws_ebs_volume").values():
+        assert volume["availability_zone"] == spark_zone
+
+
+def test_imdsv2_required(env: SynthesizedEnvironment) -> None:
+    for node in instances(env).values():
+        assert node["metadata_options"]["http_tokens"] == "required"
+        assert node["metadata_options"]["http_endpoint"] == "enabled"
+
+
+def test_encrypted_root_and_hdfs_volumes_attached_as_sdf(env: SynthesizedEnvironment) -> None:
+    spark = env["spark"]
+    for node in instances(env).values():
+        root = node["root_block_device"]
+        assert root["encrypted"] is True
+        assert root["kms_key_id"].startswith("${aws_kms_key.")
+    volumes = spark.resources("aws_ebs_volume")
+    attachments = spark.resources("aws_volume_attachment")
+    assert len(volumes) == len(attachments) == len(instances(env))
+    for volume in volumes.values():
+        assert volume["encrypted"] is True
+        assert volume["kms_key_id"].startswith("${aws_kms_key.")
+        assert volume["size"] == env.config.spark_data_volume_gib
+    attached = {attachment["instance_id"] for attachment in attachments.values()}
+    assert attached == {f"${{aws_instance.{name}.id}}" for name in instances(env)}
+    assert {attachment["device_name"] for attachment in attachments.values()} == {"/dev/sdf"}
+
+
+def test_image_is_ours_found_by_name_and_tags(env: SynthesizedEnvironment) -> None:
+    (image,) = env["spark"].data_sources("aws_ami").values()
+    assert image["owners"] == ["self"]
+    assert image["most_recent"] is True
+    filters = {entry["name"]: entry["values"] for entry in image["filter"]}
+    assert filters["name"] == ["tablecast-spark-node-*"]
+    assert filters["tag:Project"] == ["tablecast"]
+    assert filters["tag:Component"] == ["spark-node"]
+    assert filters["tag:SparkVersion"] == [versions().spark]
+    for node in instances(env).values():
+        assert node["ami"] == "${data.aws_ami.spark-node-image.id}"
+
+
+def node_env(user_data: str) -> dict[str, str]:
+    body = user_data.split("<<'NODE_ENV'\n", 1)[1].split("\nNODE_ENV\n", 1)[0]
+    return dict(line.split("=", 1) for line in body.splitlines())
+
+
+def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironment) -> None:
+    nodes = instances(env)
+    driver_ip = env.config.subnets.driver_private_ip
+    driver = nodes["driver_instance_FE0DA83E"] if "driver_instance_FE0DA83E" in nodes else None
+    drivers = [node for node in nodes.values() if node.get("private_ip") == driver_ip]
+    assert len(drivers) == 1
+    (driver,) = drivers
+    (driver_name,) = [name for name, node in nodes.items() if node is driver]
+    for name, node in nodes.items():
+        script = node["user_data"]
+        assert script.startswith("#!/bin/bash\n")
+        assert "set -euo pipefail" in script
+        assert script.rstrip().endswith(f"exec {layout.NODE_BOOTSTRAP}")
+        assert f"cat > {layout.NODE_ENV_FILE} <<'NODE_ENV'" in script
+        variables = node_env(script)
+        assert variables["TABLECAST_ENV"] == env.config.name
+        assert variables["AWS_REGION"] == env.config.region
+        assert variables["TABLECAST_HDFS_DEVICE"] == "/dev/sdf"
+        if name == driver_name:
+            assert variables["TABLECAST_ROLE"] == "driver"
+            assert variables["TABLECAST_DRIVER_HOST"] == driver_ip
+        else:
+            assert variables["TABLECAST_ROLE"] == "worker"
+            assert (
+                variables["TABLECAST_DRIVER_HOST"] == f"${{aws_instance.{driver_name}.private_ip}}"
+            )
+
+
+def test_nodes_use_the_instance_profile_with_ssm_core(env: SynthesizedEnvironment) -> None:
+    spark = env["spark"]
+    for node in instances(env).values():
+        assert node["iam_instance_profile"] == "${aws_iam_instance_profile.node-profile.name}"
+        assert node["monitoring"] is True
+    (attachment,) = spark.resources("aws_iam_role_policy_attachment").values()
+    assert attachment["policy_arn"].endswith(":iam::aws:policy/AmazonSSMManagedInstanceCore")
+    (role,) = spark.resources("aws_iam_role").values()
+    assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
