@@ -122,6 +122,8 @@ def read_output(uri: str) -> pa.Table:
     if not location.exists(location.path):
         return OUTPUT_SCHEMA.empty_table()
     dataset = ds.dataset(location.path, filesystem=location.fs, format="parquet", partitioning="hive")
+    if not dataset.files:
+        return OUTPUT_SCHEMA.empty_table()
     table = dataset.to_table(columns=COLUMNS)
     return table.cast(OUTPUT_SCHEMA)
 

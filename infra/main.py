@@ -23,9 +23,15 @@ def build_app(
     return {config.name: build_environment(app, config) for config in configs}
 
 
-def main(environments: Mapping[str, Callable[[], EnvironmentConfig]] = ENVIRONMENTS) -> int:
-    """Synthesize; return the exit status."""
-    app = App()
+def main(
+    environments: Mapping[str, Callable[[], EnvironmentConfig]] = ENVIRONMENTS,
+    outdir: str | None = None,
+) -> int:
+    """Synthesize; return the exit status.
+
+    :param outdir: where to write; by default ``$CDKTF_OUTDIR`` or ``cdktf.out``.
+    """
+    app = App(outdir=outdir)
     try:
         build_app(app, environments)
     except ConfigError as error:

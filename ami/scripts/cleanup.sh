@@ -36,7 +36,7 @@ truncate -s 0 /etc/machine-id
 systemctl stop syslog.socket rsyslog.service
 journalctl --relinquish-var
 find /var/log/journal -type f -name '*.journal*' -delete 2>/dev/null || true
-find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
+find /var/log -type f \( -name '*.gz' -o -name '*.xz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
 find /var/log -type f -exec truncate -s 0 {} +
 
 # Last: the build's own uploads (versions.toml, requirements.lock, files).

@@ -5,9 +5,15 @@ set -euo pipefail
 #   - spark-sql-kafka-0-10 and spark-token-provider-kafka-0-10, for the Scala
 #     binary version and at the Spark version;
 #   - kafka-clients and commons-pool2, the versions spark-sql-kafka declares;
-#   - aws-msk-iam-auth (the shaded `-all` jar) for MSK's IAM SASL mechanism;
 #   - hadoop-aws at the Hadoop version, with the AWS SDK v2 bundle and the
-#     analytics accelerator it was built against (s3a).
+#     analytics accelerator it was built against (s3a);
+# and aws-msk-iam-auth (the shaded `-all` jar, MSK's IAM SASL mechanism) into
+# /opt/tablecast/jars, which SPARK_DIST_CLASSPATH (image.env) appends AFTER
+# SPARK_HOME/jars. The `-all` jar carries its own, older, unrelocated copy of
+# AWS SDK v2 classes (aws/aws-msk-iam-auth#32, #63): in the same directory as
+# the SDK bundle, whichever jar the JVM lists first would win, class by class,
+# and S3A could run against the older SDK (NoSuchMethodError). Appended, the
+# bundle's SDK always wins and the auth library still finds its own classes.
 # Each jar is verified against the checksum file Maven Central publishes next
 # to it. Then the pins are checked against what the publishers' own POMs
 # declare, so a kafka-clients or SDK that does not match its connector stops
@@ -21,7 +27,9 @@ source "${TABLECAST_BUILD_DIR}/lib/common.sh"
 require_file "${VERSIONS_FILE}"
 
 readonly SPARK_HOME=/opt/spark
+readonly APPENDED_JARS=/opt/tablecast/jars
 [[ -d "${SPARK_HOME}/jars" ]] || die "no ${SPARK_HOME}/jars: run python-env.sh first"
+[[ -d "${APPENDED_JARS}" ]] || die "no ${APPENDED_JARS}: run service-users.sh first"
 
 spark_version="$(version_of spark version)"
 scala="$(version_of spark scala_binary)"
@@ -41,32 +49,50 @@ expect_equal "hadoop-aws version (must be the Hadoop version)" "${hadoop_version
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 
-# group artifact version [classifier]
+# destination group artifact version [classifier]
 readonly JARS=(
-  "org.apache.spark spark-sql-kafka-0-10_${scala} ${spark_sql_kafka}"
-  "org.apache.spark spark-token-provider-kafka-0-10_${scala} ${spark_sql_kafka}"
-  "org.apache.kafka kafka-clients ${kafka_clients}"
-  "org.apache.commons commons-pool2 ${commons_pool2}"
-  "software.amazon.msk aws-msk-iam-auth ${msk_iam_auth} all"
-  "org.apache.hadoop hadoop-aws ${hadoop_aws}"
-  "software.amazon.awssdk bundle ${sdk_bundle}"
-  "software.amazon.s3.analyticsaccelerator analyticsaccelerator-s3 ${accelerator}"
+  "${SPARK_HOME}/jars org.apache.spark spark-sql-kafka-0-10_${scala} ${spark_sql_kafka}"
+  "${SPARK_HOME}/jars org.apache.spark spark-token-provider-kafka-0-10_${scala} ${spark_sql_kafka}"
+  "${SPARK_HOME}/jars org.apache.kafka kafka-clients ${kafka_clients}"
+  "${SPARK_HOME}/jars org.apache.commons commons-pool2 ${commons_pool2}"
+  "${SPARK_HOME}/jars org.apache.hadoop hadoop-aws ${hadoop_aws}"
+  "${SPARK_HOME}/jars software.amazon.awssdk bundle ${sdk_bundle}"
+  "${SPARK_HOME}/jars software.amazon.s3.analyticsaccelerator analyticsaccelerator-s3 ${accelerator}"
+  "${APPENDED_JARS} software.amazon.msk aws-msk-iam-auth ${msk_iam_auth} all"
 )
 
 # Check: none of these libraries may already be in SPARK_HOME/jars at another
 # version (two kafka-clients on one classpath is the classic failure).
 for entry in "${JARS[@]}"; do
-  read -r _ artifact _ _ <<<"${entry}"
-  if compgen -G "${SPARK_HOME}/jars/${artifact}-[0-9]*.jar" >/dev/null; then
-    die "SPARK_HOME/jars already has ${artifact}: $(ls "${SPARK_HOME}/jars/${artifact}"-[0-9]*.jar)"
-  fi
+  read -r _ _ artifact _ _ <<<"${entry}"
+  for dir in "${SPARK_HOME}/jars" "${APPENDED_JARS}"; do
+    if compgen -G "${dir}/${artifact}-[0-9]*.jar" >/dev/null; then
+      die "${dir} already has ${artifact}: $(ls "${dir}/${artifact}"-[0-9]*.jar)"
+    fi
+  done
 done
 
 for entry in "${JARS[@]}"; do
-  read -r group artifact version classifier <<<"${entry}"
+  read -r destination group artifact version classifier <<<"${entry}"
   jar="$(maven_fetch_verified "${work}" "${group}" "${artifact}" "${version}" jar "${classifier}")"
-  install -m 0644 -o root -g root "${jar}" "${SPARK_HOME}/jars/"
+  install -m 0644 -o root -g root "${jar}" "${destination}/"
 done
+
+# Check: in SPARK_HOME/jars, only the bundle carries AWS SDK v2 classes.
+sdk_copies="$(python3 - "${SPARK_HOME}/jars" <<'PY'
+import pathlib
+import sys
+import zipfile
+
+for jar in sorted(pathlib.Path(sys.argv[1]).glob("*.jar")):
+    if jar.name.startswith("bundle-"):
+        continue
+    with zipfile.ZipFile(jar) as archive:
+        if any(name.startswith("software/amazon/awssdk/") for name in archive.namelist()):
+            print(jar.name)
+PY
+)"
+[[ -z "${sdk_copies}" ]] || die "AWS SDK v2 classes outside the bundle in SPARK_HOME/jars: ${sdk_copies}"
 
 # The agreements, checked against the publishers' POMs (each POM verified
 # like the jars): spark-sql-kafka's kafka-clients and commons-pool2 (resolved
@@ -90,4 +116,4 @@ expect_equal "AWS SDK bundle declared by hadoop-aws ${hadoop_aws}" "${sdk_bundle
 expect_equal "analyticsaccelerator-s3 declared by hadoop-aws ${hadoop_aws}" "${accelerator}" \
   "$(pom_dependency_version "${aws_pom}" "${hadoop_project_pom}" software.amazon.s3.analyticsaccelerator analyticsaccelerator-s3)"
 
-log "connector jars installed in ${SPARK_HOME}/jars"
+log "connector jars installed in ${SPARK_HOME}/jars and ${APPENDED_JARS}"

@@ -6,7 +6,7 @@ set -euo pipefail
 # the build's uploads). Every failed check is reported, then the build fails.
 
 readonly VERSIONS=/opt/tablecast/versions.toml
-readonly SPARK_HOME=/opt/spark
+readonly SPARK_DIR=/opt/spark
 readonly VENV=/opt/tablecast/venv
 failures=0
 
@@ -58,7 +58,8 @@ check_equal "Python (venv)" "$(pin python version)" \
   "$("${VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 check_equal "PySpark" "$(pin spark version)" \
   "$("${VENV}/bin/python" -c 'import pyspark; print(pyspark.__version__)')"
-check_equal "SPARK_HOME" "$(readlink -f "${SPARK_HOME}")" \
+check_equal "SPARK_HOME in image.env" "${SPARK_DIR}" "${SPARK_HOME:-}"
+check_equal "SPARK_HOME is PySpark's package directory" "$(readlink -f "${SPARK_DIR}")" \
   "$("${VENV}/bin/python" -c 'import os, pyspark; print(os.path.realpath(os.path.dirname(pyspark.__file__)))')"
 check_equal "Hadoop" "Hadoop $(pin hadoop version)" "$(/opt/hadoop/bin/hadoop version 2>/dev/null | head -n 1)"
 
@@ -70,7 +71,6 @@ expected_jars=(
   "spark-token-provider-kafka-0-10_${scala}=$(pin jars spark_sql_kafka)"
   "kafka-clients=$(pin jars kafka_clients)"
   "commons-pool2=$(pin jars commons_pool2)"
-  "aws-msk-iam-auth=$(pin jars aws_msk_iam_auth)-all"
   "hadoop-aws=$(pin jars hadoop_aws)"
   "bundle=$(pin jars aws_sdk_bundle)"
   "analyticsaccelerator-s3=$(pin jars analytics_accelerator_s3)"
@@ -80,11 +80,15 @@ expected_jars=(
 for entry in "${expected_jars[@]}"; do
   artifact="${entry%%=*}"
   version="${entry#*=}"
-  mapfile -t found < <(find "${SPARK_HOME}/jars/" -maxdepth 1 -name "${artifact}-[0-9]*.jar" -printf '%f\n')
+  mapfile -t found < <(find "${SPARK_DIR}/jars/" -maxdepth 1 -name "${artifact}-[0-9]*.jar" -printf '%f\n')
   check_equal "jar ${artifact}" "${artifact}-${version}.jar" "${found[*]:-none}"
 done
-if find "${SPARK_HOME}/jars/" -maxdepth 1 -name '*_2.1[0-2]-*.jar' | grep -q .; then
-  fail "jars for another Scala binary version than ${scala}: $(find "${SPARK_HOME}/jars/" -maxdepth 1 -name '*_2.1[0-2]-*.jar' -printf '%f ')"
+msk_jar="aws-msk-iam-auth-$(pin jars aws_msk_iam_auth)-all.jar"
+mapfile -t found < <(find /opt/tablecast/jars/ -maxdepth 1 -name '*.jar' -printf '%f\n')
+check_equal "appended classpath (/opt/tablecast/jars)" "${msk_jar}" "${found[*]:-none}"
+check_equal "SPARK_DIST_CLASSPATH" "/opt/tablecast/jars/*" "${SPARK_DIST_CLASSPATH:-}"
+if find "${SPARK_DIR}/jars/" -maxdepth 1 -name '*_2.1[0-2]-*.jar' | grep -q .; then
+  fail "jars for another Scala binary version than ${scala}: $(find "${SPARK_DIR}/jars/" -maxdepth 1 -name '*_2.1[0-2]-*.jar' -printf '%f ')"
 else
   pass "every Scala jar is for Scala ${scala}"
 fi

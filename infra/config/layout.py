@@ -35,6 +35,10 @@ AMI_SPARK_VERSION_TAG: Final = "SparkVersion"
 KAFKA_IAM_PORT: Final = 9098
 HTTPS_PORT: Final = 443
 
+# Log groups the nodes' CloudWatch agent ships to (the AMI's agent template
+# names them /tablecast/<env>/<name>); infra/ creates them with retention.
+NODE_LOG_GROUPS: Final = ("job", "spark", "hdfs", "bootstrap")
+
 # Logs kept a year: long enough for an incident review and for checkov's rule.
 LOG_RETENTION_DAYS: Final = 365
 
@@ -42,6 +46,11 @@ LOG_RETENTION_DAYS: Final = 365
 def checkpoint_uri(driver_host: str) -> str:
     """Where the job keeps its checkpoint: HDFS on the Spark nodes."""
     return f"hdfs://{driver_host}:{HDFS_NAMENODE_PORT}{CHECKPOINT_PATH}"
+
+
+def node_log_group(environment: str, name: str) -> str:
+    """Name of one of the nodes' log groups."""
+    return f"/tablecast/{environment}/{name}"
 
 
 def s3_uri(bucket: str, prefix: str) -> str:

@@ -8,8 +8,6 @@ type, so a condition limits it to the job's namespace instead.
 
 from collections.abc import Sequence
 
-from cdktf import Fn
-
 from app import handoff, metric_names
 from infra.constructs.policies import Statement, allow
 
@@ -31,6 +29,7 @@ KAFKA_OPERATOR_TOPIC_ACTIONS = (
     "kafka-cluster:DescribeTopicDynamicConfiguration",
     "kafka-cluster:WriteData",
 )
+LOG_SHIPPING_ACTIONS = ("logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents")
 SSM_READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath")
 # Spark's Kafka source names its consumer groups so unless the job sets
 # ``groupIdPrefix``; allowed beside the topic prefix so either works.
@@ -47,16 +46,26 @@ def node_statements(
     bucket_prefixes: Sequence[str],
     data_key_arn: str,
     cluster_arn: str,
+    cluster_name: str,
+    cluster_uuid: str,
     topic_prefix: str,
+    log_group_arns: Sequence[str],
 ) -> list[Statement]:
     """Every statement of the nodes' inline policy.
 
     :param bucket_prefixes: prefixes without slashes, e.g. ``("output", "archive")``.
-    :param cluster_arn: ``arn:aws:kafka:<region>:<account>:cluster/<name>/<uuid>``; may be a token.
+    :param cluster_arn: ``arn:aws:kafka:<region>:<account>:cluster/<name>/<uuid>``.
+    :param cluster_name: the cluster's name; with ``cluster_uuid`` it names topics and groups.
+    :param cluster_uuid: the cluster's uuid (known after apply: a token).
     :param topic_prefix: the literal prefix of the job's topic pattern, e.g. ``"sensor-"``.
+    :param log_group_arns: the log groups the nodes' CloudWatch agent writes to.
     """
-    topic_arns = _kafka_arns(cluster_arn, "topic", [topic_prefix])
-    group_arns = _kafka_arns(cluster_arn, "group", [topic_prefix, SPARK_DEFAULT_GROUP_PREFIX])
+    kafka = f"arn:{partition}:kafka:{region}:{account}"
+    topic_arns = [f"{kafka}:topic/{cluster_name}/{cluster_uuid}/{topic_prefix}*"]
+    group_arns = [
+        f"{kafka}:group/{cluster_name}/{cluster_uuid}/{group_prefix}*"
+        for group_prefix in (topic_prefix, SPARK_DEFAULT_GROUP_PREFIX)
+    ]
     parameters = f"arn:{partition}:ssm:{region}:{account}:parameter{handoff.PREFIX}/{environment}"
     return [
         allow(
@@ -98,15 +107,13 @@ def node_statements(
         allow("UseConsumerGroups", KAFKA_GROUP_ACTIONS, group_arns),
         allow("OperatePipelineTopics", KAFKA_OPERATOR_TOPIC_ACTIONS, topic_arns),
         allow("ReadHandoffParameters", SSM_READ_ACTIONS, [parameters, f"{parameters}/*"]),
+        allow(
+            "ShipNodeLogs",
+            LOG_SHIPPING_ACTIONS,
+            [pattern for arn in log_group_arns for pattern in (arn, f"{arn}:*")],
+        ),
     ]
 
 
 def _prefix_patterns(prefixes: Sequence[str]) -> list[str]:
     return [pattern for prefix in prefixes for pattern in (prefix, f"{prefix}/*")]
-
-
-def _kafka_arns(cluster_arn: str, kind: str, name_prefixes: Sequence[str]) -> list[str]:
-    # arn:...:cluster/<name>/<uuid> -> arn:...:<kind>/<name>/<uuid>/<prefix>*;
-    # Terraform replaces, since the cluster's uuid is known only after apply.
-    base = Fn.replace(cluster_arn, ":cluster/", f":{kind}/")
-    return [f"{base}/{prefix}*" for prefix in name_prefixes]

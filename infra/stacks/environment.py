@@ -51,6 +51,8 @@ def build_environment(scope: Construct, config: EnvironmentConfig) -> Environmen
         bucket_arn=storage.bucket_arn,
         data_key_arn=storage.key_arn,
         cluster_arn=kafka.cluster_arn,
+        cluster_name=kafka.cluster_name,
+        cluster_uuid=kafka.cluster_uuid,
     )
     monitoring = MonitoringStack(
         scope, config=config, cluster_name=kafka.cluster_name, nodes=spark.nodes

@@ -114,4 +114,5 @@ class KafkaStack(EnvironmentStack):
         )
         self.cluster_arn: str = self.cluster.arn
         self.cluster_name: str = self.cluster.cluster_name
+        self.cluster_uuid: str = self.cluster.cluster_uuid
         self.bootstrap_brokers_iam: str = self.cluster.bootstrap_brokers_sasl_iam

@@ -6,6 +6,7 @@ inside one zone, and reading Kafka from the zone's broker costs no
 cross-zone transfer for those partitions.
 """
 
+from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
 from cdktf_cdktf_provider_aws.data_aws_ami import DataAwsAmi, DataAwsAmiFilter
 from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
 from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
@@ -28,7 +29,7 @@ SSM_MANAGED_INSTANCE_CORE = "policy/AmazonSSMManagedInstanceCore"
 
 
 class SparkStack(EnvironmentStack):
-    """``tablecast-<env>-spark``: nodes, their data volumes, role and placement group."""
+    """``tablecast-<env>-spark``: nodes, data volumes, log groups, role, placement group."""
 
     def __init__(
         self,
@@ -40,6 +41,8 @@ class SparkStack(EnvironmentStack):
         bucket_arn: str,
         data_key_arn: str,
         cluster_arn: str,
+        cluster_name: str,
+        cluster_uuid: str,
     ) -> None:
         """Create the cluster.
 
@@ -49,18 +52,36 @@ class SparkStack(EnvironmentStack):
         :param bucket_arn: the pipeline's bucket (the storage stack's).
         :param data_key_arn: the KMS key that encrypts the bucket.
         :param cluster_arn: the MSK cluster (the kafka stack's).
+        :param cluster_name: its name.
+        :param cluster_uuid: its uuid, part of its topics' and groups' ARNs.
         """
         super().__init__(scope, config=config, component="spark")
         prefix = config.resource_prefix
-        profile = self._instance_profile(
-            bucket_arn=bucket_arn, data_key_arn=data_key_arn, cluster_arn=cluster_arn
-        )
         key = EncryptionKey(
             self,
-            "volumes-key",
-            alias=f"{prefix}-spark-volumes",
-            description=f"{prefix} Spark node root and HDFS volumes",
+            "node-key",
+            alias=f"{prefix}-spark",
+            description=f"{prefix} Spark node volumes and logs",
             region=config.region,
+            allow_cloudwatch_logs=True,
+        )
+        log_groups = [
+            CloudwatchLogGroup(
+                self,
+                f"{name}-logs",
+                name=layout.node_log_group(config.name, name),
+                kms_key_id=key.arn,
+                retention_in_days=layout.LOG_RETENTION_DAYS,
+            )
+            for name in layout.NODE_LOG_GROUPS
+        ]
+        profile = self._instance_profile(
+            log_group_arns=[group.arn for group in log_groups],
+            bucket_arn=bucket_arn,
+            data_key_arn=data_key_arn,
+            cluster_arn=cluster_arn,
+            cluster_name=cluster_name,
+            cluster_uuid=cluster_uuid,
         )
         image = _node_image(self)
         placement = PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="cluster")
@@ -113,7 +134,14 @@ class SparkStack(EnvironmentStack):
         """Instance ids by node name, for the monitoring stack."""
 
     def _instance_profile(
-        self, *, bucket_arn: str, data_key_arn: str, cluster_arn: str
+        self,
+        *,
+        log_group_arns: list[str],
+        bucket_arn: str,
+        data_key_arn: str,
+        cluster_arn: str,
+        cluster_name: str,
+        cluster_uuid: str,
     ) -> IamInstanceProfile:
         config = self.config
         prefix = config.resource_prefix
@@ -141,7 +169,10 @@ class SparkStack(EnvironmentStack):
                     bucket_prefixes=layout.BUCKET_PREFIXES,
                     data_key_arn=data_key_arn,
                     cluster_arn=cluster_arn,
+                    cluster_name=cluster_name,
+                    cluster_uuid=cluster_uuid,
                     topic_prefix=config.topic_prefix,
+                    log_group_arns=log_group_arns,
                 )
             ),
         )

@@ -8,7 +8,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from ami_helpers import LIB, ROOT, bash, shell_env
+
+from tests.ami.helpers import LIB, ROOT, bash, shell_env
 
 CONTENT = b"tablecast\n"
 SHA512 = hashlib.sha512(CONTENT).hexdigest()

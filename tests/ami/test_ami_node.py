@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from ami_helpers import FILES, NODE_BOOTSTRAP, bash, shell_env
 
 from app import handoff
+from tests.ami.helpers import FILES, NODE_BOOTSTRAP, bash, shell_env
 
 UNITS = FILES / "systemd"
 BIN = FILES / "bin"
@@ -299,3 +299,50 @@ def test_node_bootstrap_starts_only_the_roles_units() -> None:
     assert "units=(hdfs-datanode.service spark-worker.service)" in text
     assert "meta-data/local-ipv4" in text and "X-aws-ec2-metadata-token" in text
     assert re.search(r"status == 2\)\); then\s+log .*blank", text), "format only blank volumes"
+
+
+def test_node_bootstrap_reads_node_env_without_running_it(tmp_path: Path) -> None:
+    """node.env is data: a line that would run a command is refused, not run."""
+    env = write_node_env(tmp_path)
+    node_env = Path(env["TABLECAST_NODE_ENV_FILE"])
+    marker = tmp_path / "ran"
+    node_env.write_text(
+        node_env.read_text(encoding="utf-8") + f"touch {marker}\n", encoding="utf-8"
+    )
+    result = bash(f'source "{NODE_BOOTSTRAP}"\nload_settings', env)
+    assert result.returncode == 1
+    assert "not a KEY=VALUE line" in result.stderr
+    assert not marker.exists()
+
+
+def test_node_bootstrap_accepts_quoted_values(tmp_path: Path) -> None:
+    env = write_node_env(tmp_path, TABLECAST_ENV='"staging"', AWS_REGION="'us-east-1'")
+    result = bash(
+        f'source "{NODE_BOOTSTRAP}"\nload_settings\necho "$TABLECAST_ENV $AWS_REGION"', env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "staging us-east-1"
+
+
+def test_render_template_fills_every_placeholder_or_fails(tmp_path: Path) -> None:
+    env = shell_env(tmp_path) | NODE_SETTINGS | {"TABLECAST_TEMPLATES_DIR": str(TEMPLATES)}
+    dest = tmp_path / "core-site.xml"
+    result = bash(f'source "{NODE_BOOTSTRAP}"\nrender_template core-site.xml "{dest}"', env)
+    assert result.returncode == 0, result.stderr
+    assert "hdfs://10.0.1.23:8020" in dest.read_text(encoding="utf-8")
+    del env["AWS_REGION"]
+    dest.unlink()
+    result = bash(f'source "{NODE_BOOTSTRAP}"\nrender_template core-site.xml "{dest}"', env)
+    assert result.returncode == 1
+    assert "no value for ${AWS_REGION}" in result.stderr
+    assert not dest.exists(), "a half-filled file must never replace the old one"
+    assert not list(tmp_path.glob("core-site.xml.*")), "no temporary file is left behind"
+
+
+def test_msk_iam_auth_is_appended_after_the_sdk_bundle() -> None:
+    """The -all jar's own AWS SDK copy must never shadow the bundle's."""
+    jars = (FILES.parent / "scripts" / "spark-jars.sh").read_text(encoding="utf-8")
+    assert '"${APPENDED_JARS} software.amazon.msk aws-msk-iam-auth ${msk_iam_auth} all"' in jars
+    assert '"${SPARK_HOME}/jars software.amazon.awssdk bundle ${sdk_bundle}"' in jars
+    node_files = (FILES.parent / "scripts" / "node-files.sh").read_text(encoding="utf-8")
+    assert "\nSPARK_DIST_CLASSPATH=/opt/tablecast/jars/*\n" in node_files

@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 
-from ami_helpers import AMI, ROOT, SCRIPTS
+from tests.ami.helpers import AMI, ROOT, SCRIPTS
 
 HCL_FILES = ("variables.pkr.hcl", "sources.pkr.hcl", "build.pkr.hcl")
 

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ami_helpers import AMI, ROOT, SCRIPTS, STRICT_HEADER, ami_shell_scripts
+
+from tests.ami.helpers import AMI, ROOT, SCRIPTS, STRICT_HEADER, ami_shell_scripts
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 PROVISIONING = sorted(SCRIPTS.glob("*.sh"))

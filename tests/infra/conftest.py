@@ -1,19 +1,11 @@
 """Synthesize every environment once per test session (importing the provider takes ~15 s)."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
-# infra/ is not an installed package (pyproject installs app/ only) and the
-# `pytest` script, unlike `python -m pytest`, does not put the working
-# directory on sys.path; without pyproject's `pythonpath = ["."]`, do it here.
-REPOSITORY = str(Path(__file__).resolve().parents[2])
-if REPOSITORY not in sys.path:
-    sys.path.insert(0, REPOSITORY)
-
-from infra.config import ENVIRONMENTS, EnvironmentConfig  # noqa: E402
-from infra.testing import SynthesizedEnvironment, synthesize  # noqa: E402
+from infra.config import ENVIRONMENTS, EnvironmentConfig
+from infra.testing import SynthesizedEnvironment, synthesize
 
 
 @pytest.fixture(scope="session")

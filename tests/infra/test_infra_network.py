@@ -83,8 +83,8 @@ def test_subnets_follow_the_address_plan(env: SynthesizedEnvironment) -> None:
         if name.startswith("brokers-")
     }
     assert brokers == dict(zip(env.config.availability_zones, plan.broker_subnets, strict=True))
-    vpc = ipaddress.ip_network(env.config.vpc_cidr)
-    assert all(ipaddress.ip_network(cidr).subnet_of(vpc) for cidr in brokers.values())
+    vpc = ipaddress.IPv4Network(env.config.vpc_cidr)
+    assert all(ipaddress.IPv4Network(cidr).subnet_of(vpc) for cidr in brokers.values())
 
 
 def test_s3_gateway_endpoint_and_private_interface_endpoints(env: SynthesizedEnvironment) -> None:

@@ -1,8 +1,4 @@
-"""Shared helpers for the AMI tests: paths, the shell scripts, running bash.
-
-A plain module (not a conftest.py) so that its name is unique in the tests
-tree, which has no __init__.py files.
-"""
+"""Shared helpers for the AMI tests: paths, the shell scripts, running bash."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Tests of infra/: configuration and synthesized stacks."""

@@ -1,0 +1,86 @@
+"""The hand-off: every name in app.handoff in SSM under /tablecast/<env>/ and as an output."""
+
+from app import handoff, metric_names
+from infra.testing import Document, SynthesizedEnvironment
+
+
+def parameters(env: SynthesizedEnvironment) -> dict[str, Document]:
+    return {
+        parameter["name"]: parameter
+        for parameter in env["handoff"].resources("aws_ssm_parameter").values()
+    }
+
+
+def value(env: SynthesizedEnvironment, name: str) -> str:
+    return str(parameters(env)[handoff.parameter_name(env.config.name, name)]["value"])
+
+
+def test_every_handoff_name_is_a_parameter(env: SynthesizedEnvironment) -> None:
+    expected = {handoff.parameter_name(env.config.name, name) for name in handoff.ALL}
+    assert set(parameters(env)) == expected
+    for parameter in parameters(env).values():
+        assert parameter["type"] == "String"
+        assert parameter["name"].startswith(f"/tablecast/{env.config.name}/")
+
+
+def test_every_handoff_name_is_an_output(env: SynthesizedEnvironment) -> None:
+    outputs = env["handoff"].outputs()
+    for name in handoff.ALL:
+        output = outputs[name.replace("-", "_")]
+        assert output["value"].startswith("${nonsensitive(aws_ssm_parameter.")
+        assert output["description"]
+
+
+def test_job_version_starts_as_none_and_belongs_to_the_deploy_tool(
+    env: SynthesizedEnvironment,
+) -> None:
+    parameter = parameters(env)[handoff.parameter_name(env.config.name, handoff.JOB_VERSION)]
+    assert parameter["value"] == "none"
+    assert parameter["lifecycle"] == {"ignore_changes": ["value"]}
+    others = [p for p in parameters(env).values() if p is not parameter]
+    assert all("lifecycle" not in other for other in others)
+
+
+def test_values(env: SynthesizedEnvironment) -> None:
+    config = env.config
+    (driver,) = [
+        name
+        for name, instance in env["spark"].resources("aws_instance").items()
+        if instance.get("private_ip") == config.subnets.driver_private_ip
+    ]
+    driver_ip = f"${{aws_instance.{driver}.private_ip}}"
+    assert env.follow(value(env, handoff.DRIVER_ADDRESS)) == driver_ip
+    assert env.follow(value(env, handoff.CHECKPOINT_URI)) == (
+        f"hdfs://{driver_ip}:8020/tablecast/checkpoints/tablecast"
+    )
+    assert env.follow(value(env, handoff.BOOTSTRAP_BROKERS_IAM)) == (
+        "${aws_msk_cluster.cluster.bootstrap_brokers_sasl_iam}"
+    )
+    bucket = value(env, handoff.BUCKET)
+    assert env.follow(bucket).startswith("${aws_s3_bucket.")
+    assert env.follow(bucket).endswith(".bucket}")
+    for name, prefix in [
+        (handoff.OUTPUT_URI, "output"),
+        (handoff.ARCHIVE_URI, "archive"),
+        (handoff.ARTIFACTS_URI, "artifacts"),
+        (handoff.CHECKPOINT_BACKUP_URI, "checkpoint-backups"),
+    ]:
+        assert value(env, name) == f"s3://{bucket}/{prefix}"
+    assert value(env, handoff.TOPIC_PATTERN) == config.topic_pattern
+    assert value(env, handoff.TRIGGER) == config.trigger_interval
+    assert value(env, handoff.METRIC_NAMESPACE) == metric_names.NAMESPACE
+    assert value(env, handoff.RETENTION_HOURS) == str(config.retention_hours)
+    assert value(env, handoff.REPLICATION_FACTOR) == str(config.replication_factor)
+    assert value(env, handoff.REGION) == config.region
+
+
+def test_stack_names_contain_the_environment(env: SynthesizedEnvironment) -> None:
+    names = {stack.name for stack in env.synthesized.values()}
+    assert names == {
+        f"tablecast-{env.config.name}-{component}"
+        for component in ("network", "storage", "kafka", "spark", "monitoring", "handoff")
+    }
+    # Cross-stack reads stay inside the environment.
+    for stack in env.synthesized.values():
+        for reference in stack.data_sources("terraform_remote_state"):
+            assert reference.startswith(f"cross-stack-reference-input-tablecast-{env.config.name}-")

@@ -1,0 +1,67 @@
+"""Running the real job on local Spark and checking its output."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from app import generate as gen
+from app import verify
+from app.job import ArchiveSource, JobConfig, Trigger, run
+from app.offsets import Offsets, TopicPartition
+from app.session import IntegrityMode
+from app.sink.commit import BatchReport
+from app.sink.ledger import Ledger
+from app.storage import resolve
+
+
+def write_capture(archive: Path, spec: gen.CaptureSpec) -> gen.Capture:
+    capture = gen.generate(spec)
+    gen.write_archive(capture, str(archive), spec)
+    return capture
+
+
+def run_job(spark: Any, archive: Path | str, output: Path | str, checkpoint: Path | str,
+            **overrides: Any) -> list[BatchReport]:  # fmt: skip
+    reports: list[BatchReport] = []
+    config = JobConfig(
+        source=ArchiveSource(str(archive)),
+        output=str(output),
+        checkpoint=str(checkpoint),
+        trigger=Trigger.parse("available-now"),
+        **overrides,
+    )
+    run(spark, config, reports.append)
+    return reports
+
+
+def expected_rows(archive: Path | str, mode: IntegrityMode = IntegrityMode.STRICT) -> verify.Expected:
+    return verify.expected_output(verify.read_archive(str(archive), "^sensor-.+"), mode)
+
+
+def assert_exact(archive: Path | str, output: Path | str,
+                 mode: IntegrityMode = IntegrityMode.STRICT) -> verify.Comparison:  # fmt: skip
+    expected = expected_rows(archive, mode)
+    comparison = verify.compare(expected.rows, verify.read_output(str(output)))
+    assert comparison.ok, comparison.report()
+    assert comparison.expected_rows > 0
+    return comparison
+
+
+def ledger_end(output: Path | str) -> Offsets:
+    head = Ledger(resolve(str(output))).head()
+    return {} if head is None else head.end
+
+
+def copy_files(source: Path, target: Path, keep: Any) -> None:
+    """Copy the archive files for which ``keep(relative_path)`` is true."""
+    for path in sorted(source.rglob("*.parquet")):
+        relative = path.relative_to(source)
+        if keep(relative):
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / relative)
+
+
+def tp_of(relative: Path) -> TopicPartition:
+    return TopicPartition(relative.parts[0], int(relative.parts[1]))

@@ -1,0 +1,122 @@
+"""The job on local Spark, end to end, against verify's expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from app import generate as gen
+from app import verify
+from app.errors import DataLossError, IntegrityViolationError, Rule
+from app.generate import FAULT_RULES, CaptureSpec, Fault
+from app.session import IntegrityMode
+from tests.spark.helpers import (
+    assert_exact,
+    copy_files,
+    expected_rows,
+    ledger_end,
+    run_job,
+    write_capture,
+)
+
+SPEC = CaptureSpec(topics=2, partitions=2, sessions=10, updates=30, records_per_file=60, seed=11)
+
+
+def test_output_equals_the_expectation_and_holds_offsets(spark: Any, tmp_path: Path) -> None:
+    capture = write_capture(tmp_path / "archive", SPEC)
+    reports = run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
+                      max_offsets_per_trigger=120)  # fmt: skip
+    assert len(reports) >= 3  # several micro-batches
+    comparison = assert_exact(tmp_path / "archive", tmp_path / "out")
+    assert comparison.actual_rows == sum(r.rows for r in reports)
+    table = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table()
+    assert set(verify.COLUMNS) <= set(table.column_names)
+    assert str(table.schema.field("ts").type) == "timestamp[ms, tz=UTC]"
+    assert str(table.schema.field("partition").type) == "int32"
+    # The ledger's end is every partition's last offset.
+    assert ledger_end(tmp_path / "out") == {tp: len(m) for tp, m in capture.partitions.items()}
+
+
+def test_a_second_run_continues_with_new_files_and_a_new_topic(spark: Any, tmp_path: Path) -> None:
+    spec = CaptureSpec(topics=3, partitions=2, sessions=9, updates=30, records_per_file=40, seed=5)
+    write_capture(tmp_path / "full", spec)
+    live = tmp_path / "archive"
+    # First: only the first two files of each partition of sensor-0 and sensor-1.
+    copy_files(tmp_path / "full", live,
+               lambda rel: rel.parts[0] != "sensor-2" and rel.name < "00000000000000000080")  # fmt: skip
+    first = run_job(spark, live, tmp_path / "out", tmp_path / "ckpt")
+    assert first
+    rows_first = verify.read_output(str(tmp_path / "out")).num_rows
+    # Then: the rest, and a topic that did not exist.
+    copy_files(tmp_path / "full", live, lambda rel: True)
+    second = run_job(spark, live, tmp_path / "out", tmp_path / "ckpt")
+    assert second and rows_first > 0
+    assert_exact(tmp_path / "full", tmp_path / "out")
+
+
+@pytest.mark.parametrize("fault", [f for f in Fault if f is not Fault.ARCHIVE_HOLE])
+def test_every_fault_stops_a_strict_run_at_its_record(
+    spark: Any, tmp_path: Path, fault: Fault
+) -> None:
+    spec = CaptureSpec(topics=1, partitions=2, sessions=4, updates=24, records_per_file=30,
+                       seed=3, faults=(fault,))  # fmt: skip
+    capture = write_capture(tmp_path / "archive", spec)
+    [injected] = capture.faults
+    with pytest.raises(IntegrityViolationError) as info:
+        run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
+                max_offsets_per_trigger=25)  # fmt: skip
+    violation = info.value.violation
+    if fault is Fault.PARTITION_SWITCH:  # seen first in its own batch or after its session
+        assert violation.rule in (Rule.ONE_PARTITION, Rule.FIRST_MESSAGE)
+    else:
+        assert violation.rule is FAULT_RULES[fault]
+    assert (violation.topic, violation.partition, violation.offset) == (
+        injected.topic, injected.partition, injected.offset
+    )  # fmt: skip
+    message = str(info.value)
+    assert f"partition {injected.partition} offset {injected.offset}" in message
+    assert "expected" in message and "\n" not in message
+    # Only whole messages from before the failing micro-batch are visible.
+    end = ledger_end(tmp_path / "out")
+    assert (injected.topic, injected.partition) not in end or end[
+        gen.TopicPartition(injected.topic, injected.partition)
+    ] <= injected.offset
+    expected = verify.expected_output(
+        verify.read_archive(str(tmp_path / "archive"), "^sensor-.+"),
+        keep=lambda r: r.offset < end.get(gen.TopicPartition(r.topic, r.partition), 0),
+    )
+    comparison = verify.compare(expected.rows, verify.read_output(str(tmp_path / "out")))
+    assert comparison.ok, comparison.report()
+
+
+def test_a_hole_in_the_archive_fails_like_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
+    spec = CaptureSpec(topics=1, partitions=1, sessions=3, updates=40, records_per_file=30,
+                       faults=(Fault.ARCHIVE_HOLE,))  # fmt: skip
+    capture = write_capture(tmp_path / "archive", spec)
+    [hole] = capture.faults
+    with pytest.raises(DataLossError) as info:
+        run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt")
+    assert f"offsets {hole.offset} to" in str(info.value)
+    assert "sensor-0 partition 0" in str(info.value)
+
+
+def test_resync_mode_quarantines_and_keeps_running(spark: Any, tmp_path: Path) -> None:
+    faults = (Fault.SEQ_GAP, Fault.BAD_JSON, Fault.DELETE_UNKNOWN, Fault.AFTER_END)
+    spec = CaptureSpec(topics=2, partitions=2, sessions=8, updates=24, records_per_file=40,
+                       resync_every=6, seed=9, faults=faults)  # fmt: skip
+    capture = write_capture(tmp_path / "archive", spec)
+    reports = run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
+                      integrity=IntegrityMode.RESYNC, max_offsets_per_trigger=80)  # fmt: skip
+    assert_exact(tmp_path / "archive", tmp_path / "out", IntegrityMode.RESYNC)
+    quarantine = ds.dataset(tmp_path / "out" / "_quarantine", format="parquet",
+                            partitioning="hive").to_table()  # fmt: skip
+    expected = expected_rows(tmp_path / "archive", IntegrityMode.RESYNC).quarantined
+    assert quarantine.num_rows == len(expected) == sum(r.quarantined for r in reports)
+    quarantined_at = {(r["topic"], r["partition"], r["offset"]) for r in quarantine.to_pylist()}
+    for fault in capture.faults:
+        assert (fault.topic, fault.partition, fault.offset) in quarantined_at
+    assert all(reason.startswith("rule ") or "awaiting" in reason
+               for reason in quarantine.column("reason").to_pylist())  # fmt: skip
