@@ -10,17 +10,24 @@ CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test lint typecheck unit synth checkov packer-validate shellcheck bench clean
+.PHONY: lock setup demo test lint typecheck unit synth checkov packer-validate shellcheck bench clean
 
 setup: $(STAMP)
 
 # Re-install only when the pins change: `make setup` is quick when nothing did.
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# Regenerate the hashed locks after changing a pin in pyproject.toml.
+lock:
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 -o requirements.lock -q
+	$(BIN)/uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 -o requirements-dev.lock -q
 
 demo: setup
 	$(BIN)/python -m app.demo

@@ -112,6 +112,11 @@ class EnvironmentConfig:
         return 2 if self.replication_factor >= DURABLE_REPLICATION_FACTOR else 1
 
     @property
+    def hdfs_replication(self) -> int:
+        """Copies HDFS keeps of the checkpoint: two, so losing a worker loses nothing."""
+        return min(2, self.spark_worker_count)
+
+    @property
     def required_broker_volume_gib(self) -> int:
         """Smallest per-broker volume that holds the retention at the peak rate."""
         return required_broker_volume_gib(

@@ -19,7 +19,7 @@ class NodeRole(StrEnum):
 
 
 def node_environment(
-    *, environment: str, role: NodeRole, driver_host: str, region: str
+    *, environment: str, role: NodeRole, driver_host: str, region: str, hdfs_replication: int
 ) -> dict[str, str]:
     """The variables written to ``/etc/tablecast/node.env``, in order."""
     return {
@@ -28,17 +28,30 @@ def node_environment(
         "TABLECAST_DRIVER_HOST": driver_host,
         "AWS_REGION": region,
         "TABLECAST_HDFS_DEVICE": layout.HDFS_DEVICE,
+        # Optional for node-bootstrap (default 2); one DataNode holds one copy.
+        "TABLECAST_HDFS_REPLICATION": str(hdfs_replication),
     }
 
 
-def node_user_data(*, environment: str, role: NodeRole, driver_host: str, region: str) -> str:
+def node_user_data(
+    *, environment: str, role: NodeRole, driver_host: str, region: str, hdfs_replication: int
+) -> str:
     """A shell script that writes the node's environment file and runs the bootstrap.
 
-    ``driver_host`` may be a cdktf token (a worker names the driver
-    instance's ``private_ip``); Terraform fills it in before the script runs.
+    :param environment: the environment's name.
+    :param role: driver or worker.
+    :param driver_host: the driver's private address; may be a cdktf token (a
+        worker names the driver instance's ``private_ip``), which Terraform
+        fills in before the script runs.
+    :param region: the AWS region.
+    :param hdfs_replication: copies HDFS keeps of each block.
     """
     variables = node_environment(
-        environment=environment, role=role, driver_host=driver_host, region=region
+        environment=environment,
+        role=role,
+        driver_host=driver_host,
+        region=region,
+        hdfs_replication=hdfs_replication,
     )
     lines = "".join(f"{name}={value}\n" for name, value in variables.items())
     return (

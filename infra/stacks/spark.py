@@ -104,7 +104,11 @@ class SparkStack(EnvironmentStack):
                 kms_key_arn=key.arn,
                 data_volume_gib=config.spark_data_volume_gib,
                 user_data=node_user_data(
-                    environment=config.name, role=role, driver_host=host, region=config.region
+                    environment=config.name,
+                    role=role,
+                    driver_host=host,
+                    region=config.region,
+                    hdfs_replication=config.hdfs_replication,
                 ),
                 private_ip=driver_host if role is NodeRole.DRIVER else None,
                 keep_final_snapshot=config.is_production,

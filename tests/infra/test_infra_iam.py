@@ -126,6 +126,18 @@ def test_ssm_read_only_under_the_environments_path(env: SynthesizedEnvironment) 
     assert all(path in resource for resource in statement["Resource"])
 
 
+def test_logs_only_to_the_nodes_log_groups(env: SynthesizedEnvironment) -> None:
+    statement = node_statements(env)["ShipNodeLogs"]
+    assert set(as_list(statement["Action"])) == {
+        "logs:CreateLogStream",
+        "logs:DescribeLogStreams",
+        "logs:PutLogEvents",
+    }
+    groups = env["spark"].resources("aws_cloudwatch_log_group")
+    arns = {f"${{aws_cloudwatch_log_group.{name}.arn}}" for name in groups}
+    assert {resource.removesuffix(":*") for resource in statement["Resource"]} == arns
+
+
 def test_every_policy_is_json_before_terraform_fills_it_in(env: SynthesizedEnvironment) -> None:
     # checkov reads the policies as text; an expression with quotes inside
     # would hide them from it.

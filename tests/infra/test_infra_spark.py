@@ -98,6 +98,7 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
         assert variables["TABLECAST_ENV"] == env.config.name
         assert variables["AWS_REGION"] == env.config.region
         assert variables["TABLECAST_HDFS_DEVICE"] == "/dev/sdf"
+        assert variables["TABLECAST_HDFS_REPLICATION"] == str(min(2, env.config.spark_worker_count))
         if name == driver_name:
             assert variables["TABLECAST_ROLE"] == "driver"
             assert variables["TABLECAST_DRIVER_HOST"] == driver_ip
@@ -117,3 +118,16 @@ def test_nodes_use_the_instance_profile_with_ssm_core(env: SynthesizedEnvironmen
     assert attachment["policy_arn"].endswith(":iam::aws:policy/AmazonSSMManagedInstanceCore")
     (role,) = spark.resources("aws_iam_role").values()
     assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
+
+
+def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:
+    groups = {
+        group["name"]: group
+        for group in env["spark"].resources("aws_cloudwatch_log_group").values()
+    }
+    assert set(groups) == {
+        f"/tablecast/{env.config.name}/{name}" for name in ("job", "spark", "hdfs", "bootstrap")
+    }
+    for group in groups.values():
+        assert group["kms_key_id"].startswith("${aws_kms_key.")
+        assert group["retention_in_days"] >= 365
