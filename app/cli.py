@@ -162,7 +162,9 @@ def _pattern(text: str) -> str:
     try:
         re.compile(text)
     except re.error as exc:
-        raise ConfigurationError(f"--topic-pattern {text!r} is not a regular expression: {exc}") from None
+        raise ConfigurationError(
+            f"--topic-pattern {text!r} is not a regular expression: {exc}"
+        ) from None
     return text
 
 

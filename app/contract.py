@@ -97,9 +97,7 @@ def parse_envelope(key: str, value: bytes | None) -> Envelope:
     type_name = _field(doc, "type", str, "a string")
     message_type = _MESSAGE_TYPES.get(type_name)
     if message_type is None:
-        raise EnvelopeError(
-            f"field 'type' is {type_name!r}, must be one of snapshot, update, end"
-        )
+        raise EnvelopeError(f"field 'type' is {type_name!r}, must be one of snapshot, update, end")
     ts = _field(doc, "ts", int, "an integer")
 
     raw_rows = doc.get("rows")
@@ -141,7 +139,9 @@ def _parse_rows(raw: Any) -> tuple[TableRow, ...]:
             raise EnvelopeError(f"rows[{index}] lacks field {missing[0]!r}")
         row_id, value, status = item["id"], item["value"], item["status"]
         if not isinstance(row_id, str):
-            raise EnvelopeError(f"rows[{index}].id is a JSON {_json_kind(row_id)}, must be a string")
+            raise EnvelopeError(
+                f"rows[{index}].id is a JSON {_json_kind(row_id)}, must be a string"
+            )
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise EnvelopeError(
                 f"rows[{index}].value is a JSON {_json_kind(value)}, must be a number or null"

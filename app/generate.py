@@ -108,8 +108,10 @@ def generate(spec: CaptureSpec) -> Capture:
     """Build the capture in memory (deterministic for a given spec)."""
     rng = random.Random(spec.seed)
     clock = _Clock(spec.start_ms)
-    streams: dict[TopicPartition, list[list[Message]]] = {}
-    fault_for = {i: fault for i, fault in enumerate(f for f in spec.faults if f != Fault.ARCHIVE_HOLE)}
+    streams: dict[TopicPartition, list[list[dict[str, Any]]]] = {}
+    fault_for = {
+        i: fault for i, fault in enumerate(f for f in spec.faults if f != Fault.ARCHIVE_HOLE)
+    }
     for index in range(spec.sessions):
         topic = f"{spec.prefix}{index % spec.topics}"
         session = f"{topic}-session-{index:05d}"
@@ -132,13 +134,13 @@ def generate(spec: CaptureSpec) -> Capture:
             else:
                 kept.append(message)
         capture.partitions[tp] = kept
-    for tp, message in stray:
-        capture.partitions.setdefault(tp, []).append(message)
-    for tp, messages in sorted(capture.partitions.items()):
-        for offset, message in enumerate(messages):
-            if message.fault is not None:
+    for tp, moved in stray:
+        capture.partitions.setdefault(tp, []).append(moved)
+    for tp, in_order in sorted(capture.partitions.items()):
+        for offset, sent in enumerate(in_order):
+            if sent.fault is not None:
                 capture.faults.append(
-                    InjectedFault(message.fault, tp.topic, tp.partition, offset, message.session)
+                    InjectedFault(sent.fault, tp.topic, tp.partition, offset, sent.session)
                 )
     return capture
 

@@ -45,7 +45,9 @@ class Trigger:
     def parse(cls, text: str) -> Trigger:
         if text == TriggerKind.AVAILABLE_NOW:
             return cls(TriggerKind.AVAILABLE_NOW)
-        match = re.fullmatch(r"processing-time=(\d+\s*(?:ms|milliseconds?|seconds?|minutes?|hours?))", text.strip())
+        match = re.fullmatch(
+            r"processing-time=(\d+\s*(?:ms|milliseconds?|seconds?|minutes?|hours?))", text.strip()
+        )
         if match is None:
             raise ConfigurationError(
                 f"--trigger {text!r} is neither 'available-now' nor "
@@ -139,18 +141,20 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     return spark.readStream.format(kafka.FORMAT).options(**options).load()
 
 
-def sessions_frame(
-    records: Any, function: StateFunction
-) -> Any:
+def sessions_frame(records: Any, function: StateFunction) -> Any:
     """The ordered stateful transformation: records in, output events out."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as sf
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     return (
         records.select(
-            "key", "value", "topic", "partition", "offset",
-            F.unix_millis("timestamp").alias("timestamp_ms"),
-        )  # fmt: skip
+            "key",
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            sf.unix_millis("timestamp").alias("timestamp_ms"),
+        )
         .groupBy("key")
         .applyInPandasWithState(
             function, OUTPUT_DDL, STATE_DDL, "append", GroupStateTimeout.ProcessingTimeTimeout

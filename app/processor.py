@@ -114,7 +114,9 @@ class TableProcessor:
                 )
             del table[row_id]
             out.append(
-                OutputRow(topic, partition, offset, session, seq, kind, ts, row_id, None, None, True)
+                OutputRow(
+                    topic, partition, offset, session, seq, kind, ts, row_id, None, None, True
+                )
             )
         for row in message.rows:
             table[row.id] = (row.value, row.status)

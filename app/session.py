@@ -110,8 +110,8 @@ class SessionMachine(Generic[StateT]):
             label = repr(key)
             for record in ordered:
                 result.messages += 1
-                violation = _violation(record.position, label, Rule.ENVELOPE, "a valid key", exc)
-                if not self._on_violation(result, record, label, violation, None):
+                bad_key = _violation(record.position, label, Rule.ENVELOPE, "a valid key", exc)
+                if not self._on_violation(result, record, label, bad_key, None):
                     break
             return result
 
@@ -120,6 +120,7 @@ class SessionMachine(Generic[StateT]):
             result.messages += 1
             message: Envelope | None = None
             rows_before = len(result.rows)
+            violation: Violation | None
             try:
                 message = parse_envelope(session, record.value)
                 violation = self._apply_one(result, session, record, message)
@@ -128,7 +129,9 @@ class SessionMachine(Generic[StateT]):
                     record.position, session, Rule.ENVELOPE, "a valid envelope", exc
                 )
             if traced:
-                result.trace.append(_trace(record, session, message, result, rows_before, violation))
+                result.trace.append(
+                    _trace(record, session, message, result, rows_before, violation)
+                )
             if violation is not None and not self._on_violation(
                 result, record, session, violation, message
             ):
@@ -143,7 +146,9 @@ class SessionMachine(Generic[StateT]):
         if state is not None and state.quarantine is not None:
             if message.type is not MessageType.SNAPSHOT:
                 result.quarantined.append(
-                    _quarantined(record, session, message, f"awaiting a snapshot: {state.quarantine}")
+                    _quarantined(
+                        record, session, message, f"awaiting a snapshot: {state.quarantine}"
+                    )
                 )
                 return None
             # A snapshot re-establishes the session wherever it arrives.

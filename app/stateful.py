@@ -83,7 +83,9 @@ class StateFunction:
             yield frame
 
 
-def idle_remaining_ms(last_active_ms: int, run_started_ms: int, now_ms: int, timeout_ms: int) -> int:
+def idle_remaining_ms(
+    last_active_ms: int, run_started_ms: int, now_ms: int, timeout_ms: int
+) -> int:
     """How long an idle session lives on; <= 0 means expire it now.
 
     Idle time counts only while this run is up: after an outage the job
@@ -104,7 +106,18 @@ class _Stored:
 
 
 def _load(processor: Processor[Any], row: tuple[Any, ...]) -> _Stored:
-    (session, topic, partition, last_seq, last_offset, last_ts, closed, quarantine, user, active) = row
+    (
+        session,
+        topic,
+        partition,
+        last_seq,
+        last_offset,
+        last_ts,
+        closed,
+        quarantine,
+        user,
+        active,
+    ) = row
     state: SessionState[Any] = SessionState(
         session,
         topic,

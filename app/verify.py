@@ -11,18 +11,19 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
 from app.contract import Position, Record
+from app.errors import Violation
 from app.processor import OutputRow, TableProcessor
 from app.session import IntegrityMode, QuarantinedRecord, SessionMachine
 from app.sink.writer import OUTPUT_SCHEMA
 from app.sources import archive
 from app.storage import resolve
-from app.errors import Violation
 
 COLUMNS = OUTPUT_SCHEMA.names
 
@@ -58,7 +59,10 @@ class Comparison:
             f"unexpected rows: {self.unexpected:>12,}",
             f"duplicate rows:  {self.duplicates:>12,}",
         ]
-        for label, sample in (("missing", self.sample_missing), ("unexpected", self.sample_unexpected)):
+        for label, sample in (
+            ("missing", self.sample_missing),
+            ("unexpected", self.sample_unexpected),
+        ):
             for row in sample:
                 lines.append(f"  {label}: {row}")
         lines.append("OK: the output is exactly the expected output" if self.ok else "DIFFERENT")
@@ -80,7 +84,9 @@ def read_archive(uri: str, topic_pattern: str) -> dict[bytes | None, list[Record
                 ms,
                 strict=True,
             ):
-                groups[key].append(Record(Position(tp.topic, tp.partition, offset), key, value, ts // 1000))
+                groups[key].append(
+                    Record(Position(tp.topic, tp.partition, offset), key, value, ts // 1000)
+                )
     return groups
 
 
@@ -105,7 +111,7 @@ def expected_output(
 
 
 def rows_table(rows: Iterable[OutputRow]) -> pa.Table:
-    columns = list(zip(*rows, strict=True)) or [[] for _ in COLUMNS]
+    columns: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) or [() for _ in COLUMNS]
     arrays = {name: list(values) for name, values in zip(COLUMNS, columns, strict=True)}
     table = pa.table(
         {
@@ -121,7 +127,9 @@ def read_output(uri: str) -> pa.Table:
     location = resolve(uri)
     if not location.exists(location.path):
         return OUTPUT_SCHEMA.empty_table()
-    dataset = ds.dataset(location.path, filesystem=location.fs, format="parquet", partitioning="hive")
+    dataset = ds.dataset(
+        location.path, filesystem=location.fs, format="parquet", partitioning="hive"
+    )
     if not dataset.files:
         return OUTPUT_SCHEMA.empty_table()
     table = dataset.to_table(columns=COLUMNS)

@@ -19,7 +19,9 @@ _DROP = object()
 
 
 def test_parses_a_snapshot_with_typed_rows() -> None:
-    value = _value(rows=[{"id": "a", "value": 1, "status": "ok"}, {"id": "b", "value": None, "status": None}])
+    value = _value(
+        rows=[{"id": "a", "value": 1, "status": "ok"}, {"id": "b", "value": None, "status": None}]
+    )
     envelope = parse_envelope("s1", value)
     assert envelope.type is MessageType.SNAPSHOT
     assert envelope.rows == (TableRow("a", 1.0, "ok"), TableRow("b", None, None))
@@ -55,11 +57,17 @@ def test_end_without_rows_is_valid() -> None:
         (_value(session="s2"), "field 'session' is 's2' but the key is 's1'"),
         (_value(rows={"id": "a"}), "field 'rows' is a JSON object, must be an array"),
         (_value(rows=[{"id": 1, "value": 1, "status": None}]), "rows[0].id is a JSON number"),
-        (_value(rows=[{"id": "a", "value": "1", "status": None}]), "rows[0].value is a JSON string"),
+        (
+            _value(rows=[{"id": "a", "value": "1", "status": None}]),
+            "rows[0].value is a JSON string",
+        ),
         (_value(rows=[{"id": "a", "value": 1, "status": 2}]), "rows[0].status is a JSON number"),
         (_value(rows=[{"id": "a", "status": None}]), "rows[0] lacks field 'value'"),
         (_value(type="update", rows=[], deleted=[3]), "deleted[0] is a JSON number"),
-        (_value(type="end", rows=[{"id": "a", "value": 1, "status": None}]), "end message carries 1 rows"),
+        (
+            _value(type="end", rows=[{"id": "a", "value": 1, "status": None}]),
+            "end message carries 1 rows",
+        ),
         (_value(deleted=["a"]), "only allowed on updates"),
     ],
 )

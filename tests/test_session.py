@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -20,7 +21,9 @@ SESSION = "s1"
 def record(offset: int, partition: int = 0, topic: str = "sensor-1", key: str = SESSION,
            **doc: Any) -> Record:  # fmt: skip
     body = {"session": key, "ts": 1000 + offset, **doc}
-    return Record(Position(topic, partition, offset), key.encode(), orjson.dumps(body), 1000 + offset)
+    return Record(
+        Position(topic, partition, offset), key.encode(), orjson.dumps(body), 1000 + offset
+    )
 
 
 def snap(offset: int, seq: int, rows: dict[str, float], **kw: Any) -> Record:
@@ -61,9 +64,10 @@ def test_records_are_applied_in_offset_order_whatever_order_they_arrive_in() -> 
     records = [snap(0, 0, {"a": 1})] + [upd(i, i, {"a": float(i)}) for i in range(1, 30)]
     shuffled = records[:]
     random.Random(3).shuffle(shuffled)
-    assert strict().apply(SESSION.encode(), None, shuffled).rows == strict().apply(
-        SESSION.encode(), None, records
-    ).rows
+    assert (
+        strict().apply(SESSION.encode(), None, shuffled).rows
+        == strict().apply(SESSION.encode(), None, records).rows
+    )
 
 
 def _first_violation(records: list[Record]) -> tuple[Rule, int, str, str]:
@@ -82,13 +86,15 @@ def test_rule_1_first_message_must_be_seq_0_snapshot() -> None:
 
 def test_rule_2_gap_repeat_and_reorder() -> None:
     base = [snap(0, 0, {"a": 1}), upd(1, 1, {"a": 2})]
-    assert _first_violation(base + [upd(2, 3)]) == (Rule.SEQUENCE, 2, "seq 2", "seq 3")
-    assert _first_violation(base + [upd(2, 1)]) == (Rule.SEQUENCE, 2, "seq 2", "seq 1")
-    assert _first_violation(base + [upd(2, 3), upd(3, 2)])[:2] == (Rule.SEQUENCE, 2)
+    assert _first_violation([*base, upd(2, 3)]) == (Rule.SEQUENCE, 2, "seq 2", "seq 3")
+    assert _first_violation([*base, upd(2, 1)]) == (Rule.SEQUENCE, 2, "seq 2", "seq 1")
+    assert _first_violation([*base, upd(2, 3), upd(3, 2)])[:2] == (Rule.SEQUENCE, 2)
 
 
 def test_rule_3_a_resync_snapshot_replaces_the_table() -> None:
-    result = strict().apply(SESSION.encode(), None, [snap(0, 0, {"a": 1, "b": 2}), snap(1, 1, {"b": 5})])
+    result = strict().apply(
+        SESSION.encode(), None, [snap(0, 0, {"a": 1, "b": 2}), snap(1, 1, {"b": 5})]
+    )
     assert result.violations == []
     assert result.state is not None and result.state.user == {"b": (5.0, "ok")}
 
@@ -104,11 +110,13 @@ def test_rule_5_nothing_after_end() -> None:
 
 
 def test_rule_6_a_session_stays_in_one_partition() -> None:
-    rule, offset, expected, got = _first_violation(
+    rule, _offset, expected, got = _first_violation(
         [snap(0, 0, {"a": 1}), upd(0, 1, {"a": 2}, partition=1)]
     )
     assert (rule, expected, got) == (
-        Rule.ONE_PARTITION, "topic sensor-1 partition 0", "topic sensor-1 partition 1"
+        Rule.ONE_PARTITION,
+        "topic sensor-1 partition 0",
+        "topic sensor-1 partition 1",
     )
 
 
@@ -164,7 +172,9 @@ def test_adopted_sessions_may_begin_with_a_resync_snapshot() -> None:
 
 def test_traced_sessions_report_every_message() -> None:
     machine = SessionMachine(TableProcessor(), trace=frozenset({SESSION}))
-    result = machine.apply(SESSION.encode(), None, [snap(0, 0, {"a": 1, "b": 1}), upd(1, 1, {"a": 2})])
+    result = machine.apply(
+        SESSION.encode(), None, [snap(0, 0, {"a": 1, "b": 1}), upd(1, 1, {"a": 2})]
+    )
     assert [(t.position.offset, t.seq, t.rows, t.outcome) for t in result.trace] == [
         (0, 0, 2, "applied"), (1, 1, 1, "applied")
     ]  # fmt: skip
@@ -187,7 +197,9 @@ def sessions(draw: st.DrawFn) -> list[dict[str, Any]]:
             continue
         upserts = draw(st.dictionaries(ids, values, max_size=3))
         deletable = sorted(set(table) - set(upserts))
-        deleted = draw(st.lists(st.sampled_from(deletable), unique=True, max_size=2)) if deletable else []
+        deleted = (
+            draw(st.lists(st.sampled_from(deletable), unique=True, max_size=2)) if deletable else []
+        )
         for row_id in deleted:
             del table[row_id]
         table.update(upserts)
@@ -218,18 +230,20 @@ def model(docs: list[dict[str, Any]]) -> list[tuple[int, str, float | None, bool
 
 @settings(max_examples=200, deadline=None)
 @given(docs=sessions(), cuts=st.lists(st.integers(0, 30), max_size=4), seed=st.integers(0, 99))
-def test_machine_in_batches_equals_the_model(docs: list[dict[str, Any]], cuts: list[int], seed: int) -> None:
+def test_machine_in_batches_equals_the_model(
+    docs: list[dict[str, Any]], cuts: list[int], seed: int
+) -> None:
     records = []
     for seq, doc in enumerate(docs):
-        rows = [{"id": k, "value": v, "status": None} for k, v in doc["rows"].items()]
+        body = [{"id": k, "value": v, "status": None} for k, v in doc["rows"].items()]
         extra = {"deleted": doc["deleted"]} if doc["type"] == "update" else {}
-        records.append(record(seq, seq=seq, type=doc["type"], rows=rows, **extra))
+        records.append(record(seq, seq=seq, type=doc["type"], rows=body, **extra))
     processor = TableProcessor()
     machine = SessionMachine(processor)
     state: SessionState[Table] | None = None
     rows: list[OutputRow] = []
     bounds = sorted({0, len(records), *[c for c in cuts if c < len(records)]})
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         batch = records[lo:hi]
         random.Random(seed).shuffle(batch)  # Spark's shuffle keeps no order
         result = machine.apply(SESSION.encode(), state, batch)

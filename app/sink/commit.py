@@ -130,7 +130,9 @@ class ExactlyOnceSink:
             if r["kind"] == TRACE
         )  # fmt: skip
         rows = sum(r["rows"] for r in reports if r["kind"] == FILE and not _quarantine(r["path"]))
-        quarantined = sum(r["rows"] for r in reports if r["kind"] == FILE and _quarantine(r["path"]))
+        quarantined = sum(
+            r["rows"] for r in reports if r["kind"] == FILE and _quarantine(r["path"])
+        )
         size = sum(r["bytes"] for r in reports if r["kind"] == FILE)
 
         # Step 4

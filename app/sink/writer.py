@@ -113,7 +113,9 @@ class StagingWriter:
         if report:
             yield pa.RecordBatch.from_pylist(report, schema=REPORT_SCHEMA)
 
-    def _write(self, task: int, subdir: str, table: pa.Table, time_column: str) -> list[dict[str, Any]]:
+    def _write(
+        self, task: int, subdir: str, table: pa.Table, time_column: str
+    ) -> list[dict[str, Any]]:
         if not len(table):
             return []
         location = resolve(self.output_uri)
@@ -141,9 +143,7 @@ class StagingWriter:
                     row_group_size=256 * 1024,
                 )  # fmt: skip
                 size = location.fs.get_file_info(staged).size
-                report.append(
-                    {"kind": FILE, "path": relative, "rows": len(part), "bytes": size}
-                )
+                report.append({"kind": FILE, "path": relative, "rows": len(part), "bytes": size})
         return report
 
 

@@ -7,6 +7,7 @@ hole between two files is data loss.
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from collections.abc import Iterator
@@ -115,15 +116,14 @@ def _partition_files(location: Location, tp: TopicPartition, path: str) -> list[
         match = _FILE_NAME.match(name)
         if info.type != pafs.FileType.File or match is None:
             raise ArchiveLayoutError(
-                f"archive file {info.path} is not named <start>-<end>.parquet "
-                "with 20-digit offsets"
+                f"archive file {info.path} is not named <start>-<end>.parquet with 20-digit offsets"
             )
         start, end = int(match.group(1)), int(match.group(2))
         if end <= start:
             raise ArchiveLayoutError(f"archive file {info.path} ends at or before its start")
         files.append(ArchiveFile(tp, start, end, info.path))
     files.sort(key=lambda f: f.start)
-    for previous, current in zip(files, files[1:], strict=False):
+    for previous, current in itertools.pairwise(files):
         if current.start > previous.end:
             raise DataLossError(
                 f"data loss in the archive: {tp} offsets {previous.end} to "
@@ -146,15 +146,15 @@ def read_range(
         table = _conform(table, archive_file)
         offsets = table.column("offset")
         if len(table) and (
-            pc.min(offsets).as_py() < archive_file.start or pc.max(offsets).as_py() >= archive_file.end
+            pc.min(offsets).as_py() < archive_file.start
+            or pc.max(offsets).as_py() >= archive_file.end
         ):
             raise ArchiveLayoutError(
                 f"archive file {archive_file.path} holds offsets outside its name's range"
             )
         mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
         table = table.filter(mask)
-        for batch in table.to_batches(max_chunksize=65_536):
-            yield batch
+        yield from table.to_batches(max_chunksize=65_536)
 
 
 def _conform(table: pa.Table, archive_file: ArchiveFile) -> pa.Table:
@@ -170,7 +170,9 @@ def _conform(table: pa.Table, archive_file: ArchiveFile) -> pa.Table:
     return table
 
 
-def write_file(location: Location, tp: TopicPartition, start: int, end: int, table: pa.Table) -> str:
+def write_file(
+    location: Location, tp: TopicPartition, start: int, end: int, table: pa.Table
+) -> str:
     """Write one archive file whole (write, then rename into place)."""
     path = location.child(tp.topic, str(tp.partition), file_name(start, end))
     sink = pa.BufferOutputStream()

@@ -39,7 +39,7 @@ FORMAT = "tablecast_archive"
 
 
 @dataclass(frozen=True)
-class ArchivePartition(InputPartition):  # type: ignore[misc]
+class ArchivePartition(InputPartition):
     """One topic-partition's offsets ``[start, end)`` and the files holding them."""
 
     uri: str
@@ -50,7 +50,7 @@ class ArchivePartition(InputPartition):  # type: ignore[misc]
     files: tuple[archive.ArchiveFile, ...]
 
 
-class ArchiveDataSource(DataSource):  # type: ignore[misc]
+class ArchiveDataSource(DataSource):
     """Options: ``path``, ``topicPattern``, ``maxOffsetsPerTrigger``, ``startingOffsets``."""
 
     @classmethod
@@ -69,7 +69,7 @@ class ArchiveDataSource(DataSource):  # type: ignore[misc]
         )
 
 
-class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(
         self, *, uri: str, topic_pattern: str, max_offsets: int, starting: Offsets
     ) -> None:
@@ -99,10 +99,10 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         index = self._index()
         begin = offsets_mod.from_json(start)
         backlog: dict[TopicPartition, tuple[int, int]] = {}
-        for tp, first in begin.items():
+        for tp in begin:
             if tp not in index.files:
                 raise DataLossError(
-                    f"data loss in the archive: {tp} is gone but offsets from {first} "
+                    f"data loss in the archive: {tp} is gone but offsets from {begin[tp]} "
                     "were not read yet"
                 )
         for tp in index.files:
@@ -118,7 +118,7 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             if last > first:
                 backlog[tp] = (first, last)
         end = dict(begin)
-        for tp, (first, last) in _limit(backlog, limit).items():
+        for tp, (_, last) in _limit(backlog, limit).items():
             end[tp] = last
         for tp in index.files:  # new partitions start at their earliest offset
             end.setdefault(tp, index.earliest(tp))

@@ -55,9 +55,7 @@ def source_options(
             {
                 "kafka.security.protocol": "SASL_SSL",
                 "kafka.sasl.mechanism": "AWS_MSK_IAM",
-                "kafka.sasl.jaas.config": (
-                    "software.amazon.msk.auth.iam.IAMLoginModule required;"
-                ),
+                "kafka.sasl.jaas.config": ("software.amazon.msk.auth.iam.IAMLoginModule required;"),
                 "kafka.sasl.client.callback.handler.class": (
                     "software.amazon.msk.auth.iam.IAMClientCallbackHandler"
                 ),

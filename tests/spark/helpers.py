@@ -36,7 +36,9 @@ def run_job(spark: Any, archive: Path | str, output: Path | str, checkpoint: Pat
     return reports
 
 
-def expected_rows(archive: Path | str, mode: IntegrityMode = IntegrityMode.STRICT) -> verify.Expected:
+def expected_rows(
+    archive: Path | str, mode: IntegrityMode = IntegrityMode.STRICT
+) -> verify.Expected:
     return verify.expected_output(verify.read_archive(str(archive), "^sensor-.+"), mode)
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from app import generate as gen
 from app import verify
 from app.errors import DataLossError, IntegrityViolationError, Rule
 from app.generate import FAULT_RULES, CaptureSpec, Fault
+from app.offsets import TopicPartition
 from app.session import IntegrityMode
 from tests.spark.helpers import (
     assert_exact,
@@ -45,8 +45,10 @@ def test_a_second_run_continues_with_new_files_and_a_new_topic(spark: Any, tmp_p
     write_capture(tmp_path / "full", spec)
     live = tmp_path / "archive"
     # First: only the first two files of each partition of sensor-0 and sensor-1.
-    copy_files(tmp_path / "full", live,
-               lambda rel: rel.parts[0] != "sensor-2" and rel.name < "00000000000000000080")  # fmt: skip
+    first_files = "00000000000000000080"
+    copy_files(
+        tmp_path / "full", live, lambda rel: rel.parts[0] != "sensor-2" and rel.name < first_files
+    )
     first = run_job(spark, live, tmp_path / "out", tmp_path / "ckpt")
     assert first
     rows_first = verify.read_output(str(tmp_path / "out")).num_rows
@@ -82,11 +84,11 @@ def test_every_fault_stops_a_strict_run_at_its_record(
     # Only whole messages from before the failing micro-batch are visible.
     end = ledger_end(tmp_path / "out")
     assert (injected.topic, injected.partition) not in end or end[
-        gen.TopicPartition(injected.topic, injected.partition)
+        TopicPartition(injected.topic, injected.partition)
     ] <= injected.offset
     expected = verify.expected_output(
         verify.read_archive(str(tmp_path / "archive"), "^sensor-.+"),
-        keep=lambda r: r.offset < end.get(gen.TopicPartition(r.topic, r.partition), 0),
+        keep=lambda r: r.offset < end.get(TopicPartition(r.topic, r.partition), 0),
     )
     comparison = verify.compare(expected.rows, verify.read_output(str(tmp_path / "out")))
     assert comparison.ok, comparison.report()

@@ -1,0 +1,150 @@
+"""The raw archive: layout rules, holes, and Kafka-like offsets and limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from app.errors import ArchiveLayoutError, DataLossError
+from app.offsets import TopicPartition
+from app.sources import archive
+from app.sources.archive_stream import ArchivePartition, ArchiveStreamReader
+from app.storage import resolve
+
+
+def _records(tp: TopicPartition, offsets: range) -> pa.Table:
+    n = len(offsets)
+    return pa.table(
+        {
+            "key": [b"s"] * n,
+            "value": [b"{}"] * n,
+            "topic": [tp.topic] * n,
+            "partition": pa.array([tp.partition] * n, pa.int32()),
+            "offset": pa.array(list(offsets), pa.int64()),
+            "timestamp": pa.array([1_000_000] * n, pa.timestamp("us", tz="UTC")),
+            "timestampType": pa.array([0] * n, pa.int32()),
+        }
+    )
+
+
+def _write(
+    root: Path, tp: TopicPartition, start: int, end: int, offsets: range | None = None
+) -> None:
+    archive.write_file(
+        resolve(str(root)), tp, start, end, _records(tp, offsets or range(start, end))
+    )
+
+
+A0 = TopicPartition("sensor-a", 0)
+A1 = TopicPartition("sensor-a", 1)
+B0 = TopicPartition("sensor-b", 0)
+
+
+def _reader(root: Path, max_offsets: int = 0, pattern: str = "^sensor-.+") -> ArchiveStreamReader:
+    return ArchiveStreamReader(
+        uri=str(root), topic_pattern=pattern, max_offsets=max_offsets, starting={}
+    )
+
+
+def test_scan_lists_matching_topics_in_offset_order(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 10, 20)
+    _write(tmp_path, A0, 0, 10)
+    _write(tmp_path, B0, 0, 5)
+    _write(tmp_path, TopicPartition("other", 0), 0, 5)
+    index = archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+    assert sorted(index.files) == [A0, B0]
+    assert [(f.start, f.end) for f in index.files[A0]] == [(0, 10), (10, 20)]
+    # The pattern must match the whole topic, as Kafka's subscribePattern does.
+    assert archive.scan(resolve(str(tmp_path)), "sensor").files == {}
+
+
+def test_a_hole_between_files_is_data_loss(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 10)
+    _write(tmp_path, A0, 12, 20)
+    with pytest.raises(DataLossError, match="sensor-a partition 0 offsets 10 to 11 are missing"):
+        archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+
+
+def test_badly_named_and_overlapping_files_are_layout_errors(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 10)
+    (tmp_path / "sensor-a" / "0" / "0-10.parquet").write_bytes(b"x")
+    with pytest.raises(ArchiveLayoutError, match=r"0-10\.parquet is not named"):
+        archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+    (tmp_path / "sensor-a" / "0" / "0-10.parquet").unlink()
+    _write(tmp_path, A0, 5, 15)
+    with pytest.raises(ArchiveLayoutError, match="overlap"):
+        archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+
+
+def test_hidden_files_being_written_are_ignored(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 10)
+    (
+        tmp_path / "sensor-a" / "0" / ".00000000000000000010-00000000000000000020.parquet.tmp"
+    ).write_bytes(b"")
+    assert archive.scan(resolve(str(tmp_path)), "^sensor-.+").latest(A0) == 10
+
+
+def test_a_file_may_skip_offsets_inside_its_range(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 10, range(0, 10, 2))  # e.g. transaction markers
+    location = resolve(str(tmp_path))
+    files = archive.scan(location, "^sensor-.+").files[A0]
+    read = pa.Table.from_batches(list(archive.read_range(location, files, 3, 9)))
+    assert read.column("offset").to_pylist() == [4, 6, 8]
+
+
+def test_records_outside_the_named_range_are_rejected(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 5, range(0, 6))
+    location = resolve(str(tmp_path))
+    files = archive.scan(location, "^sensor-.+").files[A0]
+    with pytest.raises(ArchiveLayoutError, match="outside its name's range"):
+        list(archive.read_range(location, files, 0, 5))
+
+
+def test_offsets_start_at_the_earliest_and_pick_up_new_partitions(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 100, 110)
+    reader = _reader(tmp_path)
+    start = reader.initialOffset()
+    assert start == {"sensor-a:0": 100}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"sensor-a:0": 110}
+    _write(tmp_path, A1, 0, 7)
+    _write(tmp_path, A0, 110, 120)
+    assert reader.latestOffset(end, ReadAllAvailable()) == {"sensor-a:0": 120, "sensor-a:1": 7}
+    parts = reader.partitions(end, {"sensor-a:0": 120, "sensor-a:1": 7})
+    assert all(isinstance(p, ArchivePartition) for p in parts)
+    assert [(p.topic, p.partition, p.start, p.end) for p in parts] == [  # type: ignore[attr-defined]
+        ("sensor-a", 0, 110, 120), ("sensor-a", 1, 0, 7)
+    ]  # fmt: skip
+    batches = list(reader.read(parts[0]))
+    assert batches[0].schema == archive.SCHEMA
+
+
+def test_max_offsets_per_trigger_is_shared_by_backlog(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 300)
+    _write(tmp_path, B0, 0, 100)
+    reader = _reader(tmp_path, max_offsets=100)
+    assert reader.getDefaultReadLimit() == ReadMaxRows(100)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadMaxRows(100)) == {"sensor-a:0": 75, "sensor-b:0": 25}
+    # Available-now still reads everything the engine asks for.
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"sensor-a:0": 300, "sensor-b:0": 100}
+
+
+def test_available_now_stops_at_the_offsets_seen_when_it_started(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 10)
+    reader = _reader(tmp_path)
+    reader.prepareForTriggerAvailableNow()
+    _write(tmp_path, A0, 10, 20)
+    assert reader.latestOffset(reader.initialOffset(), ReadAllAvailable()) == {"sensor-a:0": 10}
+
+
+def test_offsets_that_are_gone_are_data_loss(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 50, 60)
+    reader = _reader(tmp_path)
+    with pytest.raises(DataLossError, match="must continue at offset 10"):
+        reader.latestOffset({"sensor-a:0": 10}, ReadAllAvailable())
+    with pytest.raises(DataLossError, match="sensor-b partition 0 is gone"):
+        reader.latestOffset({"sensor-a:0": 50, "sensor-b:0": 3}, ReadAllAvailable())
