@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from app.contract import Position, Record
+from app.contract import Record
 from app.errors import Violation
 from app.processor import OutputRow, TableProcessor
 from app.session import IntegrityMode, QuarantinedRecord, SessionMachine
@@ -74,19 +74,9 @@ def read_archive(uri: str, topic_pattern: str) -> dict[bytes | None, list[Record
     location = resolve(uri)
     index = archive.scan(location, topic_pattern)
     groups: dict[bytes | None, list[Record]] = defaultdict(list)
-    for tp, files in sorted(index.files.items()):
-        for batch in archive.read_range(location, files, files[0].start, files[-1].end):
-            ms = batch.column("timestamp").cast(pa.int64()).to_pylist()
-            for key, value, offset, ts in zip(
-                batch.column("key").to_pylist(),
-                batch.column("value").to_pylist(),
-                batch.column("offset").to_pylist(),
-                ms,
-                strict=True,
-            ):
-                groups[key].append(
-                    Record(Position(tp.topic, tp.partition, offset), key, value, ts // 1000)
-                )
+    for _, files in sorted(index.files.items()):
+        for record in archive.iter_records(location, files, files[0].start, files[-1].end):
+            groups[record.key].append(record)
     return groups
 
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app.stateful import QUARANTINE, ROW, TRACE, VIOLATION
-from app.storage import resolve
+from app.storage import Location, resolve
 
 # The output dataset's file schema (CONTRACT.md section 3).
 OUTPUT_SCHEMA = pa.schema(
@@ -116,35 +116,50 @@ class StagingWriter:
     def _write(
         self, task: int, subdir: str, table: pa.Table, time_column: str
     ) -> list[dict[str, Any]]:
-        if not len(table):
-            return []
-        location = resolve(self.output_uri)
-        # Sort for readers (row-group statistics by topic and offset) and so
-        # that a redone batch cuts the same files.
-        ordinal = pa.array(range(len(table)), pa.int64())
-        table = table.append_column("_ordinal", ordinal)
-        table = table.sort_by([("topic", "ascending"), ("partition", "ascending"),
-                               ("offset", "ascending"), ("_ordinal", "ascending")])  # fmt: skip
-        table = table.drop_columns(["_ordinal"])
-        dates = pc.strftime(table.column(time_column), format="%Y-%m-%d")
-        report: list[dict[str, Any]] = []
-        for date in sorted(pc.unique(dates).to_pylist()):
-            day = table.filter(pc.equal(dates, date))
-            for chunk, start in enumerate(range(0, len(day), self.max_rows_per_file)):
-                part = day.slice(start, self.max_rows_per_file)
-                relative = posixpath.join(
-                    subdir, f"date={date}",
-                    f"part-{self.batch_key}-{task:05d}-{chunk:03d}.parquet",
-                )  # fmt: skip
-                staged = location.child(self.staging_dir, relative)
-                location.fs.create_dir(posixpath.dirname(staged), recursive=True)
-                pq.write_table(
-                    part, staged, filesystem=location.fs, compression=self.compression,
-                    row_group_size=256 * 1024,
-                )  # fmt: skip
-                size = location.fs.get_file_info(staged).size
-                report.append({"kind": FILE, "path": relative, "rows": len(part), "bytes": size})
-        return report
+        return stage_table(
+            resolve(self.output_uri), self.staging_dir, subdir, table, time_column,
+            f"{self.batch_key}-{task:05d}", self.max_rows_per_file, self.compression,
+        )  # fmt: skip
+
+
+def stage_table(
+    location: Location,
+    staging_dir: str,
+    subdir: str,
+    table: pa.Table,
+    time_column: str,
+    name: str,
+    max_rows_per_file: int,
+    compression: str = "snappy",
+) -> list[dict[str, Any]]:
+    """Write ``table`` under ``staging_dir`` as ``<subdir>/date=<day>/part-<name>-<n>``.
+
+    Rows are sorted by (topic, partition, offset), keeping each message's
+    rows in order, so the same rows always give the same files.
+    """
+    if not len(table):
+        return []
+    ordinal = pa.array(range(len(table)), pa.int64())
+    table = table.append_column("_ordinal", ordinal)
+    table = table.sort_by([("topic", "ascending"), ("partition", "ascending"),
+                           ("offset", "ascending"), ("_ordinal", "ascending")])  # fmt: skip
+    table = table.drop_columns(["_ordinal"])
+    dates = pc.strftime(table.column(time_column), format="%Y-%m-%d")
+    report: list[dict[str, Any]] = []
+    for date in sorted(pc.unique(dates).to_pylist()):
+        day = table.filter(pc.equal(dates, date))
+        for chunk, start in enumerate(range(0, len(day), max_rows_per_file)):
+            part = day.slice(start, max_rows_per_file)
+            relative = posixpath.join(subdir, f"date={date}", f"part-{name}-{chunk:03d}.parquet")
+            staged = location.child(staging_dir, relative)
+            location.fs.create_dir(posixpath.dirname(staged), recursive=True)
+            pq.write_table(
+                part, staged, filesystem=location.fs, compression=compression,
+                row_group_size=256 * 1024,
+            )  # fmt: skip
+            size = location.fs.get_file_info(staged).size
+            report.append({"kind": FILE, "path": relative, "rows": len(part), "bytes": size})
+    return report
 
 
 def _output_table(events: pa.Table) -> pa.Table:

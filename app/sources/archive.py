@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from app.contract import Position, Record
 from app.errors import ArchiveLayoutError, DataLossError
 from app.offsets import TopicPartition
 from app.storage import Location
@@ -179,3 +180,21 @@ def write_file(
     pq.write_table(table.cast(SCHEMA), sink, compression="zstd")
     location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
     return path
+
+
+def iter_records(
+    location: Location, files: list[ArchiveFile], start: int, end: int
+) -> Iterator[Record]:
+    """The typed records of offsets ``[start, end)`` of one partition, in order."""
+    for batch in read_range(location, files, start, end):
+        micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
+        for key, value, topic, partition, offset, ts in zip(
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            batch.column("topic").to_pylist(),
+            batch.column("partition").to_pylist(),
+            batch.column("offset").to_pylist(),
+            micros,
+            strict=True,
+        ):
+            yield Record(Position(topic, partition, offset), key, value, ts // 1000)

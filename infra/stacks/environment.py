@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from constructs import Construct
 
 from infra.config import EnvironmentConfig
+from infra.stacks.base import EnvironmentStack
 from infra.stacks.handoff import HandoffStack
 from infra.stacks.kafka import KafkaStack
 from infra.stacks.monitoring import MonitoringStack
@@ -24,11 +25,7 @@ class EnvironmentStacks:
     monitoring: MonitoringStack
     handoff: HandoffStack
 
-    def all(
-        self,
-    ) -> tuple[
-        NetworkStack | StorageStack | KafkaStack | SparkStack | MonitoringStack | HandoffStack, ...
-    ]:
+    def all(self) -> tuple[EnvironmentStack, ...]:
         """Every stack, dependencies first."""
         return (self.network, self.storage, self.kafka, self.spark, self.monitoring, self.handoff)
 

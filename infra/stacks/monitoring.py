@@ -165,7 +165,7 @@ class MonitoringStack(EnvironmentStack):
             name="kafka-active-controller-count",
             description="The cluster does not have exactly one active controller",
             metric_query=[
-                _query("controllers", "ActiveControllerCount", cluster, "Sum"),
+                _query("controllers", "ActiveControllerCount", cluster, "Sum", ONE_MINUTE),
                 CloudwatchMetricAlarmMetricQuery(
                     id="off_by", expression="ABS(controllers - 1)", return_data=True
                 ),
@@ -275,8 +275,13 @@ class MonitoringStack(EnvironmentStack):
 
 
 def _query(
-    id_: str, metric_name: str, dimensions: Mapping[str, str], stat: str
+    id_: str,
+    metric_name: str,
+    dimensions: Mapping[str, str],
+    stat: str,
+    period: int = FIVE_MINUTES,
 ) -> CloudwatchMetricAlarmMetricQuery:
+    """One MSK metric inside a metric-math alarm; only the expression returns data."""
     return CloudwatchMetricAlarmMetricQuery(
         id=id_,
         metric=CloudwatchMetricAlarmMetricQueryMetric(
@@ -284,7 +289,7 @@ def _query(
             metric_name=metric_name,
             dimensions=dict(dimensions),
             stat=stat,
-            period=FIVE_MINUTES if metric_name != "ActiveControllerCount" else ONE_MINUTE,
+            period=period,
         ),
         return_data=False,
     )

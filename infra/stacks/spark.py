@@ -87,12 +87,10 @@ class SparkStack(EnvironmentStack):
         placement = PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="cluster")
         driver_host = config.subnets.driver_private_ip
 
-        def node(
-            node_id: str, name: str, role: NodeRole, instance_type: str, host: str
-        ) -> SparkNode:
+        def node(name: str, role: NodeRole, instance_type: str, host: str) -> SparkNode:
             return SparkNode(
                 self,
-                node_id,
+                name,
                 name=f"{prefix}-{name}",
                 ami_id=image.id,
                 instance_type=instance_type,
@@ -116,12 +114,9 @@ class SparkStack(EnvironmentStack):
 
         # The driver writes its own fixed address; workers name the driver
         # instance's, which also makes Terraform start the driver first.
-        self.driver = node(
-            "driver", "driver", NodeRole.DRIVER, config.driver_instance_type, driver_host
-        )
+        self.driver = node("driver", NodeRole.DRIVER, config.driver_instance_type, driver_host)
         self.workers = [
             node(
-                f"worker-{index}",
                 f"worker-{index}",
                 NodeRole.WORKER,
                 config.spark_worker_instance_type,

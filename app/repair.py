@@ -1,0 +1,296 @@
+"""``tablecast repair``: the seeds' six-step runbook, automated and checked.
+
+When output and checkpoint disagree (a lost, deleted or swapped checkpoint,
+or a run that must restart earlier), repair realigns them without losing or
+repeating a row:
+
+1. Read the offsets the output holds (its ledger) and each partition's
+   message headers from the source, up to those offsets.
+2. Find each partition's restart offset (:mod:`app.restart`): the latest
+   offset from which every session that goes on past it can be rebuilt from
+   one of its snapshots.
+3. Print the plan; with ``--dry-run`` stop here.
+4. Move the old checkpoint aside (never delete it).
+5. Rewrite the output files that hold rows at or after the restart offsets
+   without those rows (each file replaced whole), in the dataset and in its
+   quarantine.
+6. Append a repair entry to the ledger: the next ``tablecast run`` with a
+   fresh checkpoint starts at exactly the restart offsets, and the sessions
+   that restart from a resync snapshot (``seq`` > 0) are named there.
+
+Repair is safe to run again if it is interrupted: the plan depends only on
+the source and the ledger, which step 6 changes last.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from app import offsets as offsets_mod
+from app.contract import Record
+from app.errors import ConfigurationError, DataLossError, OutputStateError
+from app.offsets import Offsets, TopicPartition
+from app.restart import CannotRebuildError, RestartPoint, headers, restart_point
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import Ledger, LedgerEntry
+from app.sources import archive
+from app.storage import Location, resolve
+
+RecordReader = Callable[[TopicPartition, int], Iterator[Record]]
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    tp: TopicPartition
+    committed_end: int
+    restart: RestartPoint
+    rows_to_remove: int
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    partitions: tuple[PartitionPlan, ...]
+    end: Offsets  # restart offsets for every partition the output knows
+    files_to_rewrite: tuple[str, ...]
+
+    @property
+    def adopt(self) -> frozenset[str]:
+        return frozenset(s for p in self.partitions for s in p.restart.adopt)
+
+    def describe(self) -> str:
+        lines = [
+            f"{'partition':<28} {'committed end':>14} {'restart at':>12} {'rows to remove':>15}"
+        ]
+        for p in self.partitions:
+            lines.append(
+                f"{p.tp.key():<28} {p.committed_end:>14,} {p.restart.offset:>12,} "
+                f"{p.rows_to_remove:>15,}"
+            )
+            rebuilt = sorted(p.restart.rebuilt)
+            if rebuilt:
+                shown = ", ".join(rebuilt[:8]) + (
+                    f" and {len(rebuilt) - 8} more" if len(rebuilt) > 8 else ""
+                )
+                lines.append(f"    sessions rebuilt ({len(rebuilt)}): {shown}")
+            adopt = sorted(p.restart.adopt)
+            if adopt:
+                shown = ", ".join(adopt[:8]) + (
+                    f" and {len(adopt) - 8} more" if len(adopt) > 8 else ""
+                )
+                lines.append(f"    restart from a resync snapshot ({len(adopt)}): {shown}")
+        lines.append(f"files to rewrite: {len(self.files_to_rewrite)}")
+        return "\n".join(lines)
+
+
+def archive_reader(uri: str, topic_pattern: str) -> RecordReader:
+    location = resolve(uri)
+    index = archive.scan(location, topic_pattern)
+
+    def read(tp: TopicPartition, end: int) -> Iterator[Record]:
+        if tp not in index.files:
+            raise DataLossError(f"the archive holds nothing of {tp}, which the output holds")
+        first = index.earliest(tp)
+        yield from archive.iter_records(location, index.covering(tp, first, end), first, end)
+
+    return read
+
+
+def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
+    """Steps 1 and 2: nothing is changed."""
+    location = resolve(output_uri)
+    head = Ledger(location).head()
+    if head is None:
+        return RepairPlan((), {}, ())
+    partitions: list[PartitionPlan] = []
+    end: Offsets = {}
+    for tp in sorted(head.end):
+        committed = head.end[tp]
+        try:
+            point = restart_point(headers(read(tp, committed)), committed)
+        except CannotRebuildError as exc:
+            raise OutputStateError(f"cannot repair {tp}: {exc}") from None
+        end[tp] = point.offset
+        partitions.append(PartitionPlan(tp, committed, point, 0))
+    counts, files = _rows_at_or_after(location, end)
+    return RepairPlan(
+        tuple(
+            PartitionPlan(p.tp, p.committed_end, p.restart, counts.get(p.tp, 0)) for p in partitions
+        ),
+        end,
+        tuple(files),
+    )
+
+
+def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str | None:
+    """Steps 4 to 6; returns where the old checkpoint went (None if there was none)."""
+    location = resolve(output_uri)
+    ledger = Ledger(location)
+    head = ledger.head()
+    # Step 4
+    moved = move_checkpoint_aside(checkpoint_uri)
+    # Step 5
+    for path in plan.files_to_rewrite:
+        _rewrite_without(location, path, plan.end)
+    ledger.clear_pending()
+    location.delete_dir(location.child(ledger_mod.STAGING_DIR))
+    # Step 6
+    if head is not None:
+        ledger.append(
+            LedgerEntry(
+                number=head.number + 1,
+                kind=ledger_mod.REPAIR,
+                end=plan.end,
+                checkpoint=checkpoint_uri,
+                adopt=tuple(sorted(plan.adopt)),
+            )
+        )
+    return moved
+
+
+def move_checkpoint_aside(uri: str) -> str | None:
+    suffix = "before-repair-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    if "://" not in uri or uri.startswith("file://"):
+        path = uri.removeprefix("file://").rstrip("/")
+        if not os.path.exists(path):
+            return None
+        target = f"{path}.{suffix}"
+        os.rename(path, target)
+        return target
+    from app.checkpoint import CheckpointLog
+    from app.job import spark_session
+
+    log = CheckpointLog(spark_session(), uri)
+    return log.move_aside(suffix) if log.exists() else None
+
+
+def visible_files(location: Location) -> list[str]:
+    """Every data file a reader sees, dataset and quarantine (paths relative)."""
+    out: list[str] = []
+    for info in location.list_tree(location.path):
+        relative = posixpath.relpath(info.path, location.path)
+        parts = relative.split("/")
+        if not relative.endswith(".parquet") or any(p.startswith(".") for p in parts):
+            continue
+        if parts[0] == ledger_mod.CONTROL_DIR or any(
+            p.startswith("_") for p in parts if p != "_quarantine"
+        ):
+            continue
+        out.append(relative)
+    return sorted(out)
+
+
+def _keep_mask(table: pa.Table, end: Offsets) -> pa.ChunkedArray:
+    keep = pa.array([True] * len(table))
+    for tp, offset in end.items():
+        drop = pc.and_(
+            pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition)),
+            pc.greater_equal(table["offset"], offset),
+        )
+        keep = pc.and_(keep, pc.invert(drop))
+    return keep
+
+
+def _rows_at_or_after(
+    location: Location, end: Offsets
+) -> tuple[dict[TopicPartition, int], list[str]]:
+    counts: dict[TopicPartition, int] = {}
+    files: list[str] = []
+    for relative in visible_files(location):
+        table = pq.read_table(location.child(relative), filesystem=location.fs,
+                              columns=["topic", "partition", "offset"])  # fmt: skip
+        dropped = table.filter(pc.invert(_keep_mask(table, end)))
+        if len(dropped):
+            files.append(relative)
+            if not relative.startswith("_quarantine/"):
+                for row in (
+                    dropped.group_by(["topic", "partition"])
+                    .aggregate([([], "count_all")])
+                    .to_pylist()
+                ):
+                    tp = TopicPartition(row["topic"], row["partition"])
+                    counts[tp] = counts.get(tp, 0) + row["count_all"]
+    return counts, files
+
+
+def _rewrite_without(location: Location, relative: str, end: Offsets) -> None:
+    """Replace one file whole with its rows before the restart offsets."""
+    path = location.child(relative)
+    if not location.exists(path):
+        return
+    table = pq.read_table(path, filesystem=location.fs)
+    kept = table.filter(_keep_mask(table, end))
+    if not len(kept):
+        location.delete_file(path)
+        return
+    sink = pa.BufferOutputStream()
+    pq.write_table(kept, sink, compression="snappy")
+    location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
+
+
+def kafka_reader(
+    bootstrap_servers: str, extra_config: dict[str, str] | None = None
+) -> RecordReader:
+    """Read a partition from Kafka's earliest retained offset (for repair on the cluster)."""
+    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from app.contract import Position
+
+    def read(tp: TopicPartition, end: int) -> Iterator[Record]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": "tablecast-repair",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **(extra_config or {}),
+            }
+        )
+        try:
+            consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, -2)])  # earliest
+            while True:
+                message = consumer.poll(10.0)
+                if message is None:
+                    raise DataLossError(
+                        f"Kafka gave nothing of {tp} before offset {end} within 10 s"
+                    )
+                if message.error():
+                    raise KafkaException(message.error())
+                offset = message.offset()
+                if offset is None or offset >= end:
+                    return
+                yield Record(
+                    Position(tp.topic, tp.partition, offset),
+                    message.key(),
+                    message.value(),
+                    message.timestamp()[1],
+                )
+                if offset + 1 >= end:
+                    return
+        finally:
+            consumer.close()
+
+    return read
+
+
+def confirm(plan: RepairPlan, yes: bool, ask: Callable[[str], str] = input) -> None:
+    if yes:
+        return
+    if not os.isatty(0):
+        raise ConfigurationError(
+            "repair changes the output and the checkpoint: pass --yes to go ahead"
+        )
+    if ask("Apply this plan? [y/N] ").strip().lower() not in ("y", "yes"):
+        raise ConfigurationError("repair cancelled; nothing was changed")
+
+
+def restart_summary(plan: RepairPlan) -> str:
+    return offsets_mod.describe(plan.end)

@@ -1,0 +1,116 @@
+"""Where a partition can be re-read from so that every session rebuilds.
+
+A session's messages depend on its latest snapshot before them, so a
+partition can only be re-read from an offset at which every session that
+goes on past it is either new or starts again with a snapshot. Repair and
+replay both ask for such offsets. Everything here is plain Python over a
+partition's message headers, read from the archive or from Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import orjson
+
+from app.contract import Record
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What restart planning needs of a message: no rows."""
+
+    offset: int
+    session: str
+    seq: int
+    type: str  # snapshot, update, end, or "invalid"
+    ts: int
+
+
+def headers(records: Iterable[Record]) -> list[Header]:
+    """Message headers in offset order; unparseable values become ``invalid``."""
+    out: list[Header] = []
+    for record in records:
+        session = record.key.decode("utf-8", "replace") if record.key is not None else ""
+        try:
+            doc = orjson.loads(record.value or b"")
+            seq, kind, ts = int(doc["seq"]), str(doc["type"]), int(doc["ts"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            seq, kind, ts = -1, "invalid", record.timestamp_ms
+        out.append(Header(record.position.offset, session, seq, kind, ts))
+    out.sort(key=lambda h: h.offset)
+    return out
+
+
+@dataclass(frozen=True)
+class RestartPoint:
+    """A partition's restart offset and the sessions it touches."""
+
+    offset: int
+    adopt: frozenset[str]  # sessions that begin again with a resync snapshot (seq > 0)
+    rebuilt: frozenset[str]  # sessions whose output from `offset` on is produced again
+    iterations: int = field(default=1, compare=False)
+
+
+class CannotRebuildError(Exception):
+    def __init__(self, session: str, offset: int) -> None:
+        super().__init__(
+            f"session {session!r} has no snapshot at or before offset {offset} in the source: "
+            "it cannot be rebuilt (its start is beyond retention)"
+        )
+        self.session = session
+
+
+def restart_point(history: list[Header], end: int) -> RestartPoint:
+    """The largest offset <= ``end`` from which every session can be rebuilt.
+
+    ``history`` is the partition's messages before ``end`` (the committed
+    output's end); sessions not ended by then are assumed to go on. Start at
+    ``end``; every session that needs state from before the candidate offset
+    moves it back to that session's latest snapshot before it; repeat until
+    it settles.
+    """
+    by_session: dict[str, list[Header]] = {}
+    for header in history:
+        if header.offset < end:
+            by_session.setdefault(header.session, []).append(header)
+    candidate, iterations = end, 0
+    while True:
+        iterations += 1
+        lowest = candidate
+        for session, messages in by_session.items():
+            if not _needs_state_before(messages, candidate):
+                continue
+            snapshot = _latest_snapshot_before(messages, candidate)
+            if snapshot is None:
+                raise CannotRebuildError(session, candidate)
+            lowest = min(lowest, snapshot)
+        if lowest == candidate:
+            break
+        candidate = lowest
+    adopt, rebuilt = set(), set()
+    for session, messages in by_session.items():
+        after = [m for m in messages if m.offset >= candidate]
+        before = [m for m in messages if m.offset < candidate]
+        if after:
+            rebuilt.add(session)
+            if before and after[0].type == "snapshot":
+                adopt.add(session)
+    return RestartPoint(candidate, frozenset(adopt), frozenset(rebuilt), iterations)
+
+
+def _needs_state_before(messages: list[Header], offset: int) -> bool:
+    """Whether the session's messages from ``offset`` on depend on earlier ones."""
+    before = [m for m in messages if m.offset < offset]
+    if not before:
+        return False  # starts at or after the offset: rebuilt from its own start
+    after = [m for m in messages if m.offset >= offset]
+    if after:
+        return after[0].type != "snapshot"
+    return before[-1].type != "end"  # open at the end: its next message needs its state
+
+
+def _latest_snapshot_before(messages: list[Header], offset: int) -> int | None:
+    snapshots = [m.offset for m in messages if m.offset < offset and m.type == "snapshot"]
+    return snapshots[-1] if snapshots else None
