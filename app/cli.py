@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from app import generate as gen
 from app import verify as verify_mod
 from app.errors import ConfigurationError, TablecastError
+from app.metrics.publisher import SinkKind
 from app.session import IntegrityMode
-from app.sink.commit import BatchReport
 from app.sources.kafka import KafkaAuth
 
 _UNITS_MS = {
@@ -71,6 +71,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", default=None, help="Spark master [local[2]]")
     run.add_argument("--state-partitions", type=_positive, default=None,
                      help="state partitions, fixed at a checkpoint's first run")  # fmt: skip
+    run.add_argument("--metrics", choices=[k.value for k in SinkKind], default="log",
+                     help="where per-batch metrics go [log]; cloudwatch on AWS")  # fmt: skip
+    run.add_argument("--environment", default="local",
+                     help="the metrics' Environment dimension [local]")  # fmt: skip
+    run.add_argument("--region", default=None,
+                     help="CloudWatch's region [AWS_REGION]")  # fmt: skip
+
+    inspect = commands.add_parser(
+        "inspect", help="print the sessions' state that a checkpoint holds"
+    )
+    inspect.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
+    inspect.add_argument("--session", default=None, help="print this session's table in full")
+    inspect.add_argument("--at-batch", type=int, default=None, metavar="N",
+                         help="the state after batch N [the last committed batch]")  # fmt: skip
+    inspect.add_argument("--limit", type=_positive, default=50,
+                         help="sessions listed in the summary [50]")  # fmt: skip
+    inspect.add_argument("--master", default=None, help="Spark master [local[2]]")
 
     generate = commands.add_parser("generate", help="write a sample capture as a raw archive")
     generate.add_argument("--archive", required=True)
@@ -82,11 +99,32 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--updates", type=int, default=40)
     generate.add_argument("--resync-every", type=int, default=0,
                           help="emit a resync snapshot every N messages of a session")  # fmt: skip
+    generate.add_argument("--concurrent-sessions", type=_positive, default=4,
+                          help="sessions active at once in a partition")  # fmt: skip
     generate.add_argument("--records-per-file", type=_positive, default=500)
     generate.add_argument("--prefix", default="sensor-")
     generate.add_argument("--seed", type=int, default=7)
     generate.add_argument("--fault", action="append", default=[],
                           choices=[f.value for f in gen.Fault])  # fmt: skip
+
+    repair = commands.add_parser(
+        "repair", help="realign output and checkpoint: restart from the last snapshots"
+    )
+    repair_source = repair.add_mutually_exclusive_group(required=True)
+    repair_source.add_argument("--archive", help="read message headers from the raw archive")
+    repair_source.add_argument("--bootstrap-servers", help="read message headers from Kafka")
+    repair.add_argument("--output", required=True)
+    repair.add_argument("--checkpoint", required=True)
+    repair.add_argument("--topic-pattern", default="^sensor-.+")
+    repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
+
+    replay = commands.add_parser("replay", help="backfill a window of event time from the archive")
+    replay.add_argument("--archive", required=True)
+    replay.add_argument("--output", required=True)
+    replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
+    replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
+    replay.add_argument("--topic-pattern", default="^sensor-.+")
 
     verify = commands.add_parser("verify", help="compare an output with the archive's expectation")
     verify.add_argument("--archive", required=True)
@@ -106,6 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _generate(args)
         if args.command == "verify":
             return _verify(args)
+        if args.command == "inspect":
+            return _inspect(args)
+        if args.command == "repair":
+            return _repair(args)
+        if args.command == "replay":
+            return _replay(args)
     except TablecastError as exc:
         print(f"tablecast {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -131,30 +175,42 @@ def _run(args: argparse.Namespace) -> int:
         session_timeout_ms=parse_duration_ms(args.session_timeout),
         trace=frozenset(args.trace),
     )
-    started = time.monotonic()
-    totals = {"batches": 0, "rows": 0, "files": 0, "quarantined": 0}
+    from app.metrics.listener import MetricsListener
+    from app.metrics.progress import Console, ProgressDisplay
+    from app.metrics.publisher import make_sink
 
-    def on_batch(report: BatchReport) -> None:
-        totals["batches"] += 1
-        totals["rows"] += report.rows
-        totals["files"] += report.files
-        totals["quarantined"] += report.quarantined
-        for line in report.trace:
-            print(f"trace {line}", flush=True)
-        print(
-            f"batch {report.batch_id}: {report.rows:,} rows in {report.files} files"
-            + (f", {report.quarantined:,} quarantined" if report.quarantined else "")
-            + ("" if report.published else " (already published)"),
-            flush=True,
-        )
-
+    console = Console()
+    sink = make_sink(SinkKind(args.metrics), environment=args.environment, region=args.region,
+                     write=console.line)  # fmt: skip
     spark = job.spark_session(args.master, args.state_partitions)
-    job.run(spark, config, on_batch)
-    print(
-        f"done: {totals['batches']} batches, {totals['rows']:,} rows in {totals['files']} files, "
-        f"{totals['quarantined']:,} quarantined, {time.monotonic() - started:.1f} s",
-        flush=True,
+    display = ProgressDisplay(console)
+    listener = MetricsListener(sink, [display.on_metrics])
+    finished = False
+    try:
+        job.run(spark, config, display.on_report, listener=listener)
+        finished = True
+    finally:
+        stats = sink.close()  # bounded: what CloudWatch does not take in time is dropped
+        display.finish(sink.description, stats, finished=finished)
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from app import inspect as inspect_mod
+    from app import job
+
+    spark = job.spark_session(args.master)
+    snapshot = inspect_mod.read_state(
+        spark,
+        args.checkpoint,
+        at_batch=args.at_batch,
+        session=args.session,
+        limit=None if args.session else args.limit,
     )
+    if args.session:
+        print(inspect_mod.format_session(snapshot, snapshot.sessions[0]))
+    else:
+        print(inspect_mod.format_summary(snapshot))
     return 0
 
 
@@ -177,6 +233,7 @@ def _generate(args: argparse.Namespace) -> int:
         rows_max=max(args.rows_min, args.rows_max),
         updates=args.updates,
         resync_every=args.resync_every,
+        concurrent=args.concurrent_sessions,
         records_per_file=args.records_per_file,
         prefix=args.prefix,
         seed=args.seed,
@@ -206,6 +263,48 @@ def _verify(args: argparse.Namespace) -> int:
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
     print(comparison.report())
     return 0 if comparison.ok else 1
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from app import repair
+
+    reader = (
+        repair.archive_reader(args.archive, args.topic_pattern)
+        if args.archive
+        else repair.kafka_reader(args.bootstrap_servers)
+    )
+    plan = repair.plan_repair(args.output, reader)
+    if not plan.partitions:
+        print(f"output {args.output} holds nothing: a run from the earliest offsets rebuilds it")
+    print(plan.describe())
+    if args.dry_run:
+        print("dry run: nothing was changed")
+        return 0
+    repair.confirm(plan, args.yes)
+    moved = repair.apply_repair(args.output, args.checkpoint, plan)
+    if moved:
+        print(f"moved the old checkpoint to {moved}")
+    print(
+        f"repaired: the next `tablecast run --checkpoint {args.checkpoint}` starts at "
+        f"{repair.restart_summary(plan)}"
+    )
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from app import replay
+
+    report = replay.replay(
+        args.archive,
+        args.output,
+        replay.parse_time(args.since),
+        replay.parse_time(args.until),
+        args.topic_pattern,
+    )
+    for tp, start in sorted(report.starts.items()):
+        print(f"{tp.key()}: read from offset {start:,}")
+    print(f"replayed {report.sessions:,} sessions: {report.rows:,} rows in {report.files} files")
+    return 0
 
 
 class _Progress:

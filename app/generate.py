@@ -66,6 +66,7 @@ class CaptureSpec:
     rows_max: int = 20
     updates: int = 40
     resync_every: int = 0  # a resync snapshot every N messages (0: none)
+    concurrent: int = 4  # sessions active at once in a partition (1: one after another)
     records_per_file: int = 500
     prefix: str = "sensor-"
     seed: int = 7
@@ -125,7 +126,7 @@ def generate(spec: CaptureSpec) -> Capture:
     capture = Capture()
     stray: list[tuple[TopicPartition, Message]] = []
     for tp in sorted(streams):
-        merged = _interleave(rng, streams[tp], clock)
+        merged = _interleave(rng, streams[tp], clock, spec.concurrent)
         kept: list[Message] = []
         for message in merged:
             if message.fault is Fault.PARTITION_SWITCH:
@@ -296,11 +297,11 @@ def _inject(
 
 
 def _interleave(
-    rng: random.Random, sessions: list[list[dict[str, Any]]], clock: _Clock
+    rng: random.Random, sessions: list[list[dict[str, Any]]], clock: _Clock, concurrent: int
 ) -> list[Message]:
     """Merge sessions' messages as concurrent producers would, each in its order."""
     pending = [list(reversed(s)) for s in sessions]
-    active = list(range(min(len(pending), 4)))
+    active = list(range(min(len(pending), max(concurrent, 1))))
     waiting = list(range(len(active), len(pending)))
     merged: list[Message] = []
     while active:

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.checkpoint import CheckpointLog
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError, TablecastError
+from app.metrics.listener import MetricsListener
 from app.offsets import Offsets
 from app.processor import Processor, TableProcessor
 from app.session import IntegrityMode
@@ -167,8 +168,13 @@ def run(
     config: JobConfig,
     on_batch: Callable[[BatchReport], None] | None = None,
     processor: Processor[Any] | None = None,
+    listener: MetricsListener | None = None,
 ) -> None:
-    """Run the job until an available-now run is done (or forever); raise on failure."""
+    """Run the job until an available-now run is done (or forever); raise on failure.
+
+    ``listener`` (optional) publishes every batch's metrics; it is attached
+    for this run only.
+    """
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint)
     function = StateFunction(
@@ -181,8 +187,9 @@ def run(
     )
     events = sessions_frame(source_frame(spark, config, plan.starting_offsets), function)
     sink = ExactlyOnceSink(
-        config.output, checkpoint, config.integrity, config.max_rows_per_file, on_batch
-    )
+        config.output, checkpoint, config.integrity, config.max_rows_per_file,
+        _reporting(on_batch, listener),
+    )  # fmt: skip
     writer = (
         events.writeStream.queryName(QUERY_NAME)
         .foreachBatch(sink)
@@ -199,16 +206,40 @@ def run(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=config.trigger.interval)
-    query = writer.start()
+    if listener is not None:
+        spark.streams.addListener(listener)  # before start(): it sees the first event
+    failure: Exception | None = None
     try:
-        query.awaitTermination()
-    except Exception as exc:
-        if sink.failure is not None:
-            raise sink.failure from None
-        raise _known_error(exc) from None
+        query = writer.start()
+        try:
+            if listener is not None:
+                listener.bind(str(query.runId))
+            query.awaitTermination()
+        except Exception as exc:
+            failure = sink.failure if sink.failure is not None else _known_error(exc)
+            raise failure from None
+        finally:
+            if query.isActive:
+                query.stop()
     finally:
-        if query.isActive:
-            query.stop()
+        if listener is not None:
+            listener.finish(failure)  # waits (bounded) for the query's last event
+            spark.streams.removeListener(listener)
+
+
+def _reporting(
+    on_batch: Callable[[BatchReport], None] | None, listener: MetricsListener | None
+) -> Callable[[BatchReport], None] | None:
+    """The sink's callback: the listener first (it merges), then the caller's."""
+    if listener is None:
+        return on_batch
+
+    def report(batch: BatchReport) -> None:
+        listener.on_batch(batch)
+        if on_batch is not None:
+            on_batch(batch)
+
+    return report
 
 
 _KNOWN = {"DataLossError": DataLossError, "ArchiveLayoutError": ArchiveLayoutError}

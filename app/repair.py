@@ -62,8 +62,12 @@ class RepairPlan:
     files_to_rewrite: tuple[str, ...]
 
     @property
-    def adopt(self) -> frozenset[str]:
-        return frozenset(s for p in self.partitions for s in p.restart.adopt)
+    def adopt(self) -> dict[str, int]:
+        return {s: o for p in self.partitions for s, o in p.restart.adopt.items()}
+
+    def kept_offsets(self) -> dict[TopicPartition, set[int]]:
+        """Messages at or after the restart whose rows stay: the adopted snapshots."""
+        return {p.tp: set(p.restart.adopt.values()) for p in self.partitions}
 
     def describe(self) -> str:
         lines = [
@@ -119,7 +123,8 @@ def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
             raise OutputStateError(f"cannot repair {tp}: {exc}") from None
         end[tp] = point.offset
         partitions.append(PartitionPlan(tp, committed, point, 0))
-    counts, files = _rows_at_or_after(location, end)
+    kept = {p.tp: set(p.restart.adopt.values()) for p in partitions}
+    counts, files = _rows_at_or_after(location, end, kept)
     return RepairPlan(
         tuple(
             PartitionPlan(p.tp, p.committed_end, p.restart, counts.get(p.tp, 0)) for p in partitions
@@ -138,7 +143,7 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
     moved = move_checkpoint_aside(checkpoint_uri)
     # Step 5
     for path in plan.files_to_rewrite:
-        _rewrite_without(location, path, plan.end)
+        _rewrite_without(location, path, plan.end, plan.kept_offsets())
     ledger.clear_pending()
     location.delete_dir(location.child(ledger_mod.STAGING_DIR))
     # Step 6
@@ -149,7 +154,7 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
                 kind=ledger_mod.REPAIR,
                 end=plan.end,
                 checkpoint=checkpoint_uri,
-                adopt=tuple(sorted(plan.adopt)),
+                adopt=plan.adopt,
             )
         )
     return moved
@@ -187,26 +192,31 @@ def visible_files(location: Location) -> list[str]:
     return sorted(out)
 
 
-def _keep_mask(table: pa.Table, end: Offsets) -> pa.ChunkedArray:
+def _keep_mask(
+    table: pa.Table, end: Offsets, kept: dict[TopicPartition, set[int]]
+) -> pa.ChunkedArray:
     keep = pa.array([True] * len(table))
     for tp, offset in end.items():
         drop = pc.and_(
             pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition)),
             pc.greater_equal(table["offset"], offset),
         )
+        if kept.get(tp):
+            adopted = pc.is_in(table["offset"], pa.array(sorted(kept[tp]), pa.int64()))
+            drop = pc.and_(drop, pc.invert(adopted))
         keep = pc.and_(keep, pc.invert(drop))
     return keep
 
 
 def _rows_at_or_after(
-    location: Location, end: Offsets
+    location: Location, end: Offsets, kept: dict[TopicPartition, set[int]]
 ) -> tuple[dict[TopicPartition, int], list[str]]:
     counts: dict[TopicPartition, int] = {}
     files: list[str] = []
     for relative in visible_files(location):
         table = pq.read_table(location.child(relative), filesystem=location.fs,
                               columns=["topic", "partition", "offset"])  # fmt: skip
-        dropped = table.filter(pc.invert(_keep_mask(table, end)))
+        dropped = table.filter(pc.invert(_keep_mask(table, end, kept)))
         if len(dropped):
             files.append(relative)
             if not relative.startswith("_quarantine/"):
@@ -220,18 +230,20 @@ def _rows_at_or_after(
     return counts, files
 
 
-def _rewrite_without(location: Location, relative: str, end: Offsets) -> None:
+def _rewrite_without(
+    location: Location, relative: str, end: Offsets, kept: dict[TopicPartition, set[int]]
+) -> None:
     """Replace one file whole with its rows before the restart offsets."""
     path = location.child(relative)
     if not location.exists(path):
         return
     table = pq.read_table(path, filesystem=location.fs)
-    kept = table.filter(_keep_mask(table, end))
-    if not len(kept):
+    remaining = table.filter(_keep_mask(table, end, kept))
+    if not len(remaining):
         location.delete_file(path)
         return
     sink = pa.BufferOutputStream()
-    pq.write_table(kept, sink, compression="snappy")
+    pq.write_table(remaining, sink, compression="snappy")
     location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
 
 

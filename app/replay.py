@@ -64,7 +64,10 @@ def window_rows(
         session = key.decode("utf-8", "replace") if key is not None else ""
         if session in starts and record.position.offset >= starts[session]:
             by_session.setdefault(key, []).append(record)
-    machine = SessionMachine(TableProcessor(), IntegrityMode.STRICT, adopt=frozenset(starts))
+    seq_of = {h.offset: h.seq for h in history}
+    # Sessions read from a resync snapshot before the window (its rows are not wanted).
+    adopt = {session: offset for session, offset in starts.items() if seq_of[offset] > 0}
+    machine = SessionMachine(TableProcessor(), IntegrityMode.STRICT, adopt=adopt)
     ts_of = {h.offset: h.ts for h in history}
     rows: list[OutputRow] = []
     for key in sorted(by_session, key=lambda k: k or b""):

@@ -48,7 +48,7 @@ class RestartPoint:
     """A partition's restart offset and the sessions it touches."""
 
     offset: int
-    adopt: frozenset[str]  # sessions that begin again with a resync snapshot (seq > 0)
+    adopt: dict[str, int]  # session -> the resync snapshot (seq > 0) it begins again with
     rebuilt: frozenset[str]  # sessions whose output from `offset` on is produced again
     iterations: int = field(default=1, compare=False)
 
@@ -89,15 +89,16 @@ def restart_point(history: list[Header], end: int) -> RestartPoint:
         if lowest == candidate:
             break
         candidate = lowest
-    adopt, rebuilt = set(), set()
+    adopt: dict[str, int] = {}
+    rebuilt: set[str] = set()
     for session, messages in by_session.items():
         after = [m for m in messages if m.offset >= candidate]
         before = [m for m in messages if m.offset < candidate]
         if after:
             rebuilt.add(session)
             if before and after[0].type == "snapshot":
-                adopt.add(session)
-    return RestartPoint(candidate, frozenset(adopt), frozenset(rebuilt), iterations)
+                adopt[session] = after[0].offset
+    return RestartPoint(candidate, adopt, frozenset(rebuilt), iterations)
 
 
 def _needs_state_before(messages: list[Header], offset: int) -> bool:

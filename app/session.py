@@ -9,7 +9,7 @@ not keep offset order inside a group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Generic, NamedTuple
@@ -83,19 +83,21 @@ class SessionMachine(Generic[StateT]):
 
     ``adopt`` names sessions that may begin with a resync snapshot (``seq`` >
     0) instead of ``seq`` 0: the sessions that ``tablecast repair`` restarted
-    from a later snapshot.
+    from a later snapshot, each with that snapshot's offset. The snapshot at
+    that offset rebuilds the table but produces no rows: its rows (including
+    the deletions relative to the table before it) are already published.
     """
 
     def __init__(
         self,
         processor: Processor[StateT],
         mode: IntegrityMode = IntegrityMode.STRICT,
-        adopt: frozenset[str] = frozenset(),
+        adopt: Mapping[str, int] | None = None,
         trace: frozenset[str] = frozenset(),
     ) -> None:
         self.processor = processor
         self.mode = mode
-        self.adopt = adopt
+        self.adopt: Mapping[str, int] = adopt or {}
         self.trace = trace
 
     def apply(
@@ -195,6 +197,8 @@ class SessionMachine(Generic[StateT]):
         else:
             try:
                 state.user, rows = self.processor.apply(state.user, position, message)
+                if state.last_offset < 0 and self.adopt.get(session) == position.offset:
+                    rows = []  # published before the repair that adopted this session
             except ProcessorViolation as exc:
                 return Violation(
                     position.topic, position.partition, position.offset, session,

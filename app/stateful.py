@@ -14,8 +14,8 @@ operator") for the measurements.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -51,7 +51,7 @@ class StateFunction:
     mode: IntegrityMode
     timeout_ms: int
     run_started_ms: int
-    adopt: frozenset[str] = frozenset()
+    adopt: Mapping[str, int] = field(default_factory=dict)
     trace: frozenset[str] = frozenset()
 
     def __call__(

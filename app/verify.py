@@ -83,7 +83,7 @@ def read_archive(uri: str, topic_pattern: str) -> dict[bytes | None, list[Record
 def expected_output(
     groups: dict[bytes | None, list[Record]],
     mode: IntegrityMode = IntegrityMode.STRICT,
-    adopt: frozenset[str] = frozenset(),
+    adopt: dict[str, int] | None = None,
     keep: Callable[[OutputRow], bool] | None = None,
 ) -> Expected:
     machine = SessionMachine(TableProcessor(), mode, adopt)

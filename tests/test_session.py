@@ -163,9 +163,12 @@ def test_resync_session_that_starts_badly_waits_for_any_snapshot() -> None:
 def test_adopted_sessions_may_begin_with_a_resync_snapshot() -> None:
     records = [snap(10, 4, {"a": 1}), upd(11, 5, {"a": 2})]
     assert strict().apply(SESSION.encode(), None, records).violations
-    adopted = SessionMachine(TableProcessor(), IntegrityMode.STRICT, adopt=frozenset({SESSION}))
+    adopted = SessionMachine(TableProcessor(), IntegrityMode.STRICT, adopt={SESSION: 10})
     result = adopted.apply(SESSION.encode(), None, records)
-    assert result.violations == [] and len(result.rows) == 2
+    assert result.violations == []
+    # The adopted snapshot's rows were published before the repair: only later rows.
+    assert [(r.offset, r.row_id) for r in result.rows] == [(11, "a")]
+    assert result.state is not None and result.state.user == {"a": (2.0, "ok")}
     # An adopted session must still begin with a snapshot.
     assert adopted.apply(SESSION.encode(), None, [upd(10, 4, {"a": 1})]).violations
 

@@ -25,7 +25,7 @@ class StartPlan:
     """Where a run starts: the checkpoint's position, or a repair's offsets."""
 
     starting_offsets: Offsets | None  # None: the checkpoint's (or the earliest)
-    adopt: frozenset[str]  # sessions a repair restarts from a resync snapshot
+    adopt: dict[str, int]  # session -> the resync snapshot a repair restarts it from
 
 
 def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:

@@ -40,7 +40,8 @@ class LedgerEntry:
     checkpoint: str | None = None  # the checkpoint's URI when the entry was written
     checkpoint_id: str | None = None  # Spark's query id in that checkpoint
     batch_id: int | None = None  # for the operator's eyes only
-    adopt: tuple[str, ...] = ()  # sessions a repair restarts from a resync snapshot
+    # session -> offset of the resync snapshot a repair restarts it from
+    adopt: dict[str, int] = field(default_factory=dict)
     written_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def to_json(self) -> bytes:
@@ -53,7 +54,7 @@ class LedgerEntry:
             "checkpoint": self.checkpoint,
             "checkpoint_id": self.checkpoint_id,
             "batch_id": self.batch_id,
-            "adopt": list(self.adopt),
+            "adopt": dict(sorted(self.adopt.items())),
             "written_at": self.written_at,
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
@@ -70,7 +71,7 @@ class LedgerEntry:
             checkpoint=doc["checkpoint"],
             checkpoint_id=doc["checkpoint_id"],
             batch_id=doc["batch_id"],
-            adopt=tuple(doc.get("adopt", ())),
+            adopt=dict(doc.get("adopt", {})),
             written_at=doc["written_at"],
         )
 
@@ -107,8 +108,12 @@ class Ledger:
     def append(self, entry: LedgerEntry) -> None:
         self.location.write_bytes_atomic(self._entry_path(entry.number), entry.to_json())
 
-    def adopted_sessions(self) -> frozenset[str]:
-        return frozenset(s for e in self.entries() if e.kind == REPAIR for s in e.adopt)
+    def adopted_sessions(self) -> dict[str, int]:
+        adopted: dict[str, int] = {}
+        for entry in self.entries():
+            if entry.kind == REPAIR:
+                adopted.update(entry.adopt)
+        return adopted
 
     def pending(self) -> Pending | None:
         path = self.location.child(PENDING_FILE)

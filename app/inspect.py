@@ -1,0 +1,242 @@
+"""``tablecast inspect``: the state a checkpoint holds, session by session.
+
+The break-point view of the pipeline: what the job remembers of each
+session after a given micro-batch (its table, last seq, topic-partition and
+last offset, whether it is closed or quarantined), read with Spark 4's
+``statestore`` data source from the checkpoint alone. The job need not be
+running, and reading never changes the checkpoint.
+
+The state rows are those of :data:`app.stateful.STATE_DDL`, keyed by the
+session id; the table is the processor's encoded state
+(:meth:`app.processor.TableProcessor.decode`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from app import offsets as offsets_mod
+from app.checkpoint import CheckpointLog
+from app.errors import ConfigurationError
+from app.offsets import Offsets
+from app.processor import Table, TableProcessor
+from app.session import SessionState
+
+__all__ = [
+    "SessionView",
+    "StateSnapshot",
+    "format_session",
+    "format_summary",
+    "read_state",
+]
+
+STATESTORE = "statestore"
+STATE_METADATA = "state-metadata"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """One session's stored state, and the state partition that holds it."""
+
+    state: SessionState[Table]
+    state_partition: int
+
+    @property
+    def status(self) -> str:
+        if self.state.quarantine is not None:
+            return "quarantined"
+        return "closed" if self.state.closed else "open"
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.state.user is None else len(self.state.user)
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """The state after batch ``batch_id`` of a checkpoint."""
+
+    checkpoint: str
+    batch_id: int
+    end: Offsets  # the batch's end offsets: the state holds every record before them
+    sessions: tuple[SessionView, ...]  # ordered by session id; all or the first `limit`
+    total: int
+    closed: int
+    quarantined: int
+
+    @property
+    def open(self) -> int:
+        return self.total - self.closed - self.quarantined
+
+
+def read_state(
+    spark: Any,
+    checkpoint: str,
+    *,
+    at_batch: int | None = None,
+    session: str | None = None,
+    limit: int | None = None,
+) -> StateSnapshot:
+    """Read the checkpoint's state after ``at_batch`` (default: the last committed batch).
+
+    ``session`` keeps that session only; ``limit`` bounds how many sessions
+    are decoded (the counts always cover all of them).
+    """
+    log = CheckpointLog(spark, checkpoint)
+    batch_id = _batch_check(spark, log, at_batch)
+    end = log.offsets(batch_id) or {}
+
+    from pyspark.sql import functions as sf
+
+    state = (
+        spark.read.format(STATESTORE)
+        .option("batchId", batch_id)
+        .load(log.uri)
+        .select("value.groupState.*", "partition_id")
+    )
+    if session is not None:
+        state = state.where(sf.col("session") == session)
+    counts = state.agg(
+        sf.count(sf.lit(1)).alias("total"),
+        sf.count_if(sf.col("quarantine").isNull() & sf.col("closed")).alias("closed"),
+        sf.count_if(sf.col("quarantine").isNotNull()).alias("quarantined"),
+    ).first()
+    ordered = state.orderBy("session")
+    rows = (ordered if limit is None else ordered.limit(limit)).collect()
+    processor = TableProcessor()
+    views = tuple(_view(processor, row.asDict()) for row in rows)
+    if session is not None and not views:
+        raise ConfigurationError(
+            f"checkpoint {log.uri} holds no session {session!r} after batch {batch_id} "
+            f"(ends at {offsets_mod.describe(end)}); it has not started yet, or it "
+            "expired after its idle timeout"
+        )
+    return StateSnapshot(
+        log.uri,
+        batch_id,
+        end,
+        views,
+        int(counts["total"]),
+        int(counts["closed"]),
+        int(counts["quarantined"]),
+    )
+
+
+def _batch_check(spark: Any, log: CheckpointLog, at_batch: int | None) -> int:
+    """The batch to read, checked against what the checkpoint holds."""
+    if not log.exists():
+        raise ConfigurationError(f"checkpoint {log.uri} does not exist")
+    last = log.last_committed()
+    if last is None:
+        raise ConfigurationError(f"checkpoint {log.uri} has no committed batch yet")
+    if at_batch is None:
+        return last
+    if at_batch < 0 or at_batch > last:
+        raise ConfigurationError(
+            f"--at-batch {at_batch}: checkpoint {log.uri} has committed batches up to {last}"
+        )
+    oldest = _oldest_state_batch(spark, log.uri)
+    if oldest is not None and at_batch < oldest:
+        raise ConfigurationError(
+            f"--at-batch {at_batch}: checkpoint {log.uri} keeps the state of batches "
+            f"{oldest} to {last} only (spark.sql.streaming.minBatchesToRetain)"
+        )
+    return at_batch
+
+
+def _oldest_state_batch(spark: Any, uri: str) -> int | None:
+    rows = spark.read.format(STATE_METADATA).load(uri).select("minBatchId").collect()
+    found = [int(r["minBatchId"]) for r in rows if r["minBatchId"] is not None]
+    return max(found) if found else None
+
+
+def _view(processor: TableProcessor, row: dict[str, Any]) -> SessionView:
+    user = row["user"]
+    state: SessionState[Table] = SessionState(
+        row["session"],
+        row["topic"],
+        int(row["partition"]),
+        int(row["last_seq"]),
+        int(row["last_offset"]),
+        int(row["last_ts"]),
+        bool(row["closed"]),
+        row["quarantine"],
+        None if user is None else processor.decode(bytes(user)),
+    )
+    return SessionView(state, int(row["partition_id"]))
+
+
+def format_session(snapshot: StateSnapshot, view: SessionView) -> str:
+    """A session's stored state and table, as ``inspect --session`` prints it."""
+    s = view.state
+    lines = [
+        f"session {s.session} in checkpoint {snapshot.checkpoint} after batch "
+        f"{snapshot.batch_id} (ends at {offsets_mod.describe(snapshot.end)})",
+        f"  status          {view.status}",
+        f"  topic           {s.topic}",
+        f"  partition       {s.partition}",
+        f"  last seq        {s.last_seq}",
+        f"  last offset     {s.last_offset}",
+        f"  last ts         {_ts(s.last_ts)}",
+        f"  state partition {view.state_partition}",
+    ]
+    if s.quarantine is not None:
+        lines.append(f"  quarantined     {s.quarantine}")
+    if s.user is None:
+        lines.append("  table           (none)" + (": the session ended" if s.closed else ""))
+        return "\n".join(lines)
+    lines.append(f"  table           {len(s.user)} rows")
+    cells = [("row id", "value", "status")] + [
+        (row_id, _value(value), "" if status is None else status)
+        for row_id, (value, status) in s.user.items()
+    ]
+    lines.extend("    " + line for line in _columns(cells, right={1}))
+    return "\n".join(lines)
+
+
+def format_summary(snapshot: StateSnapshot) -> str:
+    """Every session (or the first ``limit``), as plain ``inspect`` prints it."""
+    lines = [
+        f"checkpoint {snapshot.checkpoint} after batch {snapshot.batch_id} "
+        f"(ends at {offsets_mod.describe(snapshot.end)})",
+        f"{snapshot.total:,} sessions in state: {snapshot.open:,} open, "
+        f"{snapshot.closed:,} closed, {snapshot.quarantined:,} quarantined",
+    ]
+    if not snapshot.sessions:
+        return "\n".join(lines)
+    cells = [("session", "status", "topic", "partition", "last seq", "last offset", "rows")]
+    for view in snapshot.sessions:
+        s = view.state
+        cells.append(
+            (s.session, view.status, s.topic, str(s.partition), str(s.last_seq),
+             str(s.last_offset), str(view.rows))
+        )  # fmt: skip
+    lines.extend(_columns(cells, right={3, 4, 5, 6}))
+    if len(snapshot.sessions) < snapshot.total:
+        lines.append(
+            f"(the first {len(snapshot.sessions):,} of {snapshot.total:,} sessions; "
+            "--limit N shows more, --session ID one in full)"
+        )
+    return "\n".join(lines)
+
+
+def _columns(cells: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return [
+        "  ".join(
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ).rstrip()
+        for row in cells
+    ]
+
+
+def _value(value: float | None) -> str:
+    return "null" if value is None else repr(value)
+
+
+def _ts(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

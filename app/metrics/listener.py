@@ -1,0 +1,263 @@
+"""Spark's progress events, turned into the job's per-batch metrics.
+
+Spark reports each finished micro-batch to every ``StreamingQueryListener``
+on the driver: input rows, duration, the state operator's row count and
+memory, and the source's start, end and latest offsets. The job's sink
+reports what it wrote (:class:`app.sink.commit.BatchReport`) from inside the
+batch, so before Spark's event for the same batch arrives. The listener
+merges the two by batch id into one :class:`BatchMetrics`, publishes it
+through a :class:`~app.metrics.publisher.MetricsSink` and hands it to its
+observers (the progress display).
+
+Records behind are computed here, not by Kafka: Spark commits no consumer
+group offsets, so MSK's lag metrics know nothing of the job. The newest
+offsets come from the source (``latestOffset``, which both the Kafka source
+and the archive source report) and the processed ones from ``endOffset``.
+
+The listener runs on Spark's listener thread. Nothing in it blocks for
+long or raises into Spark: a sink only queues, and a failing observer is
+logged and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from app import metric_names as names
+from app import offsets as offsets_mod
+from app.errors import IntegrityViolationError
+from app.metrics.publisher import Datum, MetricsSink, Unit, now
+from app.offsets import Offsets, TopicPartition
+from app.sink.commit import BatchReport
+
+__all__ = ["BatchMetrics", "Lag", "MetricsListener", "batch_metrics", "records_behind"]
+
+log = logging.getLogger(__name__)
+
+Observer = Callable[["BatchMetrics"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """How far the processed offsets are behind the newest available ones."""
+
+    total: int
+    worst: TopicPartition | None  # None when no partition is behind
+    worst_behind: int
+
+
+def records_behind(end: Offsets, latest: Offsets) -> Lag:
+    """Records between ``end`` and ``latest``, summed and for the worst partition.
+
+    A partition the batch has no end for yet counts from offset 0: an upper
+    bound where retention removed the oldest records.
+    """
+    behind = {tp: max(0, latest[tp] - end.get(tp, 0)) for tp in sorted(latest)}
+    worst = max(behind, key=lambda tp: behind[tp], default=None)
+    if worst is None or behind[worst] == 0:
+        return Lag(0, None, 0)
+    return Lag(sum(behind.values()), worst, behind[worst])
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetrics:
+    """One committed micro-batch, as Spark and the sink saw it."""
+
+    batch_id: int
+    started: datetime
+    input_messages: int
+    duration_ms: int
+    sessions_in_state: int
+    state_bytes: int
+    end: Offsets
+    lag: Lag | None  # None when the source reports no latest offsets
+    rows_written: int = 0
+    output_files: int = 0
+    output_bytes: int = 0
+    violations: int = 0
+    quarantined: int = 0
+    published: bool = True  # False: the sink found the batch published before a restart
+
+    @property
+    def messages_per_second(self) -> float:
+        return 1000.0 * self.input_messages / self.duration_ms if self.duration_ms > 0 else 0.0
+
+    def datums(self, at: datetime) -> list[Datum]:
+        """Every metric of the batch, all at time ``at``."""
+        count, ms, size = Unit.COUNT, Unit.MILLISECONDS, Unit.BYTES
+        values: list[tuple[str, float, Unit]] = [
+            (names.HEARTBEAT, 1, count),
+            (names.INPUT_MESSAGES, self.input_messages, count),
+            (names.ROWS_WRITTEN, self.rows_written, count),
+            (names.BATCH_DURATION_MS, self.duration_ms, ms),
+            (names.SESSIONS_IN_STATE, self.sessions_in_state, count),
+            (names.STATE_BYTES, self.state_bytes, size),
+            (names.INTEGRITY_VIOLATIONS, self.violations, count),
+            (names.QUARANTINED_MESSAGES, self.quarantined, count),
+            (names.OUTPUT_FILES, self.output_files, count),
+            (names.OUTPUT_BYTES, self.output_bytes, size),
+        ]
+        if self.lag is not None:
+            values.append((names.RECORDS_BEHIND, self.lag.total, count))
+            values.append((names.RECORDS_BEHIND_WORST_PARTITION, self.lag.worst_behind, count))
+        return [Datum(name, float(value), unit, at) for name, value, unit in values]
+
+
+def batch_metrics(progress: Mapping[str, Any], report: BatchReport | None) -> BatchMetrics:
+    """Merge Spark's progress (its JSON form, parsed) with the sink's report."""
+    operators = progress.get("stateOperators") or []
+    sources = progress.get("sources") or []
+    source = sources[0] if sources else {}
+    end = _offsets(source.get("endOffset")) or {}
+    latest = _offsets(source.get("latestOffset"))
+    metrics = BatchMetrics(
+        batch_id=int(progress["batchId"]),
+        started=_timestamp(progress.get("timestamp")),
+        input_messages=int(progress.get("numInputRows") or 0),
+        duration_ms=int(progress.get("batchDuration") or 0),
+        sessions_in_state=sum(int(op.get("numRowsTotal") or 0) for op in operators),
+        state_bytes=sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
+        end=end,
+        lag=None if latest is None else records_behind(end, latest),
+    )
+    if report is None:
+        return metrics
+    return replace(
+        metrics,
+        rows_written=report.rows,
+        output_files=report.files,
+        output_bytes=report.bytes,
+        violations=report.violations,
+        quarantined=report.quarantined,
+        published=report.published,
+    )
+
+
+class MetricsListener(StreamingQueryListener):
+    """Publishes every micro-batch of one run of the job.
+
+    :func:`app.job.run` adds it before starting the query, feeds it the
+    sink's reports (:meth:`on_batch`), binds it to the query's run id
+    (:meth:`bind`; events of any other query are ignored), and at the end
+    waits for the query's last event (:meth:`finish`) before removing it.
+    """
+
+    def __init__(
+        self,
+        sink: MetricsSink,
+        observers: Sequence[Observer] = (),
+        clock: Callable[[], datetime] = now,
+    ) -> None:
+        super().__init__()
+        self.sink = sink
+        self.observers = tuple(observers)
+        self.clock = clock
+        self._dispatch_lock = threading.Lock()
+        self._reports_lock = threading.Lock()
+        self._reports: dict[int, BatchReport] = {}
+        self._run_id: str | None = None
+        self._early: list[tuple[str, Callable[[], None]]] = []
+        self._terminated = threading.Event()
+        self.batches = 0
+
+    # -- fed by app.job.run -------------------------------------------------
+
+    def on_batch(self, report: BatchReport) -> None:
+        """The sink's report of a batch it just committed (Spark's event follows)."""
+        with self._reports_lock:
+            self._reports[report.batch_id] = report
+
+    def bind(self, run_id: str) -> None:
+        """Follow the query run ``run_id`` only (and replay its early events)."""
+        with self._dispatch_lock:
+            self._run_id = run_id
+            early, self._early = self._early, []
+            for event_run, action in early:
+                if event_run == run_id:
+                    self._guarded(action)
+
+    def finish(self, failure: BaseException | None = None, timeout_s: float = 10.0) -> bool:
+        """Wait for the query's termination event; publish a strict-mode violation.
+
+        In strict mode a violation fails its batch, so no batch ever reports
+        it; it is published here, so that the violation alarm fires too.
+        Returns whether the termination event arrived in time.
+        """
+        if isinstance(failure, IntegrityViolationError):
+            at = self.clock()
+            self.sink.publish([Datum(names.INTEGRITY_VIOLATIONS, 1.0, Unit.COUNT, at)])
+        return self._terminated.wait(timeout_s)
+
+    # -- Spark's callbacks (listener thread) --------------------------------
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        """Nothing to publish: the first batch's heartbeat says the job is up."""
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        progress = orjson.loads(event.progress.json)
+        self._dispatch(str(progress["runId"]), lambda: self._progress(progress))
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        # No new data: the job is alive and has caught up. Without this an idle
+        # job would look dead to the heartbeat alarm.
+        self._dispatch(str(event.runId), self._idle)
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        self._dispatch(str(event.runId), self._terminated.set)
+
+    # -- internals ----------------------------------------------------------
+
+    def _dispatch(self, run_id: str, action: Callable[[], None]) -> None:
+        with self._dispatch_lock:
+            if self._run_id is None:
+                self._early.append((run_id, action))
+            elif run_id == self._run_id:
+                self._guarded(action)
+
+    def _guarded(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except Exception:  # a listener must never take Spark's listener bus down
+            log.exception("metrics listener failed on a progress event")
+
+    def _progress(self, progress: Mapping[str, Any]) -> None:
+        with self._reports_lock:
+            report = self._reports.pop(int(progress["batchId"]), None)
+        metrics = batch_metrics(progress, report)
+        self.batches += 1
+        self.sink.publish(metrics.datums(self.clock()))
+        for observer in self.observers:
+            try:
+                observer(metrics)
+            except Exception:
+                log.exception("metrics observer %r failed", observer)
+
+    def _idle(self) -> None:
+        at = self.clock()
+        self.sink.publish(
+            [
+                Datum(names.HEARTBEAT, 1.0, Unit.COUNT, at),
+                Datum(names.RECORDS_BEHIND, 0.0, Unit.COUNT, at),
+                Datum(names.RECORDS_BEHIND_WORST_PARTITION, 0.0, Unit.COUNT, at),
+            ]
+        )
+
+
+def _offsets(doc: Any) -> Offsets | None:
+    if doc is None:
+        return None
+    return offsets_mod.from_json(doc)
+
+
+def _timestamp(text: Any) -> datetime:
+    if not isinstance(text, str):
+        return datetime.now(UTC)
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -1,0 +1,186 @@
+"""Live progress of ``tablecast run``: what an operator watches on a terminal.
+
+On a terminal one status line (batches, messages per second, records behind,
+sessions in state) is redrawn in place after every micro-batch, and other
+lines (trace lines, log-sink lines) are printed above it. Anywhere else
+(a pipe, a log file, a service's journal) every batch gets one plain line.
+Either way a summary closes the run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+from app.metrics.listener import BatchMetrics, Lag
+from app.metrics.publisher import SinkStats
+from app.sink.commit import BatchReport
+
+__all__ = ["Console", "ProgressDisplay", "RunTotals"]
+
+_CLEAR_LINE = "\r\x1b[K"
+
+
+class Console:
+    """Permanent lines, plus one status line redrawn in place on a terminal."""
+
+    def __init__(self, stream: TextIO | None = None, tty: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty() if tty is None else tty
+        self._status = ""
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        """A line that stays (printed above the status line on a terminal)."""
+        with self._lock:
+            if self.tty and self._status:
+                self.stream.write(f"{_CLEAR_LINE}{text}\n{self._status}")
+            else:
+                self.stream.write(f"{text}\n")
+            self.stream.flush()
+
+    def status(self, text: str) -> None:
+        """Redraw the status line on a terminal; elsewhere it is not shown."""
+        if not self.tty:
+            return
+        width = max(20, shutil.get_terminal_size((120, 24)).columns - 1)
+        with self._lock:
+            self._status = text[:width]
+            self.stream.write(f"{_CLEAR_LINE}{self._status}")
+            self.stream.flush()
+
+    def end_status(self) -> None:
+        """Leave the last status line on screen and move below it."""
+        with self._lock:
+            if self.tty and self._status:
+                self.stream.write("\n")
+                self.stream.flush()
+            self._status = ""
+
+
+@dataclass
+class RunTotals:
+    """Sums over the batches of one run."""
+
+    batches: int = 0
+    messages: int = 0
+    rows: int = 0
+    files: int = 0
+    bytes: int = 0
+    quarantined: int = 0
+    violations: int = 0
+    sessions: int = 0  # in state after the last batch
+    lag: Lag | None = None  # after the last batch
+
+    def add(self, m: BatchMetrics) -> None:
+        self.batches += 1
+        self.messages += m.input_messages
+        self.rows += m.rows_written
+        self.files += m.output_files
+        self.bytes += m.output_bytes
+        self.quarantined += m.quarantined
+        self.violations += m.violations
+        self.sessions = m.sessions_in_state
+        self.lag = m.lag
+
+
+class ProgressDisplay:
+    """Observer of the metrics listener (and of the sink's reports, for trace lines)."""
+
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
+        self.console = console
+        self.clock = clock
+        self.started = clock()
+        self.totals = RunTotals()
+        self._lock = threading.Lock()
+
+    def on_report(self, report: BatchReport) -> None:
+        """``--trace``: every message of a traced session, as the job applied it."""
+        for line in report.trace:
+            self.console.line(f"trace {line}")
+
+    def on_metrics(self, metrics: BatchMetrics) -> None:
+        with self._lock:
+            self.totals.add(metrics)
+            elapsed = self.clock() - self.started
+            if self.console.tty:
+                self.console.status(status_line(self.totals, elapsed))
+            else:
+                self.console.line(batch_line(metrics))
+
+    def finish(self, sink: str, stats: SinkStats, *, finished: bool = True) -> None:
+        """End the status line and print the run's summary (``finished``: no failure)."""
+        self.console.end_status()
+        elapsed = self.clock() - self.started
+        for line in summary_lines(self.totals, elapsed, sink, stats, finished=finished):
+            self.console.line(line)
+
+
+def batch_line(m: BatchMetrics) -> str:
+    """One plain line per batch, for logs."""
+    parts = [
+        f"batch {m.batch_id}: {m.input_messages:,} messages ({m.messages_per_second:,.0f}/s)",
+        f"{m.rows_written:,} rows in {m.output_files} files",
+        f"behind {_lag(m.lag)}",
+        f"{m.sessions_in_state:,} sessions in state",
+    ]
+    if m.quarantined:
+        parts.append(f"{m.quarantined:,} quarantined")
+    if m.violations:
+        parts.append(f"{m.violations:,} violations")
+    line = ", ".join(parts)
+    return line if m.published else f"{line} (already published)"
+
+
+def status_line(totals: RunTotals, elapsed_s: float) -> str:
+    """The redrawn line on a terminal."""
+    rate = totals.messages / elapsed_s if elapsed_s > 0 else 0.0
+    parts = [
+        f"batches {totals.batches:,}",
+        f"{totals.messages:,} messages ({rate:,.0f}/s)",
+        f"behind {_lag(totals.lag)}",
+        f"{totals.sessions:,} sessions",
+        f"{totals.rows:,} rows",
+    ]
+    if totals.quarantined:
+        parts.append(f"{totals.quarantined:,} quarantined")
+    return " | ".join(parts)
+
+
+def summary_lines(
+    totals: RunTotals, elapsed_s: float, sink: str, stats: SinkStats, *, finished: bool = True
+) -> list[str]:
+    rate = totals.messages / elapsed_s if elapsed_s > 0 else 0.0
+    lines = [
+        f"{'done' if finished else 'stopped'}: {totals.batches} batches, "
+        f"{totals.messages:,} messages ({rate:,.0f}/s), "
+        f"{totals.rows:,} rows in {totals.files} files ({_size(totals.bytes)}), "
+        f"{totals.quarantined:,} quarantined, {totals.violations:,} violations, "
+        f"{elapsed_s:.1f} s",
+        f"at the end: behind {_lag(totals.lag)}, {totals.sessions:,} sessions in state",
+        f"metrics ({sink}): {stats.sent:,} sent, {stats.dropped:,} dropped"
+        + (f" in {stats.failed_calls} failed calls" if stats.failed_calls else ""),
+    ]
+    return lines
+
+
+def _lag(lag: Lag | None) -> str:
+    if lag is None:
+        return "unknown"
+    if lag.worst is None:
+        return "0"
+    return f"{lag.total:,} (worst {lag.worst.key()}: {lag.worst_behind:,})"
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    raise AssertionError(n)

@@ -1,0 +1,339 @@
+"""Keep the raw archive (CONTRACT.md section 4) in step with Kafka.
+
+The archive's files are the archiver's only state: it starts each partition
+where the partition's last file ends and commits nothing to Kafka, so a crash
+at any moment loses nothing (what it had not written is still on the
+brokers) and duplicates nothing (a file is written whole or not at all). One
+archiver per archive: two would each cut their own files, and the job would
+stop on the overlap, so every write first checks that the partition's archive
+still ends where the new file starts.
+
+The order of one partition's file:
+
+1. Consume the partition from its archive end: the last file's end, or the
+   first record on the brokers for a partition not archived yet. Offsets the
+   broker's retention already dropped are data loss: the archiver stops.
+2. Cut a file when it holds ``max_records`` records or ``max_bytes`` bytes,
+   when its first record has waited ``max_wait_s``, when a catch-up run found
+   the partition's end, or when the archiver stops.
+3. Check that the partition's archive still ends at the file's start.
+4. Write ``<start>-<end>.parquet`` whole (write, then rename into place), where
+   ``start`` is the previous file's end and ``end`` the last record's offset
+   + 1: the files continue one another exactly. A file may hold fewer records
+   than ``end - start`` where Kafka skipped offsets (transaction markers,
+   compaction), never one outside its range.
+5. The partition's next file starts at ``end``.
+
+It reads what Spark's Kafka source reads as the job configures it (isolation
+level ``read_uncommitted``), so the job sees the same records from either.
+
+Run it as a catch-up (``catch_up``: until every partition is at its end, then
+exit; from cron or a systemd timer) or as a service (``follow``: until told to
+stop, picking up new topics and partitions of the pattern as they appear).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer
+from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from app.errors import DataLossError
+from app.offsets import TopicPartition
+from app.ops.errors import ArchiveConflictError, KafkaError
+from app.ops.kafka_client import KafkaEndpoint
+from app.sources import archive
+from app.storage import Location, resolve
+
+log = logging.getLogger(__name__)
+
+# Spark's timestampType: Kafka's TimestampType ids (CreateTime 0, LogAppendTime 1).
+_SPARK_TIMESTAMP_TYPE = {1: 0, 2: 1}
+_NO_TIMESTAMP_TYPE = -1
+_DATA_LOSS_CODES = frozenset(
+    {ConfluentError._AUTO_OFFSET_RESET, ConfluentError.OFFSET_OUT_OF_RANGE}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiverConfig:
+    archive_uri: str
+    topic_pattern: str = "^sensor-.+"
+    max_records: int = 50_000
+    max_bytes: int = 64 << 20
+    max_wait_s: float = 60.0
+    refresh_s: float = 60.0
+    """How often a following archiver looks for new topics and partitions."""
+    poll_s: float = 1.0
+    group_id: str = "tablecast-archiver"
+    """Only names the client to the brokers: the archiver commits no offsets."""
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    tp: TopicPartition
+    start: int
+    end: int
+    records: int
+    path: str
+
+
+@dataclass(slots=True)
+class ArchiveRun:
+    files: list[WrittenFile] = field(default_factory=list)
+    partitions: int = 0
+    caught_up: bool = False
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    def lines(self) -> list[str]:
+        lines = [
+            f"archived {self.records:,} records in {len(self.files)} files from "
+            f"{self.partitions} partitions"
+            + ("" if self.caught_up else " (stopped before every partition was at its end)")
+        ]
+        lines += [
+            f"  {f.tp.topic}/{f.tp.partition}/{archive.file_name(f.start, f.end)}: "
+            f"{f.records:,} records"
+            for f in self.files
+        ]
+        return lines
+
+
+def retention_check(tp: TopicPartition, archive_end: int, log_start: int) -> None:
+    """Data loss unless the brokers still hold the archive's next offset."""
+    if log_start > archive_end:
+        raise DataLossError(
+            f"data loss: {tp} offsets {archive_end} to {log_start - 1} left the brokers "
+            "(retention) before they were archived"
+        )
+
+
+class _Buffer:
+    """One partition's records not written yet, as the archive's columns."""
+
+    __slots__ = ("bytes", "first_at", "keys", "offsets", "start", "timestamps", "types", "values")
+
+    def __init__(self, start: int, first_at: float) -> None:
+        self.start = start
+        self.first_at = first_at
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.types: list[int] = []
+        self.bytes = 0
+
+    def add(self, record: Any) -> None:
+        key, value = record.key(), record.value()
+        kind, stamp_ms = record.timestamp()
+        self.keys.append(key)
+        self.values.append(value)
+        self.offsets.append(record.offset())
+        self.timestamps.append(stamp_ms * 1000)
+        self.types.append(_SPARK_TIMESTAMP_TYPE.get(kind, _NO_TIMESTAMP_TYPE))
+        self.bytes += len(key or b"") + len(value or b"") + 32
+
+    @property
+    def end(self) -> int:
+        return self.offsets[-1] + 1
+
+    def table(self, tp: TopicPartition) -> pa.Table:
+        count = len(self.offsets)
+        return pa.table(
+            {
+                "key": pa.array(self.keys, pa.binary()),
+                "value": pa.array(self.values, pa.binary()),
+                "topic": pa.array([tp.topic] * count, pa.string()),
+                "partition": pa.array([tp.partition] * count, pa.int32()),
+                "offset": pa.array(self.offsets, pa.int64()),
+                "timestamp": pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+                "timestampType": pa.array(self.types, pa.int32()),
+            },
+            schema=archive.SCHEMA,
+        )
+
+
+class Archiver:
+    """Copies the pattern's topics into the archive, file by whole file."""
+
+    def __init__(
+        self,
+        endpoint: KafkaEndpoint,
+        config: ArchiverConfig,
+        *,
+        on_file: Callable[[WrittenFile], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.config = config
+        self._pattern = re.compile(config.topic_pattern)
+        self._location: Location = resolve(config.archive_uri)
+        self._on_file = on_file
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._consumer = Consumer(
+            endpoint.config(
+                **{
+                    "group.id": config.group_id,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    # Never skip offsets silently: out of range is data loss.
+                    "auto.offset.reset": "error",
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_uncommitted",
+                }
+            )
+        )
+        endpoint.prime(self._consumer)
+        # Where each assigned partition's archive ends (None: no file yet).
+        self._archived: dict[TopicPartition, int | None] = {}
+        self._buffers: dict[TopicPartition, _Buffer] = {}
+        self._at_end: set[TopicPartition] = set()
+        self._run = ArchiveRun()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> Archiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def catch_up(self, timeout_s: float = 3600.0) -> ArchiveRun:
+        """Archive until every partition is at its end (or ``timeout_s``); write all."""
+        self._run = ArchiveRun()
+        self._discover()
+        deadline = self._clock() + timeout_s
+        while self._archived and not set(self._archived) <= self._at_end:
+            if self._clock() > deadline:
+                break
+            self._poll()
+            self._cut(force=False)
+        self._run.caught_up = set(self._archived) <= self._at_end
+        self._cut(force=True)
+        return self._run
+
+    def follow(self, stop: threading.Event) -> ArchiveRun:
+        """Archive until ``stop`` is set, then write what is buffered."""
+        self._run = ArchiveRun()
+        self._discover()
+        refreshed = self._clock()
+        while not stop.is_set():
+            self._poll()
+            self._cut(force=False)
+            if self._clock() - refreshed >= self.config.refresh_s:
+                self._discover()
+                refreshed = self._clock()
+        self._cut(force=True)
+        self._run.caught_up = set(self._archived) <= self._at_end
+        return self._run
+
+    # Step 1: what to read, from where. ------------------------------------
+    def _discover(self) -> None:
+        metadata = self._consumer.list_topics(timeout=self._timeout_s)
+        found = {
+            TopicPartition(name, partition)
+            for name, topic in metadata.topics.items()
+            if not name.startswith("__") and self._pattern.fullmatch(name)
+            for partition in topic.partitions
+        }
+        new = sorted(found - set(self._archived))
+        if not new:
+            return
+        # The archive's listing checks its files: a hole or overlap stops here.
+        index = archive.scan(self._location, self.config.topic_pattern)
+        starts: list[KafkaPartition] = []
+        for tp in new:
+            files = index.files.get(tp)
+            end = files[-1].end if files else None
+            if end is not None:
+                low, _high = self._consumer.get_watermark_offsets(
+                    KafkaPartition(tp.topic, tp.partition), timeout=self._timeout_s, cached=False
+                )
+                retention_check(tp, end, low)
+            self._archived[tp] = end
+            starts.append(
+                KafkaPartition(tp.topic, tp.partition, OFFSET_BEGINNING if end is None else end)
+            )
+            log.info("archiving %s from %s", tp, "its first record" if end is None else end)
+        self._consumer.incremental_assign(starts)
+        self._run.partitions = len(self._archived)
+
+    def _poll(self) -> None:
+        for record in self._consumer.consume(num_messages=1000, timeout=self.config.poll_s):
+            error = record.error()
+            tp = TopicPartition(record.topic(), record.partition())
+            if error is not None:
+                self._on_error(tp, error, record)
+                continue
+            self._at_end.discard(tp)
+            buffer = self._buffers.get(tp)
+            if buffer is None:
+                start = self._archived[tp]
+                buffer = _Buffer(record.offset() if start is None else start, self._clock())
+                self._buffers[tp] = buffer
+            if record.offset() < buffer.start or (
+                buffer.offsets and record.offset() <= buffer.offsets[-1]
+            ):
+                raise KafkaError(
+                    f"{tp}: the broker returned offset {record.offset()} after "
+                    f"{buffer.offsets[-1] if buffer.offsets else buffer.start - 1}"
+                )
+            buffer.add(record)
+            # Step 2: a full file is written at once, which bounds memory.
+            full = len(buffer.offsets) >= self.config.max_records
+            if full or buffer.bytes >= self.config.max_bytes:
+                self._write(tp)
+
+    def _on_error(self, tp: TopicPartition, error: Any, record: Any) -> None:
+        code = error.code()
+        if code == ConfluentError._PARTITION_EOF:
+            self._at_end.add(tp)
+        elif code in _DATA_LOSS_CODES:
+            raise DataLossError(
+                f"data loss: {tp} offset {self._archived.get(tp)} is out of the brokers' "
+                f"range ({error.str()}): retention dropped it, or the topic was recreated"
+            )
+        elif error.fatal() or not error.retriable():
+            raise KafkaError(f"consuming {tp}: {error.str()}")
+        else:
+            log.warning("consuming %s: %s (retrying)", tp, error.str())
+
+    # Steps 2 to 5: cut, check, write, move on. -------------------------------
+    def _cut(self, *, force: bool) -> None:
+        now = self._clock()
+        for tp in sorted(self._buffers):
+            buffer = self._buffers[tp]
+            if force or now - buffer.first_at >= self.config.max_wait_s:
+                self._write(tp)
+
+    def _write(self, tp: TopicPartition) -> None:
+        buffer = self._buffers.pop(tp)
+        start, end = buffer.start, buffer.end
+        # Step 3: nobody else extended this partition's archive meanwhile.
+        files = archive.scan(self._location, re.escape(tp.topic)).files.get(tp)
+        found = files[-1].end if files else None
+        if found != self._archived[tp]:
+            ended = -1 if found is None else found
+            raise ArchiveConflictError(tp.topic, tp.partition, start, ended)
+        # Step 4: the whole file, then Step 5: the next one starts at its end.
+        path = archive.write_file(self._location, tp, start, end, buffer.table(tp))
+        self._archived[tp] = end
+        written = WrittenFile(tp, start, end, len(buffer.offsets), path)
+        self._run.files.append(written)
+        log.info("wrote %s (%d records)", path, written.records)
+        if self._on_file is not None:
+            self._on_file(written)

@@ -1,0 +1,33 @@
+"""The AWS clients the tools use, made once per command from one boto3 session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import boto3
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_ssm import SSMClient
+
+
+@dataclass(frozen=True, slots=True)
+class AwsClients:
+    ssm: SSMClient
+    s3: S3Client
+    cloudwatch: CloudWatchClient
+    ec2: EC2Client
+
+    @classmethod
+    def create(cls, region: str | None = None) -> AwsClients:
+        """Clients for ``region`` (or the default region of the AWS configuration)."""
+        session = boto3.session.Session(region_name=region)
+        return cls(
+            ssm=session.client("ssm"),
+            s3=session.client("s3"),
+            cloudwatch=session.client("cloudwatch"),
+            ec2=session.client("ec2"),
+        )

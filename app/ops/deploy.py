@@ -1,0 +1,173 @@
+"""Deploy the job: upload its wheel, record the version, restart, wait for a heartbeat.
+
+The order of a deploy, each step checked before the next:
+
+1. Read the environment's hand-off from SSM (artifacts prefix, driver, namespace).
+2. Upload ``tablecast-<version>-py3-none-any.whl`` to the artifacts prefix, unless
+   the same bytes are there (its SHA-256 is the object's metadata). A different
+   wheel under the same version is refused: a version names one artifact.
+3. Put ``job-version`` in SSM; run-job installs exactly that version.
+4. Restart ``tablecast-job.service`` on the driver through SSM Run Command and
+   wait until it is active with that version installed.
+5. Wait for the job's ``Heartbeat`` metric newer than the restart: the job runs
+   micro-batches again.
+
+A failure after step 3 leaves ``job-version`` at the new version, and systemd
+keeps restarting the service with it; roll back with ``deploy --version <old>``,
+which repeats steps 3 to 5 with a wheel already uploaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from botocore.exceptions import ClientError
+
+from app.ops import metrics, service
+from app.ops.aws import AwsClients
+from app.ops.environment import read_handoff, write_job_version
+from app.ops.errors import ArtifactConflictError, ArtifactMissingError
+from app.ops.wheel import Wheel, wheel_file_name
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+SHA256_METADATA = "sha256"
+COMMIT_METADATA = "git-commit"
+
+
+@dataclass(frozen=True, slots=True)
+class DeployReport:
+    environment: str
+    version: str
+    previous_version: str
+    artifact_uri: str
+    uploaded: bool
+    restart: service.ServiceAction
+    heartbeat: metrics.Datapoint
+
+    def lines(self) -> list[str]:
+        return [
+            f"environment:  {self.environment}",
+            f"version:      {self.previous_version} -> {self.version}",
+            f"artifact:     {self.artifact_uri} ("
+            + ("uploaded" if self.uploaded else "already there, unchanged")
+            + ")",
+            f"restarted:    {self.restart.done_at.isoformat(timespec='seconds')} on "
+            f"{self.restart.instance_id} (command {self.restart.command_id})",
+            f"heartbeat:    {self.heartbeat.timestamp.isoformat(timespec='seconds')}",
+        ]
+
+
+def artifact_uri(artifacts_prefix: str, version: str) -> str:
+    return f"{artifacts_prefix.rstrip('/')}/{wheel_file_name(version)}"
+
+
+def upload_wheel(
+    s3: S3Client, artifacts_prefix: str, wheel: Wheel, *, replace: bool = False, commit: str = ""
+) -> tuple[str, bool]:
+    """Put the wheel under the prefix; ``(uri, uploaded)``; refuse to change a version's bytes."""
+    uri = artifact_uri(artifacts_prefix, wheel.version)
+    bucket, key = _split(uri)
+    existing = _object_sha256(s3, bucket, key)
+    if existing == wheel.sha256:
+        return uri, False
+    if existing is not None and not replace:
+        raise ArtifactConflictError(uri, existing, wheel.sha256)
+    s3.put_object(
+        Bucket=bucket,
+        Key=key,
+        Body=wheel.path.read_bytes(),
+        ContentType="application/zip",
+        Metadata={SHA256_METADATA: wheel.sha256, COMMIT_METADATA: commit or "unknown"},
+    )
+    return uri, True
+
+
+def deploy(
+    clients: AwsClients,
+    environment: str,
+    *,
+    wheel: Wheel | None = None,
+    version: str | None = None,
+    replace: bool = False,
+    commit: str = "",
+    heartbeat_timeout_s: float = 900.0,
+    poll_s: float = 20.0,
+    progress: Callable[[str], None] = lambda line: None,
+) -> DeployReport:
+    """Deploy ``wheel``, or re-deploy ``version`` already uploaded (exactly one of them)."""
+    if (wheel is None) == (version is None):
+        raise ValueError("deploy takes a wheel or a version, not both")
+    # Step 1: the hand-off.
+    found = read_handoff(clients.ssm, environment)
+    previous = found.job_version
+    prefix = found.artifacts_uri
+    # Step 2: the artifact.
+    if wheel is not None:
+        uri, uploaded = upload_wheel(clients.s3, prefix, wheel, replace=replace, commit=commit)
+        target = wheel.version
+        progress(f"{'uploaded' if uploaded else 'unchanged'} {uri}")
+    else:
+        assert version is not None
+        uri, uploaded, target = artifact_uri(prefix, version), False, version
+        if _object_sha256(clients.s3, *_split(uri)) is None:
+            raise ArtifactMissingError(uri)
+        progress(f"found {uri}")
+    # Step 3: the version the service installs.
+    write_job_version(clients.ssm, environment, target)
+    progress(f"job-version {previous} -> {target}")
+    # Step 4: restart on the driver.
+    instance = found.driver_instance_id
+    progress(f"restarting {service.UNIT} on {instance}")
+    restarted = service.restart(clients.ssm, clients.ec2, instance, target, poll_s=min(poll_s, 5.0))
+    progress(
+        f"restarted at {restarted.done_at.isoformat(timespec='seconds')}; waiting for a heartbeat"
+    )
+    # Step 5: the job's heartbeat after the restart.
+    heartbeat = metrics.wait_for_heartbeat(
+        clients.cloudwatch,
+        namespace=found.metric_namespace,
+        environment=environment,
+        after=restarted.done_at,
+        timeout_s=heartbeat_timeout_s,
+        poll_s=poll_s,
+    )
+    return DeployReport(environment, target, previous, uri, uploaded, restarted, heartbeat)
+
+
+def git_commit(project: Path) -> str:
+    """The checkout's commit, ``+dirty`` when it has changes; empty outside Git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(project), "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        changes = subprocess.run(
+            ["git", "-C", str(project), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+dirty" if changes else "")
+
+
+def _split(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _object_sha256(s3: S3Client, bucket: str, key: str) -> str | None:
+    """The SHA-256 recorded on the object; ``None`` when there is no object."""
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in {"404", "NoSuchKey", "NotFound"}:
+            return None
+        raise
+    return head.get("Metadata", {}).get(SHA256_METADATA, "unrecorded")

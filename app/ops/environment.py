@@ -1,0 +1,132 @@
+"""An environment's hand-off: the SSM parameters ``infra/`` writes, read by every tool.
+
+``infra/`` writes ``/tablecast/<env>/<name>`` for each name of
+:mod:`app.handoff`; the tools find brokers, buckets, the driver and the
+topic policy there, and nowhere else (MSK's bootstrap brokers in particular
+come from SSM, not from the MSK API). The deploy tool writes one parameter
+back: ``job-version``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app import handoff
+from app.errors import ConfigurationError
+from app.ops.errors import HandoffError
+
+if TYPE_CHECKING:
+    from mypy_boto3_ssm import SSMClient
+
+_ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+# What run-job accepts as a version (ami/files/bin/run-job); shell-safe too.
+VERSION_PATTERN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]*$")
+
+
+def check_environment_name(environment: str) -> str:
+    if not _ENVIRONMENT_NAME.match(environment):
+        raise ConfigurationError(
+            f"environment {environment!r} is not an environment name (lower case, digits, -)"
+        )
+    return environment
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """The parameters found under ``/tablecast/<environment>/``, by short name."""
+
+    environment: str
+    values: Mapping[str, str]
+
+    def value(self, name: str) -> str:
+        """The parameter's value; :class:`HandoffError` when it is missing or empty."""
+        found = self.values.get(name, "")
+        if not found:
+            raise HandoffError(
+                self.environment, name, "missing or empty (has infra/ been applied?)"
+            )
+        return found
+
+    def integer(self, name: str) -> int:
+        text = self.value(name)
+        if not text.isdigit():
+            raise HandoffError(self.environment, name, f"{text!r} is not a whole number")
+        return int(text)
+
+    def s3_uri(self, name: str) -> str:
+        uri = self.value(name).rstrip("/")
+        if not uri.startswith("s3://") or len(uri) <= len("s3://"):
+            raise HandoffError(self.environment, name, f"{uri!r} is not an s3:// URI")
+        return uri
+
+    @property
+    def bootstrap_brokers(self) -> str:
+        return self.value(handoff.BOOTSTRAP_BROKERS_IAM)
+
+    @property
+    def artifacts_uri(self) -> str:
+        return self.s3_uri(handoff.ARTIFACTS_URI)
+
+    @property
+    def archive_uri(self) -> str:
+        return self.s3_uri(handoff.ARCHIVE_URI)
+
+    @property
+    def driver_instance_id(self) -> str:
+        return self.value(handoff.DRIVER_INSTANCE_ID)
+
+    @property
+    def metric_namespace(self) -> str:
+        return self.value(handoff.METRIC_NAMESPACE)
+
+    @property
+    def topic_pattern(self) -> str:
+        return self.value(handoff.TOPIC_PATTERN)
+
+    @property
+    def job_version(self) -> str:
+        """The deployed version; ``none`` until the first deploy."""
+        return self.value(handoff.JOB_VERSION)
+
+    @property
+    def retention_hours(self) -> int:
+        return self.integer(handoff.RETENTION_HOURS)
+
+    @property
+    def replication_factor(self) -> int:
+        return self.integer(handoff.REPLICATION_FACTOR)
+
+    @property
+    def region(self) -> str:
+        return self.value(handoff.REGION)
+
+
+def read_handoff(ssm: SSMClient, environment: str) -> Handoff:
+    """Every parameter under ``/tablecast/<environment>/`` (one paginated read)."""
+    check_environment_name(environment)
+    path = handoff.parameter_name(environment, "")
+    values: dict[str, str] = {}
+    pages = ssm.get_paginator("get_parameters_by_path").paginate(
+        Path=path, Recursive=False, WithDecryption=True
+    )
+    for page in pages:
+        for parameter in page["Parameters"]:
+            values[parameter["Name"][len(path) :]] = parameter["Value"]
+    if not values:
+        raise HandoffError(environment, "*", "no parameters at all: is the environment deployed?")
+    return Handoff(environment, values)
+
+
+def write_job_version(ssm: SSMClient, environment: str, version: str) -> None:
+    """Record ``version`` as the job's version, which run-job installs on (re)start."""
+    if not VERSION_PATTERN.match(version):
+        raise HandoffError(environment, handoff.JOB_VERSION, f"{version!r} is not a version")
+    ssm.put_parameter(
+        Name=handoff.parameter_name(environment, handoff.JOB_VERSION),
+        Value=version,
+        Type="String",
+        Overwrite=True,
+    )

@@ -1,0 +1,95 @@
+"""An environment at a glance: job version, last heartbeat and batch, lag, alarms in ALARM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from app import metric_names
+from app.ops import metrics
+from app.ops.aws import AwsClients
+from app.ops.environment import read_handoff
+
+# How far back the status looks for the job's metrics.
+WINDOW = timedelta(hours=3)
+_METRICS = (
+    (metric_names.HEARTBEAT, "Sum"),
+    (metric_names.INPUT_MESSAGES, "Sum"),
+    (metric_names.ROWS_WRITTEN, "Sum"),
+    (metric_names.BATCH_DURATION_MS, "Maximum"),
+    (metric_names.RECORDS_BEHIND, "Maximum"),
+    (metric_names.RECORDS_BEHIND_WORST_PARTITION, "Maximum"),
+    (metric_names.INTEGRITY_VIOLATIONS, "Sum"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    environment: str
+    job_version: str
+    driver_instance_id: str
+    now: datetime
+    latest: dict[str, metrics.Datapoint | None]
+    alarms: list[metrics.Alarm]
+
+    @property
+    def last_heartbeat(self) -> metrics.Datapoint | None:
+        return self.latest[metric_names.HEARTBEAT]
+
+    @property
+    def healthy(self) -> bool:
+        """A heartbeat in the window and no alarm firing."""
+        return self.last_heartbeat is not None and not self.alarms
+
+    def lines(self) -> list[str]:
+        def show(name: str, unit: str = "") -> str:
+            point = self.latest[name]
+            if point is None:
+                return f"none in the last {WINDOW.total_seconds() / 3600:.0f} h"
+            return f"{point.value:,.0f}{unit} (minute of {self._ago(point.timestamp)})"
+
+        heartbeat = self.last_heartbeat
+        lines = [
+            f"environment:     {self.environment}",
+            f"job version:     {self.job_version}",
+            f"driver:          {self.driver_instance_id}",
+            "last heartbeat:  "
+            + (self._ago(heartbeat.timestamp) if heartbeat else "none: the job is not running"),
+            f"last batch:      {show(metric_names.INPUT_MESSAGES)} messages in, "
+            f"{show(metric_names.ROWS_WRITTEN)} rows out",
+            f"batch duration:  {show(metric_names.BATCH_DURATION_MS, ' ms')}",
+            f"records behind:  {show(metric_names.RECORDS_BEHIND)}; worst partition "
+            f"{show(metric_names.RECORDS_BEHIND_WORST_PARTITION)}",
+            f"violations:      {show(metric_names.INTEGRITY_VIOLATIONS)}",
+            f"alarms in ALARM: {len(self.alarms)}",
+        ]
+        lines += [
+            f"  {alarm.name} since {self._ago(alarm.since)}: {alarm.reason}"
+            for alarm in self.alarms
+        ]
+        return lines
+
+    def _ago(self, moment: datetime) -> str:
+        seconds = max(0, int((self.now - moment).total_seconds()))
+        return f"{moment.isoformat(timespec='seconds')}, {seconds // 60} min {seconds % 60} s ago"
+
+
+def read_status(clients: AwsClients, environment: str) -> JobStatus:
+    found = read_handoff(clients.ssm, environment)
+    now = datetime.now(UTC)
+    latest = metrics.latest(
+        clients.cloudwatch,
+        namespace=found.metric_namespace,
+        environment=environment,
+        metrics=_METRICS,
+        since=now - WINDOW,
+        until=now + timedelta(minutes=1),
+    )
+    return JobStatus(
+        environment=environment,
+        job_version=found.job_version,
+        driver_instance_id=found.driver_instance_id,
+        now=now,
+        latest=latest,
+        alarms=metrics.alarms_in_alarm(clients.cloudwatch, environment),
+    )

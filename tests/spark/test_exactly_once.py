@@ -1,0 +1,209 @@
+"""Exactly once for any Parquet reader, through SIGKILLs; checkpoint loss; repair; replay."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from app import verify
+from app.errors import OutputStateError
+from app.generate import CaptureSpec
+from app.replay import replay
+from app.storage import resolve
+from tests.spark.helpers import assert_exact, run_job, write_capture
+
+KILL_SPEC = CaptureSpec(topics=2, partitions=2, sessions=12, updates=90, records_per_file=100,
+                        resync_every=25, seed=21)  # fmt: skip
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # the driver, its JVM and Python workers: one process group
+        env=env,
+    )
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # wait until no process of the group is left
+        if subprocess.run(
+            ["pgrep", "-g", str(process.pid)], capture_output=True, check=False
+        ).returncode:
+            return
+        time.sleep(0.2)
+
+
+def _assert_readable_and_no_duplicates(output: str) -> None:
+    """What any reader sees at this instant: whole files, no row twice."""
+    location = resolve(output)
+    for info in location.list_tree(location.path):
+        name = info.path.rsplit("/", 1)[-1]
+        if "/_" in info.path[len(location.path) :] or name.startswith((".", "_")):
+            continue
+        assert info.size > 0, f"empty visible file {info.path}"
+        pq.read_metadata(info.path, filesystem=location.fs)  # raises on a broken file
+    table = verify.read_output(output)
+    assert verify.compare(table, table).duplicates == 0
+
+
+def _kill_and_restart(archive: str, output: str, checkpoint: str, kills: int, seed: int,
+                      env: dict[str, str] | None = None) -> int:  # fmt: skip
+    rng = random.Random(seed)
+    args = ["run", "--archive", archive, "--output", output, "--checkpoint", checkpoint,
+            "--trigger", "available-now", "--max-offsets-per-trigger", "150"]  # fmt: skip
+    survived = 0
+    for _ in range(kills):
+        process = _cli(*args, env=env)
+        time.sleep(rng.uniform(6.0, 16.0))
+        if process.poll() is not None:
+            break  # it finished before the kill
+        _kill_group(process)
+        survived += 1
+        _assert_readable_and_no_duplicates(output)
+    final = _cli(*args, env=env)
+    _, stderr = final.communicate(timeout=600)
+    assert final.returncode == 0, stderr.decode()[-3000:]
+    return survived
+
+
+def _duckdb_rows(output: Path) -> int:
+    glob = str(output / "date=*" / "*.parquet")
+    found = duckdb.sql(
+        f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning=true)"
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def test_sigkills_at_random_moments_lose_and_repeat_nothing(tmp_path: Path) -> None:
+    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
+    write_capture(archive, KILL_SPEC)
+    survived = _kill_and_restart(str(archive), str(output), str(checkpoint), kills=4, seed=1)
+    assert survived >= 2
+    comparison = assert_exact(archive, output)  # pyarrow
+    assert _duckdb_rows(output) == comparison.expected_rows  # DuckDB, plain files
+    print(f"kills survived: {survived}, rows: {comparison.actual_rows}, duplicates: 0")
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[dict[str, str]]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "TABLECAST_S3_ENDPOINT": f"http://{host}:{port}",
+    }
+    import boto3
+
+    boto3.client(
+        "s3", endpoint_url=env["TABLECAST_S3_ENDPOINT"], region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    ).create_bucket(Bucket="lake")  # fmt: skip
+    saved = {k: os.environ.get(k) for k in env if k.startswith(("AWS_", "TABLECAST_"))}
+    os.environ.update({k: v for k, v in env.items() if k in saved})
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def test_on_s3_too_through_kills(s3: dict[str, str], tmp_path: Path) -> None:
+    archive, output = "s3://lake/archive", "s3://lake/output"
+    write_capture(archive, KILL_SPEC)  # type: ignore[arg-type]
+    survived = _kill_and_restart(archive, output, str(tmp_path / "ckpt"), kills=2, seed=2, env=s3)
+    assert survived >= 1
+    assert_exact(archive, output)
+
+
+def test_a_lost_checkpoint_is_refused_then_repaired(spark: Any, tmp_path: Path) -> None:
+    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
+    # One session at a time per partition, as one sensor per topic produces them.
+    spec = CaptureSpec(topics=1, partitions=2, sessions=8, updates=60, records_per_file=50,
+                       resync_every=15, concurrent=1, seed=4)  # fmt: skip
+    write_capture(tmp_path / "full", spec)
+    # The job has read the first part of the archive when its checkpoint is lost.
+    shutil.copytree(tmp_path / "full", archive, ignore=lambda d, names: [
+        n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
+    ])  # fmt: skip
+    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=60)
+    shutil.rmtree(checkpoint)
+    shutil.rmtree(archive)
+    shutil.copytree(tmp_path / "full", archive)
+
+    with pytest.raises(OutputStateError) as refused:
+        run_job(spark, archive, output, checkpoint)
+    message = str(refused.value)
+    assert str(checkpoint) in message and "tablecast repair" in message
+
+    from app import cli
+
+    assert cli.main(["repair", "--archive", str(archive), "--output", str(output),
+                     "--checkpoint", str(checkpoint), "--dry-run"]) == 0  # fmt: skip
+    assert cli.main(["repair", "--archive", str(archive), "--output", str(output),
+                     "--checkpoint", str(checkpoint), "--yes"]) == 0  # fmt: skip
+    from app.sink.ledger import Ledger
+
+    ledger = Ledger(resolve(str(output)))
+    adopted = ledger.adopted_sessions()
+    repair_entry = ledger.head()
+    assert repair_entry is not None and repair_entry.kind == "repair"
+    run_job(spark, archive, output, checkpoint)  # strict: only adopted sessions may resync-start
+    assert_exact(archive, output)
+    assert adopted, "the plan should restart some session from a resync snapshot"
+    # The restart was bounded by the periodic resyncs, not the partition's start.
+    assert all(offset > 0 for offset in repair_entry.end.values())
+
+
+def test_a_swapped_checkpoint_is_refused(spark: Any, tmp_path: Path) -> None:
+    spec = CaptureSpec(topics=1, partitions=1, sessions=3, updates=20, seed=8)
+    write_capture(tmp_path / "archive", spec)
+    run_job(spark, tmp_path / "archive", tmp_path / "out-a", tmp_path / "ckpt-a")
+    run_job(spark, tmp_path / "archive", tmp_path / "out-b", tmp_path / "ckpt-b")
+    with pytest.raises(OutputStateError, match="is not the one that wrote output"):
+        run_job(spark, tmp_path / "archive", tmp_path / "out-a", tmp_path / "ckpt-b")
+
+
+def test_replay_of_a_middle_window_equals_the_live_rows(spark: Any, tmp_path: Path) -> None:
+    spec = CaptureSpec(topics=2, partitions=2, sessions=10, updates=80, resync_every=20, seed=6)
+    write_capture(tmp_path / "archive", spec)
+    run_job(spark, tmp_path / "archive", tmp_path / "live", tmp_path / "ckpt")
+    live = verify.read_output(str(tmp_path / "live"))
+    ts = sorted(live.column("ts").cast("int64").to_pylist())
+    since, until = ts[len(ts) // 3], ts[2 * len(ts) // 3]
+    report = replay(
+        str(tmp_path / "archive"), str(tmp_path / "replayed"), since, until, "^sensor-.+"
+    )
+    assert report.rows > 0 and any(start > 0 for start in report.starts.values())
+    ms = live.column("ts").cast("int64")
+    window = live.filter(pc.and_(pc.greater_equal(ms, since), pc.less(ms, until)))
+    comparison = verify.compare(window, verify.read_output(str(tmp_path / "replayed")))
+    assert comparison.ok, comparison.report()
