@@ -190,7 +190,7 @@ def format_session(snapshot: StateSnapshot, view: SessionView) -> str:
         return "\n".join(lines)
     lines.append(f"  table           {len(s.user)} rows")
     cells = [("row id", "value", "status")] + [
-        (row_id, _value(value), "" if status is None else status)
+        (row_id, _value(value), "null" if status is None else status)
         for row_id, (value, status) in s.user.items()
     ]
     lines.extend("    " + line for line in _columns(cells, right={1}))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -166,7 +167,8 @@ class MetricsListener(StreamingQueryListener):
         self._run_id: str | None = None
         self._early: list[tuple[str, Callable[[], None]]] = []
         self._terminated = threading.Event()
-        self.batches = 0
+        self.batches = 0  # batches published
+        self.slowest_event_s = 0.0  # the longest the listener held Spark's listener thread
 
     # -- fed by app.job.run -------------------------------------------------
 
@@ -223,10 +225,12 @@ class MetricsListener(StreamingQueryListener):
                 self._guarded(action)
 
     def _guarded(self, action: Callable[[], None]) -> None:
+        started = time.monotonic()
         try:
             action()
         except Exception:  # a listener must never take Spark's listener bus down
             log.exception("metrics listener failed on a progress event")
+        self.slowest_event_s = max(self.slowest_event_s, time.monotonic() - started)
 
     def _progress(self, progress: Mapping[str, Any]) -> None:
         with self._reports_lock:

@@ -275,42 +275,44 @@ class Archiver:
     def _poll(self) -> None:
         for record in self._consumer.consume(num_messages=1000, timeout=self.config.poll_s):
             error = record.error()
-            tp = TopicPartition(record.topic(), record.partition())
             if error is not None:
-                self._on_error(tp, error, record)
+                self._on_error(record, error)
                 continue
+            tp, offset = _position(record)
             self._at_end.discard(tp)
             buffer = self._buffers.get(tp)
             if buffer is None:
                 start = self._archived[tp]
-                buffer = _Buffer(record.offset() if start is None else start, self._clock())
+                buffer = _Buffer(offset if start is None else start, self._clock())
                 self._buffers[tp] = buffer
-            if record.offset() < buffer.start or (
-                buffer.offsets and record.offset() <= buffer.offsets[-1]
-            ):
-                raise KafkaError(
-                    f"{tp}: the broker returned offset {record.offset()} after "
-                    f"{buffer.offsets[-1] if buffer.offsets else buffer.start - 1}"
-                )
+            last = buffer.offsets[-1] if buffer.offsets else buffer.start - 1
+            if offset <= last:
+                raise KafkaError(f"{tp}: the broker returned offset {offset} after {last}")
             buffer.add(record)
             # Step 2: a full file is written at once, which bounds memory.
             full = len(buffer.offsets) >= self.config.max_records
             if full or buffer.bytes >= self.config.max_bytes:
                 self._write(tp)
 
-    def _on_error(self, tp: TopicPartition, error: Any, record: Any) -> None:
+    def _on_error(self, record: Any, error: Any) -> None:
         code = error.code()
-        if code == ConfluentError._PARTITION_EOF:
+        topic, partition = record.topic(), record.partition()
+        tp = (
+            TopicPartition(topic, partition)
+            if topic is not None and partition is not None
+            else None
+        )
+        if code == ConfluentError._PARTITION_EOF and tp is not None:
             self._at_end.add(tp)
         elif code in _DATA_LOSS_CODES:
             raise DataLossError(
-                f"data loss: {tp} offset {self._archived.get(tp)} is out of the brokers' "
-                f"range ({error.str()}): retention dropped it, or the topic was recreated"
+                f"data loss: {tp} offset {self._archived.get(tp) if tp else '?'} is out of the "
+                f"brokers' range ({error.str()}): retention dropped it, or the topic was recreated"
             )
         elif error.fatal() or not error.retriable():
-            raise KafkaError(f"consuming {tp}: {error.str()}")
+            raise KafkaError(f"consuming {tp or 'from the brokers'}: {error.str()}")
         else:
-            log.warning("consuming %s: %s (retrying)", tp, error.str())
+            log.warning("consuming %s: %s (retrying)", tp or "from the brokers", error.str())
 
     # Steps 2 to 5: cut, check, write, move on. -------------------------------
     def _cut(self, *, force: bool) -> None:
@@ -337,3 +339,10 @@ class Archiver:
         log.info("wrote %s (%d records)", path, written.records)
         if self._on_file is not None:
             self._on_file(written)
+
+
+def _position(record: Any) -> tuple[TopicPartition, int]:
+    topic, partition, offset = record.topic(), record.partition(), record.offset()
+    if topic is None or partition is None or offset is None:
+        raise KafkaError("the consumer returned a record without topic, partition or offset")
+    return TopicPartition(topic, partition), offset

@@ -103,7 +103,10 @@ def wait_for_heartbeat(
     CloudWatch stamps a per-minute datapoint with the start of its minute,
     never later than the heartbeat itself, so a stamp at or after ``after``
     proves a heartbeat after it (at worst one trigger later than needed).
+    Stamps have whole seconds: ``after`` is rounded up to one.
     """
+    if after.microsecond:
+        after = after.replace(microsecond=0) + timedelta(seconds=1)
     started = clock()
     last: Datapoint | None = None
     while True:

@@ -125,7 +125,8 @@ def topics_check(endpoint: KafkaEndpoint, capture: Capture, timeout_s: float = 3
             raise KafkaAdminError(
                 tp.topic,
                 "produce to",
-                f"it has {len(topic.partitions)} partitions, the load needs partition {tp.partition}",
+                f"it has {len(topic.partitions)} partitions, "
+                f"the load needs partition {tp.partition}",
             )
 
 

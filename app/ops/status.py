@@ -42,25 +42,21 @@ class JobStatus:
         return self.last_heartbeat is not None and not self.alarms
 
     def lines(self) -> list[str]:
-        def show(name: str, unit: str = "") -> str:
-            point = self.latest[name]
-            if point is None:
-                return f"none in the last {WINDOW.total_seconds() / 3600:.0f} h"
-            return f"{point.value:,.0f}{unit} (minute of {self._ago(point.timestamp)})"
-
         heartbeat = self.last_heartbeat
+        batch = self.latest[metric_names.INPUT_MESSAGES]
         lines = [
             f"environment:     {self.environment}",
             f"job version:     {self.job_version}",
             f"driver:          {self.driver_instance_id}",
             "last heartbeat:  "
             + (self._ago(heartbeat.timestamp) if heartbeat else "none: the job is not running"),
-            f"last batch:      {show(metric_names.INPUT_MESSAGES)} messages in, "
-            f"{show(metric_names.ROWS_WRITTEN)} rows out",
-            f"batch duration:  {show(metric_names.BATCH_DURATION_MS, ' ms')}",
-            f"records behind:  {show(metric_names.RECORDS_BEHIND)}; worst partition "
-            f"{show(metric_names.RECORDS_BEHIND_WORST_PARTITION)}",
-            f"violations:      {show(metric_names.INTEGRITY_VIOLATIONS)}",
+            f"last batch:      {self._value(metric_names.INPUT_MESSAGES)} messages in, "
+            f"{self._value(metric_names.ROWS_WRITTEN)} rows out, "
+            f"{self._value(metric_names.BATCH_DURATION_MS)} ms"
+            + (f" (minute of {self._ago(batch.timestamp)})" if batch else ""),
+            f"records behind:  {self._value(metric_names.RECORDS_BEHIND)} "
+            f"(worst partition {self._value(metric_names.RECORDS_BEHIND_WORST_PARTITION)})",
+            f"violations:      {self._value(metric_names.INTEGRITY_VIOLATIONS)}",
             f"alarms in ALARM: {len(self.alarms)}",
         ]
         lines += [
@@ -68,6 +64,11 @@ class JobStatus:
             for alarm in self.alarms
         ]
         return lines
+
+    def _value(self, name: str) -> str:
+        """The newest datapoint's value; ``-`` when there is none in the window."""
+        point = self.latest[name]
+        return "-" if point is None else f"{point.value:,.0f}"
 
     def _ago(self, moment: datetime) -> str:
         seconds = max(0, int((self.now - moment).total_seconds()))

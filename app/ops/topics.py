@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+
 # Public names of confluent_kafka.admin, which has no __all__ to say so.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
     ConfigResource,
     NewTopic,
     ResourceType,

@@ -1,0 +1,390 @@
+"""``tablecast-ops``: deploy and watch the job, manage topics, produce load, archive Kafka.
+
+Every command that names ``--environment`` reads that environment's hand-off
+from SSM Parameter Store (``/tablecast/<env>/``): brokers, buckets, the driver,
+the topic policy. The Kafka commands also take ``--bootstrap-servers`` for a
+broker outside any environment (a laptop, a test). Failures print one line
+and exit non-zero (:mod:`app.ops.errors` lists the codes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from app import generate as gen
+from app.cli import parse_duration_ms
+from app.errors import ConfigurationError, TablecastError
+from app.ops.aws import AwsClients
+from app.ops.environment import Handoff, read_handoff
+from app.ops.kafka_client import KafkaEndpoint
+from app.sources.kafka import KafkaAuth
+
+DEFAULT_TOPIC_PATTERN = "^sensor-.+"
+_PROJECT = Path(__file__).resolve().parents[2]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_duration_ms(text) / 1000
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tablecast-ops", description="Operate a tablecast environment."
+    )
+    parser.add_argument("--region", help="AWS region of the environment [AWS configuration]")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    deploy = commands.add_parser("deploy", help="build, upload and start a job version")
+    _environment(deploy, required=True)
+    artifact = deploy.add_mutually_exclusive_group()
+    artifact.add_argument("--wheel", type=Path, help="deploy this wheel instead of building one")
+    artifact.add_argument("--version", help="re-deploy a version already uploaded (rollback)")
+    deploy.add_argument("--project", type=Path, default=_PROJECT, help="the project to build")
+    deploy.add_argument(
+        "--replace",
+        action="store_true",
+        help="overwrite a different wheel uploaded under the same version",
+    )
+    _heartbeat(deploy)
+
+    status = commands.add_parser("status", help="job version, heartbeat, lag, alarms")
+    _environment(status, required=True)
+
+    start = commands.add_parser("start", help="start the job's service, wait for a heartbeat")
+    _environment(start, required=True)
+    _heartbeat(start)
+    stop = commands.add_parser("stop", help="stop the job's service (its alarms will fire)")
+    _environment(stop, required=True)
+
+    topics = commands.add_parser("topics", help="create or list topics")
+    topic_commands = topics.add_subparsers(dest="topics_command", required=True)
+    create = topic_commands.add_parser("create", help="create topics for new sources")
+    _kafka(create)
+    create.add_argument("names", nargs="+", metavar="TOPIC")
+    create.add_argument("--partitions", type=_positive, default=6)
+    create.add_argument(
+        "--retention-hours", type=int, help="at least 72 [the environment's retention-hours]"
+    )
+    create.add_argument(
+        "--replication-factor", type=_positive, help="[the environment's replication-factor]"
+    )
+    create.add_argument(
+        "--topic-pattern", help="names must match it [the environment's topic-pattern]"
+    )
+    listing = topic_commands.add_parser("list", help="list topics with their retention")
+    _kafka(listing)
+    listing.add_argument("--topic-pattern", help="only these [all topics]")
+
+    produce = commands.add_parser("produce", help="publish generated capture sessions")
+    _kafka(produce)
+    produce.add_argument("--sources", type=_positive, default=2, help="topics <prefix>0..N-1")
+    produce.add_argument("--prefix", default="sensor-")
+    produce.add_argument(
+        "--partitions",
+        type=_positive,
+        help="partitions to spread sessions over [the topics' fewest]",
+    )
+    produce.add_argument("--sessions", type=_positive, default=8)
+    produce.add_argument("--updates", type=int, default=40, help="updates per session")
+    produce.add_argument("--rows-min", type=_positive, default=5)
+    produce.add_argument("--rows-max", type=_positive, default=20)
+    produce.add_argument(
+        "--resync-every",
+        type=int,
+        default=0,
+        help="a resync snapshot every N messages of a session",
+    )
+    produce.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        choices=[f.value for f in gen.Fault if f is not gen.Fault.ARCHIVE_HOLE],
+    )
+    produce.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
+    produce.add_argument("--seed", type=int, default=7)
+    produce.add_argument(
+        "--run-id", default=None, help="suffix of session ids; '' keeps the generator's [UTC time]"
+    )
+    produce.add_argument(
+        "--transaction-size",
+        type=int,
+        default=0,
+        help="commit a transaction every N messages [no transactions]",
+    )
+
+    archive = commands.add_parser("archive", help="copy Kafka into the raw archive")
+    _kafka(archive)
+    archive.add_argument("--archive", help="archive URI [the environment's archive-uri]")
+    archive.add_argument("--topic-pattern", help="[the environment's topic-pattern]")
+    archive.add_argument(
+        "--follow",
+        action="store_true",
+        help="run until SIGTERM, as a service [catch up, then exit]",
+    )
+    archive.add_argument("--max-records", type=_positive, default=50_000)
+    archive.add_argument(
+        "--max-wait",
+        type=_seconds,
+        default=60.0,
+        help="longest a record waits for its file [1 minute]",
+    )
+    archive.add_argument(
+        "--timeout", type=_seconds, default=3600.0, help="a catch-up stops after this [1 hour]"
+    )
+    return parser
+
+
+def _environment(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--environment", "-e", required=required, help="environment name: SSM /tablecast/<env>/"
+    )
+
+
+def _heartbeat(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=_seconds,
+        default=900.0,
+        help="how long to wait for the job's heartbeat [15 minutes]",
+    )
+    parser.add_argument("--poll", type=_seconds, default=20.0, help=argparse.SUPPRESS)
+
+
+def _kafka(parser: argparse.ArgumentParser) -> None:
+    _environment(parser, required=False)
+    parser.add_argument(
+        "--bootstrap-servers", help="HOST:PORT,... [the environment's bootstrap-brokers-iam]"
+    )
+    parser.add_argument(
+        "--kafka-auth",
+        choices=[a.value for a in KafkaAuth],
+        help="[iam with the environment's brokers, else none]",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except TablecastError as exc:
+        print(f"tablecast-ops {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "deploy":
+        return _deploy(args)
+    if args.command == "status":
+        return _status(args)
+    if args.command in {"start", "stop"}:
+        return _service(args)
+    if args.command == "topics":
+        return _topics(args)
+    if args.command == "produce":
+        return _produce(args)
+    if args.command == "archive":
+        return _archive(args)
+    raise AssertionError(args.command)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from app.ops import deploy, wheel
+
+    clients = AwsClients.create(args.region)
+    built: wheel.Wheel | None = None
+    if args.version is None:
+        if args.wheel is not None:
+            built = wheel.read_wheel(args.wheel)
+        else:
+            _say(f"building the wheel of {args.project}")
+            built = wheel.build_wheel(args.project, args.project / "dist")
+        _say(f"wheel {built.name} sha256 {built.sha256}")
+    report = deploy.deploy(
+        clients,
+        args.environment,
+        wheel=built,
+        version=args.version,
+        replace=args.replace,
+        commit=deploy.git_commit(args.project) if built is not None else "",
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        poll_s=args.poll,
+        progress=_say,
+    )
+    for line in report.lines():
+        _say(line)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from app.ops import status
+
+    found = status.read_status(AwsClients.create(args.region), args.environment)
+    for line in found.lines():
+        _say(line)
+    return 0 if found.healthy else 1
+
+
+def _service(args: argparse.Namespace) -> int:
+    from app.ops import metrics, service
+
+    clients = AwsClients.create(args.region)
+    found = read_handoff(clients.ssm, args.environment)
+    instance = found.driver_instance_id
+    if args.command == "stop":
+        done = service.stop(clients.ssm, clients.ec2, instance)
+        _say(f"{service.UNIT} stopped on {instance} (command {done.command_id})")
+        return 0
+    done = service.start(clients.ssm, clients.ec2, instance)
+    _say(f"{service.UNIT} started on {instance}; waiting for a heartbeat")
+    heartbeat = metrics.wait_for_heartbeat(
+        clients.cloudwatch,
+        namespace=found.metric_namespace,
+        environment=args.environment,
+        after=done.done_at,
+        timeout_s=args.heartbeat_timeout,
+        poll_s=args.poll,
+    )
+    _say(f"heartbeat at {heartbeat.timestamp.isoformat(timespec='seconds')}")
+    return 0
+
+
+def _handoff(args: argparse.Namespace) -> Handoff | None:
+    if not args.environment:
+        return None
+    found = read_handoff(AwsClients.create(args.region).ssm, args.environment)
+    # pyarrow's S3 filesystem (the archive) takes its region from the environment.
+    os.environ.setdefault("AWS_REGION", found.region)
+    return found
+
+
+def _endpoint(args: argparse.Namespace, found: Handoff | None) -> KafkaEndpoint:
+    if args.bootstrap_servers:
+        auth = KafkaAuth(args.kafka_auth or KafkaAuth.NONE)
+        return KafkaEndpoint(args.bootstrap_servers, auth, found.region if found else "")
+    if found is None:
+        raise ConfigurationError("name --environment or --bootstrap-servers")
+    auth = KafkaAuth(args.kafka_auth or KafkaAuth.IAM)
+    return KafkaEndpoint(found.bootstrap_brokers, auth, found.region)
+
+
+def _topic_pattern(args: argparse.Namespace, found: Handoff | None) -> str | None:
+    if args.topic_pattern:
+        return str(args.topic_pattern)
+    return found.topic_pattern if found else None
+
+
+def _topics(args: argparse.Namespace) -> int:
+    from app.ops import topics
+
+    found = _handoff(args)
+    admin = topics.Topics(_endpoint(args, found))
+    if args.topics_command == "list":
+        for info in admin.list_topics(_topic_pattern(args, found)):
+            _say(info.line())
+        return 0
+    retention = args.retention_hours or (found.retention_hours if found else None)
+    replication = args.replication_factor or (found.replication_factor if found else None)
+    if retention is None or replication is None:
+        raise ConfigurationError(
+            "without --environment, name --retention-hours and --replication-factor"
+        )
+    policy = topics.TopicPolicy(retention, replication, args.partitions)
+    result = admin.create(args.names, policy, topic_pattern=_topic_pattern(args, found))
+    for info in result.created:
+        _say(f"created {info.line()}")
+    for info in result.existing:
+        _say(f"exists  {info.line()}")
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from app.ops import produce
+
+    found = _handoff(args)
+    endpoint = _endpoint(args, found)
+    names = [f"{args.prefix}{index}" for index in range(args.sources)]
+    partitions = args.partitions or produce.topic_partitions(endpoint, names)
+    run_id = args.run_id
+    if run_id is None:
+        run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    spec = produce.LoadSpec(
+        capture=gen.CaptureSpec(
+            topics=args.sources,
+            partitions=partitions,
+            sessions=args.sessions,
+            rows_min=args.rows_min,
+            rows_max=max(args.rows_min, args.rows_max),
+            updates=args.updates,
+            resync_every=args.resync_every,
+            prefix=args.prefix,
+            seed=args.seed,
+            start_ms=int(time.time() * 1000),
+            faults=tuple(gen.Fault(f) for f in args.fault),
+        ),
+        rate=args.rate,
+        run_id=run_id,
+        transaction_size=args.transaction_size,
+    )
+    report = produce.publish(endpoint, spec)
+    for line in report.lines():
+        _say(line)
+    return 0
+
+
+def _archive(args: argparse.Namespace) -> int:
+    from app.ops import archiver
+
+    found = _handoff(args)
+    uri = args.archive or (found.archive_uri if found else None)
+    if uri is None:
+        raise ConfigurationError("without --environment, name --archive")
+    config = archiver.ArchiverConfig(
+        archive_uri=uri,
+        topic_pattern=_topic_pattern(args, found) or DEFAULT_TOPIC_PATTERN,
+        max_records=args.max_records,
+        max_wait_s=args.max_wait,
+    )
+
+    def written(file: archiver.WrittenFile) -> None:
+        _say(f"wrote {file.path} ({file.records:,} records)")
+
+    with archiver.Archiver(_endpoint(args, found), config, on_file=written) as copier:
+        if not args.follow:
+            run = copier.catch_up(timeout_s=args.timeout)
+        else:
+            stop = threading.Event()
+
+            def request_stop(signum: int, _frame: FrameType | None) -> None:
+                _say(f"signal {signum}: writing what is buffered, then stopping")
+                stop.set()
+
+            signal.signal(signal.SIGTERM, request_stop)
+            signal.signal(signal.SIGINT, request_stop)
+            run = copier.follow(stop)
+    _say(run.lines()[0])
+    return 0

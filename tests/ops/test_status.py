@@ -1,0 +1,100 @@
+"""Status and the SSM hand-off against moto."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app import handoff, metric_names
+from app.ops import status
+from app.ops.aws import AwsClients
+from app.ops.cli import main
+from app.ops.environment import read_handoff
+from app.ops.errors import HandoffError
+from tests.ops.conftest import REGION, Environment
+
+
+def put(aws: AwsClients, name: str, value: float, minutes_ago: float = 1.0) -> None:
+    aws.cloudwatch.put_metric_data(
+        Namespace=metric_names.NAMESPACE,
+        MetricData=[{
+            "MetricName": name, "Value": value,
+            "Timestamp": datetime.now(UTC) - timedelta(minutes=minutes_ago),
+            "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}],
+        }],
+    )  # fmt: skip
+
+
+def alarm(aws: AwsClients, name: str) -> None:
+    aws.cloudwatch.put_metric_alarm(
+        AlarmName=name, Namespace=metric_names.NAMESPACE, MetricName=metric_names.RECORDS_BEHIND,
+        Statistic="Maximum", Period=300, EvaluationPeriods=3, Threshold=100_000,
+        ComparisonOperator="GreaterThanThreshold",
+    )  # fmt: skip
+
+
+def test_the_handoff_is_read_by_its_names(aws: AwsClients, environment: Environment) -> None:
+    found = read_handoff(aws.ssm, "dev")
+    assert set(found.values) == set(handoff.ALL)
+    assert found.bootstrap_brokers == "b-1.msk.example:9098,b-2.msk.example:9098"
+    assert found.driver_instance_id == environment.driver
+    assert found.retention_hours == 96 and found.replication_factor == 1
+    assert found.artifacts_uri == environment.artifacts_uri
+
+
+def test_a_missing_or_bad_parameter_is_named(aws: AwsClients, environment: Environment) -> None:
+    aws.ssm.delete_parameter(Name=handoff.parameter_name("dev", handoff.DRIVER_INSTANCE_ID))
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name("dev", handoff.RETENTION_HOURS), Value="a week",
+        Type="String", Overwrite=True,
+    )  # fmt: skip
+    found = read_handoff(aws.ssm, "dev")
+    with pytest.raises(HandoffError) as missing:
+        _ = found.driver_instance_id
+    assert missing.value.parameter == handoff.DRIVER_INSTANCE_ID
+    assert str(missing.value).startswith("SSM parameter /tablecast/dev/driver-instance-id:")
+    with pytest.raises(HandoffError, match="'a week' is not a whole number"):
+        _ = found.retention_hours
+
+
+def test_status_shows_version_heartbeat_batch_lag_and_alarms(
+    aws: AwsClients, environment: Environment
+) -> None:
+    put(aws, metric_names.HEARTBEAT, 1, minutes_ago=3)
+    put(aws, metric_names.HEARTBEAT, 1, minutes_ago=1)
+    put(aws, metric_names.INPUT_MESSAGES, 1200, minutes_ago=1)
+    put(aws, metric_names.ROWS_WRITTEN, 9500, minutes_ago=1)
+    put(aws, metric_names.RECORDS_BEHIND, 50, minutes_ago=10)
+    put(aws, metric_names.RECORDS_BEHIND, 42, minutes_ago=1)
+    alarm(aws, "tablecast-dev-job-records-behind")
+    alarm(aws, "tablecast-prod-job-records-behind")  # another environment's
+    aws.cloudwatch.set_alarm_state(
+        AlarmName="tablecast-dev-job-records-behind", StateValue="ALARM", StateReason="lagging"
+    )
+    aws.cloudwatch.set_alarm_state(
+        AlarmName="tablecast-prod-job-records-behind", StateValue="ALARM", StateReason="other"
+    )
+    found = status.read_status(aws, "dev")
+    assert found.job_version == "none"
+    heartbeat = found.last_heartbeat
+    assert heartbeat is not None
+    assert found.now - heartbeat.timestamp < timedelta(minutes=3)
+    behind = found.latest[metric_names.RECORDS_BEHIND]
+    assert behind is not None and behind.value == 42
+    assert [a.name for a in found.alarms] == ["tablecast-dev-job-records-behind"]
+    assert not found.healthy
+    text = "\n".join(found.lines())
+    assert "1,200 messages in, 9,500 rows out" in text
+    assert "records behind:  42 (worst partition -)" in text
+    assert "tablecast-dev-job-records-behind since" in text and "lagging" in text
+
+
+def test_status_exit_code_says_whether_the_job_is_healthy(
+    aws: AwsClients, environment: Environment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--region", REGION, "status", "-e", "dev"]) == 1
+    assert "none: the job is not running" in capsys.readouterr().out
+    put(aws, metric_names.HEARTBEAT, 1)
+    assert main(["--region", REGION, "status", "-e", "dev"]) == 0
+    assert "alarms in ALARM: 0" in capsys.readouterr().out

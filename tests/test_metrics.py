@@ -1,0 +1,581 @@
+"""The metrics publisher, the listener's merge and the progress display, without Spark.
+
+Spark's events are PySpark's own event classes built from the JSON that
+Spark writes (``QueryProgressEvent.fromJson``); CloudWatch is moto
+(``mock_aws``), a closed port, or a socket that accepts and never answers.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import orjson
+import pytest
+from moto import mock_aws
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryTerminatedEvent,
+)
+
+from app import metric_names
+from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
+from app.inspect import SessionView, StateSnapshot, format_session, format_summary
+from app.metrics.listener import BatchMetrics, Lag, MetricsListener, batch_metrics, records_behind
+from app.metrics.progress import Console, ProgressDisplay
+from app.metrics.publisher import (
+    MAX_DATUMS_PER_CALL,
+    CloudWatchSink,
+    Datum,
+    LogSink,
+    NullSink,
+    SinkKind,
+    SinkStats,
+    Timeouts,
+    Unit,
+    make_sink,
+)
+from app.offsets import TopicPartition
+from app.session import SessionState
+from app.sink.commit import BatchReport
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+TP0, TP1 = TopicPartition("sensor-0", 0), TopicPartition("sensor-0", 1)
+
+
+# -- records behind -----------------------------------------------------------
+
+
+def test_records_behind_sums_partitions_and_names_the_worst() -> None:
+    lag = records_behind({TP0: 10, TP1: 40}, {TP0: 30, TP1: 45})
+    assert lag == Lag(total=25, worst=TP0, worst_behind=20)
+
+
+def test_records_behind_is_zero_when_caught_up() -> None:
+    assert records_behind({TP0: 30}, {TP0: 30}) == Lag(0, None, 0)
+    assert records_behind({}, {}) == Lag(0, None, 0)
+
+
+def test_a_partition_without_an_end_counts_from_zero() -> None:
+    new = TopicPartition("sensor-9", 0)
+    assert records_behind({TP0: 5}, {TP0: 5, new: 7}) == Lag(7, new, 7)
+
+
+# -- Spark's progress merged with the sink's report ----------------------------
+
+
+def progress_json(
+    batch_id: int,
+    run_id: str,
+    *,
+    end: Any,
+    latest: Any,
+    rows: int = 25,
+    duration_ms: int = 2500,
+    sessions: int = 4,
+    memory: int = 8544,
+) -> dict[str, Any]:
+    """The shape of Spark's ``StreamingQueryProgress.json`` (recorded from a local run)."""
+    return {
+        "id": "1c0e4a76-8f3f-4a57-9d7e-3d2b2f0a0c11",
+        "runId": run_id,
+        "name": "tablecast",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "batchId": batch_id,
+        "batchDuration": duration_ms,
+        "numInputRows": rows,
+        "inputRowsPerSecond": 0.0,
+        "processedRowsPerSecond": 10.0,
+        "durationMs": {"triggerExecution": duration_ms},
+        "stateOperators": [
+            {
+                "operatorName": "applyInPandasWithState",
+                "numRowsTotal": sessions,
+                "numRowsUpdated": sessions,
+                "allUpdatesTimeMs": 7,
+                "numRowsRemoved": 0,
+                "allRemovalsTimeMs": 0,
+                "commitTimeMs": 7,
+                "memoryUsedBytes": memory,
+                "numRowsDroppedByWatermark": 0,
+                "numShufflePartitions": 4,
+                "numStateStoreInstances": 4,
+                "customMetrics": {"rocksdbSstFileSize": 0},
+            }
+        ],
+        "sources": [
+            {
+                "description": "PythonMicroBatchStreamWithTriggerAvailableNow@3cdd4ab1",
+                "startOffset": None,
+                "endOffset": end,
+                "latestOffset": latest,
+                "numInputRows": rows,
+                "inputRowsPerSecond": 0.0,
+                "processedRowsPerSecond": 10.0,
+            }
+        ],
+        "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
+    }
+
+
+def report(batch_id: int, **fields: Any) -> BatchReport:
+    values: dict[str, Any] = {"end": {}, "published": True, "files": 3, "rows": 90,
+                              "quarantined": 2, "bytes": 4096, "violations": 1}  # fmt: skip
+    values.update(fields)
+    return BatchReport(batch_id=batch_id, **values)
+
+
+def test_batch_metrics_merge_progress_with_the_report() -> None:
+    progress = progress_json(
+        3, str(uuid.uuid4()), end={"sensor-0:0": 50, "sensor-0:1": 75},
+        latest={"sensor-0:0": 60, "sensor-0:1": 88}, rows=25, duration_ms=2500,
+        sessions=7, memory=1000,
+    )  # fmt: skip
+    m = batch_metrics(progress, report(3))
+    assert (m.batch_id, m.input_messages, m.duration_ms) == (3, 25, 2500)
+    assert (m.sessions_in_state, m.state_bytes) == (7, 1000)
+    assert m.end == {TP0: 50, TP1: 75}
+    assert m.lag == Lag(23, TP1, 13)
+    assert (m.rows_written, m.output_files, m.output_bytes) == (90, 3, 4096)
+    assert (m.violations, m.quarantined, m.published) == (1, 2, True)
+    assert m.messages_per_second == 10.0
+    assert m.started == T0
+
+
+def test_kafka_offsets_are_understood_too() -> None:
+    progress = progress_json(0, str(uuid.uuid4()), end={"sensor-0": {"0": 5, "1": 9}},
+                             latest={"sensor-0": {"0": 5, "1": 12}})  # fmt: skip
+    m = batch_metrics(progress, None)
+    assert m.end == {TP0: 5, TP1: 9}
+    assert m.lag == Lag(3, TP1, 3)
+    assert (m.rows_written, m.output_files) == (0, 0)
+
+
+def test_a_source_without_latest_offsets_publishes_no_lag() -> None:
+    m = batch_metrics(progress_json(0, str(uuid.uuid4()), end={"sensor-0:0": 5}, latest=None),
+                      None)  # fmt: skip
+    assert m.lag is None
+    names = {d.name for d in m.datums(T0)}
+    assert metric_names.RECORDS_BEHIND not in names
+    assert names == set(metric_names.ALL) - {
+        metric_names.RECORDS_BEHIND, metric_names.RECORDS_BEHIND_WORST_PARTITION
+    }  # fmt: skip
+
+
+def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
+    m = BatchMetrics(
+        batch_id=0, started=T0, input_messages=25, duration_ms=2500, sessions_in_state=4,
+        state_bytes=8544, end={TP0: 25}, lag=Lag(63, TP0, 63), rows_written=94,
+        output_files=4, output_bytes=9000, violations=0, quarantined=0,
+    )  # fmt: skip
+    datums = {d.name: d for d in m.datums(T0)}
+    assert set(datums) == set(metric_names.ALL)
+    assert len(datums) == len(metric_names.ALL)
+    expected = {
+        metric_names.HEARTBEAT: 1, metric_names.INPUT_MESSAGES: 25,
+        metric_names.ROWS_WRITTEN: 94, metric_names.BATCH_DURATION_MS: 2500,
+        metric_names.RECORDS_BEHIND: 63, metric_names.RECORDS_BEHIND_WORST_PARTITION: 63,
+        metric_names.SESSIONS_IN_STATE: 4, metric_names.STATE_BYTES: 8544,
+        metric_names.INTEGRITY_VIOLATIONS: 0, metric_names.QUARANTINED_MESSAGES: 0,
+        metric_names.OUTPUT_FILES: 4, metric_names.OUTPUT_BYTES: 9000,
+    }  # fmt: skip
+    assert {name: d.value for name, d in datums.items()} == expected
+    assert datums[metric_names.BATCH_DURATION_MS].unit is Unit.MILLISECONDS
+    assert datums[metric_names.STATE_BYTES].unit is Unit.BYTES
+    assert datums[metric_names.OUTPUT_BYTES].unit is Unit.BYTES
+    assert datums[metric_names.INPUT_MESSAGES].unit is Unit.COUNT
+    assert all(d.timestamp == T0 for d in datums.values())
+
+
+# -- the listener ---------------------------------------------------------------
+
+
+class Lines:
+    """A LogSink's output, parsed."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+
+    def metrics(self) -> list[dict[str, float]]:
+        return [orjson.loads(line)["metrics"] for line in self.lines]
+
+
+@pytest.fixture
+def log_lines() -> Lines:
+    return Lines()
+
+
+def listener_with(lines: Lines) -> tuple[MetricsListener, list[BatchMetrics]]:
+    seen: list[BatchMetrics] = []
+    listener = MetricsListener(LogSink(environment="test", write=lines.write), [seen.append],
+                               clock=lambda: T0)  # fmt: skip
+    return listener, seen
+
+
+def progress_event(batch_id: int, run_id: str, **kw: Any) -> QueryProgressEvent:
+    end = kw.pop("end", {"sensor-0:0": 25 * (batch_id + 1)})
+    latest = kw.pop("latest", {"sensor-0:0": 100})
+    return QueryProgressEvent.fromJson(
+        {"progress": progress_json(batch_id, run_id, end=end, latest=latest, **kw)}
+    )
+
+
+def terminated(run_id: str) -> QueryTerminatedEvent:
+    doc = {"id": str(uuid.uuid4()), "runId": run_id, "exception": None}
+    return QueryTerminatedEvent.fromJson({**doc, "errorClassOnException": None})
+
+
+def test_the_listener_merges_each_report_with_its_progress(log_lines: Lines) -> None:
+    listener, seen = listener_with(log_lines)
+    run_id = str(uuid.uuid4())
+    listener.bind(run_id)
+    for batch in range(3):
+        listener.on_batch(report(batch, rows=10 * (batch + 1)))
+        listener.onQueryProgress(progress_event(batch, run_id))
+    listener.onQueryTerminated(terminated(run_id))
+    assert listener.finish(None, timeout_s=0.1)
+    assert [m.batch_id for m in seen] == [0, 1, 2]
+    assert [m.rows_written for m in seen] == [10, 20, 30]
+    assert [m.lag.total if m.lag else None for m in seen] == [75, 50, 25]
+    published = log_lines.metrics()
+    assert [p[metric_names.ROWS_WRITTEN] for p in published] == [10, 20, 30]
+    assert all(set(p) == set(metric_names.ALL) for p in published)
+    assert all(orjson.loads(line)["Environment"] == "test" for line in log_lines.lines)
+    assert listener.batches == 3
+
+
+def test_the_listener_follows_its_own_run_only(log_lines: Lines) -> None:
+    listener, seen = listener_with(log_lines)
+    mine, other = str(uuid.uuid4()), str(uuid.uuid4())
+    # Events that arrive before bind() are kept and replayed for the bound run.
+    listener.on_batch(report(0))
+    listener.onQueryProgress(progress_event(0, mine))
+    listener.onQueryProgress(progress_event(7, other))
+    listener.bind(mine)
+    listener.onQueryProgress(progress_event(8, other))
+    listener.onQueryTerminated(terminated(other))
+    assert not listener.finish(None, timeout_s=0.05)  # another run's end is not ours
+    listener.onQueryTerminated(terminated(mine))
+    assert listener.finish(None, timeout_s=0.05)
+    assert [m.batch_id for m in seen] == [0]
+
+
+def test_an_idle_query_still_sends_a_heartbeat(log_lines: Lines) -> None:
+    listener, seen = listener_with(log_lines)
+    run_id = str(uuid.uuid4())
+    listener.bind(run_id)
+    listener.onQueryIdle(QueryIdleEvent.fromJson(
+        {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
+    ))  # fmt: skip
+    assert log_lines.metrics() == [
+        {metric_names.HEARTBEAT: 1.0, metric_names.RECORDS_BEHIND: 0.0,
+         metric_names.RECORDS_BEHIND_WORST_PARTITION: 0.0}
+    ]  # fmt: skip
+    assert seen == []
+
+
+def test_a_strict_mode_violation_is_published_when_the_run_fails(log_lines: Lines) -> None:
+    listener, _ = listener_with(log_lines)
+    violation = Violation("sensor-0", 1, 42, "s-1", Rule.SEQUENCE, "seq 3", "seq 5")
+    listener.finish(IntegrityViolationError(violation), timeout_s=0)
+    assert log_lines.metrics() == [{metric_names.INTEGRITY_VIOLATIONS: 1.0}]
+
+
+def test_a_failing_observer_does_not_stop_publishing(log_lines: Lines) -> None:
+    def broken(metrics: BatchMetrics) -> None:
+        raise RuntimeError("display gone")
+
+    listener = MetricsListener(LogSink(environment="t", write=log_lines.write), [broken])
+    run_id = str(uuid.uuid4())
+    listener.bind(run_id)
+    listener.onQueryProgress(progress_event(0, run_id))
+    listener.onQueryProgress(progress_event(1, run_id))
+    assert len(log_lines.lines) == 2
+
+
+# -- sinks ------------------------------------------------------------------------
+
+
+def datums(n: int, name: str = metric_names.INPUT_MESSAGES) -> list[Datum]:
+    return [Datum(name, float(i), Unit.COUNT, T0 + timedelta(seconds=i)) for i in range(n)]
+
+
+def test_the_log_sink_writes_one_json_line_per_publish(log_lines: Lines) -> None:
+    sink = LogSink(environment="dev", write=log_lines.write)
+    sink.publish([Datum(metric_names.HEARTBEAT, 1, Unit.COUNT, T0),
+                  Datum(metric_names.ROWS_WRITTEN, 12, Unit.COUNT, T0)])  # fmt: skip
+    sink.publish([])
+    [line] = log_lines.lines
+    doc = orjson.loads(line)
+    assert doc == {
+        "time": "2026-01-01T00:00:00.000+00:00", "event": "metrics", "namespace": "Tablecast",
+        "Environment": "dev", "metrics": {"Heartbeat": 1.0, "RowsWritten": 12.0},
+    }  # fmt: skip
+    assert sink.close() == SinkStats(accepted=2, sent=2)
+
+
+def test_a_log_sink_that_cannot_write_drops_and_does_not_raise() -> None:
+    def closed(line: str) -> None:
+        raise BrokenPipeError
+
+    sink = LogSink(environment="dev", write=closed)
+    sink.publish(datums(3))
+    assert sink.stats() == SinkStats(accepted=3, dropped=3, failed_calls=1)
+
+
+def test_the_null_sink_takes_everything() -> None:
+    sink = NullSink()
+    sink.publish(datums(4))
+    assert sink.close() == SinkStats(accepted=4)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_SESSION_TOKEN": "testing", "AWS_REGION": "eu-west-1",
+                        "AWS_DEFAULT_REGION": "eu-west-1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_CLOUDWATCH", raising=False)
+    with mock_aws():
+        yield
+
+
+def test_cloudwatch_gets_batched_calls_with_the_environment_dimension(aws: None) -> None:
+    client = boto3.client("cloudwatch", region_name="eu-west-1")
+    calls: list[int] = []
+    client.meta.events.register(
+        "provide-client-params.cloudwatch.PutMetricData",
+        lambda params, **_: calls.append(len(params["MetricData"])),
+    )
+    sink = CloudWatchSink(environment="staging", client=client)
+    now = datetime.now(UTC).replace(microsecond=0)
+    batch = [Datum(metric_names.INPUT_MESSAGES, 1.0, Unit.COUNT, now)] * 2500
+    sink.publish(batch)
+    stats = sink.close(timeout_s=30)
+    assert stats == SinkStats(accepted=2500, sent=2500)
+    # However the drain thread met the queue: no call above the API's limit, none wasted.
+    assert sum(calls) == 2500 and max(calls) <= MAX_DATUMS_PER_CALL and len(calls) >= 3
+    [metric] = client.list_metrics(Namespace=metric_names.NAMESPACE)["Metrics"]
+    assert metric["MetricName"] == metric_names.INPUT_MESSAGES
+    assert metric["Dimensions"] == [{"Name": "Environment", "Value": "staging"}]
+    stats_doc = client.get_metric_statistics(
+        Namespace=metric_names.NAMESPACE, MetricName=metric_names.INPUT_MESSAGES,
+        Dimensions=[{"Name": "Environment", "Value": "staging"}],
+        StartTime=now - timedelta(minutes=5), EndTime=now + timedelta(minutes=5),
+        Period=600, Statistics=["Sum", "SampleCount"],
+    )  # fmt: skip
+    [point] = stats_doc["Datapoints"]
+    assert point["Sum"] == 2500 and point["SampleCount"] == 2500
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port  # nothing listens there any more: connections are refused
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """An endpoint that accepts connections and never answers (a hung CloudWatch)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                held.append(conn)
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str) -> None:
+    sink = CloudWatchSink(environment="prod", endpoint_url=black_hole, region="eu-west-1",
+                          capacity=100, timeouts=Timeouts(1.0, 2.0, 1))  # fmt: skip
+    started = time.monotonic()
+    for _ in range(50):
+        sink.publish(datums(100))
+    publishing = time.monotonic() - started
+    closing_started = time.monotonic()
+    stats = sink.close(timeout_s=0.3)
+    closing = time.monotonic() - closing_started
+    assert publishing < 0.5, publishing
+    assert closing < 1.5, closing
+    assert stats.accepted == 5000
+    assert stats.sent == 0
+    assert stats.dropped == 5000  # queue overflow, the hung call, what was left at close
+    sink.publish(datums(5))  # after close: dropped, not raised
+    assert sink.stats().dropped == 5005
+
+
+def test_an_unreachable_cloudwatch_costs_only_metrics(aws: None) -> None:
+    sink = CloudWatchSink(environment="prod", region="eu-west-1",
+                          endpoint_url=f"http://127.0.0.1:{closed_port()}",
+                          timeouts=Timeouts(0.5, 0.5, 1))  # fmt: skip
+    for _ in range(3):
+        sink.publish(datums(12))
+        time.sleep(0.05)
+    stats = sink.close(timeout_s=5)
+    assert stats.accepted == stats.dropped == 36
+    assert stats.sent == 0 and stats.failed_calls >= 1
+
+
+def test_make_sink_chooses_by_kind(aws: None) -> None:
+    assert isinstance(make_sink(SinkKind.NONE, environment="x"), NullSink)
+    assert isinstance(make_sink(SinkKind.LOG, environment="x"), LogSink)
+    cloudwatch = make_sink(SinkKind.CLOUDWATCH, environment="x", region="eu-west-1")
+    assert isinstance(cloudwatch, CloudWatchSink)
+    cloudwatch.close(timeout_s=1)
+    with pytest.raises(ConfigurationError, match="--environment"):
+        make_sink(SinkKind.LOG, environment=" ")
+
+
+def test_cloudwatch_without_a_region_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with pytest.raises(ConfigurationError, match="--region"):
+        make_sink(SinkKind.CLOUDWATCH, environment="prod")
+
+
+# -- progress display ------------------------------------------------------------
+
+
+def metrics(batch_id: int, **fields: Any) -> BatchMetrics:
+    values: dict[str, Any] = {
+        "started": T0, "input_messages": 30, "duration_ms": 2000, "sessions_in_state": 4,
+        "state_bytes": 100, "end": {TP0: 30}, "lag": Lag(58, TP0, 58), "rows_written": 94,
+        "output_files": 4, "output_bytes": 2048,
+    }  # fmt: skip
+    values.update(fields)
+    return BatchMetrics(batch_id=batch_id, **values)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_progress_is_a_line_per_batch_and_a_summary() -> None:
+    out = io.StringIO()
+    clock = Clock()
+    display = ProgressDisplay(Console(out, tty=False), clock)
+    display.on_report(report(0, trace=("sensor-0:0@3 session s: applied",)))
+    display.on_metrics(metrics(0))
+    display.on_metrics(metrics(1, lag=Lag(0, None, 0), quarantined=3, published=False))
+    clock.now += 4.0
+    display.finish("log", SinkStats(accepted=24, sent=24))
+    assert out.getvalue().splitlines() == [
+        "trace sensor-0:0@3 session s: applied",
+        "batch 0: 30 messages (15/s), 94 rows in 4 files, behind 58 (worst sensor-0:0: 58), "
+        "4 sessions in state",
+        "batch 1: 30 messages (15/s), 94 rows in 4 files, behind 0, 4 sessions in state, "
+        "3 quarantined (already published)",
+        "done: 2 batches, 60 messages (15/s), 188 rows in 8 files (4.0 KiB), 3 quarantined, "
+        "0 violations, 4.0 s",
+        "at the end: behind 0, 4 sessions in state",
+        "metrics (log): 24 sent, 0 dropped",
+    ]
+
+
+def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines() -> None:
+    out = io.StringIO()
+    clock = Clock()
+    console = Console(out, tty=True)
+    display = ProgressDisplay(console, clock)
+    clock.now += 2.0
+    display.on_metrics(metrics(0))
+    console.line('{"event":"metrics"}')
+    display.on_metrics(metrics(1))
+    display.finish("cloudwatch", SinkStats(accepted=24, sent=20, dropped=4, failed_calls=1),
+                   finished=False)  # fmt: skip
+    text = out.getvalue()
+    behind = "behind 58 (worst sensor-0:0: 58)"
+    first = f"batches 1 | 30 messages (15/s) | {behind} | 4 sessions | 94 rows"
+    second = f"batches 2 | 60 messages (30/s) | {behind} | 4 sessions | 188 rows"
+    assert text.startswith(f"\r\x1b[K{first}")
+    # A permanent line clears the status line, then the status is drawn again below it.
+    assert f'\r\x1b[K{{"event":"metrics"}}\n{first}' in text
+    assert f"\r\x1b[K{second}\n" in text  # the last status stays on screen
+    assert text.endswith("metrics (cloudwatch): 20 sent, 4 dropped in 1 failed calls\n")
+    assert "\nstopped: 2 batches" in text
+
+
+# -- inspect's printing (reading the state is tested on Spark) -------------------
+
+
+def snapshot_of(*views: SessionView, total: int | None = None) -> StateSnapshot:
+    return StateSnapshot("/ck", 4, {TP0: 60}, views, total or len(views),
+                         sum(v.status == "closed" for v in views),
+                         sum(v.status == "quarantined" for v in views))  # fmt: skip
+
+
+def test_a_session_prints_its_table_and_position() -> None:
+    table = {"r1": (1.5, "ok"), "r22": (None, None)}
+    view = SessionView(SessionState("s-1", "sensor-0", 0, 7, 41, 1_767_225_600_000, False,
+                                    None, table), 2)  # fmt: skip
+    assert format_session(snapshot_of(view), view).splitlines() == [
+        "session s-1 in checkpoint /ck after batch 4 (ends at sensor-0:0@60)",
+        "  status          open",
+        "  topic           sensor-0",
+        "  partition       0",
+        "  last seq        7",
+        "  last offset     41",
+        "  last ts         2026-01-01T00:00:00.000+00:00",
+        "  state partition 2",
+        "  table           2 rows",
+        "    row id  value  status",
+        "    r1        1.5  ok",
+        "    r22      null  null",
+    ]
+
+
+def test_the_summary_lists_sessions_and_counts() -> None:
+    open_ = SessionView(SessionState("s-1", "sensor-0", 0, 7, 41, 0, False, None,
+                                     {"r1": (1.0, None)}), 0)  # fmt: skip
+    closed = SessionView(SessionState("s-2", "sensor-0", 0, 9, 50, 0, True, None, None), 1)
+    quarantined = SessionView(
+        SessionState("s-3", "sensor-0", 0, 3, 52, 0, False, "rule 2: expected seq 4", None), 1
+    )
+    text = format_summary(snapshot_of(open_, closed, quarantined, total=10))
+    assert text.splitlines() == [
+        "checkpoint /ck after batch 4 (ends at sensor-0:0@60)",
+        "10 sessions in state: 8 open, 1 closed, 1 quarantined",
+        "session  status       topic     partition  last seq  last offset  rows",
+        "s-1      open         sensor-0          0         7           41     1",
+        "s-2      closed       sensor-0          0         9           50     0",
+        "s-3      quarantined  sensor-0          0         3           52     0",
+        "(the first 3 of 10 sessions; --limit N shows more, --session ID one in full)",
+    ]
