@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from app import generate as gen
 from app import verify as verify_mod
@@ -19,6 +21,9 @@ from app.errors import ConfigurationError, TablecastError
 from app.metrics.publisher import SinkKind
 from app.session import IntegrityMode
 from app.sources.kafka import KafkaAuth
+
+if TYPE_CHECKING:
+    from app.metrics.consumer_group import GroupCommitter
 
 _UNITS_MS = {
     "ms": 1, "millisecond": 1, "milliseconds": 1,
@@ -77,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the metrics' Environment dimension [local]")  # fmt: skip
     run.add_argument("--region", default=None,
                      help="CloudWatch's region [AWS_REGION]")  # fmt: skip
+    run.add_argument(
+        "--consumer-group", default=None, metavar="NAME",
+        help="with --bootstrap-servers: also commit each batch's end offsets to this Kafka "
+        "consumer group, for MSK's lag metrics (never read back)",
+    )  # fmt: skip
 
     inspect = commands.add_parser(
         "inspect", help="print the sessions' state that a checkpoint holds"
@@ -184,7 +194,8 @@ def _run(args: argparse.Namespace) -> int:
                      write=console.line)  # fmt: skip
     spark = job.spark_session(args.master, args.state_partitions)
     display = ProgressDisplay(console)
-    listener = MetricsListener(sink, [display.on_metrics])
+    committer = _group_committer(args)
+    listener = MetricsListener(sink, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
         job.run(spark, config, display.on_report, listener=listener)
@@ -192,7 +203,27 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         stats = sink.close()  # bounded: what CloudWatch does not take in time is dropped
         display.finish(sink.description, stats, finished=finished)
+        if committer is not None:
+            group = committer.close()
+            console.line(
+                f"consumer group {committer.group}: {group.committed} of {group.requested} "
+                f"commits acknowledged, {group.failed} failed"
+            )
     return 0
+
+
+def _group_committer(args: argparse.Namespace) -> GroupCommitter | None:
+    """``--consumer-group``: the observer that commits offsets, or None."""
+    if args.consumer_group is None:
+        return None
+    if not args.bootstrap_servers:
+        raise ConfigurationError("--consumer-group needs a Kafka source (--bootstrap-servers)")
+    from app.metrics.consumer_group import GroupCommitter
+    from app.ops.kafka_client import KafkaEndpoint
+
+    region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    endpoint = KafkaEndpoint(args.bootstrap_servers, KafkaAuth(args.kafka_auth), region or "")
+    return GroupCommitter(args.consumer_group, endpoint.config())
 
 
 def _inspect(args: argparse.Namespace) -> int:

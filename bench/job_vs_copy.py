@@ -110,6 +110,9 @@ def main() -> int:
     parser.add_argument("--rows-min", type=int, default=100)
     parser.add_argument("--rows-max", type=int, default=200)
     parser.add_argument("--copy-only", nargs=3, metavar=("ARCHIVE", "OUTPUT", "CHECKPOINT"))
+    parser.add_argument(
+        "--with-tws", action="store_true", help="also time the transformWithStateInPandas variant"
+    )
     args = parser.parse_args()
     if args.copy_only:
         copy_main(*args.copy_only)
@@ -127,20 +130,28 @@ def main() -> int:
     print(f"generated {messages:,} messages in {time.monotonic() - started:.1f} s", flush=True)
 
     python = sys.executable
-    copy = measure([python, "bench/job_vs_copy.py", "--copy-only",
-                    str(OUT / "archive"), str(OUT / "copy"), str(OUT / "copy-checkpoint")])  # fmt: skip
-    job = measure([python, "-m", "app", "run", "--archive", str(OUT / "archive"),
-                   "--output", str(OUT / "job"), "--checkpoint", str(OUT / "job-checkpoint"),
-                   "--trigger", "available-now", "--max-offsets-per-trigger", "1000000"])  # fmt: skip
+    archive = str(OUT / "archive")
+    runs = {
+        "copy": [python, "bench/job_vs_copy.py", "--copy-only", archive,
+                 str(OUT / "copy"), str(OUT / "copy-checkpoint")],
+        "job": [python, "-m", "app", "run", "--archive", archive,
+                "--output", str(OUT / "job"), "--checkpoint", str(OUT / "job-checkpoint"),
+                "--trigger", "available-now", "--max-offsets-per-trigger", "1000000"],
+    }  # fmt: skip
+    if args.with_tws:
+        runs["job-tws"] = [python, "bench/tws_variant.py", archive, str(OUT / "job-tws"),
+                           str(OUT / "job-tws-checkpoint")]  # fmt: skip
+    results = {name: measure(argv) for name, argv in runs.items()}
     from app import verify
 
     rows = verify.read_output(str(OUT / "job")).num_rows
-    print(f"{'':6} {'seconds':>9} {'messages/s':>12} {'peak memory':>12}")
-    for name, m in (("copy", copy), ("job", job)):
-        print(f"{name:6} {m.seconds:>9.1f} {messages / m.seconds:>12,.0f} "
-              f"{m.peak_rss_bytes / 2**30:>9.2f} GiB")  # fmt: skip
+    print(f"{'':8} {'seconds':>9} {'messages/s':>12} {'peak memory':>12}")
+    for name, m in results.items():
+        rate = messages / m.seconds
+        print(f"{name:8} {m.seconds:>9.1f} {rate:>12,.0f} {m.peak_rss_bytes / 2**30:>9.2f} GiB")
     print(f"job output rows: {rows:,}")
-    print(f"ratio job/copy speed: {copy.seconds / job.seconds:.2f} (target >= 0.5)")
+    ratio = results["copy"].seconds / results["job"].seconds
+    print(f"ratio job/copy speed: {ratio:.2f} (target >= 0.5)")
     return 0
 
 

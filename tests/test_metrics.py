@@ -20,6 +20,8 @@ from typing import Any
 import boto3
 import orjson
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaPartition
 from moto import mock_aws
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -30,6 +32,7 @@ from pyspark.sql.streaming.listener import (
 from app import metric_names
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.inspect import SessionView, StateSnapshot, format_session, format_summary
+from app.metrics.consumer_group import CommitStats, GroupCommitter
 from app.metrics.listener import BatchMetrics, Lag, MetricsListener, batch_metrics, records_behind
 from app.metrics.progress import Console, ProgressDisplay
 from app.metrics.publisher import (
@@ -45,8 +48,11 @@ from app.metrics.publisher import (
     make_sink,
 )
 from app.offsets import TopicPartition
+from app.ops.kafka_client import KafkaEndpoint
 from app.session import SessionState
 from app.sink.commit import BatchReport
+from tests.ops.conftest import broker  # noqa: F401 (the session's loopback broker)
+from tests.ops.kafka_helpers import create_topics
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TP0, TP1 = TopicPartition("sensor-0", 0), TopicPartition("sensor-0", 1)
@@ -579,3 +585,40 @@ def test_the_summary_lists_sessions_and_counts() -> None:
         "s-3      quarantined  sensor-0          0         3           52     0",
         "(the first 3 of 10 sessions; --limit N shows more, --session ID one in full)",
     ]
+
+
+# -- the consumer group (optional; tansu, the loopback Kafka broker of tests/ops) ---
+
+
+def test_each_batch_end_is_committed_to_the_consumer_group(broker: KafkaEndpoint) -> None:
+    create_topics(broker, ["sensor-obs"], partitions=2)
+    p0, p1 = TopicPartition("sensor-obs", 0), TopicPartition("sensor-obs", 1)
+    committer = GroupCommitter("tablecast-test", broker.config())
+    started = time.monotonic()
+    committer(metrics(0, end={p0: 25, p1: 40}))
+    committer(metrics(1, end={p0: 50, p1: 80}, published=False))
+    committer(metrics(2, end={}))  # nothing to commit
+    assert time.monotonic() - started < 0.5  # asynchronous
+    assert committer.close(timeout_s=10) == CommitStats(requested=2, committed=2, failed=0)
+
+    reader = Consumer(broker.config(**{"group.id": "tablecast-test"}))
+    try:
+        committed = reader.committed(
+            [KafkaPartition("sensor-obs", 0), KafkaPartition("sensor-obs", 1)], timeout=10
+        )
+    finally:
+        reader.close()
+    assert {p.partition: p.offset for p in committed} == {0: 50, 1: 80}
+
+
+def test_an_unreachable_broker_costs_only_the_commits() -> None:
+    committer = GroupCommitter(
+        "tablecast-test",
+        {"bootstrap.servers": f"127.0.0.1:{closed_port()}", "socket.timeout.ms": 1000},
+    )
+    started = time.monotonic()
+    committer(metrics(0, end={TP0: 25}))
+    assert time.monotonic() - started < 0.5
+    stats = committer.close(timeout_s=1)
+    assert time.monotonic() - started < 5
+    assert stats.requested == 1 and stats.committed == 0

@@ -62,6 +62,17 @@ _NO_TIMESTAMP_TYPE = -1
 _DATA_LOSS_CODES = frozenset(
     {ConfluentError._AUTO_OFFSET_RESET, ConfluentError.OFFSET_OUT_OF_RANGE}
 )
+# librdkafka recovers from other consumer errors by itself (they are reported
+# for information); these need the operator. Group errors are not among them:
+# the archiver commits nothing, so its group's coordinator does not matter.
+_STOP_CODES = frozenset(
+    {
+        ConfluentError._AUTHENTICATION,
+        ConfluentError.SASL_AUTHENTICATION_FAILED,
+        ConfluentError.TOPIC_AUTHORIZATION_FAILED,
+        ConfluentError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,10 +320,12 @@ class Archiver:
                 f"data loss: {tp} offset {self._archived.get(tp) if tp else '?'} is out of the "
                 f"brokers' range ({error.str()}): retention dropped it, or the topic was recreated"
             )
-        elif error.fatal() or not error.retriable():
+        elif error.fatal() or code in _STOP_CODES:
             raise KafkaError(f"consuming {tp or 'from the brokers'}: {error.str()}")
         else:
-            log.warning("consuming %s: %s (retrying)", tp or "from the brokers", error.str())
+            log.warning(
+                "consuming %s: %s (the client retries)", tp or "from the brokers", error.str()
+            )
 
     # Steps 2 to 5: cut, check, write, move on. -------------------------------
     def _cut(self, *, force: bool) -> None:

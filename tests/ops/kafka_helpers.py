@@ -35,7 +35,9 @@ def read_back(
         while at_end != set(records):
             assert time.monotonic() < deadline, f"read back stopped at {at_end}"
             for record in consumer.consume(500, 0.5):
-                tp = Tp(record.topic(), record.partition())
+                topic, partition = record.topic(), record.partition()
+                assert topic is not None and partition is not None
+                tp = Tp(topic, partition)
                 error = record.error()
                 if error is None:
                     records[tp].append(record)
