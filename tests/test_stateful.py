@@ -78,7 +78,7 @@ def test_state_round_trips_through_the_state_row_and_arms_the_timeout() -> None:
     snapshot = {"seq": 0, "type": "snapshot", "rows": [{"id": "a", "value": 1, "status": "ok"}]}
     update = {"seq": 1, "type": "update", "rows": [{"id": "b", "value": 2, "status": None}]}
     state = GroupStateStandIn(now_ms=500)
-    frames = list(_function()(("s1".encode(),), _frames(update, snapshot), state))
+    frames = list(_function()((b"s1",), _frames(update, snapshot), state))
     assert state.timeout_ms == HOUR
     assert state.stored is not None and state.stored[3] == 1  # last seq
     [frame] = frames
@@ -86,18 +86,18 @@ def test_state_round_trips_through_the_state_row_and_arms_the_timeout() -> None:
     assert frame["kind"].tolist() == [ROW, ROW]
     assert frame["offset"].tolist() == [0, 1]  # applied in offset order
     more = {"seq": 2, "type": "update", "deleted": ["a"]}
-    [frame] = list(_function()(("s1".encode(),), _frames(more), state))
+    [frame] = list(_function()((b"s1",), _frames(more), state))
     assert frame["row_id"].tolist() == ["a"] and frame["deleted"].tolist() == [True]
 
 
 def test_a_timed_out_session_is_removed_only_when_idle_long_enough() -> None:
     state = GroupStateStandIn(now_ms=0)
     snapshot = {"seq": 0, "type": "snapshot", "rows": []}
-    list(_function()(("s1".encode(),), _frames(snapshot), state))
+    list(_function()((b"s1",), _frames(snapshot), state))
     stored = state.stored
     fired = GroupStateStandIn(now_ms=HOUR // 2 + 10, stored=stored, timed_out=True)
-    assert list(_function(run_started_ms=HOUR // 2)(("s1".encode(),), iter(()), fired)) == []
+    assert list(_function(run_started_ms=HOUR // 2)((b"s1",), iter(()), fired)) == []
     assert not fired.removed and fired.timeout_ms == HOUR - 10
     fired = GroupStateStandIn(now_ms=2 * HOUR, stored=stored, timed_out=True)
-    list(_function()(("s1".encode(),), iter(()), fired))
+    list(_function()((b"s1",), iter(()), fired))
     assert fired.removed

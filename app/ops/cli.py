@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -333,6 +334,9 @@ def _produce(args: argparse.Namespace) -> int:
     found = _handoff(args)
     endpoint = _endpoint(args, found)
     names = [f"{args.prefix}{index}" for index in range(args.sources)]
+    pattern = _topic_pattern(args, found)
+    if pattern and not all(re.fullmatch(pattern, name) for name in names):
+        print(f"warning: the job's pattern {pattern!r} does not match {names[0]}", file=sys.stderr)
     partitions = args.partitions or produce.topic_partitions(endpoint, names)
     run_id = args.run_id
     if run_id is None:

@@ -113,8 +113,7 @@ def deploy(
         uri, uploaded = upload_wheel(clients.s3, prefix, wheel, replace=replace, commit=commit)
         target = wheel.version
         progress(f"{'uploaded' if uploaded else 'unchanged'} {uri}")
-    else:
-        assert version is not None
+    elif version is not None:
         uri, uploaded, target = artifact_uri(prefix, version), False, version
         if _object_sha256(clients.s3, *_split(uri)) is None:
             raise ArtifactMissingError(uri)
