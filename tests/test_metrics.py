@@ -51,7 +51,7 @@ from app.offsets import TopicPartition
 from app.ops.kafka_client import KafkaEndpoint
 from app.session import SessionState
 from app.sink.commit import BatchReport
-from tests.ops.conftest import broker  # noqa: F401 (the session's loopback broker)
+from tests.ops.conftest import broker  # noqa: F401 (the session's loopback broker, tansu)
 from tests.ops.kafka_helpers import create_topics
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -590,7 +590,9 @@ def test_the_summary_lists_sessions_and_counts() -> None:
 # -- the consumer group (optional; tansu, the loopback Kafka broker of tests/ops) ---
 
 
-def test_each_batch_end_is_committed_to_the_consumer_group(broker: KafkaEndpoint) -> None:
+def test_each_batch_end_is_committed_to_the_consumer_group(
+    broker: KafkaEndpoint,  # noqa: F811 (the fixture imported above)
+) -> None:
     create_topics(broker, ["sensor-obs"], partitions=2)
     p0, p1 = TopicPartition("sensor-obs", 0), TopicPartition("sensor-obs", 1)
     committer = GroupCommitter("tablecast-test", broker.config())

@@ -53,6 +53,10 @@ class GroupCommitter:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "on_commit": self._on_commit,
+                # Failures surface as failed commits (logged above); librdkafka's own
+                # reconnect errors would repeat every few seconds while a broker is away.
+                "log_level": 2,
+                "logger": log,
             }
         )
 
@@ -77,14 +81,22 @@ class GroupCommitter:
             return self._stats
 
     def close(self, timeout_s: float = 5.0) -> CommitStats:
-        """Wait (bounded) for outstanding commits, then leave."""
+        """Wait (bounded) for outstanding commits, then leave.
+
+        librdkafka's ``close`` waits for the group's coordinator, for as long
+        as ``session.timeout.ms`` when it is away; it gets what is left of
+        ``timeout_s`` on a daemon thread, and the job's exit never waits longer.
+        """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             s = self.stats()
             if s.committed + s.failed >= s.requested:
                 break
             self._consumer.poll(0.1)
-        self._consumer.close()
+        closing = threading.Thread(target=self._consumer.close, name="tablecast-group-close",
+                                   daemon=True)  # fmt: skip
+        closing.start()
+        closing.join(max(0.0, deadline - time.monotonic()))
         return self.stats()
 
     def _on_commit(self, error: Any, partitions: Any) -> None:

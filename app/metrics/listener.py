@@ -196,6 +196,8 @@ class MetricsListener(StreamingQueryListener):
         if isinstance(failure, IntegrityViolationError):
             at = self.clock()
             self.sink.publish([Datum(names.INTEGRITY_VIOLATIONS, 1.0, Unit.COUNT, at)])
+        if self._run_id is None:  # the query never started: no event will come
+            return False
         return self._terminated.wait(timeout_s)
 
     # -- Spark's callbacks (listener thread) --------------------------------

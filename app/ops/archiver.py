@@ -49,7 +49,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from app.errors import DataLossError
 from app.offsets import TopicPartition
-from app.ops.errors import ArchiveConflictError, KafkaError
+from app.ops.errors import ArchiveConflictError, KafkaClientError
 from app.ops.kafka_client import KafkaEndpoint
 from app.sources import archive
 from app.storage import Location, resolve
@@ -213,6 +213,7 @@ class Archiver:
         self._buffers: dict[TopicPartition, _Buffer] = {}
         self._at_end: set[TopicPartition] = set()
         self._run = ArchiveRun()
+        self._started = False
 
     def close(self) -> None:
         self._consumer.close()
@@ -225,8 +226,7 @@ class Archiver:
 
     def catch_up(self, timeout_s: float = 3600.0) -> ArchiveRun:
         """Archive until every partition is at its end (or ``timeout_s``); write all."""
-        self._run = ArchiveRun()
-        self._discover()
+        self._start()
         deadline = self._clock() + timeout_s
         while self._archived and not set(self._archived) <= self._at_end:
             if self._clock() > deadline:
@@ -239,8 +239,7 @@ class Archiver:
 
     def follow(self, stop: threading.Event) -> ArchiveRun:
         """Archive until ``stop`` is set, then write what is buffered."""
-        self._run = ArchiveRun()
-        self._discover()
+        self._start()
         refreshed = self._clock()
         while not stop.is_set():
             self._poll()
@@ -251,6 +250,14 @@ class Archiver:
         self._cut(force=True)
         self._run.caught_up = set(self._archived) <= self._at_end
         return self._run
+
+    def _start(self) -> None:
+        # The end-of-partition events come once per arrival at the end: an
+        # archiver that ran already cannot tell where the ends are now.
+        if self._started:
+            raise RuntimeError("an Archiver runs once: make a new one for the next run")
+        self._started = True
+        self._discover()
 
     # Step 1: what to read, from where. ------------------------------------
     def _discover(self) -> None:
@@ -298,7 +305,7 @@ class Archiver:
                 self._buffers[tp] = buffer
             last = buffer.offsets[-1] if buffer.offsets else buffer.start - 1
             if offset <= last:
-                raise KafkaError(f"{tp}: the broker returned offset {offset} after {last}")
+                raise KafkaClientError(f"{tp}: the broker returned offset {offset} after {last}")
             buffer.add(record)
             # Step 2: a full file is written at once, which bounds memory.
             full = len(buffer.offsets) >= self.config.max_records
@@ -321,7 +328,7 @@ class Archiver:
                 f"brokers' range ({error.str()}): retention dropped it, or the topic was recreated"
             )
         elif error.fatal() or code in _STOP_CODES:
-            raise KafkaError(f"consuming {tp or 'from the brokers'}: {error.str()}")
+            raise KafkaClientError(f"consuming {tp or 'from the brokers'}: {error.str()}")
         else:
             log.warning(
                 "consuming %s: %s (the client retries)", tp or "from the brokers", error.str()
@@ -357,5 +364,5 @@ class Archiver:
 def _position(record: Any) -> tuple[TopicPartition, int]:
     topic, partition, offset = record.topic(), record.partition(), record.offset()
     if topic is None or partition is None or offset is None:
-        raise KafkaError("the consumer returned a record without topic, partition or offset")
+        raise KafkaClientError("the consumer returned a record without topic, partition or offset")
     return TopicPartition(topic, partition), offset

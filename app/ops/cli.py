@@ -334,7 +334,7 @@ def _produce(args: argparse.Namespace) -> int:
     found = _handoff(args)
     endpoint = _endpoint(args, found)
     names = [f"{args.prefix}{index}" for index in range(args.sources)]
-    pattern = _topic_pattern(args, found)
+    pattern = found.topic_pattern if found else None
     if pattern and not all(re.fullmatch(pattern, name) for name in names):
         print(f"warning: the job's pattern {pattern!r} does not match {names[0]}", file=sys.stderr)
     partitions = args.partitions or produce.topic_partitions(endpoint, names)

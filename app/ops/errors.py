@@ -141,5 +141,5 @@ class ArchiveConflictError(OpsError):
         self.found_end = found_end
 
 
-class KafkaError(OpsError):
+class KafkaClientError(OpsError):
     """The consumer or producer reported an error it cannot recover from."""

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
 
 UNIT = "tablecast-job.service"
+ARCHIVER_UNIT = "tablecast-archiver.service"
 VENV_PYTHON = "/opt/tablecast/venv/bin/python"
 # run-job downloads and installs the wheel before spark-submit: allow it 3 minutes.
 INSTALL_WAIT_S = 180
@@ -57,6 +58,8 @@ def restart_script(version: str) -> list[str]:
         "'import importlib.metadata as m; print(m.version(\"tablecast\"))' 2>/dev/null || true)",
         f'  if [ "$installed" = "{version}" ] && systemctl is-active --quiet {UNIT}; then',
         f'    echo "{UNIT} active with tablecast $installed (attempt $attempt)"',
+        # The archiver service, where there is one, runs the same installed wheel.
+        f"    systemctl try-restart {ARCHIVER_UNIT} 2>/dev/null || true",
         "    exit 0",
         "  fi",
         f"  sleep {_INSTALL_POLL_S}",

@@ -20,6 +20,7 @@ from app.errors import DataLossError
 from app.generate import CaptureSpec
 from app.offsets import TopicPartition
 from app.ops.archiver import Archiver, ArchiverConfig, ArchiveRun, WrittenFile, retention_check
+from app.ops.cli import main
 from app.ops.errors import ArchiveConflictError
 from app.ops.kafka_client import KafkaEndpoint
 from app.ops.produce import LoadSpec, publish
@@ -178,3 +179,19 @@ def test_following_archives_new_records_and_new_topics_until_stopped(
     for tp, kafka in records.items():
         assert rows(files[tp]) == kafka_rows(kafka)
     assert runs and runs[0].partitions == 2
+
+
+def test_the_cli_produces_and_archives_with_explicit_brokers(
+    broker: KafkaEndpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    create_topics(broker, ["sensor-c1-0"], partitions=2)
+    servers = ["--bootstrap-servers", broker.bootstrap_servers]
+    assert main(["produce", *servers, "--prefix", "sensor-c1-", "--sources", "1",
+                 "--sessions", "3", "--updates", "4", "--run-id", "cli"]) == 0  # fmt: skip
+    assert main(["archive", *servers, "--archive", str(tmp_path / "archive"),
+                 "--topic-pattern", "^sensor-c1-.+", "--timeout", "30s"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    # 3 sessions of snapshot, 4 updates and end.
+    assert "published 18 messages of 3 sessions to" in out
+    assert "archived 18 records in" in out and "from 2 partitions" in out
+    assert count(tmp_path / "archive") == 18

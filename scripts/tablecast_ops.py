@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""``scripts/tablecast-ops <command>``: the operator's tools from a checkout.
+"""``scripts/tablecast_ops.py <command>``: the operator's tools from a checkout.
 
 Run it with the project's virtual environment (``.venv/bin/python
-scripts/tablecast-ops ...``, or after ``source .venv/bin/activate``); on a
+scripts/tablecast_ops.py ...``, or after ``source .venv/bin/activate``); on a
 node with the job's wheel installed, ``python -m app.ops`` is the same.
 See docs/operations.md.
 """
