@@ -46,12 +46,15 @@ class Trigger:
     def parse(cls, text: str) -> Trigger:
         if text == TriggerKind.AVAILABLE_NOW:
             return cls(TriggerKind.AVAILABLE_NOW)
+        given = text
+        if not text.strip().startswith(TriggerKind.PROCESSING_TIME):
+            text = f"{TriggerKind.PROCESSING_TIME}={text.strip()}"  # a bare "1 minute"
         match = re.fullmatch(
             r"processing-time=(\d+\s*(?:ms|milliseconds?|seconds?|minutes?|hours?))", text.strip()
         )
         if match is None:
             raise ConfigurationError(
-                f"--trigger {text!r} is neither 'available-now' nor "
+                f"--trigger {given!r} is neither 'available-now' nor "
                 "'processing-time=<n> seconds|minutes|hours'"
             )
         return cls(TriggerKind.PROCESSING_TIME, match.group(1))

@@ -13,7 +13,7 @@ SCRIPT_NAME="node-files"
 source "${TABLECAST_BUILD_DIR}/lib/common.sh"
 
 readonly FILES="${TABLECAST_BUILD_DIR}/files"
-readonly UNITS=(spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job)
+readonly UNITS=(spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job tablecast-archiver)
 readonly PROGRAMS=(node-bootstrap run-job hdfs-format-once hdfs-init-dirs)
 readonly TEMPLATES=(core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json)
 

@@ -34,6 +34,8 @@ SSM_READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersB
 # Spark's Kafka source names its consumer groups so unless the job sets
 # ``groupIdPrefix``; allowed beside the topic prefix so either works.
 SPARK_DEFAULT_GROUP_PREFIX = "spark-kafka-source-"
+# The job's optional consumer-group commits and the archiver (app/ops/archiver.py).
+TABLECAST_GROUP_PREFIX = "tablecast-"
 
 
 def node_statements(
@@ -64,7 +66,7 @@ def node_statements(
     topic_arns = [f"{kafka}:topic/{cluster_name}/{cluster_uuid}/{topic_prefix}*"]
     group_arns = [
         f"{kafka}:group/{cluster_name}/{cluster_uuid}/{group_prefix}*"
-        for group_prefix in (topic_prefix, SPARK_DEFAULT_GROUP_PREFIX)
+        for group_prefix in (topic_prefix, SPARK_DEFAULT_GROUP_PREFIX, TABLECAST_GROUP_PREFIX)
     ]
     parameters = f"arn:{partition}:ssm:{region}:{account}:parameter{handoff.PREFIX}/{environment}"
     return [

@@ -51,7 +51,15 @@ def run_job_parameters() -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "name", ["spark-master", "spark-worker", "hdfs-namenode", "hdfs-datanode", "tablecast-job"]
+    "name",
+    [
+        "spark-master",
+        "spark-worker",
+        "hdfs-namenode",
+        "hdfs-datanode",
+        "tablecast-job",
+        "tablecast-archiver",
+    ],
 )
 def test_unit_runs_in_the_foreground_with_restart_and_its_identifier(name: str) -> None:
     entries = unit(name)
@@ -209,6 +217,7 @@ def test_logs_flow_from_units_to_cloudwatch_log_groups() -> None:
     assert written == set(shipped), "rsyslog writes exactly the files the agent ships"
     for name, stream in (
         ("tablecast-job", "job"),
+        ("tablecast-archiver", "job"),
         ("spark-master", "spark"),
         ("spark-worker", "spark"),
         ("hdfs-namenode", "hdfs"),
@@ -295,7 +304,10 @@ def test_node_bootstrap_reads_the_ebs_device_name_from_nvme(reported: str, tmp_p
 
 def test_node_bootstrap_starts_only_the_roles_units() -> None:
     text = NODE_BOOTSTRAP.read_text(encoding="utf-8")
-    assert "units=(hdfs-namenode.service spark-master.service tablecast-job.service)" in text
+    assert (
+        "units=(hdfs-namenode.service spark-master.service tablecast-job.service"
+        " tablecast-archiver.service)" in text
+    )
     assert "units=(hdfs-datanode.service spark-worker.service)" in text
     assert "meta-data/local-ipv4" in text and "X-aws-ec2-metadata-token" in text
     assert re.search(r"status == 2\)\); then\s+log .*blank", text), "format only blank volumes"
