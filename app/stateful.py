@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 import pandas as pd
 
@@ -162,6 +163,8 @@ def _records(frames: Iterator[pd.DataFrame]) -> Iterator[Record]:
 
 
 def _events(result: BatchResult[Any]) -> pd.DataFrame:
+    if result.rows and not (result.quarantined or result.violations or result.trace):
+        return _row_events(result)
     columns: dict[str, list[Any]] = {name: [] for name in OUTPUT_COLUMNS}
     if result.rows:
         n = len(result.rows)
@@ -216,3 +219,32 @@ def _events(result: BatchResult[Any]) -> pd.DataFrame:
             columns[name].append(event.get(name))
     frame = pd.DataFrame(columns)
     return frame
+
+
+def _row_events(result: BatchResult[Any]) -> pd.DataFrame:
+    """Only output rows (the common case): typed arrays spare pandas its inference."""
+    n = len(result.rows)
+    topic, partition, offset, session, seq, kind, ts, row_id, value, status, deleted = zip(
+        *result.rows, strict=True
+    )
+    nothing = np.full(n, None, dtype=object)
+    return pd.DataFrame(
+        {
+            "kind": np.full(n, ROW, dtype=object),
+            "topic": np.array(topic, dtype=object),
+            "partition": np.array(partition, dtype=np.int32),
+            "offset": np.array(offset, dtype=np.int64),
+            "session": np.array(session, dtype=object),
+            "seq": np.array(seq, dtype=np.int64),
+            "type": np.array(kind, dtype=object),
+            "ts_ms": np.array(ts, dtype=np.int64),
+            "row_id": np.array(row_id, dtype=object),
+            # None becomes NaN here and null again in Spark's conversion.
+            "value": np.array(value, dtype=np.float64),
+            "status": np.array(status, dtype=object),
+            "deleted": np.array(deleted, dtype=np.bool_),
+            "detail": nothing,
+            "raw": nothing,
+        },
+        columns=OUTPUT_COLUMNS,
+    )
