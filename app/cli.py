@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app import generate as gen
+from app import logs
 from app import verify as verify_mod
 from app.errors import ConfigurationError, TablecastError
+from app.logs import LogFormat
 from app.metrics.publisher import SinkKind
 from app.session import IntegrityMode
 from app.sources.kafka import KafkaAuth
@@ -76,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", default=None, help="Spark master [local[2]]")
     run.add_argument("--state-partitions", type=_positive, default=None,
                      help="state partitions, fixed at a checkpoint's first run")  # fmt: skip
+    run.add_argument("--log-format", choices=[f.value for f in LogFormat], default="text",
+                     help="text, or JSON lines (on the cluster) [text]")  # fmt: skip
     run.add_argument("--metrics", choices=[k.value for k in SinkKind], default="log",
                      help="where per-batch metrics go [log]; cloudwatch on AWS")  # fmt: skip
     run.add_argument("--environment", default="local",
@@ -145,8 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    log_format = LogFormat(getattr(args, "log_format", LogFormat.TEXT))
+    logs.configure(log_format, logging.INFO if log_format is LogFormat.JSON else logging.WARNING)
     try:
         if args.command == "run":
             return _run(args)
@@ -161,7 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "replay":
             return _replay(args)
     except TablecastError as exc:
-        print(f"tablecast {args.command}: {exc}", file=sys.stderr)
+        if log_format is LogFormat.JSON:
+            violation = getattr(exc, "violation", None)
+            fields = {} if violation is None else {
+                "topic": violation.topic, "partition": violation.partition,
+                "offset": violation.offset, "session": violation.session,
+                "rule": int(violation.rule), "expected": violation.expected, "got": violation.got,
+            }  # fmt: skip
+            logging.getLogger("tablecast").error(
+                "tablecast %s: %s", args.command, exc, extra=fields
+            )
+        else:
+            print(f"tablecast {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
     raise AssertionError(args.command)
 

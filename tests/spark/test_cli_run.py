@@ -1,0 +1,36 @@
+"""``tablecast run`` on the command line: exit codes and structured errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from app import cli
+from app.generate import CaptureSpec, Fault
+from tests.spark.helpers import write_capture
+
+
+def test_a_strict_violation_is_one_json_line_naming_its_location(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = CaptureSpec(topics=1, partitions=1, sessions=2, updates=10, faults=(Fault.SEQ_GAP,))
+    capture = write_capture(tmp_path / "archive", spec)
+    [fault] = capture.faults
+    code = cli.main(
+        ["run", "--archive", str(tmp_path / "archive"), "--output", str(tmp_path / "out"),
+         "--checkpoint", str(tmp_path / "ckpt"), "--trigger", "available-now",
+         "--metrics", "none", "--log-format", "json"]
+    )  # fmt: skip
+    assert code == 2
+    lines = [
+        orjson.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")
+    ]
+    [error] = [line for line in lines if line["level"] == "ERROR"]  # one line, nothing else
+    assert (error["topic"], error["partition"], error["offset"], error["session"]) == (
+        fault.topic, fault.partition, fault.offset, fault.session
+    )  # fmt: skip
+    assert error["rule"] == 2 and error["expected"].startswith("seq ")
+    assert "integrity violation (rule 2)" in error["message"]
