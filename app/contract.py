@@ -7,8 +7,10 @@ session's history (rules 1 to 6) is enforced in :mod:`app.session`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Any, NamedTuple
 
 import orjson
@@ -78,13 +80,91 @@ def decode_key(key: bytes | None) -> str:
 
 
 def parse_envelope(key: str, value: bytes | None) -> Envelope:
-    """Parse and validate one record value against the envelope of section 1."""
+    """Parse and validate one record value against the envelope of section 1.
+
+    The common case (every field present with its exact JSON type) takes a
+    fast path of exact ``type(...) is`` checks; anything else goes through the
+    field-by-field checks, which name what is wrong. orjson only builds
+    exact ``dict``, ``list``, ``str``, ``int``, ``float`` and ``bool`` objects,
+    so the exact checks accept precisely what the full ones accept.
+    """
     if value is None:
         raise EnvelopeError("value is null")
     try:
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
         raise EnvelopeError(f"value is not valid JSON: {exc}") from None
+    if type(doc) is dict:
+        session = doc.get("session")
+        seq = doc.get("seq")
+        type_name = doc.get("type")
+        message_type = _MESSAGE_TYPES.get(type_name) if type(type_name) is str else None
+        ts = doc.get("ts")
+        raw_rows = doc.get("rows")
+        raw_deleted = doc.get("deleted")
+        if (
+            session == key
+            and type(session) is str
+            and type(seq) is int
+            and seq >= 0
+            and type(ts) is int
+            and message_type is not None
+        ):
+            rows = _fast_rows(raw_rows)
+            if rows is not None and (raw_deleted is None or _all_strings(raw_deleted)):
+                if message_type is MessageType.UPDATE:
+                    if raw_rows is not None or raw_deleted is not None:
+                        deleted = () if raw_deleted is None else tuple(raw_deleted)
+                        return Envelope(session, seq, message_type, ts, rows, deleted)
+                elif raw_rows is not None and not raw_deleted:
+                    if message_type is MessageType.SNAPSHOT or not rows:
+                        return Envelope(session, seq, message_type, ts, rows, ())
+                elif raw_rows is None and not raw_deleted and message_type is MessageType.END:
+                    return Envelope(session, seq, message_type, ts, (), ())
+    return _parse_checked(key, doc)
+
+
+# TableRow((id, value, status)) without NamedTuple's Python-level __new__.
+_new_row: Callable[[tuple[str, float | None, str | None]], TableRow] = partial(
+    tuple.__new__, TableRow
+)
+
+
+def _fast_rows(raw: Any) -> tuple[TableRow, ...] | None:
+    """``rows`` when every row is well formed (or there is none); None otherwise."""
+    if raw is None:
+        return ()
+    if type(raw) is not list:
+        return None
+    rows: list[TableRow] = []
+    append = rows.append
+    for item in raw:
+        if type(item) is not dict:
+            return None
+        row_id = item.get("id")
+        value = item.get("value", _MISSING)
+        status = item.get("status", _MISSING)
+        if type(row_id) is not str or (status is not None and type(status) is not str):
+            return None
+        kind = type(value)
+        if kind is float or value is None:
+            append(_new_row((row_id, value, status)))
+        elif kind is int:
+            append(_new_row((row_id, float(value), status)))
+        else:
+            return None  # a missing value or status, or a value of another type
+    return tuple(rows)
+
+
+def _all_strings(raw: Any) -> bool:
+    return type(raw) is list and all(type(item) is str for item in raw)
+
+
+_MISSING: Any = object()
+
+
+def _parse_checked(key: str, doc: Any) -> Envelope:
+    """The field-by-field checks: every rule, and a message naming what is wrong."""
     if not isinstance(doc, dict):
         raise EnvelopeError(f"value is a JSON {_json_kind(doc)}, not an object")
 

@@ -6,9 +6,10 @@ last offset, whether it is closed or quarantined), read with Spark 4's
 ``statestore`` data source from the checkpoint alone. The job need not be
 running, and reading never changes the checkpoint.
 
-The state rows are those of :data:`app.stateful.STATE_DDL`, keyed by the
-session id; the table is the processor's encoded state
-(:meth:`app.processor.TableProcessor.decode`).
+The state rows are those of :data:`app.stateful.STATE_DDL`: the value of
+the operator's one ValueState (:data:`app.stateful.STATE_VAR`, which the
+reader must name), keyed by the session id; the table is the processor's
+encoded state (:meth:`app.processor.TableProcessor.decode`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from app.errors import ConfigurationError
 from app.offsets import Offsets
 from app.processor import Table, TableProcessor
 from app.session import SessionState
+from app.stateful import STATE_VAR
 
 __all__ = [
     "SessionView",
@@ -94,8 +96,9 @@ def read_state(
     state = (
         spark.read.format(STATESTORE)
         .option("batchId", batch_id)
+        .option("stateVarName", STATE_VAR)
         .load(log.uri)
-        .select("value.groupState.*", "partition_id")
+        .select("value.*", "partition_id")
     )
     if session is not None:
         state = state.where(sf.col("session") == session)

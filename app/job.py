@@ -1,7 +1,7 @@
 """The streaming query: source, ordered stateful transformation, exactly-once sink.
 
 ``main()`` stays thin: read (a source), a pure transformation per session
-(:class:`app.stateful.StateFunction`), write (:class:`ExactlyOnceSink`).
+(:class:`app.stateful.SessionProcessor`), write (:class:`ExactlyOnceSink`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from app.session import IntegrityMode
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
 from app.sources import archive_stream, kafka
-from app.stateful import OUTPUT_DDL, STATE_DDL, StateFunction, current_time_ms
+from app.stateful import OUTPUT_DDL, SessionLogic, SessionProcessor, current_time_ms
 
 log = logging.getLogger(__name__)
 
@@ -145,10 +145,9 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     return spark.readStream.format(kafka.FORMAT).options(**options).load()
 
 
-def sessions_frame(records: Any, function: StateFunction) -> Any:
+def sessions_frame(records: Any, logic: SessionLogic) -> Any:
     """The ordered stateful transformation: records in, output events out."""
     from pyspark.sql import functions as sf
-    from pyspark.sql.streaming.state import GroupStateTimeout
 
     return (
         records.select(
@@ -160,8 +159,11 @@ def sessions_frame(records: Any, function: StateFunction) -> Any:
             sf.unix_millis("timestamp").alias("timestamp_ms"),
         )
         .groupBy("key")
-        .applyInPandasWithState(
-            function, OUTPUT_DDL, STATE_DDL, "append", GroupStateTimeout.ProcessingTimeTimeout
+        .transformWithStateInPandas(
+            statefulProcessor=SessionProcessor(logic),
+            outputStructType=OUTPUT_DDL,
+            outputMode="Append",
+            timeMode="ProcessingTime",
         )
     )
 
@@ -172,7 +174,7 @@ def run(
     on_batch: Callable[[BatchReport], None] | None = None,
     processor: Processor[Any] | None = None,
     listener: MetricsListener | None = None,
-    transform: Callable[[Any, StateFunction], Any] | None = None,
+    transform: Callable[[Any, SessionLogic], Any] | None = None,
 ) -> None:
     """Run the job until an available-now run is done (or forever); raise on failure.
 
@@ -181,7 +183,7 @@ def run(
     """
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint)
-    function = StateFunction(
+    logic = SessionLogic(
         processor or TableProcessor(),
         config.integrity,
         config.session_timeout_ms,
@@ -189,9 +191,9 @@ def run(
         plan.adopt,
         config.trace,
     )
-    # `transform` swaps the stateful operator (bench/tws_variant.py measures another).
+    # `transform` swaps the stateful operator (bench/job_vs_copy.py measures another).
     events = (transform or sessions_frame)(
-        source_frame(spark, config, plan.starting_offsets), function
+        source_frame(spark, config, plan.starting_offsets), logic
     )
     sink = ExactlyOnceSink(
         config.output, checkpoint, config.integrity, config.max_rows_per_file,
@@ -202,9 +204,10 @@ def run(
         .foreachBatch(sink)
         .option("checkpointLocation", config.checkpoint)
     )
-    # With a processing-time timeout Spark runs a no-data batch after every
-    # batch to fire timeouts; under available-now that never ends. There,
-    # idle sessions expire in the data batches instead.
+    # With processing-time timers Spark runs a no-data batch after every
+    # batch to fire them; under available-now that never ends. There, idle
+    # sessions expire in the data batches instead (timers fire after the
+    # batch's input).
     spark.conf.set(
         "spark.sql.streaming.noDataMicroBatches.enabled",
         str(config.trigger.kind is not TriggerKind.AVAILABLE_NOW).lower(),

@@ -1,26 +1,37 @@
 """The Spark wrapper around :class:`app.session.SessionMachine`.
 
-``applyInPandasWithState`` groups the records of a micro-batch by key (the
-session id) and calls :func:`StateFunction.__call__` once per session with
-its stored state. The wrapper converts between pandas and the plain-Python
-types, stores the session's state as one row, and expires idle sessions.
-Its output is an event stream: output rows, quarantined records, strict-mode
-violations and trace lines, told apart by ``kind``; the sink sorts them out.
+``transformWithStateInPandas`` groups the records of a micro-batch by key
+(the session id) and calls :meth:`SessionProcessor.handleInputRows` once per
+session; the session's state is one ValueState row (:data:`STATE_DDL`,
+named :data:`STATE_VAR`). Idle sessions expire through one processing-time
+timer per session (:meth:`SessionProcessor.handleExpiredTimer`). The
+processor only moves values between Spark and the plain functions
+:func:`on_input` and :func:`on_timer`, which hold the logic and are tested
+without Spark. Its output is an event stream: output rows, quarantined
+records, strict-mode violations and trace lines, told apart by ``kind``; the
+sink sorts them out.
 
-Why ``applyInPandasWithState``: see docs/design.md ("Choosing the stateful
-operator") for the measurements.
+Why ``transformWithStateInPandas``: see docs/design.md ("Choosing the
+stateful operator") for the measurements.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import orjson
 import pandas as pd
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
 
 from app.contract import Position, Record
 from app.processor import Processor
@@ -37,6 +48,8 @@ OUTPUT_DDL = (
     "type string, ts_ms long, row_id string, value double, status string, deleted boolean, "
     "detail string, raw binary"
 )
+# The one state variable per session: a ValueState of this row.
+STATE_VAR = "session"
 STATE_DDL = (
     "session string, topic string, partition int, last_seq long, last_offset long, "
     "last_ts long, closed boolean, quarantine string, user binary, active_ms long"
@@ -45,8 +58,8 @@ OUTPUT_COLUMNS = [part.strip().split(" ")[0] for part in OUTPUT_DDL.split(",")]
 
 
 @dataclass(frozen=True)
-class StateFunction:
-    """The function given to ``applyInPandasWithState`` (pickled to executors)."""
+class SessionLogic:
+    """What the processor needs to apply a session's records (pickled to executors)."""
 
     processor: Processor[Any]
     mode: IntegrityMode
@@ -55,33 +68,103 @@ class StateFunction:
     adopt: Mapping[str, int] = field(default_factory=dict)
     trace: frozenset[str] = frozenset()
 
-    def __call__(
-        self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], group_state: Any
-    ) -> Iterator[pd.DataFrame]:
-        now_ms = int(group_state.getCurrentProcessingTimeMs())
-        if group_state.hasTimedOut:
-            stored = _load(self.processor, group_state.get)
-            remaining = idle_remaining_ms(
-                stored.last_active_ms, self.run_started_ms, now_ms, self.timeout_ms
-            )
-            if remaining <= 0:
-                group_state.remove()
-            else:
-                group_state.setTimeoutDuration(remaining)
-            return
 
-        stored_state = _load(self.processor, group_state.get).state if group_state.exists else None
-        records = list(_records(frames))
-        machine = SessionMachine(self.processor, self.mode, self.adopt, self.trace)
-        result = machine.apply(key[0], stored_state, records)
-        if result.state is None:
-            group_state.remove()
+class InputStep(NamedTuple):
+    """What one call with a session's records produced."""
+
+    row: tuple[Any, ...] | None  # the state row to store; None: clear the state
+    events: pd.DataFrame  # the output events (possibly empty)
+    timer_ms: int | None  # the one timer to keep (expiry, ms); None: no timer
+
+
+def on_input(
+    logic: SessionLogic,
+    key: bytes | None,
+    stored: tuple[Any, ...] | None,
+    frames: Iterable[pd.DataFrame],
+    now_ms: int,
+) -> InputStep:
+    """Apply a session's records of one micro-batch to its stored state row."""
+    state = None if stored is None else _load(logic.processor, stored).state
+    machine = SessionMachine(logic.processor, logic.mode, logic.adopt, logic.trace)
+    result = machine.apply(key, state, _records(frames))
+    events = _events(result)
+    if result.state is None:
+        return InputStep(None, events, None)
+    return InputStep(
+        _dump(logic.processor, result.state, now_ms), events, now_ms + logic.timeout_ms
+    )
+
+
+def on_timer(logic: SessionLogic, stored: tuple[Any, ...] | None, now_ms: int) -> int | None:
+    """A session's idle timer fired: the next expiry (ms), or None to drop its state."""
+    if stored is None:
+        return None
+    remaining = idle_remaining_ms(
+        _load(logic.processor, stored).last_active_ms,
+        logic.run_started_ms,
+        now_ms,
+        logic.timeout_ms,
+    )
+    return None if remaining <= 0 else now_ms + remaining
+
+
+class SessionProcessor(StatefulProcessor):
+    """The processor given to ``transformWithStateInPandas`` (pickled to executors)."""
+
+    def __init__(self, logic: SessionLogic) -> None:
+        self.logic = logic
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState(STATE_VAR, STATE_DDL)
+
+    def handleInputRows(  # noqa: N802 (PySpark's name)
+        self,
+        key: tuple[Any, ...],
+        rows: Iterator[pd.DataFrame] | Iterator[Row],
+        timerValues: TimerValues,  # noqa: N803 (PySpark's name)
+    ) -> Iterator[pd.DataFrame]:
+        now_ms = int(timerValues.getCurrentProcessingTimeInMs())
+        stored = self.state.get() if self.state.exists() else None
+        # transformWithStateInPandas gives frames (Rows are transformWithState's).
+        frames = cast(Iterator[pd.DataFrame], rows)
+        step = on_input(self.logic, key[0], stored, frames, now_ms)
+        if step.row is None:
+            self.state.clear()
         else:
-            group_state.update(_dump(self.processor, result.state, now_ms))
-            group_state.setTimeoutDuration(self.timeout_ms)
-        frame = _events(result)
-        if len(frame):
-            yield frame
+            self.state.update(step.row)
+        self._keep_timer(step.timer_ms)
+        if len(step.events):
+            yield step.events
+
+    def handleExpiredTimer(  # noqa: N802 (PySpark's name)
+        self,
+        key: tuple[Any, ...],
+        timerValues: TimerValues,  # noqa: N803 (PySpark's name)
+        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803 (PySpark's name)
+    ) -> Iterator[pd.DataFrame]:
+        now_ms = int(timerValues.getCurrentProcessingTimeInMs())
+        stored = self.state.get() if self.state.exists() else None
+        expiry = on_timer(self.logic, stored, now_ms)
+        if expiry is None:
+            self.state.clear()
+        else:
+            self.handle.registerTimer(expiry)
+        return iter(())
+
+    def _keep_timer(self, expiry_ms: int | None) -> None:
+        """Leave the session with exactly one timer, at ``expiry_ms`` (or none)."""
+        for timer in list(self.handle.listTimers()):
+            if timer != expiry_ms:
+                self.handle.deleteTimer(timer)
+            else:
+                expiry_ms = None
+        if expiry_ms is not None:
+            self.handle.registerTimer(expiry_ms)
+
+    def close(self) -> None:
+        pass
 
 
 def idle_remaining_ms(
@@ -148,7 +231,7 @@ def _dump(processor: Processor[Any], state: SessionState[Any], now_ms: int) -> t
     )
 
 
-def _records(frames: Iterator[pd.DataFrame]) -> Iterator[Record]:
+def _records(frames: Iterable[pd.DataFrame]) -> Iterator[Record]:
     for frame in frames:
         for key, value, topic, partition, offset, ts in zip(
             frame["key"].tolist(),

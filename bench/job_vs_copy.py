@@ -5,7 +5,8 @@ about 1,875 updates each: 750k messages), then runs, each as its own
 process on local[2] with JVM start included:
 
 - copy: the archive source straight into Spark's Parquet sink, no state;
-- job:  ``tablecast run --trigger available-now`` (ordered state, exactly-once sink).
+- job:  ``tablecast run --trigger available-now`` (ordered state with
+  ``transformWithStateInPandas``, exactly-once sink).
 
 Prints messages per second for both, their ratio, and the peak memory of
 each whole process tree (driver, JVM and Python workers). Figures, not
@@ -110,9 +111,6 @@ def main() -> int:
     parser.add_argument("--rows-min", type=int, default=100)
     parser.add_argument("--rows-max", type=int, default=200)
     parser.add_argument("--copy-only", nargs=3, metavar=("ARCHIVE", "OUTPUT", "CHECKPOINT"))
-    parser.add_argument(
-        "--with-tws", action="store_true", help="also time the transformWithStateInPandas variant"
-    )
     args = parser.parse_args()
     if args.copy_only:
         copy_main(*args.copy_only)
@@ -138,9 +136,6 @@ def main() -> int:
                 "--output", str(OUT / "job"), "--checkpoint", str(OUT / "job-checkpoint"),
                 "--trigger", "available-now", "--max-offsets-per-trigger", "1000000"],
     }  # fmt: skip
-    if args.with_tws:
-        runs["job-tws"] = [python, "bench/tws_variant.py", archive, str(OUT / "job-tws"),
-                           str(OUT / "job-tws-checkpoint")]  # fmt: skip
     results = {name: measure(argv) for name, argv in runs.items()}
     from app import verify
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.contract import MessageType, TableRow, decode_key, parse_envelope
+from app.contract import (
+    Envelope,
+    MessageType,
+    TableRow,
+    _parse_checked,
+    decode_key,
+    parse_envelope,
+)
 from app.errors import EnvelopeError
 
 
@@ -83,3 +92,51 @@ def test_key_must_be_present_and_utf8() -> None:
     with pytest.raises(EnvelopeError, match="not UTF-8"):
         decode_key(b"\xff\xfe")
     assert decode_key("sé".encode()) == "sé"
+
+
+_JSON_ANY = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["s1", "s2", "snapshot", "update", "end", "a", ""]),
+    st.just([]), st.just({}), st.just(["a"]), st.just([1]),
+)  # fmt: skip
+_MAYBE = st.one_of(_JSON_ANY, st.just(_DROP))
+_ROW = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": st.one_of(st.sampled_from(["a", "b", "a"]), _JSON_ANY),
+        "value": st.one_of(st.integers(-5, 5), st.floats(allow_nan=False), _JSON_ANY),
+        "status": st.one_of(st.sampled_from(["ok", None]), _JSON_ANY),
+        "extra": _JSON_ANY,
+    },
+)
+_ENVELOPE = st.fixed_dictionaries(
+    {
+        "session": st.one_of(st.just("s1"), _MAYBE),
+        "seq": st.one_of(st.integers(-1, 5), _MAYBE),
+        "type": st.one_of(st.sampled_from(["snapshot", "update", "end"]), _MAYBE),
+        "ts": st.one_of(st.integers(0, 9), _MAYBE),
+        "rows": st.one_of(st.lists(st.one_of(_ROW, _JSON_ANY), max_size=3), _MAYBE),
+        "deleted": st.one_of(st.lists(st.one_of(st.just("a"), _JSON_ANY), max_size=3), _MAYBE),
+    }
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_ENVELOPE)
+def test_the_fast_path_accepts_and_rejects_exactly_what_the_full_checks_do(
+    doc: dict[str, object],
+) -> None:
+    """The fast path of parse_envelope against the field-by-field checks alone."""
+    value = orjson.dumps({k: v for k, v in doc.items() if v is not _DROP})
+    try:
+        expected: Envelope | str = _parse_checked("s1", orjson.loads(value))
+    except EnvelopeError as exc:
+        expected = str(exc)
+    try:
+        got: Envelope | str = parse_envelope("s1", value)
+    except EnvelopeError as exc:
+        got = str(exc)
+    assert got == expected
+    if isinstance(got, Envelope):
+        assert all(type(row) is TableRow for row in got.rows)
+        assert all(row.value is None or type(row.value) is float for row in got.rows)

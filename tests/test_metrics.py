@@ -104,7 +104,7 @@ def progress_json(
         "durationMs": {"triggerExecution": duration_ms},
         "stateOperators": [
             {
-                "operatorName": "applyInPandasWithState",
+                "operatorName": "transformWithStateInPandasExec",
                 "numRowsTotal": sessions,
                 "numRowsUpdated": sessions,
                 "allUpdatesTimeMs": 7,

@@ -1,7 +1,9 @@
 """The Spark wrapper's own logic: state rows, idle expiry, event frames.
 
-``GroupState`` is Spark's; a small stand-in with the same methods drives the
-wrapper here, and the Spark tests drive it for real.
+:func:`on_input` and :func:`on_timer` hold the logic and are plain
+functions; :class:`SessionProcessor` is driven here by PySpark's
+``TwsTester`` (an in-memory handle: ValueState and processing-time timers,
+no JVM), and the Spark tests drive it for real.
 """
 
 from __future__ import annotations
@@ -11,44 +13,28 @@ from typing import Any
 
 import orjson
 import pandas as pd
+from pyspark.sql.streaming.tws_tester import TwsTester
 
 from app.processor import TableProcessor
 from app.session import IntegrityMode
-from app.stateful import OUTPUT_COLUMNS, ROW, StateFunction, idle_remaining_ms
+from app.stateful import (
+    OUTPUT_COLUMNS,
+    ROW,
+    STATE_VAR,
+    VIOLATION,
+    SessionLogic,
+    SessionProcessor,
+    idle_remaining_ms,
+    on_input,
+    on_timer,
+)
 
 HOUR = 3_600_000
+ACTIVE = 9  # the state row's last-active time (ms)
 
 
-class GroupStateStandIn:
-    def __init__(self, now_ms: int, stored: tuple[Any, ...] | None = None, timed_out: bool = False):
-        self.now_ms, self.stored, self.hasTimedOut = now_ms, stored, timed_out
-        self.timeout_ms: int | None = None
-        self.removed = False
-
-    @property
-    def exists(self) -> bool:
-        return self.stored is not None
-
-    @property
-    def get(self) -> tuple[Any, ...]:
-        assert self.stored is not None
-        return self.stored
-
-    def update(self, row: tuple[Any, ...]) -> None:
-        self.stored = row
-
-    def remove(self) -> None:
-        self.removed, self.stored = True, None
-
-    def setTimeoutDuration(self, ms: int) -> None:  # noqa: N802 (Spark's name)
-        self.timeout_ms = ms
-
-    def getCurrentProcessingTimeMs(self) -> int:  # noqa: N802 (Spark's name)
-        return self.now_ms
-
-
-def _frames(*docs: dict[str, Any]) -> Iterator[pd.DataFrame]:
-    yield pd.DataFrame(
+def _frame(*docs: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(
         {
             "key": [b"s1"] * len(docs),
             "value": [orjson.dumps({"session": "s1", "ts": 1, **d}) for d in docs],
@@ -60,8 +46,16 @@ def _frames(*docs: dict[str, Any]) -> Iterator[pd.DataFrame]:
     )
 
 
-def _function(run_started_ms: int = 0) -> StateFunction:
-    return StateFunction(TableProcessor(), IntegrityMode.STRICT, HOUR, run_started_ms)
+def _frames(*docs: dict[str, Any]) -> Iterator[pd.DataFrame]:
+    yield _frame(*docs)
+
+
+def _logic(run_started_ms: int = 0) -> SessionLogic:
+    return SessionLogic(TableProcessor(), IntegrityMode.STRICT, HOUR, run_started_ms)
+
+
+SNAPSHOT = {"seq": 0, "type": "snapshot", "rows": [{"id": "a", "value": 1, "status": "ok"}]}
+UPDATE = {"seq": 1, "type": "update", "rows": [{"id": "b", "value": 2, "status": None}]}
 
 
 def test_idle_time_counts_only_while_this_run_is_up() -> None:
@@ -74,30 +68,59 @@ def test_idle_time_counts_only_while_this_run_is_up() -> None:
     )
 
 
-def test_state_round_trips_through_the_state_row_and_arms_the_timeout() -> None:
-    snapshot = {"seq": 0, "type": "snapshot", "rows": [{"id": "a", "value": 1, "status": "ok"}]}
-    update = {"seq": 1, "type": "update", "rows": [{"id": "b", "value": 2, "status": None}]}
-    state = GroupStateStandIn(now_ms=500)
-    frames = list(_function()((b"s1",), _frames(update, snapshot), state))
-    assert state.timeout_ms == HOUR
-    assert state.stored is not None and state.stored[3] == 1  # last seq
-    [frame] = frames
-    assert list(frame.columns) == OUTPUT_COLUMNS
-    assert frame["kind"].tolist() == [ROW, ROW]
-    assert frame["offset"].tolist() == [0, 1]  # applied in offset order
+def test_state_round_trips_through_the_state_row_and_sets_the_timer() -> None:
+    step = on_input(_logic(), b"s1", None, _frames(UPDATE, SNAPSHOT), now_ms=500)
+    assert step.timer_ms == 500 + HOUR
+    assert step.row is not None and step.row[3] == 1  # last seq
+    assert step.row[ACTIVE] == 500
+    assert list(step.events.columns) == OUTPUT_COLUMNS
+    assert step.events["kind"].tolist() == [ROW, ROW]
+    assert step.events["offset"].tolist() == [0, 1]  # applied in offset order
     more = {"seq": 2, "type": "update", "deleted": ["a"]}
-    [frame] = list(_function()((b"s1",), _frames(more), state))
-    assert frame["row_id"].tolist() == ["a"] and frame["deleted"].tolist() == [True]
+    step = on_input(_logic(), b"s1", step.row, _frames(more), now_ms=700)
+    assert step.events["row_id"].tolist() == ["a"] and step.events["deleted"].tolist() == [True]
+    assert step.timer_ms == 700 + HOUR and step.row is not None and step.row[ACTIVE] == 700
 
 
-def test_a_timed_out_session_is_removed_only_when_idle_long_enough() -> None:
-    state = GroupStateStandIn(now_ms=0)
-    snapshot = {"seq": 0, "type": "snapshot", "rows": []}
-    list(_function()((b"s1",), _frames(snapshot), state))
-    stored = state.stored
-    fired = GroupStateStandIn(now_ms=HOUR // 2 + 10, stored=stored, timed_out=True)
-    assert list(_function(run_started_ms=HOUR // 2)((b"s1",), iter(()), fired)) == []
-    assert not fired.removed and fired.timeout_ms == HOUR - 10
-    fired = GroupStateStandIn(now_ms=2 * HOUR, stored=stored, timed_out=True)
-    list(_function()((b"s1",), iter(()), fired))
-    assert fired.removed
+def test_a_violation_comes_out_as_an_event_and_keeps_the_state_before() -> None:
+    first = on_input(_logic(), b"s1", None, _frames(SNAPSHOT), now_ms=0)
+    gap = {"seq": 5, "type": "update", "rows": []}
+    step = on_input(_logic(), b"s1", first.row, _frames(gap), now_ms=10)
+    assert step.events["kind"].tolist() == [VIOLATION]
+    assert orjson.loads(step.events["detail"][0])["expected"] is not None
+    assert step.row is not None and step.row[3] == 0  # still at seq 0
+
+
+def test_a_fired_timer_drops_the_state_only_when_idle_long_enough() -> None:
+    row = on_input(_logic(), b"s1", None, _frames(SNAPSHOT), now_ms=0).row
+    # The run started half an hour ago: idle time counts from then.
+    assert on_timer(_logic(run_started_ms=HOUR // 2), row, now_ms=HOUR + 10) == 3 * HOUR // 2
+    assert on_timer(_logic(), row, now_ms=HOUR) is None
+    assert on_timer(_logic(), None, now_ms=HOUR) is None
+
+
+def test_the_processor_keeps_one_timer_per_session_and_expires_idle_sessions() -> None:
+    tester = TwsTester(SessionProcessor(_logic()), timeMode="ProcessingTime")
+    out = tester.testInPandas(b"s1", _frame(UPDATE, SNAPSHOT))
+    assert out["kind"].tolist() == [ROW, ROW]
+    assert list(tester.handle.listTimers()) == [HOUR]
+    tester.setProcessingTime(HOUR // 2)
+    tester.testInPandas(b"s1", _frame({"seq": 2, "type": "update", "rows": []}))
+    assert list(tester.handle.listTimers()) == [HOUR // 2 + HOUR]  # the old one is gone
+    stored = tester.peekValueState(STATE_VAR, b"s1")
+    assert stored is not None and stored[3] == 2
+    assert len(tester.setProcessingTime(HOUR + 1)) == 0  # the deleted timer does not fire
+    assert tester.peekValueState(STATE_VAR, b"s1") is not None
+    tester.setProcessingTime(HOUR // 2 + HOUR)
+    assert tester.peekValueState(STATE_VAR, b"s1") is None
+    assert list(tester.handle.listTimers()) == []
+
+
+def test_a_fired_timer_is_set_again_when_the_run_started_later() -> None:
+    tester = TwsTester(
+        SessionProcessor(_logic(run_started_ms=HOUR // 2)), timeMode="ProcessingTime"
+    )
+    tester.testInPandas(b"s1", _frame(SNAPSHOT))
+    tester.setProcessingTime(HOUR)
+    assert tester.peekValueState(STATE_VAR, b"s1") is not None
+    assert list(tester.handle.listTimers()) == [3 * HOUR // 2]

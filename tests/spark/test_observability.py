@@ -32,6 +32,7 @@ from app.metrics.publisher import CloudWatchSink, Timeouts
 from app.processor import Table, TableProcessor
 from app.session import IntegrityMode, SessionMachine, SessionState
 from app.sink.commit import BatchReport
+from app.stateful import STATE_VAR
 from tests.spark.helpers import assert_exact, expected_rows, write_capture
 from tests.test_metrics import closed_port
 
@@ -143,7 +144,8 @@ def test_a_run_publishes_every_alarm_metric_with_the_values_of_its_input(
     worst = run.statistic(metric_names.RECORDS_BEHIND_WORST_PARTITION, "Maximum")
     assert 0 < worst <= run.statistic(metric_names.RECORDS_BEHIND, "Maximum")
     # Sessions stay in state (closed ones until their idle timeout): the last count is the most.
-    in_state = spark.read.format("statestore").load(str(run.checkpoint)).count()
+    reader = spark.read.format("statestore").option("stateVarName", STATE_VAR)
+    in_state = reader.load(str(run.checkpoint)).count()
     assert run.statistic(metric_names.SESSIONS_IN_STATE, "Maximum") == in_state == SPEC.sessions
     assert run.statistic(metric_names.STATE_BYTES, "Minimum") > 0
 
