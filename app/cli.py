@@ -11,18 +11,21 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import generate as gen
 from app import logs
 from app import verify as verify_mod
+from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.logs import LogFormat
 from app.metrics.publisher import SinkKind
-from app.session import IntegrityMode
 from app.sources.kafka import KafkaAuth
+from app.spark_session import spark_log_path, spark_session
 
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
@@ -76,12 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", action="append", default=[], metavar="SESSION",
                      help="log every message of this session as it is applied")  # fmt: skip
     run.add_argument("--master", default=None, help="Spark master [local[2]]")
-    run.add_argument("--state-partitions", type=_positive, default=None,
-                     help="state partitions, fixed at a checkpoint's first run")  # fmt: skip
     run.add_argument("--log-format", choices=[f.value for f in LogFormat], default="text",
                      help="text, or JSON lines (on the cluster) [text]")  # fmt: skip
-    run.add_argument("--metrics", choices=[k.value for k in SinkKind], default="log",
-                     help="where per-batch metrics go [log]; cloudwatch on AWS")  # fmt: skip
+    run.add_argument("--metrics", choices=[k.value for k in SinkKind], default="none",
+                     help="where per-batch metrics go: cloudwatch (on AWS), log (JSON lines) "
+                     "or none [none]")  # fmt: skip
     run.add_argument("--environment", default="local",
                      help="the metrics' Environment dimension [local]")  # fmt: skip
     run.add_argument("--region", default=None,
@@ -179,7 +181,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"tablecast {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"tablecast {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, or a failure nothing above knows: one line, details kept
+        where = _keep_traceback(args.command, exc)
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"tablecast {args.command}: unexpected error {type(exc).__name__}: {first} "
+              f"(traceback in {where})", file=sys.stderr)  # fmt: skip
+        return UNEXPECTED_EXIT_CODE
     raise AssertionError(args.command)
+
+
+UNEXPECTED_EXIT_CODE = 70  # EX_SOFTWARE
+
+
+def _keep_traceback(command: str, exc: BaseException) -> Path:
+    """Append the traceback to Spark's log (or a file of its own); return where."""
+    import traceback
+
+    path = (
+        spark_log_path() or Path(tempfile.gettempdir()) / "tablecast" / f"error-{os.getpid()}.log"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(f"\n=== tablecast {command}: unexpected error at {time.strftime('%c')}\n")
+        traceback.print_exception(exc, file=out)
+    return path
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -208,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
     console = Console()
     sink = make_sink(SinkKind(args.metrics), environment=args.environment, region=args.region,
                      write=console.line)  # fmt: skip
-    spark = job.spark_session(args.master, args.state_partitions)
+    spark = spark_session(args.master)
     display = ProgressDisplay(console)
     committer = _group_committer(args)
     listener = MetricsListener(sink, [display.on_metrics] + ([committer] if committer else []))
@@ -244,9 +272,8 @@ def _group_committer(args: argparse.Namespace) -> GroupCommitter | None:
 
 def _inspect(args: argparse.Namespace) -> int:
     from app import inspect as inspect_mod
-    from app import job
 
-    spark = job.spark_session(args.master)
+    spark = spark_session(args.master)
     snapshot = inspect_mod.read_state(
         spark,
         args.checkpoint,
@@ -303,8 +330,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    groups = verify_mod.read_archive(args.archive, args.topic_pattern)
-    expected = verify_mod.expected_output(groups, IntegrityMode(args.integrity))
+    expected = verify_mod.expected_output(
+        args.archive, args.topic_pattern, IntegrityMode(args.integrity)
+    )
     actual = verify_mod.read_output(args.output)
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")

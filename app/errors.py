@@ -80,6 +80,12 @@ class OutputStateError(TablecastError):
     exit_code = 4
 
 
+class StateError(TablecastError):
+    """A partition's state in the checkpoint is missing or damaged."""
+
+    exit_code = 4
+
+
 class ConfigurationError(TablecastError):
     """A command-line option or setting is invalid."""
 

@@ -2,14 +2,11 @@
 
 The break-point view of the pipeline: what the job remembers of each
 session after a given micro-batch (its table, last seq, topic-partition and
-last offset, whether it is closed or quarantined), read with Spark 4's
-``statestore`` data source from the checkpoint alone. The job need not be
+last offset, whether it is closed or quarantined), read from the
+partitions' state files beside the checkpoint
+(:mod:`app.engine.store`): for every topic-partition of the batch, the
+newest version at or before the batch's end offset. The job need not be
 running, and reading never changes the checkpoint.
-
-The state rows are those of :data:`app.stateful.STATE_DDL`: the value of
-the operator's one ValueState (:data:`app.stateful.STATE_VAR`, which the
-reader must name), keyed by the session id; the table is the processor's
-encoded state (:meth:`app.processor.TableProcessor.decode`).
 """
 
 from __future__ import annotations
@@ -21,11 +18,11 @@ from typing import Any
 
 from app import offsets as offsets_mod
 from app.checkpoint import CheckpointLog
+from app.engine.state import SessionState
+from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError
-from app.offsets import Offsets
+from app.offsets import Offsets, TopicPartition
 from app.processor import Table, TableProcessor
-from app.session import SessionState
-from app.stateful import STATE_VAR
 
 __all__ = [
     "SessionView",
@@ -35,20 +32,17 @@ __all__ = [
     "read_state",
 ]
 
-STATESTORE = "statestore"
-STATE_METADATA = "state-metadata"
-
 
 @dataclass(frozen=True, slots=True)
 class SessionView:
-    """One session's stored state, and the state partition that holds it."""
+    """One session's stored state, and the topic-partition whose state holds it."""
 
+    tp: TopicPartition
     state: SessionState[Table]
-    state_partition: int
 
     @property
     def status(self) -> str:
-        if self.state.quarantine is not None:
+        if self.state.quarantine is not None or self.state.owner is not None:
             return "quarantined"
         return "closed" if self.state.closed else "open"
 
@@ -85,50 +79,48 @@ def read_state(
     """Read the checkpoint's state after ``at_batch`` (default: the last committed batch).
 
     ``session`` keeps that session only; ``limit`` bounds how many sessions
-    are decoded (the counts always cover all of them).
+    are listed (the counts always cover all of them).
     """
     log = CheckpointLog(spark, checkpoint)
-    batch_id = _batch_check(spark, log, at_batch)
+    batch_id = _batch_check(log, at_batch)
     end = log.offsets(batch_id) or {}
-
-    from pyspark.sql import functions as sf
-
-    state = (
-        spark.read.format(STATESTORE)
-        .option("batchId", batch_id)
-        .option("stateVarName", STATE_VAR)
-        .load(log.uri)
-        .select("value.*", "partition_id")
-    )
-    if session is not None:
-        state = state.where(sf.col("session") == session)
-    counts = state.agg(
-        sf.count(sf.lit(1)).alias("total"),
-        sf.count_if(sf.col("quarantine").isNull() & sf.col("closed")).alias("closed"),
-        sf.count_if(sf.col("quarantine").isNotNull()).alias("quarantined"),
-    ).first()
-    ordered = state.orderBy("session")
-    rows = (ordered if limit is None else ordered.limit(limit)).collect()
+    store = StateStore(state_root(log.uri))
     processor = TableProcessor()
-    views = tuple(_view(processor, row.asDict()) for row in rows)
-    if session is not None and not views:
-        raise ConfigurationError(
-            f"checkpoint {log.uri} holds no session {session!r} after batch {batch_id} "
-            f"(ends at {offsets_mod.describe(end)}); it has not started yet, or it "
-            "expired after its idle timeout"
-        )
+    views: list[SessionView] = []
+    for tp in sorted(end):
+        versions = store.versions(tp)
+        at_or_before = [v for v in versions if v <= end[tp]]
+        if not at_or_before:
+            if versions:
+                raise ConfigurationError(
+                    f"--at-batch {batch_id}: checkpoint {log.uri} keeps the state of {tp} "
+                    f"from offset {versions[0]} on only (the last few versions)"
+                )
+            continue  # no record of the partition was processed by then
+        state = store.load(tp, at_or_before[-1], processor)
+        views.extend(SessionView(tp, s) for s in state.sessions.values())
+    views.sort(key=lambda v: (v.state.session, v.tp))
+    if session is not None:
+        views = [v for v in views if v.state.session == session]
+        if not views:
+            raise ConfigurationError(
+                f"checkpoint {log.uri} holds no session {session!r} after batch {batch_id} "
+                f"(ends at {offsets_mod.describe(end)}); it has not started yet, or it "
+                "expired after its idle timeout"
+            )
+    shown = views if limit is None else views[:limit]
     return StateSnapshot(
         log.uri,
         batch_id,
         end,
-        views,
-        int(counts["total"]),
-        int(counts["closed"]),
-        int(counts["quarantined"]),
+        tuple(shown),
+        len(views),
+        sum(v.status == "closed" for v in views),
+        sum(v.status == "quarantined" for v in views),
     )
 
 
-def _batch_check(spark: Any, log: CheckpointLog, at_batch: int | None) -> int:
+def _batch_check(log: CheckpointLog, at_batch: int | None) -> int:
     """The batch to read, checked against what the checkpoint holds."""
     if not log.exists():
         raise ConfigurationError(f"checkpoint {log.uri} does not exist")
@@ -141,35 +133,7 @@ def _batch_check(spark: Any, log: CheckpointLog, at_batch: int | None) -> int:
         raise ConfigurationError(
             f"--at-batch {at_batch}: checkpoint {log.uri} has committed batches up to {last}"
         )
-    oldest = _oldest_state_batch(spark, log.uri)
-    if oldest is not None and at_batch < oldest:
-        raise ConfigurationError(
-            f"--at-batch {at_batch}: checkpoint {log.uri} keeps the state of batches "
-            f"{oldest} to {last} only (spark.sql.streaming.minBatchesToRetain)"
-        )
     return at_batch
-
-
-def _oldest_state_batch(spark: Any, uri: str) -> int | None:
-    rows = spark.read.format(STATE_METADATA).load(uri).select("minBatchId").collect()
-    found = [int(r["minBatchId"]) for r in rows if r["minBatchId"] is not None]
-    return max(found) if found else None
-
-
-def _view(processor: TableProcessor, row: dict[str, Any]) -> SessionView:
-    user = row["user"]
-    state: SessionState[Table] = SessionState(
-        row["session"],
-        row["topic"],
-        int(row["partition"]),
-        int(row["last_seq"]),
-        int(row["last_offset"]),
-        int(row["last_ts"]),
-        bool(row["closed"]),
-        row["quarantine"],
-        None if user is None else processor.decode(bytes(user)),
-    )
-    return SessionView(state, int(row["partition_id"]))
 
 
 def format_session(snapshot: StateSnapshot, view: SessionView) -> str:
@@ -179,13 +143,14 @@ def format_session(snapshot: StateSnapshot, view: SessionView) -> str:
         f"session {s.session} in checkpoint {snapshot.checkpoint} after batch "
         f"{snapshot.batch_id} (ends at {offsets_mod.describe(snapshot.end)})",
         f"  status          {view.status}",
-        f"  topic           {s.topic}",
-        f"  partition       {s.partition}",
+        f"  topic           {view.tp.topic}",
+        f"  partition       {view.tp.partition}",
         f"  last seq        {s.last_seq}",
         f"  last offset     {s.last_offset}",
         f"  last ts         {_ts(s.last_ts)}",
-        f"  state partition {view.state_partition}",
     ]
+    if s.owner is not None:
+        lines.append(f"  belongs to      {s.owner} (rule 6): quarantined here")
     if s.quarantine is not None:
         lines.append(f"  quarantined     {s.quarantine}")
     if s.user is None:
@@ -214,7 +179,7 @@ def format_summary(snapshot: StateSnapshot) -> str:
     for view in snapshot.sessions:
         s = view.state
         cells.append(
-            (s.session, view.status, s.topic, str(s.partition), str(s.last_seq),
+            (s.session, view.status, view.tp.topic, str(view.tp.partition), str(s.last_seq),
              str(s.last_offset), str(view.rows))
         )  # fmt: skip
     lines.extend(_columns(cells, right={3, 4, 5, 6}))

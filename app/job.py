@@ -1,34 +1,41 @@
-"""The streaming query: source, ordered stateful transformation, exactly-once sink.
+"""The streaming query: a source, the partition engine, the exactly-once sink.
 
-``main()`` stays thin: read (a source), a pure transformation per session
-(:class:`app.stateful.SessionProcessor`), write (:class:`ExactlyOnceSink`).
+Spark reads each micro-batch's offset ranges, one Spark partition per
+topic-partition, and checkpoints the offsets; ``foreachBatch`` hands the
+batch to the sink (:class:`ExactlyOnceSink`), which runs the engine's
+partition tasks over it (``mapInArrow``: each range is processed by the task
+that read it, with no shuffle) and publishes what they staged.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from app.checkpoint import CheckpointLog
-from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError, TablecastError
+from app.engine.driver import EngineDriver
+from app.engine.machine import IntegrityMode, Rules
+from app.engine.store import state_root
+from app.errors import (
+    ArchiveLayoutError,
+    ConfigurationError,
+    DataLossError,
+    StateError,
+    TablecastError,
+)
 from app.metrics.listener import MetricsListener
 from app.offsets import Offsets
 from app.processor import Processor, TableProcessor
-from app.session import IntegrityMode
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
 from app.sources import archive_stream, kafka
-from app.stateful import OUTPUT_DDL, SessionLogic, SessionProcessor, current_time_ms
 
 log = logging.getLogger(__name__)
 
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 QUERY_NAME = "tablecast"
 
 
@@ -88,39 +95,6 @@ class JobConfig:
     max_rows_per_file: int = 2_000_000
 
 
-def spark_session(master: str | None = None, state_partitions: int | None = None) -> Any:
-    """A SparkSession for the job; under spark-submit the master is already set."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
-
-    conf = SparkConf()
-    builder = SparkSession.builder.appName(QUERY_NAME)
-    if not conf.contains("spark.master"):
-        builder = builder.master(master or "local[2]")
-    is_local = (master or conf.get("spark.master", "local")).startswith("local")
-    partitions = state_partitions or (4 if is_local else 32)
-    builder = (
-        builder.config("spark.sql.shuffle.partitions", str(partitions))
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
-    )
-    if is_local:
-        builder = builder.config("spark.ui.enabled", "false").config(
-            "spark.driver.memory", os.environ.get("TABLECAST_DRIVER_MEMORY", "2g")
-        )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
     if isinstance(config.source, ArchiveSource):
         spark.dataSource.register(archive_stream.ArchiveDataSource)
@@ -145,36 +119,12 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     return spark.readStream.format(kafka.FORMAT).options(**options).load()
 
 
-def sessions_frame(records: Any, logic: SessionLogic) -> Any:
-    """The ordered stateful transformation: records in, output events out."""
-    from pyspark.sql import functions as sf
-
-    return (
-        records.select(
-            "key",
-            "value",
-            "topic",
-            "partition",
-            "offset",
-            sf.unix_millis("timestamp").alias("timestamp_ms"),
-        )
-        .groupBy("key")
-        .transformWithStateInPandas(
-            statefulProcessor=SessionProcessor(logic),
-            outputStructType=OUTPUT_DDL,
-            outputMode="Append",
-            timeMode="ProcessingTime",
-        )
-    )
-
-
 def run(
     spark: Any,
     config: JobConfig,
     on_batch: Callable[[BatchReport], None] | None = None,
     processor: Processor[Any] | None = None,
     listener: MetricsListener | None = None,
-    transform: Callable[[Any, SessionLogic], Any] | None = None,
 ) -> None:
     """Run the job until an available-now run is done (or forever); raise on failure.
 
@@ -183,34 +133,19 @@ def run(
     """
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint)
-    logic = SessionLogic(
-        processor or TableProcessor(),
-        config.integrity,
-        config.session_timeout_ms,
-        current_time_ms(),
-        plan.adopt,
-        config.trace,
-    )
-    # `transform` swaps the stateful operator (bench/job_vs_copy.py measures another).
-    events = (transform or sessions_frame)(
-        source_frame(spark, config, plan.starting_offsets), logic
+    processor = processor or TableProcessor()
+    rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
+    engine = EngineDriver(
+        processor, rules, state_root(config.checkpoint), config.output, config.max_rows_per_file
     )
     sink = ExactlyOnceSink(
-        config.output, checkpoint, config.integrity, config.max_rows_per_file,
-        _reporting(on_batch, listener),
-    )  # fmt: skip
+        config.output, checkpoint, engine, config.integrity, _reporting(on_batch, listener)
+    )
     writer = (
-        events.writeStream.queryName(QUERY_NAME)
+        source_frame(spark, config, plan.starting_offsets)
+        .writeStream.queryName(QUERY_NAME)
         .foreachBatch(sink)
         .option("checkpointLocation", config.checkpoint)
-    )
-    # With processing-time timers Spark runs a no-data batch after every
-    # batch to fire them; under available-now that never ends. There, idle
-    # sessions expire in the data batches instead (timers fire after the
-    # batch's input).
-    spark.conf.set(
-        "spark.sql.streaming.noDataMicroBatches.enabled",
-        str(config.trigger.kind is not TriggerKind.AVAILABLE_NOW).lower(),
     )
     if config.trigger.kind is TriggerKind.AVAILABLE_NOW:
         writer = writer.trigger(availableNow=True)
@@ -252,13 +187,17 @@ def _reporting(
     return report
 
 
-_KNOWN = {"DataLossError": DataLossError, "ArchiveLayoutError": ArchiveLayoutError}
+_KNOWN = {
+    "DataLossError": DataLossError,
+    "ArchiveLayoutError": ArchiveLayoutError,
+    "StateError": StateError,
+}
 
 
 def _known_error(exc: Exception) -> Exception:
     """Our own error raised in a Spark worker, recovered from Spark's wrapping."""
     text = str(exc)
-    found = re.findall(r"(DataLossError|ArchiveLayoutError): ([^\n]+)", text)
+    found = re.findall(r"(DataLossError|ArchiveLayoutError|StateError): ([^\n]+)", text)
     if found:
         name, message = found[-1]
         error: TablecastError = _KNOWN[name](message.strip())

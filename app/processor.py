@@ -1,42 +1,44 @@
 """The per-session processor interface and its reference implementation.
 
 A processor turns one session's messages, one at a time and in order, into
-output rows while carrying arbitrary state of its own. It knows nothing of
-Spark, Kafka or files: :class:`app.session.SessionMachine` feeds it messages
-that already passed the sequence rules, and the Spark wrapper stores the
-bytes that :meth:`Processor.encode` returns in Spark's state store.
+changes of the session's table while carrying arbitrary state of its own.
+It knows nothing of Spark, Kafka or files: the partition engine
+(:class:`app.engine.machine.PartitionMachine`) feeds it messages that
+already passed the sequence rules, turns its :class:`Changes` into output
+rows (CONTRACT.md section 3) and stores the bytes that
+:meth:`Processor.encode` returns in the partition's state.
 
 To build another stateful transformation on the same pipeline, implement
 :class:`Processor` for your state type and pass it to the job; the ordering,
-integrity, checkpointing and exactly-once output come with it.
+integrity, state versioning and exactly-once output come with it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol, TypeVar
 
 import orjson
 
-from app.contract import Envelope, MessageType, Position
+from app.contract import Envelope, MessageType, TableRow
 from app.errors import Rule
 
 StateT = TypeVar("StateT")
 
 
-class OutputRow(NamedTuple):
-    """One row of the output dataset (CONTRACT.md section 3); ``ts`` in ms."""
+class Changes(NamedTuple):
+    """What one message did to a session's table.
 
-    topic: str
-    partition: int
-    offset: int
-    session: str
-    seq: int
-    type: str
-    ts: int
-    row_id: str
-    value: float | None
-    status: str | None
-    deleted: bool
+    The engine writes one output row per deleted id (``deleted=true``,
+    value and status null), then one per upserted row, so that the last
+    row of a message for a row id is its state after the message.
+    """
+
+    deleted: Sequence[str]
+    upserted: Sequence[TableRow]
+
+
+NO_CHANGES = Changes((), ())
 
 
 class ProcessorViolation(Exception):
@@ -54,13 +56,12 @@ class Processor(Protocol[StateT]):
 
     ``apply`` receives the state left by the previous message (``None`` for
     the first message of a session, which is always a snapshot) and returns
-    the new state with the rows the message produces. It may update the state
-    in place. ``end`` messages never reach it: the session's state is dropped.
+    the new state with the changes the message makes. It may update the
+    state in place: the engine never reuses a state after a failed batch.
+    ``end`` messages never reach it: the session's state is dropped.
     """
 
-    def apply(
-        self, state: StateT | None, position: Position, message: Envelope
-    ) -> tuple[StateT, list[OutputRow]]: ...
+    def apply(self, state: StateT | None, message: Envelope) -> tuple[StateT, Changes]: ...
 
     def encode(self, state: StateT) -> bytes: ...
 
@@ -74,35 +75,16 @@ Table = dict[str, tuple[float | None, str | None]]
 class TableProcessor:
     """Rebuilds a session's table from snapshots and updates (the reference)."""
 
-    def apply(
-        self, state: Table | None, position: Position, message: Envelope
-    ) -> tuple[Table, list[OutputRow]]:
-        topic, partition, offset = position.topic, position.partition, position.offset
-        session, seq, kind, ts = message.session, message.seq, message.type.value, message.ts
-        out: list[OutputRow] = []
+    def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
+        rows = message.rows
         if message.type is MessageType.SNAPSHOT:
-            table: Table = {}
-            for row in message.rows:
-                if row.id in table:
-                    raise ProcessorViolation(
-                        Rule.ENVELOPE, "unique row ids in a snapshot", f"row id {row.id!r} twice"
-                    )
-                table[row.id] = (row.value, row.status)
-                out.append(
-                    OutputRow(
-                        topic, partition, offset, session, seq, kind, ts,
-                        row.id, row.value, row.status, False,
-                    )
-                )  # fmt: skip
-            for row_id in state or ():
-                if row_id not in table:
-                    out.append(
-                        OutputRow(
-                            topic, partition, offset, session, seq, kind, ts,
-                            row_id, None, None, True,
-                        )
-                    )  # fmt: skip
-            return table, out
+            table: Table = {row_id: (value, status) for row_id, value, status in rows}
+            if len(table) != len(rows):
+                raise ProcessorViolation(
+                    Rule.ENVELOPE, "unique row ids in a snapshot", f"row id {_twice(rows)!r} twice"
+                )
+            gone = [row_id for row_id in state if row_id not in table] if state else []
+            return table, Changes(gone, rows)
 
         table = state if state is not None else {}
         for row_id in message.deleted:
@@ -113,24 +95,22 @@ class TableProcessor:
                     f"delete of unknown row id {row_id!r}",
                 )
             del table[row_id]
-            out.append(
-                OutputRow(
-                    topic, partition, offset, session, seq, kind, ts, row_id, None, None, True
-                )
-            )
-        for row in message.rows:
-            table[row.id] = (row.value, row.status)
-            out.append(
-                OutputRow(
-                    topic, partition, offset, session, seq, kind, ts,
-                    row.id, row.value, row.status, False,
-                )
-            )  # fmt: skip
-        return table, out
+        for row_id, value, status in rows:
+            table[row_id] = (value, status)
+        return table, Changes(message.deleted, rows)
 
     def encode(self, state: Table) -> bytes:
         return orjson.dumps(state)
 
     def decode(self, data: bytes) -> Table:
-        raw: dict[str, tuple[float | None, str | None]] = orjson.loads(data)
-        return {row_id: (value, status) for row_id, (value, status) in raw.items()}
+        raw: dict[str, list[float | str | None]] = orjson.loads(data)
+        return {row_id: (value, status) for row_id, (value, status) in raw.items()}  # type: ignore[misc]
+
+
+def _twice(rows: Sequence[TableRow]) -> str:
+    seen: set[str] = set()
+    for row_id, _, _ in rows:
+        if row_id in seen:
+            return row_id
+        seen.add(row_id)
+    raise AssertionError("no repeated row id")

@@ -170,7 +170,7 @@ def move_checkpoint_aside(uri: str) -> str | None:
         os.rename(path, target)
         return target
     from app.checkpoint import CheckpointLog
-    from app.job import spark_session
+    from app.spark_session import spark_session
 
     log = CheckpointLog(spark_session(), uri)
     return log.move_aside(suffix) if log.exists() else None

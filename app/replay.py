@@ -13,16 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from app.contract import Record
-from app.errors import ConfigurationError
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from app.contract import Position, Record
+from app.engine.machine import IntegrityMode, PartitionMachine, RecordColumns, Rules
+from app.engine.output import OUTPUT_SCHEMA
+from app.engine.state import PartitionState
+from app.errors import ConfigurationError, IntegrityViolationError
 from app.offsets import TopicPartition
-from app.processor import OutputRow, TableProcessor
+from app.processor import TableProcessor
 from app.restart import Header, headers
-from app.session import IntegrityMode, SessionMachine
 from app.sink.publish import publish_rows
 from app.sources import archive
 from app.storage import resolve
-from app.verify import rows_table
 
 
 @dataclass(frozen=True)
@@ -47,33 +51,43 @@ def parse_time(text: str) -> int:
 
 
 def window_rows(
-    records: list[Record], since_ms: int, until_ms: int
-) -> tuple[int, set[str], list[OutputRow]]:
-    """One partition: where to start reading and the window's rows."""
-    history = headers(records)
+    tp: TopicPartition, records: RecordColumns, since_ms: int, until_ms: int
+) -> tuple[int, set[str], pa.Table]:
+    """One partition: where to start reading, the window's sessions, and its rows.
+
+    Every session with a message in the window is rebuilt from its latest
+    snapshot whose own rows the window does not need (or from its start);
+    only those sessions' records from there on are applied.
+    """
+    history = headers(
+        Record(Position(tp.topic, tp.partition, offset), key, value, ts)
+        for key, value, offset, ts in zip(*records, strict=True)
+    )
     in_window = {h.session for h in history if since_ms <= h.ts < until_ms and h.type != "invalid"}
-    starts: dict[str, int] = {}
-    for session in in_window:
-        starts[session] = _start_of(session, history, since_ms, until_ms)
+    starts = {session: _start_of(session, history, since_ms, until_ms) for session in in_window}
     if not starts:
-        return (records[-1].position.offset + 1 if records else 0), set(), []
-    start = min(starts.values())
-    by_session: dict[bytes | None, list[Record]] = {}
-    for record in records:
-        key = record.key
-        session = key.decode("utf-8", "replace") if key is not None else ""
-        if session in starts and record.position.offset >= starts[session]:
-            by_session.setdefault(key, []).append(record)
+        return (history[-1].offset + 1 if history else 0), set(), OUTPUT_SCHEMA.empty_table()
+    wanted = [
+        i for i, (key, offset) in enumerate(zip(records.keys, records.offsets, strict=True))
+        if key is not None and offset >= starts.get(key.decode("utf-8", "replace"), offset + 1)
+    ]  # fmt: skip
+    subset = RecordColumns(
+        [records.keys[i] for i in wanted],
+        [records.values[i] for i in wanted],
+        [records.offsets[i] for i in wanted],
+        [records.timestamps_ms[i] for i in wanted],
+    )
     seq_of = {h.offset: h.seq for h in history}
     # Sessions read from a resync snapshot before the window (its rows are not wanted).
     adopt = {session: offset for session, offset in starts.items() if seq_of[offset] > 0}
-    machine = SessionMachine(TableProcessor(), IntegrityMode.STRICT, adopt=adopt)
-    ts_of = {h.offset: h.ts for h in history}
-    rows: list[OutputRow] = []
-    for key in sorted(by_session, key=lambda k: k or b""):
-        result = machine.apply(key, None, by_session[key])
-        rows += [r for r in result.rows if since_ms <= ts_of[r.offset] < until_ms]
-    return start, set(starts), rows
+    machine = PartitionMachine(TableProcessor(), Rules(IntegrityMode.STRICT, adopt=adopt))
+    result = machine.run(PartitionState.empty(tp, min(starts.values())), subset)
+    if result.violations:
+        raise IntegrityViolationError(result.violations[0])
+    rows = result.rows.to_table()
+    stamps_ms = pc.cast(rows["ts"], pa.int64())
+    in_range = pc.and_(pc.greater_equal(stamps_ms, since_ms), pc.less(stamps_ms, until_ms))
+    return min(starts.values()), set(starts), rows.filter(in_range)
 
 
 def _start_of(session: str, history: list[Header], since_ms: int, until_ms: int) -> int:
@@ -99,13 +113,17 @@ def replay(
     index = archive.scan(location, topic_pattern)
     starts: dict[TopicPartition, int] = {}
     sessions: set[str] = set()
-    rows: list[OutputRow] = []
+    tables: list[pa.Table] = []
     for tp, files in sorted(index.files.items()):
-        records = list(archive.iter_records(location, files, files[0].start, files[-1].end))
-        start, touched, found = window_rows(records, since_ms, until_ms)
+        table = pa.Table.from_batches(
+            list(archive.read_range(location, files, files[0].start, files[-1].end)),
+            schema=archive.SCHEMA,
+        )
+        start, touched, rows = window_rows(tp, RecordColumns.from_arrow(table), since_ms, until_ms)
         starts[tp] = start
         sessions |= touched
-        rows += found
+        tables.append(rows)
+    rows = pa.concat_tables(tables) if tables else OUTPUT_SCHEMA.empty_table()
     name = f"replay-{since_ms}-{until_ms}"
-    files_written = publish_rows(output_uri, rows_table(rows), name)
+    files_written = publish_rows(output_uri, rows, name)
     return ReplayReport(starts, len(sessions), len(rows), files_written)

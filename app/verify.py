@@ -1,31 +1,33 @@
 """Recompute the expected output from the archive and compare it with a dataset.
 
-The expectation comes from the same :class:`app.session.SessionMachine` the
-job runs, fed each session's whole history at once, without Spark. The
-comparison is DuckDB's multiset difference over the contract's columns, so
-duplicates count as well as missing rows.
+The expectation comes from the same partition engine the job runs
+(:func:`app.engine.local.run_partitions`), fed each topic-partition's whole
+history at once, without Spark. The comparison is DuckDB's multiset
+difference over the contract's columns, so duplicates count as well as
+missing rows.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from app.contract import Record
+from app.engine.local import run_partitions
+from app.engine.machine import IntegrityMode, RecordColumns, Rules
+from app.engine.output import OUTPUT_COLUMNS, OUTPUT_SCHEMA, QuarantinedRecord
 from app.errors import Violation
-from app.processor import OutputRow, TableProcessor
-from app.session import IntegrityMode, QuarantinedRecord, SessionMachine
-from app.sink.writer import OUTPUT_SCHEMA
+from app.offsets import Offsets, TopicPartition
+from app.processor import TableProcessor
 from app.sources import archive
 from app.storage import resolve
 
-COLUMNS = OUTPUT_SCHEMA.names
+COLUMNS = list(OUTPUT_COLUMNS)
+SLICE = 8192
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,42 @@ class Expected:
     violations: list[Violation]
     messages: int
     sessions: int
+
+
+def expected_output(
+    archive_uri: str,
+    topic_pattern: str,
+    mode: IntegrityMode = IntegrityMode.STRICT,
+    adopt: Mapping[str, int] | None = None,
+    below: Offsets | None = None,
+) -> Expected:
+    """What the job outputs for every record of the archive (or only below ``below``)."""
+    location = resolve(archive_uri)
+    index = archive.scan(location, topic_pattern)
+
+    def read(tp: TopicPartition) -> Iterator[RecordColumns]:
+        files = index.files[tp]
+        for batch in archive.read_range(location, files, files[0].start, files[-1].end):
+            for lo in range(0, batch.num_rows, SLICE):
+                yield RecordColumns.from_arrow(batch.slice(lo, SLICE))
+
+    outcome = run_partitions(
+        sorted(index.files), read, TableProcessor(), Rules(mode, adopt=dict(adopt or {}))
+    )
+    rows = outcome.rows()
+    if below is not None:
+        rows = rows.filter(_below(rows, below))
+    sessions = {s for state in outcome.states.values() for s in state.sessions}
+    sessions |= {d for r in outcome.results.values() for d in r.dropped}
+    return Expected(rows, outcome.quarantined, outcome.violations, outcome.messages, len(sessions))
+
+
+def _below(rows: pa.Table, end: Offsets) -> pa.ChunkedArray:
+    keep = pc.equal(pa.repeat(pa.scalar(True), len(rows)), False)
+    for tp, offset in end.items():
+        here = pc.and_(pc.equal(rows["topic"], tp.topic), pc.equal(rows["partition"], tp.partition))
+        keep = pc.or_(keep, pc.and_(here, pc.less(rows["offset"], offset)))
+    return keep
 
 
 @dataclass(frozen=True)
@@ -67,49 +105,6 @@ class Comparison:
                 lines.append(f"  {label}: {row}")
         lines.append("OK: the output is exactly the expected output" if self.ok else "DIFFERENT")
         return "\n".join(lines)
-
-
-def read_archive(uri: str, topic_pattern: str) -> dict[bytes | None, list[Record]]:
-    """Every record of the archive, grouped by key (session)."""
-    location = resolve(uri)
-    index = archive.scan(location, topic_pattern)
-    groups: dict[bytes | None, list[Record]] = defaultdict(list)
-    for _, files in sorted(index.files.items()):
-        for record in archive.iter_records(location, files, files[0].start, files[-1].end):
-            groups[record.key].append(record)
-    return groups
-
-
-def expected_output(
-    groups: dict[bytes | None, list[Record]],
-    mode: IntegrityMode = IntegrityMode.STRICT,
-    adopt: dict[str, int] | None = None,
-    keep: Callable[[OutputRow], bool] | None = None,
-) -> Expected:
-    machine = SessionMachine(TableProcessor(), mode, adopt)
-    rows: list[OutputRow] = []
-    quarantined: list[QuarantinedRecord] = []
-    violations: list[Violation] = []
-    messages = 0
-    for key in sorted(groups, key=lambda k: b"" if k is None else k):
-        result = machine.apply(key, None, groups[key])
-        rows.extend(r for r in result.rows if keep is None or keep(r))
-        quarantined.extend(result.quarantined)
-        violations.extend(result.violations)
-        messages += result.messages
-    return Expected(rows_table(rows), quarantined, violations, messages, len(groups))
-
-
-def rows_table(rows: Iterable[OutputRow]) -> pa.Table:
-    columns: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) or [() for _ in COLUMNS]
-    arrays = {name: list(values) for name, values in zip(COLUMNS, columns, strict=True)}
-    table = pa.table(
-        {
-            **{k: v for k, v in arrays.items() if k != "ts"},
-            "ts": pa.array(arrays["ts"], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
-        }
-    )
-    return table.select(COLUMNS).cast(OUTPUT_SCHEMA)
 
 
 def read_output(uri: str) -> pa.Table:

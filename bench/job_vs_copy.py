@@ -83,8 +83,8 @@ def measure(argv: list[str]) -> Measured:
 
 def copy_main(archive: str, output: str, checkpoint: str) -> None:
     """The stateless baseline: same source, Spark's own Parquet sink."""
-    from app.job import spark_session
     from app.sources import archive_stream
+    from app.spark_session import spark_session
 
     spark = spark_session("local[2]")
     spark.dataSource.register(archive_stream.ArchiveDataSource)

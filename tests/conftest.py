@@ -16,9 +16,9 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from app.job import spark_session
+    from app.spark_session import spark_session
 
-    session = spark_session("local[2]", state_partitions=4)
+    session = spark_session("local[2]")
     yield session
     session.stop()
 

@@ -30,6 +30,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from app import metric_names
+from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.inspect import SessionView, StateSnapshot, format_session, format_summary
 from app.metrics.consumer_group import CommitStats, GroupCommitter
@@ -49,7 +50,6 @@ from app.metrics.publisher import (
 )
 from app.offsets import TopicPartition
 from app.ops.kafka_client import KafkaEndpoint
-from app.session import SessionState
 from app.sink.commit import BatchReport
 from tests.ops.conftest import broker  # noqa: F401 (the session's loopback broker, tansu)
 from tests.ops.kafka_helpers import create_topics
@@ -87,8 +87,6 @@ def progress_json(
     latest: Any,
     rows: int = 25,
     duration_ms: int = 2500,
-    sessions: int = 4,
-    memory: int = 8544,
 ) -> dict[str, Any]:
     """The shape of Spark's ``StreamingQueryProgress.json`` (recorded from a local run)."""
     return {
@@ -102,22 +100,7 @@ def progress_json(
         "inputRowsPerSecond": 0.0,
         "processedRowsPerSecond": 10.0,
         "durationMs": {"triggerExecution": duration_ms},
-        "stateOperators": [
-            {
-                "operatorName": "transformWithStateInPandasExec",
-                "numRowsTotal": sessions,
-                "numRowsUpdated": sessions,
-                "allUpdatesTimeMs": 7,
-                "numRowsRemoved": 0,
-                "allRemovalsTimeMs": 0,
-                "commitTimeMs": 7,
-                "memoryUsedBytes": memory,
-                "numRowsDroppedByWatermark": 0,
-                "numShufflePartitions": 4,
-                "numStateStoreInstances": 4,
-                "customMetrics": {"rocksdbSstFileSize": 0},
-            }
-        ],
+        "stateOperators": [],
         "sources": [
             {
                 "description": "PythonMicroBatchStreamWithTriggerAvailableNow@3cdd4ab1",
@@ -144,9 +127,8 @@ def test_batch_metrics_merge_progress_with_the_report() -> None:
     progress = progress_json(
         3, str(uuid.uuid4()), end={"sensor-0:0": 50, "sensor-0:1": 75},
         latest={"sensor-0:0": 60, "sensor-0:1": 88}, rows=25, duration_ms=2500,
-        sessions=7, memory=1000,
     )  # fmt: skip
-    m = batch_metrics(progress, report(3))
+    m = batch_metrics(progress, report(3, sessions=7, state_bytes=1000))
     assert (m.batch_id, m.input_messages, m.duration_ms) == (3, 25, 2500)
     assert (m.sessions_in_state, m.state_bytes) == (7, 1000)
     assert m.end == {TP0: 50, TP1: 75}
@@ -550,8 +532,7 @@ def snapshot_of(*views: SessionView, total: int | None = None) -> StateSnapshot:
 
 def test_a_session_prints_its_table_and_position() -> None:
     table = {"r1": (1.5, "ok"), "r22": (None, None)}
-    view = SessionView(SessionState("s-1", "sensor-0", 0, 7, 41, 1_767_225_600_000, False,
-                                    None, table), 2)  # fmt: skip
+    view = SessionView(TP0, SessionState("s-1", 7, 41, 1_767_225_600_000, 0, user=table))
     assert format_session(snapshot_of(view), view).splitlines() == [
         "session s-1 in checkpoint /ck after batch 4 (ends at sensor-0:0@60)",
         "  status          open",
@@ -560,7 +541,6 @@ def test_a_session_prints_its_table_and_position() -> None:
         "  last seq        7",
         "  last offset     41",
         "  last ts         2026-01-01T00:00:00.000+00:00",
-        "  state partition 2",
         "  table           2 rows",
         "    row id  value  status",
         "    r1        1.5  ok",
@@ -569,11 +549,10 @@ def test_a_session_prints_its_table_and_position() -> None:
 
 
 def test_the_summary_lists_sessions_and_counts() -> None:
-    open_ = SessionView(SessionState("s-1", "sensor-0", 0, 7, 41, 0, False, None,
-                                     {"r1": (1.0, None)}), 0)  # fmt: skip
-    closed = SessionView(SessionState("s-2", "sensor-0", 0, 9, 50, 0, True, None, None), 1)
+    open_ = SessionView(TP0, SessionState("s-1", 7, 41, 0, 0, user={"r1": (1.0, None)}))
+    closed = SessionView(TP0, SessionState("s-2", 9, 50, 0, 0, closed=True))
     quarantined = SessionView(
-        SessionState("s-3", "sensor-0", 0, 3, 52, 0, False, "rule 2: expected seq 4", None), 1
+        TP0, SessionState("s-3", 3, 52, 0, 0, quarantine="rule 2: expected seq 4")
     )
     text = format_summary(snapshot_of(open_, closed, quarantined, total=10))
     assert text.splitlines() == [

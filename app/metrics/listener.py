@@ -1,10 +1,10 @@
 """Spark's progress events, turned into the job's per-batch metrics.
 
 Spark reports each finished micro-batch to every ``StreamingQueryListener``
-on the driver: input rows, duration, the state operator's row count and
-memory, and the source's start, end and latest offsets. The job's sink
-reports what it wrote (:class:`app.sink.commit.BatchReport`) from inside the
-batch, so before Spark's event for the same batch arrives. The listener
+on the driver: input rows, duration, and the source's start, end and latest
+offsets. The job's sink reports what it wrote and the size and session count
+of the partitions' state (:class:`app.sink.commit.BatchReport`) from inside
+the batch, so before Spark's event for the same batch arrives. The listener
 merges the two by batch id into one :class:`BatchMetrics`, publishes it
 through a :class:`~app.metrics.publisher.MetricsSink` and hands it to its
 observers (the progress display).
@@ -114,7 +114,6 @@ class BatchMetrics:
 
 def batch_metrics(progress: Mapping[str, Any], report: BatchReport | None) -> BatchMetrics:
     """Merge Spark's progress (its JSON form, parsed) with the sink's report."""
-    operators = progress.get("stateOperators") or []
     sources = progress.get("sources") or []
     source = sources[0] if sources else {}
     end = _offsets(source.get("endOffset")) or {}
@@ -124,8 +123,8 @@ def batch_metrics(progress: Mapping[str, Any], report: BatchReport | None) -> Ba
         started=_timestamp(progress.get("timestamp")),
         input_messages=int(progress.get("numInputRows") or 0),
         duration_ms=int(progress.get("batchDuration") or 0),
-        sessions_in_state=sum(int(op.get("numRowsTotal") or 0) for op in operators),
-        state_bytes=sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
+        sessions_in_state=0,
+        state_bytes=0,
         end=end,
         lag=None if latest is None else records_behind(end, latest),
     )
@@ -139,6 +138,8 @@ def batch_metrics(progress: Mapping[str, Any], report: BatchReport | None) -> Ba
         violations=report.violations,
         quarantined=report.quarantined,
         published=report.published,
+        sessions_in_state=report.sessions,
+        state_bytes=report.state_bytes,
     )
 
 

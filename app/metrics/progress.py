@@ -163,9 +163,12 @@ def summary_lines(
         f"{totals.quarantined:,} quarantined, {totals.violations:,} violations, "
         f"{elapsed_s:.1f} s",
         f"at the end: behind {_lag(totals.lag)}, {totals.sessions:,} sessions in state",
-        f"metrics ({sink}): {stats.sent:,} sent, {stats.dropped:,} dropped"
-        + (f" in {stats.failed_calls} failed calls" if stats.failed_calls else ""),
     ]
+    if sink != "none":  # nothing to say of metrics nobody asked for
+        lines.append(
+            f"metrics ({sink}): {stats.sent:,} sent, {stats.dropped:,} dropped"
+            + (f" in {stats.failed_calls} failed calls" if stats.failed_calls else "")
+        )
     return lines
 
 

@@ -14,14 +14,12 @@ from app.sink.writer import stage_table
 from app.storage import resolve
 
 
-def publish_rows(
-    output_uri: str, table: pa.Table, name: str, max_rows_per_file: int = 2_000_000
-) -> int:
+def publish_rows(output_uri: str, table: pa.Table, name: str) -> int:
     location = resolve(output_uri)
     staging = f"{ledger_mod.STAGING_DIR}/{name}"
     location.delete_dir(location.child(staging))
-    staged = stage_table(location, staging, "", table, "ts", name, max_rows_per_file)
+    staged = stage_table(location, staging, "", table, "ts", name)
     for item in staged:
-        location.move(location.child(staging, item["path"]), location.child(item["path"]))
+        location.move(location.child(staging, item.path), location.child(item.path))
     location.delete_dir(location.child(staging))
     return len(staged)

@@ -9,10 +9,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from app import verify
-from app.errors import DataLossError, IntegrityViolationError, Rule
+from app.engine.machine import IntegrityMode
+from app.errors import DataLossError, IntegrityViolationError
 from app.generate import FAULT_RULES, CaptureSpec, Fault
 from app.offsets import TopicPartition
-from app.session import IntegrityMode
 from tests.spark.helpers import (
     assert_exact,
     copy_files,
@@ -71,10 +71,7 @@ def test_every_fault_stops_a_strict_run_at_its_record(
         run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
                 max_offsets_per_trigger=25)  # fmt: skip
     violation = info.value.violation
-    if fault is Fault.PARTITION_SWITCH:  # seen first in its own batch or after its session
-        assert violation.rule in (Rule.ONE_PARTITION, Rule.FIRST_MESSAGE)
-    else:
-        assert violation.rule is FAULT_RULES[fault]
+    assert violation.rule is FAULT_RULES[fault]
     assert (violation.topic, violation.partition, violation.offset) == (
         injected.topic, injected.partition, injected.offset
     )  # fmt: skip
@@ -86,10 +83,7 @@ def test_every_fault_stops_a_strict_run_at_its_record(
     assert (injected.topic, injected.partition) not in end or end[
         TopicPartition(injected.topic, injected.partition)
     ] <= injected.offset
-    expected = verify.expected_output(
-        verify.read_archive(str(tmp_path / "archive"), "^sensor-.+"),
-        keep=lambda r: r.offset < end.get(TopicPartition(r.topic, r.partition), 0),
-    )
+    expected = verify.expected_output(str(tmp_path / "archive"), "^sensor-.+", below=end)
     comparison = verify.compare(expected.rows, verify.read_output(str(tmp_path / "out")))
     assert comparison.ok, comparison.report()
 

@@ -24,15 +24,19 @@ from moto.server import ThreadedMotoServer
 
 from app import cli, metric_names, verify
 from app.checkpoint import CheckpointLog
+from app.engine.local import run_partitions
+from app.engine.machine import IntegrityMode, RecordColumns, Rules
+from app.engine.state import SessionState
 from app.generate import Capture, CaptureSpec, Fault
 from app.inspect import read_state
 from app.job import ArchiveSource, JobConfig, Trigger, run
 from app.metrics.listener import BatchMetrics, MetricsListener
 from app.metrics.publisher import CloudWatchSink, Timeouts
+from app.offsets import TopicPartition
 from app.processor import Table, TableProcessor
-from app.session import IntegrityMode, SessionMachine, SessionState
 from app.sink.commit import BatchReport
-from app.stateful import STATE_VAR
+from app.sources import archive
+from app.storage import resolve
 from tests.spark.helpers import assert_exact, expected_rows, write_capture
 from tests.test_metrics import closed_port
 
@@ -144,8 +148,7 @@ def test_a_run_publishes_every_alarm_metric_with_the_values_of_its_input(
     worst = run.statistic(metric_names.RECORDS_BEHIND_WORST_PARTITION, "Maximum")
     assert 0 < worst <= run.statistic(metric_names.RECORDS_BEHIND, "Maximum")
     # Sessions stay in state (closed ones until their idle timeout): the last count is the most.
-    reader = spark.read.format("statestore").option("stateVarName", STATE_VAR)
-    in_state = reader.load(str(run.checkpoint)).count()
+    in_state = read_state(spark, str(run.checkpoint)).total
     assert run.statistic(metric_names.SESSIONS_IN_STATE, "Maximum") == in_state == SPEC.sessions
     assert run.statistic(metric_names.STATE_BYTES, "Minimum") > 0
 
@@ -154,18 +157,25 @@ def test_a_run_publishes_every_alarm_metric_with_the_values_of_its_input(
     assert "at the end: behind 0, 8 sessions in state" in run.stdout
 
 
-def expected_states(archive: Path, end: dict[Any, int]) -> dict[str, SessionState[Table]]:
-    """Each session's state after the records before ``end``, by the job's own machine."""
-    machine = SessionMachine(TableProcessor(), IntegrityMode.RESYNC)
-    states: dict[str, SessionState[Table]] = {}
-    for key, records in verify.read_archive(str(archive), "^sensor-.+").items():
-        before = [r for r in records if r.position.offset < end.get(
-            (r.position.topic, r.position.partition), 0)]  # fmt: skip
-        if before:
-            state = machine.apply(key, None, before).state
-            assert state is not None
-            states[state.session] = state
-    return states
+def expected_states(
+    archive_path: Path, end: dict[TopicPartition, int]
+) -> dict[str, tuple[TopicPartition, SessionState[Table]]]:
+    """Each session's state after the records before ``end``, by the job's own engine."""
+    location = resolve(str(archive_path))
+    index = archive.scan(location, "^sensor-.+")
+
+    def read(tp: TopicPartition) -> Iterator[RecordColumns]:
+        first = index.earliest(tp)
+        for batch in archive.read_range(location, index.covering(tp, first, end[tp]), first,
+                                        end[tp]):  # fmt: skip
+            yield RecordColumns.from_arrow(batch)
+
+    outcome = run_partitions(sorted(end), read, TableProcessor(), Rules(IntegrityMode.RESYNC))
+    return {
+        name: (tp, state)
+        for tp, partition in outcome.states.items()
+        for name, state in partition.sessions.items()
+    }
 
 
 def test_inspect_shows_each_sessions_state_after_a_batch(
@@ -182,7 +192,7 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
     end = log.offsets(1)
     assert end is not None and snapshot.end == end
     expected = expected_states(run.archive, end)
-    assert {v.state.session: v.state for v in snapshot.sessions} == expected
+    assert {v.state.session: (v.tp, v.state) for v in snapshot.sessions} == expected
     assert snapshot.total == len(expected)
 
     # A session caught mid-way: open after batch 1, closed by the end of the run.
@@ -194,6 +204,7 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
     assert midway
     state = midway[0]  # sessions come ordered by id
     assert state.user is not None
+    tp = expected[state.session][0]
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
@@ -204,7 +215,7 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
     assert lines[0].startswith(f"session {state.session} in checkpoint ")
     assert f"  last seq        {state.last_seq}" in lines
     assert f"  last offset     {state.last_offset}" in lines
-    assert f"  partition       {state.partition}" in lines
+    assert f"  partition       {tp.partition}" in lines
     assert f"  table           {len(state.user)} rows" in lines
     header = lines.index(f"  table           {len(state.user)} rows")
     printed = [line.split() for line in lines[header + 2 :]]

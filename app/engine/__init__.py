@@ -1,0 +1,9 @@
+"""The partition engine: Kafka Streams' model of one ordered task per topic-partition.
+
+- :mod:`app.engine.machine`: the integrity rules over one partition's records (pure).
+- :mod:`app.engine.ownership`: rule 6 across partitions, on the driver (pure).
+- :mod:`app.engine.state`, :mod:`app.engine.store`: the per-partition state, versioned by offset.
+- :mod:`app.engine.output`: the output and quarantine schemas, and rows built as columns.
+- :mod:`app.engine.task`: the executor half, run by ``mapInArrow``.
+- :mod:`app.engine.reports`: what tasks tell the driver.
+"""

@@ -1,0 +1,386 @@
+"""The integrity rules of CONTRACT.md section 2, applied to one topic-partition.
+
+:class:`PartitionMachine` is the heart of the job and knows nothing of
+Spark. It takes a topic-partition's state and that partition's records of
+one offset range, in offset order, and applies each record to its session:
+rule 7 (the envelope), rules 1 to 5 (first message, sequence, resync,
+deletions, end) and the local half of rule 6 (a session that belongs to
+another topic-partition). It reports the other half of rule 6 as
+:class:`Claim` events: the driver compares them across partitions
+(:mod:`app.engine.ownership`).
+
+Idle sessions expire on the partition's own clock, the largest record
+timestamp it has seen: a session whose last message is more than the
+timeout behind that clock is dropped before its next message and at the
+end of every range. The outcome depends on the records alone, never on how
+they were cut into micro-batches or when they were processed, so a redone
+batch leaves exactly the same state, and catching up after an outage
+expires nothing that was not idle in the data itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Generic, NamedTuple
+
+import pyarrow as pa
+
+from app.contract import Envelope, MessageType, parse_envelope
+from app.engine.output import QuarantinedRecord, RowColumns
+from app.engine.state import PartitionState, SessionState
+from app.errors import EnvelopeError, Rule, Violation
+from app.offsets import TopicPartition
+from app.processor import NO_CHANGES, Processor, ProcessorViolation, StateT
+
+
+class IntegrityMode(StrEnum):
+    """What a violation does (CONTRACT.md section 2)."""
+
+    STRICT = "strict"  # fail the job, publish nothing of the micro-batch
+    RESYNC = "resync"  # quarantine the session until a snapshot re-establishes it
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How the machine treats records (the same for every partition of a run)."""
+
+    mode: IntegrityMode = IntegrityMode.STRICT
+    timeout_ms: int = 3_600_000  # idle sessions expire after this much partition time
+    # Sessions that `tablecast repair` restarts from a resync snapshot: session -> its offset.
+    adopt: Mapping[str, int] = field(default_factory=dict)
+    trace: frozenset[str] = frozenset()  # sessions whose every message is reported
+
+
+class RecordColumns(NamedTuple):
+    """One topic-partition's records of a range, as parallel columns in offset order."""
+
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    offsets: Sequence[int]
+    timestamps_ms: Sequence[int]
+
+    @classmethod
+    def from_arrow(cls, records: pa.Table | pa.RecordBatch) -> RecordColumns:
+        """The columns of records with the Kafka source's schema."""
+        micros = records.column("timestamp").cast(pa.int64()).to_numpy()
+        return cls(
+            records.column("key").to_pylist(),
+            records.column("value").to_pylist(),
+            records.column("offset").to_pylist(),
+            (micros // 1000).tolist(),
+        )
+
+
+class Claim(NamedTuple):
+    """A session first seen here, or established here again (for rule 6 across partitions)."""
+
+    session: str
+    offset: int
+    established: bool  # whether this partition now owns the session
+
+
+class TraceEvent(NamedTuple):
+    """One applied message of a traced session (``tablecast run --trace``)."""
+
+    offset: int
+    session: str
+    seq: int
+    type: str
+    rows: int
+    outcome: str
+
+
+@dataclass(slots=True)
+class PartitionResult:
+    """What one range of a topic-partition produced."""
+
+    rows: RowColumns
+    quarantined: list[QuarantinedRecord] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    trace: list[TraceEvent] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # sessions expired (idle)
+    messages: int = 0
+
+
+class PartitionMachine(Generic[StateT]):
+    """Applies a topic-partition's records to its state, enforcing section 2.
+
+    ``foreign`` names sessions that belong to another topic-partition (the
+    driver found them so in an earlier pass over the same range): their
+    messages here violate rule 6.
+    """
+
+    def __init__(
+        self,
+        processor: Processor[StateT],
+        rules: Rules,
+        foreign: Mapping[str, TopicPartition] | None = None,
+    ) -> None:
+        self.processor = processor
+        self.rules = rules
+        self.foreign: Mapping[str, TopicPartition] = foreign or {}
+
+    def run(
+        self,
+        state: PartitionState[StateT],
+        records: RecordColumns,
+        result: PartitionResult | None = None,
+    ) -> PartitionResult:
+        """Apply ``records`` (offsets from ``state.offset`` on, ascending) to ``state``.
+
+        ``state`` is updated in place; what the records produce is added to
+        ``result`` (a new one by default), so a range can be run a slice at a
+        time. In strict mode the run stops at the first violation: the batch
+        fails, and the state is thrown away.
+        """
+        tp = state.tp
+        if result is None:
+            result = PartitionResult(RowColumns(tp))
+        sessions = state.sessions
+        strict = self.rules.mode is IntegrityMode.STRICT
+        timeout = self.rules.timeout_ms
+        traced = self.rules.trace
+        keys, values, offsets, stamps = records
+        violation: Violation | None
+        clock = state.clock_ms
+        for i in range(len(offsets)):
+            offset = offsets[i]
+            seen = stamps[i]
+            clock = max(clock, seen)
+            result.messages += 1
+            session, bad_key = _session_of(keys[i])
+            if bad_key is not None:
+                violation = Violation(tp.topic, tp.partition, offset, session, Rule.ENVELOPE,
+                                      "a valid key", bad_key)  # fmt: skip
+                if not self._on_violation(result, state, session, None, offset, seen,
+                                          values[i], violation):  # fmt: skip
+                    break
+                continue
+
+            current = sessions.get(session)
+            if current is not None and current.seen_ms < clock - timeout:
+                del sessions[session]  # idle for longer than the timeout: gone
+                result.dropped.append(session)
+                current = None
+            message: Envelope | None = None
+            rows = 0
+            try:
+                message = parse_envelope(session, values[i])
+            except EnvelopeError as exc:
+                violation = Violation(
+                    tp.topic, tp.partition, offset, session, Rule.ENVELOPE, "a valid envelope",
+                    str(exc),
+                )  # fmt: skip
+                if current is None:
+                    result.claims.append(Claim(session, offset, False))
+            else:
+                violation, rows = self._apply(result, state, current, session, message, offset,
+                                              seen, values[i])  # fmt: skip
+            if session in traced:
+                result.trace.append(_trace(offset, session, message, sessions.get(session),
+                                           rows, violation))  # fmt: skip
+            if violation is not None:
+                if strict:
+                    result.violations.append(violation)
+                    break
+                self._on_violation(result, state, session, message, offset, seen, values[i],
+                                   violation)  # fmt: skip
+        state.clock_ms = clock
+        if not strict or not result.violations:
+            self._expire(state, result)
+        return result
+
+    def _apply(
+        self,
+        result: PartitionResult,
+        state: PartitionState[StateT],
+        current: SessionState[StateT] | None,
+        session: str,
+        message: Envelope,
+        offset: int,
+        seen: int,
+        value: bytes | None,
+    ) -> tuple[Violation | None, int]:
+        """Apply one valid envelope; the violation it makes, or the rows it produced."""
+        tp = state.tp
+        snapshot = message.type is MessageType.SNAPSHOT
+        if current is not None and current.owner is not None:
+            result.quarantined.append(_quarantined(
+                tp, offset, session, message, seen, value,
+                f"rule 6: the session belongs to {current.owner}",
+            ))  # fmt: skip
+            current.seen_ms = seen
+            return None, 0
+        reopening = False
+        if current is not None and current.quarantine is not None:
+            if not snapshot:
+                result.quarantined.append(_quarantined(
+                    tp, offset, session, message, seen, value,
+                    f"awaiting a snapshot: {current.quarantine}",
+                ))  # fmt: skip
+                current.seen_ms = seen
+                return None, 0
+            reopening = True  # a snapshot re-establishes the session
+
+        owner = self.foreign.get(session)
+        if owner is not None and (current is None or reopening):
+            return _rule_6(tp, offset, session, owner), 0
+        if current is None:
+            if not snapshot or (message.seq != 0 and session not in self.rules.adopt):
+                result.claims.append(Claim(session, offset, False))
+                return Violation(
+                    tp.topic, tp.partition, offset, session, Rule.FIRST_MESSAGE,
+                    "a snapshot with seq 0 to open the session",
+                    f"{message.type.value} with seq {message.seq}",
+                ), 0  # fmt: skip
+            user = None
+        elif current.closed and not reopening:
+            return Violation(
+                tp.topic, tp.partition, offset, session, Rule.AFTER_END,
+                f"nothing after the end message with seq {current.last_seq}",
+                f"{message.type.value} with seq {message.seq}",
+            ), 0  # fmt: skip
+        elif (
+            not reopening
+            and message.seq != current.last_seq + 1
+            and not (snapshot and current.last_seq < 0)
+        ):
+            return Violation(
+                tp.topic, tp.partition, offset, session, Rule.SEQUENCE,
+                f"seq {current.last_seq + 1}", f"seq {message.seq}",
+            ), 0  # fmt: skip
+        else:
+            user = current.user
+
+        if message.type is MessageType.END:
+            user, changes = None, NO_CHANGES
+        else:
+            try:
+                user, changes = self.processor.apply(user, message)
+            except ProcessorViolation as exc:
+                if current is None:
+                    result.claims.append(Claim(session, offset, False))
+                return Violation(
+                    tp.topic, tp.partition, offset, session, exc.rule, exc.expected, exc.got
+                ), 0  # fmt: skip
+            if current is None and self.rules.adopt.get(session) == offset:
+                changes = NO_CHANGES  # published before the repair that adopted this session
+        if current is None:
+            current = SessionState(session, message.seq, offset, message.ts, seen)
+            state.sessions[session] = current
+            result.claims.append(Claim(session, offset, True))
+        elif reopening:
+            result.claims.append(Claim(session, offset, True))
+            current.quarantine = None
+        current.last_seq = message.seq
+        current.last_offset = offset
+        current.last_ts = message.ts
+        current.seen_ms = seen
+        current.closed = message.type is MessageType.END
+        current.user = user
+        rows = result.rows.emit(offset, session, message.seq, message.type, message.ts,
+                                changes)  # fmt: skip
+        return None, rows
+
+    def _on_violation(
+        self,
+        result: PartitionResult,
+        state: PartitionState[StateT],
+        session: str,
+        message: Envelope | None,
+        offset: int,
+        seen: int,
+        value: bytes | None,
+        violation: Violation,
+    ) -> bool:
+        """Record a violation; return whether to go on with the range."""
+        result.violations.append(violation)
+        if self.rules.mode is IntegrityMode.STRICT:
+            return False  # the batch fails: nothing after this matters
+        reason = f"rule {int(violation.rule)}: expected {violation.expected}, got {violation.got}"
+        result.quarantined.append(
+            _quarantined(state.tp, offset, session, message, seen, value, reason)
+        )
+        current = state.sessions.get(session)
+        if current is None:
+            current = SessionState(session, -1, offset, seen, seen)
+            state.sessions[session] = current
+        current.seen_ms = seen
+        if current.quarantine is None:
+            current.quarantine = f"{reason} at {state.tp} offset {offset}"
+        if violation.rule is Rule.ONE_PARTITION and session in self.foreign:
+            current.owner = self.foreign[session]
+        return True
+
+    def _expire(self, state: PartitionState[StateT], result: PartitionResult) -> None:
+        """Drop every session idle for longer than the timeout on the partition's clock."""
+        horizon = state.clock_ms - self.rules.timeout_ms
+        idle = [name for name, s in state.sessions.items() if s.seen_ms < horizon]
+        for name in idle:
+            del state.sessions[name]
+        result.dropped.extend(idle)
+
+
+def _session_of(key: bytes | None) -> tuple[str, str | None]:
+    """The session id a key carries, or a label for the key and what is wrong with it."""
+    if key is None:
+        return "None", "record has no key (the key must be the session id)"
+    try:
+        return key.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return repr(key), f"key is not UTF-8: {exc.reason}"
+
+
+def _rule_6(tp: TopicPartition, offset: int, session: str, owner: TopicPartition) -> Violation:
+    return Violation(
+        tp.topic, tp.partition, offset, session, Rule.ONE_PARTITION, str(owner), str(tp)
+    )
+
+
+def _quarantined(
+    tp: TopicPartition,
+    offset: int,
+    session: str,
+    message: Envelope | None,
+    seen: int,
+    value: bytes | None,
+    reason: str,
+) -> QuarantinedRecord:
+    return QuarantinedRecord(
+        tp.topic,
+        tp.partition,
+        offset,
+        session,
+        None if message is None else message.seq,
+        None if message is None else message.type.value,
+        seen,
+        reason,
+        value,
+    )
+
+
+def _trace(
+    offset: int,
+    session: str,
+    message: Envelope | None,
+    current: SessionState[StateT] | None,
+    rows: int,
+    violation: Violation | None,
+) -> TraceEvent:
+    if violation is not None:
+        outcome = violation.describe()
+    elif current is not None and (current.quarantine is not None or current.owner is not None):
+        outcome = "quarantined"
+    else:
+        outcome = "applied"
+    return TraceEvent(
+        offset,
+        session,
+        -1 if message is None else message.seq,
+        "invalid" if message is None else message.type.value,
+        rows,
+        outcome,
+    )

@@ -1,0 +1,136 @@
+"""The output dataset's rows and the quarantine's records, built as columns.
+
+The schemas here are the one definition of CONTRACT.md section 3 (and of
+the quarantine dataset beside it); every writer and reader derives from
+them. :class:`RowColumns` collects a partition's output while the engine
+runs: the columns of each message that produced rows are kept once and
+repeated by row count when the Arrow table is built, so no per-row Python
+object is made.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from app.contract import TableRow
+from app.offsets import TopicPartition
+from app.processor import Changes
+
+# The output dataset's file schema (CONTRACT.md section 3).
+OUTPUT_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("session", pa.string()),
+        pa.field("seq", pa.int64()),
+        pa.field("type", pa.string()),
+        pa.field("ts", pa.timestamp("ms", tz="UTC")),
+        pa.field("row_id", pa.string()),
+        pa.field("value", pa.float64()),
+        pa.field("status", pa.string()),
+        pa.field("deleted", pa.bool_()),
+    ]
+)
+OUTPUT_COLUMNS: tuple[str, ...] = tuple(OUTPUT_SCHEMA.names)
+
+# The quarantine dataset (``<output>/_quarantine/``): records set aside in
+# resync mode, with the reason, and the raw value as it arrived.
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        *(OUTPUT_SCHEMA.field(i) for i in range(6)),  # topic, partition, offset, session, seq, type
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
+        pa.field("reason", pa.string()),
+        pa.field("value", pa.binary()),
+    ]
+)
+
+_MS_UTC = pa.timestamp("ms", tz="UTC")
+
+
+class QuarantinedRecord(NamedTuple):
+    """A record set aside in resync mode, with the reason (quarantine dataset)."""
+
+    topic: str
+    partition: int
+    offset: int
+    session: str
+    seq: int | None
+    type: str | None
+    timestamp_ms: int
+    reason: str
+    value: bytes | None
+
+
+class RowColumns:
+    """One topic-partition's output rows, in the order they were produced."""
+
+    __slots__ = ("_messages", "_rows", "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        # (offset, session, seq, type, ts, rows, deleted rows): one per message with rows.
+        self._messages: list[tuple[int, str, int, str, int, int, int]] = []
+        self._rows: list[TableRow] = []  # deleted rows as (id, None, None)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def emit(
+        self, offset: int, session: str, seq: int, kind: str, ts: int, changes: Changes
+    ) -> int:
+        """Add a message's rows: its deletions, then its upserts. Returns the row count."""
+        deleted, upserted = changes
+        count = len(deleted) + len(upserted)
+        if count:
+            self._messages.append((offset, session, seq, kind, ts, count, len(deleted)))
+            if deleted:
+                self._rows.extend([(row_id, None, None) for row_id in deleted])
+            self._rows.extend(upserted)
+        return count
+
+    def to_table(self) -> pa.Table:
+        """The rows as an Arrow table of :data:`OUTPUT_SCHEMA`."""
+        n = len(self._rows)
+        if not n:
+            return OUTPUT_SCHEMA.empty_table()
+        offsets, sessions, seqs, kinds, stamps, counts, deleted_counts = zip(
+            *self._messages, strict=True
+        )
+        ids, values, statuses = zip(*self._rows, strict=True)
+        repeat = np.asarray(counts, dtype=np.int64)
+        per_row = np.repeat(np.arange(len(repeat)), repeat)
+        # Each message's rows start with its deletions.
+        firsts = np.repeat(np.cumsum(repeat) - repeat, repeat)
+        deleted = (np.arange(n) - firsts) < np.repeat(np.asarray(deleted_counts), repeat)
+        return pa.table(
+            [
+                pa.repeat(pa.scalar(self.tp.topic, pa.string()), n),
+                pa.repeat(pa.scalar(self.tp.partition, pa.int32()), n),
+                pa.array(np.asarray(offsets, dtype=np.int64)[per_row]),
+                pa.array(sessions, pa.string()).take(per_row),
+                pa.array(np.asarray(seqs, dtype=np.int64)[per_row]),
+                pa.array(kinds, pa.string()).take(per_row),
+                pa.array(np.asarray(stamps, dtype=np.int64)[per_row]).cast(_MS_UTC),
+                pa.array(ids, pa.string()),
+                pa.array(values, pa.float64()),
+                pa.array(statuses, pa.string()),
+                pa.array(deleted, pa.bool_()),
+            ],
+            schema=OUTPUT_SCHEMA,
+        )
+
+
+def quarantine_table(records: list[QuarantinedRecord]) -> pa.Table:
+    """Quarantined records as an Arrow table of :data:`QUARANTINE_SCHEMA`."""
+    columns = list(zip(*records, strict=True)) if records else [()] * len(QuarantinedRecord._fields)
+    arrays = [
+        pa.array(values, field.type if name != "timestamp" else pa.int64()).cast(field.type)
+        for name, field, values in zip(
+            QUARANTINE_SCHEMA.names, QUARANTINE_SCHEMA, columns, strict=True
+        )
+    ]
+    return pa.table(arrays, schema=QUARANTINE_SCHEMA)

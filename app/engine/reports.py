@@ -1,0 +1,174 @@
+"""What a partition task tells the driver, and the driver's typed view of it.
+
+Each task returns a few report rows (never output rows): the files it
+staged, the violations and trace lines it found, the sessions it claimed or
+dropped (rule 6 across partitions), and a summary of its partition. The
+schema is defined once here; :func:`to_batch` writes it in a task and
+:meth:`BatchOutcome.parse` reads it back on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from app.engine.machine import Claim, TraceEvent
+from app.errors import Rule, Violation
+from app.offsets import TopicPartition
+
+
+class ReportKind(StrEnum):
+    OUTPUT_FILE = "output-file"
+    QUARANTINE_FILE = "quarantine-file"
+    VIOLATION = "violation"
+    TRACE = "trace"
+    CLAIM = "claim"
+    DROPPED = "dropped"
+    PARTITION = "partition"
+
+
+REPORT_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("session", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("rows", pa.int64()),
+        pa.field("bytes", pa.int64()),
+        pa.field("detail", pa.string()),
+    ]
+)
+# The same schema as Spark's DDL, for ``mapInArrow``.
+REPORT_DDL = ", ".join(
+    f"{f.name} {({'string': 'string', 'int32': 'int', 'int64': 'long'})[str(f.type)]}"
+    for f in REPORT_SCHEMA
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    path: str  # relative to the output (and to the batch's staging directory)
+    rows: int
+    bytes: int
+    quarantine: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    """One task's partition: what it read and the state it left."""
+
+    tp: TopicPartition
+    end: int  # the version saved (-1 if the state was not saved)
+    messages: int
+    sessions: int
+    state_bytes: int
+    cache: str  # "hit", "miss" (loaded), "new" (no earlier version)
+
+
+class Reports:
+    """The report rows of one task, built as it goes."""
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.rows: list[dict[str, Any]] = []
+
+    def _add(self, kind: ReportKind, **values: Any) -> None:
+        self.rows.append(
+            {"kind": kind.value, "topic": self.tp.topic, "partition": self.tp.partition, **values}
+        )
+
+    def file(self, path: str, rows: int, size: int, quarantine: bool) -> None:
+        kind = ReportKind.QUARANTINE_FILE if quarantine else ReportKind.OUTPUT_FILE
+        self._add(kind, path=path, rows=rows, bytes=size)
+
+    def violation(self, v: Violation) -> None:
+        detail = {"rule": int(v.rule), "expected": v.expected, "got": v.got}
+        self._add(ReportKind.VIOLATION, offset=v.offset, session=v.session,
+                  detail=orjson.dumps(detail).decode())  # fmt: skip
+
+    def trace(self, t: TraceEvent) -> None:
+        detail = {"seq": t.seq, "type": t.type, "rows": t.rows, "outcome": t.outcome}
+        self._add(ReportKind.TRACE, offset=t.offset, session=t.session,
+                  detail=orjson.dumps(detail).decode())  # fmt: skip
+
+    def claim(self, c: Claim) -> None:
+        self._add(ReportKind.CLAIM, offset=c.offset, session=c.session, rows=int(c.established))
+
+    def dropped(self, session: str) -> None:
+        self._add(ReportKind.DROPPED, session=session)
+
+    def partition(self, s: PartitionSummary) -> None:
+        detail = orjson.dumps({"sessions": s.sessions, "cache": s.cache}).decode()
+        self._add(ReportKind.PARTITION, offset=s.end, rows=s.messages, bytes=s.state_bytes,
+                  detail=detail)  # fmt: skip
+
+
+def to_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=REPORT_SCHEMA)
+
+
+@dataclass
+class BatchOutcome:
+    """Every task's reports of one micro-batch, typed, on the driver."""
+
+    files: list[StagedFile] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    trace: list[tuple[TopicPartition, TraceEvent]] = field(default_factory=list)
+    claims: dict[TopicPartition, list[Claim]] = field(default_factory=dict)
+    dropped: dict[TopicPartition, list[str]] = field(default_factory=dict)
+    partitions: dict[TopicPartition, PartitionSummary] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, rows: Iterable[Mapping[str, Any]]) -> BatchOutcome:
+        outcome = cls()
+        for r in rows:
+            kind = ReportKind(r["kind"])
+            tp = TopicPartition(r["topic"], r["partition"])
+            if kind in (ReportKind.OUTPUT_FILE, ReportKind.QUARANTINE_FILE):
+                outcome.files.append(StagedFile(r["path"], r["rows"], r["bytes"],
+                                                kind is ReportKind.QUARANTINE_FILE))  # fmt: skip
+            elif kind is ReportKind.VIOLATION:
+                d = orjson.loads(r["detail"])
+                outcome.violations.append(Violation(tp.topic, tp.partition, r["offset"],
+                    r["session"], Rule(d["rule"]), d["expected"], d["got"]))  # fmt: skip
+            elif kind is ReportKind.TRACE:
+                d = orjson.loads(r["detail"])
+                event = TraceEvent(r["offset"], r["session"], d["seq"], d["type"], d["rows"],
+                                   d["outcome"])  # fmt: skip
+                outcome.trace.append((tp, event))
+            elif kind is ReportKind.CLAIM:
+                outcome.claims.setdefault(tp, []).append(
+                    Claim(r["session"], r["offset"], bool(r["rows"]))
+                )
+            elif kind is ReportKind.DROPPED:
+                outcome.dropped.setdefault(tp, []).append(r["session"])
+            else:
+                d = orjson.loads(r["detail"])
+                outcome.partitions[tp] = PartitionSummary(
+                    tp, r["offset"], r["rows"], d["sessions"], r["bytes"], d["cache"]
+                )
+        outcome.files.sort(key=lambda f: f.path)
+        outcome.violations.sort(key=lambda v: (v.topic, v.partition, v.offset))
+        outcome.trace.sort(key=lambda t: (t[0], t[1].offset))
+        for claims in outcome.claims.values():
+            claims.sort(key=lambda c: c.offset)
+        return outcome
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files if not f.quarantine)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(f.rows for f in self.files if f.quarantine)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)

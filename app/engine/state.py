@@ -1,0 +1,52 @@
+"""What the engine remembers between micro-batches, per topic-partition.
+
+Kafka delivers a session's messages in order inside one topic-partition
+(CONTRACT.md section 1), so the state is kept per topic-partition: every
+session seen there, and the partition's clock. A version of it is named by
+the offset it reaches: :attr:`PartitionState.offset` is the next offset to
+read, so the state holds the effect of every record before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic
+
+from app.offsets import TopicPartition
+from app.processor import StateT
+
+
+@dataclass(slots=True)
+class SessionState(Generic[StateT]):
+    """One session, as its topic-partition remembers it."""
+
+    session: str
+    last_seq: int  # -1 while quarantined before any valid message
+    last_offset: int  # -1 until the session's first message is applied
+    last_ts: int  # the envelope's ts of the last applied message (ms)
+    seen_ms: int  # the record timestamp of the session's last message: its idle clock
+    closed: bool = False  # an `end` arrived; kept so that rule 5 can be enforced
+    quarantine: str | None = None  # resync mode: why the session awaits a snapshot
+    # Resync mode: the session lives in another topic-partition (rule 6), so
+    # every message of it here is quarantined, snapshots included.
+    owner: TopicPartition | None = None
+    user: StateT | None = None  # the processor's state
+
+    @property
+    def established(self) -> bool:
+        """Whether this partition owns the session (it opened here and is not foreign)."""
+        return self.owner is None and self.last_seq >= 0
+
+
+@dataclass(slots=True)
+class PartitionState(Generic[StateT]):
+    """Every session of one topic-partition, after the records before ``offset``."""
+
+    tp: TopicPartition
+    offset: int  # the version: the next offset to read
+    clock_ms: int = 0  # the largest record timestamp seen: idle time is measured on it
+    sessions: dict[str, SessionState[StateT]] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, tp: TopicPartition, offset: int) -> PartitionState[StateT]:
+        return cls(tp, offset)

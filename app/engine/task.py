@@ -1,0 +1,188 @@
+"""The executor half of the engine: one task per topic-partition range.
+
+Spark runs :class:`PartitionTask` with ``mapInArrow`` over a micro-batch's
+records, so it runs in the task that read them, one per topic-partition,
+with no shuffle. For its partition a task:
+
+1. takes the records of the range, in offset order (it sorts them if a
+   source ever gives them otherwise, and refuses records outside the range);
+2. loads the state version the driver named (from the worker's cache when
+   it holds that very version);
+3. runs the :class:`~app.engine.machine.PartitionMachine` over the records,
+   a slice at a time, staging output and quarantine files as they fill;
+4. saves the state at the range's end (not when a strict run found a
+   violation: that batch fails), and keeps it in the worker's cache;
+5. returns report rows (:mod:`app.engine.reports`), never output rows.
+
+Everything a task does depends only on the plan and the records, so a
+retried or speculative attempt stages the same files and saves the same
+state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from app.engine.machine import (
+    IntegrityMode,
+    PartitionMachine,
+    PartitionResult,
+    RecordColumns,
+    Rules,
+)
+from app.engine.output import RowColumns, quarantine_table
+from app.engine.reports import PartitionSummary, Reports, to_batch
+from app.engine.state import PartitionState
+from app.engine.store import StateCache, StateStore
+from app.errors import TablecastError
+from app.offsets import TopicPartition
+from app.processor import Processor
+from app.sink.writer import QUARANTINE_DIR, stage_table
+from app.storage import resolve
+
+# Records converted to Python objects at a time: bounds the task's memory.
+SLICE = 8192
+# Partitions whose last state a Python worker keeps between tasks.
+CACHE_CAPACITY = int(os.environ.get("TABLECAST_STATE_CACHE_PARTITIONS", "64"))
+_CACHE = StateCache(CACHE_CAPACITY)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Everything the tasks of one micro-batch need (pickled to the executors)."""
+
+    processor: Processor[Any]
+    rules: Rules
+    state_root: str
+    output_uri: str
+    staging_dir: str  # relative to the output
+    start: Mapping[TopicPartition, int]  # a partition absent here is new in this batch
+    end: Mapping[TopicPartition, int]
+    versions: Mapping[TopicPartition, int]  # the state version each partition loads
+    foreign: Mapping[TopicPartition, Mapping[str, TopicPartition]] = field(default_factory=dict)
+    rows_per_file: int = 2_000_000
+
+
+class PartitionTask:
+    """The ``mapInArrow`` function of one micro-batch."""
+
+    def __init__(self, plan: BatchPlan) -> None:
+        self.plan = plan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        by_tp: dict[TopicPartition, list[pa.RecordBatch]] = {}
+        for batch in batches:
+            for tp, part in _split_by_partition(batch):
+                by_tp.setdefault(tp, []).append(part)
+        for tp in sorted(by_tp):
+            rows = self._run(tp, pa.Table.from_batches(by_tp[tp]))
+            if rows:
+                yield to_batch(rows)
+
+    def _run(self, tp: TopicPartition, records: pa.Table) -> list[dict[str, Any]]:
+        plan = self.plan
+        reports = Reports(tp)
+        if tp not in plan.end:
+            raise TablecastError(f"{tp} is not part of this micro-batch (its end offsets)")
+        end = plan.end[tp]
+        records = _in_offset_order(records)
+        offsets = records.column("offset")
+        first, last = offsets[0].as_py(), offsets[-1].as_py()
+        start = plan.start.get(tp, first)
+        if first < start or last >= end:
+            raise TablecastError(
+                f"{tp}: the source gave offsets {first} to {last}, outside the micro-batch's "
+                f"range {start} to {end - 1}"
+            )
+
+        store = StateStore(plan.state_root)
+        state, cache = self._load(store, tp, start)
+        machine = PartitionMachine(plan.processor, plan.rules, plan.foreign.get(tp))
+        location = resolve(plan.output_uri)
+        name = f"{tp.topic}-{tp.partition}-{start:020d}-{end:020d}"
+        result = PartitionResult(RowColumns(tp))
+        flushed = 0
+        for lo in range(0, len(records), SLICE):
+            machine.run(state, RecordColumns.from_arrow(records.slice(lo, SLICE)), result)
+            if len(result.rows) >= plan.rows_per_file:
+                self._stage(location, reports, result.rows.to_table(), f"{name}-{flushed:03d}")
+                result.rows = RowColumns(tp)
+                flushed += 1
+            if result.violations and plan.rules.mode is IntegrityMode.STRICT:
+                break
+        self._stage(location, reports, result.rows.to_table(), f"{name}-{flushed:03d}")
+        if result.quarantined:
+            for staged in stage_table(location, plan.staging_dir, QUARANTINE_DIR,
+                                      quarantine_table(result.quarantined), "timestamp",
+                                      name):  # fmt: skip
+                reports.file(staged.path, staged.rows, staged.bytes, quarantine=True)
+
+        saved, size = -1, 0
+        if not (result.violations and plan.rules.mode is IntegrityMode.STRICT):
+            state.offset = end
+            size = store.save(state, plan.processor)
+            saved = end
+            _CACHE.put(plan.state_root, state)
+        for violation in result.violations:
+            reports.violation(violation)
+        for event in result.trace:
+            reports.trace(event)
+        for claim in result.claims:
+            reports.claim(claim)
+        for session in result.dropped:
+            reports.dropped(session)
+        reports.partition(
+            PartitionSummary(tp, saved, result.messages, len(state.sessions), size, cache)
+        )
+        return reports.rows
+
+    def _load(
+        self, store: StateStore, tp: TopicPartition, start: int
+    ) -> tuple[PartitionState[Any], str]:
+        version = self.plan.versions.get(tp)
+        if version is None:
+            return PartitionState.empty(tp, start), "new"
+        cached = _CACHE.take(self.plan.state_root, tp, version)
+        state = cached if cached is not None else store.load(tp, version, self.plan.processor)
+        # A version older than the start: the partition had no records in between.
+        state.offset = start
+        return state, "hit" if cached is not None else "miss"
+
+    def _stage(self, location: Any, reports: Reports, table: pa.Table, name: str) -> None:
+        for staged in stage_table(location, self.plan.staging_dir, "", table, "ts", name):
+            reports.file(staged.path, staged.rows, staged.bytes, quarantine=False)
+
+
+def _split_by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:
+    """The batch per topic-partition (our sources give one per Spark partition)."""
+    if not batch.num_rows:
+        return
+    topics, partitions = batch.column("topic"), batch.column("partition")
+    first = TopicPartition(topics[0].as_py(), partitions[0].as_py())
+    if (
+        pc.all(pc.equal(topics, first.topic)).as_py()
+        and pc.all(pc.equal(partitions, first.partition)).as_py()
+    ):
+        yield first, batch
+        return
+    pairs = pa.table({"t": topics, "p": partitions}).group_by(["t", "p"]).aggregate([]).to_pylist()
+    for pair in pairs:
+        mask = pc.and_(pc.equal(topics, pair["t"]), pc.equal(partitions, pair["p"]))
+        yield TopicPartition(pair["t"], pair["p"]), batch.filter(mask)
+
+
+def _in_offset_order(records: pa.Table) -> pa.Table:
+    """The records sorted by offset (the contract: never trust arrival order)."""
+    offsets = records.column("offset").to_numpy()
+    if len(offsets) > 1 and not bool((offsets[1:] > offsets[:-1]).all()):
+        records = records.sort_by("offset")
+        sorted_offsets = records.column("offset").to_numpy()
+        if bool((sorted_offsets[1:] == sorted_offsets[:-1]).any()):
+            raise TablecastError("the source gave the same offset twice in one micro-batch")
+    return records

@@ -1,0 +1,77 @@
+"""The SparkSession the job and its tools run in.
+
+Under ``spark-submit`` (the cluster) Spark's launcher has already started
+the JVM and set the master; the session only adds the job's settings.
+Started from Python (a laptop, the tests, ``make demo``), the JVM is
+launched here with its standard output and error going to a log file
+(:func:`spark_log_path`), so that a person at a terminal sees tablecast's
+lines and nothing of log4j, the JVM or the Python workers; an error names
+the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+APP_NAME = "tablecast"
+LOG_ENV = "TABLECAST_SPARK_LOG"
+
+
+class _JvmLog:
+    path: Path | None = None  # set once this process launched its JVM
+
+
+def spark_log_path() -> Path | None:
+    """Where the JVM of this process writes its log (None under spark-submit)."""
+    return _JvmLog.path
+
+
+def spark_session(master: str | None = None) -> Any:
+    """A SparkSession for the job; under spark-submit the master is already set."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    conf = SparkConf().setAppName(APP_NAME)
+    if not conf.contains("spark.master"):
+        conf.setMaster(master or "local[2]")
+    conf.set("spark.sql.session.timeZone", "UTC")
+    conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    conf.set("spark.ui.showConsoleProgress", "false")
+    conf.set("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
+    if conf.get("spark.master", "").startswith("local"):
+        conf.set("spark.ui.enabled", "false")
+        conf.set("spark.driver.memory", os.environ.get("TABLECAST_DRIVER_MEMORY", "2g"))
+    if SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        SparkContext(conf=conf, gateway=_launch_gateway(conf))
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _launch_gateway(conf: Any) -> Any:
+    """Start the JVM with its output in the log file."""
+    from pyspark.java_gateway import launch_gateway
+
+    path = Path(os.environ.get(LOG_ENV) or _default_log_path())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.open("ab")
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
+    finally:
+        log.close()  # the JVM holds its own descriptors
+    _JvmLog.path = path
+    return gateway
+
+
+def _default_log_path() -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return Path(tempfile.gettempdir()) / "tablecast" / f"spark-{stamp}-{os.getpid()}.log"

@@ -1,0 +1,82 @@
+"""Rule 6 across partitions: the registry of owners, trespasses, and settling a batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.engine.machine import Claim
+from app.engine.ownership import Foreign, Registry, settle
+from app.errors import Rule, Violation
+from app.offsets import TopicPartition
+
+A = TopicPartition("sensor-1", 0)
+B = TopicPartition("sensor-1", 1)
+C = TopicPartition("sensor-2", 0)
+
+
+def test_a_session_owned_elsewhere_is_a_trespass_at_its_first_message_here() -> None:
+    registry = Registry({"s": A})
+    found = registry.trespasses({B: [Claim("s", 40, True), Claim("s", 41, True)]})
+    assert [(t.session, t.tp, t.offset, t.owner) for t in found] == [("s", B, 40, A)]
+    v = found[0].violation()
+    assert (v.rule, v.topic, v.partition, v.offset, v.expected, v.got) == (
+        Rule.ONE_PARTITION, "sensor-1", 1, 40, "topic sensor-1 partition 0",
+        "topic sensor-1 partition 1",
+    )  # fmt: skip
+
+
+def test_the_owner_itself_may_claim_its_session_again() -> None:
+    assert Registry({"s": A}).trespasses({A: [Claim("s", 9, True)]}) == []
+
+
+def test_in_one_batch_the_first_partition_in_order_owns_a_new_session() -> None:
+    found = Registry().trespasses({C: [Claim("s", 1, True)], A: [Claim("s", 50, True)]})
+    assert [(t.tp, t.owner) for t in found] == [(C, A)]
+
+
+def test_a_rejected_first_message_of_a_session_owned_elsewhere_is_rule_6() -> None:
+    # The owner opens the session in this batch; the other partition only saw a stray message.
+    found = Registry().trespasses({A: [Claim("s", 3, False)], B: [Claim("s", 0, True)]})
+    assert [(t.tp, t.offset, t.owner) for t in found] == [(A, 3, B)]
+    # Unknown everywhere: not rule 6 (the partition's own rule 1 stands).
+    assert Registry().trespasses({A: [Claim("x", 3, False)]}) == []
+
+
+def test_published_claims_and_expiries_update_the_owners() -> None:
+    registry = Registry({"old": A, "gone": A})
+    registry.apply({B: [Claim("new", 1, True), Claim("bad", 2, False)]}, {A: ["gone"], B: ["old"]})
+    assert registry.owners == {"old": A, "new": B}
+
+
+@dataclass
+class Pass:
+    claims: dict[TopicPartition, list[Claim]]
+    violations: list[Violation] = field(default_factory=list)
+
+
+def test_strict_settling_reports_rule_6_in_place_of_the_partitions_own_view() -> None:
+    own = Violation("sensor-1", 1, 7, "s", Rule.FIRST_MESSAGE, "a snapshot", "end with seq 9")
+    passes: list[Foreign] = []
+
+    def run_pass(foreign: Foreign) -> Pass:
+        passes.append(foreign)
+        return Pass({A: [Claim("s", 0, True)], B: [Claim("s", 7, False)]}, [own])
+
+    outcome = settle(run_pass, Registry(), strict=True)
+    assert len(passes) == 1
+    assert [(v.rule, v.partition, v.offset) for v in outcome.violations] == [
+        (Rule.ONE_PARTITION, 1, 7)
+    ]
+
+
+def test_resync_settling_runs_again_with_the_trespassers_foreign() -> None:
+    passes: list[Foreign] = []
+
+    def run_pass(foreign: Foreign) -> Pass:
+        passes.append(foreign)
+        b_claims = [] if foreign.get(B) else [Claim("s", 7, True)]
+        return Pass({A: [Claim("s", 0, True)], B: b_claims})
+
+    outcome = settle(run_pass, Registry(), strict=False)
+    assert passes == [{}, {B: {"s": A}}]
+    assert outcome.claims == {A: [Claim("s", 0, True)], B: []}

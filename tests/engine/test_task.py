@@ -1,0 +1,149 @@
+"""The partition task without Spark: staged files, saved state, redo, cache, refusals."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from app import generate as gen
+from app.engine import task as task_mod
+from app.engine.machine import IntegrityMode, Rules
+from app.engine.reports import BatchOutcome
+from app.engine.store import StateStore
+from app.engine.task import BatchPlan, PartitionTask
+from app.errors import TablecastError
+from app.offsets import TopicPartition
+from app.processor import TableProcessor
+from app.sources import archive
+from app.storage import resolve
+from app.verify import expected_output
+
+SPEC = gen.CaptureSpec(topics=1, partitions=1, sessions=4, updates=40, records_per_file=50, seed=3)
+TP = TopicPartition("sensor-0", 0)
+
+
+@pytest.fixture
+def capture(tmp_path: Path) -> tuple[str, int]:
+    uri = str(tmp_path / "archive")
+    gen.write_archive(gen.generate(SPEC), uri, SPEC)
+    index = archive.scan(resolve(uri), "^sensor-.+")
+    return uri, index.latest(TP)
+
+
+def records(uri: str, start: int, end: int) -> list[pa.RecordBatch]:
+    location = resolve(uri)
+    index = archive.scan(location, "^sensor-.+")
+    table = pa.Table.from_batches(
+        archive.read_range(location, index.covering(TP, start, end), start, end)
+    )
+    batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=17)  # as Spark cuts them
+    return batches
+
+
+def plan(
+    tmp_path: Path, start: int | None, end: int, version: int | None, **kw: object
+) -> BatchPlan:
+    return BatchPlan(
+        processor=TableProcessor(),
+        rules=Rules(**kw),  # type: ignore[arg-type]
+        state_root=str(tmp_path / "ckpt" / "state"),
+        output_uri=str(tmp_path / "out"),
+        staging_dir="_tablecast/staging/k",
+        start={} if start is None else {TP: start},
+        end={TP: end},
+        versions={} if version is None else {TP: version},
+    )
+
+
+def run(p: BatchPlan, batches: list[pa.RecordBatch]) -> BatchOutcome:
+    return BatchOutcome.parse(r for b in PartitionTask(p)(iter(batches)) for r in b.to_pylist())
+
+
+def staged_rows(tmp_path: Path) -> pa.Table:
+    files = sorted((tmp_path / "out" / "_tablecast" / "staging" / "k").rglob("part-*.parquet"))
+    tables = [pq.read_table(f, partitioning=None) for f in files if "_quarantine" not in str(f)]
+    return pa.concat_tables(tables)
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def test_two_ranges_produce_the_expected_rows_and_state(
+    tmp_path: Path, capture: tuple[str, int]
+) -> None:
+    uri, last = capture
+    middle = last // 2
+    first = run(plan(tmp_path, None, middle, None), records(uri, 0, middle))
+    assert first.partitions[TP].end == middle and first.partitions[TP].cache == "new"
+    assert StateStore(str(tmp_path / "ckpt" / "state")).versions(TP) == [middle]
+    names = {f.path.rsplit("/", 1)[-1] for f in first.files}
+    assert names == {f"part-sensor-0-0-{0:020d}-{middle:020d}-000.parquet"}
+    second = run(plan(tmp_path, middle, last, middle), records(uri, middle, last))
+    assert second.violations == [] and second.partitions[TP].end == last
+    order = [("offset", "ascending"), ("row_id", "ascending"), ("deleted", "ascending")]
+    expected = expected_output(uri, "^sensor-.+").rows
+    assert staged_rows(tmp_path).sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
+
+
+def test_a_redone_range_stages_identical_files_and_state(
+    tmp_path: Path, capture: tuple[str, int]
+) -> None:
+    uri, last = capture
+    p = plan(tmp_path, None, last, None)
+    run(p, records(uri, 0, last))
+    before = digests(tmp_path)
+    task_mod._CACHE.take(p.state_root, TP, last)  # another worker: nothing cached
+    run(p, records(uri, 0, last))
+    assert digests(tmp_path) == before
+
+
+def test_the_next_range_takes_the_state_from_the_workers_cache(
+    tmp_path: Path, capture: tuple[str, int]
+) -> None:
+    uri, last = capture
+    run(plan(tmp_path, None, 60, None), records(uri, 0, 60))
+    again = run(plan(tmp_path, 60, last, 60), records(uri, 60, last))
+    assert again.partitions[TP].cache == "hit"
+    # The cache gave up its state to the task: a retry of the same range loads the file.
+    retry = run(plan(tmp_path, 60, last, 60), records(uri, 60, last))
+    assert retry.partitions[TP].cache == "miss"
+
+
+def test_records_out_of_offset_order_are_put_in_order(
+    tmp_path: Path, capture: tuple[str, int]
+) -> None:
+    uri, last = capture
+    ordered = run(plan(tmp_path, None, last, None), records(uri, 0, last))
+    rows = staged_rows(tmp_path)
+    shuffled = list(reversed(records(uri, 0, last)))
+    again = run(plan(tmp_path, None, last, None), shuffled)
+    assert again.rows == ordered.rows and staged_rows(tmp_path).equals(rows)
+
+
+def test_records_outside_the_range_are_refused(tmp_path: Path, capture: tuple[str, int]) -> None:
+    uri, _ = capture
+    with pytest.raises(TablecastError, match="outside the micro-batch's range 10 to 19"):
+        run(plan(tmp_path, 10, 20, None), records(uri, 5, 20))
+
+
+def test_a_strict_violation_saves_no_state(tmp_path: Path) -> None:
+    spec = gen.CaptureSpec(topics=1, partitions=1, sessions=2, updates=20, seed=3,
+                           faults=(gen.Fault.SEQ_GAP,))  # fmt: skip
+    uri = str(tmp_path / "archive")
+    capture = gen.generate(spec)
+    gen.write_archive(capture, uri, spec)
+    last = capture.messages
+    outcome = run(plan(tmp_path, None, last, None), records(uri, 0, last))
+    fault = capture.faults[0]
+    assert [(v.offset, int(v.rule)) for v in outcome.violations] == [(fault.offset, 2)]
+    assert outcome.partitions[TP].end == -1
+    assert StateStore(str(tmp_path / "ckpt" / "state")).versions(TP) == []
+    resync = run(plan(tmp_path, None, last, None, mode=IntegrityMode.RESYNC),
+                 records(uri, 0, last))  # fmt: skip
+    assert resync.quarantined >= 1 and resync.partitions[TP].end == last
