@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from app.errors import Rule
 from app.offsets import TopicPartition
-from app.sources import archive
+from app.sources import archive, records
 from app.storage import Location, resolve
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -186,7 +186,7 @@ def _table(tp: TopicPartition, messages: list[Message], start: int, end: int) ->
             "timestamp": pa.array([m.ts * 1000 for m in chunk], pa.timestamp("us", tz="UTC")),
             "timestampType": pa.array([0] * len(chunk), pa.int32()),
         },
-        schema=archive.SCHEMA,
+        schema=records.SCHEMA,
     )
 
 

@@ -32,7 +32,7 @@ from app.offsets import Offsets
 from app.processor import Processor, TableProcessor
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
-from app.sources import archive_stream, kafka
+from app.sources import backends, kafka, stream
 
 log = logging.getLogger(__name__)
 
@@ -97,18 +97,11 @@ class JobConfig:
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
     if isinstance(config.source, ArchiveSource):
-        spark.dataSource.register(archive_stream.ArchiveDataSource)
-        reader = (
-            spark.readStream.format(archive_stream.FORMAT)
-            .option("path", config.source.uri)
-            .option("topicPattern", config.topic_pattern)
-            .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-        )
-        if starting:
-            reader = reader.option(
-                "startingOffsets", archive_stream.starting_offsets_option(starting)
-            )
-        return reader.load()
+        spark.dataSource.register(stream.TablecastSource)
+        options = backends.common_options(
+            config.topic_pattern, config.max_offsets_per_trigger, starting
+        ) | backends.archive_options(config.source.uri)
+        return spark.readStream.format(stream.FORMAT).options(**options).load()
     options = kafka.source_options(
         bootstrap_servers=config.source.bootstrap_servers,
         topic_pattern=config.topic_pattern,

@@ -25,7 +25,7 @@ from app.offsets import TopicPartition
 from app.processor import TableProcessor
 from app.restart import Header, headers
 from app.sink.publish import publish_rows
-from app.sources import archive
+from app.sources import archive, records
 from app.storage import resolve
 
 
@@ -117,7 +117,7 @@ def replay(
     for tp, files in sorted(index.files.items()):
         table = pa.Table.from_batches(
             list(archive.read_range(location, files, files[0].start, files[-1].end)),
-            schema=archive.SCHEMA,
+            schema=records.SCHEMA,
         )
         start, touched, rows = window_rows(tp, RecordColumns.from_arrow(table), since_ms, until_ms)
         starts[tp] = start

@@ -83,17 +83,13 @@ def measure(argv: list[str]) -> Measured:
 
 def copy_main(archive: str, output: str, checkpoint: str) -> None:
     """The stateless baseline: same source, Spark's own Parquet sink."""
-    from app.sources import archive_stream
+    from app.sources import backends, stream
     from app.spark_session import spark_session
 
     spark = spark_session("local[2]")
-    spark.dataSource.register(archive_stream.ArchiveDataSource)
-    frame = (
-        spark.readStream.format(archive_stream.FORMAT)
-        .option("path", archive)
-        .option("topicPattern", "^sensor-.+")
-        .load()
-    )
+    spark.dataSource.register(stream.TablecastSource)
+    options = backends.common_options("^sensor-.+", 0, None) | backends.archive_options(archive)
+    frame = spark.readStream.format(stream.FORMAT).options(**options).load()
     query = (
         frame.writeStream.format("parquet")
         .option("path", output)

@@ -10,8 +10,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.errors import ArchiveLayoutError, DataLossError
 from app.offsets import TopicPartition
-from app.sources import archive
-from app.sources.archive_stream import ArchivePartition, ArchiveStreamReader
+from app.sources import archive, records
+from app.sources.archive import ArchiveBackend, ArchiveRange
+from app.sources.stream import OffsetStreamReader, RangePartition
 from app.storage import resolve
 
 
@@ -43,9 +44,9 @@ A1 = TopicPartition("sensor-a", 1)
 B0 = TopicPartition("sensor-b", 0)
 
 
-def _reader(root: Path, max_offsets: int = 0, pattern: str = "^sensor-.+") -> ArchiveStreamReader:
-    return ArchiveStreamReader(
-        uri=str(root), topic_pattern=pattern, max_offsets=max_offsets, starting={}
+def _reader(root: Path, max_offsets: int = 0, pattern: str = "^sensor-.+") -> OffsetStreamReader:
+    return OffsetStreamReader(
+        ArchiveBackend(str(root), pattern), max_offsets=max_offsets, starting={}
     )
 
 
@@ -112,14 +113,21 @@ def test_offsets_start_at_the_earliest_and_pick_up_new_partitions(tmp_path: Path
     assert end == {"sensor-a:0": 110}
     _write(tmp_path, A1, 0, 7)
     _write(tmp_path, A0, 110, 120)
-    assert reader.latestOffset(end, ReadAllAvailable()) == {"sensor-a:0": 120, "sensor-a:1": 7}
-    parts = reader.partitions(end, {"sensor-a:0": 120, "sensor-a:1": 7})
-    assert all(isinstance(p, ArchivePartition) for p in parts)
-    assert [(p.topic, p.partition, p.start, p.end) for p in parts] == [  # type: ignore[attr-defined]
-        ("sensor-a", 0, 110, 120), ("sensor-a", 1, 0, 7)
-    ]  # fmt: skip
+    # A new partition enters at its earliest offset; the next batch reads it.
+    later = reader.latestOffset(end, ReadAllAvailable())
+    assert later == {"sensor-a:0": 120, "sensor-a:1": 0}
+    assert reader.partitions(end, later)[0] == RangePartition(
+        A0, 110, 120, ArchiveRange(str(tmp_path), tuple(archive.scan(resolve(str(tmp_path)),
+                                                                     "^sensor-.+").files[A0][1:]),
+                                   110, 120)
+    )  # fmt: skip
+    last = reader.latestOffset(later, ReadAllAvailable())
+    assert last == {"sensor-a:0": 120, "sensor-a:1": 7}
+    parts = reader.partitions(later, last)
+    assert all(isinstance(p, RangePartition) for p in parts)
+    assert [(p.tp, p.start, p.end) for p in parts] == [(A1, 0, 7)]  # type: ignore[attr-defined]
     batches = list(reader.read(parts[0]))
-    assert batches[0].schema == archive.SCHEMA
+    assert batches[0].schema == records.SCHEMA
 
 
 def test_max_offsets_per_trigger_is_shared_by_backlog(tmp_path: Path) -> None:
@@ -144,7 +152,8 @@ def test_available_now_stops_at_the_offsets_seen_when_it_started(tmp_path: Path)
 def test_offsets_that_are_gone_are_data_loss(tmp_path: Path) -> None:
     _write(tmp_path, A0, 50, 60)
     reader = _reader(tmp_path)
-    with pytest.raises(DataLossError, match="must continue at offset 10"):
+    with pytest.raises(DataLossError, match=r"must continue at offset 10 but the archive .* "
+                                            r"holds offsets 50 to 59"):  # fmt: skip
         reader.latestOffset({"sensor-a:0": 10}, ReadAllAvailable())
     with pytest.raises(DataLossError, match="sensor-b partition 0 is gone"):
         reader.latestOffset({"sensor-a:0": 50, "sensor-b:0": 3}, ReadAllAvailable())

@@ -51,7 +51,7 @@ from app.errors import DataLossError
 from app.offsets import TopicPartition
 from app.ops.errors import ArchiveConflictError, KafkaClientError
 from app.ops.kafka_client import KafkaEndpoint
-from app.sources import archive
+from app.sources import archive, records
 from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class _Buffer:
                 "timestamp": pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
                 "timestampType": pa.array(self.types, pa.int32()),
             },
-            schema=archive.SCHEMA,
+            schema=records.SCHEMA,
         )
 
 

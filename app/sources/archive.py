@@ -21,24 +21,9 @@ import pyarrow.parquet as pq
 from app.contract import Position, Record
 from app.errors import ArchiveLayoutError, DataLossError
 from app.offsets import TopicPartition
-from app.storage import Location
-
-# The columns of Spark's Kafka source, as the archive stores them.
-SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-)
-SPARK_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int"
-)
+from app.sources.records import SCHEMA
+from app.sources.stream import Bounds
+from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 
@@ -198,3 +183,38 @@ def iter_records(
             strict=True,
         ):
             yield Record(Position(topic, partition, offset), key, value, ts // 1000)
+
+
+@dataclass(frozen=True)
+class ArchiveRange:
+    """A task's read of one partition's range from the archive (pickled to executors)."""
+
+    uri: str
+    files: tuple[ArchiveFile, ...]
+    start: int
+    end: int
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        yield from read_range(resolve(self.uri), list(self.files), self.start, self.end)
+
+
+@dataclass(frozen=True)
+class ArchiveBackend:
+    """The raw archive as a :class:`~app.sources.stream.Backend` (local path or ``s3://``)."""
+
+    uri: str
+    topic_pattern: str
+
+    @property
+    def description(self) -> str:
+        return f"the archive {self.uri}"
+
+    def index(self) -> ArchiveIndex:
+        return scan(resolve(self.uri), self.topic_pattern)
+
+    def bounds(self) -> dict[TopicPartition, Bounds]:
+        index = self.index()
+        return {tp: Bounds(index.earliest(tp), index.latest(tp)) for tp in index.files}
+
+    def reader(self, tp: TopicPartition, start: int, end: int) -> ArchiveRange:
+        return ArchiveRange(self.uri, tuple(self.index().covering(tp, start, end)), start, end)

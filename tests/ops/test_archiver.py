@@ -24,7 +24,7 @@ from app.ops.cli import main
 from app.ops.errors import ArchiveConflictError
 from app.ops.kafka_client import KafkaEndpoint
 from app.ops.produce import LoadSpec, publish
-from app.sources import archive
+from app.sources import archive, records
 from app.storage import resolve
 from tests.ops.kafka_helpers import create_topics, read_back
 from tests.spark.helpers import assert_exact, run_job
@@ -37,8 +37,8 @@ def archived(root: Path, pattern: str) -> dict[TopicPartition, list[archive.Arch
 
 def rows(files: list[archive.ArchiveFile]) -> list[tuple[Any, ...]]:
     table = pa.concat_tables([pq.read_table(f.path) for f in files])
-    assert table.schema.equals(archive.SCHEMA)
-    return list(zip(*(table.column(n).to_pylist() for n in archive.SCHEMA.names), strict=True))
+    assert table.schema.equals(records.SCHEMA)
+    return list(zip(*(table.column(n).to_pylist() for n in records.SCHEMA.names), strict=True))
 
 
 def count(root: Path) -> int:
@@ -112,7 +112,7 @@ def test_a_second_writer_is_detected_before_an_overlap(
 
     def intruder(file: WrittenFile) -> None:
         if not intruded:  # another archiver writes the next five offsets
-            empty = archive.SCHEMA.empty_table()
+            empty = records.SCHEMA.empty_table()
             archive.write_file(location, file.tp, file.end, file.end + 5, empty)
             intruded.append(file)
 
@@ -134,7 +134,7 @@ def test_an_archive_with_a_hole_is_never_extended(broker: KafkaEndpoint, tmp_pat
     location = resolve(str(tmp_path / "archive"))
     tp = TopicPartition("sensor-a3-0", 0)
     for start, end in [(0, 5), (8, 10)]:
-        archive.write_file(location, tp, start, end, archive.SCHEMA.empty_table())
+        archive.write_file(location, tp, start, end, records.SCHEMA.empty_table())
     config = ArchiverConfig(archive_uri=location.uri, topic_pattern="^sensor-a3-.+")
     with Archiver(broker, config) as archiver, pytest.raises(DataLossError, match="5 to 7"):
         archiver.catch_up(timeout_s=30)
