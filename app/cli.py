@@ -186,14 +186,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a bug, or a failure nothing above knows: one line, details kept
         where = _keep_traceback(args.command, exc)
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        print(f"tablecast {args.command}: unexpected error {type(exc).__name__}: {first} "
+        print(f"tablecast {args.command}: unexpected error {root_cause(exc)} "
               f"(traceback in {where})", file=sys.stderr)  # fmt: skip
         return UNEXPECTED_EXIT_CODE
     raise AssertionError(args.command)
 
 
 UNEXPECTED_EXIT_CODE = 70  # EX_SOFTWARE
+# "SomeError: what happened", as Python and Java print an exception's last line.
+_CAUSE = re.compile(r"^\s*([\w.$]+(?:Error|Exception)): (\S.*)$", re.MULTILINE)
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost exception named in ``exc``'s text (Spark wraps a worker's in its own)."""
+    text = str(exc)
+    found = [m for m in _CAUSE.finditer(text) if not m.group(1).startswith(("py4j.", "org."))]
+    if found:
+        name, message = found[-1].groups()
+        return f"{name.rsplit('.', 1)[-1]}: {message.strip()[:300]}"
+    first = (text.strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:300]}"
 
 
 def _keep_traceback(command: str, exc: BaseException) -> Path:

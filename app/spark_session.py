@@ -6,7 +6,8 @@ Started from Python (a laptop, the tests, ``make demo``), the JVM is
 launched here with its standard output and error going to a log file
 (:func:`spark_log_path`), so that a person at a terminal sees tablecast's
 lines and nothing of log4j, the JVM or the Python workers; an error names
-the file.
+the file. Against a cluster, the session ships the job's own code to the
+executors (:mod:`app.code`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from app import code
+from app.errors import ConfigurationError
 
 APP_NAME = "tablecast"
 LOG_ENV = "TABLECAST_SPARK_LOG"
@@ -33,16 +37,30 @@ def spark_log_path() -> Path | None:
 
 def spark_session(master: str | None = None) -> Any:
     """A SparkSession for the job; under spark-submit the master is already set."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    conf = SparkConf().setAppName(APP_NAME)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if under_submit:
+        # Connect to spark-submit's JVM first: a SparkConf made before that knows
+        # nothing of the master and settings spark-submit was given.
+        SparkContext._ensure_initialized()
+    conf = SparkConf()
+    if not conf.contains("spark.app.name"):
+        conf.setAppName(APP_NAME)
     if not conf.contains("spark.master"):
         conf.setMaster(master or "local[2]")
+    if conf.get("spark.master", "").startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # one machine, one interpreter
+    elif "PYSPARK_PYTHON" not in os.environ:
+        # PySpark takes the executors' interpreter from this variable alone (spark-submit
+        # sets it from spark.pyspark.python): this machine's path would not exist there.
+        raise ConfigurationError(
+            f"--master {conf.get('spark.master')}: set PYSPARK_PYTHON to the Python "
+            "interpreter of the cluster's workers (on the image: /opt/tablecast/venv/bin/python)"
+        )
     conf.set("spark.sql.session.timeZone", "UTC")
     conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     conf.set("spark.ui.showConsoleProgress", "false")
@@ -50,10 +68,11 @@ def spark_session(master: str | None = None) -> Any:
     if conf.get("spark.master", "").startswith("local"):
         conf.set("spark.ui.enabled", "false")
         conf.set("spark.driver.memory", os.environ.get("TABLECAST_DRIVER_MEMORY", "2g"))
-    if SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if SparkContext._active_spark_context is None and not under_submit:
         SparkContext(conf=conf, gateway=_launch_gateway(conf))
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    code.ship(spark)
     return spark
 
 

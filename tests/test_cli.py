@@ -43,3 +43,15 @@ def test_bad_input_gets_one_line_and_an_exit_code(
     assert code == 3
     assert err.startswith("tablecast verify: archive file ") and "junk.parquet" in err
     assert "\n" not in err
+
+
+def test_an_unexpected_error_is_reported_by_its_innermost_cause() -> None:
+    wrapped = RuntimeError(
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: [PYTHON_DATA_SOURCE_ERROR] "
+        "Failed to plan Python data source: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "ModuleNotFoundError: No module named 'app'\n"
+        "\tat org.apache.spark.sql.errors.QueryCompilationErrors$.pythonDataSourceError(x.scala:1)"
+    )
+    assert cli.root_cause(wrapped) == "ModuleNotFoundError: No module named 'app'"
+    assert cli.root_cause(ValueError("plain\nsecond line")) == "ValueError: plain"

@@ -14,7 +14,7 @@ source "${TABLECAST_BUILD_DIR}/lib/common.sh"
 
 readonly FILES="${TABLECAST_BUILD_DIR}/files"
 readonly UNITS=(spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job tablecast-archiver)
-readonly PROGRAMS=(node-bootstrap run-job hdfs-format-once hdfs-init-dirs)
+readonly PROGRAMS=(node-bootstrap run-job tablecast-driver.py hdfs-format-once hdfs-init-dirs)
 readonly TEMPLATES=(core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json)
 
 require_file "${VERSIONS_FILE}"
@@ -42,6 +42,8 @@ install -m 0644 -o root -g root "${VERSIONS_FILE}" /opt/tablecast/versions.toml
 
 # Literal values: systemd's EnvironmentFile does not expand variables.
 java_home="$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")"
+require_file /opt/hadoop/lib/native/libhdfs.so
+hadoop_classpath="$(JAVA_HOME="${java_home}" /opt/hadoop/bin/hadoop classpath --glob)"
 cat >/etc/tablecast/image.env <<ENV
 # Written at image build time by ami/scripts/node-files.sh.
 JAVA_HOME=${java_home}
@@ -56,6 +58,12 @@ HADOOP_ROOT_LOGGER=INFO,console
 SPARK_DIST_CLASSPATH=/opt/tablecast/jars/*
 PYSPARK_PYTHON=/opt/tablecast/venv/bin/python
 PYSPARK_DRIVER_PYTHON=/opt/tablecast/venv/bin/python
+# pyarrow's HDFS client (the job's partition states beside its checkpoint, written
+# by the driver and by every executor's Python worker) loads libhdfs from here and
+# starts its JVM with Hadoop's jars from CLASSPATH. Spark's own JVMs are started
+# with -cp and ignore CLASSPATH.
+ARROW_LIBHDFS_DIR=/opt/hadoop/lib/native
+CLASSPATH=${hadoop_classpath}
 PATH=/opt/tablecast/venv/bin:/opt/spark/bin:/opt/hadoop/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ENV
 chmod 0644 /etc/tablecast/image.env

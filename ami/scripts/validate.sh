@@ -62,6 +62,10 @@ check_equal "SPARK_HOME in image.env" "${SPARK_DIR}" "${SPARK_HOME:-}"
 check_equal "SPARK_HOME is PySpark's package directory" "$(readlink -f "${SPARK_DIR}")" \
   "$("${VENV}/bin/python" -c 'import os, pyspark; print(os.path.realpath(os.path.dirname(pyspark.__file__)))')"
 check_equal "Hadoop" "Hadoop $(pin hadoop version)" "$(/opt/hadoop/bin/hadoop version 2>/dev/null | head -n 1)"
+# The job's partition states beside the checkpoint are written through pyarrow's
+# HDFS client (libhdfs over the JVM): it must load with image.env's settings.
+check "pyarrow's HDFS client loads libhdfs (ARROW_LIBHDFS_DIR, CLASSPATH)" \
+  "${VENV}/bin/python" -c 'import pyarrow.fs as fs; fs.HadoopFileSystem("default", 0).get_file_info("/")'
 
 scala="$(pin spark scala_binary)"
 hadoop_version="$(pin hadoop version)"
@@ -102,7 +106,7 @@ for unit in spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job 
     fail "${unit}.service is not installed"
   fi
 done
-for program in node-bootstrap run-job hdfs-format-once hdfs-init-dirs; do
+for program in node-bootstrap run-job tablecast-driver.py hdfs-format-once hdfs-init-dirs; do
   check "/opt/tablecast/bin/${program} is executable" test -x "/opt/tablecast/bin/${program}"
 done
 for template in core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json; do

@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from app.code import check_code, code_digest
 from app.engine.machine import (
     IntegrityMode,
     PartitionMachine,
@@ -67,6 +68,7 @@ class BatchPlan:
     versions: Mapping[TopicPartition, int]  # the state version each partition loads
     foreign: Mapping[TopicPartition, Mapping[str, TopicPartition]] = field(default_factory=dict)
     rows_per_file: int = 2_000_000
+    code_digest: str = field(default_factory=code_digest)  # the driver's code
 
 
 class PartitionTask:
@@ -76,6 +78,7 @@ class PartitionTask:
         self.plan = plan
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        check_code(self.plan.code_digest)
         by_tp: dict[TopicPartition, list[pa.RecordBatch]] = {}
         for batch in batches:
             for tp, part in _split_by_partition(batch):

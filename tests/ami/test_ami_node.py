@@ -128,7 +128,8 @@ def test_run_job_submits_the_cli_in_client_mode() -> None:
     for part in (
         '--master "spark://${TABLECAST_DRIVER_HOST}:7077"',
         "--deploy-mode client",
-        '"${main_py}" run',
+        '--py-files "${py_files}"',
+        '"${DRIVER_PY}" run',
         '--bootstrap-servers "${setting[bootstrap-brokers-iam]}"',
         "--kafka-auth iam",
         '--output "${setting[output-uri]}"',

@@ -1,0 +1,1 @@
+"""The production topology on one machine: what ``infra/`` and the AMI run, on loopback."""
