@@ -93,13 +93,11 @@ def parse_envelope(key: str, value: bytes | None) -> Envelope:
     except orjson.JSONDecodeError as exc:
         raise EnvelopeError(f"value is not valid JSON: {exc}") from None
     if type(doc) is dict:
-        session = doc.get("session")
-        seq = doc.get("seq")
-        type_name = doc.get("type")
+        try:
+            session, seq, type_name, ts = _head(doc)
+        except KeyError:
+            return _parse_checked(key, doc)
         message_type = _MESSAGE_TYPES.get(type_name) if type(type_name) is str else None
-        ts = doc.get("ts")
-        raw_rows = doc.get("rows")
-        raw_deleted = doc.get("deleted")
         if (
             session == key
             and type(session) is str
@@ -108,6 +106,8 @@ def parse_envelope(key: str, value: bytes | None) -> Envelope:
             and type(ts) is int
             and message_type is not None
         ):
+            raw_rows = doc.get("rows")
+            raw_deleted = doc.get("deleted")
             rows = _fast_rows(raw_rows)
             if rows is not None and (raw_deleted is None or _all_strings(raw_deleted)):
                 if message_type is MessageType.UPDATE:
@@ -125,37 +125,32 @@ def parse_envelope(key: str, value: bytes | None) -> Envelope:
 _new_envelope: Callable[
     [tuple[str, int, MessageType, int, Sequence[TableRow], Sequence[str]]], Envelope
 ] = partial(tuple.__new__, Envelope)
-_row_fields = itemgetter("id", "value", "status")
-_NONE = type(None)
-_FLOAT_VALUES = frozenset((float, _NONE))
-_STATUSES = frozenset((str, _NONE))
+_head = itemgetter("session", "seq", "type", "ts")
 
 
 def _fast_rows(raw: Any) -> Sequence[TableRow] | None:
-    """``rows`` when every row is well formed (or there is none); None otherwise.
-
-    Column-wise, in C: ``itemgetter`` fails on an item that is not an object
-    or lacks a field, and the set of each column's types must be allowed.
-    """
+    """``rows`` when every row is well formed (or there is none); None otherwise."""
     if raw is None:
         return ()
     if type(raw) is not list:
         return None
-    try:
-        rows: list[TableRow] = list(map(_row_fields, raw))
-    except (KeyError, TypeError):
-        return None
-    if not rows:
-        return rows
-    ids, values, statuses = zip(*rows, strict=True)
-    if set(map(type, ids)) != {str} or not set(map(type, statuses)) <= _STATUSES:
-        return None
-    value_types = set(map(type, values))
-    if value_types <= _FLOAT_VALUES:
-        return rows
-    if value_types <= {float, int, _NONE}:  # JSON integers are numbers too
-        return [(i, float(v) if type(v) is int else v, st) for i, v, st in rows]
-    return None
+    rows: list[TableRow] = []
+    append = rows.append
+    for item in raw:
+        if type(item) is not dict:
+            return None
+        try:
+            row_id, value, status = item["id"], item["value"], item["status"]
+        except KeyError:
+            return None
+        if type(row_id) is not str or (status is not None and type(status) is not str):
+            return None
+        if type(value) is not float and value is not None:
+            if type(value) is not int:
+                return None  # a value of another type (bool is not a number in JSON)
+            value = float(value)
+        append((row_id, value, status))
+    return rows
 
 
 def _all_strings(raw: Any) -> bool:

@@ -15,7 +15,8 @@ integrity, state versioning and exactly-once output come with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import NamedTuple, Protocol, TypeVar
 
 import orjson
@@ -39,6 +40,10 @@ class Changes(NamedTuple):
 
 
 NO_CHANGES = Changes((), ())
+# Changes((deleted, upserted)) without NamedTuple's Python-level __new__ (one per message).
+_changes: Callable[[tuple[Sequence[str], Sequence[TableRow]]], Changes] = partial(
+    tuple.__new__, Changes
+)
 
 
 class ProcessorViolation(Exception):
@@ -76,28 +81,29 @@ class TableProcessor:
     """Rebuilds a session's table from snapshots and updates (the reference)."""
 
     def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
-        rows = message.rows
-        if message.type is MessageType.SNAPSHOT:
+        _, _, kind, _, rows, deleted = message
+        if kind is MessageType.SNAPSHOT:
             table: Table = {row_id: (value, status) for row_id, value, status in rows}
             if len(table) != len(rows):
                 raise ProcessorViolation(
                     Rule.ENVELOPE, "unique row ids in a snapshot", f"row id {_twice(rows)!r} twice"
                 )
             gone = [row_id for row_id in state if row_id not in table] if state else []
-            return table, Changes(gone, rows)
+            return table, _changes((gone, rows))
 
         table = state if state is not None else {}
-        for row_id in message.deleted:
+        for row_id in deleted:  # all checked before any is removed: a violation changes nothing
             if row_id not in table:
                 raise ProcessorViolation(
                     Rule.DELETE_UNKNOWN_ROW,
                     "a row id present in the table",
                     f"delete of unknown row id {row_id!r}",
                 )
+        for row_id in deleted:
             del table[row_id]
         for row_id, value, status in rows:
             table[row_id] = (value, status)
-        return table, Changes(message.deleted, rows)
+        return table, _changes((deleted, rows))
 
     def encode(self, state: Table) -> bytes:
         return orjson.dumps(state)

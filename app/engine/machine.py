@@ -28,6 +28,7 @@ from typing import Generic, NamedTuple
 import pyarrow as pa
 
 from app.contract import Envelope, MessageType, parse_envelope
+from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
 from app.engine.state import PartitionState, SessionState
 from app.errors import EnvelopeError, Rule, Violation
@@ -136,6 +137,15 @@ class PartitionMachine(Generic[StateT]):
         time. In strict mode the run stops at the first violation: the batch
         fails, and the state is thrown away.
         """
+        with cyclic_gc_paused():
+            return self._run(state, records, result)
+
+    def _run(
+        self,
+        state: PartitionState[StateT],
+        records: RecordColumns,
+        result: PartitionResult | None,
+    ) -> PartitionResult:
         tp = state.tp
         if result is None:
             result = PartitionResult(RowColumns(tp))
@@ -149,9 +159,14 @@ class PartitionMachine(Generic[StateT]):
         for i in range(len(offsets)):
             offset = offsets[i]
             seen = stamps[i]
-            clock = max(clock, seen)
+            if seen > clock:  # noqa: PLR1730 (no builtin call per message)
+                clock = seen
             result.messages += 1
-            session, bad_key = _session_of(keys[i])
+            key = keys[i]
+            try:
+                session, bad_key = key.decode("utf-8"), None  # type: ignore[union-attr]
+            except (AttributeError, UnicodeDecodeError):  # no key, or not UTF-8
+                session, bad_key = _session_of(key)
             if bad_key is not None:
                 violation = Violation(tp.topic, tp.partition, offset, session, Rule.ENVELOPE,
                                       "a valid key", bad_key)  # fmt: skip
@@ -205,8 +220,30 @@ class PartitionMachine(Generic[StateT]):
         value: bytes | None,
     ) -> tuple[Violation | None, int]:
         """Apply one valid envelope; the violation it makes, or the rows it produced."""
+        _, seq, kind, ts, _, _ = message
+        if (  # the common case first: an open session's next message
+            current is not None
+            and seq == current.last_seq + 1
+            and current.quarantine is None
+            and current.owner is None
+            and not current.closed
+            and kind is not MessageType.END
+        ):
+            try:
+                current.user, changes = self.processor.apply(current.user, message)
+            except ProcessorViolation as exc:
+                tp = state.tp
+                return Violation(
+                    tp.topic, tp.partition, offset, session, exc.rule, exc.expected, exc.got
+                ), 0  # fmt: skip
+            current.last_seq = seq
+            current.last_offset = offset
+            current.last_ts = ts
+            current.seen_ms = seen
+            return None, result.rows.emit(offset, session, seq, kind, ts, changes)
+
         tp = state.tp
-        snapshot = message.type is MessageType.SNAPSHOT
+        snapshot = kind is MessageType.SNAPSHOT
         if current is not None and current.owner is not None:
             result.quarantined.append(_quarantined(
                 tp, offset, session, message, seen, value,

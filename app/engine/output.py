@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from app.contract import TableRow
+from app.engine.gc_pause import cyclic_gc_paused
 from app.offsets import TopicPartition
 from app.processor import Changes
 
@@ -94,6 +95,10 @@ class RowColumns:
 
     def to_table(self) -> pa.Table:
         """The rows as an Arrow table of :data:`OUTPUT_SCHEMA`."""
+        with cyclic_gc_paused():
+            return self._table()
+
+    def _table(self) -> pa.Table:
         n = len(self._rows)
         if not n:
             return OUTPUT_SCHEMA.empty_table()
