@@ -72,7 +72,8 @@ shellcheck: setup
 	$(BIN)/shellcheck --external-sources --source-path=SCRIPTDIR "$${files[@]}"
 
 bench: setup
-	$(BIN)/python bench/job_vs_copy.py
+	$(BIN)/python -m bench.engine
+	$(BIN)/python -m bench.job
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) cdktf.out .mypy_cache .pytest_cache .ruff_cache

@@ -67,7 +67,8 @@ def spark_session(master: str | None = None) -> Any:
     conf.set("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
     if conf.get("spark.master", "").startswith("local"):
         conf.set("spark.ui.enabled", "false")
-        conf.set("spark.driver.memory", os.environ.get("TABLECAST_DRIVER_MEMORY", "2g"))
+        if "TABLECAST_DRIVER_MEMORY" in os.environ:  # else Spark's default (1g): enough
+            conf.set("spark.driver.memory", os.environ["TABLECAST_DRIVER_MEMORY"])
     if SparkContext._active_spark_context is None and not under_submit:
         SparkContext(conf=conf, gateway=_launch_gateway(conf))
     spark = SparkSession.builder.config(conf=conf).getOrCreate()

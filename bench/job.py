@@ -1,0 +1,231 @@
+"""Benchmark: the job on local Spark, against a stateless copy and a naive peer.
+
+Every run is its own process on ``local[2]``, JVM start included, and its
+peak memory is that of the whole process tree (driver JVM and Python
+workers), sampled from /proc. Figures, not assertions: ``make bench``.
+
+1. On the bench's capture (400 sessions, snapshots of 100 to 200 rows,
+   1,875 updates each: 750,800 messages, 2,005,182 output rows):
+   - copy: the same source straight into Spark's Parquet sink, no state
+     (the I/O floor);
+   - job:  ``tablecast run --trigger available-now``;
+   - peer: ``groupBy(key).applyInPandasWithState`` with JSON state and
+     Spark's file sink (bench/peer.py).
+2. The same traffic from 40 long sessions and from 10,000 sessions live at
+   once (about 750k messages each): the job's messages per second.
+3. A capture of about 5M messages in one available-now run, batches
+   bounded by ``--max-offsets-per-trigger``, Spark's default driver memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app import generate as gen
+
+OUT = Path("bench/out")
+PYTHON = sys.executable
+
+
+@dataclass(frozen=True)
+class Measured:
+    seconds: float
+    peak_rss_bytes: int
+    stdout: str
+
+
+def _tree_rss(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants, from /proc."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            parents[int(entry)] = int(fields[1])
+            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(child for child, parent in parents.items() if parent == pid)
+    return total
+
+
+def measure(argv: list[str], env: dict[str, str] | None = None) -> Measured:
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(process.pid))
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, _ = process.communicate()
+    elapsed = time.monotonic() - started
+    done.set()
+    sampler.join()
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[1:4])} failed with exit code {process.returncode}")
+    return Measured(elapsed, peak, stdout)
+
+
+def write(name: str, spec: gen.CaptureSpec) -> tuple[str, int]:
+    started = time.monotonic()
+    capture = gen.generate(spec)
+    archive = str(OUT / name / "archive")
+    gen.write_archive(capture, archive, spec)
+    print(f"{name}: {capture.messages:,} messages of {spec.sessions:,} sessions generated in "
+          f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+    return archive, capture.messages
+
+
+def job(name: str, archive: str, max_offsets: int) -> Measured:
+    return measure([PYTHON, "-m", "app", "run", "--archive", archive,
+                    "--output", str(OUT / name / "job"),
+                    "--checkpoint", str(OUT / name / "job-checkpoint"),
+                    "--trigger", "available-now",
+                    "--max-offsets-per-trigger", str(max_offsets)])  # fmt: skip
+
+
+def row(label: str, messages: int, m: Measured) -> str:
+    return (f"{label:<34} {m.seconds:>8.1f} {messages / m.seconds:>12,.0f} "
+            f"{m.peak_rss_bytes / 2**30:>9.2f} GiB")  # fmt: skip
+
+
+HEADER = f"{'run':<34} {'seconds':>8} {'messages/s':>12} {'peak memory':>13}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["runs", "sessions", "big"], action="append")
+    parser.add_argument(
+        "--big-sessions",
+        type=int,
+        default=2_666,
+        help="sessions of the big run (1,877 messages each) [~5M messages]",
+    )
+    parser.add_argument("--copy", nargs=3, metavar=("ARCHIVE", "OUTPUT", "CHECKPOINT"))
+    parser.add_argument("--peer", nargs=3, metavar=("ARCHIVE", "OUTPUT", "CHECKPOINT"))
+    args = parser.parse_args()
+    if args.copy:
+        copy_main(*args.copy)
+        return 0
+    if args.peer:
+        from bench.peer import run_peer
+
+        archive, output, checkpoint = args.peer
+        run_peer(archive, output, checkpoint, max_offsets=1_000_000)
+        return 0
+    parts = set(args.only or ["runs", "sessions", "big"])
+    shutil.rmtree(OUT, ignore_errors=True)
+
+    if "runs" in parts:
+        spec = gen.CaptureSpec(
+            topics=8, partitions=4, sessions=400, rows_min=100, rows_max=200, updates=1875,
+            records_per_file=50_000, seed=1,
+        )  # fmt: skip
+        archive, messages = write("runs", spec)
+        d = OUT / "runs"
+        copy = measure([PYTHON, "-m", "bench.job", "--copy", archive, str(d / "copy"),
+                        str(d / "copy-checkpoint")])  # fmt: skip
+        ours = job("runs", archive, 1_000_000)
+        peer = measure([PYTHON, "-m", "bench.job", "--peer", archive, str(d / "peer"),
+                        str(d / "peer-checkpoint")])  # fmt: skip
+        from app import verify
+
+        rows = verify.read_output(str(d / "job")).num_rows
+        peer_rows = _rows(d / "peer")
+        print(HEADER)
+        print(row("copy (stateless, Spark's sink)", messages, copy))
+        print(row("job (tablecast run)", messages, ours))
+        print(row("peer (applyInPandasWithState)", messages, peer))
+        print(f"output rows: job {rows:,}, peer {peer_rows:,}")
+        print(
+            f"job at {copy.seconds / ours.seconds:.2f} of the copy's speed (target >= 0.75), "
+            f"{peer.seconds / ours.seconds:.2f} times the peer's (target >= 2)",
+            flush=True,
+        )
+
+    if "sessions" in parts:
+        few = gen.CaptureSpec(topics=8, partitions=4, sessions=40, rows_min=10, rows_max=20,
+                              updates=18_750, records_per_file=50_000, seed=2)  # fmt: skip
+        many = gen.CaptureSpec(topics=8, partitions=4, sessions=10_000, rows_min=10,
+                               rows_max=20, updates=73, concurrent=10_000,
+                               records_per_file=50_000, seed=3)  # fmt: skip
+        results = {}
+        for name, spec in (("sessions-40", few), ("sessions-10000", many)):
+            archive, messages = write(name, spec)
+            results[name] = (messages, job(name, archive, 1_000_000))
+        print(HEADER)
+        for name, (messages, m) in results.items():
+            print(row(f"job, {name.split('-')[1]} live sessions", messages, m))
+        (m40, r40), (m10k, r10k) = results["sessions-40"], results["sessions-10000"]
+        ratio = (m10k / r10k.seconds) / (m40 / r40.seconds)
+        print(f"10,000 sessions at {ratio:.2f} of 40 sessions' throughput (target >= 0.90)",
+              flush=True)  # fmt: skip
+
+    if "big" in parts:
+        spec = gen.CaptureSpec(
+            topics=8, partitions=4, sessions=args.big_sessions, rows_min=10, rows_max=40,
+            updates=1875, records_per_file=100_000, seed=4,
+        )  # fmt: skip
+        archive, messages = write("big", spec)
+        env = {k: v for k, v in os.environ.items() if k != "TABLECAST_DRIVER_MEMORY"}
+        m = measure([PYTHON, "-m", "app", "run", "--archive", archive,
+                     "--output", str(OUT / "big" / "job"),
+                     "--checkpoint", str(OUT / "big" / "job-checkpoint"),
+                     "--trigger", "available-now", "--max-offsets-per-trigger", "500000"],
+                    env=env)  # fmt: skip
+        batches = sum(1 for line in m.stdout.splitlines() if line.startswith("batch "))
+        print(HEADER)
+        print(row(f"job, {messages:,} messages", messages, m))
+        print(f"{batches} batches of at most 500,000 offsets, Spark's default driver memory (1g)")
+    return 0
+
+
+def _rows(path: Path) -> int:
+    import pyarrow.dataset as ds
+
+    rows: int = ds.dataset(str(path), format="parquet").count_rows()
+    return rows
+
+
+def copy_main(archive: str, output: str, checkpoint: str) -> None:
+    """The stateless baseline: same source, Spark's own Parquet sink."""
+    from app.sources import backends, stream
+    from app.spark_session import spark_session
+
+    spark = spark_session("local[2]")
+    spark.dataSource.register(stream.TablecastSource)
+    options = backends.common_options("^sensor-.+", 0, None) | backends.archive_options(archive)
+    frame = spark.readStream.format(stream.FORMAT).options(**options).load()
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", output)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

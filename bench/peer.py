@@ -1,0 +1,104 @@
+"""The baseline the job is measured against: Spark's keyed stateful operator, done naively.
+
+What a team new to the problem writes with Structured Streaming: the same
+source, ``groupBy(key).applyInPandasWithState`` (a shuffle by session, the
+session's state as JSON in Spark's state store), and Spark's own Parquet
+file sink. Each call parses and applies its session's records with the
+same envelope parser and table processor as the job, sorted by offset
+(the shuffle keeps no order), so the difference measured is the structure,
+not the per-message code. It enforces nothing beyond the sequence and
+writes the same output columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from app.contract import MessageType, parse_envelope
+from app.processor import Table, TableProcessor
+
+OUTPUT_DDL = (
+    "topic string, partition int, offset long, session string, seq long, type string, "
+    "ts_ms long, row_id string, value double, status string, deleted boolean"
+)
+STATE_DDL = "state string"
+
+
+def update_session(
+    key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    processor = TableProcessor()
+    session = key[0].decode() if isinstance(key[0], bytes | bytearray) else str(key[0])
+    stored: dict[str, Any] = (
+        orjson.loads(state.get[0]) if state.exists else {"seq": -1, "table": None}
+    )
+    last_seq: int = stored["seq"]
+    raw: dict[str, list[Any]] | None = stored["table"]
+    table: Table | None = None if raw is None else {k: (v[0], v[1]) for k, v in raw.items()}
+    frame = pd.concat(list(frames)).sort_values("offset")
+    out: dict[str, list[Any]] = {name: [] for name in OUTPUT_DDL_NAMES}
+    for topic, partition, offset, value in zip(
+        frame["topic"], frame["partition"], frame["offset"], frame["value"], strict=True
+    ):
+        message = parse_envelope(session, bytes(value))
+        if message.seq != last_seq + 1:
+            raise ValueError(f"{session}: expected seq {last_seq + 1}, got {message.seq}")
+        last_seq = message.seq
+        if message.type is MessageType.END:
+            table = None
+            continue
+        table, changes = processor.apply(table, message)
+        rows: list[tuple[str, float | None, str | None, bool]] = [
+            (row_id, None, None, True) for row_id in changes.deleted
+        ]
+        rows += [(row_id, value_, status, False) for row_id, value_, status in changes.upserted]
+        for row_id, value_, status, deleted in rows:
+            out["topic"].append(topic)
+            out["partition"].append(partition)
+            out["offset"].append(offset)
+            out["session"].append(session)
+            out["seq"].append(message.seq)
+            out["type"].append(message.type.value)
+            out["ts_ms"].append(message.ts)
+            out["row_id"].append(row_id)
+            out["value"].append(value_)
+            out["status"].append(status)
+            out["deleted"].append(deleted)
+    state.update((orjson.dumps({"seq": last_seq, "table": table}).decode(),))
+    yield pd.DataFrame(out)
+
+
+OUTPUT_DDL_NAMES = [part.strip().split(" ")[0] for part in OUTPUT_DDL.split(",")]
+
+
+def run_peer(archive: str, output: str, checkpoint: str, max_offsets: int) -> None:
+    """The naive peer, until it has caught up (available-now)."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from app.sources import backends, stream
+    from app.spark_session import spark_session
+
+    spark = spark_session("local[2]")
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    spark.dataSource.register(stream.TablecastSource)
+    options = backends.common_options("^sensor-.+", max_offsets, None)
+    frame = (
+        spark.readStream.format(stream.FORMAT)
+        .options(**(options | backends.archive_options(archive)))
+        .load()
+    )
+    events = frame.groupBy("key").applyInPandasWithState(
+        update_session, OUTPUT_DDL, STATE_DDL, "Append", GroupStateTimeout.NoTimeout
+    )
+    query = (
+        events.writeStream.format("parquet")
+        .option("path", output)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
