@@ -124,14 +124,14 @@ def test_run_job_reads_exactly_handoff_names() -> None:
 
 def test_run_job_submits_the_cli_in_client_mode() -> None:
     text = RUN_JOB.read_text(encoding="utf-8").replace("\\\n", " ")
-    command = " ".join(text[text.index("exec setpriv") :].split())
+    command = " ".join(text[text.index('exec "${as_service_user[@]}"') :].split())
     for part in (
-        '--master "spark://${TABLECAST_DRIVER_HOST}:7077"',
+        '--master "spark://${TABLECAST_DRIVER_HOST}:${MASTER_PORT}"',
         "--deploy-mode client",
         '--py-files "${py_files}"',
         '"${DRIVER_PY}" run',
         '--bootstrap-servers "${setting[bootstrap-brokers-iam]}"',
-        "--kafka-auth iam",
+        '--kafka-auth "${KAFKA_AUTH}"',
         '--output "${setting[output-uri]}"',
         '--checkpoint "${setting[checkpoint-uri]}"',
         '--topic-pattern "${setting[topic-pattern]}"',
@@ -140,7 +140,12 @@ def test_run_job_submits_the_cli_in_client_mode() -> None:
         '--environment "${TABLECAST_ENV}"',
     ):
         assert part in command, part
-    assert "--reuid=" in command, "spark-submit must not run as root"
+    assert "setpriv --reuid=" in " ".join(text.split()), "spark-submit must not run as root"
+    # On a node none of the overrides is set: the image's own values.
+    for default in ('TABLECAST_VENV:-/opt/tablecast/venv', 'TABLECAST_RUN_AS_USER:-spark',
+                    'TABLECAST_SPARK_MASTER_PORT:-7077', 'TABLECAST_KAFKA_AUTH:-iam',
+                    'TABLECAST_DRIVER_PY:-/opt/tablecast/bin/tablecast-driver.py'):  # fmt: skip
+        assert default in text, default
 
 
 def test_run_job_installs_the_recorded_wheel_without_dependencies() -> None:

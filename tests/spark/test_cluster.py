@@ -79,7 +79,7 @@ def run_job_submit_options(wheel: Path, master_url: str) -> list[str]:
     line = text[text.index('"${SPARK_HOME}/bin/spark-submit"') :].split("\n")[0]
     words = shlex.split(line)[1 : shlex.split(line).index("${DRIVER_PY}")]
     values = {"${py_files}": str(wheel), "${TABLECAST_ENV}": "test",
-              "spark://${TABLECAST_DRIVER_HOST}:7077": master_url}  # fmt: skip
+              "spark://${TABLECAST_DRIVER_HOST}:${MASTER_PORT}": master_url}  # fmt: skip
     filled = [values.get(word, re.sub(r"^tablecast-\$\{TABLECAST_ENV\}$", "tablecast-test", word))
               for word in words]  # fmt: skip
     assert not [w for w in filled if "${" in w], filled
