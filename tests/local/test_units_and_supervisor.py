@@ -1,0 +1,75 @@
+"""The image's units read for one machine, and the supervisor that runs them as systemd would."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.errors import ConfigurationError
+from app.local.supervisor import Supervisor
+from app.local.units import UNITS, ServiceSpec, read_unit, render
+
+NODE = {"TABLECAST_DRIVER_HOST": "127.0.0.1", "SPARK_LOCAL_IP": "127.0.0.1", "TABLECAST_ENV": "t"}
+PATHS = {"/opt/spark": "/x/spark", "/opt/tablecast/bin": "/x/bin", "/data": "/x/data",
+         "/opt/tablecast/venv": "/x/venv"}  # fmt: skip
+
+
+def test_the_images_units_render_with_this_machines_paths() -> None:
+    master = render("spark-master", NODE, PATHS)
+    assert master.argv == (
+        "/x/spark/bin/spark-class", "org.apache.spark.deploy.master.Master",
+        "--host", "127.0.0.1", "--port", "7077", "--webui-port", "8080",
+    )  # fmt: skip
+    worker = render("spark-worker", NODE, PATHS)
+    assert worker.argv[-3:] == ("--work-dir", "/x/data/spark/work", "spark://127.0.0.1:7077")
+    job = render("tablecast-job", NODE, PATHS, restart_sec_cap=5)
+    assert job.argv == ("/x/bin/run-job",)
+    assert (job.restart_on_failure, job.restart_sec) == (True, 5)
+    archiver = render("tablecast-archiver", NODE, PATHS)
+    assert archiver.argv[:4] == ("/x/venv/bin/python", "-m", "app.ops", "archive")
+    assert "t" in archiver.argv and read_unit("tablecast-archiver")["RestartSec"] == "30"
+
+
+def test_a_unit_needing_a_variable_this_machine_lacks_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"spark-worker\.service needs SPARK_LOCAL_IP"):
+        render("spark-worker", {"TABLECAST_DRIVER_HOST": "127.0.0.1"}, PATHS)
+    with pytest.raises(ConfigurationError, match="no unit"):
+        read_unit("no-such-unit", UNITS)
+
+
+def spec(name: str, script: str, restart: bool = True) -> ServiceSpec:
+    return ServiceSpec(name, (sys.executable, "-c", script), restart, restart_sec=0.3,
+                       stop_timeout_s=2)  # fmt: skip
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_failed_or_killed_service_is_started_again_a_clean_exit_is_not(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path / "logs", poll_s=0.05)
+    try:
+        crashing = supervisor.start(spec("crashing", "import sys; print('up'); sys.exit(3)"), {})
+        done = supervisor.start(spec("done", "print('once')"), {})
+        steady = supervisor.start(spec("steady", "import time; time.sleep(60)"), {})
+        wait_for(lambda: crashing.starts >= 3)
+        assert crashing.failures[:2] == [3, 3]
+        wait_for(lambda: done.process is None)
+        time.sleep(0.5)
+        assert (done.starts, done.failures) == (1, [])
+        first = supervisor.pid("steady")
+        supervisor.kill("steady", signal.SIGKILL)
+        wait_for(lambda: steady.starts == 2 and supervisor.running("steady"))
+        assert supervisor.pid("steady") != first and steady.failures == [-9]
+        assert (tmp_path / "logs" / "crashing.log").read_text().count("up") >= 3
+    finally:
+        supervisor.stop_all()
+    assert not supervisor.running("steady")
