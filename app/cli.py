@@ -24,6 +24,7 @@ from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.logs import LogFormat
 from app.metrics.publisher import SinkKind
+from app.sources import archive
 from app.sources.kafka import KafkaAuth
 from app.spark_session import spark_log_path, spark_session
 
@@ -227,6 +228,7 @@ def _run(args: argparse.Namespace) -> int:
 
     source: job.ArchiveSource | job.KafkaSource
     if args.archive:
+        archive.require_root(args.archive)  # a typo stops here, before anything is created
         source = job.ArchiveSource(args.archive)
     else:
         source = job.KafkaSource(args.bootstrap_servers, KafkaAuth(args.kafka_auth))
@@ -342,10 +344,10 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    actual = verify_mod.read_output(args.output, required=True)
     expected = verify_mod.expected_output(
         args.archive, args.topic_pattern, IntegrityMode(args.integrity)
     )
-    actual = verify_mod.read_output(args.output)
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
     print(comparison.report())

@@ -25,8 +25,10 @@ import hashlib
 import io
 import os
 import shutil
+import subprocess
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -37,7 +39,7 @@ from app.errors import TablecastError
 
 PACKAGE = "app"
 # The files that make the package: what a wheel of it holds.
-_SUFFIXES = (".py", ".typed", ".properties")
+_SUFFIXES = (".py", ".typed", ".properties", "COMMIT")
 
 
 class CodeMismatchError(TablecastError):
@@ -132,3 +134,48 @@ def ship(spark: Any) -> Path | None:
     for name in names:
         shutil.copyfile(root / name, root / "streaming_job" / name)
     return added
+
+
+@dataclass(frozen=True, slots=True)
+class JobVersion:
+    """What code wrote something: the package version, its commit, the code's digest."""
+
+    version: str
+    commit: str | None  # None when neither the wheel nor a checkout says
+    code: str  # code_digest(): the files themselves
+
+    def describe(self) -> str:
+        commit = f" commit {self.commit[:12]}" if self.commit else ""
+        return f"tablecast {self.version}{commit} (code {self.code[:12]})"
+
+
+COMMIT_FILE = "COMMIT"  # in the package: the wheel's build writes it
+
+
+@functools.cache
+def job_version() -> JobVersion:
+    """This process's :class:`JobVersion`."""
+    version = os.environ.get("TABLECAST_JOB_VERSION") or app.__version__
+    return JobVersion(version, _commit(), code_digest())
+
+
+def _commit() -> str | None:
+    shipped = resources.files(PACKAGE).joinpath(COMMIT_FILE)
+    if shipped.is_file():
+        return shipped.read_text(encoding="utf-8").strip() or None
+    return checkout_commit(Path(app.__file__).resolve().parents[1])
+
+
+def checkout_commit(root: Path) -> str | None:
+    """The HEAD commit of the checkout at ``root`` (``-dirty`` if ``app`` has changes), or None."""
+    if not (root / ".git").exists():
+        return None
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "app"], capture_output=True,
+                               text=True, check=True, timeout=10).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty.strip() else head

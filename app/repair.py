@@ -95,7 +95,7 @@ class RepairPlan:
 
 
 def archive_reader(uri: str, topic_pattern: str) -> RecordReader:
-    location = resolve(uri)
+    location = archive.require_root(uri)
     index = archive.scan(location, topic_pattern)
 
     def read(tp: TopicPartition, end: int) -> Iterator[Record]:

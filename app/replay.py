@@ -26,7 +26,6 @@ from app.processor import TableProcessor
 from app.restart import Header, headers
 from app.sink.publish import publish_rows
 from app.sources import archive, records
-from app.storage import resolve
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ def replay(
 ) -> ReplayReport:
     if until_ms <= since_ms:
         raise ConfigurationError("--until must be after --since")
-    location = resolve(archive_uri)
+    location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
     starts: dict[TopicPartition, int] = {}
     sessions: set[str] = set()

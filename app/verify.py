@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 from app.engine.local import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.output import OUTPUT_COLUMNS, OUTPUT_SCHEMA, QuarantinedRecord
-from app.errors import Violation
+from app.errors import ConfigurationError, Violation
 from app.offsets import Offsets, TopicPartition
 from app.processor import TableProcessor
 from app.sources import archive
@@ -47,8 +47,12 @@ def expected_output(
     below: Offsets | None = None,
 ) -> Expected:
     """What the job outputs for every record of the archive (or only below ``below``)."""
-    location = resolve(archive_uri)
+    location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
+    if not index.files:
+        raise ConfigurationError(
+            f"archive {archive_uri} holds no topic matching {topic_pattern!r}: nothing to verify"
+        )
 
     def read(tp: TopicPartition) -> Iterator[RecordColumns]:
         files = index.files[tp]
@@ -107,15 +111,23 @@ class Comparison:
         return "\n".join(lines)
 
 
-def read_output(uri: str) -> pa.Table:
-    """The output dataset as any pyarrow reader sees it (hidden names skipped)."""
+def read_output(uri: str, *, required: bool = False) -> pa.Table:
+    """The output dataset as any pyarrow reader sees it (hidden names skipped).
+
+    ``required``: a missing or empty output is an error (``verify``), not an
+    empty table.
+    """
     location = resolve(uri)
     if not location.exists(location.path):
+        if required:
+            raise ConfigurationError(f"output {uri} does not exist")
         return OUTPUT_SCHEMA.empty_table()
     dataset = ds.dataset(
         location.path, filesystem=location.fs, format="parquet", partitioning="hive"
     )
     if not dataset.files:
+        if required:
+            raise ConfigurationError(f"output {uri} holds no Parquet file: nothing to verify")
         return OUTPUT_SCHEMA.empty_table()
     table = dataset.to_table(columns=COLUMNS)
     return table.cast(OUTPUT_SCHEMA)

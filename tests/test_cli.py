@@ -32,13 +32,10 @@ def test_durations() -> None:
 def test_bad_input_gets_one_line_and_an_exit_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = cli.main(
-        ["verify", "--archive", str(tmp_path / "none"), "--output", str(tmp_path / "out")]
-    )
-    assert code == 0  # an empty archive and an empty output agree
+    output = an_output(tmp_path / "sample")
     (tmp_path / "archive" / "sensor-1" / "0").mkdir(parents=True)
     (tmp_path / "archive" / "sensor-1" / "0" / "junk.parquet").write_bytes(b"x")
-    code = cli.main(["verify", "--archive", str(tmp_path / "archive"), "--output", str(tmp_path)])
+    code = cli.main(["verify", "--archive", str(tmp_path / "archive"), "--output", output])
     err = capsys.readouterr().err.strip()
     assert code == 3
     assert err.startswith("tablecast verify: archive file ") and "junk.parquet" in err
@@ -55,3 +52,64 @@ def test_an_unexpected_error_is_reported_by_its_innermost_cause() -> None:
     )
     assert cli.root_cause(wrapped) == "ModuleNotFoundError: No module named 'app'"
     assert cli.root_cause(ValueError("plain\nsecond line")) == "ValueError: plain"
+
+
+def _cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = cli.main(argv)
+    return code, capsys.readouterr().err.strip()
+
+
+def test_verify_refuses_a_missing_or_empty_archive_or_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "out").mkdir()
+    missing = str(tmp_path / "nope")
+    cases = [
+        (["--archive", missing, "--output", str(tmp_path / "out")],
+         f"tablecast verify: output {tmp_path / 'out'} holds no Parquet file: nothing to verify"),
+        (["--archive", missing, "--output", missing],
+         f"tablecast verify: output {missing} does not exist"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        assert _cli_error(["verify", *argv], capsys) == (64, message)
+    # With an output that holds rows, the archive is checked too.
+    output = an_output(tmp_path / "sample")
+    argv = ["verify", "--archive", missing, "--output", output]
+    assert _cli_error(argv, capsys) == (64, f"tablecast verify: archive {missing} does not exist")
+    argv = ["verify", "--archive", str(tmp_path / "empty"), "--output", output]
+    assert _cli_error(argv, capsys) == (
+        64,
+        f"tablecast verify: archive {tmp_path / 'empty'} holds no topic matching '^sensor-.+': "
+        "nothing to verify",
+    )
+
+
+def test_a_mistyped_archive_is_refused_before_anything_is_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "archvie")
+    for argv in (
+        ["run", "--archive", missing, "--output", str(tmp_path / "o"), "--checkpoint",
+         str(tmp_path / "c")],
+        ["replay", "--archive", missing, "--output", str(tmp_path / "o"), "--since",
+         "2026-01-01T00:00:00Z", "--until", "2026-01-02T00:00:00Z"],
+        ["repair", "--archive", missing, "--output", str(tmp_path / "o"), "--checkpoint",
+         str(tmp_path / "c"), "--dry-run"],
+    ):  # fmt: skip
+        assert _cli_error(argv, capsys) == (
+            64, f"tablecast {argv[0]}: archive {missing} does not exist"
+        )  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def an_output(root: Path) -> str:
+    """A small archive and the output it implies, written as the job's sink would."""
+    from app import generate as gen
+    from app.sink.publish import publish_rows
+    from app.verify import expected_output
+
+    spec = gen.CaptureSpec(topics=1, partitions=1, sessions=1, updates=2)
+    gen.write_archive(gen.generate(spec), str(root / "archive"), spec)
+    publish_rows(str(root / "out"), expected_output(str(root / "archive"), "^sensor-.+").rows, "t")
+    return str(root / "out")

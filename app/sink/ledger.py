@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from app import offsets as offsets_mod
+from app.code import JobVersion, job_version
 from app.offsets import Offsets
 from app.storage import Location
 
@@ -43,6 +44,8 @@ class LedgerEntry:
     # session -> offset of the resync snapshot a repair restarts it from
     adopt: dict[str, int] = field(default_factory=dict)
     written_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    # The code that wrote the entry (None in entries older than the field).
+    job: JobVersion | None = field(default_factory=job_version)
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -56,7 +59,10 @@ class LedgerEntry:
             "batch_id": self.batch_id,
             "adopt": dict(sorted(self.adopt.items())),
             "written_at": self.written_at,
-        }
+            "job": None if self.job is None else {
+                "version": self.job.version, "commit": self.job.commit, "code": self.job.code,
+            },
+        }  # fmt: skip
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
     @classmethod
@@ -73,6 +79,7 @@ class LedgerEntry:
             batch_id=doc["batch_id"],
             adopt=dict(doc.get("adopt", {})),
             written_at=doc["written_at"],
+            job=None if doc.get("job") is None else JobVersion(**doc["job"]),
         )
 
 

@@ -19,10 +19,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from app.contract import Position, Record
-from app.errors import ArchiveLayoutError, DataLossError
+from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
 from app.offsets import TopicPartition
+from app.sources.backend import Bounds
 from app.sources.records import SCHEMA
-from app.sources.stream import Bounds
 from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
@@ -58,6 +58,23 @@ class ArchiveIndex:
                 f"the earliest file starts at {first}"
             )
         return found
+
+
+def require_root(uri: str) -> Location:
+    """The archive's location; a one-line error if its root does not exist (a typo).
+
+    An existing root with nothing in it yet is an archive a job may wait on.
+    On S3 the bucket must exist; a prefix exists as soon as a file is under it.
+    """
+    location = resolve(uri)
+    if location.is_local:
+        if not location.exists(location.path):
+            raise ConfigurationError(f"archive {uri} does not exist")
+    else:
+        bucket = location.path.split("/", 1)[0]
+        if not location.exists(bucket):
+            raise ConfigurationError(f"archive {uri}: bucket {bucket} does not exist")
+    return location
 
 
 def file_name(start: int, end: int) -> str:

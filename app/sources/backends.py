@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from app.errors import ConfigurationError
 from app.offsets import Offsets
 from app.sources.archive import ArchiveBackend
-from app.sources.stream import Backend, starting_offsets_option
+from app.sources.backend import Backend
+from app.sources.stream import starting_offsets_option
 
 ARCHIVE = "archive"
 

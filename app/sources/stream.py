@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import orjson
 import pyarrow as pa
@@ -43,42 +42,10 @@ from pyspark.sql.types import StructType
 from app import offsets as offsets_mod
 from app.errors import DataLossError
 from app.offsets import Offsets, TopicPartition
+from app.sources.backend import Backend, Bounds, RangeReader
 from app.sources.records import SPARK_DDL
 
 FORMAT = "tablecast"
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """The offsets a backend holds of one partition: ``[earliest, latest)``."""
-
-    earliest: int
-    latest: int
-
-
-class RangeReader(Protocol):
-    """What a Spark task needs to read one partition's range (pickled to executors)."""
-
-    def read(self) -> Iterator[pa.RecordBatch]:
-        """The records of the range, in offset order, with the Kafka source's columns."""
-        ...
-
-
-class Backend(Protocol):
-    """A store of Kafka records: the archive, Kafka itself, or both."""
-
-    @property
-    def description(self) -> str:
-        """What the errors call it: "the archive", "Kafka at host:9092"."""
-        ...
-
-    def bounds(self) -> dict[TopicPartition, Bounds]:
-        """Every partition of the topics matching the pattern, as it is now."""
-        ...
-
-    def reader(self, tp: TopicPartition, start: int, end: int) -> RangeReader:
-        """How a task reads offsets ``[start, end)`` of ``tp`` (planned on the driver)."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,15 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+import app
 from app import verify
+from app.code import code_digest, job_version
 from app.engine.machine import IntegrityMode
 from app.errors import DataLossError, IntegrityViolationError
 from app.generate import FAULT_RULES, CaptureSpec, Fault
 from app.offsets import TopicPartition
+from app.sink.ledger import Ledger
+from app.storage import resolve
 from tests.spark.helpers import (
     assert_exact,
     copy_files,
@@ -38,6 +42,10 @@ def test_output_equals_the_expectation_and_holds_offsets(spark: Any, tmp_path: P
     assert str(table.schema.field("partition").type) == "int32"
     # The ledger's end is every partition's last offset.
     assert ledger_end(tmp_path / "out") == {tp: len(m) for tp, m in capture.partitions.items()}
+    # Every entry names the code that published it.
+    entries = Ledger(resolve(str(tmp_path / "out"))).entries()
+    assert entries and all(e.job == job_version() for e in entries)
+    assert job_version().code == code_digest() and job_version().version == app.__version__
 
 
 def test_a_second_run_continues_with_new_files_and_a_new_topic(spark: Any, tmp_path: Path) -> None:
