@@ -44,9 +44,15 @@ unit: setup
 
 test: lint typecheck unit synth checkov packer-validate shellcheck
 
+# Deployment settings (docs/infra.md): the operator's file when TABLECAST_SETTINGS
+# names one, otherwise the throwaway testing settings, so that `make synth` and
+# `make test` work on a fresh clone; those name account 000000000000, which the
+# AWS provider refuses to plan against any real account.
+TABLECAST_SETTINGS ?= infra/settings/testing.toml
+
 synth: setup
 	rm -rf cdktf.out
-	$(BIN)/python -m infra.main
+	TABLECAST_SETTINGS=$(TABLECAST_SETTINGS) $(BIN)/python -m infra.main
 
 checkov: synth
 	cmp -s infra/requirements-checkov.txt $(CHECKOV_VENV)/requirements-checkov.txt \

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from infra.config import parsing
 from infra.config.addressing import SubnetPlan, plan_subnets
 from infra.config.errors import ConfigError
+from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
 
 MIN_RETENTION_HOURS = 72
@@ -21,9 +22,7 @@ DURABLE_REPLICATION_FACTOR = 3
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,10}[a-z0-9]$|^[a-z]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _EC2_TYPE = re.compile(r"^([a-z]+)(\d+)([a-z-]*)\.([a-z0-9]+)$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # Instance families whose storage is instance store: EC2's recover action,
 # which the status-check alarms use, only works on EBS-only instances.
 _INSTANCE_STORE_FAMILIES = frozenset({"d", "h", "i", "im", "is"})
@@ -64,10 +63,13 @@ class EnvironmentConfig:
     """MSK enhanced monitoring level (``DEFAULT`` is not enhanced and not allowed)."""
     spark_data_volume_gib: int = 100
     """Per-node EBS volume for HDFS data (checkpoints, NameNode metadata)."""
-    alarm_emails: tuple[str, ...] = ()
-    """Addresses subscribed to the alarm topic; at least one in production."""
+    deployment: DeploymentSettings
+    """The operator's settings: account, alarm endpoints, state backend, image, producers."""
     production: bool = False
-    """Production environments must have alarm addresses; ``prod`` always is one."""
+    """Production keeps its bucket on destroy and guards more; ``prod`` always is one."""
+    throwaway: bool = False
+    """A throwaway environment (tests, experiments): state may stay in local files and
+    nobody needs to be paged. Never production."""
     trigger_interval: str = "1 minute"
     """The job's processing-time trigger, e.g. ``"1 minute"``; bounds the batch-duration alarm."""
     topic_pattern: str = DEFAULT_TOPIC_PATTERN
@@ -80,8 +82,6 @@ class EnvironmentConfig:
     """Age at which ``archive/`` objects move to GLACIER_IR; after the STANDARD_IA move."""
     noncurrent_version_days: int = 30
     """Days S3 keeps an overwritten or deleted object's previous version."""
-    state_bucket: str | None = None
-    """S3 bucket for Terraform state; ``None`` keeps state in local files (trying out only)."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -162,6 +162,7 @@ def _validate(config: EnvironmentConfig) -> None:
     _check_kafka(config)
     _check_spark(config)
     _check_operations(config)
+    _check_deployment(config)
 
 
 def _problem(config: EnvironmentConfig, field: str, problem: str) -> ConfigError:
@@ -173,7 +174,7 @@ def _check_types(config: EnvironmentConfig) -> None:
     # list or a count given as a string would otherwise fail deep in synth.
     for field in fields(config):
         value = getattr(config, field.name)
-        if field.name in {"availability_zones", "alarm_emails"}:
+        if field.name == "availability_zones":
             if not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
                 raise _problem(config, field.name, "must be a tuple of strings")
         elif field.type is int and (not isinstance(value, int) or isinstance(value, bool)):
@@ -281,14 +282,55 @@ def _ec2_type_problem(instance_type: str) -> str | None:
     return None
 
 
+def _check_deployment(config: EnvironmentConfig) -> None:
+    settings = config.deployment
+    if not isinstance(settings, DeploymentSettings):
+        raise _problem(config, "deployment", "no deployment settings: " + _how_to_supply(config))
+    if config.throwaway and config.is_production:
+        raise _problem(config, "throwaway", "a production environment is never throwaway")
+    if not config.throwaway:
+        if settings.state_backend is None:
+            raise _problem(
+                config,
+                "state_backend",
+                f"a shared environment keeps its Terraform state in S3 (in {settings.source}): "
+                + _how_to_supply(config),
+            )
+        if not settings.alarm_endpoints:
+            raise _problem(
+                config,
+                "alarm_endpoints",
+                f"a shared environment needs someone to page (in {settings.source}): "
+                + _how_to_supply(config),
+            )
+    vpc = ipaddress.IPv4Network(config.vpc_cidr)
+    names = [network.name for network in settings.producer_networks]
+    if len(set(names)) != len(names):
+        raise _problem(config, "producer_networks", f"names repeat: {', '.join(names)}")
+    for network in settings.producer_networks:
+        try:
+            cidr = ipaddress.IPv4Network(network.cidr)
+        except ValueError as exc:
+            raise _problem(
+                config, "producer_networks", f"{network.name}: {network.cidr!r}: {exc}"
+            ) from None
+        if not cidr.is_private or cidr.prefixlen < 8:
+            raise _problem(
+                config, "producer_networks", f"{network.name}: {cidr} is not a private range"
+            )
+        if cidr.overlaps(vpc):
+            raise _problem(
+                config,
+                "producer_networks",
+                f"{network.name}: {cidr} overlaps the VPC {vpc}: no route could tell them apart",
+            )
+
+
+def _how_to_supply(config: EnvironmentConfig) -> str:
+    return HOW_TO_SUPPLY.format(environment=config.name)
+
+
 def _check_operations(config: EnvironmentConfig) -> None:
-    for address in config.alarm_emails:
-        if not _EMAIL.match(address):
-            raise _problem(config, "alarm_emails", f"{address!r} is not an email address")
-    if config.is_production and not config.alarm_emails:
-        raise _problem(
-            config, "alarm_emails", "a production environment needs at least one alarm address"
-        )
     try:
         seconds = parsing.trigger_seconds(config.trigger_interval)
     except ValueError as exc:
@@ -314,5 +356,3 @@ def _check_operations(config: EnvironmentConfig) -> None:
         )
     if config.noncurrent_version_days < 1:
         raise _problem(config, "noncurrent_version_days", "must be positive")
-    if config.state_bucket is not None and not _BUCKET.match(config.state_bucket):
-        raise _problem(config, "state_bucket", f"{config.state_bucket!r} is not an S3 bucket name")

@@ -1,4 +1,4 @@
-"""CloudWatch alarms that always notify the environment's alarm topic."""
+"""CloudWatch alarms that always notify the environment's alarm topics."""
 
 from collections.abc import Mapping, Sequence
 
@@ -10,21 +10,22 @@ from constructs import Construct
 
 
 class TopicAlarms:
-    """Makes alarms that tell one SNS topic when they fire and when they clear.
+    """Makes alarms that tell SNS topics when they fire and when they clear.
 
-    Every alarm of the environment is made here, so none can lack its action.
+    Every alarm of the environment is made here, so none can lack its actions.
     """
 
-    def __init__(self, scope: Construct, *, name_prefix: str, topic_arn: str) -> None:
+    def __init__(self, scope: Construct, *, name_prefix: str, topic_arns: Sequence[str]) -> None:
         """Bind the factory.
 
         :param scope: where the alarms are created.
         :param name_prefix: prefix of every alarm's name, e.g. ``tablecast-dev``.
-        :param topic_arn: the SNS topic told about every alarm.
+        :param topic_arns: the SNS topics told about every alarm: the environment's own
+            and any existing topic the operator named as an alarm endpoint.
         """
         self._scope = scope
         self._name_prefix = name_prefix
-        self._topic_arn = topic_arn
+        self._topic_arns = list(topic_arns)
         self.alarms: list[CloudwatchMetricAlarm] = []
         """Every alarm made so far, for the dashboard."""
 
@@ -70,8 +71,8 @@ class TopicAlarms:
             dimensions=dict(dimensions) if dimensions is not None else None,
             metric_query=list(metric_query) if metric_query is not None else None,
             actions_enabled=True,
-            alarm_actions=[*extra_alarm_actions, self._topic_arn],
-            ok_actions=[self._topic_arn],
+            alarm_actions=[*extra_alarm_actions, *self._topic_arns],
+            ok_actions=list(self._topic_arns),
         )
         self.alarms.append(alarm)
         return alarm

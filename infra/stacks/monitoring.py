@@ -14,6 +14,7 @@ from constructs import Construct
 
 from app import metric_names
 from infra.config import EnvironmentConfig
+from infra.config.settings import EndpointKind
 from infra.constructs import EncryptionKey, TopicAlarms
 from infra.constructs.dashboard import EC2_NAMESPACE, MSK_NAMESPACE, dashboard_body
 from infra.stacks.base import EnvironmentStack
@@ -63,15 +64,20 @@ class MonitoringStack(EnvironmentStack):
         )
         self.topic = SnsTopic(self, "alarms", name=f"{prefix}-alarms", kms_master_key_id=key.arn)
         self.topic_arn: str = self.topic.arn
-        for index, address in enumerate(config.alarm_emails):
-            SnsTopicSubscription(
-                self,
-                f"alarm-email-{index}",
-                topic_arn=self.topic.arn,
-                protocol="email",
-                endpoint=address,
-            )
-        self._alarms = TopicAlarms(self, name_prefix=prefix, topic_arn=self.topic_arn)
+        endpoints = config.deployment.alarm_endpoints
+        for index, endpoint in enumerate(endpoints):
+            if endpoint.kind is not EndpointKind.TOPIC:
+                SnsTopicSubscription(
+                    self,
+                    f"alarm-{endpoint.kind.value}-{index}",
+                    topic_arn=self.topic.arn,
+                    protocol=endpoint.kind.value,
+                    endpoint=endpoint.address,
+                )
+        existing_topics = [e.address for e in endpoints if e.kind is EndpointKind.TOPIC]
+        self._alarms = TopicAlarms(
+            self, name_prefix=prefix, topic_arns=[self.topic_arn, *existing_topics]
+        )
         self._kafka_alarms(cluster_name)
         self._job_alarms()
         self._node_alarms(nodes)

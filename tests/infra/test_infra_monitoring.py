@@ -1,10 +1,15 @@
 """Alarms that reach the topic, on metrics someone publishes; EC2 recovery; the dashboard."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 from app import metric_names
+from infra.config import EndpointKind
+from infra.config.environments import dev
+from infra.config.settings import TESTING_SETTINGS, alarm_endpoint, load_settings
 from infra.stacks.monitoring import heartbeat_window_seconds
-from infra.testing import Document, SynthesizedEnvironment
+from infra.testing import Document, SynthesizedEnvironment, synthesize
 
 TOPIC = "${aws_sns_topic.alarms.arn}"
 
@@ -127,17 +132,45 @@ def test_ec2_status_checks_recover_every_node(env: SynthesizedEnvironment) -> No
     assert watched == {f"${{aws_instance.{name}.id}}" for name in instances}
 
 
-def test_alarm_topic_is_encrypted_and_mails_the_configured_addresses(
+def test_alarm_topic_is_encrypted_and_reaches_the_configured_endpoints(
     env: SynthesizedEnvironment,
 ) -> None:
     monitoring = env["monitoring"]
     (topic,) = monitoring.resources("aws_sns_topic").values()
     assert topic["kms_master_key_id"].startswith("${aws_kms_key.")
-    subscriptions = monitoring.resources("aws_sns_topic_subscription").values()
-    assert sorted(s["endpoint"] for s in subscriptions) == sorted(env.config.alarm_emails)
-    assert all(s["protocol"] == "email" and s["topic_arn"] == TOPIC for s in subscriptions)
-    if env.config.is_production:
-        assert env.config.alarm_emails
+    endpoints = env.config.deployment.alarm_endpoints
+    subscribed = sorted(
+        (s["protocol"], s["endpoint"])
+        for s in monitoring.resources("aws_sns_topic_subscription").values()
+        if s["topic_arn"] == TOPIC
+    )
+    assert subscribed == sorted(
+        (e.kind.value, e.address) for e in endpoints if e.kind is not EndpointKind.TOPIC
+    )
+    existing = [e.address for e in endpoints if e.kind is EndpointKind.TOPIC]
+    for alarm in alarms(env).values():
+        assert set(existing) <= set(alarm["alarm_actions"])
+        assert set(existing) <= set(alarm["ok_actions"])
+    if not env.config.throwaway:
+        assert endpoints, "a shared environment pages someone"
+
+
+def test_email_and_https_endpoints_become_subscriptions(tmp_path: Path) -> None:
+    settings = dataclasses.replace(
+        load_settings(TESTING_SETTINGS)["dev"],
+        alarm_endpoints=(
+            alarm_endpoint("oncall@tablecast-ops.net"),
+            alarm_endpoint("https://events.pagerduty.com/integration/abc/enqueue"),
+        ),
+    )
+    (team,) = synthesize([dev(settings)], tmp_path / "cdktf.out").values()
+    subscriptions = team["monitoring"].resources("aws_sns_topic_subscription").values()
+    assert sorted((s["protocol"], s["endpoint"]) for s in subscriptions) == [
+        ("email", "oncall@tablecast-ops.net"),
+        ("https", "https://events.pagerduty.com/integration/abc/enqueue"),
+    ]
+    for alarm in alarms(team).values():
+        assert alarm["alarm_actions"][-1:] == [TOPIC]
 
 
 def test_dashboard_shows_the_job_brokers_nodes_and_alarms(env: SynthesizedEnvironment) -> None:
