@@ -39,6 +39,9 @@ HTTPS_PORT: Final = 443
 # names them /tablecast/<env>/<name>); infra/ creates them with retention.
 NODE_LOG_GROUPS: Final = ("job", "spark", "hdfs", "bootstrap")
 
+# The nodes' own metrics (disk, memory) from the CloudWatch agent.
+NODE_METRICS_NAMESPACE: Final = "Tablecast/Nodes"
+
 # Logs kept a year: long enough for an incident review and for checkov's rule.
 LOG_RETENTION_DAYS: Final = 365
 

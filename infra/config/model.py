@@ -9,11 +9,15 @@ from infra.config.addressing import SubnetPlan, plan_subnets
 from infra.config.errors import ConfigError
 from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
+from infra.config.versions import versions
 
 MIN_RETENTION_HOURS = 72
 """The seed's absolute minimum: data must survive a weekend without the job."""
 DEFAULT_RETENTION_HOURS = 168
 DEFAULT_TOPIC_PATTERN = "^sensor-.+"
+KAFKA_METADATA_MODES = ("kraft", "zookeeper")
+# MSK creates KRaft clusters from Kafka 3.7.x on.
+MIN_KRAFT_VERSION = (3, 7)
 ENHANCED_MONITORING_LEVELS = ("PER_BROKER", "PER_TOPIC_PER_BROKER", "PER_TOPIC_PER_PARTITION")
 # S3 refuses a transition to STANDARD_IA before an object is 30 days old.
 MIN_INFREQUENT_ACCESS_DAYS = 30
@@ -59,6 +63,9 @@ class EnvironmentConfig:
     """Planned peak write rate over all topics, before replication; sizes broker storage."""
     broker_volume_gib: int | None = None
     """Per-broker EBS size; ``None`` derives it from retention and ingest, a value must hold it."""
+    kafka_metadata_mode: str = "kraft"
+    """``kraft``: MSK runs the controllers, no ZooKeeper. ``zookeeper`` only for a cluster
+    created so: MSK never changes a cluster's mode, a change would replace the cluster."""
     enhanced_monitoring: str = "PER_BROKER"
     """MSK enhanced monitoring level (``DEFAULT`` is not enhanced and not allowed)."""
     spark_data_volume_gib: int = 100
@@ -100,6 +107,12 @@ class EnvironmentConfig:
     def topic_prefix(self) -> str:
         """Literal prefix of every topic the job reads, e.g. ``"sensor-"``."""
         return parsing.topic_prefix(self.topic_pattern)
+
+    @property
+    def msk_cluster_version(self) -> str:
+        """MSK's version string for the cluster: ``3.8.x.kraft`` in KRaft mode."""
+        version = versions().msk_kafka
+        return f"{version}.kraft" if self.kafka_metadata_mode == "kraft" else version
 
     @property
     def replication_factor(self) -> int:
@@ -244,6 +257,17 @@ def _check_kafka(config: EnvironmentConfig) -> None:
             f"{volume} GiB does not hold {config.retention_hours} h at "
             f"{config.peak_ingest_mib_per_s} MiB/s x{config.replication_factor} "
             f"(needs {required} to {MSK_MAX_VOLUME_GIB})",
+        )
+    if config.kafka_metadata_mode not in KAFKA_METADATA_MODES:
+        raise _problem(
+            config, "kafka_metadata_mode", f"must be one of {', '.join(KAFKA_METADATA_MODES)}"
+        )
+    major_minor = tuple(int(part) for part in versions().msk_kafka.split(".")[:2])
+    if config.kafka_metadata_mode == "kraft" and major_minor < MIN_KRAFT_VERSION:
+        raise _problem(
+            config,
+            "kafka_metadata_mode",
+            f"MSK runs KRaft from Kafka 3.7 on (versions.toml has {versions().msk_kafka})",
         )
     if config.enhanced_monitoring not in ENHANCED_MONITORING_LEVELS:
         raise _problem(

@@ -8,24 +8,22 @@ cross-zone transfer for those partitions.
 
 from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
 from cdktf_cdktf_provider_aws.data_aws_ami import DataAwsAmi, DataAwsAmiFilter
+from cdktf_cdktf_provider_aws.data_aws_availability_zone import DataAwsAvailabilityZone
 from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
 from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
 from cdktf_cdktf_provider_aws.iam_instance_profile import IamInstanceProfile
 from cdktf_cdktf_provider_aws.iam_role import IamRole
 from cdktf_cdktf_provider_aws.iam_role_policy import IamRolePolicy
-from cdktf_cdktf_provider_aws.iam_role_policy_attachment import IamRolePolicyAttachment
 from cdktf_cdktf_provider_aws.placement_group import PlacementGroup
 from constructs import Construct
 
+from app import metric_names
 from infra.config import EnvironmentConfig, layout, versions
 from infra.constructs import EncryptionKey, NodeRole, SparkNode, node_user_data
+from infra.constructs.kafka_access import KafkaResources
 from infra.constructs.node_permissions import node_statements
 from infra.constructs.policies import assume_role_policy, policy_json
 from infra.stacks.base import EnvironmentStack
-
-# SSM Run Command (the deploy tool restarts the job's service with it) and
-# Session Manager need this on every node.
-SSM_MANAGED_INSTANCE_CORE = "policy/AmazonSSMManagedInstanceCore"
 
 
 class SparkStack(EnvironmentStack):
@@ -86,6 +84,9 @@ class SparkStack(EnvironmentStack):
         image = _node_image(self)
         placement = PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="cluster")
         driver_host = config.subnets.driver_private_ip
+        zone_id = DataAwsAvailabilityZone(
+            self, "spark-zone", name=config.spark_availability_zone
+        ).zone_id
 
         def node(name: str, role: NodeRole, instance_type: str, host: str) -> SparkNode:
             return SparkNode(
@@ -106,6 +107,7 @@ class SparkStack(EnvironmentStack):
                     role=role,
                     driver_host=host,
                     region=config.region,
+                    zone_id=zone_id,
                     hdfs_replication=config.hdfs_replication,
                 ),
                 private_ip=driver_host if role is NodeRole.DRIVER else None,
@@ -167,19 +169,19 @@ class SparkStack(EnvironmentStack):
                     bucket_arn=bucket_arn,
                     bucket_prefixes=layout.BUCKET_PREFIXES,
                     data_key_arn=data_key_arn,
-                    cluster_arn=cluster_arn,
-                    cluster_name=cluster_name,
-                    cluster_uuid=cluster_uuid,
-                    topic_prefix=config.topic_prefix,
+                    kafka=KafkaResources(
+                        partition=partition,
+                        region=config.region,
+                        account=account,
+                        cluster_arn=cluster_arn,
+                        cluster_name=cluster_name,
+                        cluster_uuid=cluster_uuid,
+                        topic_prefix=config.topic_prefix,
+                    ),
+                    metric_namespaces=(metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE),
                     log_group_arns=log_group_arns,
                 )
             ),
-        )
-        IamRolePolicyAttachment(
-            self,
-            "ssm-managed-instance-core",
-            role=role.name,
-            policy_arn=f"arn:{partition}:iam::aws:{SSM_MANAGED_INSTANCE_CORE}",
         )
         self.role_arn: str = role.arn
         return IamInstanceProfile(self, "node-profile", name=f"{prefix}-spark-node", role=role.name)

@@ -27,6 +27,7 @@ NODE_SETTINGS = {
     "TABLECAST_ROLE": "driver",
     "TABLECAST_DRIVER_HOST": "10.0.1.23",
     "AWS_REGION": "eu-west-1",
+    "TABLECAST_ZONE_ID": "euw1-az1",
     "TABLECAST_HDFS_DEVICE": "/dev/sdf",
     "TABLECAST_HDFS_REPLICATION": "2",
 }
@@ -268,6 +269,8 @@ def test_node_bootstrap_accepts_the_agreed_settings(tmp_path: Path) -> None:
         ("TABLECAST_ENV", "Prod env", "not a lower-case name"),
         ("AWS_REGION", "europe", "not a region name"),
         ("TABLECAST_HDFS_DEVICE", "sdf", "not a device path"),
+        ("TABLECAST_ZONE_ID", "eu-west-1a", "not an availability zone id"),
+        ("TABLECAST_ZONE_ID", "", "does not set: TABLECAST_ZONE_ID"),
         ("TABLECAST_HDFS_REPLICATION", "5", "is not 1, 2 or 3"),
         ("TABLECAST_ENV", "", "does not set: TABLECAST_ENV"),
     ],
@@ -358,3 +361,33 @@ def test_msk_iam_auth_is_appended_after_the_sdk_bundle() -> None:
     assert '"${SPARK_HOME}/jars software.amazon.awssdk bundle ${sdk_bundle}"' in jars
     node_files = (FILES.parent / "scripts" / "node-files.sh").read_text(encoding="utf-8")
     assert "\nSPARK_DIST_CLASSPATH=/opt/tablecast/jars/*\n" in node_files
+
+
+def imds_stub(env: dict[str, str], zone_id: str) -> None:
+    """A curl that answers IMDSv2's token and placement requests as EC2 would."""
+    stub = Path(env["PATH"].split(":", 1)[0]) / "curl"
+    stub.write_text(
+        "#!/bin/sh\n"
+        'for arg; do last="$arg"; done\n'
+        'case "$last" in\n'
+        "  */api/token) echo token ;;\n"
+        f"  */placement/availability-zone-id) echo {zone_id} ;;\n"
+        "  *) exit 22 ;;\n"
+        "esac\n",
+        encoding="utf-8",
+    )
+    stub.chmod(0o755)
+
+
+@pytest.mark.parametrize(("reported", "ok"), [("euw1-az1", True), ("euw1-az3", False)])
+def test_node_bootstrap_checks_the_zone_id_against_the_instance(
+    reported: str, ok: bool, tmp_path: Path
+) -> None:
+    env = write_node_env(tmp_path)
+    imds_stub(env, reported)
+    result = bash(f'source "{NODE_BOOTSTRAP}"\nload_settings\nzone_check', env)
+    assert (result.returncode == 0) is ok, result.stderr
+    if not ok:
+        assert "TABLECAST_ZONE_ID euw1-az1 is not this instance's zone id euw1-az3" in (
+            result.stderr
+        )

@@ -98,6 +98,8 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
         assert variables["TABLECAST_ENV"] == env.config.name
         assert variables["AWS_REGION"] == env.config.region
         assert variables["TABLECAST_HDFS_DEVICE"] == "/dev/sdf"
+        # The job's Kafka client.rack: the id (not the name) of the nodes' zone.
+        assert variables["TABLECAST_ZONE_ID"] == "${data.aws_availability_zone.spark-zone.zone_id}"
         assert variables["TABLECAST_HDFS_REPLICATION"] == str(min(2, env.config.spark_worker_count))
         if name == driver_name:
             assert variables["TABLECAST_ROLE"] == "driver"
@@ -109,13 +111,11 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
             )
 
 
-def test_nodes_use_the_instance_profile_with_ssm_core(env: SynthesizedEnvironment) -> None:
+def test_nodes_use_the_instance_profile(env: SynthesizedEnvironment) -> None:
     spark = env["spark"]
     for node in instances(env).values():
         assert node["iam_instance_profile"] == "${aws_iam_instance_profile.node-profile.name}"
         assert node["monitoring"] is True
-    (attachment,) = spark.resources("aws_iam_role_policy_attachment").values()
-    assert attachment["policy_arn"].endswith(":iam::aws:policy/AmazonSSMManagedInstanceCore")
     (role,) = spark.resources("aws_iam_role").values()
     assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
 
@@ -131,3 +131,8 @@ def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:
     for group in groups.values():
         assert group["kms_key_id"].startswith("${aws_kms_key.")
         assert group["retention_in_days"] >= 365
+
+
+def test_zone_id_is_looked_up_for_the_nodes_zone(env: SynthesizedEnvironment) -> None:
+    (zone,) = env["spark"].data_sources("aws_availability_zone").values()
+    assert zone["name"] == env.config.spark_availability_zone
