@@ -91,6 +91,9 @@ def sandbox(deployment: DeploymentSettings) -> EnvironmentConfig:
         driver_instance_type="m7i.large",
         retention_hours=72,
         peak_ingest_mib_per_s=0.1,
+        # One worker, nothing to spread (and moto, where CI applies it, has
+        # no placement groups).
+        spark_placement="none",
     )
 
 

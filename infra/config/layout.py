@@ -21,6 +21,8 @@ BUCKET_PREFIXES: Final = (
 NODE_ENV_FILE: Final = "/etc/tablecast/node.env"
 NODE_BOOTSTRAP: Final = "/opt/tablecast/bin/node-bootstrap"
 HDFS_DEVICE: Final = "/dev/sdf"
+# DLM snapshots every EBS volume with this tag (value: tablecast-<env>).
+HDFS_SNAPSHOT_TAG: Final = "tablecast:hdfs-snapshots"
 HDFS_NAMENODE_PORT: Final = 8020
 SPARK_MASTER_PORT: Final = 7077
 CHECKPOINT_PATH: Final = f"/tablecast/checkpoints/{JOB_NAME}"

@@ -21,6 +21,12 @@ MIN_KRAFT_VERSION = (3, 7)
 ENHANCED_MONITORING_LEVELS = ("PER_BROKER", "PER_TOPIC_PER_BROKER", "PER_TOPIC_PER_PARTITION")
 # S3 refuses a transition to STANDARD_IA before an object is 30 days old.
 MIN_INFREQUENT_ACCESS_DAYS = 30
+# HDFS's default: three copies, so two failed workers (or disks) lose nothing.
+HDFS_REPLICATION = 3
+# EC2 puts at most seven running instances of a spread placement group in a zone.
+SPREAD_GROUP_MAX_NODES = 7
+SPARK_PLACEMENTS = ("spread", "none")
+DLM_INTERVALS_HOURS = (1, 2, 3, 4, 6, 8, 12, 24)
 # Kafka's durable default: three copies, a write needs two of them.
 DURABLE_REPLICATION_FACTOR = 3
 
@@ -70,6 +76,15 @@ class EnvironmentConfig:
     """MSK enhanced monitoring level (``DEFAULT`` is not enhanced and not allowed)."""
     spark_data_volume_gib: int = 100
     """Per-node EBS volume for HDFS data (checkpoints, NameNode metadata)."""
+    spark_placement: str = "spread"
+    """``spread``: each node on its own rack (at most 7 nodes per zone); ``none``: EC2's
+    choice. Never ``cluster``: one rack's failure would take every HDFS copy."""
+    hdfs_snapshot_interval_hours: int = 1
+    """DLM snapshots every HDFS data volume this often: 1, 2, 3, 4, 6, 8, 12 or 24."""
+    hdfs_snapshots_kept: int = 48
+    """DLM keeps this many snapshots per volume."""
+    checkpoint_backup_days: int = 7
+    """Days S3 keeps the driver's hourly copies of the checkpoint (``checkpoint-backups/``)."""
     deployment: DeploymentSettings
     """The operator's settings: account, alarm endpoints, state backend, image, producers."""
     production: bool = False
@@ -126,8 +141,8 @@ class EnvironmentConfig:
 
     @property
     def hdfs_replication(self) -> int:
-        """Copies HDFS keeps of the checkpoint: two, so losing a worker loses nothing."""
-        return min(2, self.spark_worker_count)
+        """Copies HDFS keeps of the checkpoint: three where there are three workers."""
+        return min(HDFS_REPLICATION, self.spark_worker_count)
 
     @property
     def required_broker_volume_gib(self) -> int:
@@ -292,6 +307,26 @@ def _check_spark(config: EnvironmentConfig) -> None:
             raise _problem(config, field, problem)
     if not 1 <= config.spark_data_volume_gib <= MSK_MAX_VOLUME_GIB:
         raise _problem(config, "spark_data_volume_gib", f"must be 1 to {MSK_MAX_VOLUME_GIB} GiB")
+    if config.spark_placement not in SPARK_PLACEMENTS:
+        raise _problem(config, "spark_placement", f"must be one of {', '.join(SPARK_PLACEMENTS)}")
+    nodes = config.spark_worker_count + 1
+    if config.spark_placement == "spread" and nodes > SPREAD_GROUP_MAX_NODES:
+        raise _problem(
+            config,
+            "spark_placement",
+            f"a spread group holds {SPREAD_GROUP_MAX_NODES} nodes per zone, not {nodes}: "
+            "use 'none' (and accept that two nodes may share a rack)",
+        )
+    if config.hdfs_snapshot_interval_hours not in DLM_INTERVALS_HOURS:
+        raise _problem(
+            config,
+            "hdfs_snapshot_interval_hours",
+            f"DLM takes {', '.join(map(str, DLM_INTERVALS_HOURS))} hours",
+        )
+    if not 1 <= config.hdfs_snapshots_kept <= 1000:
+        raise _problem(config, "hdfs_snapshots_kept", "must be 1 to 1000 (DLM's limit)")
+    if config.checkpoint_backup_days < 1:
+        raise _problem(config, "checkpoint_backup_days", "must be positive")
 
 
 def _ec2_type_problem(instance_type: str) -> str | None:

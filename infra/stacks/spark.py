@@ -1,9 +1,13 @@
 """The Spark standalone cluster: a driver node and N workers, zone-affine with the brokers.
 
-All nodes share one subnet (in the first zone, which also has a broker subnet)
-and a ``cluster`` placement group: Spark shuffles and HDFS replication stay
-inside one zone, and reading Kafka from the zone's broker costs no
-cross-zone transfer for those partitions.
+All nodes share one subnet (in the first zone, which also has a broker
+subnet): Spark shuffles and HDFS replication stay inside one zone, and the
+job fetches from the replica in its zone (rack-aware fetching, see
+docs/infra.md). A ``spread`` placement group puts each node on its own rack,
+so one rack's failure takes one HDFS copy, not all of them. Every node runs
+the image the deployment settings pin; Terraform never replaces a running
+node for a new image or user data: nodes are rolled one at a time on purpose.
+The HDFS data volumes are guarded against destroy and snapshotted by DLM.
 """
 
 from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
@@ -20,6 +24,7 @@ from constructs import Construct
 from app import metric_names
 from infra.config import EnvironmentConfig, layout, versions
 from infra.constructs import EncryptionKey, NodeRole, SparkNode, node_user_data
+from infra.constructs.hdfs_snapshots import HdfsSnapshots
 from infra.constructs.kafka_access import KafkaResources
 from infra.constructs.node_permissions import node_statements
 from infra.constructs.policies import assume_role_policy, policy_json
@@ -81,8 +86,12 @@ class SparkStack(EnvironmentStack):
             cluster_name=cluster_name,
             cluster_uuid=cluster_uuid,
         )
-        image = _node_image(self)
-        placement = PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="cluster")
+        image = _node_image(self, config.deployment.spark_image_id)
+        placement = (
+            PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="spread")
+            if config.spark_placement == "spread"
+            else None
+        )
         driver_host = config.subnets.driver_private_ip
         zone_id = DataAwsAvailabilityZone(
             self, "spark-zone", name=config.spark_availability_zone
@@ -97,7 +106,7 @@ class SparkStack(EnvironmentStack):
                 instance_type=instance_type,
                 subnet_id=subnet_id,
                 availability_zone=config.spark_availability_zone,
-                placement_group=placement.name,
+                placement_group=placement.name if placement is not None else None,
                 security_group_ids=[security_group_id],
                 instance_profile=profile.name,
                 kms_key_arn=key.arn,
@@ -112,6 +121,8 @@ class SparkStack(EnvironmentStack):
                 ),
                 private_ip=driver_host if role is NodeRole.DRIVER else None,
                 keep_final_snapshot=config.is_production,
+                guard_data=not config.throwaway,
+                snapshot_tag=(layout.HDFS_SNAPSHOT_TAG, prefix),
             )
 
         # The driver writes its own fixed address; workers name the driver
@@ -133,6 +144,15 @@ class SparkStack(EnvironmentStack):
             for index, worker in enumerate(self.workers, start=1)
         }
         """Instance ids by node name, for the monitoring stack."""
+        HdfsSnapshots(
+            self,
+            "hdfs-snapshots",
+            name=prefix,
+            target_tag=(layout.HDFS_SNAPSHOT_TAG, prefix),
+            kms_key_arn=key.arn,
+            interval_hours=config.hdfs_snapshot_interval_hours,
+            retain=config.hdfs_snapshots_kept,
+        )
 
     def _instance_profile(
         self,
@@ -187,15 +207,19 @@ class SparkStack(EnvironmentStack):
         return IamInstanceProfile(self, "node-profile", name=f"{prefix}-spark-node", role=role.name)
 
 
-def _node_image(scope: Construct) -> DataAwsAmi:
-    """Our own Spark node image, built by ami/ for this repository's Spark version."""
+def _node_image(scope: Construct, image_id: str) -> DataAwsAmi:
+    """The pinned image, which the plan checks is ours and built for this Spark version.
+
+    By id, never ``most_recent``: a new image is a change to the deployment
+    settings, rolled node by node, not whatever was built last.
+    """
     tags = {**layout.AMI_TAGS, layout.AMI_SPARK_VERSION_TAG: versions().spark}
     return DataAwsAmi(
         scope,
         "spark-node-image",
         owners=["self"],
-        most_recent=True,
         filter=[
+            DataAwsAmiFilter(name="image-id", values=[image_id]),
             DataAwsAmiFilter(name="name", values=[layout.AMI_NAME_PATTERN]),
             DataAwsAmiFilter(name="state", values=["available"]),
             *(DataAwsAmiFilter(name=f"tag:{key}", values=[value]) for key, value in tags.items()),
