@@ -69,6 +69,8 @@ class EnvironmentConfig:
     """Planned peak write rate over all topics, before replication; sizes broker storage."""
     broker_volume_gib: int | None = None
     """Per-broker EBS size; ``None`` derives it from retention and ingest, a value must hold it."""
+    broker_volume_max_gib: int | None = None
+    """Storage autoscaling's ceiling per broker; ``None``: four times the start, at most 16 TiB."""
     kafka_metadata_mode: str = "kraft"
     """``kraft``: MSK runs the controllers, no ZooKeeper. ``zookeeper`` only for a cluster
     created so: MSK never changes a cluster's mode, a change would replace the cluster."""
@@ -160,6 +162,13 @@ class EnvironmentConfig:
         if self.broker_volume_gib is None:
             return self.required_broker_volume_gib
         return self.broker_volume_gib
+
+    @property
+    def broker_volume_ceiling_gib(self) -> int:
+        """How far storage autoscaling may grow each broker's volume."""
+        if self.broker_volume_max_gib is not None:
+            return self.broker_volume_max_gib
+        return min(MSK_MAX_VOLUME_GIB, 4 * self.effective_broker_volume_gib)
 
     @property
     def subnets(self) -> SubnetPlan:
@@ -272,6 +281,16 @@ def _check_kafka(config: EnvironmentConfig) -> None:
             f"{volume} GiB does not hold {config.retention_hours} h at "
             f"{config.peak_ingest_mib_per_s} MiB/s x{config.replication_factor} "
             f"(needs {required} to {MSK_MAX_VOLUME_GIB})",
+        )
+    ceiling = config.broker_volume_max_gib
+    if ceiling is not None and not config.effective_broker_volume_gib < ceiling <= (
+        MSK_MAX_VOLUME_GIB
+    ):
+        raise _problem(
+            config,
+            "broker_volume_max_gib",
+            f"must be above the {config.effective_broker_volume_gib} GiB start "
+            f"and at most {MSK_MAX_VOLUME_GIB}",
         )
     if config.kafka_metadata_mode not in KAFKA_METADATA_MODES:
         raise _problem(

@@ -5,6 +5,12 @@ attach to their own roles, and the topic-administration role the operator's
 tools assume (``infra.constructs.kafka_access``).
 """
 
+from cdktf_cdktf_provider_aws.appautoscaling_policy import (
+    AppautoscalingPolicy,
+    AppautoscalingPolicyTargetTrackingScalingPolicyConfiguration,
+    AppautoscalingPolicyTargetTrackingScalingPolicyConfigurationPredefinedMetricSpecification,
+)
+from cdktf_cdktf_provider_aws.appautoscaling_target import AppautoscalingTarget
 from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
 from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
 from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
@@ -41,6 +47,11 @@ from infra.constructs.kafka_access import (
 )
 from infra.constructs.policies import policy_json
 from infra.stacks.base import EnvironmentStack
+
+# Grow storage when brokers are this full on average: below the 70 % the
+# sizing aims at is normal, the 85 % disk alarm is the last resort.
+STORAGE_TARGET_PERCENT = 75
+STORAGE_SIZE_PATH = "broker_node_group_info[0].storage_info[0].ebs_storage_info[0].volume_size"
 
 
 class KafkaStack(EnvironmentStack):
@@ -135,12 +146,18 @@ class KafkaStack(EnvironmentStack):
             ),
             # The cluster holds every record not yet archived: a plan that
             # would replace it (a new metadata mode, a renamed cluster) fails.
-            lifecycle=TerraformResourceLifecycle(prevent_destroy=not config.throwaway),
+            # Storage autoscaling grows the volumes; Terraform must not shrink
+            # them back to the configured size (MSK cannot shrink anyway).
+            lifecycle=TerraformResourceLifecycle(
+                prevent_destroy=not config.throwaway,
+                ignore_changes=[STORAGE_SIZE_PATH],
+            ),
         )
         self.cluster_arn: str = self.cluster.arn
         self.cluster_name: str = self.cluster.cluster_name
         self.cluster_uuid: str = self.cluster.cluster_uuid
         self.bootstrap_brokers_iam: str = self.cluster.bootstrap_brokers_sasl_iam
+        self._storage_autoscaling()
         self._access(
             KafkaResources(
                 partition=DataAwsPartition(self, "partition").partition,
@@ -151,6 +168,39 @@ class KafkaStack(EnvironmentStack):
                 cluster_uuid=self.cluster_uuid,
                 topic_prefix=config.topic_prefix,
             )
+        )
+
+    def _storage_autoscaling(self) -> None:
+        """Grow broker storage before the disk alarm fires (MSK never shrinks it)."""
+        config = self.config
+        target = AppautoscalingTarget(
+            self,
+            "storage-scaling-target",
+            service_namespace="kafka",
+            scalable_dimension="kafka:broker-storage:VolumeSize",
+            resource_id=self.cluster_arn,
+            min_capacity=1,
+            max_capacity=config.broker_volume_ceiling_gib,
+        )
+        AppautoscalingPolicy(
+            self,
+            "storage-scaling-policy",
+            name=f"{config.resource_prefix}-broker-storage",
+            policy_type="TargetTrackingScaling",
+            service_namespace=target.service_namespace,
+            scalable_dimension=target.scalable_dimension,
+            resource_id=target.resource_id,
+            target_tracking_scaling_policy_configuration=(
+                AppautoscalingPolicyTargetTrackingScalingPolicyConfiguration(
+                    target_value=STORAGE_TARGET_PERCENT,
+                    disable_scale_in=True,
+                    predefined_metric_specification=(
+                        AppautoscalingPolicyTargetTrackingScalingPolicyConfigurationPredefinedMetricSpecification(
+                            predefined_metric_type="KafkaBrokerStorageUtilization"
+                        )
+                    ),
+                )
+            ),
         )
 
     def _access(self, kafka: KafkaResources) -> None:
