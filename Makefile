@@ -10,7 +10,7 @@ CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: lock setup demo test lint typecheck unit synth checkov packer-validate shellcheck bench clean
+.PHONY: lock setup demo test lint typecheck unit synth checkov terraform-check packer-validate shellcheck bench clean
 
 setup: $(STAMP)
 
@@ -40,9 +40,17 @@ typecheck: setup
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not terraform"
 
-test: lint typecheck unit synth checkov packer-validate shellcheck
+test: lint typecheck unit synth checkov terraform-check packer-validate shellcheck
+
+# Real Terraform, offline: `terraform validate` of every synthesized stack with
+# the provider from the machine's mirror (/opt/tf-plugins, or
+# TABLECAST_TF_MIRROR), and apply then destroy of the sandbox against moto on
+# loopback (tests/infra/test_infra_terraform.py says what moto cannot apply).
+terraform-check: setup
+	@command -v terraform >/dev/null || { echo "terraform-check: no terraform binary (Terraform >= 1.10 is needed)" >&2; exit 1; }
+	$(BIN)/pytest -q -p no:logging -m terraform tests/infra
 
 # Deployment settings (docs/infra.md): the operator's file when TABLECAST_SETTINGS
 # names one, otherwise the throwaway testing settings, so that `make synth` and

@@ -85,7 +85,8 @@ class HdfsSnapshots(Construct):
         self.policy = DlmLifecyclePolicy(
             self,
             "lifecycle-policy",
-            description=f"{name}: HDFS volumes every {interval_hours} h, {retain} kept",
+            # DLM takes letters, digits, spaces, - and _ only.
+            description=f"{name} HDFS volumes every {interval_hours} h keep {retain}",
             execution_role_arn=role.arn,
             state="ENABLED",
             policy_details=DlmLifecyclePolicyPolicyDetails(

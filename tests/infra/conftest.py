@@ -27,11 +27,16 @@ def configs(testing_settings: dict[str, DeploymentSettings]) -> dict[str, Enviro
 
 
 @pytest.fixture(scope="session")
+def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's synthesis is written (``<outdir>/stacks/<stack>/cdk.tf.json``)."""
+    return tmp_path_factory.mktemp("synth") / "cdktf.out"
+
+
+@pytest.fixture(scope="session")
 def synthesized(
-    configs: dict[str, EnvironmentConfig], tmp_path_factory: pytest.TempPathFactory
+    configs: dict[str, EnvironmentConfig], outdir: Path
 ) -> dict[str, SynthesizedEnvironment]:
     """Every environment's stacks as ``make synth`` writes them, by environment name."""
-    outdir: Path = tmp_path_factory.mktemp("synth") / "cdktf.out"
     return synthesize(list(configs.values()), outdir)
 
 
