@@ -186,15 +186,15 @@ class NetworkStack(EnvironmentStack):
         """Each producer network: Kafka over TLS with IAM in, and a route back."""
         networks = self.config.deployment.producer_networks
         attachments: dict[str, Ec2TransitGatewayVpcAttachment] = {}
-        for gateway in sorted({n.via for n in networks if n.via.startswith("tgw-")}):
-            attachments[gateway] = Ec2TransitGatewayVpcAttachment(
+        for gateway_id in sorted({n.via for n in networks if n.via.startswith("tgw-")}):
+            attachments[gateway_id] = Ec2TransitGatewayVpcAttachment(
                 self,
-                f"attachment-{gateway}",
-                transit_gateway_id=gateway,
+                f"attachment-{gateway_id}",
+                transit_gateway_id=gateway_id,
                 vpc_id=self.vpc.id,
                 # One subnet per zone, as a transit gateway attachment wants.
                 subnet_ids=self.broker_subnet_ids,
-                tags={"Name": f"{self.config.resource_prefix}-{gateway}"},
+                tags={"Name": f"{self.config.resource_prefix}-{gateway_id}"},
             )
         for network in networks:
             VpcSecurityGroupIngressRule(

@@ -138,12 +138,19 @@ def provider_version_override(version: str) -> dict[str, Any]:
 
 
 def moto_override(
-    *, version: str, endpoint: str, state: Path, remote_states: Mapping[str, Path]
+    *,
+    version: str,
+    endpoint: str,
+    state: Path,
+    remote_states: Mapping[str, Path],
+    instances: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Local state, and every AWS call to moto.
 
     :param remote_states: cross-stack reads (``terraform_remote_state`` names) and
         the state file each reads instead of its S3 or local original.
+    :param instances: ``aws_instance`` names whose detailed monitoring is turned off:
+        moto has no ``MonitorInstances`` (the provider would retry it for minutes).
     """
     document = provider_version_override(version)
     document["terraform"]["backend"] = {"local": {"path": str(state)}}
@@ -158,6 +165,8 @@ def moto_override(
             "endpoints": [{service: endpoint for service in MOTO_SERVICES}],
         }
     }
+    if instances:
+        document["resource"] = {"aws_instance": {name: {"monitoring": False} for name in instances}}
     if remote_states:
         document["data"] = {
             "terraform_remote_state": {
@@ -166,6 +175,12 @@ def moto_override(
             }
         }
     return document
+
+
+def resource_names(stack: Path, resource_type: str) -> list[str]:
+    """The names of a synthesized stack's resources of one type."""
+    document = json.loads((stack / "cdk.tf.json").read_text(encoding="utf-8"))
+    return sorted(document.get("resource", {}).get(resource_type, {}))
 
 
 def remote_state_names(stack: Path) -> list[str]:

@@ -9,7 +9,8 @@ moto has no MSK configurations and no bootstrap brokers, so of the kafka
 stack only its KMS key, alias and log group are applied; the stacks that
 read its outputs read a stand-in state holding an MSK cluster the test
 creates in moto with boto3 (its bootstrap string is a stand-in too). moto
-has no DLM: the spark stack is applied without its lifecycle policy. Every
+has no DLM: the spark stack is applied without its lifecycle policy, and no
+MonitorInstances: its instances are applied without detailed monitoring. Every
 other resource of the network, storage, spark, monitoring and hand-off
 stacks is applied, checked with boto3 and destroyed.
 """
@@ -43,6 +44,7 @@ from tests.infra.terraform import (
     moto_override,
     provider_version_override,
     remote_state_names,
+    resource_names,
     stand_in_state,
     targets_except,
     write_override,
@@ -53,6 +55,12 @@ pytestmark = pytest.mark.terraform
 MOTO_ACCOUNT = "123456789012"
 REGION = "eu-west-1"
 COMPONENTS = ("network", "storage", "kafka", "spark", "monitoring", "handoff")
+# Stacks that read none of each other's outputs are applied together.
+WAVES: tuple[tuple[str, ...], ...] = (
+    ("network", "storage", "kafka"),
+    ("spark",),
+    ("monitoring", "handoff"),
+)
 # Resource types moto does not implement, left out of the apply.
 NOT_IN_MOTO = {
     "kafka": (
@@ -140,7 +148,7 @@ def moto(tmp_path: Path) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def client(endpoint: str, service: str) -> Any:
+def client(endpoint: str, service: Any) -> Any:
     return boto3.client(
         service,
         region_name=REGION,
@@ -234,29 +242,37 @@ def test_sandbox_applies_to_moto_and_is_destroyed(
         stack_name = reference.removeprefix("cross-stack-reference-input-")
         return stand_in if stack_name.endswith("-kafka") else states / f"{stack_name}.tfstate"
 
-    applied = []
-    try:
-        for component in COMPONENTS:
-            stack = stack_dirs[component]
-            write_override(
-                stack,
-                moto_override(
-                    version=mirror.version,
-                    endpoint=moto,
-                    state=states / f"{env[component].name}.tfstate",
-                    remote_states={r: state_of(r) for r in remote_state_names(stack)},
-                ),
-            )
-            terraform(stack, "init")
-            applied.append(component)
-            left_out = NOT_IN_MOTO.get(component, ())
-            terraform(stack, "apply", "-auto-approve", *targets_except(stack, left_out))
-        check_applied(env, moto)
-    finally:
-        for component in reversed(applied):
-            stack = stack_dirs[component]
-            left_out = NOT_IN_MOTO.get(component, ())
-            terraform(stack, "destroy", "-auto-approve", *targets_except(stack, left_out))
+    def init(component: str) -> None:
+        stack = stack_dirs[component]
+        write_override(
+            stack,
+            moto_override(
+                version=mirror.version,
+                endpoint=moto,
+                state=states / f"{env[component].name}.tfstate",
+                remote_states={r: state_of(r) for r in remote_state_names(stack)},
+                instances=resource_names(stack, "aws_instance"),
+            ),
+        )
+        terraform(stack, "init")
+
+    def run(command: str, component: str) -> None:
+        stack = stack_dirs[component]
+        left_out = NOT_IN_MOTO.get(component, ())
+        extra = ("-refresh=false",) if command == "destroy" else ()
+        terraform(stack, command, "-auto-approve", *extra, *targets_except(stack, left_out))
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        list(pool.map(init, COMPONENTS))
+        applied: list[tuple[str, ...]] = []
+        try:
+            for wave in WAVES:
+                applied.append(wave)
+                list(pool.map(lambda component: run("apply", component), wave))
+            check_applied(env, moto)
+        finally:
+            for done in reversed(applied):
+                list(pool.map(lambda component: run("destroy", component), done))
     check_destroyed(env, moto)
     assert (stack_dirs["network"] / OVERRIDE_FILE).is_file()
 
@@ -320,10 +336,11 @@ def check_applied(env: SynthesizedEnvironment, endpoint: str) -> None:
     for alarm in alarms["MetricAlarms"]:
         assert alarm["AlarmActions"], alarm["AlarmName"]
 
-    ssm = client(endpoint, "ssm")
+    pages = client(endpoint, "ssm").get_paginator("get_parameters_by_path")
     parameters = {
         p["Name"].rsplit("/", 1)[1]: p["Value"]
-        for p in ssm.get_parameters_by_path(Path=f"/tablecast/{config.name}/")["Parameters"]
+        for page in pages.paginate(Path=f"/tablecast/{config.name}/")
+        for p in page["Parameters"]
     }
     assert set(parameters) == set(handoff.ALL)
     assert parameters[handoff.DRIVER_ADDRESS] == config.subnets.driver_private_ip
