@@ -28,6 +28,10 @@ from typing import Any
 MIRROR_VARIABLE = "TABLECAST_TF_MIRROR"
 DEFAULT_MIRROR = Path("/opt/tf-plugins")
 OVERRIDE_FILE = "zz_offline_override.tf.json"
+MIRROR_LOCK = (
+    Path(__file__).resolve().parents[2] / "infra" / "locks" / ("offline-mirror.terraform.lock.hcl")
+)
+"""The committed hash of the mirror's provider build; init refuses any other build."""
 PROVIDER = Path("registry.terraform.io/hashicorp/aws")
 # The provider's endpoint names for every service the stacks call.
 MOTO_SERVICES = (
@@ -66,6 +70,13 @@ class Mirror:
             raise TerraformError(
                 f"{path / PROVIDER} holds {versions or 'no versions'}: the offline Terraform "
                 f"checks need exactly one hashicorp/aws version (set {MIRROR_VARIABLE})"
+            )
+        locked = re.search(r'version\s*=\s*"([^"]+)"', MIRROR_LOCK.read_text(encoding="utf-8"))
+        if locked is None or locked.group(1) != versions[0]:
+            raise TerraformError(
+                f"the mirror holds hashicorp/aws {versions[0]}, {MIRROR_LOCK.name} locks "
+                f"{locked.group(1) if locked else 'nothing'}: regenerate the lock file "
+                "(docs/infra.md, 'Terraform state and lock files')"
             )
         return cls(path=path, version=versions[0])
 
@@ -126,7 +137,10 @@ class Terraform:
 
 
 def write_override(stack: Path, document: Mapping[str, Any]) -> None:
+    """The offline differences, and the committed lock file that ``init -lockfile=readonly``
+    holds the mirror's provider build to."""
     (stack / OVERRIDE_FILE).write_text(json.dumps(document, indent=2), encoding="utf-8")
+    shutil.copyfile(MIRROR_LOCK, stack / ".terraform.lock.hcl")
 
 
 def provider_version_override(version: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ stacks is applied, checked with boto3 and destroyed.
 """
 
 import dataclasses
+import re
 import shutil
 import socket
 import subprocess
@@ -106,13 +107,33 @@ def test_every_stack_validates_with_the_real_provider(
     def validate(component: str) -> str:
         stack = copy_stack(outdir, env[component].name, tmp_path)
         write_override(stack, provider_version_override(mirror.version))
-        terraform(stack, "init", "-backend=false")
+        terraform(stack, "init", "-backend=false", "-lockfile=readonly")
         return terraform(stack, "validate")
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(COMPONENTS, pool.map(validate, COMPONENTS), strict=True))
     for component, output in results.items():
         assert "Success! The configuration is valid." in output, component
+
+
+def test_init_refuses_any_provider_build_but_the_locked_one(
+    synthesized: dict[str, SynthesizedEnvironment],
+    outdir: Path,
+    mirror: Mirror,
+    terraform: Terraform,
+    tmp_path: Path,
+) -> None:
+    stack = copy_stack(outdir, "tablecast-sandbox-handoff", tmp_path)
+    write_override(stack, provider_version_override(mirror.version))
+    lock = stack / ".terraform.lock.hcl"
+    lock.write_text(
+        re.sub(
+            r'"h1:[^"]+"', '"h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="', lock.read_text()
+        ),
+        encoding="utf-8",
+    )
+    with pytest.raises(TerraformError, match="checksum"):
+        terraform(stack, "init", "-backend=false", "-lockfile=readonly")
 
 
 def free_port() -> int:
@@ -199,7 +220,7 @@ def test_the_throwaway_settings_cannot_reach_a_real_account(
             version=mirror.version, endpoint=moto, state=tmp_path / "s", remote_states={}
         ),
     )
-    terraform(stack, "init")
+    terraform(stack, "init", "-lockfile=readonly")
     with pytest.raises(TerraformError, match="not allowed"):
         terraform(stack, "plan")
 
@@ -254,7 +275,7 @@ def test_sandbox_applies_to_moto_and_is_destroyed(
                 instances=resource_names(stack, "aws_instance"),
             ),
         )
-        terraform(stack, "init")
+        terraform(stack, "init", "-lockfile=readonly")
 
     def run(command: str, component: str) -> None:
         stack = stack_dirs[component]
