@@ -4,3 +4,6 @@
 holds the typed per-environment configuration; ``infra.stacks`` one module per
 stack; ``infra.constructs`` the small reusable pieces the stacks share.
 """
+
+# First: with TABLECAST_CDK=cdktn, every cdktf import below resolves to CDK Terrain.
+from infra import cdk as _cdk  # noqa: F401

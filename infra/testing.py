@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdktf import App, Testing
-
+from infra.cdk import App, Testing
 from infra.config import EnvironmentConfig
 from infra.stacks import EnvironmentStacks, build_environment
 

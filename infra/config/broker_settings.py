@@ -5,6 +5,8 @@ checkov has no checks for ``aws_msk_configuration``; tests/infra asserts these.
 
 from infra.config.model import EnvironmentConfig
 
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 
 def broker_properties(config: EnvironmentConfig) -> dict[str, str]:
     """Kafka broker settings, by name."""
@@ -26,6 +28,10 @@ def broker_properties(config: EnvironmentConfig) -> dict[str, str]:
         "log.retention.hours": str(config.retention_hours),
         # Retention by time only; storage is sized for it.
         "log.retention.bytes": "-1",
+        # Consumers that name their zone (client.rack = the zone id, which MSK
+        # gives each broker as broker.rack) fetch from an in-sync replica in
+        # their own zone instead of crossing to the leader's (KIP-392).
+        "replica.selector.class": RACK_AWARE_REPLICA_SELECTOR,
     }
 
 

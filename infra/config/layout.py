@@ -21,6 +21,8 @@ BUCKET_PREFIXES: Final = (
 NODE_ENV_FILE: Final = "/etc/tablecast/node.env"
 NODE_BOOTSTRAP: Final = "/opt/tablecast/bin/node-bootstrap"
 HDFS_DEVICE: Final = "/dev/sdf"
+# DLM snapshots every EBS volume with this tag (value: tablecast-<env>).
+HDFS_SNAPSHOT_TAG: Final = "tablecast:hdfs-snapshots"
 HDFS_NAMENODE_PORT: Final = 8020
 SPARK_MASTER_PORT: Final = 7077
 CHECKPOINT_PATH: Final = f"/tablecast/checkpoints/{JOB_NAME}"
@@ -38,6 +40,9 @@ HTTPS_PORT: Final = 443
 # Log groups the nodes' CloudWatch agent ships to (the AMI's agent template
 # names them /tablecast/<env>/<name>); infra/ creates them with retention.
 NODE_LOG_GROUPS: Final = ("job", "spark", "hdfs", "bootstrap")
+
+# The nodes' own metrics (disk, memory) from the CloudWatch agent.
+NODE_METRICS_NAMESPACE: Final = "Tablecast/Nodes"
 
 # Logs kept a year: long enough for an incident review and for checkov's rule.
 LOG_RETENTION_DAYS: Final = 365

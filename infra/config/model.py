@@ -7,23 +7,32 @@ from dataclasses import dataclass, fields
 from infra.config import parsing
 from infra.config.addressing import SubnetPlan, plan_subnets
 from infra.config.errors import ConfigError
+from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
+from infra.config.versions import versions
 
 MIN_RETENTION_HOURS = 72
 """The seed's absolute minimum: data must survive a weekend without the job."""
 DEFAULT_RETENTION_HOURS = 168
 DEFAULT_TOPIC_PATTERN = "^sensor-.+"
+KAFKA_METADATA_MODES = ("kraft", "zookeeper")
+# MSK creates KRaft clusters from Kafka 3.7.x on.
+MIN_KRAFT_VERSION = (3, 7)
 ENHANCED_MONITORING_LEVELS = ("PER_BROKER", "PER_TOPIC_PER_BROKER", "PER_TOPIC_PER_PARTITION")
 # S3 refuses a transition to STANDARD_IA before an object is 30 days old.
 MIN_INFREQUENT_ACCESS_DAYS = 30
+# HDFS's default: three copies, so two failed workers (or disks) lose nothing.
+HDFS_REPLICATION = 3
+# EC2 puts at most seven running instances of a spread placement group in a zone.
+SPREAD_GROUP_MAX_NODES = 7
+SPARK_PLACEMENTS = ("spread", "none")
+DLM_INTERVALS_HOURS = (1, 2, 3, 4, 6, 8, 12, 24)
 # Kafka's durable default: three copies, a write needs two of them.
 DURABLE_REPLICATION_FACTOR = 3
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,10}[a-z0-9]$|^[a-z]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _EC2_TYPE = re.compile(r"^([a-z]+)(\d+)([a-z-]*)\.([a-z0-9]+)$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # Instance families whose storage is instance store: EC2's recover action,
 # which the status-check alarms use, only works on EBS-only instances.
 _INSTANCE_STORE_FAMILIES = frozenset({"d", "h", "i", "im", "is"})
@@ -60,14 +69,31 @@ class EnvironmentConfig:
     """Planned peak write rate over all topics, before replication; sizes broker storage."""
     broker_volume_gib: int | None = None
     """Per-broker EBS size; ``None`` derives it from retention and ingest, a value must hold it."""
+    broker_volume_max_gib: int | None = None
+    """Storage autoscaling's ceiling per broker; ``None``: four times the start, at most 16 TiB."""
+    kafka_metadata_mode: str = "kraft"
+    """``kraft``: MSK runs the controllers, no ZooKeeper. ``zookeeper`` only for a cluster
+    created so: MSK never changes a cluster's mode, a change would replace the cluster."""
     enhanced_monitoring: str = "PER_BROKER"
     """MSK enhanced monitoring level (``DEFAULT`` is not enhanced and not allowed)."""
     spark_data_volume_gib: int = 100
     """Per-node EBS volume for HDFS data (checkpoints, NameNode metadata)."""
-    alarm_emails: tuple[str, ...] = ()
-    """Addresses subscribed to the alarm topic; at least one in production."""
+    spark_placement: str = "spread"
+    """``spread``: each node on its own rack (at most 7 nodes per zone); ``none``: EC2's
+    choice. Never ``cluster``: one rack's failure would take every HDFS copy."""
+    hdfs_snapshot_interval_hours: int = 1
+    """DLM snapshots every HDFS data volume this often: 1, 2, 3, 4, 6, 8, 12 or 24."""
+    hdfs_snapshots_kept: int = 48
+    """DLM keeps this many snapshots per volume."""
+    checkpoint_backup_days: int = 7
+    """Days S3 keeps the driver's hourly copies of the checkpoint (``checkpoint-backups/``)."""
+    deployment: DeploymentSettings
+    """The operator's settings: account, alarm endpoints, state backend, image, producers."""
     production: bool = False
-    """Production environments must have alarm addresses; ``prod`` always is one."""
+    """Production keeps its bucket on destroy and guards more; ``prod`` always is one."""
+    throwaway: bool = False
+    """A throwaway environment (tests, experiments): state may stay in local files and
+    nobody needs to be paged. Never production."""
     trigger_interval: str = "1 minute"
     """The job's processing-time trigger, e.g. ``"1 minute"``; bounds the batch-duration alarm."""
     topic_pattern: str = DEFAULT_TOPIC_PATTERN
@@ -80,8 +106,6 @@ class EnvironmentConfig:
     """Age at which ``archive/`` objects move to GLACIER_IR; after the STANDARD_IA move."""
     noncurrent_version_days: int = 30
     """Days S3 keeps an overwritten or deleted object's previous version."""
-    state_bucket: str | None = None
-    """S3 bucket for Terraform state; ``None`` keeps state in local files (trying out only)."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -102,6 +126,12 @@ class EnvironmentConfig:
         return parsing.topic_prefix(self.topic_pattern)
 
     @property
+    def msk_cluster_version(self) -> str:
+        """MSK's version string for the cluster: ``3.8.x.kraft`` in KRaft mode."""
+        version = versions().msk_kafka
+        return f"{version}.kraft" if self.kafka_metadata_mode == "kraft" else version
+
+    @property
     def replication_factor(self) -> int:
         """Topics' replication factor: three where there are three brokers or more."""
         return min(DURABLE_REPLICATION_FACTOR, self.broker_count)
@@ -113,8 +143,8 @@ class EnvironmentConfig:
 
     @property
     def hdfs_replication(self) -> int:
-        """Copies HDFS keeps of the checkpoint: two, so losing a worker loses nothing."""
-        return min(2, self.spark_worker_count)
+        """Copies HDFS keeps of the checkpoint: three where there are three workers."""
+        return min(HDFS_REPLICATION, self.spark_worker_count)
 
     @property
     def required_broker_volume_gib(self) -> int:
@@ -132,6 +162,13 @@ class EnvironmentConfig:
         if self.broker_volume_gib is None:
             return self.required_broker_volume_gib
         return self.broker_volume_gib
+
+    @property
+    def broker_volume_ceiling_gib(self) -> int:
+        """How far storage autoscaling may grow each broker's volume."""
+        if self.broker_volume_max_gib is not None:
+            return self.broker_volume_max_gib
+        return min(MSK_MAX_VOLUME_GIB, 4 * self.effective_broker_volume_gib)
 
     @property
     def subnets(self) -> SubnetPlan:
@@ -162,6 +199,7 @@ def _validate(config: EnvironmentConfig) -> None:
     _check_kafka(config)
     _check_spark(config)
     _check_operations(config)
+    _check_deployment(config)
 
 
 def _problem(config: EnvironmentConfig, field: str, problem: str) -> ConfigError:
@@ -173,7 +211,7 @@ def _check_types(config: EnvironmentConfig) -> None:
     # list or a count given as a string would otherwise fail deep in synth.
     for field in fields(config):
         value = getattr(config, field.name)
-        if field.name in {"availability_zones", "alarm_emails"}:
+        if field.name == "availability_zones":
             if not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
                 raise _problem(config, field.name, "must be a tuple of strings")
         elif field.type is int and (not isinstance(value, int) or isinstance(value, bool)):
@@ -244,6 +282,27 @@ def _check_kafka(config: EnvironmentConfig) -> None:
             f"{config.peak_ingest_mib_per_s} MiB/s x{config.replication_factor} "
             f"(needs {required} to {MSK_MAX_VOLUME_GIB})",
         )
+    ceiling = config.broker_volume_max_gib
+    if ceiling is not None and not config.effective_broker_volume_gib < ceiling <= (
+        MSK_MAX_VOLUME_GIB
+    ):
+        raise _problem(
+            config,
+            "broker_volume_max_gib",
+            f"must be above the {config.effective_broker_volume_gib} GiB start "
+            f"and at most {MSK_MAX_VOLUME_GIB}",
+        )
+    if config.kafka_metadata_mode not in KAFKA_METADATA_MODES:
+        raise _problem(
+            config, "kafka_metadata_mode", f"must be one of {', '.join(KAFKA_METADATA_MODES)}"
+        )
+    major_minor = tuple(int(part) for part in versions().msk_kafka.split(".")[:2])
+    if config.kafka_metadata_mode == "kraft" and major_minor < MIN_KRAFT_VERSION:
+        raise _problem(
+            config,
+            "kafka_metadata_mode",
+            f"MSK runs KRaft from Kafka 3.7 on (versions.toml has {versions().msk_kafka})",
+        )
     if config.enhanced_monitoring not in ENHANCED_MONITORING_LEVELS:
         raise _problem(
             config, "enhanced_monitoring", f"must be one of {', '.join(ENHANCED_MONITORING_LEVELS)}"
@@ -267,6 +326,26 @@ def _check_spark(config: EnvironmentConfig) -> None:
             raise _problem(config, field, problem)
     if not 1 <= config.spark_data_volume_gib <= MSK_MAX_VOLUME_GIB:
         raise _problem(config, "spark_data_volume_gib", f"must be 1 to {MSK_MAX_VOLUME_GIB} GiB")
+    if config.spark_placement not in SPARK_PLACEMENTS:
+        raise _problem(config, "spark_placement", f"must be one of {', '.join(SPARK_PLACEMENTS)}")
+    nodes = config.spark_worker_count + 1
+    if config.spark_placement == "spread" and nodes > SPREAD_GROUP_MAX_NODES:
+        raise _problem(
+            config,
+            "spark_placement",
+            f"a spread group holds {SPREAD_GROUP_MAX_NODES} nodes per zone, not {nodes}: "
+            "use 'none' (and accept that two nodes may share a rack)",
+        )
+    if config.hdfs_snapshot_interval_hours not in DLM_INTERVALS_HOURS:
+        raise _problem(
+            config,
+            "hdfs_snapshot_interval_hours",
+            f"DLM takes {', '.join(map(str, DLM_INTERVALS_HOURS))} hours",
+        )
+    if not 1 <= config.hdfs_snapshots_kept <= 1000:
+        raise _problem(config, "hdfs_snapshots_kept", "must be 1 to 1000 (DLM's limit)")
+    if config.checkpoint_backup_days < 1:
+        raise _problem(config, "checkpoint_backup_days", "must be positive")
 
 
 def _ec2_type_problem(instance_type: str) -> str | None:
@@ -281,14 +360,55 @@ def _ec2_type_problem(instance_type: str) -> str | None:
     return None
 
 
+def _check_deployment(config: EnvironmentConfig) -> None:
+    settings = config.deployment
+    if not isinstance(settings, DeploymentSettings):
+        raise _problem(config, "deployment", "no deployment settings: " + _how_to_supply(config))
+    if config.throwaway and config.is_production:
+        raise _problem(config, "throwaway", "a production environment is never throwaway")
+    if not config.throwaway:
+        if settings.state_backend is None:
+            raise _problem(
+                config,
+                "state_backend",
+                f"a shared environment keeps its Terraform state in S3 (in {settings.source}): "
+                + _how_to_supply(config),
+            )
+        if not settings.alarm_endpoints:
+            raise _problem(
+                config,
+                "alarm_endpoints",
+                f"a shared environment needs someone to page (in {settings.source}): "
+                + _how_to_supply(config),
+            )
+    vpc = ipaddress.IPv4Network(config.vpc_cidr)
+    names = [network.name for network in settings.producer_networks]
+    if len(set(names)) != len(names):
+        raise _problem(config, "producer_networks", f"names repeat: {', '.join(names)}")
+    for network in settings.producer_networks:
+        try:
+            cidr = ipaddress.IPv4Network(network.cidr)
+        except ValueError as exc:
+            raise _problem(
+                config, "producer_networks", f"{network.name}: {network.cidr!r}: {exc}"
+            ) from None
+        if not cidr.is_private or cidr.prefixlen < 8:
+            raise _problem(
+                config, "producer_networks", f"{network.name}: {cidr} is not a private range"
+            )
+        if cidr.overlaps(vpc):
+            raise _problem(
+                config,
+                "producer_networks",
+                f"{network.name}: {cidr} overlaps the VPC {vpc}: no route could tell them apart",
+            )
+
+
+def _how_to_supply(config: EnvironmentConfig) -> str:
+    return HOW_TO_SUPPLY.format(environment=config.name)
+
+
 def _check_operations(config: EnvironmentConfig) -> None:
-    for address in config.alarm_emails:
-        if not _EMAIL.match(address):
-            raise _problem(config, "alarm_emails", f"{address!r} is not an email address")
-    if config.is_production and not config.alarm_emails:
-        raise _problem(
-            config, "alarm_emails", "a production environment needs at least one alarm address"
-        )
     try:
         seconds = parsing.trigger_seconds(config.trigger_interval)
     except ValueError as exc:
@@ -314,5 +434,3 @@ def _check_operations(config: EnvironmentConfig) -> None:
         )
     if config.noncurrent_version_days < 1:
         raise _problem(config, "noncurrent_version_days", "must be positive")
-    if config.state_bucket is not None and not _BUCKET.match(config.state_bucket):
-        raise _problem(config, "state_bucket", f"{config.state_bucket!r} is not an S3 bucket name")

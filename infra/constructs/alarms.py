@@ -1,77 +1,80 @@
-"""CloudWatch alarms that always notify the environment's alarm topic."""
+"""CloudWatch alarms that always notify the environment's alarm topics."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from cdktf_cdktf_provider_aws.cloudwatch_metric_alarm import (
     CloudwatchMetricAlarm,
     CloudwatchMetricAlarmMetricQuery,
+    CloudwatchMetricAlarmMetricQueryMetric,
 )
 from constructs import Construct
 
+from infra.constructs.alarm_specs import AlarmSpec, Metric
+
 
 class TopicAlarms:
-    """Makes alarms that tell one SNS topic when they fire and when they clear.
+    """Makes alarms that tell SNS topics when they fire and when they clear.
 
-    Every alarm of the environment is made here, so none can lack its action.
+    Every alarm of the environment is made here, so none can lack its actions.
     """
 
-    def __init__(self, scope: Construct, *, name_prefix: str, topic_arn: str) -> None:
+    def __init__(self, scope: Construct, *, name_prefix: str, topic_arns: Sequence[str]) -> None:
         """Bind the factory.
 
         :param scope: where the alarms are created.
         :param name_prefix: prefix of every alarm's name, e.g. ``tablecast-dev``.
-        :param topic_arn: the SNS topic told about every alarm.
+        :param topic_arns: the SNS topics told about every alarm: the environment's own
+            and any existing topic the operator named as an alarm endpoint.
         """
         self._scope = scope
         self._name_prefix = name_prefix
-        self._topic_arn = topic_arn
+        self._topic_arns = list(topic_arns)
         self.alarms: list[CloudwatchMetricAlarm] = []
         """Every alarm made so far, for the dashboard."""
 
-    def alarm(
-        self,
-        id_: str,
-        *,
-        name: str,
-        description: str,
-        comparison_operator: str,
-        threshold: float,
-        evaluation_periods: int,
-        treat_missing_data: str = "notBreaching",
-        namespace: str | None = None,
-        metric_name: str | None = None,
-        statistic: str | None = None,
-        period: int | None = None,
-        dimensions: Mapping[str, str] | None = None,
-        metric_query: Sequence[CloudwatchMetricAlarmMetricQuery] | None = None,
-        extra_alarm_actions: Sequence[str] = (),
-    ) -> CloudwatchMetricAlarm:
-        """An alarm on one metric or on a metric-math expression.
-
-        Either ``namespace``, ``metric_name``, ``statistic`` and ``period`` or
-        ``metric_query`` say what is watched.
-
-        :param name: the alarm's name after the prefix.
-        :param extra_alarm_actions: further actions on firing, e.g. EC2 recover.
-        """
+    def alarm(self, spec: AlarmSpec) -> CloudwatchMetricAlarm:
+        """The alarm ``spec`` describes."""
+        single = spec.metric
         alarm = CloudwatchMetricAlarm(
             self._scope,
-            id_,
-            alarm_name=f"{self._name_prefix}-{name}",
-            alarm_description=description,
-            comparison_operator=comparison_operator,
-            threshold=threshold,
-            evaluation_periods=evaluation_periods,
-            treat_missing_data=treat_missing_data,
-            namespace=namespace,
-            metric_name=metric_name,
-            statistic=statistic,
-            period=period,
-            dimensions=dict(dimensions) if dimensions is not None else None,
-            metric_query=list(metric_query) if metric_query is not None else None,
+            spec.name,
+            alarm_name=f"{self._name_prefix}-{spec.name}",
+            alarm_description=spec.description,
+            comparison_operator=spec.comparison,
+            threshold=spec.threshold,
+            evaluation_periods=spec.evaluation_periods,
+            treat_missing_data=spec.missing.value,
+            namespace=single.namespace if single else None,
+            metric_name=single.name if single else None,
+            statistic=single.statistic if single else None,
+            period=single.period if single else None,
+            dimensions=dict(single.dimensions) if single else None,
+            metric_query=None if single else _queries(spec),
             actions_enabled=True,
-            alarm_actions=[*extra_alarm_actions, self._topic_arn],
-            ok_actions=[self._topic_arn],
+            alarm_actions=[*spec.extra_actions, *self._topic_arns],
+            ok_actions=list(self._topic_arns),
         )
         self.alarms.append(alarm)
         return alarm
+
+
+def _queries(spec: AlarmSpec) -> list[CloudwatchMetricAlarmMetricQuery]:
+    """The terms (which return no data) and the expression (which does)."""
+    return [
+        *(_term(id_, metric) for id_, metric in spec.terms.items()),
+        CloudwatchMetricAlarmMetricQuery(id="result", expression=spec.expression, return_data=True),
+    ]
+
+
+def _term(id_: str, metric: Metric) -> CloudwatchMetricAlarmMetricQuery:
+    return CloudwatchMetricAlarmMetricQuery(
+        id=id_,
+        metric=CloudwatchMetricAlarmMetricQueryMetric(
+            namespace=metric.namespace,
+            metric_name=metric.name,
+            dimensions=dict(metric.dimensions),
+            stat=metric.statistic,
+            period=metric.period,
+        ),
+        return_data=False,
+    )

@@ -1,14 +1,17 @@
 """The Spark nodes' least-privilege policy: the pipeline's prefixes, its topics, its metrics.
 
 No statement allows an action with a wildcard; resources are the bucket's
-prefixes, the cluster and topics and groups under the topic prefix, and the
-environment's SSM parameters. ``cloudwatch:PutMetricData`` has no resource
-type, so a condition limits it to the job's namespace instead.
+prefixes, the cluster and its topics and groups as far as consuming needs
+(``infra.constructs.kafka_access``), and the environment's SSM parameters.
+``cloudwatch:PutMetricData`` has no resource type, so a condition limits it
+to the job's and the nodes' namespaces instead; the SSM agent's message
+actions have none either and are the only other ``"*"``.
 """
 
 from collections.abc import Sequence
 
-from app import handoff, metric_names
+from app import handoff
+from infra.constructs.kafka_access import KafkaResources, consume_statements
 from infra.constructs.policies import Statement, allow
 
 S3_OBJECT_ACTIONS = (
@@ -18,24 +21,28 @@ S3_OBJECT_ACTIONS = (
     "s3:AbortMultipartUpload",
     "s3:ListMultipartUploadParts",
 )
-KAFKA_CONSUMER_TOPIC_ACTIONS = ("kafka-cluster:DescribeTopic", "kafka-cluster:ReadData")
-KAFKA_GROUP_ACTIONS = ("kafka-cluster:DescribeGroup", "kafka-cluster:AlterGroup")
-# The operator's topic and produce tools run on the driver node (the only
-# place inside the private network), with the nodes' role; they are limited
-# to topics under the same prefix.
-KAFKA_OPERATOR_TOPIC_ACTIONS = (
-    "kafka-cluster:CreateTopic",
-    "kafka-cluster:AlterTopic",
-    "kafka-cluster:DescribeTopicDynamicConfiguration",
-    "kafka-cluster:WriteData",
-)
 LOG_SHIPPING_ACTIONS = ("logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents")
 SSM_READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath")
-# Spark's Kafka source names its consumer groups so unless the job sets
-# ``groupIdPrefix``; allowed beside the topic prefix so either works.
-SPARK_DEFAULT_GROUP_PREFIX = "spark-kafka-source-"
-# The job's optional consumer-group commits and the archiver (app/ops/archiver.py).
-TABLECAST_GROUP_PREFIX = "tablecast-"
+# What the SSM agent needs for Run Command (the deploy tool restarts the job's
+# service with it) and Session Manager, instead of AmazonSSMManagedInstanceCore,
+# which also reads every parameter and document of the account. AWS defines no
+# resource for these actions: they take "*".
+SSM_AGENT_MESSAGE_ACTIONS = (
+    "ec2messages:AcknowledgeMessage",
+    "ec2messages:DeleteMessage",
+    "ec2messages:FailMessage",
+    "ec2messages:GetEndpoint",
+    "ec2messages:GetMessages",
+    "ec2messages:SendReply",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+)
+# The agent registers its node; scoped to this account's instances.
+SSM_AGENT_REGISTER_ACTIONS = ("ssm:UpdateInstanceInformation",)
+ACTIONS_WITHOUT_RESOURCES = frozenset({"cloudwatch:PutMetricData", *SSM_AGENT_MESSAGE_ACTIONS})
+"""The only actions a node's policy allows on ``"*"`` (AWS has no resource type for them)."""
 
 
 def node_statements(
@@ -47,27 +54,18 @@ def node_statements(
     bucket_arn: str,
     bucket_prefixes: Sequence[str],
     data_key_arn: str,
-    cluster_arn: str,
-    cluster_name: str,
-    cluster_uuid: str,
-    topic_prefix: str,
+    kafka: KafkaResources,
+    metric_namespaces: Sequence[str],
     log_group_arns: Sequence[str],
 ) -> list[Statement]:
     """Every statement of the nodes' inline policy.
 
     :param bucket_prefixes: prefixes without slashes, e.g. ``("output", "archive")``.
-    :param cluster_arn: ``arn:aws:kafka:<region>:<account>:cluster/<name>/<uuid>``.
-    :param cluster_name: the cluster's name; with ``cluster_uuid`` it names topics and groups.
-    :param cluster_uuid: the cluster's uuid (known after apply: a token).
-    :param topic_prefix: the literal prefix of the job's topic pattern, e.g. ``"sensor-"``.
+    :param kafka: the cluster's ARNs; the nodes consume (the job, the archiver).
+    :param metric_namespaces: CloudWatch namespaces the nodes publish to: the job's and
+        the CloudWatch agent's.
     :param log_group_arns: the log groups the nodes' CloudWatch agent writes to.
     """
-    kafka = f"arn:{partition}:kafka:{region}:{account}"
-    topic_arns = [f"{kafka}:topic/{cluster_name}/{cluster_uuid}/{topic_prefix}*"]
-    group_arns = [
-        f"{kafka}:group/{cluster_name}/{cluster_uuid}/{group_prefix}*"
-        for group_prefix in (topic_prefix, SPARK_DEFAULT_GROUP_PREFIX, TABLECAST_GROUP_PREFIX)
-    ]
     parameters = f"arn:{partition}:ssm:{region}:{account}:parameter{handoff.PREFIX}/{environment}"
     return [
         allow(
@@ -95,20 +93,19 @@ def node_statements(
             {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
         ),
         allow(
-            "PublishJobMetrics",
+            "PublishMetrics",
             ["cloudwatch:PutMetricData"],
             ["*"],
-            {"StringEquals": {"cloudwatch:namespace": metric_names.NAMESPACE}},
+            {"StringEquals": {"cloudwatch:namespace": list(metric_namespaces)}},
         ),
-        allow(
-            "ConnectToCluster",
-            ["kafka-cluster:Connect", "kafka-cluster:DescribeCluster"],
-            [cluster_arn],
-        ),
-        allow("ReadPipelineTopics", KAFKA_CONSUMER_TOPIC_ACTIONS, topic_arns),
-        allow("UseConsumerGroups", KAFKA_GROUP_ACTIONS, group_arns),
-        allow("OperatePipelineTopics", KAFKA_OPERATOR_TOPIC_ACTIONS, topic_arns),
+        *consume_statements(kafka),
         allow("ReadHandoffParameters", SSM_READ_ACTIONS, [parameters, f"{parameters}/*"]),
+        allow("SsmAgentMessages", SSM_AGENT_MESSAGE_ACTIONS, ["*"]),
+        allow(
+            "SsmAgentRegisters",
+            SSM_AGENT_REGISTER_ACTIONS,
+            [f"arn:{partition}:ec2:{region}:{account}:instance/*"],
+        ),
         allow(
             "ShipNodeLogs",
             LOG_SHIPPING_ACTIONS,

@@ -30,6 +30,7 @@ from cdktf_cdktf_provider_aws.s3_bucket_versioning import (
 )
 from constructs import Construct
 
+from infra.cdk import TerraformResourceLifecycle
 from infra.constructs.policies import tls_only_bucket_policy
 
 # Parts of a failed multipart upload are billed until aborted.
@@ -58,7 +59,9 @@ class SecureBucket(Construct):
         kms_key_arn: str,
         noncurrent_version_days: int,
         tiering: Sequence[Tiering] = (),
+        expiring: Sequence[tuple[str, int]] = (),
         force_destroy: bool = False,
+        prevent_destroy: bool = False,
     ) -> None:
         """Create the bucket and its guards.
 
@@ -66,10 +69,18 @@ class SecureBucket(Construct):
         :param kms_key_arn: customer-managed key for default SSE-KMS encryption.
         :param noncurrent_version_days: days a replaced or deleted version is kept.
         :param tiering: storage-class transitions by prefix.
+        :param expiring: ``(prefix with its /, days)``: objects there are deleted that old.
         :param force_destroy: let ``destroy`` empty the bucket (test environments only).
+        :param prevent_destroy: refuse any plan that destroys the bucket.
         """
         super().__init__(scope, id_)
-        self.bucket = S3Bucket(self, "bucket", bucket=bucket_name, force_destroy=force_destroy)
+        self.bucket = S3Bucket(
+            self,
+            "bucket",
+            bucket=bucket_name,
+            force_destroy=force_destroy,
+            lifecycle=TerraformResourceLifecycle(prevent_destroy=prevent_destroy),
+        )
         bucket_id = self.bucket.id
         # ACLs off: the bucket owner owns every object, policies alone decide.
         S3BucketOwnershipControls(
@@ -117,7 +128,8 @@ class SecureBucket(Construct):
             "lifecycle",
             bucket=bucket_id,
             rule=[_housekeeping_rule(noncurrent_version_days)]
-            + [_tiering_rule(tier) for tier in tiering],
+            + [_tiering_rule(tier) for tier in tiering]
+            + [_expiry_rule(prefix, days) for prefix, days in expiring],
         )
 
     @property
@@ -150,6 +162,15 @@ def _housekeeping_rule(noncurrent_version_days: int) -> S3BucketLifecycleConfigu
         expiration=[
             S3BucketLifecycleConfigurationRuleExpiration(expired_object_delete_marker=True)
         ],
+    )
+
+
+def _expiry_rule(prefix: str, days: int) -> S3BucketLifecycleConfigurationRule:
+    return S3BucketLifecycleConfigurationRule(
+        id=f"expire-{prefix.strip('/')}",
+        status="Enabled",
+        filter=[S3BucketLifecycleConfigurationRuleFilter(prefix=prefix)],
+        expiration=[S3BucketLifecycleConfigurationRuleExpiration(days=days)],
     )
 
 

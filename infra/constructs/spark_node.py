@@ -9,6 +9,7 @@ from cdktf_cdktf_provider_aws.instance import (
 from cdktf_cdktf_provider_aws.volume_attachment import VolumeAttachment
 from constructs import Construct
 
+from infra.cdk import TerraformResourceLifecycle
 from infra.config import layout
 
 ROOT_VOLUME_GIB = 50
@@ -19,7 +20,10 @@ class SparkNode(Construct):
 
     The data volume is a resource of its own, not part of the instance, so that
     HDFS data (the checkpoint, the NameNode's metadata) outlives an instance
-    replaced for a new image.
+    replaced for a new image. Terraform ignores later changes to the image and
+    the user data of a running instance: a new pinned image would otherwise
+    replace every node in one apply. Nodes are rolled one at a time with
+    ``terraform apply -replace`` (docs/infra.md, "Rolling the nodes").
     """
 
     def __init__(
@@ -32,7 +36,7 @@ class SparkNode(Construct):
         instance_type: str,
         subnet_id: str,
         availability_zone: str,
-        placement_group: str,
+        placement_group: str | None,
         security_group_ids: list[str],
         instance_profile: str,
         kms_key_arn: str,
@@ -40,6 +44,8 @@ class SparkNode(Construct):
         user_data: str,
         private_ip: str | None = None,
         keep_final_snapshot: bool = False,
+        guard_data: bool = True,
+        snapshot_tag: tuple[str, str] | None = None,
     ) -> None:
         """Create the node.
 
@@ -48,7 +54,7 @@ class SparkNode(Construct):
         :param instance_type: EC2 type; EBS-only, so the recover action works.
         :param subnet_id: the cluster's one subnet.
         :param availability_zone: that subnet's zone, for the data volume.
-        :param placement_group: the cluster placement group's name.
+        :param placement_group: the spread placement group's name, or ``None``.
         :param security_group_ids: the Spark nodes' security group.
         :param instance_profile: name of the nodes' instance profile.
         :param kms_key_arn: key that encrypts the root and data volumes.
@@ -56,6 +62,8 @@ class SparkNode(Construct):
         :param user_data: the node's boot script (see ``infra.constructs.user_data``).
         :param private_ip: fixed address (the driver's), or ``None`` for any.
         :param keep_final_snapshot: snapshot the data volume when it is destroyed.
+        :param guard_data: refuse any plan that destroys the data volume.
+        :param snapshot_tag: ``(key, value)`` tag by which DLM snapshots the data volume.
         """
         super().__init__(scope, id_)
         self.instance = Instance(
@@ -86,6 +94,7 @@ class SparkNode(Construct):
             ),
             user_data=user_data,
             tags={"Name": name},
+            lifecycle=TerraformResourceLifecycle(ignore_changes=["ami", "user_data"]),
         )
         self.data_volume = EbsVolume(
             self,
@@ -96,7 +105,8 @@ class SparkNode(Construct):
             encrypted=True,
             kms_key_id=kms_key_arn,
             final_snapshot=keep_final_snapshot,
-            tags={"Name": f"{name}-hdfs"},
+            tags={"Name": f"{name}-hdfs", **dict([snapshot_tag] if snapshot_tag else [])},
+            lifecycle=TerraformResourceLifecycle(prevent_destroy=guard_data),
         )
         VolumeAttachment(
             self,

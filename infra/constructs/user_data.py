@@ -19,7 +19,13 @@ class NodeRole(StrEnum):
 
 
 def node_environment(
-    *, environment: str, role: NodeRole, driver_host: str, region: str, hdfs_replication: int
+    *,
+    environment: str,
+    role: NodeRole,
+    driver_host: str,
+    region: str,
+    zone_id: str,
+    hdfs_replication: int,
 ) -> dict[str, str]:
     """The variables written to ``/etc/tablecast/node.env``, in order."""
     return {
@@ -27,6 +33,10 @@ def node_environment(
         "TABLECAST_ROLE": role.value,
         "TABLECAST_DRIVER_HOST": driver_host,
         "AWS_REGION": region,
+        # The zone's id (e.g. euw1-az1), which MSK gives its brokers as
+        # broker.rack: the job's Kafka client sets it as client.rack to fetch
+        # from a replica in its own zone. Zone names map to ids per account.
+        "TABLECAST_ZONE_ID": zone_id,
         "TABLECAST_HDFS_DEVICE": layout.HDFS_DEVICE,
         # Optional for node-bootstrap (default 2); one DataNode holds one copy.
         "TABLECAST_HDFS_REPLICATION": str(hdfs_replication),
@@ -34,7 +44,13 @@ def node_environment(
 
 
 def node_user_data(
-    *, environment: str, role: NodeRole, driver_host: str, region: str, hdfs_replication: int
+    *,
+    environment: str,
+    role: NodeRole,
+    driver_host: str,
+    region: str,
+    zone_id: str,
+    hdfs_replication: int,
 ) -> str:
     """A shell script that writes the node's environment file and runs the bootstrap.
 
@@ -44,6 +60,7 @@ def node_user_data(
         worker names the driver instance's ``private_ip``), which Terraform
         fills in before the script runs.
     :param region: the AWS region.
+    :param zone_id: the node's availability zone id (a token Terraform fills in).
     :param hdfs_replication: copies HDFS keeps of each block.
     """
     variables = node_environment(
@@ -51,6 +68,7 @@ def node_user_data(
         role=role,
         driver_host=driver_host,
         region=region,
+        zone_id=zone_id,
         hdfs_replication=hdfs_replication,
     )
     lines = "".join(f"{name}={value}\n" for name, value in variables.items())

@@ -4,11 +4,11 @@ Names come from ``app.handoff``, which the job imports too; each parameter is
 also a Terraform output of this stack, so the outputs are the contract.
 """
 
-from cdktf import Fn, TerraformOutput, TerraformResourceLifecycle
 from cdktf_cdktf_provider_aws.ssm_parameter import SsmParameter
 from constructs import Construct
 
 from app import handoff, metric_names
+from infra.cdk import Fn, TerraformOutput, TerraformResourceLifecycle
 from infra.config import EnvironmentConfig, layout
 from infra.stacks.base import EnvironmentStack
 

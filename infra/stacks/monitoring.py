@@ -4,34 +4,379 @@ import math
 from collections.abc import Mapping
 
 from cdktf_cdktf_provider_aws.cloudwatch_dashboard import CloudwatchDashboard
-from cdktf_cdktf_provider_aws.cloudwatch_metric_alarm import (
-    CloudwatchMetricAlarmMetricQuery,
-    CloudwatchMetricAlarmMetricQueryMetric,
-)
 from cdktf_cdktf_provider_aws.sns_topic import SnsTopic
 from cdktf_cdktf_provider_aws.sns_topic_subscription import SnsTopicSubscription
 from constructs import Construct
 
 from app import metric_names
-from infra.config import EnvironmentConfig
+from infra.config import EnvironmentConfig, layout
+from infra.config.settings import EndpointKind
 from infra.constructs import EncryptionKey, TopicAlarms
+from infra.constructs.alarm_specs import AT_LEAST, GREATER, LESS, AlarmSpec, Metric, Missing
 from infra.constructs.dashboard import EC2_NAMESPACE, MSK_NAMESPACE, dashboard_body
 from infra.stacks.base import EnvironmentStack
 
 DISK_USED_PERCENT = 85
 BROKER_CPU_PERCENT = 60
+# MSK's guidance: heap after GC above 60 % for long means the broker needs
+# more memory (or fewer partitions) before it stalls in GC.
+BROKER_HEAP_AFTER_GC_PERCENT = 60
+NODE_DISK_USED_PERCENT = 80
+NODE_MEMORY_USED_PERCENT = 90
+HDFS_CAPACITY_USED_PERCENT = 80
 # The job should publish a heartbeat every trigger; alarm after three missed
 # triggers, but never sooner than five minutes (a restart takes that long).
 HEARTBEAT_MIN_WINDOW_SECONDS = 300
 HEARTBEAT_MISSED_TRIGGERS = 3
 FIVE_MINUTES = 300
 ONE_MINUTE = 60
+ONE_HOUR = 3600
+# The driver copies the checkpoint hourly; three missed copies alarm.
+BACKUP_WINDOW_HOURS = 3
+# The CloudWatch agent's file systems: the root (Debian's ext4) and the HDFS
+# data volume (XFS, formatted by node-bootstrap), by path and type.
+NODE_FILE_SYSTEMS = (("root", "/", "ext4"), ("data", "/data", "xfs"))
+HDFS_METRICS = (
+    "HdfsLiveDataNodes",
+    "HdfsDeadDataNodes",
+    "HdfsMissingBlocks",
+    "HdfsUnderReplicatedBlocks",
+    "HdfsCorruptBlocks",
+    "HdfsCapacityUsedPercent",
+)
+"""What ami/files/bin/hdfs-health publishes (tests/infra checks the script)."""
+CHECKPOINT_BACKUPS = "CheckpointBackups"
+"""What ami/files/bin/hdfs-checkpoint-backup publishes after each copy."""
 
 
 def heartbeat_window_seconds(trigger_seconds: int) -> int:
     """Period of the heartbeat alarm: a whole number of minutes."""
     window = max(HEARTBEAT_MIN_WINDOW_SECONDS, HEARTBEAT_MISSED_TRIGGERS * trigger_seconds)
     return math.ceil(window / ONE_MINUTE) * ONE_MINUTE
+
+
+def kafka_alarms(config: EnvironmentConfig, cluster_name: str) -> list[AlarmSpec]:
+    """Per broker: disk, CPU, heap after GC; per cluster: replicas, leaders, controller."""
+    cluster = {"Cluster Name": cluster_name}
+    brokers = range(1, config.broker_count + 1)
+
+    def broker(number: int, name: str, statistic: str, period: int = FIVE_MINUTES) -> Metric:
+        dimensions = {**cluster, "Broker ID": str(number)}
+        return Metric(
+            namespace=MSK_NAMESPACE,
+            name=name,
+            dimensions=dimensions,
+            statistic=statistic,
+            period=period,
+        )
+
+    def every_broker(name: str, statistic: str) -> dict[str, Metric]:
+        return {f"b{number}": broker(number, name, statistic) for number in brokers}
+
+    specs: list[AlarmSpec] = []
+    for number in brokers:
+        specs += [
+            AlarmSpec(
+                name=f"kafka-disk-used-broker-{number}",
+                description=f"Broker {number}'s data disk is over {DISK_USED_PERCENT}% full "
+                "(storage autoscaling should have grown it)",
+                metric=broker(number, "KafkaDataLogsDiskUsed", "Maximum"),
+                comparison=AT_LEAST,
+                threshold=DISK_USED_PERCENT,
+                evaluation_periods=1,
+                # A broker that reports nothing is down or cut off.
+                missing=Missing.BREACHING,
+            ),
+            AlarmSpec(
+                name=f"kafka-cpu-broker-{number}",
+                description=f"Broker {number}'s CPU (user + system) is over {BROKER_CPU_PERCENT}%",
+                terms={
+                    "user": broker(number, "CpuUser", "Average"),
+                    "system": broker(number, "CpuSystem", "Average"),
+                },
+                expression="user + system",
+                comparison=GREATER,
+                threshold=BROKER_CPU_PERCENT,
+                evaluation_periods=3,
+                missing=Missing.BREACHING,
+            ),
+            AlarmSpec(
+                name=f"kafka-heap-after-gc-broker-{number}",
+                description=f"Broker {number}'s heap after GC is over "
+                f"{BROKER_HEAP_AFTER_GC_PERCENT}%: it is running out of memory",
+                metric=broker(number, "HeapMemoryAfterGC", "Maximum"),
+                comparison=GREATER,
+                threshold=BROKER_HEAP_AFTER_GC_PERCENT,
+                evaluation_periods=3,
+                missing=Missing.BREACHING,
+            ),
+        ]
+    total = "SUM([" + ", ".join(f"b{number}" for number in brokers) + "])"
+    specs += [
+        AlarmSpec(
+            name="kafka-under-replicated-partitions",
+            description="Partitions have fewer in-sync replicas than they should",
+            terms=every_broker("UnderReplicatedPartitions", "Maximum"),
+            expression=total,
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=3,
+            missing=Missing.BREACHING,
+        ),
+        AlarmSpec(
+            name="kafka-under-min-isr-partitions",
+            description="Partitions are below min.insync.replicas: acks=all writes to them fail",
+            terms=every_broker("UnderMinIsrPartitionCount", "Maximum"),
+            expression=total,
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=2,
+            missing=Missing.BREACHING,
+        ),
+        AlarmSpec(
+            name="kafka-offline-partitions",
+            description="Partitions without a leader: writes and reads to them fail",
+            metric=Metric(
+                namespace=MSK_NAMESPACE,
+                name="OfflinePartitionsCount",
+                dimensions=cluster,
+                statistic="Maximum",
+            ),
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=2,
+            missing=Missing.BREACHING,
+        ),
+    ]
+    if config.kafka_metadata_mode == "zookeeper":
+        # In KRaft mode MSK runs the controllers apart from the brokers and
+        # watches them itself; the brokers report no active controller.
+        specs.append(
+            AlarmSpec(
+                name="kafka-active-controller-count",
+                description="The cluster does not have exactly one active controller",
+                terms={
+                    "controllers": Metric(
+                        namespace=MSK_NAMESPACE,
+                        name="ActiveControllerCount",
+                        dimensions=cluster,
+                        statistic="Sum",
+                    )
+                },
+                expression="ABS(controllers - 1)",
+                comparison=GREATER,
+                threshold=0,
+                evaluation_periods=3,
+                missing=Missing.BREACHING,
+            )
+        )
+    return specs
+
+
+def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
+    """The job's own metrics (``app.metric_names``)."""
+    job = {metric_names.ENVIRONMENT_DIMENSION: config.name}
+
+    def metric(name: str, statistic: str, period: int = FIVE_MINUTES) -> Metric:
+        return Metric(
+            namespace=metric_names.NAMESPACE,
+            name=name,
+            dimensions=job,
+            statistic=statistic,
+            period=period,
+        )
+
+    return [
+        AlarmSpec(
+            name="job-heartbeat-missing",
+            description="The job published no heartbeat: it is not running or not progressing",
+            metric=metric(
+                metric_names.HEARTBEAT, "Sum", heartbeat_window_seconds(config.trigger_seconds)
+            ),
+            comparison=LESS,
+            threshold=1,
+            evaluation_periods=1,
+            # No data at all is exactly what a dead job looks like.
+            missing=Missing.BREACHING,
+        ),
+        AlarmSpec(
+            name="job-integrity-violations",
+            description="The job found messages that break a session's integrity",
+            metric=metric(metric_names.INTEGRITY_VIOLATIONS, "Sum", ONE_MINUTE),
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=1,
+            # Silence is a stopped job, which the heartbeat alarm reports.
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="job-records-behind",
+            description=f"The job is more than {config.records_behind_alarm_threshold} records "
+            "behind the newest offsets",
+            metric=metric(metric_names.RECORDS_BEHIND, "Maximum"),
+            comparison=GREATER,
+            threshold=config.records_behind_alarm_threshold,
+            evaluation_periods=3,
+            # Covered by the heartbeat alarm when the job is silent.
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="job-batch-duration",
+            description=f"Micro-batches take longer than the {config.trigger_interval} trigger: "
+            "the job falls behind",
+            metric=metric(metric_names.BATCH_DURATION_MS, "Average"),
+            comparison=GREATER,
+            threshold=config.trigger_seconds * 1000,
+            evaluation_periods=3,
+            # Covered by the heartbeat alarm when the job is silent.
+            missing=Missing.NOT_BREACHING,
+        ),
+    ]
+
+
+def node_alarms(config: EnvironmentConfig, nodes: Mapping[str, str]) -> list[AlarmSpec]:
+    """Per node: EC2 status checks (with recovery), disk and memory (CloudWatch agent)."""
+    region = config.region
+
+    def ec2(metric_name: str, instance: Mapping[str, str]) -> Metric:
+        return Metric(
+            namespace=EC2_NAMESPACE, name=metric_name, dimensions=instance, statistic="Maximum"
+        )
+
+    def agent(metric_name: str, instance: Mapping[str, str], **extra: str) -> Metric:
+        return Metric(
+            namespace=layout.NODE_METRICS_NAMESPACE,
+            name=metric_name,
+            dimensions={**instance, **extra},
+            statistic="Maximum",
+            period=FIVE_MINUTES,
+        )
+
+    specs: list[AlarmSpec] = []
+    for name, instance_id in nodes.items():
+        instance = {"InstanceId": instance_id}
+        specs += [
+            AlarmSpec(
+                name=f"{name}-system-status-check",
+                description=f"{name}'s host failed its system status check: EC2 recovers it",
+                metric=ec2("StatusCheckFailed_System", instance),
+                comparison=AT_LEAST,
+                threshold=1,
+                evaluation_periods=2,
+                # Not breaching: a stopped instance reports nothing, and
+                # recovering a stopped instance fails.
+                missing=Missing.NOT_BREACHING,
+                # Same instance id, private address and volumes on new hardware.
+                extra_actions=(f"arn:aws:automate:{region}:ec2:recover",),
+            ),
+            AlarmSpec(
+                name=f"{name}-instance-status-check",
+                description=f"{name} failed its instance status check: EC2 reboots it",
+                metric=ec2("StatusCheckFailed_Instance", instance),
+                comparison=AT_LEAST,
+                threshold=1,
+                evaluation_periods=3,
+                missing=Missing.NOT_BREACHING,
+                extra_actions=(f"arn:aws:automate:{region}:ec2:reboot",),
+            ),
+            AlarmSpec(
+                name=f"{name}-memory-used",
+                description=f"{name} uses over {NODE_MEMORY_USED_PERCENT}% of its memory",
+                metric=agent("mem_used_percent", instance),
+                comparison=GREATER,
+                threshold=NODE_MEMORY_USED_PERCENT,
+                evaluation_periods=3,
+                # The agent stopped reporting: nobody sees the node fill up.
+                missing=Missing.BREACHING,
+            ),
+            *(
+                AlarmSpec(
+                    name=f"{name}-{label}-disk-used",
+                    description=f"{name}'s {path} is over {NODE_DISK_USED_PERCENT}% full",
+                    metric=agent("disk_used_percent", instance, path=path, fstype=fstype),
+                    comparison=GREATER,
+                    threshold=NODE_DISK_USED_PERCENT,
+                    evaluation_periods=1,
+                    missing=Missing.BREACHING,
+                )
+                for label, path, fstype in NODE_FILE_SYSTEMS
+            ),
+        ]
+    return specs
+
+
+def hdfs_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
+    """HDFS as the driver's NameNode sees it, and the checkpoint's copies in S3."""
+    environment = {"Environment": config.name}
+
+    def hdfs(name: str, statistic: str = "Maximum", period: int = FIVE_MINUTES) -> Metric:
+        return Metric(
+            namespace=layout.NODE_METRICS_NAMESPACE,
+            name=name,
+            dimensions=environment,
+            statistic=statistic,
+            period=period,
+        )
+
+    return [
+        AlarmSpec(
+            name="hdfs-live-datanodes",
+            description=f"Fewer than {config.spark_worker_count} DataNodes are alive, "
+            "or the NameNode does not answer",
+            metric=hdfs("HdfsLiveDataNodes", "Minimum"),
+            comparison=LESS,
+            threshold=config.spark_worker_count,
+            evaluation_periods=2,
+            # No data: the NameNode (or its driver) is down.
+            missing=Missing.BREACHING,
+        ),
+        AlarmSpec(
+            name="hdfs-missing-blocks",
+            description="HDFS lost every copy of some blocks: the checkpoint is damaged",
+            metric=hdfs("HdfsMissingBlocks"),
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=1,
+            # Covered by hdfs-live-datanodes when silent.
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="hdfs-corrupt-blocks",
+            description="HDFS holds corrupt blocks",
+            metric=hdfs("HdfsCorruptBlocks"),
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=1,
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="hdfs-under-replicated-blocks",
+            description=f"Blocks have fewer than {config.hdfs_replication} copies for 30 min",
+            metric=hdfs("HdfsUnderReplicatedBlocks"),
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=6,
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="hdfs-capacity-used",
+            description=f"HDFS is over {HDFS_CAPACITY_USED_PERCENT}% full",
+            metric=hdfs("HdfsCapacityUsedPercent"),
+            comparison=GREATER,
+            threshold=HDFS_CAPACITY_USED_PERCENT,
+            evaluation_periods=1,
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="checkpoint-backup-missing",
+            description=f"No copy of the checkpoint reached S3 for {BACKUP_WINDOW_HOURS} hours",
+            metric=hdfs(CHECKPOINT_BACKUPS, "Sum", BACKUP_WINDOW_HOURS * ONE_HOUR),
+            comparison=LESS,
+            threshold=1,
+            evaluation_periods=1,
+            missing=Missing.BREACHING,
+        ),
+    ]
 
 
 class MonitoringStack(EnvironmentStack):
@@ -63,18 +408,29 @@ class MonitoringStack(EnvironmentStack):
         )
         self.topic = SnsTopic(self, "alarms", name=f"{prefix}-alarms", kms_master_key_id=key.arn)
         self.topic_arn: str = self.topic.arn
-        for index, address in enumerate(config.alarm_emails):
-            SnsTopicSubscription(
-                self,
-                f"alarm-email-{index}",
-                topic_arn=self.topic.arn,
-                protocol="email",
-                endpoint=address,
-            )
-        self._alarms = TopicAlarms(self, name_prefix=prefix, topic_arn=self.topic_arn)
-        self._kafka_alarms(cluster_name)
-        self._job_alarms()
-        self._node_alarms(nodes)
+        endpoints = config.deployment.alarm_endpoints
+        for index, endpoint in enumerate(endpoints):
+            if endpoint.kind is not EndpointKind.TOPIC:
+                SnsTopicSubscription(
+                    self,
+                    f"alarm-{endpoint.kind.value}-{index}",
+                    topic_arn=self.topic.arn,
+                    protocol=endpoint.kind.value,
+                    endpoint=endpoint.address,
+                )
+        existing_topics = [e.address for e in endpoints if e.kind is EndpointKind.TOPIC]
+        self._alarms = TopicAlarms(
+            self, name_prefix=prefix, topic_arns=[self.topic_arn, *existing_topics]
+        )
+        self.specs = [
+            *kafka_alarms(config, cluster_name),
+            *job_alarms(config),
+            *node_alarms(config, nodes),
+            *hdfs_alarms(config),
+        ]
+        """Every alarm of the environment, as data."""
+        for spec in self.specs:
+            self._alarms.alarm(spec)
         CloudwatchDashboard(
             self,
             "dashboard",
@@ -89,207 +445,3 @@ class MonitoringStack(EnvironmentStack):
                 alarm_arns=[alarm.arn for alarm in self._alarms.alarms],
             ),
         )
-
-    def _kafka_alarms(self, cluster_name: str) -> None:
-        cluster = {"Cluster Name": cluster_name}
-        for broker in range(1, self.config.broker_count + 1):
-            broker_dimensions = {**cluster, "Broker ID": str(broker)}
-            self._alarms.alarm(
-                f"kafka-disk-used-{broker}",
-                name=f"kafka-disk-used-broker-{broker}",
-                description=f"Broker {broker}'s data disk is over {DISK_USED_PERCENT}% full",
-                namespace=MSK_NAMESPACE,
-                metric_name="KafkaDataLogsDiskUsed",
-                dimensions=broker_dimensions,
-                statistic="Maximum",
-                period=FIVE_MINUTES,
-                evaluation_periods=1,
-                comparison_operator="GreaterThanOrEqualToThreshold",
-                threshold=DISK_USED_PERCENT,
-            )
-            self._alarms.alarm(
-                f"kafka-cpu-{broker}",
-                name=f"kafka-cpu-broker-{broker}",
-                description=f"Broker {broker}'s CPU (user + system) is over {BROKER_CPU_PERCENT}%",
-                metric_query=[
-                    _query("cpu_user", "CpuUser", broker_dimensions, "Average"),
-                    _query("cpu_system", "CpuSystem", broker_dimensions, "Average"),
-                    CloudwatchMetricAlarmMetricQuery(
-                        id="cpu_total", expression="cpu_user + cpu_system", return_data=True
-                    ),
-                ],
-                evaluation_periods=3,
-                comparison_operator="GreaterThanThreshold",
-                threshold=BROKER_CPU_PERCENT,
-            )
-        brokers = range(1, self.config.broker_count + 1)
-        self._alarms.alarm(
-            "kafka-under-replicated",
-            name="kafka-under-replicated-partitions",
-            description="Partitions have fewer in-sync replicas than they should",
-            metric_query=[
-                *(
-                    _query(
-                        f"urp_{broker}",
-                        "UnderReplicatedPartitions",
-                        {**cluster, "Broker ID": str(broker)},
-                        "Maximum",
-                    )
-                    for broker in brokers
-                ),
-                CloudwatchMetricAlarmMetricQuery(
-                    id="urp_total",
-                    expression="SUM([" + ", ".join(f"urp_{broker}" for broker in brokers) + "])",
-                    return_data=True,
-                ),
-            ],
-            evaluation_periods=3,
-            comparison_operator="GreaterThanThreshold",
-            threshold=0,
-        )
-        self._alarms.alarm(
-            "kafka-offline-partitions",
-            name="kafka-offline-partitions",
-            description="Partitions without a leader: writes and reads to them fail",
-            namespace=MSK_NAMESPACE,
-            metric_name="OfflinePartitionsCount",
-            dimensions=cluster,
-            statistic="Maximum",
-            period=ONE_MINUTE,
-            evaluation_periods=2,
-            comparison_operator="GreaterThanThreshold",
-            threshold=0,
-        )
-        self._alarms.alarm(
-            "kafka-active-controller",
-            name="kafka-active-controller-count",
-            description="The cluster does not have exactly one active controller",
-            metric_query=[
-                _query("controllers", "ActiveControllerCount", cluster, "Sum", ONE_MINUTE),
-                CloudwatchMetricAlarmMetricQuery(
-                    id="off_by", expression="ABS(controllers - 1)", return_data=True
-                ),
-            ],
-            evaluation_periods=3,
-            comparison_operator="GreaterThanThreshold",
-            threshold=0,
-        )
-
-    def _job_alarms(self) -> None:
-        config = self.config
-        job = {metric_names.ENVIRONMENT_DIMENSION: config.name}
-        self._alarms.alarm(
-            "job-heartbeat",
-            name="job-heartbeat-missing",
-            description="The job published no heartbeat: it is not running or not progressing",
-            namespace=metric_names.NAMESPACE,
-            metric_name=metric_names.HEARTBEAT,
-            dimensions=job,
-            statistic="Sum",
-            period=heartbeat_window_seconds(config.trigger_seconds),
-            evaluation_periods=1,
-            comparison_operator="LessThanThreshold",
-            threshold=1,
-            # No data at all is exactly what a dead job looks like.
-            treat_missing_data="breaching",
-        )
-        self._alarms.alarm(
-            "job-integrity",
-            name="job-integrity-violations",
-            description="The job found messages that break a session's integrity",
-            namespace=metric_names.NAMESPACE,
-            metric_name=metric_names.INTEGRITY_VIOLATIONS,
-            dimensions=job,
-            statistic="Sum",
-            period=ONE_MINUTE,
-            evaluation_periods=1,
-            comparison_operator="GreaterThanThreshold",
-            threshold=0,
-        )
-        self._alarms.alarm(
-            "job-records-behind",
-            name="job-records-behind",
-            description=(
-                f"The job is more than {config.records_behind_alarm_threshold} records "
-                "behind the newest offsets"
-            ),
-            namespace=metric_names.NAMESPACE,
-            metric_name=metric_names.RECORDS_BEHIND,
-            dimensions=job,
-            statistic="Maximum",
-            period=FIVE_MINUTES,
-            evaluation_periods=3,
-            comparison_operator="GreaterThanThreshold",
-            threshold=config.records_behind_alarm_threshold,
-        )
-        self._alarms.alarm(
-            "job-batch-duration",
-            name="job-batch-duration",
-            description=(
-                f"Micro-batches take longer than the {config.trigger_interval} trigger: "
-                "the job falls behind"
-            ),
-            namespace=metric_names.NAMESPACE,
-            metric_name=metric_names.BATCH_DURATION_MS,
-            dimensions=job,
-            statistic="Average",
-            period=FIVE_MINUTES,
-            evaluation_periods=3,
-            comparison_operator="GreaterThanThreshold",
-            threshold=config.trigger_seconds * 1000,
-        )
-
-    def _node_alarms(self, nodes: Mapping[str, str]) -> None:
-        region = self.config.region
-        for name, instance_id in nodes.items():
-            instance = {"InstanceId": instance_id}
-            self._alarms.alarm(
-                f"{name}-system-check",
-                name=f"{name}-system-status-check",
-                description=f"{name}'s host failed its system status check: EC2 recovers it",
-                namespace=EC2_NAMESPACE,
-                metric_name="StatusCheckFailed_System",
-                dimensions=instance,
-                statistic="Maximum",
-                period=ONE_MINUTE,
-                evaluation_periods=2,
-                comparison_operator="GreaterThanOrEqualToThreshold",
-                threshold=1,
-                # Same instance id, private address and volumes on new hardware.
-                extra_alarm_actions=[f"arn:aws:automate:{region}:ec2:recover"],
-            )
-            self._alarms.alarm(
-                f"{name}-instance-check",
-                name=f"{name}-instance-status-check",
-                description=f"{name} failed its instance status check: EC2 reboots it",
-                namespace=EC2_NAMESPACE,
-                metric_name="StatusCheckFailed_Instance",
-                dimensions=instance,
-                statistic="Maximum",
-                period=ONE_MINUTE,
-                evaluation_periods=3,
-                comparison_operator="GreaterThanOrEqualToThreshold",
-                threshold=1,
-                extra_alarm_actions=[f"arn:aws:automate:{region}:ec2:reboot"],
-            )
-
-
-def _query(
-    id_: str,
-    metric_name: str,
-    dimensions: Mapping[str, str],
-    stat: str,
-    period: int = FIVE_MINUTES,
-) -> CloudwatchMetricAlarmMetricQuery:
-    """One MSK metric inside a metric-math alarm; only the expression returns data."""
-    return CloudwatchMetricAlarmMetricQuery(
-        id=id_,
-        metric=CloudwatchMetricAlarmMetricQueryMetric(
-            namespace=MSK_NAMESPACE,
-            metric_name=metric_name,
-            dimensions=dict(dimensions),
-            stat=stat,
-            period=period,
-        ),
-        return_data=False,
-    )

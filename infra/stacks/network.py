@@ -2,16 +2,22 @@
 
 Broker subnets in every zone, one Spark subnet in the first zone, an S3
 gateway endpoint and interface endpoints for what the nodes call (SSM,
-CloudWatch), and the security groups that decide who talks to whom: only the
-Spark nodes reach the brokers.
+CloudWatch), and the security groups that decide who talks to whom: the Spark
+nodes reach the brokers, and so do producers in the private networks the
+operator names (``producer_networks``: a CIDR reached through an accepted VPC
+peering or a transit gateway), on the IAM port only.
 """
 
 from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
 from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
 from cdktf_cdktf_provider_aws.default_security_group import DefaultSecurityGroup
+from cdktf_cdktf_provider_aws.ec2_transit_gateway_vpc_attachment import (
+    Ec2TransitGatewayVpcAttachment,
+)
 from cdktf_cdktf_provider_aws.flow_log import FlowLog
 from cdktf_cdktf_provider_aws.iam_role import IamRole
 from cdktf_cdktf_provider_aws.iam_role_policy import IamRolePolicy
+from cdktf_cdktf_provider_aws.route import Route
 from cdktf_cdktf_provider_aws.route_table import RouteTable
 from cdktf_cdktf_provider_aws.route_table_association import RouteTableAssociation
 from cdktf_cdktf_provider_aws.security_group import SecurityGroup
@@ -80,6 +86,7 @@ class NetworkStack(EnvironmentStack):
             tags={"Name": f"{prefix}-s3"},
         )
         self._security_groups(s3_prefix_list_id=s3_endpoint.prefix_list_id)
+        self._producer_access(route_table)
         for service in INTERFACE_ENDPOINT_SERVICES:
             VpcEndpoint(
                 self,
@@ -111,6 +118,7 @@ class NetworkStack(EnvironmentStack):
         brokers = self._group("brokers", "MSK brokers: Kafka over TLS with IAM from Spark nodes")
         spark = self._group("spark", "Spark nodes: each other, the brokers, S3 and endpoints")
         endpoints = self._group("endpoints", "Interface endpoints: HTTPS from Spark nodes")
+        self.brokers_group = brokers
         self.broker_security_group_id: str = brokers.id
         self.spark_security_group_id: str = spark.id
         self.endpoint_security_group_id: str = endpoints.id
@@ -173,6 +181,43 @@ class NetworkStack(EnvironmentStack):
             description="HTTPS to S3 through the gateway endpoint",
             tags={"Name": f"{prefix}-spark-to-s3"},
         )
+
+    def _producer_access(self, route_table: RouteTable) -> None:
+        """Each producer network: Kafka over TLS with IAM in, and a route back."""
+        networks = self.config.deployment.producer_networks
+        attachments: dict[str, Ec2TransitGatewayVpcAttachment] = {}
+        for gateway_id in sorted({n.via for n in networks if n.via.startswith("tgw-")}):
+            attachments[gateway_id] = Ec2TransitGatewayVpcAttachment(
+                self,
+                f"attachment-{gateway_id}",
+                transit_gateway_id=gateway_id,
+                vpc_id=self.vpc.id,
+                # One subnet per zone, as a transit gateway attachment wants.
+                subnet_ids=self.broker_subnet_ids,
+                tags={"Name": f"{self.config.resource_prefix}-{gateway_id}"},
+            )
+        for network in networks:
+            VpcSecurityGroupIngressRule(
+                self,
+                f"brokers-from-{network.name}",
+                security_group_id=self.brokers_group.id,
+                cidr_ipv4=network.cidr,
+                ip_protocol="tcp",
+                from_port=layout.KAFKA_IAM_PORT,
+                to_port=layout.KAFKA_IAM_PORT,
+                description=f"Kafka TLS+IAM from producers in {network.name}",
+                tags={"Name": f"{self.config.resource_prefix}-brokers-from-{network.name}"},
+            )
+            gateway = attachments.get(network.via)
+            Route(
+                self,
+                f"route-to-{network.name}",
+                route_table_id=route_table.id,
+                destination_cidr_block=network.cidr,
+                vpc_peering_connection_id=network.via if gateway is None else None,
+                transit_gateway_id=network.via if gateway is not None else None,
+                depends_on=[gateway] if gateway is not None else None,
+            )
 
     def _group(self, name: str, description: str) -> SecurityGroup:
         # Terraform removes the default allow-all egress rule of a new group;

@@ -1,31 +1,34 @@
 """The Spark standalone cluster: a driver node and N workers, zone-affine with the brokers.
 
-All nodes share one subnet (in the first zone, which also has a broker subnet)
-and a ``cluster`` placement group: Spark shuffles and HDFS replication stay
-inside one zone, and reading Kafka from the zone's broker costs no
-cross-zone transfer for those partitions.
+All nodes share one subnet (in the first zone, which also has a broker
+subnet): Spark shuffles and HDFS replication stay inside one zone, and the
+job fetches from the replica in its zone (rack-aware fetching, see
+docs/infra.md). A ``spread`` placement group puts each node on its own rack,
+so one rack's failure takes one HDFS copy, not all of them. Every node runs
+the image the deployment settings pin; Terraform never replaces a running
+node for a new image or user data: nodes are rolled one at a time on purpose.
+The HDFS data volumes are guarded against destroy and snapshotted by DLM.
 """
 
 from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
 from cdktf_cdktf_provider_aws.data_aws_ami import DataAwsAmi, DataAwsAmiFilter
+from cdktf_cdktf_provider_aws.data_aws_availability_zone import DataAwsAvailabilityZone
 from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
 from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
 from cdktf_cdktf_provider_aws.iam_instance_profile import IamInstanceProfile
 from cdktf_cdktf_provider_aws.iam_role import IamRole
 from cdktf_cdktf_provider_aws.iam_role_policy import IamRolePolicy
-from cdktf_cdktf_provider_aws.iam_role_policy_attachment import IamRolePolicyAttachment
 from cdktf_cdktf_provider_aws.placement_group import PlacementGroup
 from constructs import Construct
 
+from app import metric_names
 from infra.config import EnvironmentConfig, layout, versions
 from infra.constructs import EncryptionKey, NodeRole, SparkNode, node_user_data
+from infra.constructs.hdfs_snapshots import HdfsSnapshots
+from infra.constructs.kafka_access import KafkaResources
 from infra.constructs.node_permissions import node_statements
 from infra.constructs.policies import assume_role_policy, policy_json
 from infra.stacks.base import EnvironmentStack
-
-# SSM Run Command (the deploy tool restarts the job's service with it) and
-# Session Manager need this on every node.
-SSM_MANAGED_INSTANCE_CORE = "policy/AmazonSSMManagedInstanceCore"
 
 
 class SparkStack(EnvironmentStack):
@@ -83,9 +86,16 @@ class SparkStack(EnvironmentStack):
             cluster_name=cluster_name,
             cluster_uuid=cluster_uuid,
         )
-        image = _node_image(self)
-        placement = PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="cluster")
+        image = _node_image(self, config.deployment.spark_image_id)
+        placement = (
+            PlacementGroup(self, "placement", name=f"{prefix}-spark", strategy="spread")
+            if config.spark_placement == "spread"
+            else None
+        )
         driver_host = config.subnets.driver_private_ip
+        zone_id = DataAwsAvailabilityZone(
+            self, "spark-zone", name=config.spark_availability_zone
+        ).zone_id
 
         def node(name: str, role: NodeRole, instance_type: str, host: str) -> SparkNode:
             return SparkNode(
@@ -96,7 +106,7 @@ class SparkStack(EnvironmentStack):
                 instance_type=instance_type,
                 subnet_id=subnet_id,
                 availability_zone=config.spark_availability_zone,
-                placement_group=placement.name,
+                placement_group=placement.name if placement is not None else None,
                 security_group_ids=[security_group_id],
                 instance_profile=profile.name,
                 kms_key_arn=key.arn,
@@ -106,10 +116,13 @@ class SparkStack(EnvironmentStack):
                     role=role,
                     driver_host=host,
                     region=config.region,
+                    zone_id=zone_id,
                     hdfs_replication=config.hdfs_replication,
                 ),
                 private_ip=driver_host if role is NodeRole.DRIVER else None,
                 keep_final_snapshot=config.is_production,
+                guard_data=not config.throwaway,
+                snapshot_tag=(layout.HDFS_SNAPSHOT_TAG, prefix),
             )
 
         # The driver writes its own fixed address; workers name the driver
@@ -131,6 +144,15 @@ class SparkStack(EnvironmentStack):
             for index, worker in enumerate(self.workers, start=1)
         }
         """Instance ids by node name, for the monitoring stack."""
+        HdfsSnapshots(
+            self,
+            "hdfs-snapshots",
+            name=prefix,
+            target_tag=(layout.HDFS_SNAPSHOT_TAG, prefix),
+            kms_key_arn=key.arn,
+            interval_hours=config.hdfs_snapshot_interval_hours,
+            retain=config.hdfs_snapshots_kept,
+        )
 
     def _instance_profile(
         self,
@@ -167,33 +189,37 @@ class SparkStack(EnvironmentStack):
                     bucket_arn=bucket_arn,
                     bucket_prefixes=layout.BUCKET_PREFIXES,
                     data_key_arn=data_key_arn,
-                    cluster_arn=cluster_arn,
-                    cluster_name=cluster_name,
-                    cluster_uuid=cluster_uuid,
-                    topic_prefix=config.topic_prefix,
+                    kafka=KafkaResources(
+                        partition=partition,
+                        region=config.region,
+                        account=account,
+                        cluster_arn=cluster_arn,
+                        cluster_name=cluster_name,
+                        cluster_uuid=cluster_uuid,
+                        topic_prefix=config.topic_prefix,
+                    ),
+                    metric_namespaces=(metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE),
                     log_group_arns=log_group_arns,
                 )
             ),
-        )
-        IamRolePolicyAttachment(
-            self,
-            "ssm-managed-instance-core",
-            role=role.name,
-            policy_arn=f"arn:{partition}:iam::aws:{SSM_MANAGED_INSTANCE_CORE}",
         )
         self.role_arn: str = role.arn
         return IamInstanceProfile(self, "node-profile", name=f"{prefix}-spark-node", role=role.name)
 
 
-def _node_image(scope: Construct) -> DataAwsAmi:
-    """Our own Spark node image, built by ami/ for this repository's Spark version."""
+def _node_image(scope: Construct, image_id: str) -> DataAwsAmi:
+    """The pinned image, which the plan checks is ours and built for this Spark version.
+
+    By id, never ``most_recent``: a new image is a change to the deployment
+    settings, rolled node by node, not whatever was built last.
+    """
     tags = {**layout.AMI_TAGS, layout.AMI_SPARK_VERSION_TAG: versions().spark}
     return DataAwsAmi(
         scope,
         "spark-node-image",
         owners=["self"],
-        most_recent=True,
         filter=[
+            DataAwsAmiFilter(name="image-id", values=[image_id]),
             DataAwsAmiFilter(name="name", values=[layout.AMI_NAME_PATTERN]),
             DataAwsAmiFilter(name="state", values=["available"]),
             *(DataAwsAmiFilter(name=f"tag:{key}", values=[value]) for key, value in tags.items()),

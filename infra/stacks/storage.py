@@ -42,8 +42,11 @@ class StorageStack(EnvironmentStack):
                     ),
                 )
             ],
-            # Test pipelines are torn down whole; production data never is.
+            # Test pipelines are torn down whole; production data never is:
+            # a plan that would destroy the production bucket fails.
             force_destroy=not config.is_production,
+            prevent_destroy=config.is_production,
+            expiring=[(f"{layout.CHECKPOINT_BACKUPS_PREFIX}/", config.checkpoint_backup_days)],
         )
         self.bucket_name = self.bucket.name
         self.bucket_arn = self.bucket.arn

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import string
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -27,6 +28,7 @@ NODE_SETTINGS = {
     "TABLECAST_ROLE": "driver",
     "TABLECAST_DRIVER_HOST": "10.0.1.23",
     "AWS_REGION": "eu-west-1",
+    "TABLECAST_ZONE_ID": "euw1-az1",
     "TABLECAST_HDFS_DEVICE": "/dev/sdf",
     "TABLECAST_HDFS_REPLICATION": "2",
 }
@@ -191,9 +193,13 @@ def test_core_site_points_at_the_namenode_and_s3a_with_the_instance_profile() ->
     assert props["fs.s3a.endpoint.region"] == "eu-west-1"
 
 
-def test_hdfs_site_keeps_data_on_the_data_volume() -> None:
+def test_hdfs_site_keeps_data_on_the_data_volume_and_the_namespace_twice() -> None:
     props = xml_properties("hdfs-site.xml")
-    assert props["dfs.namenode.name.dir"] == "file:///data/hdfs/namenode"
+    # The data volume and the root volume: two EBS volumes.
+    assert props["dfs.namenode.name.dir"] == (
+        "file:///data/hdfs/namenode,file:///var/lib/hadoop/namenode-copy"
+    )
+    assert props["dfs.namenode.name.dir.restore"] == "true"
     assert props["dfs.datanode.data.dir"] == "file:///data/hdfs/datanode"
     assert props["dfs.replication"] == "2"
 
@@ -274,6 +280,8 @@ def test_node_bootstrap_accepts_the_agreed_settings(tmp_path: Path) -> None:
         ("TABLECAST_ENV", "Prod env", "not a lower-case name"),
         ("AWS_REGION", "europe", "not a region name"),
         ("TABLECAST_HDFS_DEVICE", "sdf", "not a device path"),
+        ("TABLECAST_ZONE_ID", "eu-west-1a", "not an availability zone id"),
+        ("TABLECAST_ZONE_ID", "", "does not set: TABLECAST_ZONE_ID"),
         ("TABLECAST_HDFS_REPLICATION", "5", "is not 1, 2 or 3"),
         ("TABLECAST_ENV", "", "does not set: TABLECAST_ENV"),
     ],
@@ -310,9 +318,11 @@ def test_node_bootstrap_reads_the_ebs_device_name_from_nvme(reported: str, tmp_p
 
 def test_node_bootstrap_starts_only_the_roles_units() -> None:
     text = NODE_BOOTSTRAP.read_text(encoding="utf-8")
+    flat = " ".join(text.split())
     assert (
         "units=(hdfs-namenode.service spark-master.service tablecast-job.service"
-        " tablecast-archiver.service)" in text
+        " tablecast-archiver.service tablecast-hdfs-health.timer tablecast-hdfs-backup.timer)"
+        in flat
     )
     assert "units=(hdfs-datanode.service spark-worker.service)" in text
     assert "meta-data/local-ipv4" in text and "X-aws-ec2-metadata-token" in text
@@ -364,3 +374,165 @@ def test_msk_iam_auth_is_appended_after_the_sdk_bundle() -> None:
     assert '"${SPARK_HOME}/jars software.amazon.awssdk bundle ${sdk_bundle}"' in jars
     node_files = (FILES.parent / "scripts" / "node-files.sh").read_text(encoding="utf-8")
     assert "\nSPARK_DIST_CLASSPATH=/opt/tablecast/jars/*\n" in node_files
+
+
+def imds_stub(env: dict[str, str], zone_id: str) -> None:
+    """A curl that answers IMDSv2's token and placement requests as EC2 would."""
+    stub = Path(env["PATH"].split(":", 1)[0]) / "curl"
+    stub.write_text(
+        "#!/bin/sh\n"
+        'for arg; do last="$arg"; done\n'
+        'case "$last" in\n'
+        "  */api/token) echo token ;;\n"
+        f"  */placement/availability-zone-id) echo {zone_id} ;;\n"
+        "  *) exit 22 ;;\n"
+        "esac\n",
+        encoding="utf-8",
+    )
+    stub.chmod(0o755)
+
+
+@pytest.mark.parametrize(("reported", "ok"), [("euw1-az1", True), ("euw1-az3", False)])
+def test_node_bootstrap_checks_the_zone_id_against_the_instance(
+    reported: str, ok: bool, tmp_path: Path
+) -> None:
+    env = write_node_env(tmp_path)
+    imds_stub(env, reported)
+    result = bash(f'source "{NODE_BOOTSTRAP}"\nload_settings\nzone_check', env)
+    assert (result.returncode == 0) is ok, result.stderr
+    if not ok:
+        assert "TABLECAST_ZONE_ID euw1-az1 is not this instance's zone id euw1-az3" in (
+            result.stderr
+        )
+
+
+FORMAT_ONCE = BIN / "hdfs-format-once"
+
+
+def format_once_env(tmp_path: Path) -> dict[str, str]:
+    """hdfs-format-once with its directories under tmp_path and an hdfs that logs."""
+    env = shell_env(tmp_path)
+    hadoop = tmp_path / "hadoop"
+    (hadoop / "bin").mkdir(parents=True)
+    hdfs = hadoop / "bin" / "hdfs"
+    hdfs.write_text(
+        '#!/bin/sh\necho "$@" >>"$HDFS_LOG"\n'
+        'for d in "$TABLECAST_NAME_DIR" "$TABLECAST_NAME_COPY_DIR"; do\n'
+        '  mkdir -p "$d/current"; echo formatted >"$d/current/VERSION"; done\n',
+        encoding="utf-8",
+    )
+    hdfs.chmod(0o755)
+    for name in ("hdfs/namenode", "copy"):
+        (tmp_path / name).mkdir(parents=True)
+    env |= {
+        "TABLECAST_ENV": "prod",
+        "HADOOP_HOME": str(hadoop),
+        "TABLECAST_NAME_DIR": str(tmp_path / "hdfs" / "namenode"),
+        "TABLECAST_NAME_COPY_DIR": str(tmp_path / "copy"),
+        "HDFS_LOG": str(tmp_path / "hdfs.log"),
+    }
+    return env
+
+
+def namespace(directory: Path, text: str) -> None:
+    (directory / "current").mkdir(parents=True)
+    (directory / "current" / "VERSION").write_text(text, encoding="utf-8")
+
+
+def test_format_once_formats_both_copies_on_first_boot_only(tmp_path: Path) -> None:
+    env = format_once_env(tmp_path)
+    for _ in range(2):
+        result = bash(f'"{FORMAT_ONCE}"', env)
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "hdfs.log").read_text(encoding="utf-8").count("namenode -format") == 1
+    assert (tmp_path / "copy" / "current" / "VERSION").is_file()
+
+
+def test_format_once_seeds_the_root_copy_of_a_replaced_instance(tmp_path: Path) -> None:
+    env = format_once_env(tmp_path)
+    namespace(tmp_path / "hdfs" / "namenode", "cluster A")
+    (tmp_path / "hdfs" / ".namenode-formatted").write_text("earlier", encoding="utf-8")
+    result = bash(f'"{FORMAT_ONCE}"', env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "copy" / "current" / "VERSION").read_text(encoding="utf-8") == "cluster A"
+    assert not (tmp_path / "hdfs.log").exists(), "nothing is formatted"
+
+
+def test_format_once_restores_a_lost_data_volume_from_the_copy(tmp_path: Path) -> None:
+    """A blank data volume has no marker: without the copy it would be formatted."""
+    env = format_once_env(tmp_path)
+    namespace(tmp_path / "copy", "cluster A")
+    result = bash(f'"{FORMAT_ONCE}"', env)
+    assert result.returncode == 0, result.stderr
+    assert "restored the namespace" in result.stdout
+    restored = tmp_path / "hdfs" / "namenode" / "current" / "VERSION"
+    assert restored.read_text(encoding="utf-8") == "cluster A"
+    assert not (tmp_path / "hdfs.log").exists(), "nothing is formatted"
+
+
+def test_driver_timers_run_health_every_minute_and_the_backup_hourly(tmp_path: Path) -> None:
+    env = write_node_env(tmp_path) | {"TABLECAST_UNIT_DIR": str(tmp_path)}
+    result = bash(f'source "{NODE_BOOTSTRAP}"\ndriver_timers', env)
+    assert result.returncode == 0, result.stderr
+    health = (tmp_path / "tablecast-hdfs-health.timer").read_text(encoding="utf-8")
+    assert "OnUnitActiveSec=1min" in health.splitlines()
+    backup = (tmp_path / "tablecast-hdfs-backup.timer").read_text(encoding="utf-8")
+    assert "OnCalendar=hourly" in backup.splitlines()
+    service = (tmp_path / "tablecast-hdfs-backup.service").read_text(encoding="utf-8")
+    assert "ExecStart=/opt/tablecast/bin/hdfs-checkpoint-backup" in service.splitlines()
+    assert "User=hdfs" in service.splitlines()
+
+
+def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
+    """Against a NameNode JMX servlet stand-in on loopback."""
+    import http.server
+    import threading
+
+    beans = {
+        "FSNamesystem": {"MissingBlocks": 0, "UnderReplicatedBlocks": 4, "CorruptBlocks": 0},
+        "FSNamesystemState": {
+            "NumLiveDataNodes": 3,
+            "NumDeadDataNodes": 1,
+            "CapacityTotal": 200,
+            "CapacityUsed": 50,
+        },
+    }
+
+    class Jmx(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            name = self.path.rsplit("name=", 1)[1]
+            body = json.dumps({"beans": [beans[name]]}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Jmx)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = shell_env(tmp_path) | {
+            "TABLECAST_ENV": "prod",
+            "AWS_REGION": "eu-west-1",
+            "TABLECAST_PYTHON": sys.executable,
+            "TABLECAST_NAMENODE_JMX": f"http://127.0.0.1:{server.server_port}/jmx",
+        }
+        text = (BIN / "hdfs-health").read_text(encoding="utf-8")
+        # Run the script's own Python with --print instead of publishing.
+        printing = tmp_path / "hdfs-health"
+        printing.write_text(
+            text.replace('"${AWS_REGION}" <<', '"${AWS_REGION}" --print <<'), encoding="utf-8"
+        )
+        result = bash(f'bash "{printing}"', env)
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "HdfsCapacityUsedPercent": 25.0,
+        "HdfsCorruptBlocks": 0,
+        "HdfsDeadDataNodes": 1,
+        "HdfsLiveDataNodes": 3,
+        "HdfsMissingBlocks": 0,
+        "HdfsUnderReplicatedBlocks": 4,
+    }

@@ -1,25 +1,42 @@
-"""Synthesize every environment once per test session (importing the provider takes ~15 s)."""
+"""Synthesize every environment once per test session (importing the provider takes ~15 s).
+
+The environments get the throwaway deployment settings of
+``infra/settings/testing.toml``, as ``make synth`` on a fresh clone does.
+"""
 
 from pathlib import Path
 
 import pytest
 
-from infra.config import ENVIRONMENTS, EnvironmentConfig
+from infra.config import ENVIRONMENTS, DeploymentSettings, EnvironmentConfig
+from infra.config.environments import configure
+from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.testing import SynthesizedEnvironment, synthesize
 
 
 @pytest.fixture(scope="session")
-def configs() -> dict[str, EnvironmentConfig]:
+def testing_settings() -> dict[str, DeploymentSettings]:
+    """The throwaway settings of every environment, by name."""
+    return load_settings(TESTING_SETTINGS)
+
+
+@pytest.fixture(scope="session")
+def configs(testing_settings: dict[str, DeploymentSettings]) -> dict[str, EnvironmentConfig]:
     """Every configured environment, by name."""
-    return {name: make() for name, make in ENVIRONMENTS.items()}
+    return {config.name: config for config in configure(testing_settings)}
+
+
+@pytest.fixture(scope="session")
+def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's synthesis is written (``<outdir>/stacks/<stack>/cdk.tf.json``)."""
+    return tmp_path_factory.mktemp("synth") / "cdktf.out"
 
 
 @pytest.fixture(scope="session")
 def synthesized(
-    configs: dict[str, EnvironmentConfig], tmp_path_factory: pytest.TempPathFactory
+    configs: dict[str, EnvironmentConfig], outdir: Path
 ) -> dict[str, SynthesizedEnvironment]:
     """Every environment's stacks as ``make synth`` writes them, by environment name."""
-    outdir: Path = tmp_path_factory.mktemp("cdktf.out")
     return synthesize(list(configs.values()), outdir)
 
 

@@ -8,16 +8,32 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, EnvironmentConfig, plan_subnets, versions
+from infra.config import (
+    ConfigError,
+    DeploymentSettings,
+    EnvironmentConfig,
+    StateBackend,
+    plan_subnets,
+    versions,
+)
 from infra.config.broker_settings import broker_properties
 from infra.config.parsing import topic_prefix, trigger_seconds
+from infra.config.settings import alarm_endpoint
 from infra.config.sizing import required_broker_volume_gib
+
+SHARED = DeploymentSettings(
+    account_id="111122223333",
+    spark_image_id="ami-0123456789abcdef0",
+    alarm_endpoints=(alarm_endpoint("oncall@tablecast-ops.net"),),
+    state_backend=StateBackend(bucket="team-terraform-state"),
+)
 
 
 def valid(**changes: Any) -> EnvironmentConfig:
     """A valid three-zone environment with ``changes`` applied."""
     settings: dict[str, Any] = {
         "name": "team",
+        "deployment": SHARED,
         "region": "eu-west-1",
         "availability_zones": ("eu-west-1a", "eu-west-1b", "eu-west-1c"),
         "vpc_cidr": "10.50.0.0/16",
@@ -31,9 +47,11 @@ def valid(**changes: Any) -> EnvironmentConfig:
 
 
 def test_every_defined_environment_is_valid(configs: dict[str, EnvironmentConfig]) -> None:
-    assert set(configs) == {"dev", "staging", "prod"}
+    assert set(configs) == {"dev", "staging", "prod", "sandbox"}
     for name, config in configs.items():
         assert config.name == name
+    # Only the sandbox may keep local state and page nobody.
+    assert [name for name, config in configs.items() if config.throwaway] == ["sandbox"]
 
 
 def test_a_team_can_add_an_environment() -> None:
@@ -51,16 +69,18 @@ def test_a_team_can_add_an_environment() -> None:
         ({"broker_count": 4}, "broker_count", "4 is not a multiple of the 3 availability zones"),
         ({"broker_count": 2}, "broker_count", "not a multiple of the 3 availability zones"),
         (
-            {"name": "prod", "alarm_emails": ()},
-            "alarm_emails",
-            "a production environment needs at least one alarm address",
+            {"deployment": dataclasses.replace(SHARED, alarm_endpoints=())},
+            "alarm_endpoints",
+            "a shared environment needs someone to page",
         ),
         (
-            {"production": True, "alarm_emails": ()},
-            "alarm_emails",
-            "needs at least one alarm address",
+            {"deployment": dataclasses.replace(SHARED, state_backend=None)},
+            "state_backend",
+            "a shared environment keeps its Terraform state in S3",
         ),
-        ({"alarm_emails": ("",)}, "alarm_emails", "'' is not an email address"),
+        ({"throwaway": True, "production": True}, "throwaway", "never throwaway"),
+        ({"name": "prod", "throwaway": True}, "throwaway", "never throwaway"),
+        ({"deployment": None}, "deployment", "no deployment settings: set TABLECAST_SETTINGS"),
         ({"availability_zones": ("eu-west-1a",)}, "availability_zones", "needs 2 or 3 zones"),
         (
             {"availability_zones": ("eu-west-1a", "eu-west-1a")},
@@ -101,7 +121,6 @@ def test_a_team_can_add_an_environment() -> None:
         ),
         ({"archive_glacier_days": 30}, "archive_glacier_days", "must come after"),
         ({"records_behind_alarm_threshold": 0}, "records_behind_alarm_threshold", "positive"),
-        ({"state_bucket": "Not_A_Bucket"}, "state_bucket", "not an S3 bucket name"),
     ],
 )
 def test_invalid_configuration_fails_with_its_message(
@@ -200,3 +219,9 @@ def test_versions_come_from_versions_toml() -> None:
         pins = tomllib.load(handle)
     assert versions().msk_kafka == pins["kafka"]["msk_version"]
     assert versions().spark == pins["spark"]["version"]
+
+
+def test_a_throwaway_environment_may_keep_local_state_and_page_nobody() -> None:
+    bare = dataclasses.replace(SHARED, alarm_endpoints=(), state_backend=None)
+    config = valid(throwaway=True, deployment=bare)
+    assert config.deployment.state_backend is None

@@ -2,6 +2,8 @@
 
 from app import handoff, metric_names
 from infra.config import layout
+from infra.constructs.hdfs_snapshots import DLM_DESCRIBE_ACTIONS
+from infra.constructs.node_permissions import ACTIONS_WITHOUT_RESOURCES, SSM_AGENT_MESSAGE_ACTIONS
 from infra.testing import Document, SynthesizedEnvironment, as_list, policy_statements
 
 IAM_POLICY_TYPES = ("aws_iam_role_policy", "aws_iam_policy")
@@ -17,7 +19,11 @@ def identity_statements(env: SynthesizedEnvironment) -> list[Document]:
 
 
 def node_statements(env: SynthesizedEnvironment) -> dict[str, Document]:
-    (policy,) = env["spark"].resources("aws_iam_role_policy").values()
+    (policy,) = [
+        policy
+        for policy in env["spark"].resources("aws_iam_role_policy").values()
+        if policy["role"] == "${aws_iam_role.node-role.id}"
+    ]
     return {statement["Sid"]: statement for statement in policy_statements(policy["policy"])}
 
 
@@ -32,15 +38,33 @@ def test_no_wildcard_actions_in_identity_policies(env: SynthesizedEnvironment) -
             assert "*" not in action, statement
 
 
-def test_wildcard_resource_only_where_aws_has_no_resource_and_then_with_a_condition(
-    env: SynthesizedEnvironment,
-) -> None:
+def test_wildcard_resource_only_where_aws_has_no_resource(env: SynthesizedEnvironment) -> None:
     for statement in identity_statements(env):
-        if "*" in as_list(statement["Resource"]):
-            assert as_list(statement["Action"]) == ["cloudwatch:PutMetricData"]
+        if "*" not in as_list(statement["Resource"]):
+            continue
+        assert as_list(statement["Resource"]) == ["*"]
+        assert set(as_list(statement["Action"])) <= (
+            ACTIONS_WITHOUT_RESOURCES | set(DLM_DESCRIBE_ACTIONS)
+        ), statement
+        if "cloudwatch:PutMetricData" in as_list(statement["Action"]):
             assert statement["Condition"] == {
-                "StringEquals": {"cloudwatch:namespace": metric_names.NAMESPACE}
+                "StringEquals": {
+                    "cloudwatch:namespace": [metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE]
+                }
             }
+
+
+def test_no_aws_managed_policy_on_the_nodes(env: SynthesizedEnvironment) -> None:
+    # AmazonSSMManagedInstanceCore reads every parameter and document of the account.
+    assert not env["spark"].resources("aws_iam_role_policy_attachment")
+    statements = node_statements(env)
+    assert set(as_list(statements["SsmAgentMessages"]["Action"])) == set(SSM_AGENT_MESSAGE_ACTIONS)
+    ssm_reads = [
+        statement
+        for statement in statements.values()
+        if any(action.startswith("ssm:Get") for action in as_list(statement["Action"]))
+    ]
+    assert [statement["Sid"] for statement in ssm_reads] == ["ReadHandoffParameters"]
 
 
 def test_nodes_read_and_write_only_the_pipeline_prefixes(env: SynthesizedEnvironment) -> None:
@@ -80,43 +104,101 @@ def test_kms_use_only_through_s3(env: SynthesizedEnvironment) -> None:
     }
 
 
-def test_metrics_only_in_the_jobs_namespace(env: SynthesizedEnvironment) -> None:
-    statement = node_statements(env)["PublishJobMetrics"]
+def test_metrics_only_in_the_jobs_and_the_nodes_namespaces(env: SynthesizedEnvironment) -> None:
+    statement = node_statements(env)["PublishMetrics"]
     assert as_list(statement["Action"]) == ["cloudwatch:PutMetricData"]
-    assert statement["Condition"]["StringEquals"]["cloudwatch:namespace"] == "Tablecast"
+    assert statement["Condition"]["StringEquals"]["cloudwatch:namespace"] == [
+        "Tablecast",
+        "Tablecast/Nodes",
+    ]
 
 
-def test_kafka_connect_and_read_only_for_the_topic_prefix(env: SynthesizedEnvironment) -> None:
+def kafka_actions(statements: dict[str, Document]) -> set[str]:
+    return {
+        action
+        for statement in statements.values()
+        for action in as_list(statement["Action"])
+        if action.startswith("kafka-cluster:")
+    }
+
+
+def test_nodes_only_consume_and_use_tablecast_groups(env: SynthesizedEnvironment) -> None:
     statements = node_statements(env)
     prefix = env.config.topic_prefix
-    connect = statements["ConnectToCluster"]
-    assert set(as_list(connect["Action"])) == {
+    assert kafka_actions(statements) == {
         "kafka-cluster:Connect",
         "kafka-cluster:DescribeCluster",
-    }
-    read = statements["ReadPipelineTopics"]
-    assert set(as_list(read["Action"])) == {
         "kafka-cluster:DescribeTopic",
         "kafka-cluster:ReadData",
-    }
+        "kafka-cluster:DescribeGroup",
+        "kafka-cluster:AlterGroup",
+    }, "the job and the archiver neither write nor administer topics"
+    read = statements["ReadPipelineTopics"]
     for resource in as_list(read["Resource"]):
         assert f":kafka:{env.config.region}:" in resource
         assert ":topic/${" in resource
         assert resource.endswith(f"/{prefix}*")
-    groups = statements["UseConsumerGroups"]
+    groups = statements["UseTablecastGroups"]
     assert set(as_list(groups["Action"])) == {
         "kafka-cluster:DescribeGroup",
         "kafka-cluster:AlterGroup",
     }
-    assert any(resource.endswith(f"/{prefix}*") for resource in groups["Resource"])
-    operate = statements["OperatePipelineTopics"]
-    assert set(as_list(operate["Action"])) == {
-        "kafka-cluster:CreateTopic",
-        "kafka-cluster:AlterTopic",
-        "kafka-cluster:DescribeTopicDynamicConfiguration",
+    (group,) = as_list(groups["Resource"])
+    assert ":group/${" in group
+    assert group.endswith("/tablecast-*")
+
+
+def kafka_policies(env: SynthesizedEnvironment) -> tuple[dict[str, Document], dict[str, Document]]:
+    kafka = env["kafka"]
+    (producer,) = kafka.resources("aws_iam_policy").values()
+    (admin,) = kafka.resources("aws_iam_role_policy").values()
+    return (
+        {s["Sid"]: s for s in policy_statements(producer["policy"])},
+        {s["Sid"]: s for s in policy_statements(admin["policy"])},
+    )
+
+
+def test_producers_get_a_policy_that_only_writes_the_pipelines_topics(
+    env: SynthesizedEnvironment,
+) -> None:
+    producer, _ = kafka_policies(env)
+    assert kafka_actions(producer) == {
+        "kafka-cluster:Connect",
+        "kafka-cluster:DescribeCluster",
+        "kafka-cluster:WriteDataIdempotently",
+        "kafka-cluster:DescribeTopic",
         "kafka-cluster:WriteData",
     }
-    assert all(resource.endswith(f"/{prefix}*") for resource in operate["Resource"])
+    for resource in as_list(producer["WritePipelineTopics"]["Resource"]):
+        assert resource.endswith(f"/{env.config.topic_prefix}*")
+    outputs = env["kafka"].outputs()
+    assert outputs["producer_policy_arn"]["value"].startswith("${aws_iam_policy.")
+
+
+def test_topic_administration_has_its_own_role(env: SynthesizedEnvironment) -> None:
+    _, admin = kafka_policies(env)
+    assert {
+        "kafka-cluster:CreateTopic",
+        "kafka-cluster:AlterTopic",
+        "kafka-cluster:AlterTopicDynamicConfiguration",
+    } <= kafka_actions(admin)
+    assert "kafka-cluster:DeleteTopic" not in kafka_actions(admin)
+    for resource in as_list(admin["AdministerPipelineTopics"]["Resource"]):
+        assert resource.endswith(f"/{env.config.topic_prefix}*")
+    (transactions,) = as_list(admin["LoadToolTransactions"]["Resource"])
+    assert ":transactional-id/${" in transactions
+    assert transactions.endswith("/tablecast-produce-*")
+    (role,) = env["kafka"].resources("aws_iam_role").values()
+    assert role["name"] == f"tablecast-{env.config.name}-topic-admin"
+    (trust,) = policy_statements(role["assume_role_policy"])
+    principals = env.config.deployment.topic_admin_principals
+    if principals:
+        assert trust["Principal"] == {"AWS": list(principals)}
+    else:
+        assert trust["Principal"]["AWS"][0].endswith(":root}") or trust["Principal"]["AWS"][
+            0
+        ].endswith(":root")
+    assert "ec2.amazonaws.com" not in role["assume_role_policy"], "no node can become admin"
 
 
 def test_ssm_read_only_under_the_environments_path(env: SynthesizedEnvironment) -> None:

@@ -4,9 +4,12 @@ checkov has no checks for ``aws_msk_configuration``: the broker settings are
 asserted here, on what Terraform gets.
 """
 
-from infra.config import MIN_RETENTION_HOURS, EnvironmentConfig, versions
+import pytest
+
+from infra.config import MIN_RETENTION_HOURS, ConfigError, EnvironmentConfig, versions
 from infra.config.model import DEFAULT_RETENTION_HOURS
 from infra.testing import Document, SynthesizedEnvironment
+from tests.infra.test_infra_config import valid
 
 
 def server_properties(env: SynthesizedEnvironment) -> dict[str, str]:
@@ -53,11 +56,39 @@ def test_prod_keeps_the_default_week(configs: dict[str, EnvironmentConfig]) -> N
     assert configs["prod"].retention_hours == DEFAULT_RETENTION_HOURS == 168
 
 
-def test_kafka_version_comes_from_versions_toml(env: SynthesizedEnvironment) -> None:
-    assert cluster(env)["kafka_version"] == versions().msk_kafka
+def test_new_clusters_run_kraft_at_the_version_of_versions_toml(
+    env: SynthesizedEnvironment,
+) -> None:
+    assert env.config.kafka_metadata_mode == "kraft"
+    assert cluster(env)["kafka_version"] == f"{versions().msk_kafka}.kraft"
     (configuration,) = env["kafka"].resources("aws_msk_configuration").values()
-    assert configuration["kafka_versions"] == [versions().msk_kafka]
+    assert configuration["kafka_versions"] == [cluster(env)["kafka_version"]]
     assert cluster(env)["configuration_info"]["arn"].startswith("${aws_msk_configuration.")
+
+
+def test_a_zookeeper_cluster_keeps_its_mode() -> None:
+    config = valid(kafka_metadata_mode="zookeeper")
+    assert config.msk_cluster_version == versions().msk_kafka
+    with pytest.raises(ConfigError, match="must be one of kraft, zookeeper"):
+        valid(kafka_metadata_mode="raft")
+
+
+def test_consumers_fetch_from_a_replica_in_their_zone(env: SynthesizedEnvironment) -> None:
+    assert server_properties(env)["replica.selector.class"] == (
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    )
+
+
+def test_the_cluster_is_guarded_and_its_configuration_replaced_safely(
+    env: SynthesizedEnvironment,
+) -> None:
+    guarded = cluster(env).get("lifecycle", {}).get("prevent_destroy", False)
+    assert guarded is (not env.config.throwaway)
+    (configuration,) = env["kafka"].resources("aws_msk_configuration").values()
+    assert configuration["lifecycle"] == {"create_before_destroy": True}
+    # Named after the version: a new version's configuration never clashes with the old.
+    version = cluster(env)["kafka_version"].replace(".", "-")
+    assert configuration["name"] == f"tablecast-{env.config.name}-brokers-{version}"
 
 
 def test_encrypted_at_rest_with_our_key_and_tls_only_in_transit(

@@ -1,12 +1,18 @@
 """Alarms that reach the topic, on metrics someone publishes; EC2 recovery; the dashboard."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 from app import metric_names
-from infra.stacks.monitoring import heartbeat_window_seconds
-from infra.testing import Document, SynthesizedEnvironment
+from infra.config import EndpointKind
+from infra.config.environments import dev
+from infra.config.settings import TESTING_SETTINGS, alarm_endpoint, load_settings
+from infra.stacks.monitoring import CHECKPOINT_BACKUPS, HDFS_METRICS, heartbeat_window_seconds
+from infra.testing import Document, SynthesizedEnvironment, synthesize
 
 TOPIC = "${aws_sns_topic.alarms.arn}"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def alarms(env: SynthesizedEnvironment) -> dict[str, Document]:
@@ -95,20 +101,136 @@ def test_kafka_alarms(env: SynthesizedEnvironment) -> None:
         assert disk["dimensions"]["Broker ID"] == str(broker)
         cpu = alarm(env, f"kafka-cpu-broker-{broker}")
         assert {metric for _, metric in watched_metrics(cpu)} == {"CpuUser", "CpuSystem"}
-    replicated = alarm(env, "kafka-under-replicated-partitions")
-    assert len(watched_metrics(replicated)) == brokers
-    assert {metric for _, metric in watched_metrics(replicated)} == {"UnderReplicatedPartitions"}
+        heap = alarm(env, f"kafka-heap-after-gc-broker-{broker}")
+        assert (heap["metric_name"], heap["threshold"]) == ("HeapMemoryAfterGC", 60)
+    for name, metric in [
+        ("kafka-under-replicated-partitions", "UnderReplicatedPartitions"),
+        ("kafka-under-min-isr-partitions", "UnderMinIsrPartitionCount"),
+    ]:
+        summed = alarm(env, name)
+        assert watched_metrics(summed) == [("AWS/Kafka", metric)] * brokers
+        (expression,) = [q["expression"] for q in summed["metric_query"] if "expression" in q]
+        assert expression.startswith("SUM([")
+        assert summed["threshold"] == 0
     offline = alarm(env, "kafka-offline-partitions")
     assert (offline["metric_name"], offline["threshold"]) == ("OfflinePartitionsCount", 0)
-    controller = alarm(env, "kafka-active-controller-count")
-    assert watched_metrics(controller) == [("AWS/Kafka", "ActiveControllerCount")]
-    expressions = [
-        query["expression"] for query in controller["metric_query"] if "expression" in query
-    ]
-    assert expressions == ["ABS(controllers - 1)"]
+    # KRaft: MSK runs and watches the controllers; the brokers report none.
+    assert f"tablecast-{env.config.name}-kafka-active-controller-count" not in alarms(env)
     for name, found in alarms(env).items():
         if "kafka" in name:
             assert all(namespace == "AWS/Kafka" for namespace, _ in watched_metrics(found))
+
+
+def test_every_alarm_says_what_silence_means(env: SynthesizedEnvironment) -> None:
+    breaching = {
+        name.removeprefix(f"tablecast-{env.config.name}-")
+        for name, found in alarms(env).items()
+        if found["treat_missing_data"] == "breaching"
+    }
+    for found in alarms(env).values():
+        assert found["treat_missing_data"] in {"breaching", "notBreaching"}
+    # Where silence means something is gone, silence alarms.
+    expected = {
+        "job-heartbeat-missing",
+        "kafka-offline-partitions",
+        "kafka-under-replicated-partitions",
+        "kafka-under-min-isr-partitions",
+        "hdfs-live-datanodes",
+        "checkpoint-backup-missing",
+    }
+    expected |= {
+        f"kafka-{kind}-broker-{broker}"
+        for broker in range(1, env.config.broker_count + 1)
+        for kind in ("disk-used", "cpu", "heap-after-gc")
+    }
+    assert expected <= breaching
+    for node in node_names(env):
+        for kind in ("memory-used", "root-disk-used", "data-disk-used"):
+            assert f"{node}-{kind}" in breaching
+
+
+def node_names(env: SynthesizedEnvironment) -> list[str]:
+    return ["driver"] + [f"worker-{i}" for i in range(1, env.config.spark_worker_count + 1)]
+
+
+def test_node_disk_and_memory_alarms_watch_what_the_agent_publishes(
+    env: SynthesizedEnvironment,
+) -> None:
+    config = agent_metrics_config()
+    assert config["metrics"]["namespace"] == "Tablecast/Nodes"
+    collected = config["metrics"]["metrics_collected"]
+    assert collected["mem"]["measurement"] == ["used_percent"]
+    assert collected["disk"]["resources"] == ["/", "/data"]
+    assert collected["disk"]["drop_device"] is True
+    assert config["metrics"]["append_dimensions"] == {"InstanceId": "${aws:InstanceId}"}
+    for node in node_names(env):
+        memory = alarm(env, f"{node}-memory-used")
+        assert (memory["namespace"], memory["metric_name"]) == (
+            "Tablecast/Nodes",
+            "mem_used_percent",
+        )
+        assert set(memory["dimensions"]) == {"InstanceId"}
+        for label, path, fstype in (("root", "/", "ext4"), ("data", "/data", "xfs")):
+            disk = alarm(env, f"{node}-{label}-disk-used")
+            assert disk["metric_name"] == "disk_used_percent"
+            assert {k: v for k, v in disk["dimensions"].items() if k != "InstanceId"} == {
+                "path": path,
+                "fstype": fstype,
+            }
+
+
+def agent_metrics_config() -> Document:
+    text = (ROOT / "ami" / "files" / "bin" / "node-bootstrap").read_text(encoding="utf-8")
+    body = text.split("<<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0]
+    config: Document = json.loads(body)
+    return config
+
+
+def test_hdfs_alarms_watch_what_the_driver_publishes(env: SynthesizedEnvironment) -> None:
+    health = (ROOT / "ami" / "files" / "bin" / "hdfs-health").read_text(encoding="utf-8")
+    backup = (ROOT / "ami" / "files" / "bin" / "hdfs-checkpoint-backup").read_text(encoding="utf-8")
+    for name in HDFS_METRICS:
+        assert f'"{name}"' in health
+    assert f'"{CHECKPOINT_BACKUPS}"' in backup
+    assert 'Namespace="Tablecast/Nodes"' in backup
+    assert 'NAMESPACE = "Tablecast/Nodes"' in health
+    live = alarm(env, "hdfs-live-datanodes")
+    assert (live["metric_name"], live["threshold"]) == (
+        "HdfsLiveDataNodes",
+        env.config.spark_worker_count,
+    )
+    assert live["dimensions"] == {"Environment": env.config.name}
+    for name in ("hdfs-missing-blocks", "hdfs-corrupt-blocks", "hdfs-under-replicated-blocks"):
+        assert alarm(env, name)["threshold"] == 0
+    backups = alarm(env, "checkpoint-backup-missing")
+    assert (backups["metric_name"], backups["period"]) == (CHECKPOINT_BACKUPS, 3 * 3600)
+
+
+def test_alarms_are_built_from_one_table(env: SynthesizedEnvironment) -> None:
+    stack = env.stacks.monitoring
+    assert len(stack.specs) == len(alarms(env))
+    assert {f"tablecast-{env.config.name}-{spec.name}" for spec in stack.specs} == set(alarms(env))
+
+
+def test_broker_storage_grows_before_the_disk_alarm(env: SynthesizedEnvironment) -> None:
+    kafka = env["kafka"]
+    (target,) = kafka.resources("aws_appautoscaling_target").values()
+    assert target["scalable_dimension"] == "kafka:broker-storage:VolumeSize"
+    assert target["resource_id"] == "${aws_msk_cluster.cluster.arn}"
+    assert target["max_capacity"] == env.config.broker_volume_ceiling_gib
+    assert target["max_capacity"] > env.config.effective_broker_volume_gib
+    (policy,) = kafka.resources("aws_appautoscaling_policy").values()
+    tracking = policy["target_tracking_scaling_policy_configuration"]
+    assert tracking["predefined_metric_specification"]["predefined_metric_type"] == (
+        "KafkaBrokerStorageUtilization"
+    )
+    assert tracking["target_value"] < 85
+    assert tracking["disable_scale_in"] is True
+    (msk,) = kafka.resources("aws_msk_cluster").values()
+    assert (
+        "broker_node_group_info[0].storage_info[0].ebs_storage_info[0].volume_size"
+        in msk["lifecycle"]["ignore_changes"]
+    )
 
 
 def test_ec2_status_checks_recover_every_node(env: SynthesizedEnvironment) -> None:
@@ -127,17 +249,45 @@ def test_ec2_status_checks_recover_every_node(env: SynthesizedEnvironment) -> No
     assert watched == {f"${{aws_instance.{name}.id}}" for name in instances}
 
 
-def test_alarm_topic_is_encrypted_and_mails_the_configured_addresses(
+def test_alarm_topic_is_encrypted_and_reaches_the_configured_endpoints(
     env: SynthesizedEnvironment,
 ) -> None:
     monitoring = env["monitoring"]
     (topic,) = monitoring.resources("aws_sns_topic").values()
     assert topic["kms_master_key_id"].startswith("${aws_kms_key.")
-    subscriptions = monitoring.resources("aws_sns_topic_subscription").values()
-    assert sorted(s["endpoint"] for s in subscriptions) == sorted(env.config.alarm_emails)
-    assert all(s["protocol"] == "email" and s["topic_arn"] == TOPIC for s in subscriptions)
-    if env.config.is_production:
-        assert env.config.alarm_emails
+    endpoints = env.config.deployment.alarm_endpoints
+    subscribed = sorted(
+        (s["protocol"], s["endpoint"])
+        for s in monitoring.resources("aws_sns_topic_subscription").values()
+        if s["topic_arn"] == TOPIC
+    )
+    assert subscribed == sorted(
+        (e.kind.value, e.address) for e in endpoints if e.kind is not EndpointKind.TOPIC
+    )
+    existing = [e.address for e in endpoints if e.kind is EndpointKind.TOPIC]
+    for alarm in alarms(env).values():
+        assert set(existing) <= set(alarm["alarm_actions"])
+        assert set(existing) <= set(alarm["ok_actions"])
+    if not env.config.throwaway:
+        assert endpoints, "a shared environment pages someone"
+
+
+def test_email_and_https_endpoints_become_subscriptions(tmp_path: Path) -> None:
+    settings = dataclasses.replace(
+        load_settings(TESTING_SETTINGS)["dev"],
+        alarm_endpoints=(
+            alarm_endpoint("oncall@tablecast-ops.net"),
+            alarm_endpoint("https://events.pagerduty.com/integration/abc/enqueue"),
+        ),
+    )
+    (team,) = synthesize([dev(settings)], tmp_path / "cdktf.out").values()
+    subscriptions = team["monitoring"].resources("aws_sns_topic_subscription").values()
+    assert sorted((s["protocol"], s["endpoint"]) for s in subscriptions) == [
+        ("email", "oncall@tablecast-ops.net"),
+        ("https", "https://events.pagerduty.com/integration/abc/enqueue"),
+    ]
+    for alarm in alarms(team).values():
+        assert alarm["alarm_actions"][-1:] == [TOPIC]
 
 
 def test_dashboard_shows_the_job_brokers_nodes_and_alarms(env: SynthesizedEnvironment) -> None:

@@ -2,7 +2,7 @@
 
 import ipaddress
 
-from infra.config import layout
+from infra.config import EnvironmentConfig, layout
 from infra.testing import SynthesizedEnvironment
 
 PUBLIC_RESOURCE_TYPES = (
@@ -11,13 +11,22 @@ PUBLIC_RESOURCE_TYPES = (
     "aws_nat_gateway",
     "aws_eip",
     "aws_lb",
-    "aws_route",
 )
+BROKERS = "${aws_security_group.brokers-security-group.id}"
 
 
 def test_nothing_public(env: SynthesizedEnvironment) -> None:
     for resource_type in PUBLIC_RESOURCE_TYPES:
         assert not list(env.all_resources(resource_type)), resource_type
+    # The only routes lead to the producer networks, through their peering or gateway.
+    networks = {n.cidr: n.via for n in env.config.deployment.producer_networks}
+    routes = [route for _, route in env.all_resources("aws_route")]
+    assert {route["destination_cidr_block"] for route in routes} == set(networks)
+    for route in routes:
+        via = networks[route["destination_cidr_block"]]
+        target = route.get("vpc_peering_connection_id") or route.get("transit_gateway_id")
+        assert target == via
+        assert not {"gateway_id", "nat_gateway_id", "egress_only_gateway_id"} & set(route)
     for _, subnet in env.all_resources("aws_subnet"):
         assert subnet["map_public_ip_on_launch"] is False
     for _, table in env.all_resources("aws_route_table"):
@@ -27,10 +36,20 @@ def test_nothing_public(env: SynthesizedEnvironment) -> None:
 
 
 def test_no_ingress_from_anywhere(env: SynthesizedEnvironment) -> None:
+    producers = {n.cidr for n in env.config.deployment.producer_networks}
     for _, rule in env.all_resources("aws_vpc_security_group_ingress_rule"):
-        assert "cidr_ipv4" not in rule
         assert "cidr_ipv6" not in rule
-        assert "referenced_security_group_id" in rule
+        if "cidr_ipv4" in rule:
+            # Only a producer network, only to the brokers, only on the IAM port.
+            assert rule["cidr_ipv4"] in producers
+            assert rule["security_group_id"] == BROKERS
+            assert (rule["ip_protocol"], rule["from_port"], rule["to_port"]) == (
+                "tcp",
+                layout.KAFKA_IAM_PORT,
+                layout.KAFKA_IAM_PORT,
+            )
+        else:
+            assert "referenced_security_group_id" in rule
     for _, group in env.all_resources("aws_security_group"):
         assert "ingress" not in group
         assert "egress" not in group
@@ -42,15 +61,20 @@ def test_no_ingress_from_anywhere(env: SynthesizedEnvironment) -> None:
     assert "egress" not in default_group
 
 
-def test_only_spark_nodes_reach_the_brokers(env: SynthesizedEnvironment) -> None:
+def test_spark_nodes_and_configured_producers_reach_the_brokers(
+    env: SynthesizedEnvironment,
+) -> None:
     network = env["network"]
     rules = [
         rule
         for rule in network.resources("aws_vpc_security_group_ingress_rule").values()
-        if rule["security_group_id"] == "${aws_security_group.brokers-security-group.id}"
+        if rule["security_group_id"] == BROKERS
     ]
-    assert len(rules) == 1
-    (rule,) = rules
+    producers = env.config.deployment.producer_networks
+    assert sorted(rule.get("cidr_ipv4", "") for rule in rules) == sorted(
+        ["", *(n.cidr for n in producers)]
+    )
+    (rule,) = [rule for rule in rules if "referenced_security_group_id" in rule]
     assert rule["referenced_security_group_id"] == "${aws_security_group.spark-security-group.id}"
     assert (rule["ip_protocol"], rule["from_port"], rule["to_port"]) == (
         "tcp",
@@ -102,3 +126,17 @@ def test_flow_logs_are_on(env: SynthesizedEnvironment) -> None:
     assert env["network"].has_resource(
         "aws_flow_log", {"traffic_type": "ALL", "log_destination_type": "cloud-watch-logs"}
     )
+
+
+def test_transit_gateways_are_attached_to_every_broker_zone(env: SynthesizedEnvironment) -> None:
+    gateways = {n.via for n in env.config.deployment.producer_networks if n.via.startswith("tgw-")}
+    attachments = list(env["network"].resources("aws_ec2_transit_gateway_vpc_attachment").values())
+    assert {a["transit_gateway_id"] for a in attachments} == gateways
+    for attachment in attachments:
+        assert len(attachment["subnet_ids"]) == len(env.config.availability_zones)
+
+
+def test_some_environment_has_producers(configs: dict[str, EnvironmentConfig]) -> None:
+    # The testing settings exercise peering and transit gateways.
+    vias = {n.via[:3] for c in configs.values() for n in c.deployment.producer_networks}
+    assert vias == {"pcx", "tgw"}

@@ -1,7 +1,10 @@
 """The Spark cluster: zone affinity, the image, IMDSv2, encrypted volumes, user data."""
 
-from infra.config import layout, versions
+import pytest
+
+from infra.config import ConfigError, EnvironmentConfig, layout, versions
 from infra.testing import Document, SynthesizedEnvironment
+from tests.infra.test_infra_config import valid
 
 
 def instances(env: SynthesizedEnvironment) -> dict[str, Document]:
@@ -19,7 +22,7 @@ def test_one_driver_and_the_configured_workers(env: SynthesizedEnvironment) -> N
     assert types == expected
 
 
-def test_zone_affinity_one_subnet_in_a_broker_zone_and_a_cluster_placement_group(
+def test_zone_affinity_one_subnet_in_a_broker_zone_and_a_spread_placement_group(
     env: SynthesizedEnvironment,
 ) -> None:
     subnets = {env.follow(node["subnet_id"]) for node in instances(env).values()}
@@ -32,13 +35,57 @@ def test_zone_affinity_one_subnet_in_a_broker_zone_and_a_cluster_placement_group
         if name.startswith("brokers-")
     }
     assert spark_zone in broker_zones
-    (group,) = env["spark"].resources("aws_placement_group").values()
-    assert group["strategy"] == "cluster"
-    assert {node["placement_group"] for node in instances(env).values()} == {
-        "${aws_placement_group.placement.name}"
-    }
+    groups = env["spark"].resources("aws_placement_group")
+    if env.config.spark_placement == "spread":
+        (group,) = groups.values()
+        # Never "cluster": one rack's failure would take every HDFS copy.
+        assert group["strategy"] == "spread"
+        assert {node["placement_group"] for node in instances(env).values()} == {
+            "${aws_placement_group.placement.name}"
+        }
+    else:
+        assert not groups
+        assert all("placement_group" not in node for node in instances(env).values())
     for volume in env["spark"].resources("aws_ebs_volume").values():
         assert volume["availability_zone"] == spark_zone
+
+
+def test_shared_environments_spread_their_nodes(configs: dict[str, EnvironmentConfig]) -> None:
+    for config in configs.values():
+        assert config.spark_placement == ("none" if config.throwaway else "spread")
+    with pytest.raises(ConfigError, match="a spread group holds 7 nodes per zone, not 8"):
+        valid(spark_worker_count=7)
+
+
+def test_hdfs_volumes_are_guarded_and_snapshotted(env: SynthesizedEnvironment) -> None:
+    spark = env["spark"]
+    tag = ("tablecast:hdfs-snapshots", f"tablecast-{env.config.name}")
+    for volume in spark.resources("aws_ebs_volume").values():
+        assert volume["lifecycle"] == {"prevent_destroy": not env.config.throwaway}
+        assert volume["tags"][tag[0]] == tag[1]
+    (policy,) = spark.resources("aws_dlm_lifecycle_policy").values()
+    details = policy["policy_details"]
+    assert details["resource_types"] == ["VOLUME"]
+    assert details["target_tags"] == {tag[0]: tag[1]}
+    (schedule,) = details["schedule"]
+    assert schedule["create_rule"] == {
+        "interval": env.config.hdfs_snapshot_interval_hours,
+        "interval_unit": "HOURS",
+    }
+    assert schedule["retain_rule"] == {"count": env.config.hdfs_snapshots_kept}
+    assert policy["state"] == "ENABLED"
+    assert policy["execution_role_arn"].startswith("${aws_iam_role.hdfs-snapshots_role")
+
+
+def test_hdfs_keeps_three_copies_where_three_workers_allow(
+    configs: dict[str, EnvironmentConfig],
+) -> None:
+    assert {name: c.hdfs_replication for name, c in configs.items()} == {
+        "dev": 2,
+        "staging": 3,
+        "prod": 3,
+        "sandbox": 1,
+    }
 
 
 def test_imdsv2_required(env: SynthesizedEnvironment) -> None:
@@ -65,17 +112,24 @@ def test_encrypted_root_and_hdfs_volumes_attached_as_sdf(env: SynthesizedEnviron
     assert {attachment["device_name"] for attachment in attachments.values()} == {"/dev/sdf"}
 
 
-def test_image_is_ours_found_by_name_and_tags(env: SynthesizedEnvironment) -> None:
+def test_image_is_the_pinned_one_checked_to_be_ours(env: SynthesizedEnvironment) -> None:
     (image,) = env["spark"].data_sources("aws_ami").values()
     assert image["owners"] == ["self"]
-    assert image["most_recent"] is True
+    assert "most_recent" not in image, "whatever was built last never reaches a node"
     filters = {entry["name"]: entry["values"] for entry in image["filter"]}
+    assert filters["image-id"] == [env.config.deployment.spark_image_id]
     assert filters["name"] == ["tablecast-spark-node-*"]
     assert filters["tag:Project"] == ["tablecast"]
     assert filters["tag:Component"] == ["spark-node"]
     assert filters["tag:SparkVersion"] == [versions().spark]
     for node in instances(env).values():
         assert node["ami"] == "${data.aws_ami.spark-node-image.id}"
+
+
+def test_a_new_image_or_user_data_replaces_no_running_node(env: SynthesizedEnvironment) -> None:
+    # Nodes are rolled one at a time with terraform apply -replace (docs/infra.md).
+    for node in instances(env).values():
+        assert node["lifecycle"] == {"ignore_changes": ["ami", "user_data"]}
 
 
 def node_env(user_data: str) -> dict[str, str]:
@@ -98,7 +152,9 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
         assert variables["TABLECAST_ENV"] == env.config.name
         assert variables["AWS_REGION"] == env.config.region
         assert variables["TABLECAST_HDFS_DEVICE"] == "/dev/sdf"
-        assert variables["TABLECAST_HDFS_REPLICATION"] == str(min(2, env.config.spark_worker_count))
+        # The job's Kafka client.rack: the id (not the name) of the nodes' zone.
+        assert variables["TABLECAST_ZONE_ID"] == "${data.aws_availability_zone.spark-zone.zone_id}"
+        assert variables["TABLECAST_HDFS_REPLICATION"] == str(min(3, env.config.spark_worker_count))
         if name == driver_name:
             assert variables["TABLECAST_ROLE"] == "driver"
             assert variables["TABLECAST_DRIVER_HOST"] == driver_ip
@@ -109,14 +165,12 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
             )
 
 
-def test_nodes_use_the_instance_profile_with_ssm_core(env: SynthesizedEnvironment) -> None:
+def test_nodes_use_the_instance_profile(env: SynthesizedEnvironment) -> None:
     spark = env["spark"]
     for node in instances(env).values():
         assert node["iam_instance_profile"] == "${aws_iam_instance_profile.node-profile.name}"
         assert node["monitoring"] is True
-    (attachment,) = spark.resources("aws_iam_role_policy_attachment").values()
-    assert attachment["policy_arn"].endswith(":iam::aws:policy/AmazonSSMManagedInstanceCore")
-    (role,) = spark.resources("aws_iam_role").values()
+    role = spark.resources("aws_iam_role")["node-role"]
     assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
 
 
@@ -131,3 +185,8 @@ def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:
     for group in groups.values():
         assert group["kms_key_id"].startswith("${aws_kms_key.")
         assert group["retention_in_days"] >= 365
+
+
+def test_zone_id_is_looked_up_for_the_nodes_zone(env: SynthesizedEnvironment) -> None:
+    (zone,) = env["spark"].data_sources("aws_availability_zone").values()
+    assert zone["name"] == env.config.spark_availability_zone

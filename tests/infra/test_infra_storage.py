@@ -62,4 +62,13 @@ def test_lifecycle_moves_the_archive_to_cheaper_storage(env: SynthesizedEnvironm
 def test_only_test_buckets_can_be_destroyed_with_their_data(env: SynthesizedEnvironment) -> None:
     (bucket,) = env["storage"].resources("aws_s3_bucket").values()
     assert bucket["force_destroy"] is (not env.config.is_production)
+    assert bucket["lifecycle"] == {"prevent_destroy": env.config.is_production}
     assert bucket["bucket"].startswith(f"tablecast-{env.config.name}-")
+
+
+def test_checkpoint_backups_expire(env: SynthesizedEnvironment) -> None:
+    (lifecycle,) = env["storage"].resources("aws_s3_bucket_lifecycle_configuration").values()
+    rules = {rule["id"]: rule for rule in lifecycle["rule"]}
+    backups = rules["expire-checkpoint-backups"]
+    assert backups["filter"] == [{"prefix": "checkpoint-backups/"}]
+    assert backups["expiration"] == [{"days": env.config.checkpoint_backup_days}]

@@ -1,0 +1,13 @@
+# The provider build the offline Terraform checks run (make terraform-check):
+# the mirror in /opt/tf-plugins, hashed from its files. Regenerate when the
+# mirror changes (docs/infra.md, "Terraform state and lock files").
+# This file is maintained automatically by "terraform init".
+# Manual edits may be lost in future updates.
+
+provider "registry.terraform.io/hashicorp/aws" {
+  version     = "5.100.0"
+  constraints = "5.100.0"
+  hashes = [
+    "h1:edXOJWE4ORX8Fm+dpVpICzMZJat4AX0VRCAy/xkcOc0=",
+  ]
+}
