@@ -194,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 UNEXPECTED_EXIT_CODE = 70  # EX_SOFTWARE
+CONSUMER_GROUP_PREFIX = "tablecast-"
 # "SomeError: what happened", as Python and Java print an exception's last line.
 _CAUSE = re.compile(r"^\s*([\w.$]+(?:Error|Exception)): (\S.*)$", re.MULTILINE)
 
@@ -276,6 +277,12 @@ def _group_committer(args: argparse.Namespace) -> GroupCommitter | None:
         return None
     if not args.bootstrap_servers:
         raise ConfigurationError("--consumer-group needs a Kafka source (--bootstrap-servers)")
+    if not args.consumer_group.startswith(CONSUMER_GROUP_PREFIX):
+        # The nodes' IAM role may describe and alter only these groups (infra/).
+        raise ConfigurationError(
+            f"--consumer-group {args.consumer_group!r} must start with {CONSUMER_GROUP_PREFIX!r} "
+            "(the only groups the cluster's IAM role may commit to)"
+        )
     from app.metrics.consumer_group import GroupCommitter
     from app.ops.kafka_client import KafkaEndpoint
 

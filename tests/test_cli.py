@@ -113,3 +113,15 @@ def an_output(root: Path) -> str:
     gen.write_archive(gen.generate(spec), str(root / "archive"), spec)
     publish_rows(str(root / "out"), expected_output(str(root / "archive"), "^sensor-.+").rows, "t")
     return str(root / "out")
+
+
+def test_a_consumer_group_outside_the_granted_names_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli.main(["run", "--bootstrap-servers", "127.0.0.1:1", "--output", "o", "--checkpoint",
+                     "c", "--consumer-group", "analytics"])  # fmt: skip
+    assert code == 64
+    assert capsys.readouterr().err.strip() == (
+        "tablecast run: --consumer-group 'analytics' must start with 'tablecast-' (the only "
+        "groups the cluster's IAM role may commit to)"
+    )
