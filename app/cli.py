@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import generate as gen
-from app import logs
+from app import handoff, logs
 from app import verify as verify_mod
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
@@ -194,7 +194,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 UNEXPECTED_EXIT_CODE = 70  # EX_SOFTWARE
-CONSUMER_GROUP_PREFIX = "tablecast-"
 # "SomeError: what happened", as Python and Java print an exception's last line.
 _CAUSE = re.compile(r"^\s*([\w.$]+(?:Error|Exception)): (\S.*)$", re.MULTILINE)
 
@@ -277,10 +276,11 @@ def _group_committer(args: argparse.Namespace) -> GroupCommitter | None:
         return None
     if not args.bootstrap_servers:
         raise ConfigurationError("--consumer-group needs a Kafka source (--bootstrap-servers)")
-    if not args.consumer_group.startswith(CONSUMER_GROUP_PREFIX):
+    if not args.consumer_group.startswith(handoff.CONSUMER_GROUP_PREFIX):
         # The nodes' IAM role may describe and alter only these groups (infra/).
         raise ConfigurationError(
-            f"--consumer-group {args.consumer_group!r} must start with {CONSUMER_GROUP_PREFIX!r} "
+            f"--consumer-group {args.consumer_group!r} must start with "
+            f"{handoff.CONSUMER_GROUP_PREFIX!r} "
             "(the only groups the cluster's IAM role may commit to)"
         )
     from app.metrics.consumer_group import GroupCommitter

@@ -46,6 +46,11 @@ ALL: Final = (
 )
 
 
+# Kafka consumer groups the job and its tools may use (`tablecast run
+# --consumer-group`, the archiver): the nodes' IAM role grants these only.
+CONSUMER_GROUP_PREFIX: Final = "tablecast-"
+
+
 def parameter_name(environment: str, name: str) -> str:
     """The full SSM parameter name of ``name`` in ``environment``."""
     return f"{PREFIX}/{environment}/{name}"

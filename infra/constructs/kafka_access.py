@@ -19,6 +19,7 @@ sets, each the least its holder needs:
 
 from dataclasses import dataclass
 
+from app import handoff
 from infra.constructs.policies import Statement, allow
 
 CONNECT_ACTIONS = ("kafka-cluster:Connect", "kafka-cluster:DescribeCluster")
@@ -39,7 +40,7 @@ TRANSACTION_ACTIONS = (
     "kafka-cluster:AlterTransactionalId",
 )
 # The job's optional consumer-group commits and the archiver's client name.
-TABLECAST_GROUP_PREFIX = "tablecast-"
+TABLECAST_GROUP_PREFIX = handoff.CONSUMER_GROUP_PREFIX
 # tablecast-ops produce --transaction-size names its transactions so.
 PRODUCE_TOOL_TRANSACTION_PREFIX = "tablecast-produce-"
 
