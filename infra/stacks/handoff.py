@@ -7,13 +7,11 @@ also a Terraform output of this stack, so the outputs are the contract.
 from cdktf_cdktf_provider_aws.ssm_parameter import SsmParameter
 from constructs import Construct
 
-from app import handoff, metric_names
+from app import handoff
 from infra.cdk import Fn, TerraformOutput, TerraformResourceLifecycle
-from infra.config import EnvironmentConfig, layout
+from infra.config import EnvironmentConfig
+from infra.config.handoff import handoff_values
 from infra.stacks.base import EnvironmentStack
-
-# What the job-version parameter holds until the deploy tool sets a version.
-NO_JOB_VERSION = "none"
 
 DESCRIPTIONS = {
     handoff.BOOTSTRAP_BROKERS_IAM: "MSK bootstrap brokers for IAM clients (TLS, port 9098)",
@@ -86,33 +84,3 @@ class HandoffStack(EnvironmentStack):
                 value=Fn.nonsensitive(parameter.value),
                 description=DESCRIPTIONS[name],
             )
-
-
-def handoff_values(
-    *,
-    config: EnvironmentConfig,
-    bootstrap_brokers_iam: str,
-    bucket_name: str,
-    driver_private_ip: str,
-    driver_instance_id: str,
-) -> dict[str, str]:
-    """The value of every name in ``app.handoff.ALL``, in that order."""
-    values = {
-        handoff.BOOTSTRAP_BROKERS_IAM: bootstrap_brokers_iam,
-        handoff.BUCKET: bucket_name,
-        handoff.OUTPUT_URI: layout.s3_uri(bucket_name, layout.OUTPUT_PREFIX),
-        handoff.ARCHIVE_URI: layout.s3_uri(bucket_name, layout.ARCHIVE_PREFIX),
-        handoff.ARTIFACTS_URI: layout.s3_uri(bucket_name, layout.ARTIFACTS_PREFIX),
-        handoff.CHECKPOINT_BACKUP_URI: layout.s3_uri(bucket_name, layout.CHECKPOINT_BACKUPS_PREFIX),
-        handoff.CHECKPOINT_URI: layout.checkpoint_uri(driver_private_ip),
-        handoff.TOPIC_PATTERN: config.topic_pattern,
-        handoff.TRIGGER: config.trigger_interval,
-        handoff.METRIC_NAMESPACE: metric_names.NAMESPACE,
-        handoff.DRIVER_ADDRESS: driver_private_ip,
-        handoff.DRIVER_INSTANCE_ID: driver_instance_id,
-        handoff.JOB_VERSION: NO_JOB_VERSION,
-        handoff.RETENTION_HOURS: str(config.retention_hours),
-        handoff.REPLICATION_FACTOR: str(config.replication_factor),
-        handoff.REGION: config.region,
-    }
-    return {name: values[name] for name in handoff.ALL}
