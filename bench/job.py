@@ -10,7 +10,8 @@ workers), sampled from /proc. Figures, not assertions: ``make bench``.
      (the I/O floor);
    - job:  ``tablecast run --trigger available-now``;
    - peer: ``groupBy(key).applyInPandasWithState`` with JSON state and
-     Spark's file sink (bench/peer.py).
+     Spark's file sink (bench/peer.py), with naive per-message code, and
+     again with the job's own per-message code (only the structure differs).
 2. The same traffic from 40 long sessions and from 10,000 sessions live at
    once (about 750k messages each): the job's messages per second.
 3. A capture of about 5M messages in one available-now run, batches
@@ -123,7 +124,7 @@ def main() -> int:
         help="sessions of the big run (1,877 messages each) [~5M messages]",
     )
     parser.add_argument("--copy", nargs=3, metavar=("ARCHIVE", "OUTPUT", "CHECKPOINT"))
-    parser.add_argument("--peer", nargs=3, metavar=("ARCHIVE", "OUTPUT", "CHECKPOINT"))
+    parser.add_argument("--peer", nargs=4, metavar=("CODE", "ARCHIVE", "OUTPUT", "CHECKPOINT"))
     args = parser.parse_args()
     if args.copy:
         copy_main(*args.copy)
@@ -131,8 +132,8 @@ def main() -> int:
     if args.peer:
         from bench.peer import run_peer
 
-        archive, output, checkpoint = args.peer
-        run_peer(archive, output, checkpoint, max_offsets=1_000_000)
+        code, archive, output, checkpoint = args.peer
+        run_peer(archive, output, checkpoint, max_offsets=1_000_000, code=code)
         return 0
     parts = set(args.only or ["runs", "sessions", "big"])
     shutil.rmtree(OUT, ignore_errors=True)
@@ -147,20 +148,26 @@ def main() -> int:
         copy = measure([PYTHON, "-m", "bench.job", "--copy", archive, str(d / "copy"),
                         str(d / "copy-checkpoint")])  # fmt: skip
         ours = job("runs", archive, 1_000_000)
-        peer = measure([PYTHON, "-m", "bench.job", "--peer", archive, str(d / "peer"),
-                        str(d / "peer-checkpoint")])  # fmt: skip
+        peers = {
+            code: measure([PYTHON, "-m", "bench.job", "--peer", code, archive,
+                           str(d / f"peer-{code}"), str(d / f"peer-{code}-checkpoint")])
+            for code in ("naive", "engine")
+        }  # fmt: skip
         from app import verify
 
         rows = verify.read_output(str(d / "job")).num_rows
-        peer_rows = _rows(d / "peer")
+        peer, structural = peers["naive"], peers["engine"]
         print(HEADER)
         print(row("copy (stateless, Spark's sink)", messages, copy))
         print(row("job (tablecast run)", messages, ours))
         print(row("peer (applyInPandasWithState)", messages, peer))
-        print(f"output rows: job {rows:,}, peer {peer_rows:,}")
+        print(row("peer, with the job's message code", messages, structural))
+        counts = ", ".join(f"peer {c} {_rows(d / f'peer-{c}'):,}" for c in peers)
+        print(f"output rows: job {rows:,}, {counts}")
         print(
             f"job at {copy.seconds / ours.seconds:.2f} of the copy's speed (target >= 0.75), "
-            f"{peer.seconds / ours.seconds:.2f} times the peer's (target >= 2)",
+            f"{peer.seconds / ours.seconds:.2f} times the peer's (target >= 2), "
+            f"{structural.seconds / ours.seconds:.2f} times the peer with the same message code",
             flush=True,
         )
 

@@ -167,12 +167,13 @@ def _split_by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition,
     if not batch.num_rows:
         return
     topics, partitions = batch.column("topic"), batch.column("partition")
-    first = TopicPartition(topics[0].as_py(), partitions[0].as_py())
+    topic_range, partition_range = pc.min_max(topics), pc.min_max(partitions)
     if (
-        pc.all(pc.equal(topics, first.topic)).as_py()
-        and pc.all(pc.equal(partitions, first.partition)).as_py()
+        not topics.null_count
+        and topic_range["min"] == topic_range["max"]
+        and partition_range["min"] == partition_range["max"]
     ):
-        yield first, batch
+        yield TopicPartition(topics[0].as_py(), partitions[0].as_py()), batch
         return
     pairs = pa.table({"t": topics, "p": partitions}).group_by(["t", "p"]).aggregate([]).to_pylist()
     for pair in pairs:

@@ -10,6 +10,7 @@ stages the same files under the same names; the commit protocol
 from __future__ import annotations
 
 import posixpath
+from datetime import date, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +20,8 @@ from app.engine.reports import StagedFile
 from app.storage import Location
 
 QUARANTINE_DIR = "_quarantine"
+_MS_PER_DAY = 86_400_000
+_EPOCH = date(1970, 1, 1)
 
 
 def stage_table(
@@ -36,11 +39,13 @@ def stage_table(
     """
     if not len(table):
         return []
-    dates = pc.strftime(table.column(time_column), format="%Y-%m-%d")
-    days = pc.unique(dates).to_pylist()
+    # Whole UTC days since the epoch: integer arithmetic, not a date string per row.
+    days = pc.divide(table.column(time_column).cast(pa.int64()), _MS_PER_DAY)
+    found = sorted(pc.unique(days).to_pylist())
     staged: list[StagedFile] = []
-    for date in sorted(days):
-        day = table if len(days) == 1 else table.filter(pc.equal(dates, date))
+    for number in found:
+        day = table if len(found) == 1 else table.filter(pc.equal(days, number))
+        date = (_EPOCH + timedelta(days=number)).isoformat()
         relative = posixpath.join(subdir, f"date={date}", f"part-{name}.parquet")
         path = location.child(staging_dir, relative)
         location.fs.create_dir(posixpath.dirname(path), recursive=True)
