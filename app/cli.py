@@ -22,9 +22,9 @@ from app import logs
 from app import verify as verify_mod
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
+from app.kafka_client import KafkaAuth, KafkaEndpoint
 from app.logs import LogFormat
 from app.metrics.publisher import SinkKind
-from app.sources.kafka import KafkaAuth
 from app.spark_session import spark_log_path, spark_session
 
 if TYPE_CHECKING:
@@ -263,7 +263,6 @@ def _group_committer(args: argparse.Namespace) -> GroupCommitter | None:
     if not args.bootstrap_servers:
         raise ConfigurationError("--consumer-group needs a Kafka source (--bootstrap-servers)")
     from app.metrics.consumer_group import GroupCommitter
-    from app.ops.kafka_client import KafkaEndpoint
 
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     endpoint = KafkaEndpoint(args.bootstrap_servers, KafkaAuth(args.kafka_auth), region or "")

@@ -48,9 +48,9 @@ from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from app.errors import DataLossError
+from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
 from app.ops.errors import ArchiveConflictError, KafkaClientError
-from app.ops.kafka_client import KafkaEndpoint
 from app.sources import archive, records
 from app.storage import Location, resolve
 

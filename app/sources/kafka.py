@@ -7,19 +7,15 @@ options built here are exactly right.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import orjson
 
 from app import offsets as offsets_mod
+from app.kafka_client import KafkaAuth
 from app.offsets import Offsets
 
+__all__ = ["FORMAT", "KafkaAuth", "source_options"]
+
 FORMAT = "kafka"
-
-
-class KafkaAuth(StrEnum):
-    NONE = "none"  # plaintext, for a local broker
-    IAM = "iam"  # MSK with IAM client authentication over TLS
 
 
 def source_options(

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.generate import CaptureSpec
+from app.kafka_client import KafkaEndpoint
 from app.ops.archiver import Archiver, ArchiverConfig
-from app.ops.kafka_client import KafkaEndpoint
 from app.ops.produce import LoadSpec, publish
 from app.repair import archive_reader, kafka_reader
 from app.restart import headers, restart_point
