@@ -51,9 +51,6 @@ HADOOP_HOME=/opt/hadoop
 HADOOP_CONF_DIR=/etc/hadoop
 HADOOP_LOG_DIR=/var/log/hadoop
 HADOOP_ROOT_LOGGER=INFO,console
-# Appended after SPARK_HOME/jars on driver and executor classpaths (see
-# spark-jars.sh: the MSK IAM auth jar must come after the AWS SDK bundle).
-SPARK_DIST_CLASSPATH=/opt/tablecast/jars/*
 PYSPARK_PYTHON=/opt/tablecast/venv/bin/python
 PYSPARK_DRIVER_PYTHON=/opt/tablecast/venv/bin/python
 PATH=/opt/tablecast/venv/bin:/opt/spark/bin:/opt/hadoop/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
