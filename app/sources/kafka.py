@@ -185,11 +185,11 @@ class KafkaBackend:
                 return call()
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                text = error.str() if isinstance(error, KafkaError) else str(exc)
                 retriable = isinstance(error, KafkaError) and error.retriable()
                 if not retriable or time.monotonic() + _RETRY_S >= deadline:
                     raise SourceUnavailableError(
-                        f"{self.description}: could not {what} within {self.timeout_s:g} s: {text}"
+                        f"{self.description}: could not {what} within {self.timeout_s:g} s: "
+                        f"{_error_text(exc)}"
                     ) from None
             time.sleep(_RETRY_S)
 
@@ -219,6 +219,16 @@ class KafkaRange:
 
     def _batches(self, consumer: Any) -> Iterator[pa.RecordBatch]:
         where = KafkaPartition(self.tp.topic, self.tp.partition)
+        # A consumer new to a topic learns its leader from a later, rate-limited
+        # metadata refresh (about a second, measured); asked first, the fetch
+        # starts at once.
+        try:
+            consumer.list_topics(self.tp.topic, timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise SourceUnavailableError(
+                f"{self.endpoint.description}: could not read the metadata of {self.tp} "
+                f"within {self.timeout_s:g} s: {_error_text(exc)}"
+            ) from None
         consumer.assign([KafkaPartition(self.tp.topic, self.tp.partition, self.start)])
         columns = KafkaColumns(self.tp)
         next_offset = self.start
@@ -400,6 +410,11 @@ class _ConsumerPool:
 _CONSUMERS = _ConsumerPool()
 _ADMINS: dict[KafkaEndpoint, Any] = {}
 _ADMINS_LOCK = threading.Lock()
+
+
+def _error_text(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)
 
 
 def _admin(endpoint: KafkaEndpoint) -> Any:

@@ -174,9 +174,9 @@ def test_unreachable_brokers_fail_in_one_line_within_the_timeout() -> None:
     assert str(listing.value).startswith(
         f"Kafka at {endpoint.bootstrap_servers}: could not list the topics within 2 s: "
     )
-    assert str(reading.value) == (
-        f"Kafka at {endpoint.bootstrap_servers} gave no record of topic kb7-a partition 0 "
-        "from offset 0 within 2 s (the micro-batch reads it up to 9): are the brokers reachable?"
+    assert str(reading.value).startswith(
+        f"Kafka at {endpoint.bootstrap_servers}: could not read the metadata of topic kb7-a "
+        "partition 0 within 2 s: "
     )
     assert "\n" not in str(listing.value)
 
