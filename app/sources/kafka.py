@@ -94,7 +94,6 @@ _STOP_CODES: Final = frozenset(
         KafkaError.SASL_AUTHENTICATION_FAILED,
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
 
@@ -223,12 +222,13 @@ class KafkaRange:
         # metadata refresh (about a second, measured); asked first, the fetch
         # starts at once.
         try:
-            consumer.list_topics(self.tp.topic, timeout=self.timeout_s)
+            metadata = consumer.list_topics(self.tp.topic, timeout=self.timeout_s)
         except KafkaException as exc:
             raise SourceUnavailableError(
                 f"{self.endpoint.description}: could not read the metadata of {self.tp} "
                 f"within {self.timeout_s:g} s: {_error_text(exc)}"
             ) from None
+        self._check_exists(metadata.topics.get(self.tp.topic))
         consumer.assign([KafkaPartition(self.tp.topic, self.tp.partition, self.start)])
         columns = KafkaColumns(self.tp)
         next_offset = self.start
@@ -278,6 +278,21 @@ class KafkaRange:
                 next_check = now + _RECHECK_S
         if len(columns):
             yield columns.batch()
+
+    def _check_exists(self, topic: Any) -> None:
+        """Data loss if the topic or partition is gone since the batch was planned."""
+        error = None if topic is None else topic.error
+        if topic is None or (
+            error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            gone = True
+        else:
+            gone = error is None and self.tp.partition not in topic.partitions
+        if gone:
+            raise DataLossError(
+                f"data loss in {self.endpoint.description}: {self.tp} is gone but offsets "
+                f"{self.start} to {self.end - 1} were not read yet"
+            )
 
     def _on_error(self, message: Any, error: Any) -> int | None:
         """Where the partition ends (an end-of-partition event), or None; raise what is fatal."""

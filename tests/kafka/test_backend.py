@@ -155,10 +155,13 @@ def test_offsets_gone_from_the_brokers_are_data_loss_with_both_offsets(
     assert "holds offsets 0 to 1" in message and "\n" not in message
     with pytest.raises(DataLossError, match="topic kb6-b partition 0 is gone but offsets from 4"):
         reader.latestOffset(read_up_to, ReadAllAvailable())
-    # A task planned before the topic was recreated finds the offsets gone too.
+    # Tasks planned before the topics were deleted (and one recreated) find them gone too.
     with pytest.raises(DataLossError, match=r"topic kb6-a partition 0 ends at offset 2 but the "
                                             r"micro-batch reads it up to 5"):  # fmt: skip
         _read(backend.reader(a, 4, 6))
+    with pytest.raises(DataLossError, match=r"topic kb6-b partition 0 is gone but offsets 1 to 3 "
+                                            r"were not read yet"):  # fmt: skip
+        _read(backend.reader(b, 1, 4))
 
 
 def test_unreachable_brokers_fail_in_one_line_within_the_timeout() -> None:
