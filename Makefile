@@ -73,6 +73,7 @@ shellcheck: setup
 
 bench: setup
 	$(BIN)/python bench/job_vs_copy.py
+	$(BIN)/python -m bench.kafka_source
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) cdktf.out .mypy_cache .pytest_cache .ruff_cache

@@ -34,5 +34,5 @@ def workdir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaEndpoint]:
     """A tansu broker on 127.0.0.1 for the whole session; topics are per test."""
-    with running_broker(tmp_path_factory.mktemp("tansu") / "tansu.log") as endpoint:
-        yield endpoint
+    with running_broker(tmp_path_factory.mktemp("tansu") / "tansu.log") as running:
+        yield running.endpoint

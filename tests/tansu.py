@@ -16,11 +16,13 @@ Known quirks of tansu 0.6.0 that tests must respect:
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.kafka_client import KafkaEndpoint
@@ -43,8 +45,20 @@ def free_port() -> int:
         return port
 
 
+@dataclass(frozen=True)
+class Broker:
+    endpoint: KafkaEndpoint
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """CPU time the broker process used so far (user and system, from /proc)."""
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def running_broker(log_path: Path) -> Iterator[KafkaEndpoint]:
+def running_broker(log_path: Path) -> Iterator[Broker]:
     """A tansu broker on 127.0.0.1 until the block ends; its output goes to ``log_path``."""
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -68,7 +82,7 @@ def running_broker(log_path: Path) -> Iterator[KafkaEndpoint]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"tansu did not start: {log_path.read_text()}") from None
                 time.sleep(0.1)
-        yield KafkaEndpoint(address)
+        yield Broker(KafkaEndpoint(address), process.pid)
     finally:
         process.terminate()
         try:
