@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import time
 import urllib.parse
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -233,3 +234,25 @@ def test_iam_signs_in_with_oauthbearer_over_tls_with_tokens_of_the_region(
         kind(endpoint.config(**({"group.id": "t"} if kind is Consumer else {})))
     with pytest.raises(ConfigurationError, match="needs the AWS region"):
         KafkaEndpoint("b-1:9098", KafkaAuth.IAM).config()
+
+
+def test_the_kafka_options_of_tablecast_run_are_checked_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from app import cli
+
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    paths = ["--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt")]
+    cases = {
+        ("--archive", "lake", "--kafka-client-rack", "euw1-az1"):
+            "--kafka-client-rack needs --bootstrap-servers",
+        ("--bootstrap-servers", "b:9092", "--kafka-timeout", "0s"):
+            "--kafka-timeout '0s' must be positive",
+        ("--bootstrap-servers", "b:9098", "--kafka-auth", "iam"):
+            "MSK with IAM needs the AWS region (--region, or AWS_REGION in the environment)",
+    }  # fmt: skip
+    for args, message in cases.items():
+        assert cli.main(["run", *args, *paths]) == 64
+        assert capsys.readouterr().err == f"tablecast run: {message}\n"
+    assert not (tmp_path / "ckpt").exists()
