@@ -88,6 +88,7 @@ shellcheck: setup
 bench: setup
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.job
+	$(BIN)/python -m bench.kafka_source
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) cdktf.out .mypy_cache .pytest_cache .ruff_cache

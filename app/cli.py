@@ -22,10 +22,10 @@ from app import handoff, logs
 from app import verify as verify_mod
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
+from app.kafka_client import KafkaAuth, KafkaEndpoint
 from app.logs import LogFormat
 from app.metrics.publisher import SinkKind
 from app.sources import archive
-from app.sources.kafka import KafkaAuth
 from app.spark_session import spark_log_path, spark_session
 
 if TYPE_CHECKING:
@@ -65,7 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--archive", help="read the raw archive (local path or s3://)")
     source.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
-    run.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none")
+    run.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none",
+                     help="with --bootstrap-servers: none (plaintext) or iam (MSK: IAM over "
+                     "TLS, tokens signed in --region) [none]")  # fmt: skip
+    run.add_argument("--kafka-client-rack", default="", metavar="ZONE_ID",
+                     help="with --bootstrap-servers: this node's availability zone id "
+                     "(librdkafka's client.rack), to fetch from a replica in its zone")  # fmt: skip
+    run.add_argument("--kafka-timeout", default="30s", metavar="DURATION",
+                     help="with --bootstrap-servers: the longest a request to the brokers, "
+                     "or a read without a record, may take before the run fails [30s]")  # fmt: skip
     run.add_argument("--output", required=True, help="output dataset (local path or s3://)")
     run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
     run.add_argument(
@@ -88,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--environment", default="local",
                      help="the metrics' Environment dimension [local]")  # fmt: skip
     run.add_argument("--region", default=None,
-                     help="CloudWatch's region [AWS_REGION]")  # fmt: skip
+                     help="CloudWatch's region, and MSK's with --kafka-auth iam "
+                     "[AWS_REGION]")  # fmt: skip
     run.add_argument(
         "--consumer-group", default=None, metavar="NAME",
         help="with --bootstrap-servers: also commit each batch's end offsets to this Kafka "
@@ -130,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     repair_source = repair.add_mutually_exclusive_group(required=True)
     repair_source.add_argument("--archive", help="read message headers from the raw archive")
     repair_source.add_argument("--bootstrap-servers", help="read message headers from Kafka")
+    repair.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none")
+    repair.add_argument("--region", default=None, help="MSK's region for --kafka-auth iam "
+                        "[AWS_REGION]")  # fmt: skip
     repair.add_argument("--output", required=True)
     repair.add_argument("--checkpoint", required=True)
     repair.add_argument("--topic-pattern", default="^sensor-.+")
@@ -228,10 +240,16 @@ def _run(args: argparse.Namespace) -> int:
 
     source: job.ArchiveSource | job.KafkaSource
     if args.archive:
+        if args.kafka_client_rack:
+            raise ConfigurationError("--kafka-client-rack needs --bootstrap-servers")
         archive.require_root(args.archive)  # a typo stops here, before anything is created
         source = job.ArchiveSource(args.archive)
     else:
-        source = job.KafkaSource(args.bootstrap_servers, KafkaAuth(args.kafka_auth))
+        timeout_s = parse_duration_ms(args.kafka_timeout) / 1000
+        if timeout_s <= 0:
+            raise ConfigurationError(f"--kafka-timeout {args.kafka_timeout!r} must be positive")
+        source = job.KafkaSource(_endpoint(args), timeout_s)
+        source.endpoint.config()  # IAM without its signer or region fails here, before Spark
     config = job.JobConfig(
         source=source,
         output=args.output,
@@ -284,11 +302,19 @@ def _group_committer(args: argparse.Namespace) -> GroupCommitter | None:
             "(the only groups the cluster's IAM role may commit to)"
         )
     from app.metrics.consumer_group import GroupCommitter
-    from app.ops.kafka_client import KafkaEndpoint
 
+    return GroupCommitter(args.consumer_group, _endpoint(args).config())
+
+
+def _endpoint(args: argparse.Namespace) -> KafkaEndpoint:
+    """The brokers of ``--bootstrap-servers`` with their sign-in and, for ``run``, rack."""
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    endpoint = KafkaEndpoint(args.bootstrap_servers, KafkaAuth(args.kafka_auth), region or "")
-    return GroupCommitter(args.consumer_group, endpoint.config())
+    return KafkaEndpoint(
+        args.bootstrap_servers,
+        KafkaAuth(args.kafka_auth),
+        region=region or "",
+        client_rack=getattr(args, "kafka_client_rack", ""),
+    )
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -367,7 +393,7 @@ def _repair(args: argparse.Namespace) -> int:
     reader = (
         repair.archive_reader(args.archive, args.topic_pattern)
         if args.archive
-        else repair.kafka_reader(args.bootstrap_servers)
+        else repair.kafka_reader(_endpoint(args), args.topic_pattern)
     )
     plan = repair.plan_repair(args.output, reader)
     if not plan.partitions:

@@ -86,6 +86,12 @@ class StateError(TablecastError):
     exit_code = 4
 
 
+class SourceUnavailableError(TablecastError):
+    """The source (Kafka's brokers) could not be reached or read in the time allowed."""
+
+    exit_code = 5
+
+
 class ConfigurationError(TablecastError):
     """A command-line option or setting is invalid."""
 

@@ -24,15 +24,18 @@ from app.errors import (
     ArchiveLayoutError,
     ConfigurationError,
     DataLossError,
+    SourceUnavailableError,
     StateError,
     TablecastError,
 )
+from app.kafka_client import KafkaEndpoint
 from app.metrics.listener import MetricsListener
 from app.offsets import Offsets
 from app.processor import Processor, TableProcessor
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
-from app.sources import backends, kafka, stream
+from app.sources import backends, stream
+from app.sources.kafka import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +80,9 @@ class ArchiveSource:
 
 @dataclass(frozen=True)
 class KafkaSource:
-    bootstrap_servers: str
-    auth: kafka.KafkaAuth = kafka.KafkaAuth.NONE
+    endpoint: KafkaEndpoint
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """How long a request to the brokers, or a read without a record, may take."""
 
 
 @dataclass(frozen=True)
@@ -96,20 +100,15 @@ class JobConfig:
 
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
-    if isinstance(config.source, ArchiveSource):
-        spark.dataSource.register(stream.TablecastSource)
-        options = backends.common_options(
-            config.topic_pattern, config.max_offsets_per_trigger, starting
-        ) | backends.archive_options(config.source.uri)
-        return spark.readStream.format(stream.FORMAT).options(**options).load()
-    options = kafka.source_options(
-        bootstrap_servers=config.source.bootstrap_servers,
-        topic_pattern=config.topic_pattern,
-        max_offsets_per_trigger=config.max_offsets_per_trigger,
-        auth=config.source.auth,
-        starting_offsets=starting,
+    spark.dataSource.register(stream.TablecastSource)
+    options = backends.common_options(
+        config.topic_pattern, config.max_offsets_per_trigger, starting
     )
-    return spark.readStream.format(kafka.FORMAT).options(**options).load()
+    if isinstance(config.source, ArchiveSource):
+        options |= backends.archive_options(config.source.uri)
+    else:
+        options |= backends.kafka_options(config.source.endpoint, config.source.timeout_s)
+    return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
 def run(
@@ -180,17 +179,20 @@ def _reporting(
     return report
 
 
-_KNOWN = {
+_KNOWN: dict[str, type[TablecastError]] = {
     "DataLossError": DataLossError,
     "ArchiveLayoutError": ArchiveLayoutError,
     "StateError": StateError,
+    "SourceUnavailableError": SourceUnavailableError,
+    "ConfigurationError": ConfigurationError,  # e.g. Kafka client settings refused
 }
+_KNOWN_IN_TEXT = re.compile(rf"({'|'.join(_KNOWN)}): ([^\n]+)")
 
 
 def _known_error(exc: Exception) -> Exception:
     """Our own error raised in a Spark worker, recovered from Spark's wrapping."""
     text = str(exc)
-    found = re.findall(r"(DataLossError|ArchiveLayoutError|StateError): ([^\n]+)", text)
+    found = _KNOWN_IN_TEXT.findall(text)
     if found:
         name, message = found[-1]
         error: TablecastError = _KNOWN[name](message.strip())

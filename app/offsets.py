@@ -1,8 +1,9 @@
 """Per topic-partition offsets, the one key that outlives a checkpoint.
 
-Offsets are kept as ``{TopicPartition: next_offset}``. The raw archive
-source records them in Spark's checkpoint as ``{"topic:partition": n}``;
-Spark's Kafka source as ``{"topic": {"partition": n}}``. Both parse here.
+Offsets are kept as ``{TopicPartition: next_offset}``. The job's source
+records them in Spark's checkpoint as ``{"topic:partition": n}``, whatever
+its backend; Spark's own Kafka source, which the job used before, as
+``{"topic": {"partition": n}}``. Both parse here.
 """
 
 from __future__ import annotations
@@ -48,13 +49,6 @@ def from_json(doc: Any) -> Offsets:
 
 def to_archive_json(offsets: Offsets) -> dict[str, int]:
     return {tp.key(): offsets[tp] for tp in sorted(offsets)}
-
-
-def to_kafka_json(offsets: Offsets) -> dict[str, dict[str, int]]:
-    doc: dict[str, dict[str, int]] = {}
-    for tp in sorted(offsets):
-        doc.setdefault(tp.topic, {})[str(tp.partition)] = offsets[tp]
-    return doc
 
 
 def fingerprint(offsets: Offsets) -> str:

@@ -37,11 +37,14 @@ import pyarrow.parquet as pq
 from app import offsets as offsets_mod
 from app.contract import Record
 from app.errors import ConfigurationError, DataLossError, OutputStateError
+from app.kafka_client import KafkaEndpoint
 from app.offsets import Offsets, TopicPartition
 from app.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sources import archive
+from app.sources.backend import Bounds
+from app.sources.records import typed_records
 from app.storage import Location, resolve
 
 RecordReader = Callable[[TopicPartition, int], Iterator[Record]]
@@ -247,48 +250,22 @@ def _rewrite_without(
     location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
 
 
-def kafka_reader(
-    bootstrap_servers: str, extra_config: dict[str, str] | None = None
-) -> RecordReader:
-    """Read a partition from Kafka's earliest retained offset (for repair on the cluster)."""
-    from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
+def kafka_reader(endpoint: KafkaEndpoint, topic_pattern: str) -> RecordReader:
+    """Read a partition from Kafka's earliest retained offset, with the job's range reader."""
+    from app.sources.kafka import KafkaBackend
 
-    from app.contract import Position
+    backend = KafkaBackend(endpoint, topic_pattern)
+    listed: dict[TopicPartition, Bounds] = {}
 
     def read(tp: TopicPartition, end: int) -> Iterator[Record]:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": "tablecast-repair",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                **(extra_config or {}),
-            }
-        )
-        try:
-            consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, -2)])  # earliest
-            while True:
-                message = consumer.poll(10.0)
-                if message is None:
-                    raise DataLossError(
-                        f"Kafka gave nothing of {tp} before offset {end} within 10 s"
-                    )
-                if message.error():
-                    raise KafkaException(message.error())
-                offset = message.offset()
-                if offset is None or offset >= end:
-                    return
-                yield Record(
-                    Position(tp.topic, tp.partition, offset),
-                    message.key(),
-                    message.value(),
-                    message.timestamp()[1],
-                )
-                if offset + 1 >= end:
-                    return
-        finally:
-            consumer.close()
+        if not listed:
+            listed.update(backend.bounds())
+        if tp not in listed:
+            raise DataLossError(
+                f"{endpoint.description} holds nothing of {tp}, which the output holds"
+            )
+        for batch in backend.reader(tp, listed[tp].earliest, end).read():
+            yield from typed_records(batch)
 
     return read
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: one local SparkSession per test session, capture factories."""
+"""Shared fixtures: one local SparkSession and one tansu broker per test session."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from app.kafka_client import KafkaEndpoint
+from tests.tansu import running_broker
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -26,3 +29,10 @@ def spark() -> Iterator[Any]:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaEndpoint]:
+    """A tansu broker on 127.0.0.1 for the whole session; topics are per test."""
+    with running_broker(tmp_path_factory.mktemp("tansu") / "tansu.log") as running:
+        yield running.endpoint

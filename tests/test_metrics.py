@@ -33,6 +33,7 @@ from app import metric_names
 from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.inspect import SessionView, StateSnapshot, format_session, format_summary
+from app.kafka_client import KafkaEndpoint
 from app.metrics.consumer_group import CommitStats, GroupCommitter
 from app.metrics.listener import BatchMetrics, Lag, MetricsListener, batch_metrics, records_behind
 from app.metrics.progress import Console, ProgressDisplay
@@ -49,9 +50,7 @@ from app.metrics.publisher import (
     make_sink,
 )
 from app.offsets import TopicPartition
-from app.ops.kafka_client import KafkaEndpoint
 from app.sink.commit import BatchReport
-from tests.ops.conftest import broker  # noqa: F401 (the session's loopback broker, tansu)
 from tests.ops.kafka_helpers import create_topics
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -570,7 +569,7 @@ def test_the_summary_lists_sessions_and_counts() -> None:
 
 
 def test_each_batch_end_is_committed_to_the_consumer_group(
-    broker: KafkaEndpoint,  # noqa: F811 (the fixture imported above)
+    broker: KafkaEndpoint,
 ) -> None:
     create_topics(broker, ["sensor-obs"], partitions=2)
     p0, p1 = TopicPartition("sensor-obs", 0), TopicPartition("sensor-obs", 1)

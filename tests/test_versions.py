@@ -37,10 +37,6 @@ REQUIRED_PINS = (
     ("spark", "version"),
     ("spark", "scala_binary"),
     ("hadoop", "version"),
-    ("jars", "spark_sql_kafka"),
-    ("jars", "kafka_clients"),
-    ("jars", "commons_pool2"),
-    ("jars", "aws_msk_iam_auth"),
     ("jars", "hadoop_aws"),
     ("jars", "aws_sdk_bundle"),
     ("jars", "analytics_accelerator_s3"),
@@ -138,19 +134,14 @@ def test_scala_binary_is_the_scala_inside_pyspark() -> None:
     assert len(libraries) == 1 and libraries[0].startswith(f"scala-library-{scala}."), libraries
 
 
-def test_spark_connectors_follow_spark() -> None:
-    assert pin("jars", "spark_sql_kafka") == pin("spark", "version")
-
-
 def test_hadoop_aws_is_the_hadoop_version() -> None:
     assert pin("jars", "hadoop_aws") == pin("hadoop", "version")
 
 
-def test_ami_installs_connectors_for_the_pinned_scala_only() -> None:
-    """Connector artifact names take the suffix from versions.toml, never a literal."""
+def test_ami_checks_spark_for_the_pinned_scala_only() -> None:
+    """Scala artifact names take the suffix from versions.toml, never a literal."""
     script = (AMI / "scripts" / "spark-jars.sh").read_text(encoding="utf-8")
-    for artifact in ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "spark-parent"):
-        assert f"{artifact}_${{scala}}" in script, f"{artifact} must use _${{scala}}"
+    assert "spark-parent_${scala}" in script, "spark-parent must use _${scala}"
     assert 'scala="$(version_of spark scala_binary)"' in script
     literal_suffixes = re.findall(r"_2\.1[0-9]\b", script)
     assert not literal_suffixes, f"spark-jars.sh hard-codes a Scala suffix: {literal_suffixes}"
@@ -169,9 +160,6 @@ def ami_text_files() -> list[Path]:
     [
         ("spark", "version"),
         ("hadoop", "version"),
-        ("jars", "kafka_clients"),
-        ("jars", "commons_pool2"),
-        ("jars", "aws_msk_iam_auth"),
         ("jars", "aws_sdk_bundle"),
         ("jars", "analytics_accelerator_s3"),
         ("cloudwatch_agent", "version"),

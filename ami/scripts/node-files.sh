@@ -53,9 +53,6 @@ HADOOP_HOME=/opt/hadoop
 HADOOP_CONF_DIR=/etc/hadoop
 HADOOP_LOG_DIR=/var/log/hadoop
 HADOOP_ROOT_LOGGER=INFO,console
-# Appended after SPARK_HOME/jars on driver and executor classpaths (see
-# spark-jars.sh: the MSK IAM auth jar must come after the AWS SDK bundle).
-SPARK_DIST_CLASSPATH=/opt/tablecast/jars/*
 PYSPARK_PYTHON=/opt/tablecast/venv/bin/python
 PYSPARK_DRIVER_PYTHON=/opt/tablecast/venv/bin/python
 # pyarrow's HDFS client (the job's partition states beside its checkpoint, written

@@ -17,8 +17,7 @@ for user in spark hdfs; do
   fi
 done
 
-install -d -m 0755 -o root -g root /opt/tablecast /opt/tablecast/bin /opt/tablecast/templates \
-  /opt/tablecast/jars
+install -d -m 0755 -o root -g root /opt/tablecast /opt/tablecast/bin /opt/tablecast/templates
 install -d -m 0755 -o root -g root /etc/tablecast /etc/hadoop /etc/spark
 install -d -m 0755 -o root -g root /var/lib/tablecast /var/lib/tablecast/wheels
 install -d -m 0755 -o root -g root /data

@@ -1,9 +1,10 @@
 """Each batch's end offsets, committed to a Kafka consumer group for others to see.
 
-Spark's Kafka source commits no consumer-group offsets, so MSK's consumer
-lag metrics and Kafka's own tools (``kafka-consumer-groups``) do not see the
-job. With ``tablecast run --consumer-group NAME`` the job commits the end
-offsets of every batch it published to that group as well.
+The job's Kafka source is assigned its partitions and commits no
+consumer-group offsets, so MSK's consumer lag metrics and Kafka's own tools
+(``kafka-consumer-groups``) do not see the job. With ``tablecast run
+--consumer-group NAME`` the job commits the end offsets of every batch it
+published to that group as well.
 
 The group is a window, never a source of truth: the job always resumes from
 its checkpoint (and the output's ledger), never from these offsets. A commit
@@ -37,7 +38,7 @@ class GroupCommitter:
     """An observer of :class:`~app.metrics.listener.MetricsListener`.
 
     ``settings`` are librdkafka's (``bootstrap.servers`` and, on MSK, the
-    IAM sign-in: :meth:`app.ops.kafka_client.KafkaEndpoint.config`).
+    IAM sign-in: :meth:`app.kafka_client.KafkaEndpoint.config`).
     """
 
     def __init__(self, group: str, settings: dict[str, Any]) -> None:

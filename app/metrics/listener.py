@@ -9,10 +9,10 @@ merges the two by batch id into one :class:`BatchMetrics`, publishes it
 through a :class:`~app.metrics.publisher.MetricsSink` and hands it to its
 observers (the progress display).
 
-Records behind are computed here, not by Kafka: Spark commits no consumer
+Records behind are computed here, not by Kafka: the job commits no consumer
 group offsets, so MSK's lag metrics know nothing of the job. The newest
-offsets come from the source (``latestOffset``, which both the Kafka source
-and the archive source report) and the processed ones from ``endOffset``.
+offsets come from the source (``latestOffset``, which it reports from Kafka
+and from the archive alike) and the processed ones from ``endOffset``.
 
 The listener runs on Spark's listener thread. Nothing in it blocks for
 long or raises into Spark: a sink only queues, and a failing observer is

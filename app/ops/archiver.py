@@ -24,8 +24,9 @@ The order of one partition's file:
    compaction), never one outside its range.
 5. The partition's next file starts at ``end``.
 
-It reads what Spark's Kafka source reads as the job configures it (isolation
-level ``read_uncommitted``), so the job sees the same records from either.
+It reads what the job's Kafka source reads (isolation level
+``read_uncommitted``, the same columns: :mod:`app.sources.kafka`), so the job
+sees the same records from either.
 
 Run it as a catch-up (``catch_up``: until every partition is at its end, then
 exit; from cron or a systemd timer) or as a service (``follow``: until told to
@@ -48,17 +49,15 @@ from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from app.errors import DataLossError
+from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
 from app.ops.errors import ArchiveConflictError, KafkaClientError
-from app.ops.kafka_client import KafkaEndpoint
-from app.sources import archive, records
+from app.sources import archive
+from app.sources.kafka import KafkaColumns
 from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
 
-# Spark's timestampType: Kafka's TimestampType ids (CreateTime 0, LogAppendTime 1).
-_SPARK_TIMESTAMP_TYPE = {1: 0, 2: 1}
-_NO_TIMESTAMP_TYPE = -1
 _DATA_LOSS_CODES = frozenset(
     {ConfluentError._AUTO_OFFSET_RESET, ConfluentError.OFFSET_OUT_OF_RANGE}
 )
@@ -134,46 +133,28 @@ def retention_check(tp: TopicPartition, archive_end: int, log_start: int) -> Non
 class _Buffer:
     """One partition's records not written yet, as the archive's columns."""
 
-    __slots__ = ("bytes", "first_at", "keys", "offsets", "start", "timestamps", "types", "values")
+    __slots__ = ("bytes", "columns", "first_at", "start")
 
-    def __init__(self, start: int, first_at: float) -> None:
+    def __init__(self, tp: TopicPartition, start: int, first_at: float) -> None:
         self.start = start
         self.first_at = first_at
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.types: list[int] = []
+        self.columns = KafkaColumns(tp)
         self.bytes = 0
 
     def add(self, record: Any) -> None:
-        key, value = record.key(), record.value()
-        kind, stamp_ms = record.timestamp()
-        self.keys.append(key)
-        self.values.append(value)
-        self.offsets.append(record.offset())
-        self.timestamps.append(stamp_ms * 1000)
-        self.types.append(_SPARK_TIMESTAMP_TYPE.get(kind, _NO_TIMESTAMP_TYPE))
-        self.bytes += len(key or b"") + len(value or b"") + 32
+        self.columns.add(record)
+        self.bytes += len(record.key() or b"") + len(record.value() or b"") + 32
+
+    @property
+    def offsets(self) -> list[int]:
+        return self.columns.offsets
 
     @property
     def end(self) -> int:
         return self.offsets[-1] + 1
 
-    def table(self, tp: TopicPartition) -> pa.Table:
-        count = len(self.offsets)
-        return pa.table(
-            {
-                "key": pa.array(self.keys, pa.binary()),
-                "value": pa.array(self.values, pa.binary()),
-                "topic": pa.array([tp.topic] * count, pa.string()),
-                "partition": pa.array([tp.partition] * count, pa.int32()),
-                "offset": pa.array(self.offsets, pa.int64()),
-                "timestamp": pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-                "timestampType": pa.array(self.types, pa.int32()),
-            },
-            schema=records.SCHEMA,
-        )
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches([self.columns.batch()])
 
 
 class Archiver:
@@ -301,7 +282,7 @@ class Archiver:
             buffer = self._buffers.get(tp)
             if buffer is None:
                 start = self._archived[tp]
-                buffer = _Buffer(offset if start is None else start, self._clock())
+                buffer = _Buffer(tp, offset if start is None else start, self._clock())
                 self._buffers[tp] = buffer
             last = buffer.offsets[-1] if buffer.offsets else buffer.start - 1
             if offset <= last:
@@ -352,9 +333,10 @@ class Archiver:
             ended = -1 if found is None else found
             raise ArchiveConflictError(tp.topic, tp.partition, start, ended)
         # Step 4: the whole file, then Step 5: the next one starts at its end.
-        path = archive.write_file(self._location, tp, start, end, buffer.table(tp))
+        records = len(buffer.offsets)
+        path = archive.write_file(self._location, tp, start, end, buffer.table())
         self._archived[tp] = end
-        written = WrittenFile(tp, start, end, len(buffer.offsets), path)
+        written = WrittenFile(tp, start, end, records, path)
         self._run.files.append(written)
         log.info("wrote %s (%d records)", path, written.records)
         if self._on_file is not None:

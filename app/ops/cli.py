@@ -25,10 +25,9 @@ from types import FrameType
 from app import generate as gen
 from app.cli import parse_duration_ms
 from app.errors import ConfigurationError, TablecastError
+from app.kafka_client import KafkaAuth, KafkaEndpoint
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, read_handoff
-from app.ops.kafka_client import KafkaEndpoint
-from app.sources.kafka import KafkaAuth
 
 DEFAULT_TOPIC_PATTERN = "^sensor-.+"
 _PROJECT = Path(__file__).resolve().parents[2]

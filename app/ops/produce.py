@@ -24,9 +24,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from app.generate import Capture, CaptureSpec, Fault, Message, generate
+from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
 from app.ops.errors import KafkaAdminError, ProduceError
-from app.ops.kafka_client import KafkaEndpoint
 
 _MISSING = "it does not exist: create it with `tablecast-ops topics create`"
 
@@ -41,6 +41,10 @@ class LoadSpec:
     transaction_size: int = 0
     """Commit a transaction every this many messages (0: no transactions). Each
     commit leaves a marker that takes an offset: consumers see offset gaps."""
+    one_message_per_batch: bool = False
+    """Send every message in a record batch of its own (slower). For brokers
+    that answer ListOffsets with the last batch's first offset + 1 instead of
+    the partition's end, as tansu does: the end is then right."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +163,8 @@ def publish(
         "linger.ms": 20,
         "compression.type": "lz4",
     }
+    if spec.one_message_per_batch:
+        settings.update({"linger.ms": 0, "batch.num.messages": 1})
     if spec.transaction_size > 0:
         settings["transactional.id"] = f"tablecast-produce-{spec.run_id or int(time.time())}"
     producer = Producer(endpoint.config(**settings))

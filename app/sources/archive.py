@@ -18,11 +18,11 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from app.contract import Position, Record
+from app.contract import Record
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
 from app.offsets import TopicPartition
 from app.sources.backend import Bounds
-from app.sources.records import SCHEMA
+from app.sources.records import SCHEMA, typed_records
 from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
@@ -189,17 +189,7 @@ def iter_records(
 ) -> Iterator[Record]:
     """The typed records of offsets ``[start, end)`` of one partition, in order."""
     for batch in read_range(location, files, start, end):
-        micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
-        for key, value, topic, partition, offset, ts in zip(
-            batch.column("key").to_pylist(),
-            batch.column("value").to_pylist(),
-            batch.column("topic").to_pylist(),
-            batch.column("partition").to_pylist(),
-            batch.column("offset").to_pylist(),
-            micros,
-            strict=True,
-        ):
-            yield Record(Position(topic, partition, offset), key, value, ts // 1000)
+        yield from typed_records(batch)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The one mapping between the job's source settings and the data source's options.
 
-``tablecast run`` builds the options (:func:`archive_options`), Spark hands
-them to :class:`app.sources.stream.TablecastSource` as strings, and
+``tablecast run`` builds the options (:func:`archive_options`,
+:func:`kafka_options`), Spark hands them to
+:class:`app.sources.stream.TablecastSource` as strings, and
 :func:`from_options` rebuilds the backend from them on the driver.
 """
 
@@ -10,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.errors import ConfigurationError
+from app.kafka_client import KafkaAuth, KafkaEndpoint
 from app.offsets import Offsets
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend
+from app.sources.kafka import DEFAULT_TIMEOUT_S, KafkaBackend
 from app.sources.stream import starting_offsets_option
 
 ARCHIVE = "archive"
+KAFKA = "kafka"
 
 
 def common_options(
@@ -34,8 +38,31 @@ def archive_options(uri: str) -> dict[str, str]:
     return {"backend": ARCHIVE, "path": uri}
 
 
+def kafka_options(endpoint: KafkaEndpoint, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
+    options = {
+        "backend": KAFKA,
+        "bootstrapServers": endpoint.bootstrap_servers,
+        "kafkaAuth": endpoint.auth.value,
+        "timeoutMs": str(round(timeout_s * 1000)),
+    }
+    if endpoint.region:
+        options["region"] = endpoint.region
+    if endpoint.client_rack:
+        options["clientRack"] = endpoint.client_rack
+    return options
+
+
 def from_options(options: Mapping[str, str]) -> Backend:
     kind = options.get("backend", ARCHIVE)
     if kind == ARCHIVE:
         return ArchiveBackend(options["path"], options["topicPattern"])
+    if kind == KAFKA:
+        endpoint = KafkaEndpoint(
+            options["bootstrapServers"],
+            KafkaAuth(options.get("kafkaAuth", KafkaAuth.NONE)),
+            region=options.get("region", ""),
+            client_rack=options.get("clientRack", ""),
+        )
+        timeout_s = int(options.get("timeoutMs", str(round(DEFAULT_TIMEOUT_S * 1000)))) / 1000
+        return KafkaBackend(endpoint, options["topicPattern"], timeout_s)
     raise ConfigurationError(f"unknown source backend {kind!r}")

@@ -1,64 +1,454 @@
-"""Options for Spark's own Kafka source, as the job uses it on the cluster.
+"""Kafka as a backend of the job's source, over librdkafka (confluent-kafka).
 
-The connector jar (``spark-sql-kafka-0-10``) and the MSK IAM library are
-baked into the AMI; this machine cannot load them, so tests check that the
-options built here are exactly right.
+:class:`KafkaBackend` gives :class:`~app.sources.stream.OffsetStreamReader`
+what it needs on the driver: every partition of the topics matching the
+pattern, listed afresh at every trigger, with its earliest and latest
+offsets (two batched ListOffsets requests for all partitions). Its
+:class:`KafkaRange` reads one partition's ``[start, end)`` in a Spark task.
+
+Reading a range:
+
+1. Take an idle consumer of this process for the endpoint (or make one);
+   it is *assigned* the partition at ``start``: it never joins a group and
+   commits nothing, the offsets live in Spark's checkpoint.
+2. Consume in offset order, building the records' columns a batch at a time.
+3. Stop at ``end``: at a record at or past it, or at the partition's end
+   (librdkafka's end-of-partition event, or the consumer's position) when the
+   range's last offsets hold no record (transaction markers, compaction).
+   Never wait for a record that does not exist.
+4. Unassign and keep the consumer for the next range; a consumer whose read
+   failed is closed instead.
+
+Offsets the brokers no longer hold are data loss; brokers that do not answer
+within ``timeout_s`` (no record for that long) fail the run with
+:class:`~app.errors.SourceUnavailableError`, in one line.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
-import orjson
+import pyarrow as pa
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+)
+from confluent_kafka import TopicPartition as KafkaPartition
 
-from app import offsets as offsets_mod
-from app.offsets import Offsets
+# Public names of confluent_kafka.admin, which has no __all__ to say so.
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-FORMAT = "kafka"
+from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
+from app.kafka_client import KafkaEndpoint
+from app.offsets import TopicPartition
+from app.sources.backend import Bounds
+from app.sources.records import SCHEMA
 
+__all__ = ["DEFAULT_TIMEOUT_S", "KafkaBackend", "KafkaColumns", "KafkaRange"]
 
-class KafkaAuth(StrEnum):
-    NONE = "none"  # plaintext, for a local broker
-    IAM = "iam"  # MSK with IAM client authentication over TLS
+log = logging.getLogger(__name__)
 
-
-def source_options(
-    *,
-    bootstrap_servers: str,
-    topic_pattern: str,
-    max_offsets_per_trigger: int,
-    auth: KafkaAuth,
-    starting_offsets: Offsets | None = None,
-    topic_refresh_ms: int = 60_000,
-) -> dict[str, str]:
-    """The ``spark.readStream.format("kafka")`` options of the job."""
-    options = {
-        "kafka.bootstrap.servers": bootstrap_servers,
-        "subscribePattern": topic_pattern,
-        # A new query reads every record still on the brokers ...
-        "startingOffsets": "earliest",
-        # ... and fails instead of silently skipping offsets that expired.
-        "failOnDataLoss": "true",
-        "includeHeaders": "false",
-        # How often new topics matching the pattern are discovered.
-        "kafka.metadata.max.age.ms": str(topic_refresh_ms),
+DEFAULT_TIMEOUT_S: Final = 30.0
+BATCH_ROWS: Final = 10_000
+_POLL_S: Final = 0.05  # a range's last offsets may hold no record: never wait long
+_CONSUME_MAX: Final = 1000
+# A read without a record for this long asks the brokers whether its offsets
+# are still there, then again every _RECHECK_S.
+_CHECK_AFTER_S: Final = 1.0
+_RECHECK_S: Final = 5.0
+_RETRY_S: Final = 0.5
+# Spark's timestampType: Kafka's TimestampType ids (CreateTime 0, LogAppendTime 1).
+_SPARK_TIMESTAMP_TYPE: Final = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
+_NO_TIMESTAMP_TYPE: Final = -1
+_CONSUMER_SETTINGS: Final = {
+    "group.id": "tablecast-source",  # librdkafka requires one; assigned, it joins no group
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    # Never skip offsets silently: a start the brokers no longer hold is data loss.
+    "auto.offset.reset": "error",
+    "enable.partition.eof": True,
+    # At a partition's end the broker holds a fetch this long before it says
+    # there is nothing more: a range whose last offsets hold no record learns
+    # its end so. The source never waits for new records; short costs nothing.
+    "fetch.wait.max.ms": 10,
+    # Every record, as the archiver copies them (app/ops/archiver.py).
+    "isolation.level": "read_uncommitted",
+}
+_DATA_LOSS_CODES: Final = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
+# librdkafka recovers from other errors by itself (they are reported for
+# information); these it cannot.
+_STOP_CODES: Final = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     }
-    if max_offsets_per_trigger > 0:
-        options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
-    if starting_offsets:
-        # After `tablecast repair`: partitions not named start at the earliest offset (-2).
-        options["startingOffsets"] = orjson.dumps(
-            offsets_mod.to_kafka_json(starting_offsets)
-        ).decode()
-    if auth is KafkaAuth.IAM:
-        options.update(
-            {
-                "kafka.security.protocol": "SASL_SSL",
-                "kafka.sasl.mechanism": "AWS_MSK_IAM",
-                "kafka.sasl.jaas.config": ("software.amazon.msk.auth.iam.IAMLoginModule required;"),
-                "kafka.sasl.client.callback.handler.class": (
-                    "software.amazon.msk.auth.iam.IAMClientCallbackHandler"
-                ),
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class KafkaBackend:
+    """Kafka's brokers as a :class:`~app.sources.stream.Backend`."""
+
+    endpoint: KafkaEndpoint
+    topic_pattern: str
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def description(self) -> str:
+        return self.endpoint.description
+
+    def partitions(self) -> list[TopicPartition]:
+        """Every partition of the topics the pattern matches (the whole name), now.
+
+        Internal topics (``__consumer_offsets``, MSK's ``__amazon_msk_canary``)
+        are never read. A matching topic whose metadata carries an error
+        (a leader being elected) is asked again until ``timeout_s``.
+        """
+        pattern = re.compile(self.topic_pattern)
+        admin = _admin(self.endpoint)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            metadata = self._call(
+                "list the topics", deadline, lambda: admin.list_topics(timeout=self.timeout_s)
+            )
+            found: list[TopicPartition] = []
+            unsettled: list[str] = []
+            for name, topic in metadata.topics.items():
+                if name.startswith("__") or not pattern.fullmatch(name):
+                    continue
+                if topic.error is not None:
+                    unsettled.append(f"topic {name}: {topic.error.str()}")
+                    continue
+                found.extend(TopicPartition(name, p) for p in topic.partitions)
+            if not unsettled:
+                return sorted(found)
+            if time.monotonic() >= deadline:
+                raise SourceUnavailableError(
+                    f"{self.description} gave no usable metadata within {self.timeout_s:g} s: "
+                    + "; ".join(unsettled)
+                )
+            time.sleep(_RETRY_S)
+
+    def bounds(self) -> dict[TopicPartition, Bounds]:
+        partitions = self.partitions()
+        if not partitions:
+            return {}
+        earliest = self._offsets(partitions, OffsetSpec.earliest(), "earliest")  # type: ignore[no-untyped-call]
+        latest = self._offsets(partitions, OffsetSpec.latest(), "latest")  # type: ignore[no-untyped-call]
+        return {tp: Bounds(earliest[tp], latest[tp]) for tp in partitions}
+
+    def reader(self, tp: TopicPartition, start: int, end: int) -> KafkaRange:
+        return KafkaRange(self.endpoint, tp, start, end, self.timeout_s)
+
+    def _offsets(
+        self, partitions: list[TopicPartition], spec: Any, which: str
+    ) -> dict[TopicPartition, int]:
+        """One ListOffsets request per leader for all ``partitions``, not one per partition."""
+        admin = _admin(self.endpoint)
+        request = {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions}
+
+        def ask() -> dict[TopicPartition, int]:
+            futures = admin.list_offsets(
+                request,
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=self.timeout_s,
+            )
+            return {
+                TopicPartition(kp.topic, kp.partition): int(future.result().offset)
+                for kp, future in futures.items()
             }
+
+        deadline = time.monotonic() + self.timeout_s
+        return self._call(f"list the {which} offsets of {len(partitions)} partitions",
+                          deadline, ask)  # fmt: skip
+
+    def _call(self, what: str, deadline: float, call: Callable[[], T]) -> T:
+        """``call``, again while its error is retriable and time is left; else one line."""
+        while True:
+            try:
+                return call()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                retriable = isinstance(error, KafkaError) and error.retriable()
+                if not retriable or time.monotonic() + _RETRY_S >= deadline:
+                    raise SourceUnavailableError(
+                        f"{self.description}: could not {what} within {self.timeout_s:g} s: "
+                        f"{_error_text(exc)}"
+                    ) from None
+            time.sleep(_RETRY_S)
+
+
+@dataclass(frozen=True)
+class KafkaRange:
+    """A task's read of one partition's offsets ``[start, end)`` (pickled to executors)."""
+
+    endpoint: KafkaEndpoint
+    tp: TopicPartition
+    start: int
+    end: int
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        """The range's records in offset order, ``BATCH_ROWS`` at a time."""
+        # Step 1
+        consumer = _CONSUMERS.take(self.endpoint)
+        try:
+            yield from self._batches(consumer)
+        except BaseException:
+            consumer.close()  # a failed or abandoned read leaves nothing to reuse
+            raise
+        # Step 4
+        consumer.unassign()
+        _CONSUMERS.give_back(self.endpoint, consumer)
+
+    def _batches(self, consumer: Any) -> Iterator[pa.RecordBatch]:
+        where = KafkaPartition(self.tp.topic, self.tp.partition)
+        # A consumer new to a topic learns its leader from a later, rate-limited
+        # metadata refresh (about a second, measured); asked first, the fetch
+        # starts at once.
+        try:
+            metadata = consumer.list_topics(self.tp.topic, timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise SourceUnavailableError(
+                f"{self.endpoint.description}: could not read the metadata of {self.tp} "
+                f"within {self.timeout_s:g} s: {_error_text(exc)}"
+            ) from None
+        self._check_exists(metadata.topics.get(self.tp.topic))
+        consumer.assign([KafkaPartition(self.tp.topic, self.tp.partition, self.start)])
+        columns = KafkaColumns(self.tp)
+        next_offset = self.start
+        last_progress = time.monotonic()
+        next_check = last_progress + _CHECK_AFTER_S
+        ended_at: int | None = None  # where the partition ended, if before ``end``
+        # Step 2
+        while next_offset < self.end:
+            # consume() returns early only with as many messages as it asked
+            # for: never ask for more than the range still holds.
+            wanted = min(_CONSUME_MAX, self.end - next_offset)
+            messages = consumer.consume(num_messages=wanted, timeout=_POLL_S)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    reached = self._on_error(message, error)
+                    if reached is not None:
+                        ended_at = reached
+                    if reached is not None and reached >= self.end:
+                        next_offset = self.end  # Step 3: the partition ends at or past the range
+                        break
+                    continue
+                offset = message.offset()
+                if offset < next_offset:
+                    raise SourceUnavailableError(
+                        f"{self.endpoint.description} returned {self.tp} offset {offset} "
+                        f"after {next_offset - 1}: records out of order"
+                    )
+                if offset >= self.end:  # Step 3: past the range (its last offsets hold no record)
+                    next_offset = self.end
+                    break
+                columns.add(message)
+                next_offset = offset + 1
+                last_progress = time.monotonic()
+                next_check = last_progress + _CHECK_AFTER_S
+                if len(columns) >= BATCH_ROWS:
+                    yield columns.batch()
+            if next_offset >= self.end:
+                break
+            if not messages and consumer.position([where])[0].offset >= self.end:
+                break  # Step 3: the consumer passed the range without a record or an event
+            now = time.monotonic()
+            if now - last_progress > self.timeout_s:
+                raise SourceUnavailableError(self._stalled(next_offset, ended_at))
+            if now >= next_check:  # nothing for a while: are the offsets still there?
+                self._check_still_held(consumer, where, next_offset, last_progress)
+                next_check = now + _RECHECK_S
+        if len(columns):
+            yield columns.batch()
+
+    def _check_exists(self, topic: Any) -> None:
+        """Data loss if the topic or partition is gone since the batch was planned."""
+        error = None if topic is None else topic.error
+        if topic is None or (
+            error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            gone = True
+        else:
+            gone = error is None and self.tp.partition not in topic.partitions
+        if gone:
+            raise DataLossError(
+                f"data loss in {self.endpoint.description}: {self.tp} is gone but offsets "
+                f"{self.start} to {self.end - 1} were not read yet"
+            )
+
+    def _on_error(self, message: Any, error: Any) -> int | None:
+        """Where the partition ends (an end-of-partition event), or None; raise what is fatal."""
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            return int(message.offset())
+        if code in _DATA_LOSS_CODES:
+            raise DataLossError(
+                f"data loss in {self.endpoint.description}: {self.tp} offset {self.start} is no "
+                f"longer on the brokers ({error.str()}): retention or deletion dropped it, or "
+                "the topic was recreated"
+            )
+        if error.fatal() or code in _STOP_CODES:
+            raise SourceUnavailableError(
+                f"{self.endpoint.description}: reading {self.tp}: {error.str()}"
+            )
+        log.info("reading %s from %s: %s (the client retries)", self.tp,
+                 self.endpoint.description, error.str())  # fmt: skip
+        return None
+
+    def _check_still_held(
+        self, consumer: Any, where: Any, next_offset: int, last_progress: float
+    ) -> None:
+        """Data loss if the brokers no longer hold ``[next_offset, end)``.
+
+        Some brokers answer a fetch out of their range with nothing at all
+        instead of an error; their watermarks tell.
+        """
+        remaining = last_progress + self.timeout_s - time.monotonic()
+        try:
+            low, high = consumer.get_watermark_offsets(
+                where, timeout=max(remaining, _POLL_S), cached=False
+            )
+        except KafkaException:
+            return  # unreachable: the timeout reports it
+        if low > next_offset:
+            raise DataLossError(
+                f"data loss in {self.endpoint.description}: {self.tp} must continue at offset "
+                f"{next_offset} but its earliest offset is {low}: retention or deletion dropped "
+                "the rest, or the topic was recreated"
+            )
+        if high < self.end:
+            raise DataLossError(
+                f"data loss in {self.endpoint.description}: {self.tp} ends at offset {high} "
+                f"but the micro-batch reads it up to {self.end - 1}: records were lost on the "
+                "brokers, or the topic was recreated"
+            )
+
+    def _stalled(self, next_offset: int, ended_at: int | None) -> str:
+        if ended_at is not None:  # a follower behind its leader, or offsets lost on the brokers
+            return (
+                f"{self.endpoint.description} gave {self.tp} only up to offset {ended_at - 1} "
+                f"within {self.timeout_s:g} s, but the micro-batch reads it up to {self.end - 1}"
+            )
+        return (
+            f"{self.endpoint.description} gave no record of {self.tp} from offset {next_offset} "
+            f"within {self.timeout_s:g} s (the micro-batch reads it up to {self.end - 1}): "
+            "are the brokers reachable?"
         )
-    return options
+
+
+class KafkaColumns:
+    """librdkafka's messages of one partition as the Kafka source's columns (records.SCHEMA)."""
+
+    __slots__ = ("keys", "offsets", "timestamps", "tp", "types", "values")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.types: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, message: Any) -> None:
+        kind, stamp_ms = message.timestamp()
+        self.keys.append(message.key())
+        self.values.append(message.value())
+        self.offsets.append(message.offset())
+        self.timestamps.append(stamp_ms * 1000)
+        self.types.append(_SPARK_TIMESTAMP_TYPE.get(kind, _NO_TIMESTAMP_TYPE))
+
+    def batch(self) -> pa.RecordBatch:
+        """The columns so far, as one record batch; starts over empty."""
+        count = len(self.offsets)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                pa.array([self.tp.topic] * count, pa.string()),
+                pa.array([self.tp.partition] * count, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+                pa.array(self.types, pa.int32()),
+            ],
+            schema=SCHEMA,
+        )
+        self.keys, self.values, self.offsets, self.timestamps, self.types = [], [], [], [], []
+        return batch
+
+
+class _ConsumerPool:
+    """This process's idle consumers, by endpoint, reused across micro-batches.
+
+    Spark reuses its Python workers between tasks, so a consumer made for one
+    range keeps its connections (and, on MSK, its signed-in sessions) for the
+    next. A worker runs one task at a time; a consumer in use is out of the
+    pool, so two reads never share one.
+    """
+
+    def __init__(self) -> None:
+        self._idle: dict[KafkaEndpoint, list[Any]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, endpoint: KafkaEndpoint) -> Any:
+        with self._lock:
+            idle = self._idle.get(endpoint)
+            if idle:
+                return idle.pop()
+        return _client(Consumer, endpoint, _CONSUMER_SETTINGS)
+
+    def give_back(self, endpoint: KafkaEndpoint, consumer: Any) -> None:
+        with self._lock:
+            self._idle.setdefault(endpoint, []).append(consumer)
+
+
+_CONSUMERS = _ConsumerPool()
+_ADMINS: dict[KafkaEndpoint, Any] = {}
+_ADMINS_LOCK = threading.Lock()
+
+
+def _error_text(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)
+
+
+def _admin(endpoint: KafkaEndpoint) -> Any:
+    """This process's admin client for ``endpoint`` (the driver asks at every trigger)."""
+    with _ADMINS_LOCK:
+        admin = _ADMINS.get(endpoint)
+        if admin is None:
+            admin = _ADMINS[endpoint] = _client(AdminClient, endpoint, {})
+    admin.poll(0)  # serves the token refresh and log callbacks
+    return admin
+
+
+def _client(kind: Callable[[dict[str, Any]], Any], endpoint: KafkaEndpoint,
+            settings: dict[str, Any]) -> Any:  # fmt: skip
+    try:
+        client = kind(endpoint.config(**settings))
+    except KafkaException as exc:
+        raise ConfigurationError(
+            f"the Kafka client settings for {endpoint.description} are refused: {exc}"
+        ) from None
+    endpoint.prime(client)
+    return client

@@ -7,7 +7,11 @@ them (:meth:`app.engine.machine.RecordColumns.from_arrow`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
+
+from app.contract import Position, Record
 
 SCHEMA = pa.schema(
     [
@@ -24,3 +28,18 @@ SPARK_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
 )
+
+
+def typed_records(batch: pa.RecordBatch) -> Iterator[Record]:
+    """A batch's rows as typed records (the plain-Python tools: repair, replay, verify)."""
+    micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    for key, value, topic, partition, offset, ts in zip(
+        batch.column("key").to_pylist(),
+        batch.column("value").to_pylist(),
+        batch.column("topic").to_pylist(),
+        batch.column("partition").to_pylist(),
+        batch.column("offset").to_pylist(),
+        micros,
+        strict=True,
+    ):
+        yield Record(Position(topic, partition, offset), key, value, ts // 1000)

@@ -103,9 +103,17 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, first in begin.items():
             b = bounds[tp]
             if first < b.earliest or first > b.latest:
+                held = (
+                    f"holds offsets {b.earliest} to {b.latest - 1}"
+                    if b.latest > b.earliest
+                    else f"holds none of it (its next offset is {b.latest})"
+                )
+                gone = ""
+                if first < b.earliest:
+                    gone = f": offsets {first} to {b.earliest - 1} are gone"
                 raise DataLossError(
                     f"data loss in {where}: {tp} must continue at offset {first} but "
-                    f"{where} holds offsets {b.earliest} to {b.latest - 1}"
+                    f"{where} {held}{gone}"
                 )
             last = b.latest if self.target is None else min(b.latest, self.target.get(tp, first))
             if last > first:

@@ -85,10 +85,10 @@ def test_verify_digest_stops_on_a_checksum_file_without_a_digest(
 
 def test_version_of_reads_versions_toml(tmp_path: Path) -> None:
     env = shell_env(tmp_path) | {"VERSIONS_FILE": str(ROOT / "versions.toml")}
-    result = bash(source("version_of spark version; version_of jars kafka_clients"), env)
+    result = bash(source("version_of spark version; version_of jars hadoop_aws"), env)
     assert result.returncode == 0, result.stderr
-    spark, kafka = result.stdout.split()
-    assert spark.count(".") == 2 and kafka.count(".") == 2
+    spark, hadoop_aws = result.stdout.split()
+    assert spark.count(".") == 2 and hadoop_aws.count(".") == 2
 
 
 def test_version_of_fails_on_an_unknown_pin(tmp_path: Path) -> None:
@@ -110,15 +110,14 @@ def test_require_env_names_every_missing_variable(tmp_path: Path) -> None:
 def test_maven_url_follows_the_repository_layout(tmp_path: Path) -> None:
     result = bash(
         source(
-            "maven_url software.amazon.msk aws-msk-iam-auth 1.0.0 jar all\n"
+            "maven_url org.example.group some-lib 1.0.0 jar all\n"
             "maven_url org.apache.spark spark-parent_2.13 9.9.9 pom"
         ),
         shell_env(tmp_path),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "https://repo1.maven.org/maven2/software/amazon/msk/aws-msk-iam-auth/1.0.0/"
-        "aws-msk-iam-auth-1.0.0-all.jar",
+        "https://repo1.maven.org/maven2/org/example/group/some-lib/1.0.0/some-lib-1.0.0-all.jar",
         "https://repo1.maven.org/maven2/org/apache/spark/spark-parent_2.13/9.9.9/"
         "spark-parent_2.13-9.9.9.pom",
     ]

@@ -367,13 +367,15 @@ def test_render_template_fills_every_placeholder_or_fails(tmp_path: Path) -> Non
     assert not list(tmp_path.glob("core-site.xml.*")), "no temporary file is left behind"
 
 
-def test_msk_iam_auth_is_appended_after_the_sdk_bundle() -> None:
-    """The -all jar's own AWS SDK copy must never shadow the bundle's."""
+def test_the_image_installs_no_kafka_jar_and_checks_the_python_client() -> None:
+    """Kafka is read in Python: no connector jar, the client library in the venv."""
     jars = (FILES.parent / "scripts" / "spark-jars.sh").read_text(encoding="utf-8")
-    assert '"${APPENDED_JARS} software.amazon.msk aws-msk-iam-auth ${msk_iam_auth} all"' in jars
-    assert '"${SPARK_HOME}/jars software.amazon.awssdk bundle ${sdk_bundle}"' in jars
+    artifacts = re.findall(r'^  "\$\{SPARK_HOME\}/jars \S+ (\S+) ', jars, flags=re.MULTILINE)
+    assert artifacts == ["hadoop-aws", "bundle", "analyticsaccelerator-s3"]
+    validate = (FILES.parent / "scripts" / "validate.sh").read_text(encoding="utf-8")
+    assert "import confluent_kafka, aws_msk_iam_sasl_signer.MSKAuthTokenProvider" in validate
     node_files = (FILES.parent / "scripts" / "node-files.sh").read_text(encoding="utf-8")
-    assert "\nSPARK_DIST_CLASSPATH=/opt/tablecast/jars/*\n" in node_files
+    assert "SPARK_DIST_CLASSPATH" not in node_files
 
 
 def imds_stub(env: dict[str, str], zone_id: str) -> None:

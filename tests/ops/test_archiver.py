@@ -18,11 +18,11 @@ import pytest
 
 from app.errors import DataLossError
 from app.generate import CaptureSpec
+from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
 from app.ops.archiver import Archiver, ArchiverConfig, ArchiveRun, WrittenFile, retention_check
 from app.ops.cli import main
 from app.ops.errors import ArchiveConflictError
-from app.ops.kafka_client import KafkaEndpoint
 from app.ops.produce import LoadSpec, publish
 from app.sources import archive, records
 from app.storage import resolve

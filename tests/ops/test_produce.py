@@ -6,9 +6,9 @@ import orjson
 import pytest
 
 from app.generate import CaptureSpec, Fault
+from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
 from app.ops.errors import KafkaAdminError
-from app.ops.kafka_client import KafkaEndpoint
 from app.ops.produce import LoadSpec, plan, publish
 from tests.ops.kafka_helpers import create_topics, read_back
 

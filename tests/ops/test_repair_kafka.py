@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.generate import CaptureSpec
+from app.kafka_client import KafkaEndpoint
 from app.ops.archiver import Archiver, ArchiverConfig
-from app.ops.kafka_client import KafkaEndpoint
 from app.ops.produce import LoadSpec, publish
 from app.repair import archive_reader, kafka_reader
 from app.restart import headers, restart_point
@@ -34,7 +34,7 @@ def test_kafka_and_archive_readers_agree_and_so_do_the_restart_points(
 
     index = archive.scan(resolve(str(tmp_path / "archive")), "^sensor-r1-.+")
     from_archive = archive_reader(str(tmp_path / "archive"), "^sensor-r1-.+")
-    from_kafka = kafka_reader(broker.bootstrap_servers)
+    from_kafka = kafka_reader(broker, "^sensor-r1-.+")
     assert index.files
     for tp in index.files:
         end = index.latest(tp) - 5  # as if the output ended a little before the end

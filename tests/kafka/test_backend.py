@@ -1,0 +1,259 @@
+"""The Kafka backend against a real Kafka-protocol broker (tansu on loopback), without Spark.
+
+Bounds (the pattern's partitions with their earliest and latest offsets),
+range reads (offset order, the source's columns, ranges whose last offsets
+hold no record), consumers kept between ranges, data loss, unreachable
+brokers, and the options that carry the settings to Spark's workers.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import urllib.parse
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
+from app.kafka_client import KafkaAuth, KafkaEndpoint
+from app.offsets import TopicPartition
+from app.sources import kafka as kafka_source
+from app.sources.archive import ArchiveBackend
+from app.sources.backend import Bounds
+from app.sources.backends import archive_options, common_options, from_options, kafka_options
+from app.sources.kafka import KafkaBackend, KafkaRange
+from app.sources.records import SCHEMA
+from app.sources.stream import OffsetStreamReader
+from tests.kafka.helpers import delete_topics, produce
+from tests.ops.kafka_helpers import create_topics
+from tests.tansu import free_port
+
+
+def _read(reader: KafkaRange) -> pa.Table:
+    return pa.Table.from_batches(list(reader.read()), schema=SCHEMA)
+
+
+def test_bounds_list_every_partition_the_pattern_matches_and_new_ones_later(
+    broker: KafkaEndpoint,
+) -> None:
+    create_topics(broker, ["kb1-a", "kb1-b", "xkb1-a", "__kb1-internal"], partitions=2)
+    a0, a1 = TopicPartition("kb1-a", 0), TopicPartition("kb1-a", 1)
+    produce(broker, a0, [b"x"] * 5)
+    produce(broker, a1, [b"y"] * 3)
+    produce(broker, TopicPartition("__kb1-internal", 0), [b"z"])
+    backend = KafkaBackend(broker, "kb1-.+")
+    assert backend.bounds() == {
+        a0: Bounds(0, 5), a1: Bounds(0, 3),
+        TopicPartition("kb1-b", 0): Bounds(0, 0), TopicPartition("kb1-b", 1): Bounds(0, 0),
+    }  # fmt: skip
+    # The whole name must match (xkb1-a does not), and internal topics are never read.
+    assert KafkaBackend(broker, "kb1").bounds() == {}
+    assert set(KafkaBackend(broker, ".*kb1-internal").bounds()) == set()
+    # A topic created later is in the next listing.
+    create_topics(broker, ["kb1-c"], partitions=1)
+    assert backend.bounds()[TopicPartition("kb1-c", 0)] == Bounds(0, 0)
+
+
+def test_the_checkpoints_offsets_are_the_archives_json(broker: KafkaEndpoint) -> None:
+    create_topics(broker, ["kb2-a"], partitions=2)
+    produce(broker, TopicPartition("kb2-a", 0), [b"v"] * 30)
+    produce(broker, TopicPartition("kb2-a", 1), [b"w"] * 10)
+    reader = OffsetStreamReader(KafkaBackend(broker, "^kb2-.+"), max_offsets=20, starting={})
+    start = reader.initialOffset()
+    assert start == {"kb2-a:0": 0, "kb2-a:1": 0}
+    # maxOffsetsPerTrigger is shared by backlog, as for the archive.
+    assert reader.latestOffset(start, ReadMaxRows(20)) == {"kb2-a:0": 15, "kb2-a:1": 5}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"kb2-a:0": 30, "kb2-a:1": 10}
+    parts = reader.partitions(start, end)
+    assert [(p.tp, p.start, p.end) for p in parts] == [  # type: ignore[attr-defined]
+        (TopicPartition("kb2-a", 0), 0, 30), (TopicPartition("kb2-a", 1), 0, 10)
+    ]  # fmt: skip
+    assert _read(parts[1].reader).column("value").to_pylist() == [b"w"] * 10  # type: ignore[attr-defined]
+
+
+def test_a_range_gives_its_records_in_offset_order_with_the_sources_columns(
+    broker: KafkaEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_topics(broker, ["kb3-a"], partitions=1)
+    tp = TopicPartition("kb3-a", 0)
+    produce(broker, tp, [f"v{i}".encode() for i in range(25)], timestamp_ms=1_700_000_000_000)
+    monkeypatch.setattr(kafka_source, "BATCH_ROWS", 4)
+    batches = list(KafkaRange(broker, tp, 3, 20).read())
+    assert all(b.schema == SCHEMA for b in batches)
+    assert [b.num_rows for b in batches] == [4, 4, 4, 4, 1]
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == list(range(3, 20))
+    assert table.column("value").to_pylist() == [f"v{i}".encode() for i in range(3, 20)]
+    assert set(table.column("key").to_pylist()) == {b"k"}
+    assert set(table.column("topic").to_pylist()) == {"kb3-a"}
+    assert set(table.column("partition").to_pylist()) == {0}
+    assert table.column("timestamp").cast(pa.int64()).to_pylist() == [
+        (1_700_000_000_000 + i) * 1000 for i in range(3, 20)
+    ]
+    assert set(table.column("timestampType").to_pylist()) == {0}  # CreateTime, as Spark says
+
+
+def test_a_range_whose_last_offsets_hold_no_record_ends_there(broker: KafkaEndpoint) -> None:
+    """Transaction markers take offsets 4 and 9; a reader that waited for them would time out."""
+    create_topics(broker, ["kb4-t"], partitions=1)
+    tp = TopicPartition("kb4-t", 0)
+    produce(broker, tp, [f"r{i}".encode() for i in range(8)], transaction_every=4)
+    backend = KafkaBackend(broker, "^kb4-.+", timeout_s=3)
+    assert backend.bounds()[tp] == Bounds(0, 10)
+
+    def offsets(start: int, end: int) -> list[int]:
+        return list(_read(backend.reader(tp, start, end)).column("offset").to_pylist())
+
+    assert offsets(0, 10) == [0, 1, 2, 3, 5, 6, 7, 8]  # the partition's last offset is a marker
+    assert offsets(2, 5) == [2, 3]  # a marker last, records after it
+    assert offsets(4, 5) == []  # a marker alone
+    assert offsets(9, 10) == []
+
+
+def test_consumers_are_kept_between_ranges_and_dropped_after_a_failure(
+    broker: KafkaEndpoint,
+) -> None:
+    create_topics(broker, ["kb5-a"], partitions=1)
+    tp = TopicPartition("kb5-a", 0)
+    produce(broker, tp, [b"x"] * 6)
+    # An endpoint of its own, so that this test alone uses its pool entry.
+    endpoint = KafkaEndpoint(broker.bootstrap_servers, client_rack="kb5-reuse")
+    idle = kafka_source._CONSUMERS._idle  # the process's pool (private: no public view needed)
+    assert _read(KafkaRange(endpoint, tp, 0, 3)).num_rows == 3
+    [first] = idle[endpoint]
+    assert _read(KafkaRange(endpoint, tp, 3, 6)).num_rows == 3
+    assert idle[endpoint] == [first]  # the same consumer, reassigned
+    with pytest.raises(DataLossError):
+        _read(KafkaRange(endpoint, tp, 10, 12))  # offsets the partition never had
+    assert idle[endpoint] == []  # the failed one was closed, not kept
+
+
+def test_offsets_gone_from_the_brokers_are_data_loss_with_both_offsets(
+    broker: KafkaEndpoint,
+) -> None:
+    """tansu has no DeleteRecords and no retention: the topic is deleted and recreated."""
+    create_topics(broker, ["kb6-a", "kb6-b"], partitions=1)
+    a, b = TopicPartition("kb6-a", 0), TopicPartition("kb6-b", 0)
+    produce(broker, a, [b"x"] * 6)
+    produce(broker, b, [b"y"] * 4)
+    backend = KafkaBackend(broker, "^kb6-.+", timeout_s=5)
+    reader = OffsetStreamReader(backend, max_offsets=0, starting={})
+    read_up_to = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert read_up_to == {"kb6-a:0": 6, "kb6-b:0": 4}
+    delete_topics(broker, ["kb6-a", "kb6-b"])
+    create_topics(broker, ["kb6-a"], partitions=1)
+    produce(broker, a, [b"x"] * 2)
+    with pytest.raises(DataLossError) as lost:
+        reader.latestOffset({"kb6-a:0": 6}, ReadAllAvailable())
+    message = str(lost.value)
+    assert message.startswith(f"data loss in Kafka at {broker.bootstrap_servers}: ")
+    assert "topic kb6-a partition 0 must continue at offset 6" in message
+    assert "holds offsets 0 to 1" in message and "\n" not in message
+    with pytest.raises(DataLossError, match="topic kb6-b partition 0 is gone but offsets from 4"):
+        reader.latestOffset(read_up_to, ReadAllAvailable())
+    # Tasks planned before the topics were deleted (and one recreated) find them gone too.
+    with pytest.raises(DataLossError, match=r"topic kb6-a partition 0 ends at offset 2 but the "
+                                            r"micro-batch reads it up to 5"):  # fmt: skip
+        _read(backend.reader(a, 4, 6))
+    with pytest.raises(DataLossError, match=r"topic kb6-b partition 0 is gone but offsets 1 to 3 "
+                                            r"were not read yet"):  # fmt: skip
+        _read(backend.reader(b, 1, 4))
+
+
+def test_unreachable_brokers_fail_in_one_line_within_the_timeout() -> None:
+    endpoint = KafkaEndpoint(f"127.0.0.1:{free_port()}")  # nothing listens there
+    backend = KafkaBackend(endpoint, "^kb7-.+", timeout_s=2)
+    started = time.monotonic()
+    with pytest.raises(SourceUnavailableError) as listing:
+        backend.bounds()
+    with pytest.raises(SourceUnavailableError) as reading:
+        _read(backend.reader(TopicPartition("kb7-a", 0), 0, 10))
+    # Bounded: each gives up after its timeout instead of waiting for the brokers.
+    assert time.monotonic() - started < 30
+    assert str(listing.value).startswith(
+        f"Kafka at {endpoint.bootstrap_servers}: could not list the topics within 2 s: "
+    )
+    assert str(reading.value).startswith(
+        f"Kafka at {endpoint.bootstrap_servers}: could not read the metadata of topic kb7-a "
+        "partition 0 within 2 s: "
+    )
+    assert "\n" not in str(listing.value)
+
+
+def test_the_options_carry_every_setting_and_rebuild_the_same_backend() -> None:
+    endpoint = KafkaEndpoint("b-1:9098,b-2:9098", KafkaAuth.IAM, region="eu-west-1",
+                             client_rack="euw1-az2")  # fmt: skip
+    options = common_options("^sensor-.+", 1000, None) | kafka_options(endpoint, 12.5)
+    assert options == {
+        "topicPattern": "^sensor-.+", "maxOffsetsPerTrigger": "1000", "backend": "kafka",
+        "bootstrapServers": "b-1:9098,b-2:9098", "kafkaAuth": "iam", "timeoutMs": "12500",
+        "region": "eu-west-1", "clientRack": "euw1-az2",
+    }  # fmt: skip
+    assert from_options(options) == KafkaBackend(endpoint, "^sensor-.+", 12.5)
+    plain = common_options("^s-.+", 0, None) | kafka_options(KafkaEndpoint("h:9092"))
+    assert from_options(plain) == KafkaBackend(KafkaEndpoint("h:9092"), "^s-.+", 30.0)
+    archive = common_options("^s-.+", 0, None) | archive_options("/lake")
+    assert from_options(archive) == ArchiveBackend("/lake", "^s-.+")
+
+
+def test_client_rack_is_set_on_the_clients_which_still_read(broker: KafkaEndpoint) -> None:
+    create_topics(broker, ["kb8-a"], partitions=1)
+    tp = TopicPartition("kb8-a", 0)
+    produce(broker, tp, [b"x"] * 4)
+    endpoint = KafkaEndpoint(broker.bootstrap_servers, client_rack="use1-az4")
+    assert endpoint.config()["client.rack"] == "use1-az4"
+    assert "client.rack" not in broker.config()
+    backend = KafkaBackend(endpoint, "^kb8-.+")
+    assert backend.bounds() == {tp: Bounds(0, 4)}
+    assert _read(backend.reader(tp, 0, 4)).num_rows == 4
+
+
+def test_iam_signs_in_with_oauthbearer_over_tls_with_tokens_of_the_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")  # signs locally; nothing is sent
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    endpoint = KafkaEndpoint("b-1.msk.example:9098", KafkaAuth.IAM, region="eu-west-1",
+                             client_rack="euw1-az1")  # fmt: skip
+    config = endpoint.config()
+    assert (config["security.protocol"], config["sasl.mechanisms"]) == ("SASL_SSL", "OAUTHBEARER")
+    token, expires_at = config["oauth_cb"]("")
+    signed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    url = urllib.parse.urlparse(signed)
+    assert url.hostname == "kafka.eu-west-1.amazonaws.com"
+    assert urllib.parse.parse_qs(url.query)["Action"] == ["kafka-cluster:Connect"]
+    assert expires_at > time.time()
+    # librdkafka takes these settings for every kind of client the project makes.
+    for kind in (Consumer, AdminClient):
+        kind(endpoint.config(**({"group.id": "t"} if kind is Consumer else {})))
+    with pytest.raises(ConfigurationError, match="needs the AWS region"):
+        KafkaEndpoint("b-1:9098", KafkaAuth.IAM).config()
+
+
+def test_the_kafka_options_of_tablecast_run_are_checked_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from app import cli
+
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    paths = ["--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt")]
+    cases = {
+        ("--archive", "lake", "--kafka-client-rack", "euw1-az1"):
+            "--kafka-client-rack needs --bootstrap-servers",
+        ("--bootstrap-servers", "b:9092", "--kafka-timeout", "0s"):
+            "--kafka-timeout '0s' must be positive",
+        ("--bootstrap-servers", "b:9098", "--kafka-auth", "iam"):
+            "MSK with IAM needs the AWS region (--region, or AWS_REGION in the environment)",
+    }  # fmt: skip
+    for args, message in cases.items():
+        assert cli.main(["run", *args, *paths]) == 64
+        assert capsys.readouterr().err == f"tablecast run: {message}\n"
+    assert not (tmp_path / "ckpt").exists()
