@@ -134,6 +134,7 @@ def test_run_job_submits_the_cli_in_client_mode() -> None:
         '"${DRIVER_PY}" run',
         '--bootstrap-servers "${setting[bootstrap-brokers-iam]}"',
         '--kafka-auth "${KAFKA_AUTH}"',
+        '--kafka-client-rack "${TABLECAST_ZONE_ID}"',
         '--output "${setting[output-uri]}"',
         '--checkpoint "${setting[checkpoint-uri]}"',
         '--topic-pattern "${setting[topic-pattern]}"',
