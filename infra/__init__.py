@@ -5,5 +5,5 @@ holds the typed per-environment configuration; ``infra.stacks`` one module per
 stack; ``infra.constructs`` the small reusable pieces the stacks share.
 """
 
-# First: with TABLECAST_CDK=cdktn, every cdktf import below resolves to CDK Terrain.
-from infra import cdk as _cdk  # noqa: F401
+# First: with TABLECAST_CDK=cdktn, every cdktf import resolves to CDK Terrain.
+from infra import cdk_seam as _seam  # noqa: F401

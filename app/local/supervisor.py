@@ -19,9 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.errors import TablecastError
 from app.local.units import ServiceSpec
 
 log = logging.getLogger(__name__)
+
+
+class SupervisedServiceError(TablecastError):
+    """A service keeps failing, however often it is started again."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -38,9 +45,10 @@ class Service:
 class Supervisor:
     """Starts services, restarts the ones that fail, stops them all."""
 
-    def __init__(self, log_dir: Path, poll_s: float = 0.5) -> None:
+    def __init__(self, log_dir: Path, poll_s: float = 0.5, cwd: Path | None = None) -> None:
         self.log_dir = log_dir
         self.poll_s = poll_s
+        self.cwd = cwd
         self.services: dict[str, Service] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -62,7 +70,7 @@ class Supervisor:
             out.flush()
             service.process = subprocess.Popen(
                 service.spec.argv, stdout=out, stderr=subprocess.STDOUT, env=dict(service.env),
-                start_new_session=True,
+                start_new_session=True, cwd=self.cwd,
             )  # fmt: skip
         service.starts += 1
         service.restart_at = None
@@ -86,6 +94,16 @@ class Supervisor:
                          service.spec.restart_sec)  # fmt: skip
         if service.process is None and service.restart_at is not None and now >= service.restart_at:
             self._launch(service)
+
+    def raise_if_failing(self, failures: int = 3) -> None:
+        """Stop waiting on a service that keeps failing: name it and its log's last line."""
+        for service in list(self.services.values()):
+            if len(service.failures) >= failures:
+                lines = service.log_path.read_text(errors="replace").strip().splitlines()
+                raise SupervisedServiceError(
+                    f"{service.spec.name} failed {len(service.failures)} times (last: "
+                    f"{lines[-1] if lines else 'no output'}); see {service.log_path}"
+                )
 
     def running(self, name: str) -> bool:
         service = self.services.get(name)

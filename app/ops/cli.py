@@ -293,8 +293,13 @@ def _endpoint(args: argparse.Namespace, found: Handoff | None) -> KafkaEndpoint:
         return KafkaEndpoint(args.bootstrap_servers, auth, found.region if found else "")
     if found is None:
         raise ConfigurationError("name --environment or --bootstrap-servers")
-    auth = KafkaAuth(args.kafka_auth or KafkaAuth.IAM)
+    # The environment's brokers take IAM; the pipeline on one machine (a plaintext
+    # broker) says otherwise with the same variable as run-job.
+    auth = KafkaAuth(args.kafka_auth or os.environ.get(KAFKA_AUTH_VARIABLE) or KafkaAuth.IAM)
     return KafkaEndpoint(found.bootstrap_brokers, auth, found.region)
+
+
+KAFKA_AUTH_VARIABLE = "TABLECAST_KAFKA_AUTH"
 
 
 def _topic_pattern(args: argparse.Namespace, found: Handoff | None) -> str | None:

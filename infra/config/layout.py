@@ -58,6 +58,11 @@ def node_log_group(environment: str, name: str) -> str:
     return f"/tablecast/{environment}/{name}"
 
 
+def bucket_name(resource_prefix: str, account: str, region: str) -> str:
+    """The pipeline's bucket: account and region make the global name unique and predictable."""
+    return f"{resource_prefix}-{account}-{region}"
+
+
 def s3_uri(bucket: str, prefix: str) -> str:
     """``s3://<bucket>/<prefix>``, the form written to SSM."""
     return f"s3://{bucket}/{prefix}"

@@ -29,8 +29,7 @@ class StorageStack(EnvironmentStack):
         self.bucket = SecureBucket(
             self,
             "pipeline",
-            # Account and region make the global name unique and predictable.
-            bucket_name=f"{prefix}-{account}-{config.region}",
+            bucket_name=layout.bucket_name(prefix, account, config.region),
             kms_key_arn=self.key.arn,
             noncurrent_version_days=config.noncurrent_version_days,
             tiering=[

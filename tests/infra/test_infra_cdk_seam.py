@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from infra.cdk import CDK_VARIABLE, selected
+from infra.cdk_seam import CDK_VARIABLE, selected
 from infra.config.settings import TESTING_SETTINGS
 from infra.testing import SynthesizedEnvironment
 

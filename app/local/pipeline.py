@@ -1,0 +1,526 @@
+"""The whole pipeline on one machine: the production topology on loopback.
+
+``make pipeline-demo`` (``python -m app.local.pipeline demo``) brings up what
+``infra/`` and the AMI build in AWS, with a real component in each role,
+produces sessions, waits until the job has caught up, checks the output with
+``tablecast verify``, prints a summary and tears everything down.
+``make pipeline-up`` / ``make pipeline-down`` leave it running in between.
+
+| role | in AWS | here |
+|---|---|---|
+| Kafka | MSK | tansu on a loopback port, topics made by ``tablecast-ops topics create`` |
+| AWS APIs | S3, SSM, CloudWatch, SNS | moto's server on a loopback port |
+| hand-off | infra's hand-off stack | the same values (``infra/config/handoff.py``) |
+| Spark | the image's master and worker units | the same units (``ami/files/systemd``) |
+| job | ``tablecast-job.service`` runs ``run-job`` | the same unit, the same script |
+| archiver | ``tablecast-archiver.service`` | the same unit |
+| executors' Python | the image's venv: ``requirements.lock`` only | a venv of exactly the lock |
+| checkpoint | HDFS on the nodes | a local directory |
+
+What differs, and why, is set in one place below (``_substitutions``): the
+brokers' address (tansu's), the checkpoint (a local path in HDFS's place),
+the trigger (seconds, not minutes), the replication factor (one broker), and
+run-job's paths and service user (overrides of its defaults on a node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING, Any
+
+from app import handoff
+from app.errors import ConfigurationError, TablecastError
+from app.local.servers import FAKE_CREDENTIALS, LOOPBACK, Server, start_broker, start_moto
+from app.local.supervisor import Supervisor
+from app.local.units import render
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_ssm import SSMClient
+
+PROJECT = Path(__file__).resolve().parents[2]
+AMI_FILES = PROJECT / "ami" / "files"
+ENVIRONMENT = "sandbox"  # infra's throwaway environment
+ZONE_ID = "euw1-az1"
+TRIGGER = "5 seconds"
+SPARK_PORTS = (7077, 8080, 8081)  # the image's units fix them
+RESTART_SEC_CAP = 5.0  # the units say 10 to 30 s; the demo has no time to lose
+TOPICS = ("sensor-0", "sensor-1", "sensor-2")
+PARTITIONS = 2
+
+Progress = Callable[[str], None]
+
+
+class PipelineError(TablecastError):
+    """The pipeline on this machine could not be brought up, or did not catch up."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class AwsClients:
+    s3: S3Client
+    ssm: SSMClient
+    sns: SNSClient
+    cloudwatch: CloudWatchClient
+
+    @classmethod
+    def for_endpoint(cls, env: Mapping[str, str]) -> AwsClients:
+        import boto3
+
+        session = boto3.session.Session(
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            region_name=env["AWS_REGION"],
+        )
+        endpoint = env["AWS_ENDPOINT_URL"]
+        return cls(
+            s3=session.client("s3", endpoint_url=endpoint),
+            ssm=session.client("ssm", endpoint_url=endpoint),
+            sns=session.client("sns", endpoint_url=endpoint),
+            cloudwatch=session.client("cloudwatch", endpoint_url=endpoint),
+        )
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def image_venv(self) -> Path:
+        return self.root / "image-venv"  # the executors' Python: exactly requirements.lock
+
+    @property
+    def driver_venv(self) -> Path:
+        return self.root / "driver-venv"  # run-job installs the job's wheel here
+
+    @property
+    def wheels(self) -> Path:
+        return self.root / "wheels"
+
+    @property
+    def spark(self) -> Path:
+        return self.root / "spark"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def env_file(self) -> Path:
+        return self.root / "env.sh"
+
+
+@dataclass
+class LocalPipeline:
+    """Everything running: the stand-ins, the services, and how to reach them."""
+
+    paths: Paths
+    progress: Progress = print
+    aws: Server | None = None
+    kafka: Server | None = None
+    supervisor: Supervisor | None = None
+    values: dict[str, str] = field(default_factory=dict)  # the hand-off as written to SSM
+
+    # -- bring up ---------------------------------------------------------
+
+    def start(self) -> None:
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("the executors' Python (requirements.lock)", self._interpreters),
+            ("AWS on loopback (moto: S3, SSM, CloudWatch, SNS)", self._aws),
+            ("Kafka on loopback (tansu) and the hand-off in SSM", self._kafka_and_handoff),
+            ("topics (tablecast-ops topics create)", self._topics),
+            ("Spark master and worker (the image's units)", self._spark),
+            ("the job's wheel to the artifacts, its version to SSM", self._deploy),
+            ("the job and the archiver (the image's units)", self._services),
+        ]
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            for number, (title, step) in enumerate(steps, 1):
+                started = time.monotonic()
+                self.progress(f"[{number}/{len(steps)}] {title} ...")
+                step()
+                self.progress(f"      done in {time.monotonic() - started:.0f} s")
+        except BaseException:
+            self.stop()
+            raise
+        self._write_state()
+
+    def _interpreters(self) -> None:
+        # What the image's service-users.sh creates on a node.
+        self.paths.wheels.mkdir(parents=True, exist_ok=True)
+        ensure_locked_venv(self.paths.image_venv, PROJECT / "requirements.lock", self.progress)
+        if not (self.paths.driver_venv / "bin" / "python").exists():
+            # The driver node's venv is the image's plus the wheel run-job installs;
+            # here it sees the image venv's packages and gets the wheel of its own.
+            venv.create(self.paths.driver_venv, with_pip=True)
+            _site(self.paths.driver_venv).joinpath("image.pth").write_text(
+                str(_site(self.paths.image_venv)) + "\n", encoding="utf-8"
+            )
+
+    def _aws(self) -> None:
+        self.aws = start_moto(self.paths.logs / "aws.log")
+
+    def _kafka_and_handoff(self) -> None:
+        self.kafka = start_broker(self.paths.logs / "kafka.log")
+        from infra.config import layout
+        from infra.config.handoff import handoff_values
+
+        config = sandbox_config()
+        bucket = layout.bucket_name(config.resource_prefix, config.deployment.account_id,
+                                    config.region)  # fmt: skip
+        values = handoff_values(config=config, bootstrap_brokers_iam=self.kafka.address,
+                                bucket_name=bucket, driver_private_ip=LOOPBACK,
+                                driver_instance_id="i-00000000local")  # fmt: skip
+        values.update(self._substitutions())
+        clients = self.clients()
+        clients.s3.create_bucket(
+            Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": config.region}
+        )
+        clients.sns.create_topic(Name=f"{config.resource_prefix}-alarms")
+        for name, value in values.items():
+            clients.ssm.put_parameter(Name=handoff.parameter_name(ENVIRONMENT, name),
+                                      Value=value, Type="String", Overwrite=True)  # fmt: skip
+        self.values = values
+
+    def _substitutions(self) -> dict[str, str]:
+        """The hand-off values that cannot be AWS's on one machine."""
+        return {
+            handoff.CHECKPOINT_URI: str(self.paths.checkpoint),  # local disk in HDFS's place
+            handoff.TRIGGER: TRIGGER,
+            handoff.REPLICATION_FACTOR: "1",  # one broker here
+        }
+
+    def _topics(self) -> None:
+        self.ops(["topics", "create", "--environment", ENVIRONMENT, "--partitions",
+                  str(PARTITIONS), *TOPICS])  # fmt: skip
+
+    def _spark(self) -> None:
+        for port in SPARK_PORTS:
+            _require_free(port)
+        conf = self.paths.spark / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        template = (AMI_FILES / "templates" / "spark-defaults.conf.tmpl").read_text("utf-8")
+        rendered = Template(template).substitute(self.node_env())
+        for image_path, local_path in self.path_map().items():
+            rendered = rendered.replace(image_path, local_path)
+        # The executors' Python is the workers' venv; the driver's, the driver node's.
+        rendered = rendered.replace(
+            f"spark.pyspark.driver.python           {self.paths.image_venv}/bin/python",
+            f"spark.pyspark.driver.python           {self.paths.driver_venv}/bin/python",
+        )
+        (conf / "spark-defaults.conf").write_text(rendered, encoding="utf-8")
+        # systemd starts a unit in /: nothing may come from the checkout's directory.
+        self.supervisor = Supervisor(self.paths.logs, cwd=Path("/"))
+        for unit in ("spark-master", "spark-worker"):
+            self._start_unit(unit)
+        _wait(lambda: _master_has_worker(SPARK_PORTS[1]), 90, "the Spark worker registering",
+              self.paths.logs / "spark-worker.log")  # fmt: skip
+
+    def _deploy(self) -> None:
+        from app.ops.deploy import upload_wheel
+        from app.ops.environment import write_job_version
+        from app.ops.wheel import build_wheel
+
+        wheel = build_wheel(PROJECT, self.paths.root / "dist")
+        clients = self.clients()
+        upload_wheel(clients.s3, self.values[handoff.ARTIFACTS_URI], wheel, replace=True)
+        write_job_version(clients.ssm, ENVIRONMENT, wheel.version)
+
+    def _services(self) -> None:
+        self._start_unit("tablecast-job")
+        python = str(self.paths.driver_venv / "bin" / "python")
+
+        def installed() -> bool:
+            probe = [python, "-c", "import app"]  # from /, as the services run
+            done = subprocess.run(probe, capture_output=True, check=False, cwd="/")
+            return done.returncode == 0
+
+        _wait(installed, 120, "run-job installing the job's wheel",
+              self.paths.logs / "tablecast-job.log")  # fmt: skip
+        self._start_unit("tablecast-archiver")
+
+    def _start_unit(self, name: str) -> None:
+        assert self.supervisor is not None
+        node = "worker" if name == "spark-worker" else "driver"
+        spec = render(name, self.node_env(), self.path_map(node), restart_sec_cap=RESTART_SEC_CAP)
+        self.supervisor.start(spec, self.service_env())
+
+    # -- what the services see -------------------------------------------
+
+    def node_env(self) -> dict[str, str]:
+        """node.env's and image.env's variables, as node-bootstrap writes them on a node."""
+        return {
+            "TABLECAST_ENV": ENVIRONMENT,
+            "TABLECAST_DRIVER_HOST": LOOPBACK,
+            "SPARK_LOCAL_IP": LOOPBACK,
+            "TABLECAST_ZONE_ID": ZONE_ID,
+            "AWS_REGION": self.region(),
+        }
+
+    def path_map(self, node: str = "worker") -> dict[str, str]:
+        """The image's paths and where they are on this machine, for a ``driver`` or ``worker``.
+
+        On the AMI every node has its venv at the same path, and run-job installs
+        the job's wheel in the driver node's: here they are two directories.
+        """
+        from app.local.spark_cluster import spark_home
+
+        venv_dir = self.paths.driver_venv if node == "driver" else self.paths.image_venv
+        return {
+            "/opt/spark": str(spark_home()),
+            "/opt/tablecast/bin": str(AMI_FILES / "bin"),
+            "/opt/tablecast/venv": str(venv_dir),
+            "/data/spark": str(self.paths.spark),
+        }
+
+    def aws_env(self) -> dict[str, str]:
+        assert self.aws is not None
+        return {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": f"http://{self.aws.address}",
+                "AWS_REGION": self.region(), "AWS_DEFAULT_REGION": self.region()}  # fmt: skip
+
+    def service_env(self) -> dict[str, str]:
+        from app.local.spark_cluster import spark_home
+
+        return {
+            **os.environ,
+            **self.node_env(),
+            **self.aws_env(),
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_CONF_DIR": str(self.paths.spark / "conf"),
+            "PYSPARK_PYTHON": str(self.paths.image_venv / "bin" / "python"),
+            # run-job's defaults are the image's paths and service user:
+            "TABLECAST_VENV": str(self.paths.driver_venv),
+            "TABLECAST_WHEEL_DIR": str(self.paths.wheels),
+            "TABLECAST_DRIVER_PY": str(AMI_FILES / "bin" / "tablecast-driver.py"),
+            "TABLECAST_RUN_AS_USER": getpass.getuser(),
+            "TABLECAST_KAFKA_AUTH": "none",  # tansu has no IAM (the archiver reads it too)
+        }
+
+    def region(self) -> str:
+        region: str = sandbox_config().region
+        return region
+
+    def clients(self) -> AwsClients:
+        """Clients of the stand-in AWS (moto's server)."""
+        return AwsClients.for_endpoint(self.aws_env())
+
+    def ops(self, argv: list[str], check: bool = True) -> str:
+        """``tablecast-ops ARGV`` as an operator on the driver node runs it."""
+        done = subprocess.run([sys.executable, "-m", "app.ops", *argv], env=self.service_env(),
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        with (self.paths.logs / "ops.log").open("a") as log:
+            log.write(f"$ tablecast-ops {' '.join(argv)}\n{done.stdout}{done.stderr}")
+        if check and done.returncode != 0:
+            raise PipelineError(f"tablecast-ops {argv[0]} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    # -- tear down --------------------------------------------------------
+
+    def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop_all()
+            self.supervisor = None
+        for server in (self.kafka, self.aws):
+            if server is not None:
+                server.stop()
+        self.kafka = self.aws = None
+        self.paths.state.unlink(missing_ok=True)
+
+    def _write_state(self) -> None:
+        assert self.aws is not None and self.kafka is not None
+        env = {**self.aws_env(), "TABLECAST_KAFKA_AUTH": "none"}
+        self.paths.state.write_text(json.dumps({
+            "pid": os.getpid(), "environment": ENVIRONMENT, "aws": env["AWS_ENDPOINT_URL"],
+            "kafka": self.kafka.address, "spark": f"spark://{LOOPBACK}:{SPARK_PORTS[0]}",
+            "output": self.values[handoff.OUTPUT_URI], "archive": self.values[handoff.ARCHIVE_URI],
+            "logs": str(self.paths.logs),
+        }, indent=2), encoding="utf-8")  # fmt: skip
+        self.paths.env_file.write_text(
+            "# source this file to point tablecast-ops, tablecast and pyarrow at the pipeline\n"
+            + "".join(f"export {k}={v}\n" for k, v in env.items()),
+            encoding="utf-8",
+        )
+
+
+def sandbox_config() -> Any:
+    """infra's throwaway environment, with the throwaway settings (no account is real)."""
+    from infra.config.environments import ENVIRONMENTS
+    from infra.config.settings import TESTING_SETTINGS, load_settings
+
+    return ENVIRONMENTS[ENVIRONMENT](load_settings(TESTING_SETTINGS)[ENVIRONMENT])
+
+
+def ensure_locked_venv(path: Path, lock: Path, progress: Progress) -> None:
+    """A venv holding exactly ``lock`` (with hashes); rebuilt only when the lock changes."""
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    stamp = path / ".lock-sha256"
+    if stamp.is_file() and stamp.read_text().strip() == digest:
+        return
+    progress(f"      installing {lock.name} into {path} (once per lock)")
+    shutil.rmtree(path, ignore_errors=True)
+    venv.create(path, with_pip=True)
+    done = subprocess.run(
+        [str(path / "bin" / "python"), "-m", "pip", "install", "--quiet",
+         "--disable-pip-version-check", "--require-hashes", "-r", str(lock)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise PipelineError(f"pip install -r {lock} failed: {done.stderr.strip()[-500:]}")
+    stamp.write_text(digest, encoding="utf-8")
+
+
+def _site(venv_dir: Path) -> Path:
+    return Path(sysconfig.get_paths(vars={"base": str(venv_dir),
+                                          "platbase": str(venv_dir)})["purelib"])  # fmt: skip
+
+
+def _require_free(port: int) -> None:
+    with socket.socket() as probe:
+        # As a server binds: a connection of an earlier run in TIME_WAIT is no obstacle.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            raise PipelineError(
+                f"port {port} on {LOOPBACK} is taken (the image's Spark units use 7077, 8080 "
+                "and 8081): is another pipeline or Spark running? `make pipeline-down` stops ours"
+            ) from None
+
+
+def _master_has_worker(ui_port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as answer:
+            doc = json.load(answer)
+    except OSError:
+        return False
+    return any(w.get("state") == "ALIVE" for w in doc.get("workers", []))
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise PipelineError(f"timed out after {timeout_s:.0f} s waiting for {what}; see {log}")
+        time.sleep(0.5)
+
+
+# -- the commands ------------------------------------------------------------
+
+
+def up(root: Path) -> int:
+    """Start the pipeline in the background (``serve``) and wait until it is up."""
+    paths = Paths(root.resolve())
+    if paths.state.exists():
+        raise ConfigurationError(f"{paths.state} exists: the pipeline is up (make pipeline-down)")
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    log = paths.logs / "pipeline.log"
+    with log.open("ab") as out:
+        server = subprocess.Popen([sys.executable, "-m", "app.local.pipeline", "serve",
+                                   "--root", str(root)], stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True, cwd=PROJECT)  # fmt: skip
+    shown = 0
+    while not paths.state.exists():
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        for line in lines[shown:]:
+            print(line, flush=True)
+        shown = len(lines)
+        if server.poll() is not None:
+            raise PipelineError(f"the pipeline did not come up; see {log}")
+        time.sleep(0.5)
+    state = json.loads(paths.state.read_text())
+    print(f"up: Kafka {state['kafka']}, AWS {state['aws']}, Spark {state['spark']} "
+          f"(master's UI on http://{LOOPBACK}:{SPARK_PORTS[1]})")  # fmt: skip
+    print(f"logs in {state['logs']}; `source {paths.env_file}` to use the tools; "
+          "`make pipeline-down` stops it all")  # fmt: skip
+    return 0
+
+
+def serve(root: Path) -> int:
+    """Run the pipeline until SIGTERM (what ``up`` starts in the background)."""
+    stopping = False
+
+    def request_stop(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    pipeline = LocalPipeline(Paths(root.resolve()), progress=lambda line: print(line, flush=True))
+    pipeline.start()
+    try:
+        while not stopping:
+            time.sleep(0.5)
+    finally:
+        pipeline.stop()
+    return 0
+
+
+def down(root: Path) -> int:
+    paths = Paths(root.resolve())
+    if not paths.state.exists():
+        print("the pipeline is not up")
+        return 0
+    pid = int(json.loads(paths.state.read_text())["pid"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        paths.state.unlink(missing_ok=True)
+        return 0
+    deadline = time.monotonic() + 180
+    while paths.state.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    print("down: every service stopped" if not paths.state.exists() else
+          f"the pipeline (pid {pid}) did not stop in time; see {paths.logs}")  # fmt: skip
+    return 0 if not paths.state.exists() else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["up", "down", "serve", "demo"])
+    parser.add_argument("--root", type=Path, default=Path(".pipeline"))
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            return up(args.root)
+        if args.command == "down":
+            return down(args.root)
+        if args.command == "serve":
+            return serve(args.root)
+        from app.local.demo import demo
+
+        return demo(args.root)
+    except TablecastError as exc:
+        print(f"pipeline {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
