@@ -10,7 +10,7 @@ CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: lock setup demo test lint typecheck unit synth checkov terraform-check packer-validate shellcheck bench clean
+.PHONY: lock setup demo test lint typecheck unit synth checkov terraform-check packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
 
 setup: $(STAMP)
 
@@ -42,7 +42,7 @@ typecheck: setup
 unit: setup
 	$(BIN)/pytest -q -m "not terraform"
 
-test: lint typecheck unit synth checkov terraform-check packer-validate shellcheck
+test: lint typecheck unit synth checkov terraform-check packer-validate shellcheck pipeline-demo
 
 # Real Terraform, offline: `terraform validate` of every synthesized stack with
 # the provider from the machine's mirror (/opt/tf-plugins, or
@@ -85,10 +85,21 @@ shellcheck: setup
 	echo "shellcheck: $${#files[@]} scripts"; \
 	$(BIN)/shellcheck --external-sources --source-path=SCRIPTDIR "$${files[@]}"
 
+# The production topology on loopback (app/local/pipeline.py): Kafka (tansu),
+# AWS (moto), Spark, the job and the archiver from the image's own units.
+pipeline-demo: setup
+	$(BIN)/python -m app.local.pipeline demo
+
+pipeline-up: setup
+	$(BIN)/python -m app.local.pipeline up
+
+pipeline-down: setup
+	$(BIN)/python -m app.local.pipeline down
+
 bench: setup
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.job
 	$(BIN)/python -m bench.kafka_source
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) cdktf.out .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) cdktf.out .mypy_cache .pytest_cache .ruff_cache .pipeline

@@ -54,8 +54,15 @@ class Positions:
                 f"{sum(self.archive.values()):,} of {total:,} offsets")  # fmt: skip
 
 
-def publish(pipeline: LocalPipeline, *, sessions: int = SESSIONS, updates: int = UPDATES,
-            seed: int = 7, run_id: str = "") -> produce.ProduceReport:  # fmt: skip
+def publish(
+    pipeline: LocalPipeline,
+    *,
+    sessions: int = SESSIONS,
+    updates: int = UPDATES,
+    seed: int = 7,
+    run_id: str = "",
+    rate: float = 0.0,
+) -> produce.ProduceReport:
     """The load generator: sessions with resync snapshots over the pipeline's topics."""
     assert pipeline.kafka is not None
     spec = produce.LoadSpec(
@@ -65,6 +72,7 @@ def publish(pipeline: LocalPipeline, *, sessions: int = SESSIONS, updates: int =
             start_ms=int(time.time() * 1000),
         ),
         run_id=run_id or datetime.now(UTC).strftime("%H%M%S%f"),
+        rate=rate,
         # tansu answers ListOffsets with the last batch's first offset + 1.
         one_message_per_batch=True,
     )  # fmt: skip

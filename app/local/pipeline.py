@@ -103,6 +103,7 @@ class AwsClients:
 @dataclass(frozen=True)
 class Paths:
     root: Path
+    shared_image_venv: Path | None = None  # tests share one across pipelines
 
     @property
     def logs(self) -> Path:
@@ -110,7 +111,8 @@ class Paths:
 
     @property
     def image_venv(self) -> Path:
-        return self.root / "image-venv"  # the executors' Python: exactly requirements.lock
+        # The executors' Python: exactly requirements.lock.
+        return self.shared_image_venv or self.root / "image-venv"
 
     @property
     def driver_venv(self) -> Path:
