@@ -96,7 +96,6 @@ class JobConfig:
     max_offsets_per_trigger: int = 500_000
     session_timeout_ms: int = 3_600_000
     trace: frozenset[str] = frozenset()
-    max_rows_per_file: int = 2_000_000
 
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
@@ -127,9 +126,7 @@ def run(
     plan = check_before_start(config.output, checkpoint)
     processor = processor or TableProcessor()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
-    engine = EngineDriver(
-        processor, rules, state_root(config.checkpoint), config.output, config.max_rows_per_file
-    )
+    engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
     sink = ExactlyOnceSink(
         config.output, checkpoint, engine, config.integrity, _reporting(on_batch, listener)
     )

@@ -42,14 +42,12 @@ class EngineDriver:
         rules: Rules,
         state_root: str,
         output_uri: str,
-        rows_per_file: int,
         retain: int = RETAIN_VERSIONS,
     ) -> None:
         self.processor = processor
         self.rules = rules
         self.store = StateStore(state_root)
         self.output_uri = output_uri
-        self.rows_per_file = rows_per_file
         self.retain = retain
         self._versions: dict[TopicPartition, list[int]] | None = None
         self._registry: Registry | None = None
@@ -108,7 +106,6 @@ class EngineDriver:
             versions={
                 tp: v for tp in end if (v := self._version_at(tp, start.get(tp))) is not None
             },
-            rows_per_file=self.rows_per_file,
         )
 
         def run_pass(foreign: Foreign) -> BatchOutcome:

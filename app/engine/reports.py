@@ -65,6 +65,7 @@ class PartitionSummary:
     """One task's partition: what it read and the state it left."""
 
     tp: TopicPartition
+    start: int  # where the task's range began
     end: int  # the version saved (-1 if the state was not saved)
     messages: int
     sessions: int
@@ -107,7 +108,7 @@ class Reports:
     def partition(self, s: PartitionSummary) -> None:
         detail = orjson.dumps({"sessions": s.sessions, "cache": s.cache}).decode()
         self._add(ReportKind.PARTITION, offset=s.end, rows=s.messages, bytes=s.state_bytes,
-                  detail=detail)  # fmt: skip
+                  path=str(s.start), detail=detail)  # fmt: skip
 
 
 def to_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -152,7 +153,13 @@ class BatchOutcome:
             else:
                 d = orjson.loads(r["detail"])
                 outcome.partitions[tp] = PartitionSummary(
-                    tp, r["offset"], r["rows"], d["sessions"], r["bytes"], d["cache"]
+                    tp,
+                    int(r["path"]),
+                    r["offset"],
+                    r["rows"],
+                    d["sessions"],
+                    r["bytes"],
+                    d["cache"],
                 )
         outcome.files.sort(key=lambda f: f.path)
         outcome.violations.sort(key=lambda v: (v.topic, v.partition, v.offset))

@@ -38,14 +38,15 @@ from app.engine.machine import (
     Rules,
 )
 from app.engine.output import RowColumns, quarantine_table
-from app.engine.reports import PartitionSummary, Reports, to_batch
+from app.engine.reports import PartitionSummary, Reports, StagedFile, to_batch
+from app.engine.segments import Segment, plan_segments
 from app.engine.state import PartitionState
 from app.engine.store import StateCache, StateStore
 from app.errors import TablecastError
 from app.offsets import TopicPartition
 from app.processor import Processor
 from app.sink.writer import QUARANTINE_DIR, stage_table
-from app.storage import resolve
+from app.storage import Location, resolve
 
 # Records converted to Python objects at a time: bounds the task's memory.
 SLICE = 8192
@@ -67,7 +68,6 @@ class BatchPlan:
     end: Mapping[TopicPartition, int]
     versions: Mapping[TopicPartition, int]  # the state version each partition loads
     foreign: Mapping[TopicPartition, Mapping[str, TopicPartition]] = field(default_factory=dict)
-    rows_per_file: int = 2_000_000
     code_digest: str = field(default_factory=code_digest)  # the driver's code
 
 
@@ -108,23 +108,15 @@ class PartitionTask:
         state, cache = self._load(store, tp, start)
         machine = PartitionMachine(plan.processor, plan.rules, plan.foreign.get(tp))
         location = resolve(plan.output_uri)
-        name = f"{tp.topic}-{tp.partition}-{start:020d}-{end:020d}"
         result = PartitionResult(RowColumns(tp))
-        flushed = 0
-        for lo in range(0, len(records), SLICE):
-            machine.run(state, RecordColumns.from_arrow(records.slice(lo, SLICE)), result)
-            if len(result.rows) >= plan.rows_per_file:
-                self._stage(location, reports, result.rows.to_table(), f"{name}-{flushed:03d}")
-                result.rows = RowColumns(tp)
-                flushed += 1
+        offsets_np = records.column("offset").to_numpy()
+        for segment in plan_segments(offsets_np, [(start, end)], tp):
+            run_segment(machine, state, records, segment, result)
+            if segment.name is not None:
+                for staged in stage_segment(location, plan.staging_dir, result, segment.name):
+                    reports.file(staged.path, staged.rows, staged.bytes, staged.quarantine)
             if result.violations and plan.rules.mode is IntegrityMode.STRICT:
                 break
-        self._stage(location, reports, result.rows.to_table(), f"{name}-{flushed:03d}")
-        if result.quarantined:
-            for staged in stage_table(location, plan.staging_dir, QUARANTINE_DIR,
-                                      quarantine_table(result.quarantined), "timestamp",
-                                      name):  # fmt: skip
-                reports.file(staged.path, staged.rows, staged.bytes, quarantine=True)
 
         saved, size = -1, 0
         if not (result.violations and plan.rules.mode is IntegrityMode.STRICT):
@@ -141,7 +133,7 @@ class PartitionTask:
         for session in result.dropped:
             reports.dropped(session)
         reports.partition(
-            PartitionSummary(tp, saved, result.messages, len(state.sessions), size, cache)
+            PartitionSummary(tp, start, saved, result.messages, len(state.sessions), size, cache)
         )
         return reports.rows
 
@@ -157,9 +149,33 @@ class PartitionTask:
         state.offset = start
         return state, "hit" if cached is not None else "miss"
 
-    def _stage(self, location: Any, reports: Reports, table: pa.Table, name: str) -> None:
-        for staged in stage_table(location, self.plan.staging_dir, "", table, "ts", name):
-            reports.file(staged.path, staged.rows, staged.bytes, quarantine=False)
+
+def run_segment(
+    machine: PartitionMachine[Any],
+    state: PartitionState[Any],
+    records: pa.Table,
+    segment: Segment,
+    result: PartitionResult,
+) -> None:
+    """Apply one segment's records, a slice at a time (the slice bounds the task's memory)."""
+    for lo in range(segment.lo, segment.hi, SLICE):
+        batch = records.slice(lo, min(SLICE, segment.hi - lo))
+        machine.run(state, RecordColumns.from_arrow(batch), result)
+        if result.violations and machine.rules.mode is IntegrityMode.STRICT:
+            return
+
+
+def stage_segment(
+    location: Location, staging_dir: str, result: PartitionResult, name: str
+) -> list[StagedFile]:
+    """Stage the segment's rows and quarantined records as its files; empty the result's."""
+    staged = stage_table(location, staging_dir, "", result.rows.to_table(), "ts", name)
+    if result.quarantined:
+        table = quarantine_table(result.quarantined)
+        staged += stage_table(location, staging_dir, QUARANTINE_DIR, table, "timestamp", name)
+    result.rows = RowColumns(result.rows.tp)
+    result.quarantined = []
+    return staged
 
 
 def _split_by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:

@@ -167,6 +167,7 @@ class ExactlyOnceSink:
                 checkpoint=self.checkpoint.uri,
                 checkpoint_id=self.checkpoint.query_id(),
                 batch_id=batch_id,
+                start=_range_starts(start, end, outcome),
             )
         )
 
@@ -203,3 +204,10 @@ class ExactlyOnceSink:
             state_bytes=sum(self.engine.state_bytes.values()),
             sessions=sum(self.engine.sessions.values()),
         )
+
+
+def _range_starts(start: Offsets, end: Offsets, outcome: BatchOutcome) -> Offsets:
+    """Where each partition's range of the batch began: the checkpoint's previous end,
+    or for the first batch (whose start Spark does not record) what the tasks read from."""
+    begins = {tp: summary.start for tp, summary in outcome.partitions.items()}
+    return {tp: start.get(tp, begins.get(tp, end[tp])) for tp in end}

@@ -19,7 +19,7 @@ import orjson
 
 from app import offsets as offsets_mod
 from app.code import JobVersion, job_version
-from app.offsets import Offsets
+from app.offsets import Offsets, TopicPartition
 from app.storage import Location
 
 CONTROL_DIR = "_tablecast"
@@ -46,6 +46,15 @@ class LedgerEntry:
     written_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     # The code that wrote the entry (None in entries older than the field).
     job: JobVersion | None = field(default_factory=job_version)
+    # Where each partition's range of a batch began ({} in older entries: the
+    # previous entry's end). Ranges [start, end) are what the entry published.
+    start: Offsets = field(default_factory=dict)
+
+    def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
+        """The offsets this batch entry published, per partition (empty ranges left out)."""
+        begin = self.start or (previous.end if previous is not None else {})
+        found = {tp: (begin.get(tp, end), end) for tp, end in self.end.items()}
+        return {tp: (a, b) for tp, (a, b) in found.items() if b > a}
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -62,6 +71,7 @@ class LedgerEntry:
             "job": None if self.job is None else {
                 "version": self.job.version, "commit": self.job.commit, "code": self.job.code,
             },
+            "start": offsets_mod.to_archive_json(self.start),
         }  # fmt: skip
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -80,6 +90,7 @@ class LedgerEntry:
             adopt=dict(doc.get("adopt", {})),
             written_at=doc["written_at"],
             job=None if doc.get("job") is None else JobVersion(**doc["job"]),
+            start=offsets_mod.from_json(doc.get("start") or {}),
         )
 
 
