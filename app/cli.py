@@ -30,6 +30,7 @@ from app.spark_session import spark_log_path, spark_session
 
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
+    from app.recompute.run import RecomputeReport
 
 _UNITS_MS = {
     "ms": 1, "millisecond": 1, "milliseconds": 1,
@@ -148,12 +149,26 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
 
-    replay = commands.add_parser("replay", help="backfill a window of event time from the archive")
+    replay = commands.add_parser(
+        "replay", help="recompute the output's files for a window of time, from the archive"
+    )
     replay.add_argument("--archive", required=True)
     replay.add_argument("--output", required=True)
     replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
     replay.add_argument("--topic-pattern", default="^sensor-.+")
+    _recompute_options(replay)
+
+    correct = commands.add_parser(
+        "correct", help="recompute every range one job version published, in place"
+    )
+    correct.add_argument("--archive", required=True)
+    correct.add_argument("--output", required=True)
+    which = correct.add_mutually_exclusive_group(required=True)
+    which.add_argument("--version", help="the faulty package version, as the ledger records it")
+    which.add_argument("--commit", help="the faulty commit (7 or more hex digits)")
+    correct.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _recompute_options(correct)
 
     verify = commands.add_parser("verify", help="compare an output with the archive's expectation")
     verify.add_argument("--archive", required=True)
@@ -161,6 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--topic-pattern", default="^sensor-.+")
     verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
     return parser
+
+
+def _recompute_options(command: argparse.ArgumentParser) -> None:
+    """What replay and correct share with ``run``: the rules the live job applied."""
+    command.add_argument("--integrity", choices=[m.value for m in IntegrityMode],
+                         default="strict")  # fmt: skip
+    command.add_argument("--session-timeout", default="1 hour",
+                         help="the live job's --session-timeout [1 hour]")  # fmt: skip
+    command.add_argument("--master", default=None, help="Spark master [local[2]]")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _repair(args)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "correct":
+            return _correct(args)
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
             violation = getattr(exc, "violation", None)
@@ -416,17 +442,49 @@ def _repair(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from app import replay
 
+    since, until = replay.parse_time(args.since), replay.parse_time(args.until)
+    archive.require_root(args.archive)  # a typo stops here, before Spark starts
     report = replay.replay(
-        args.archive,
-        args.output,
-        replay.parse_time(args.since),
-        replay.parse_time(args.until),
-        args.topic_pattern,
-    )
-    for tp, start in sorted(report.starts.items()):
-        print(f"{tp.key()}: read from offset {start:,}")
-    print(f"replayed {report.sessions:,} sessions: {report.rows:,} rows in {report.files} files")
+        spark_session(args.master), args.archive, args.output, since, until,
+        topic_pattern=_pattern(args.topic_pattern), integrity=IntegrityMode(args.integrity),
+        session_timeout_ms=parse_duration_ms(args.session_timeout),
+        progress=_Progress("replaying partitions").update,
+    )  # fmt: skip
+    _print_recompute(report)
     return 0
+
+
+def _correct(args: argparse.Namespace) -> int:
+    from app import correct
+    from app.recompute.run import RecomputeReport
+
+    archive.require_root(args.archive)
+    result = correct.correct(
+        None if args.dry_run else spark_session(args.master), args.archive, args.output,
+        version=args.version, commit=args.commit, integrity=IntegrityMode(args.integrity),
+        session_timeout_ms=parse_duration_ms(args.session_timeout),
+        progress=_Progress("correcting partitions").update, dry_run=args.dry_run,
+    )  # fmt: skip
+    if isinstance(result, RecomputeReport):
+        _print_recompute(result)
+        return 0
+    for work in result:
+        ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
+        print(f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
+              f"recompute {ranges}")  # fmt: skip
+    print("dry run: nothing was changed")
+    return 0
+
+
+def _print_recompute(report: RecomputeReport) -> None:
+    record = report.record
+    for key, ranges in sorted(record.ranges.items()):
+        print(f"{key}: recomputed " + ", ".join(f"{a}-{b - 1}" for a, b in ranges))
+    print(
+        f"{record.kind} of {record.selector}: {report.tasks} partition tasks read "
+        f"{record.messages:,} messages; {len(record.published)} files replaced or written "
+        f"({record.rows:,} rows), {len(record.removed)} removed"
+    )
 
 
 class _Progress:

@@ -1,39 +1,34 @@
-"""``tablecast replay``: backfill a window of event time from the raw archive.
+"""``tablecast replay``: recompute the output's files for a window of time, from the archive.
 
-For when Kafka's retention has passed: the lake keeps what the brokers
-dropped. Every session with a message whose ``ts`` falls in
-``[since, until)`` is rebuilt from its latest snapshot that the window does
-not need to reproduce (or from its start), and exactly the rows the live job
-wrote for the window's messages are written to the output dataset, through
-the same stage-then-publish steps as the job's sink.
+For when output files must be rebuilt from the lake (Kafka's retention has
+passed, files were lost or damaged): every block of the output whose
+records have a timestamp in ``[since, until)`` is recomputed on Spark with
+the current code (:mod:`app.recompute`) and replaced in place.
+
+Into an output the live job wrote, a replay recomputes the ranges its
+ledger records (offsets it has not published yet are left to it); into an
+output without a ledger, fixed ranges of
+:data:`~app.engine.segments.OFFSETS_PER_FILE` offsets. Either way the same
+offsets always get the same file names, so replaying a window twice, or
+windows that overlap, never duplicates a row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from app.contract import Position, Record
-from app.engine.machine import IntegrityMode, PartitionMachine, RecordColumns, Rules
-from app.engine.output import OUTPUT_SCHEMA
-from app.engine.state import PartitionState
-from app.errors import ConfigurationError, IntegrityViolationError
-from app.offsets import TopicPartition
-from app.processor import TableProcessor
-from app.restart import Header, headers
-from app.sink.publish import publish_rows
-from app.sources import archive, records
-
-
-@dataclass(frozen=True)
-class ReplayReport:
-    starts: dict[TopicPartition, int]  # where each partition was read from
-    sessions: int
-    rows: int
-    files: int
+from app.engine.machine import IntegrityMode, Rules
+from app.errors import ConfigurationError
+from app.processor import Processor, TableProcessor
+from app.recompute import plan as plan_mod
+from app.recompute.plan import PublishedRange
+from app.recompute.run import REPLAY, Progress, RecomputeReport, recompute
+from app.recompute.task import RecomputePlan
+from app.sink.ledger import Ledger
+from app.sources import archive
+from app.storage import resolve
 
 
 def parse_time(text: str) -> int:
@@ -49,80 +44,55 @@ def parse_time(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def window_rows(
-    tp: TopicPartition, records: RecordColumns, since_ms: int, until_ms: int
-) -> tuple[int, set[str], pa.Table]:
-    """One partition: where to start reading, the window's sessions, and its rows.
-
-    Every session with a message in the window is rebuilt from its latest
-    snapshot whose own rows the window does not need (or from its start);
-    only those sessions' records from there on are applied.
-    """
-    history = headers(
-        Record(Position(tp.topic, tp.partition, offset), key, value, ts)
-        for key, value, offset, ts in zip(*records, strict=True)
-    )
-    in_window = {h.session for h in history if since_ms <= h.ts < until_ms and h.type != "invalid"}
-    starts = {session: _start_of(session, history, since_ms, until_ms) for session in in_window}
-    if not starts:
-        return (history[-1].offset + 1 if history else 0), set(), OUTPUT_SCHEMA.empty_table()
-    wanted = [
-        i for i, (key, offset) in enumerate(zip(records.keys, records.offsets, strict=True))
-        if key is not None and offset >= starts.get(key.decode("utf-8", "replace"), offset + 1)
-    ]  # fmt: skip
-    subset = RecordColumns(
-        [records.keys[i] for i in wanted],
-        [records.values[i] for i in wanted],
-        [records.offsets[i] for i in wanted],
-        [records.timestamps_ms[i] for i in wanted],
-    )
-    seq_of = {h.offset: h.seq for h in history}
-    # Sessions read from a resync snapshot before the window (its rows are not wanted).
-    adopt = {session: offset for session, offset in starts.items() if seq_of[offset] > 0}
-    machine = PartitionMachine(TableProcessor(), Rules(IntegrityMode.STRICT, adopt=adopt))
-    result = machine.run(PartitionState.empty(tp, min(starts.values())), subset)
-    if result.violations:
-        raise IntegrityViolationError(result.violations[0])
-    rows = result.rows.to_table()
-    stamps_ms = pc.cast(rows["ts"], pa.int64())
-    in_range = pc.and_(pc.greater_equal(stamps_ms, since_ms), pc.less(stamps_ms, until_ms))
-    return min(starts.values()), set(starts), rows.filter(in_range)
-
-
-def _start_of(session: str, history: list[Header], since_ms: int, until_ms: int) -> int:
-    """The session's latest snapshot whose own output the window does not need."""
-    messages = [h for h in history if h.session == session]
-    first_in = next(h.offset for h in messages if since_ms <= h.ts < until_ms)
-    start = messages[0].offset
-    for h in messages:
-        if h.offset > first_in:
-            break
-        # A resync snapshot before the window resets the table; a seq 0 one starts it.
-        if h.type == "snapshot" and (h.offset < first_in or h.seq == 0):
-            start = h.offset
-    return start
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
 def replay(
-    archive_uri: str, output_uri: str, since_ms: int, until_ms: int, topic_pattern: str
-) -> ReplayReport:
+    spark: Any,
+    archive_uri: str,
+    output_uri: str,
+    since_ms: int,
+    until_ms: int,
+    *,
+    topic_pattern: str,
+    integrity: IntegrityMode = IntegrityMode.STRICT,
+    session_timeout_ms: int = Rules.timeout_ms,
+    processor: Processor[Any] | None = None,
+    progress: Progress | None = None,
+) -> RecomputeReport:
     if until_ms <= since_ms:
         raise ConfigurationError("--until must be after --since")
     location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
-    starts: dict[TopicPartition, int] = {}
-    sessions: set[str] = set()
-    tables: list[pa.Table] = []
-    for tp, files in sorted(index.files.items()):
-        table = pa.Table.from_batches(
-            list(archive.read_range(location, files, files[0].start, files[-1].end)),
-            schema=records.SCHEMA,
-        )
-        start, touched, rows = window_rows(tp, RecordColumns.from_arrow(table), since_ms, until_ms)
-        starts[tp] = start
-        sessions |= touched
-        tables.append(rows)
-    rows = pa.concat_tables(tables) if tables else OUTPUT_SCHEMA.empty_table()
-    name = f"replay-{since_ms}-{until_ms}"
-    files_written = publish_rows(output_uri, rows, name)
-    return ReplayReport(starts, len(sessions), len(rows), files_written)
+    touched = plan_mod.files_in_window(location, index, since_ms, until_ms)
+    output = resolve(output_uri)
+    ledger = Ledger(output)
+    entries = ledger.entries() if output.exists(output.path) else []
+    if entries:
+        every = [r for r in plan_mod.published_ranges(entries) if r.tp in index.files]
+        adopt = ledger.adopted_sessions()
+    else:
+        every = [
+            r
+            for tp in sorted(index.files)
+            for r in plan_mod.grid_ranges(tp, index.earliest(tp), index.latest(tp))
+        ]
+        adopt = {}
+    chosen = [r for r in every if _overlaps(r, touched.get(r.tp, ()))]
+    works = plan_mod.works(chosen, every, index)
+    plan = RecomputePlan(
+        processor=processor or TableProcessor(),
+        rules=Rules(integrity, session_timeout_ms, adopt),
+        archive_uri=archive_uri,
+        output_uri=output_uri,
+        staging_dir="",
+        window_ms=(since_ms, until_ms),
+    )
+    selector = f"window {_iso(since_ms)} to {_iso(until_ms)}"
+    return recompute(spark, plan, works, REPLAY, selector, progress)
+
+
+def _overlaps(r: PublishedRange, files: Sequence[archive.ArchiveFile]) -> bool:
+    end = r.end if r.limit is None else min(r.end, r.limit)
+    return any(f.start < end and f.end > r.start for f in files)

@@ -96,6 +96,7 @@ def test_a_mistyped_archive_is_refused_before_anything_is_created(
          "2026-01-01T00:00:00Z", "--until", "2026-01-02T00:00:00Z"],
         ["repair", "--archive", missing, "--output", str(tmp_path / "o"), "--checkpoint",
          str(tmp_path / "c"), "--dry-run"],
+        ["correct", "--archive", missing, "--output", str(tmp_path / "o"), "--version", "1.0"],
     ):  # fmt: skip
         assert _cli_error(argv, capsys) == (
             64, f"tablecast {argv[0]}: archive {missing} does not exist"
@@ -125,3 +126,21 @@ def test_a_consumer_group_outside_the_granted_names_is_refused(
         "tablecast run: --consumer-group 'analytics' must start with 'tablecast-' (the only "
         "groups the cluster's IAM role may commit to)"
     )
+
+
+def test_a_correction_needs_an_output_with_a_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "archive").mkdir()
+    output = tmp_path / "out"
+    argv = ["correct", "--archive", str(tmp_path / "archive"), "--output", str(output),
+            "--commit", "abc1234", "--dry-run"]  # fmt: skip
+    assert _cli_error(argv, capsys) == (64, f"tablecast correct: output {output} does not exist")
+    output.mkdir()
+    assert _cli_error(argv, capsys) == (
+        64, f"tablecast correct: output {output} has no ledger: nothing was published there"
+    )  # fmt: skip
+    short = [*argv[:-3], "--commit", "abc", "--dry-run"]
+    assert _cli_error(short, capsys) == (
+        64, "tablecast correct: --commit 'abc': give at least 7 hex digits"
+    )  # fmt: skip

@@ -11,6 +11,7 @@ from app import verify
 from app.engine.machine import IntegrityMode
 from app.job import ArchiveSource, JobConfig, Trigger, run
 from app.offsets import Offsets, TopicPartition
+from app.processor import Processor
 from app.sink.commit import BatchReport
 from app.sink.ledger import Ledger
 from app.storage import resolve
@@ -23,6 +24,7 @@ def write_capture(archive: Path, spec: gen.CaptureSpec) -> gen.Capture:
 
 
 def run_job(spark: Any, archive: Path | str, output: Path | str, checkpoint: Path | str,
+            processor: Processor[Any] | None = None,
             **overrides: Any) -> list[BatchReport]:  # fmt: skip
     reports: list[BatchReport] = []
     config = JobConfig(
@@ -32,7 +34,7 @@ def run_job(spark: Any, archive: Path | str, output: Path | str, checkpoint: Pat
         trigger=Trigger.parse("available-now"),
         **overrides,
     )
-    run(spark, config, reports.append)
+    run(spark, config, reports.append, processor=processor)
     return reports
 
 

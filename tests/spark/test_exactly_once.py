@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from app import verify
 from app.errors import OutputStateError
 from app.generate import CaptureSpec
-from app.replay import replay
 from app.storage import resolve
 from tests.spark.helpers import assert_exact, run_job, write_capture
 
@@ -190,20 +188,3 @@ def test_a_swapped_checkpoint_is_refused(spark: Any, tmp_path: Path) -> None:
     run_job(spark, tmp_path / "archive", tmp_path / "out-b", tmp_path / "ckpt-b")
     with pytest.raises(OutputStateError, match="is not the one that wrote output"):
         run_job(spark, tmp_path / "archive", tmp_path / "out-a", tmp_path / "ckpt-b")
-
-
-def test_replay_of_a_middle_window_equals_the_live_rows(spark: Any, tmp_path: Path) -> None:
-    spec = CaptureSpec(topics=2, partitions=2, sessions=10, updates=80, resync_every=20, seed=6)
-    write_capture(tmp_path / "archive", spec)
-    run_job(spark, tmp_path / "archive", tmp_path / "live", tmp_path / "ckpt")
-    live = verify.read_output(str(tmp_path / "live"))
-    ts = sorted(live.column("ts").cast("int64").to_pylist())
-    since, until = ts[len(ts) // 3], ts[2 * len(ts) // 3]
-    report = replay(
-        str(tmp_path / "archive"), str(tmp_path / "replayed"), since, until, "^sensor-.+"
-    )
-    assert report.rows > 0 and any(start > 0 for start in report.starts.values())
-    ms = live.column("ts").cast("int64")
-    window = live.filter(pc.and_(pc.greater_equal(ms, since), pc.less(ms, until)))
-    comparison = verify.compare(window, verify.read_output(str(tmp_path / "replayed")))
-    assert comparison.ok, comparison.report()

@@ -1,0 +1,97 @@
+"""``tablecast correct``: recompute what one job version published, and replace it in place.
+
+When a released version turns out to have been wrong (it dropped rows, say),
+deploy the fixed version, then correct the output: every range the ledger
+says the faulty version published is recomputed from the archive with the
+current code (:mod:`app.recompute`) and its files replaced one for one, so a
+reader never sees a row twice or a row missing, batch boundaries included.
+
+The live job keeps running: a correction touches only ranges already
+published, and records itself beside the ledger, never in its numbered
+entries. It refuses while the newest batch is still from the faulty version:
+that job would go on publishing ranges that need correcting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from app.engine.machine import IntegrityMode, Rules
+from app.errors import ConfigurationError
+from app.processor import Processor, TableProcessor
+from app.recompute import plan as plan_mod
+from app.recompute.run import CORRECTION, Progress, RecomputeReport, recompute
+from app.recompute.task import RecomputePlan
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import Ledger, LedgerEntry
+from app.sources import archive
+from app.storage import resolve
+
+
+def matcher(version: str | None, commit: str | None) -> tuple[str, Callable[[LedgerEntry], bool]]:
+    """The selector's description and test, for ``--version`` or ``--commit``."""
+    if (version is None) == (commit is None):
+        raise ConfigurationError("give exactly one of --version or --commit")
+    if version is not None:
+        return f"version {version}", lambda e: e.job is not None and e.job.version == version
+    assert commit is not None
+    if len(commit) < 7:
+        raise ConfigurationError(f"--commit {commit!r}: give at least 7 hex digits")
+    return f"commit {commit}", lambda e: bool(
+        e.job is not None and e.job.commit and e.job.commit.startswith(commit)
+    )
+
+
+def correct(
+    spark: Any,
+    archive_uri: str,
+    output_uri: str,
+    *,
+    version: str | None = None,
+    commit: str | None = None,
+    integrity: IntegrityMode = IntegrityMode.STRICT,
+    session_timeout_ms: int = Rules.timeout_ms,
+    processor: Processor[Any] | None = None,
+    progress: Progress | None = None,
+    dry_run: bool = False,
+) -> RecomputeReport | list[plan_mod.PartitionWork]:
+    """Recompute the ranges the selected version published; with ``dry_run`` only plan them."""
+    selector, selected = matcher(version, commit)
+    location = archive.require_root(archive_uri)
+    output = resolve(output_uri)
+    if not output.exists(output.path):
+        raise ConfigurationError(f"output {output_uri} does not exist")
+    ledger = Ledger(output)
+    entries = ledger.entries()
+    if not entries:
+        raise ConfigurationError(f"output {output_uri} has no ledger: nothing was published there")
+    batches = [e for e in entries if e.kind == ledger_mod.BATCH]
+    if batches and selected(batches[-1]):
+        raise ConfigurationError(
+            f"the newest batch of {output_uri} (ledger entry {batches[-1].number}, "
+            f"{batches[-1].written_at}) was published by {selector}: the live job still runs "
+            "it; deploy the fixed version and let it publish a batch, then correct"
+        )
+    every = plan_mod.published_ranges(entries)
+    chosen = plan_mod.select_entries(every, selected)
+    if not chosen:
+        seen = sorted({e.job.describe() for e in batches if e.job is not None})
+        raise ConfigurationError(
+            f"no batch of {output_uri} was published by {selector}; its batches came from "
+            + (", ".join(seen) or "versions the ledger does not record")
+        )
+    topics = sorted({r.tp.topic for r in every})
+    index = archive.scan(location, "|".join(re.escape(t) for t in topics))
+    works = plan_mod.works(chosen, every, index)
+    if dry_run:
+        return works
+    plan = RecomputePlan(
+        processor=processor or TableProcessor(),
+        rules=Rules(integrity, session_timeout_ms, ledger.adopted_sessions()),
+        archive_uri=archive_uri,
+        output_uri=output_uri,
+        staging_dir="",
+    )
+    return recompute(spark, plan, works, CORRECTION, selector, progress)

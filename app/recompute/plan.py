@@ -1,0 +1,182 @@
+"""Which offset ranges to recompute, and where each partition must be read from.
+
+The live job publishes a topic-partition's offsets as ranges, one per
+micro-batch (:meth:`~app.sink.ledger.LedgerEntry.ranges`), and names every
+file after its range and block (:mod:`app.engine.segments`). Recomputing a
+range writes the same names, so its files are replaced one for one.
+
+A range's rows depend on every record of its partition since the state was
+last empty: the live job's first offset of the partition, or the restart
+offset of the latest ``tablecast repair`` before it (after a repair the job
+starts again from empty state at the repair's offsets, adopting the sessions
+the repair names). That stretch is an *epoch*; a recompute reads each
+partition from the start of the epoch of the first range it recomputes,
+with empty state, and applies records up to the last such range. Rows at or
+after the next repair's offset were removed by that repair and published
+again after it, so a range is recomputed only up to there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+
+from app.engine.segments import OFFSETS_PER_FILE
+from app.errors import ConfigurationError
+from app.offsets import TopicPartition
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import LedgerEntry
+from app.sources.archive import ArchiveFile, ArchiveIndex
+from app.storage import Location
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRange:
+    """Offsets ``[start, end)`` of a partition, published by one ledger entry."""
+
+    tp: TopicPartition
+    start: int
+    end: int
+    entry: LedgerEntry | None  # None: a range of no ledger (a replay into a new output)
+    epoch: int  # ranges of one partition and epoch continue one state
+    limit: int | None  # the next repair's restart offset: rows from there on are not ours
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionWork:
+    """One task: a partition read from ``begin`` with empty state, ``ranges`` written."""
+
+    tp: TopicPartition
+    begin: int
+    read_end: int
+    ranges: tuple[tuple[int, int], ...]
+    files: tuple[ArchiveFile, ...]  # the archive files of [begin, read_end)
+
+    @property
+    def offsets(self) -> int:
+        return self.read_end - self.begin
+
+
+def published_ranges(entries: Iterable[LedgerEntry]) -> list[PublishedRange]:
+    """Every range the ledger's batch entries published, with its epoch and limit."""
+    epoch = 0
+    found: list[tuple[TopicPartition, int, int, LedgerEntry, int]] = []
+    repairs: list[tuple[int, LedgerEntry]] = []  # (the epoch it ends, the repair)
+    previous: LedgerEntry | None = None
+    for entry in entries:
+        if entry.kind == ledger_mod.REPAIR:
+            repairs.append((epoch, entry))
+            epoch += 1
+        else:
+            for tp, (start, end) in sorted(entry.ranges(previous).items()):
+                found.append((tp, start, end, entry, epoch))
+        previous = entry
+    ranges: list[PublishedRange] = []
+    for tp, start, end, entry, number in found:
+        limit = next((r.end.get(tp) for e, r in repairs if e == number and tp in r.end), None)
+        if limit is not None and limit <= start:
+            continue  # entirely removed by the repair, and published again after it
+        ranges.append(PublishedRange(tp, start, end, entry, number, limit))
+    return ranges
+
+
+def grid_ranges(tp: TopicPartition, start: int, end: int) -> list[PublishedRange]:
+    """Fixed ranges of :data:`OFFSETS_PER_FILE` offsets covering ``[start, end)``.
+
+    For an output without a ledger: the same offsets always get the same
+    names, so replays into it never duplicate a row, whatever overlaps.
+    """
+    first = start // OFFSETS_PER_FILE
+    last = math.ceil(end / OFFSETS_PER_FILE)
+    return [
+        PublishedRange(tp, n * OFFSETS_PER_FILE, (n + 1) * OFFSETS_PER_FILE, None, 0, None)
+        for n in range(first, last)
+    ]
+
+
+def works(
+    chosen: Iterable[PublishedRange], every: Iterable[PublishedRange], index: ArchiveIndex
+) -> list[PartitionWork]:
+    """The tasks that recompute ``chosen``: one per partition and epoch.
+
+    ``every`` is all the output's ranges: an epoch begins at the first of its
+    partition's ranges, whether chosen or not.
+    """
+    begins: dict[tuple[TopicPartition, int], int] = {}
+    for r in every:
+        key = (r.tp, r.epoch)
+        begins[key] = min(begins.get(key, r.start), r.start)
+    groups: dict[tuple[TopicPartition, int], list[PublishedRange]] = {}
+    for r in chosen:
+        groups.setdefault((r.tp, r.epoch), []).append(r)
+    out: list[PartitionWork] = []
+    for (tp, epoch), group in sorted(groups.items()):
+        begin = begins.get((tp, epoch), min(r.start for r in group))
+        read_end = max(r.end if r.limit is None else min(r.end, r.limit) for r in group)
+        held = index.latest(tp) if tp in index.files else begin
+        if read_end > held:
+            if group[0].entry is not None:
+                raise ConfigurationError(
+                    f"the archive holds {tp} only up to offset {held - 1} but the output "
+                    f"published it up to offset {read_end - 1}: wait until the archive has "
+                    "caught up with the live job"
+                )
+            read_end = held  # a grid range: the archive's end so far
+        ranges = tuple(sorted({(r.start, r.end) for r in group}))
+        files = tuple(index.covering(tp, begin, read_end)) if read_end > begin else ()
+        out.append(PartitionWork(tp, begin, read_end, ranges, files))
+    return out
+
+
+def select_entries(
+    ranges: Iterable[PublishedRange], keep: Callable[[LedgerEntry], bool]
+) -> list[PublishedRange]:
+    return [r for r in ranges if r.entry is not None and keep(r.entry)]
+
+
+def files_in_window(
+    location: Location, index: ArchiveIndex, since_ms: int, until_ms: int
+) -> dict[TopicPartition, list[ArchiveFile]]:
+    """Archive files whose records' timestamps may fall in ``[since, until)``.
+
+    From each file's Parquet statistics (its footer alone), never its rows.
+    """
+    found: dict[TopicPartition, list[ArchiveFile]] = {}
+    for tp, files in sorted(index.files.items()):
+        for archive_file in files:
+            low, high = _timestamp_bounds_ms(location, archive_file)
+            if low is None or high is None or (low < until_ms and high >= since_ms):
+                found.setdefault(tp, []).append(archive_file)
+    return found
+
+
+def _timestamp_bounds_ms(location: Location, archive_file: ArchiveFile) -> tuple[int | None, ...]:
+    with location.fs.open_input_file(archive_file.path) as handle:
+        metadata = pq.ParquetFile(handle).metadata
+    column = (
+        metadata.schema.names.index("timestamp") if "timestamp" in metadata.schema.names else -1
+    )
+    if column < 0:
+        return None, None
+    low: int | None = None
+    high: int | None = None
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            return None, None
+        lo, hi = _ms(stats.min), _ms(stats.max)
+        low = lo if low is None else min(low, lo)
+        high = hi if high is None else max(high, hi)
+    return low, high
+
+
+def _ms(value: object) -> int:
+    """A Parquet statistic of a UTC timestamp column in ms since the epoch."""
+    timestamp = getattr(value, "timestamp", None)
+    if callable(timestamp):
+        return int(timestamp() * 1000)
+    micros: int = value  # type: ignore[assignment]
+    return micros // 1000

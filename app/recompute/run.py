@@ -1,0 +1,213 @@
+"""The driver half of a recompute: run the tasks on Spark, publish in place, record it.
+
+1. Stage: one Spark task per :class:`~app.recompute.plan.PartitionWork`
+   (``parallelize(...).map``: no shuffle, no Spark SQL), each writing its
+   files under ``_tablecast/recompute/<key>/`` (hidden from readers).
+2. A strict recompute that met a violation stops here, having published
+   nothing.
+3. Publish: move each staged file to its visible name, replacing the file of
+   the same range, block and day (a rename locally, an atomic copy on S3);
+   then delete the files of the recomputed blocks that the new code no longer
+   writes. Every message's rows are in exactly one file name, so a reader
+   sees them in the old file or in the new one: never twice, never missing.
+4. Record the recompute in ``_tablecast/ledger/recomputes/`` (beside the
+   ledger's numbered entries, which belong to the live job alone: a
+   recompute never changes the ledger's head, so the live job runs on).
+
+Running the same recompute again stages the same files and replaces them
+with themselves; a crash anywhere leaves visible files whole, and running it
+again finishes the work.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import posixpath
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from app.code import JobVersion, job_version
+from app.errors import IntegrityViolationError
+from app.recompute.plan import PartitionWork
+from app.recompute.task import RecomputePlan, WorkResult, run_work
+from app.repair import visible_files
+from app.sink import ledger as ledger_mod
+from app.storage import Location, resolve
+
+log = logging.getLogger(__name__)
+
+RECOMPUTE_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "recompute")  # staging
+RECORDS_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "recomputes")
+REPLAY = "replay"
+CORRECTION = "correction"
+
+Progress = Callable[[int, int], None]  # (tasks done, tasks)
+
+
+@dataclass(frozen=True)
+class RecomputeRecord:
+    """What one recompute did: ``_tablecast/ledger/recomputes/<time>-<key>.json``."""
+
+    kind: str  # REPLAY or CORRECTION
+    selector: str  # what was asked: "version 1.2.0", "window 2026-01-01T00:00Z to ..."
+    ranges: dict[str, list[tuple[int, int]]]  # "topic:partition" -> recomputed ranges
+    published: tuple[str, ...]
+    removed: tuple[str, ...]
+    rows: int
+    messages: int
+    job: JobVersion = field(default_factory=job_version)  # the code that recomputed
+    written_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    def to_json(self) -> bytes:
+        doc = {
+            "kind": self.kind,
+            "selector": self.selector,
+            "ranges": {k: [list(r) for r in v] for k, v in sorted(self.ranges.items())},
+            "published": list(self.published),
+            "removed": list(self.removed),
+            "rows": self.rows,
+            "messages": self.messages,
+            "job": {"version": self.job.version, "commit": self.job.commit, "code": self.job.code},
+            "written_at": self.written_at,
+        }
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> RecomputeRecord:
+        doc = orjson.loads(data)
+        return cls(
+            kind=doc["kind"],
+            selector=doc["selector"],
+            ranges={k: [(a, b) for a, b in v] for k, v in doc["ranges"].items()},
+            published=tuple(doc["published"]),
+            removed=tuple(doc["removed"]),
+            rows=doc["rows"],
+            messages=doc["messages"],
+            job=JobVersion(**doc["job"]),
+            written_at=doc["written_at"],
+        )
+
+
+def records(location: Location) -> list[RecomputeRecord]:
+    """Every recompute recorded in an output, oldest first."""
+    directory = location.child(RECORDS_DIR)
+    names = sorted(
+        i.base_name for i in location.list_dir(directory) if i.base_name.endswith(".json")
+    )
+    return [RecomputeRecord.from_json(location.read_bytes(posixpath.join(directory, n)))
+            for n in names]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RecomputeReport:
+    record: RecomputeRecord
+    tasks: int
+
+
+def recompute(
+    spark: Any,
+    plan: RecomputePlan,
+    works: Sequence[PartitionWork],
+    kind: str,
+    selector: str,
+    progress: Progress | None = None,
+) -> RecomputeReport:
+    """Steps 1 to 4 for ``works``; raises :class:`IntegrityViolationError` in step 2."""
+    location = resolve(plan.output_uri)
+    ranges = {w.tp.key(): list(w.ranges) for w in works}
+    key = hashlib.sha256(orjson.dumps([kind, selector, sorted(ranges.items())])).hexdigest()[:20]
+    plan = replace(plan, staging_dir=posixpath.join(RECOMPUTE_DIR, key))
+    staging = location.child(plan.staging_dir)
+
+    # Step 1
+    location.delete_dir(staging)
+    results = _run_tasks(spark, plan, works, progress)
+
+    # Step 2
+    violations = sorted((v for r in results for v in r.violations),
+                        key=lambda v: (v.topic, v.partition, v.offset))  # fmt: skip
+    if violations and plan.rules.mode.value == "strict":
+        location.delete_dir(staging)
+        raise IntegrityViolationError(violations[0])
+
+    # Step 3
+    published = sorted({f.path for r in results for f in r.staged})
+    blocks = {b for r in results for b in r.blocks}
+    stale = [p for p in visible_files(location) if _block_of(p) in blocks and p not in published]
+    for relative in published:
+        location.move(location.child(plan.staging_dir, relative), location.child(relative))
+    for relative in stale:
+        location.delete_file(location.child(relative))
+
+    # Step 4
+    record = RecomputeRecord(
+        kind=kind,
+        selector=selector,
+        ranges=ranges,
+        published=tuple(published),
+        removed=tuple(stale),
+        rows=sum(f.rows for r in results for f in r.staged if not f.quarantine),
+        messages=sum(r.messages for r in results),
+    )
+    # Microseconds: the same recompute run twice in one second is recorded twice.
+    stamp = re.sub(r"[^0-9T]", "", record.written_at.split("+")[0])
+    location.write_bytes_atomic(location.child(RECORDS_DIR, f"{stamp}-{key}.json"),
+                                record.to_json())  # fmt: skip
+    location.delete_dir(staging)
+    log.info("%s %s: %d files published, %d removed", kind, selector, len(published), len(stale))
+    return RecomputeReport(record, len(works))
+
+
+def _block_of(relative: str) -> str:
+    """``date=<day>/part-<block>.parquet`` -> ``<block>``."""
+    return posixpath.basename(relative).removeprefix("part-").removesuffix(".parquet")
+
+
+def _run_tasks(
+    spark: Any, plan: RecomputePlan, works: Sequence[PartitionWork], progress: Progress | None
+) -> list[WorkResult]:
+    if not works:
+        return []
+    from app.code import ship
+
+    ship(spark)
+    context = spark.sparkContext
+    # The longest partitions first, so that they do not finish last.
+    ordered = sorted(works, key=lambda w: -w.offsets)
+    context.setJobDescription(f"tablecast recompute: {len(ordered)} partition tasks")
+    rdd = context.parallelize(ordered, len(ordered)).map(functools.partial(run_work, plan))
+    stop = threading.Event()
+    watcher = None
+    if progress is not None:
+        watcher = threading.Thread(target=_watch, args=(context, len(ordered), progress, stop),
+                                   daemon=True)  # fmt: skip
+        watcher.start()
+    try:
+        results: list[WorkResult] = rdd.collect()
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+    if progress is not None:
+        progress(len(ordered), len(ordered))
+    return results
+
+
+def _watch(context: Any, total: int, progress: Progress, stop: threading.Event) -> None:
+    """Report finished tasks every few seconds while the job runs."""
+    tracker = context.statusTracker()
+    while not stop.wait(2.0):
+        done = 0
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                done += info.numCompletedTasks
+        progress(min(done, total), total)
