@@ -9,6 +9,8 @@ workers), sampled from /proc. Figures, not assertions: ``make bench``.
    - copy: the same source straight into Spark's Parquet sink, no state
      (the I/O floor);
    - job:  ``tablecast run --trigger available-now``;
+   - replay: ``tablecast replay`` of every range the job published, from
+     the archive, replacing its files in place;
    - peer: ``groupBy(key).applyInPandasWithState`` with JSON state and
      Spark's file sink (bench/peer.py), with naive per-message code, and
      again with the job's own per-message code (only the structure differs).
@@ -148,6 +150,10 @@ def main() -> int:
         copy = measure([PYTHON, "-m", "bench.job", "--copy", archive, str(d / "copy"),
                         str(d / "copy-checkpoint")])  # fmt: skip
         ours = job("runs", archive, 1_000_000)
+        # Every range the job published, recomputed from the archive and replaced in place.
+        replayed = measure([PYTHON, "-m", "app", "replay", "--archive", archive,
+                            "--output", str(d / "job"), "--since", "1970-01-01T00:00:00Z",
+                            "--until", "2100-01-01T00:00:00Z"])  # fmt: skip
         peers = {
             code: measure([PYTHON, "-m", "bench.job", "--peer", code, archive,
                            str(d / f"peer-{code}"), str(d / f"peer-{code}-checkpoint")])
@@ -160,6 +166,7 @@ def main() -> int:
         print(HEADER)
         print(row("copy (stateless, Spark's sink)", messages, copy))
         print(row("job (tablecast run)", messages, ours))
+        print(row("replay of all of it (tablecast replay)", messages, replayed))
         print(row("peer (applyInPandasWithState)", messages, peer))
         print(row("peer, with the job's message code", messages, structural))
         counts = ", ".join(f"peer {c} {_rows(d / f'peer-{c}'):,}" for c in peers)

@@ -43,6 +43,8 @@ class PublishedRange:
     entry: LedgerEntry | None  # None: a range of no ledger (a replay into a new output)
     epoch: int  # ranges of one partition and epoch continue one state
     limit: int | None  # the next repair's restart offset: rows from there on are not ours
+    # The repair that cut this range short kept rows of adopted snapshots in it.
+    kept_by_repair: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +78,13 @@ def published_ranges(entries: Iterable[LedgerEntry]) -> list[PublishedRange]:
         previous = entry
     ranges: list[PublishedRange] = []
     for tp, start, end, entry, number in found:
-        limit = next((r.end.get(tp) for e, r in repairs if e == number and tp in r.end), None)
+        repair = next((r for e, r in repairs if e == number and tp in r.end), None)
+        limit = None if repair is None else repair.end[tp]
         if limit is not None and limit <= start:
             continue  # entirely removed by the repair, and published again after it
-        ranges.append(PublishedRange(tp, start, end, entry, number, limit))
+        cut = repair is not None and limit is not None and limit < end
+        kept = repair.number if cut and repair is not None and repair.adopt else None
+        ranges.append(PublishedRange(tp, start, end, entry, number, limit, kept))
     return ranges
 
 
@@ -112,6 +117,13 @@ def works(
     groups: dict[tuple[TopicPartition, int], list[PublishedRange]] = {}
     for r in chosen:
         groups.setdefault((r.tp, r.epoch), []).append(r)
+    for r in chosen:
+        if r.kept_by_repair is not None:
+            raise ConfigurationError(
+                f"{r.tp} offsets {r.start} to {r.end - 1} were cut short by the repair in ledger "
+                f"entry {r.kept_by_repair}, which kept the rows of adopted snapshots in them: "
+                "recomputing the range would lose those rows"
+            )
     out: list[PartitionWork] = []
     for (tp, epoch), group in sorted(groups.items()):
         begin = begins.get((tp, epoch), min(r.start for r in group))

@@ -1,0 +1,87 @@
+"""Which ranges a recompute writes, and where each partition is read from."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.segments import OFFSETS_PER_FILE
+from app.errors import ConfigurationError
+from app.offsets import TopicPartition
+from app.recompute.plan import grid_ranges, published_ranges, works
+from app.sink.ledger import BATCH, REPAIR, LedgerEntry
+from app.sources.archive import ArchiveFile, ArchiveIndex
+
+A = TopicPartition("sensor-a", 0)
+B = TopicPartition("sensor-a", 1)
+
+
+def _batch(number: int, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+           ) -> LedgerEntry:  # fmt: skip
+    return LedgerEntry(number=number, kind=BATCH, end=end, start=start)
+
+
+def _index(latest: dict[TopicPartition, int]) -> ArchiveIndex:
+    index = ArchiveIndex()
+    for tp, end in latest.items():
+        index.files[tp] = [ArchiveFile(tp, 0, end, f"/archive/{tp.partition}/0-{end}.parquet")]
+    return index
+
+
+def test_ranges_follow_the_batches_and_a_repair_starts_a_new_epoch() -> None:
+    entries = [
+        _batch(0, {A: 0, B: 0}, {A: 100, B: 50}),
+        _batch(1, {}, {A: 200, B: 50}),  # B had nothing: no range
+        LedgerEntry(number=2, kind=REPAIR, end={A: 150, B: 50}),
+        _batch(3, {}, {A: 260, B: 90}),
+    ]
+    found = [(r.tp, r.start, r.end, r.epoch, r.limit) for r in published_ranges(entries)]
+    assert found == [
+        (A, 0, 100, 0, 150),
+        (B, 0, 50, 0, 50),
+        (A, 100, 200, 0, 150),  # cut at the repair's restart offset
+        (A, 150, 260, 1, None),
+        (B, 50, 90, 1, None),
+    ]
+
+
+def test_a_partition_is_read_from_its_epochs_start_up_to_the_last_chosen_range() -> None:
+    entries = [
+        _batch(0, {A: 0}, {A: 100}),
+        _batch(1, {}, {A: 200}),
+        LedgerEntry(number=2, kind=REPAIR, end={A: 150}),
+        _batch(3, {}, {A: 260}),
+        _batch(4, {}, {A: 300}),
+    ]
+    every = published_ranges(entries)
+    second = [r for r in every if r.start == 100]
+    (work,) = works(second, every, _index({A: 300}))
+    assert (work.begin, work.read_end, work.ranges) == (0, 150, ((100, 200),))
+    last = [r for r in every if r.start == 260]
+    (work,) = works(last, every, _index({A: 300}))
+    assert (work.begin, work.read_end, work.ranges) == (150, 300, ((260, 300),))
+
+
+def test_ranges_the_archive_does_not_hold_yet_are_refused() -> None:
+    every = published_ranges([_batch(0, {A: 0}, {A: 100})])
+    with pytest.raises(ConfigurationError, match="holds topic sensor-a partition 0 only up to offset 79"):
+        works(every, every, _index({A: 80}))
+
+
+def test_a_range_cut_by_a_repair_that_adopted_sessions_is_refused() -> None:
+    entries = [
+        _batch(0, {A: 0}, {A: 100}),
+        LedgerEntry(number=1, kind=REPAIR, end={A: 60}, adopt={"s1": 70}),
+    ]
+    every = published_ranges(entries)
+    with pytest.raises(ConfigurationError, match="cut short by the repair in ledger entry 1"):
+        works(every, every, _index({A: 100}))
+
+
+def test_grid_ranges_name_the_same_offsets_the_same_way() -> None:
+    grid = grid_ranges(A, 10, OFFSETS_PER_FILE + 5)
+    assert [(r.start, r.end) for r in grid] == [
+        (0, OFFSETS_PER_FILE), (OFFSETS_PER_FILE, 2 * OFFSETS_PER_FILE),
+    ]  # fmt: skip
+    (work,) = works(grid[1:], grid, _index({A: OFFSETS_PER_FILE + 5}))
+    # Read from the partition's first offset; the grid's end stops at the archive's.
+    assert (work.begin, work.read_end) == (0, OFFSETS_PER_FILE + 5)
