@@ -36,6 +36,9 @@ A crash anywhere before step 7 leaves Spark to redo the batch with the same
 offsets, which loads the same state versions, stages the same files and
 publishes the same names; after step 7, step 2 recognises the batch. At no
 step is a visible file broken or empty.
+
+Each decision is logged: published, recognised as published before, refused
+(output and checkpoint disagree, or a strict violation).
 """
 
 from __future__ import annotations
@@ -112,11 +115,13 @@ class ExactlyOnceSink:
         head = ledger.head()
         already_published = head is not None and head.end == end
         if head is not None and not already_published and start and start != head.end:
-            raise OutputStateError(
+            message = (
                 f"output {self.output_uri} ends at {offsets_mod.describe(head.end)} but batch "
                 f"{batch_id} of checkpoint {self.checkpoint.uri} starts at "
                 f"{offsets_mod.describe(start)}; run `tablecast repair` to realign them"
             )
+            log.warning("batch %d refused: %s", batch_id, message)
+            raise OutputStateError(message)
         self.engine.prepare(start, published_before=head is not None and head.kind == "batch")
 
         # Step 3
@@ -136,19 +141,28 @@ class ExactlyOnceSink:
         # Step 4
         if outcome.violations and self.mode is IntegrityMode.STRICT:
             clear_staging()
+            log.warning("batch %d (%s to %s) not published: %s", batch_id,
+                        offsets_mod.describe(_range_starts(start, end, outcome)),
+                        offsets_mod.describe(end),
+                        outcome.violations[0].describe())  # fmt: skip
             raise IntegrityViolationError(outcome.violations[0])
-        if already_published:
+        if already_published and head is not None:
             clear_staging()
             self.engine.committed(outcome, end)
-            log.info("batch %d was published before a restart; not publishing again", batch_id)
+            log.info("batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
+                     "a restart, not publishing again", batch_id, offsets_mod.describe(end),
+                     head.number, head.batch_id)  # fmt: skip
             self._report(self._batch_report(batch_id, end, outcome, published=False))
             return
 
         # Step 5
         previous = ledger.pending()
         if previous is not None and previous.end_key == key:
-            for stale in set(previous.files) - set(files):
-                location.delete_file(location.child(stale))
+            stale = set(previous.files) - set(files)
+            for relative in stale:
+                location.delete_file(location.child(relative))
+            log.info("batch %d: a crashed attempt's pending list found; %d of its files "
+                     "not staged again were deleted", batch_id, len(stale))  # fmt: skip
         ledger.set_pending(Pending(key, tuple(files)))
 
         # Step 6
@@ -157,6 +171,7 @@ class ExactlyOnceSink:
 
         # Step 7
         number = 0 if head is None else head.number + 1
+        begins = _range_starts(start, end, outcome)
         ledger.append(
             LedgerEntry(
                 number=number,
@@ -167,7 +182,7 @@ class ExactlyOnceSink:
                 checkpoint=self.checkpoint.uri,
                 checkpoint_id=self.checkpoint.query_id(),
                 batch_id=batch_id,
-                start=_range_starts(start, end, outcome),
+                start=begins,
             )
         )
 
@@ -175,8 +190,9 @@ class ExactlyOnceSink:
         ledger.clear_pending()
         clear_staging()
         self.engine.committed(outcome, end)
-        log.info("batch %d published: %d files, %d rows, ends at %s", batch_id, len(files),
-                 outcome.rows, offsets_mod.describe(end))  # fmt: skip
+        log.info("batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
+                 batch_id, number, len(files), outcome.rows, offsets_mod.describe(begins),
+                 offsets_mod.describe(end))  # fmt: skip
         self._report(self._batch_report(batch_id, end, outcome, published=True))
 
     def _report(self, report: BatchReport) -> None:

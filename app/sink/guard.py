@@ -9,6 +9,7 @@ that ``tablecast repair`` prepared.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from app import offsets as offsets_mod
@@ -18,6 +19,8 @@ from app.offsets import Offsets
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger
 from app.storage import resolve
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,12 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
 
     if checkpoint.is_fresh():
         if head is None:
+            log.info("start: checkpoint %s and output %s are both new; reading from the "
+                     "earliest offsets", checkpoint.uri, output_uri)  # fmt: skip
             return StartPlan(None, adopt)
         if head.kind == ledger_mod.REPAIR:
-            return StartPlan(head.end, adopt)
-        raise OutputStateError(
+            return _from_repair(head.end, adopt, checkpoint.uri)
+        raise _refused(
             f"checkpoint {checkpoint.uri} holds no progress but output {output_uri} holds "
             f"offsets up to {offsets_mod.describe(head.end)} (the checkpoint was deleted, "
             f"lost or swapped); {repair_hint}"
@@ -54,8 +59,10 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
     committed = checkpoint.last_committed()
     if head is None:
         if committed is None:
+            log.info("start: output %s is empty and checkpoint %s committed nothing (its first "
+                     "batch died before publishing)", output_uri, checkpoint.uri)  # fmt: skip
             return StartPlan(None, adopt)  # died in its first batch, before publishing
-        raise OutputStateError(
+        raise _refused(
             f"output {output_uri} is empty but checkpoint {checkpoint.uri} has committed "
             f"batches up to {committed} (the output was deleted or moved); move the "
             "checkpoint aside to rebuild the output from the earliest offsets"
@@ -63,7 +70,7 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
 
     query_id = checkpoint.query_id()
     if head.kind == ledger_mod.BATCH and head.checkpoint_id != query_id:
-        raise OutputStateError(
+        raise _refused(
             f"checkpoint {checkpoint.uri} (query {query_id}) is not the one that wrote output "
             f"{output_uri} (query {head.checkpoint_id}, {head.checkpoint}); {repair_hint}"
         )
@@ -72,11 +79,31 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
     planned_end = checkpoint.offsets(planned) if planned is not None else None
     if head.kind == ledger_mod.REPAIR:
         if committed is None:
-            return StartPlan(head.end, adopt)  # the run after a repair died early
+            return _from_repair(head.end, adopt, checkpoint.uri)  # the run after it died early
     elif head.end in (committed_end, planned_end):
         # Equal to the planned batch: published, then died before Spark's commit.
+        if head.end == committed_end:
+            log.info("start: output %s ends at %s, as checkpoint %s's committed batch %s does",
+                     output_uri, offsets_mod.describe(head.end), checkpoint.uri,
+                     committed)  # fmt: skip
+        else:
+            log.info("start: output %s ends at %s, as checkpoint %s's planned batch %s does: "
+                     "published, then the run died before Spark's commit; the redo publishes "
+                     "nothing", output_uri, offsets_mod.describe(head.end), checkpoint.uri,
+                     planned)  # fmt: skip
         return StartPlan(None, adopt)
-    raise OutputStateError(
+    raise _refused(
         f"output {output_uri} ends at {offsets_mod.describe(head.end)} but checkpoint "
         f"{checkpoint.uri} committed {offsets_mod.describe(committed_end or {})}; {repair_hint}"
     )
+
+
+def _from_repair(end: Offsets, adopt: dict[str, int], checkpoint_uri: str) -> StartPlan:
+    log.info("start: checkpoint %s begins at the last repair's offsets %s (%d adopted sessions)",
+             checkpoint_uri, offsets_mod.describe(end), len(adopt))  # fmt: skip
+    return StartPlan(end, adopt)
+
+
+def _refused(message: str) -> OutputStateError:
+    log.warning("start refused: %s", message)
+    return OutputStateError(message)
