@@ -1,0 +1,195 @@
+"""The start-up check, one case per decision, on hand-written checkpoints and ledgers.
+
+The checkpoints are written in Spark's own layout (``metadata``,
+``offsets/<n>``, ``commits/<n>``) and read through Hadoop's FileSystem as
+the job reads them, so the Spark session is needed, but no query runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.checkpoint import CheckpointLog
+from app.errors import OutputStateError
+from app.offsets import Offsets, TopicPartition
+from app.sink import ledger as ledger_mod
+from app.sink.guard import StartPlan, check_before_start
+from app.sink.ledger import Ledger, LedgerEntry
+from app.storage import resolve
+
+pytestmark = pytest.mark.spark
+
+A = TopicPartition("sensor-a", 0)
+B = TopicPartition("sensor-a", 1)
+QUERY = "5f0c4b4e-0000-4000-8000-000000000001"
+
+
+def _checkpoint(
+    path: Path, planned: list[Offsets], committed: int | None, query: str = QUERY
+) -> None:
+    """A checkpoint as Spark writes it: batches 0.. planned, 0..committed committed."""
+    (path / "offsets").mkdir(parents=True)
+    (path / "commits").mkdir()
+    (path / "metadata").write_text(json.dumps({"id": query}))
+    for batch, end in enumerate(planned):
+        source = json.dumps({tp.key(): offset for tp, offset in end.items()})
+        (path / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{source}')
+    for batch in range(-1 if committed is None else committed + 1):
+        (path / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def _ledger(output: Path, *entries: LedgerEntry) -> None:
+    ledger = Ledger(resolve(str(output)))
+    for entry in entries:
+        ledger.append(entry)
+
+
+def _batch(number: int, end: Offsets, query: str = QUERY) -> LedgerEntry:
+    return LedgerEntry(
+        number, ledger_mod.BATCH, end, checkpoint="/old/ckpt", checkpoint_id=query, batch_id=number
+    )
+
+
+def _check(
+    spark: Any, output: Path, checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> tuple[StartPlan, list[tuple[int, str]]]:
+    caplog.set_level(logging.INFO, logger="app.sink.guard")
+    caplog.clear()
+    plan = check_before_start(str(output), CheckpointLog(spark, str(checkpoint)))
+    return plan, _logged(caplog)
+
+
+def _refused(spark: Any, output: Path, checkpoint: Path, caplog: pytest.LogCaptureFixture) -> str:
+    caplog.set_level(logging.INFO, logger="app.sink.guard")
+    caplog.clear()
+    with pytest.raises(OutputStateError) as refused:
+        check_before_start(str(output), CheckpointLog(spark, str(checkpoint)))
+    message = str(refused.value)
+    assert _logged(caplog) == [(logging.WARNING, f"start refused: {message}")]
+    assert str(checkpoint) in message
+    return message
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "app.sink.guard"]
+
+
+def test_new_output_and_new_checkpoint_start_from_the_earliest(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plan, logged = _check(spark, tmp_path / "out", tmp_path / "ckpt", caplog)
+    assert plan == StartPlan(None, {})
+    assert [level for level, _ in logged] == [logging.INFO]
+    assert "both new" in logged[0][1]
+
+
+def test_a_repair_prepares_a_fresh_checkpoint_to_start_at_its_offsets(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    repair = LedgerEntry(1, ledger_mod.REPAIR, {A: 25, B: 30}, adopt={"s7": 21})
+    _ledger(output, _batch(0, {A: 40, B: 30}), repair)
+    plan, logged = _check(spark, output, tmp_path / "ckpt", caplog)
+    assert plan == StartPlan({A: 25, B: 30}, {"s7": 21})
+    expected = (
+        f"start: checkpoint {tmp_path / 'ckpt'} begins at the last repair's offsets "
+        "sensor-a:0@25, sensor-a:1@30 (1 adopted sessions)"
+    )
+    assert logged == [(logging.INFO, expected)]
+    # The run after the repair died before committing anything: the same offsets again.
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 35, B: 30}], committed=None, query="other")
+    plan, _ = _check(spark, output, tmp_path / "ckpt", caplog)
+    assert plan == StartPlan({A: 25, B: 30}, {"s7": 21})
+
+
+def test_a_lost_checkpoint_beside_a_published_output_is_refused(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    _ledger(output, _batch(0, {A: 40, B: 30}))
+    message = _refused(spark, output, tmp_path / "ckpt", caplog)
+    assert "holds offsets up to sensor-a:0@40, sensor-a:1@30" in message
+    assert "tablecast repair" in message
+
+
+def test_an_empty_output_beside_committed_batches_is_refused(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=1)
+    message = _refused(spark, tmp_path / "out", tmp_path / "ckpt", caplog)
+    assert "is empty but checkpoint" in message and "committed batches up to 1" in message
+
+
+def test_a_first_batch_that_died_before_publishing_starts_again(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}], committed=None)
+    plan, logged = _check(spark, tmp_path / "out", tmp_path / "ckpt", caplog)
+    assert plan == StartPlan(None, {})
+    assert [level for level, _ in logged] == [logging.INFO]
+
+
+def test_another_querys_checkpoint_is_refused(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    _ledger(output, _batch(0, {A: 10}, query="the-writer"))
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}], committed=0, query="someone-else")
+    message = _refused(spark, output, tmp_path / "ckpt", caplog)
+    assert "(query someone-else) is not the one that wrote output" in message
+    assert "(query the-writer, /old/ckpt)" in message
+
+
+def test_output_at_the_last_committed_batch_goes_on(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    _ledger(output, _batch(0, {A: 10, B: 5}), _batch(1, {A: 20, B: 9}))
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 10, B: 5}, {A: 20, B: 9}], committed=1)
+    plan, logged = _check(spark, output, tmp_path / "ckpt", caplog)
+    assert plan == StartPlan(None, {})
+    expected = (
+        f"start: output {output} ends at sensor-a:0@20, sensor-a:1@9, as checkpoint "
+        f"{tmp_path / 'ckpt'}'s committed batch 1 does"
+    )
+    assert logged == [(logging.INFO, expected)]
+
+
+def test_output_at_the_planned_batch_published_before_the_crash_goes_on(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    _ledger(output, _batch(0, {A: 10}), _batch(1, {A: 20}))
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=0)
+    plan, logged = _check(spark, output, tmp_path / "ckpt", caplog)
+    assert plan == StartPlan(None, {})
+    assert len(logged) == 1 and logged[0][0] == logging.INFO
+    assert "ends at sensor-a:0@20" in logged[0][1] and "planned batch 1" in logged[0][1]
+
+
+def test_output_and_checkpoint_apart_are_refused(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    # The output was restored from an older copy: it ends before the checkpoint.
+    _ledger(output, _batch(0, {A: 10}))
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}, {A: 30}], committed=1)
+    message = _refused(spark, output, tmp_path / "ckpt", caplog)
+    assert "ends at sensor-a:0@10 but checkpoint" in message
+    assert "committed sensor-a:0@20" in message
+
+
+def test_files_staged_by_a_run_that_died_are_removed(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    staged = output / ledger_mod.STAGING_DIR / "k1" / "date=2026-01-01" / "part-x.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"PAR1")
+    _check(spark, output, tmp_path / "ckpt", caplog)
+    assert not (output / ledger_mod.STAGING_DIR).exists()
