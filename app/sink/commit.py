@@ -38,12 +38,17 @@ publishes the same names; after step 7, step 2 recognises the batch. At no
 step is a visible file broken or empty.
 
 Each decision is logged: published, recognised as published before, refused
-(output and checkpoint disagree, or a strict violation).
+(output and checkpoint disagree, or a strict violation). For tests,
+``TABLECAST_CRASH_AFTER_STEP=<step>[:<batch>]`` kills the driver with SIGKILL
+right after that step (of that batch, or of any): see :class:`CrashPoint`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,13 +58,45 @@ from app.checkpoint import CheckpointLog
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode
 from app.engine.reports import BatchOutcome
-from app.errors import IntegrityViolationError, OutputStateError, StateError
+from app.errors import ConfigurationError, IntegrityViolationError, OutputStateError, StateError
 from app.offsets import Offsets
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, Pending
 from app.storage import resolve
 
 log = logging.getLogger(__name__)
+
+CRASH_ENV = "TABLECAST_CRASH_AFTER_STEP"
+STEPS = 8
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """Where the sink dies on purpose: right after ``step`` of batch ``batch`` (None: any).
+
+    Only tests set it, to reach every step of the protocol instead of random
+    moments: ``TABLECAST_CRASH_AFTER_STEP=<step>[:<batch>]``, read once when
+    the sink is made. Unset, as in production, the hook does nothing.
+    """
+
+    step: int
+    batch: int | None = None
+
+    @classmethod
+    def from_environment(cls) -> CrashPoint | None:
+        text = os.environ.get(CRASH_ENV, "").strip()
+        if not text:
+            return None
+        match = re.fullmatch(r"(\d+)(?::(\d+))?", text)
+        if match is None or not 1 <= int(match.group(1)) <= STEPS:
+            raise ConfigurationError(
+                f"{CRASH_ENV}={text!r} must be <step>[:<batch>] with a step from 1 to {STEPS}"
+            )
+        batch = match.group(2)
+        return cls(int(match.group(1)), None if batch is None else int(batch))
+
+    def reached(self, step: int, batch_id: int) -> bool:
+        return step == self.step and self.batch in (None, batch_id)
 
 
 @dataclass(frozen=True)
@@ -88,6 +125,7 @@ class ExactlyOnceSink:
     engine: EngineDriver
     mode: IntegrityMode
     on_batch: Callable[[BatchReport], None] | None = None
+    crash_after: CrashPoint | None = field(default_factory=CrashPoint.from_environment)
     failure: IntegrityViolationError | OutputStateError | StateError | None = field(
         default=None, init=False
     )
@@ -98,6 +136,13 @@ class ExactlyOnceSink:
         except (IntegrityViolationError, OutputStateError, StateError) as exc:
             self.failure = exc  # the CLI prints it as one line
             raise
+
+    def _step_done(self, step: int, batch_id: int) -> None:
+        """The crash hook: die like a SIGKILL of the job, without any cleanup."""
+        if self.crash_after is not None and self.crash_after.reached(step, batch_id):
+            log.warning("%s: killing the driver after step %d of batch %d", CRASH_ENV, step,
+                        batch_id)  # fmt: skip
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _commit(self, frame: Any, batch_id: int) -> None:
         location = resolve(self.output_uri)
@@ -110,6 +155,7 @@ class ExactlyOnceSink:
                 f"checkpoint {self.checkpoint.uri} has no offsets for batch {batch_id}"
             )
         start = (self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None) or {}
+        self._step_done(1, batch_id)
 
         # Step 2
         head = ledger.head()
@@ -123,6 +169,7 @@ class ExactlyOnceSink:
             log.warning("batch %d refused: %s", batch_id, message)
             raise OutputStateError(message)
         self.engine.prepare(start, published_before=head is not None and head.kind == "batch")
+        self._step_done(2, batch_id)
 
         # Step 3
         key = offsets_mod.fingerprint(end)
@@ -137,6 +184,7 @@ class ExactlyOnceSink:
             start, end, staging, clear_staging,
         )  # fmt: skip
         files = [f.path for f in outcome.files]
+        self._step_done(3, batch_id)
 
         # Step 4
         if outcome.violations and self.mode is IntegrityMode.STRICT:
@@ -146,6 +194,7 @@ class ExactlyOnceSink:
                         offsets_mod.describe(end),
                         outcome.violations[0].describe())  # fmt: skip
             raise IntegrityViolationError(outcome.violations[0])
+        self._step_done(4, batch_id)
         if already_published and head is not None:
             clear_staging()
             self.engine.committed(outcome, end)
@@ -164,10 +213,12 @@ class ExactlyOnceSink:
             log.info("batch %d: a crashed attempt's pending list found; %d of its files "
                      "not staged again were deleted", batch_id, len(stale))  # fmt: skip
         ledger.set_pending(Pending(key, tuple(files)))
+        self._step_done(5, batch_id)
 
         # Step 6
         for relative in files:
             location.move(location.child(staging, relative), location.child(relative))
+        self._step_done(6, batch_id)
 
         # Step 7
         number = 0 if head is None else head.number + 1
@@ -185,6 +236,7 @@ class ExactlyOnceSink:
                 start=begins,
             )
         )
+        self._step_done(7, batch_id)
 
         # Step 8
         ledger.clear_pending()
@@ -193,6 +245,7 @@ class ExactlyOnceSink:
         log.info("batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
                  batch_id, number, len(files), outcome.rows, offsets_mod.describe(begins),
                  offsets_mod.describe(end))  # fmt: skip
+        self._step_done(8, batch_id)
         self._report(self._batch_report(batch_id, end, outcome, published=True))
 
     def _report(self, report: BatchReport) -> None:

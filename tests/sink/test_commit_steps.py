@@ -1,0 +1,183 @@
+"""A crash right after each numbered step of the commit protocol, then a resume.
+
+Beside the SIGKILLs at random moments (``tests/spark/test_exactly_once.py``),
+which may miss a step, each case here runs ``tablecast run`` with
+``TABLECAST_CRASH_AFTER_STEP=<step>:1``: the driver kills itself with SIGKILL
+right after that step of batch 1. At that instant a reader must see whole
+files, no row twice, and exactly the rows of the batches published so far;
+after a plain run the output must be exactly the expected output and the
+ledger must hold each batch once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from app import offsets as offsets_mod
+from app import verify
+from app.errors import ConfigurationError
+from app.generate import CaptureSpec
+from app.offsets import Offsets, TopicPartition
+from app.sink import ledger as ledger_mod
+from app.sink.commit import CRASH_ENV, STEPS, CrashPoint
+from app.sink.ledger import Ledger
+from app.storage import resolve
+from tests.spark.helpers import assert_exact, expected_rows, run_job, write_capture
+
+# Two partitions of unequal backlog (44 and 88 records), resync snapshots
+# (rows deleted by a snapshot), three batches of at most 50 offsets.
+SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, records_per_file=40,
+                   resync_every=8, seed=5)  # fmt: skip
+MAX_OFFSETS = 50
+CRASH_BATCH = 1  # the second batch: the ledger already has a head to check against
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("steps") / "archive"
+    write_capture(path, SPEC)
+    return path
+
+
+def _checkpoint_offsets(checkpoint: Path, batch_id: int) -> Offsets:
+    """The end offsets Spark logged for ``batch_id``: "v1", its metadata, then the source's."""
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    return offsets_mod.from_json(lines[2])
+
+
+def _visible_files(output: Path) -> set[str]:
+    """The files a Parquet reader lists, each checked whole and non-empty."""
+    found: set[str] = set()
+    for path in output.rglob("*"):
+        relative = path.relative_to(output)
+        if not path.is_file() or any(p.startswith(("_", ".")) for p in relative.parts):
+            continue
+        assert path.stat().st_size > 0, f"empty visible file {relative}"
+        pq.read_metadata(path)  # raises on a broken file
+        found.add(relative.as_posix())
+    return found
+
+
+def _crash(archive: Path, output: Path, checkpoint: Path, step: int) -> None:
+    """``tablecast run`` until it kills itself after ``step`` of batch ``CRASH_BATCH``."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "run", "--archive", str(archive), "--output", str(output),
+         "--checkpoint", str(checkpoint), "--trigger", "available-now",
+         "--max-offsets-per-trigger", str(MAX_OFFSETS)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # the driver, its JVM and Python workers: one process group
+        env={**os.environ, CRASH_ENV: f"{step}:{CRASH_BATCH}"},
+    )  # fmt: skip
+    try:
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        _reap_group(process.pid)
+    assert process.returncode == -signal.SIGKILL, stderr.decode()[-3000:]
+    assert f"after step {step} of batch {CRASH_BATCH}" in stderr.decode()
+
+
+def _reap_group(group: int) -> None:
+    """The JVM leaves once its driver is gone; make sure nothing of the group outlives it."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-g", str(group)], capture_output=True,
+                          check=False).returncode:  # fmt: skip
+            return
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"processes of group {group} still running")
+
+
+def _assert_at_crash(archive: Path, output: Path, checkpoint: Path, step: int) -> None:
+    before = _checkpoint_offsets(checkpoint, CRASH_BATCH - 1)
+    this = _checkpoint_offsets(checkpoint, CRASH_BATCH)
+    assert not (checkpoint / "commits" / str(CRASH_BATCH)).exists()  # Spark never committed it
+    _visible_files(output)
+    # What a reader sees: exactly the rows of what step 6 had moved into place.
+    visible = verify.read_output(str(output))
+    shown = verify.expected_output(str(archive), "^sensor-.+", below=this if step >= 6 else before)
+    comparison = verify.compare(shown.rows, visible)
+    assert comparison.ok, comparison.report()
+    assert comparison.expected_rows > 0
+    ledger = Ledger(resolve(str(output)))
+    head = ledger.head()
+    assert head is not None and head.end == (this if step >= 7 else before)
+    assert (ledger.pending() is not None) == (step in (5, 6, 7))
+    staged = list((output / ledger_mod.STAGING_DIR).rglob("*.parquet"))
+    assert bool(staged) == (step in (3, 4, 5)), staged
+
+
+def _assert_ledger_consistent(archive: Path, output: Path) -> None:
+    """Each batch once, ranges back to back up to the archive's end, every file accounted for."""
+    entries = Ledger(resolve(str(output))).entries()
+    assert [e.number for e in entries] == list(range(len(entries)))
+    assert all(e.kind == ledger_mod.BATCH for e in entries)
+    assert [e.batch_id for e in entries] == list(range(len(entries)))
+    assert len({e.checkpoint_id for e in entries}) == 1
+    for previous, entry in itertools.pairwise(entries):
+        assert entry.start == previous.end
+    ends: Offsets = {}
+    for path in archive.rglob("*.parquet"):  # <topic>/<partition>/<start>-<end>.parquet
+        tp = TopicPartition(path.parent.parent.name, int(path.parent.name))
+        ends[tp] = max(ends.get(tp, 0), int(path.stem.split("-")[1]))
+    assert entries[0].start == dict.fromkeys(ends, 0) and entries[-1].end == ends
+    files = [f for e in entries for f in e.files]
+    assert len(files) == len(set(files))
+    assert set(files) == _visible_files(output)
+    assert sum(e.rows for e in entries) == len(expected_rows(archive).rows)
+    assert Ledger(resolve(str(output))).pending() is None
+    assert not list((output / ledger_mod.STAGING_DIR).rglob("*"))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("step", range(1, STEPS + 1))
+def test_a_crash_after_each_commit_step_resumes_exactly(
+    step: int, archive: Path, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    _crash(archive, output, checkpoint, step)
+    _assert_at_crash(archive, output, checkpoint, step)
+
+    caplog.set_level(logging.INFO, logger="app.sink")
+    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    assert_exact(archive, output)
+    _assert_ledger_consistent(archive, output)
+
+    decisions = [r.getMessage() for r in caplog.records if r.name.startswith("app.sink")]
+    recognised = f"batch {CRASH_BATCH} ends at"
+    published = f"batch {CRASH_BATCH} published as ledger entry {CRASH_BATCH}:"
+    assert any(m.startswith(recognised if step >= 7 else published) for m in decisions), decisions
+    assert not any(m.startswith(published if step >= 7 else recognised) for m in decisions)
+    # A crash between writing the pending list and the ledger entry leaves it for the redo.
+    assert any("pending list found" in m for m in decisions) == (step in (5, 6))
+
+
+def test_the_crash_point_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CRASH_ENV, raising=False)
+    assert CrashPoint.from_environment() is None
+    monkeypatch.setenv(CRASH_ENV, "6")
+    assert CrashPoint.from_environment() == CrashPoint(6, None)
+    monkeypatch.setenv(CRASH_ENV, " 8:12 ")
+    point = CrashPoint.from_environment()
+    assert point is not None and point == CrashPoint(8, 12)
+    assert point.reached(8, 12) and not point.reached(8, 11) and not point.reached(7, 12)
+    assert CrashPoint(3).reached(3, 0) and CrashPoint(3).reached(3, 9)
+    for bad in ("0", "9", "x", "3:", "3:-1", "3:1:2"):
+        monkeypatch.setenv(CRASH_ENV, bad)
+        with pytest.raises(ConfigurationError, match=CRASH_ENV):
+            CrashPoint.from_environment()
