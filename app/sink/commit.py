@@ -117,7 +117,8 @@ class ExactlyOnceSink:
                 f"{batch_id} of checkpoint {self.checkpoint.uri} starts at "
                 f"{offsets_mod.describe(start)}; run `tablecast repair` to realign them"
             )
-        self.engine.prepare(start, published_before=head is not None and head.kind == "batch")
+        published_before = head is not None and head.kind is ledger_mod.BATCH
+        self.engine.prepare(start, published_before=published_before)
 
         # Step 3
         key = offsets_mod.fingerprint(end)
