@@ -207,14 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _correct(args)
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
-            violation = getattr(exc, "violation", None)
-            fields = {} if violation is None else {
-                "topic": violation.topic, "partition": violation.partition,
-                "offset": violation.offset, "session": violation.session,
-                "rule": int(violation.rule), "expected": violation.expected, "got": violation.got,
-            }  # fmt: skip
             logging.getLogger("tablecast").error(
-                "tablecast %s: %s", args.command, exc, extra=fields
+                "tablecast %s: %s", args.command, exc, extra=exc.facts
             )
         else:
             print(f"tablecast {args.command}: {exc}", file=sys.stderr)

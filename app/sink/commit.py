@@ -104,8 +104,9 @@ class ExactlyOnceSink:
         end = self.checkpoint.offsets(batch_id)
         if end is None:
             raise OutputStateError(
-                f"checkpoint {self.checkpoint.uri} has no offsets for batch {batch_id}"
-            )
+                f"checkpoint {self.checkpoint.uri} has no offsets for batch {batch_id}",
+                checkpoint=self.checkpoint.uri, batch=batch_id,
+            )  # fmt: skip
         start = (self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None) or {}
 
         # Step 2
@@ -115,8 +116,9 @@ class ExactlyOnceSink:
             raise OutputStateError(
                 f"output {self.output_uri} ends at {offsets_mod.describe(head.end)} but batch "
                 f"{batch_id} of checkpoint {self.checkpoint.uri} starts at "
-                f"{offsets_mod.describe(start)}; run `tablecast repair` to realign them"
-            )
+                f"{offsets_mod.describe(start)}; run `tablecast repair` to realign them",
+                output=self.output_uri, checkpoint=self.checkpoint.uri, batch=batch_id,
+            )  # fmt: skip
         published_before = head is not None and head.kind is ledger_mod.BATCH
         self.engine.prepare(start, published_before=published_before)
 
