@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from app import generate as gen
 from app import handoff, logs
-from app import verify as verify_mod
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.kafka_client import KafkaAuth, KafkaEndpoint
@@ -83,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="'available-now' or 'processing-time=<interval>' [processing-time=1 minute]",
     )
     run.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
-    run.add_argument("--topic-pattern", default="^sensor-.+")
+    run.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
     run.add_argument("--max-offsets-per-trigger", type=_positive, default=500_000)
     run.add_argument("--session-timeout", default="1 hour")
     run.add_argument("--trace", action="append", default=[], metavar="SESSION",
@@ -145,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "[AWS_REGION]")  # fmt: skip
     repair.add_argument("--output", required=True)
     repair.add_argument("--checkpoint", required=True)
-    repair.add_argument("--topic-pattern", default="^sensor-.+")
+    repair.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
     repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
 
@@ -156,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--output", required=True)
     replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
-    replay.add_argument("--topic-pattern", default="^sensor-.+")
+    replay.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
     _recompute_options(replay)
 
     correct = commands.add_parser(
@@ -173,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="compare an output with the archive's expectation")
     verify.add_argument("--archive", required=True)
     verify.add_argument("--output", required=True)
-    verify.add_argument("--topic-pattern", default="^sensor-.+")
+    verify.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
     verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
     return parser
 
@@ -208,14 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _correct(args)
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
-            violation = getattr(exc, "violation", None)
-            fields = {} if violation is None else {
-                "topic": violation.topic, "partition": violation.partition,
-                "offset": violation.offset, "session": violation.session,
-                "rule": int(violation.rule), "expected": violation.expected, "got": violation.got,
-            }  # fmt: skip
             logging.getLogger("tablecast").error(
-                "tablecast %s: %s", args.command, exc, extra=fields
+                "tablecast %s: %s", args.command, exc, extra=exc.facts
             )
         else:
             print(f"tablecast {args.command}: {exc}", file=sys.stderr)
@@ -403,6 +396,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from app import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
+
     actual = verify_mod.read_output(args.output, required=True)
     expected = verify_mod.expected_output(
         args.archive, args.topic_pattern, IntegrityMode(args.integrity)

@@ -11,9 +11,18 @@ from enum import IntEnum
 
 
 class TablecastError(Exception):
-    """Root of every error the job reports to its operator."""
+    """Root of every error the job reports to its operator.
+
+    ``facts`` are what the message says, as fields (topic, partition,
+    offset, path...): JSON logs carry them, so an alert can key on them
+    without parsing the message.
+    """
 
     exit_code = 1
+
+    def __init__(self, message: str, **facts: str | int) -> None:
+        super().__init__(message)
+        self.facts: dict[str, str | int] = facts
 
 
 class EnvelopeError(ValueError):
@@ -58,7 +67,11 @@ class IntegrityViolationError(TablecastError):
     exit_code = 2
 
     def __init__(self, violation: Violation) -> None:
-        super().__init__(violation.describe())
+        super().__init__(
+            violation.describe(), topic=violation.topic, partition=violation.partition,
+            offset=violation.offset, session=violation.session, rule=int(violation.rule),
+            expected=violation.expected, got=violation.got,
+        )  # fmt: skip
         self.violation = violation
 
 

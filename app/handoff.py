@@ -9,6 +9,9 @@ from typing import Final
 
 PREFIX: Final = "/tablecast"
 
+# The topics the job reads unless told otherwise (the infra's default too).
+DEFAULT_TOPIC_PATTERN: Final = "^sensor-.+"
+
 BOOTSTRAP_BROKERS_IAM: Final = "bootstrap-brokers-iam"
 BUCKET: Final = "bucket"
 OUTPUT_URI: Final = "output-uri"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from app import handoff
 from app.checkpoint import CheckpointLog
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
@@ -92,7 +93,7 @@ class JobConfig:
     checkpoint: str
     trigger: Trigger = field(default_factory=lambda: Trigger.parse("processing-time=1 minute"))
     integrity: IntegrityMode = IntegrityMode.STRICT
-    topic_pattern: str = "^sensor-.+"
+    topic_pattern: str = handoff.DEFAULT_TOPIC_PATTERN
     max_offsets_per_trigger: int = 500_000
     session_timeout_ms: int = 3_600_000
     trace: frozenset[str] = frozenset()

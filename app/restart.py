@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from app.contract import Record
+from app.errors import TablecastError
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +54,15 @@ class RestartPoint:
     iterations: int = field(default=1, compare=False)
 
 
-class CannotRebuildError(Exception):
+class CannotRebuildError(TablecastError):
+    exit_code = 4
+
     def __init__(self, session: str, offset: int) -> None:
         super().__init__(
             f"session {session!r} has no snapshot at or before offset {offset} in the source: "
-            "it cannot be rebuilt (its start is beyond retention)"
-        )
+            "it cannot be rebuilt (its start is beyond retention)",
+            session=session, offset=offset,
+        )  # fmt: skip
         self.session = session
 
 

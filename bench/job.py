@@ -109,11 +109,11 @@ def job(name: str, archive: str, max_offsets: int) -> Measured:
 
 
 def row(label: str, messages: int, m: Measured) -> str:
-    return (f"{label:<34} {m.seconds:>8.1f} {messages / m.seconds:>12,.0f} "
+    return (f"{label:<40} {m.seconds:>8.1f} {messages / m.seconds:>12,.0f} "
             f"{m.peak_rss_bytes / 2**30:>9.2f} GiB")  # fmt: skip
 
 
-HEADER = f"{'run':<34} {'seconds':>8} {'messages/s':>12} {'peak memory':>13}"
+HEADER = f"{'run':<40} {'seconds':>8} {'messages/s':>12} {'peak memory':>13}"
 
 
 def main() -> int:

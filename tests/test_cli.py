@@ -144,3 +144,15 @@ def test_a_correction_needs_an_output_with_a_ledger(
     assert _cli_error(short, capsys) == (
         64, "tablecast correct: --commit 'abc': give at least 7 hex digits"
     )  # fmt: skip
+
+
+def test_the_cli_module_stays_light() -> None:
+    """``tablecast --help`` and the light commands load neither Spark, pandas nor DuckDB."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, app.cli; print(sorted(m for m in ('pyspark', 'pandas', 'duckdb') "
+             "if m in sys.modules))")  # fmt: skip
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           check=True).stdout.strip()  # fmt: skip
+    assert found == "[]"

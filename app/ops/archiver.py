@@ -48,6 +48,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import TopicPartition as KafkaPartition
 
+from app import handoff
 from app.errors import DataLossError
 from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
@@ -77,7 +78,7 @@ _STOP_CODES = frozenset(
 @dataclass(frozen=True, slots=True)
 class ArchiverConfig:
     archive_uri: str
-    topic_pattern: str = "^sensor-.+"
+    topic_pattern: str = handoff.DEFAULT_TOPIC_PATTERN
     max_records: int = 50_000
     max_bytes: int = 64 << 20
     max_wait_s: float = 60.0

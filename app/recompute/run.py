@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -46,8 +47,15 @@ log = logging.getLogger(__name__)
 
 RECOMPUTE_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "recompute")  # staging
 RECORDS_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "recomputes")
-REPLAY = "replay"
-CORRECTION = "correction"
+
+
+class RecomputeKind(StrEnum):
+    REPLAY = "replay"
+    CORRECTION = "correction"
+
+
+REPLAY = RecomputeKind.REPLAY
+CORRECTION = RecomputeKind.CORRECTION
 
 Progress = Callable[[int, int], None]  # (tasks done, tasks)
 
@@ -56,7 +64,7 @@ Progress = Callable[[int, int], None]  # (tasks done, tasks)
 class RecomputeRecord:
     """What one recompute did: ``_tablecast/ledger/recomputes/<time>-<key>.json``."""
 
-    kind: str  # REPLAY or CORRECTION
+    kind: RecomputeKind
     selector: str  # what was asked: "version 1.2.0", "window 2026-01-01T00:00Z to ..."
     ranges: dict[str, list[tuple[int, int]]]  # "topic:partition" -> recomputed ranges
     published: tuple[str, ...]
@@ -84,7 +92,7 @@ class RecomputeRecord:
     def from_json(cls, data: bytes) -> RecomputeRecord:
         doc = orjson.loads(data)
         return cls(
-            kind=doc["kind"],
+            kind=RecomputeKind(doc["kind"]),
             selector=doc["selector"],
             ranges={k: [(a, b) for a, b in v] for k, v in doc["ranges"].items()},
             published=tuple(doc["published"]),
@@ -116,7 +124,7 @@ def recompute(
     spark: Any,
     plan: RecomputePlan,
     works: Sequence[PartitionWork],
-    kind: str,
+    kind: RecomputeKind,
     selector: str,
     progress: Progress | None = None,
 ) -> RecomputeReport:

@@ -1,0 +1,8 @@
+"""The exactly-once Parquet sink: what readers of the output can trust.
+
+- :mod:`app.sink.commit`: the commit protocol, step by step (``foreachBatch``).
+- :mod:`app.sink.ledger`: the output's own record of the offsets it holds.
+- :mod:`app.sink.writer`: staging a partition's rows as hidden files (in the tasks).
+- :mod:`app.sink.guard`: the start-up check that output and checkpoint agree.
+- :mod:`app.sink.publish`: publishing a table computed on the driver (tests, demos).
+"""

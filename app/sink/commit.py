@@ -152,8 +152,9 @@ class ExactlyOnceSink:
         end = self.checkpoint.offsets(batch_id)
         if end is None:
             raise OutputStateError(
-                f"checkpoint {self.checkpoint.uri} has no offsets for batch {batch_id}"
-            )
+                f"checkpoint {self.checkpoint.uri} has no offsets for batch {batch_id}",
+                checkpoint=self.checkpoint.uri, batch=batch_id,
+            )  # fmt: skip
         start = (self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None) or {}
         self._step_done(1, batch_id)
 
@@ -167,8 +168,11 @@ class ExactlyOnceSink:
                 f"{offsets_mod.describe(start)}; run `tablecast repair` to realign them"
             )
             log.warning("batch %d refused: %s", batch_id, message)
-            raise OutputStateError(message)
-        self.engine.prepare(start, published_before=head is not None and head.kind == "batch")
+            raise OutputStateError(
+                message, output=self.output_uri, checkpoint=self.checkpoint.uri, batch=batch_id
+            )
+        published_before = head is not None and head.kind is ledger_mod.BATCH
+        self.engine.prepare(start, published_before=published_before)
         self._step_done(2, batch_id)
 
         # Step 3

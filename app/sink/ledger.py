@@ -13,6 +13,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -27,14 +28,20 @@ LEDGER_DIR = posixpath.join(CONTROL_DIR, "ledger")
 STAGING_DIR = posixpath.join(CONTROL_DIR, "staging")
 PENDING_FILE = posixpath.join(CONTROL_DIR, "pending.json")
 
-BATCH = "batch"
-REPAIR = "repair"
+
+class EntryKind(StrEnum):
+    BATCH = "batch"  # a micro-batch the live job published
+    REPAIR = "repair"  # the restart offsets `tablecast repair` set
+
+
+BATCH = EntryKind.BATCH
+REPAIR = EntryKind.REPAIR
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
     number: int
-    kind: str  # BATCH or REPAIR
+    kind: EntryKind
     end: Offsets  # every partition's next offset after this entry
     files: tuple[str, ...] = ()
     rows: int = 0
@@ -80,7 +87,7 @@ class LedgerEntry:
         doc = orjson.loads(data)
         return cls(
             number=doc["number"],
-            kind=doc["kind"],
+            kind=EntryKind(doc["kind"]),
             end=offsets_mod.from_json(doc["end"]),
             files=tuple(doc["files"]),
             rows=doc["rows"],

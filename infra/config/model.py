@@ -4,6 +4,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, fields
 
+from app import handoff
 from infra.config import parsing
 from infra.config.addressing import SubnetPlan, plan_subnets
 from infra.config.errors import ConfigError
@@ -14,7 +15,7 @@ from infra.config.versions import versions
 MIN_RETENTION_HOURS = 72
 """The seed's absolute minimum: data must survive a weekend without the job."""
 DEFAULT_RETENTION_HOURS = 168
-DEFAULT_TOPIC_PATTERN = "^sensor-.+"
+DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN  # the job's own default
 KAFKA_METADATA_MODES = ("kraft", "zookeeper")
 # MSK creates KRaft clusters from Kafka 3.7.x on.
 MIN_KRAFT_VERSION = (3, 7)

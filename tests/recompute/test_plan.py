@@ -63,7 +63,9 @@ def test_a_partition_is_read_from_its_epochs_start_up_to_the_last_chosen_range()
 
 def test_ranges_the_archive_does_not_hold_yet_are_refused() -> None:
     every = published_ranges([_batch(0, {A: 0}, {A: 100})])
-    with pytest.raises(ConfigurationError, match="holds topic sensor-a partition 0 only up to offset 79"):
+    with pytest.raises(
+        ConfigurationError, match="holds topic sensor-a partition 0 only up to offset 79"
+    ):
         works(every, every, _index({A: 80}))
 
 

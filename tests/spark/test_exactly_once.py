@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,39 +98,6 @@ def test_sigkills_at_random_moments_lose_and_repeat_nothing(tmp_path: Path) -> N
     comparison = assert_exact(archive, output)  # pyarrow
     assert _duckdb_rows(output) == comparison.expected_rows  # DuckDB, plain files
     print(f"kills survived: {survived}, rows: {comparison.actual_rows}, duplicates: 0")
-
-
-@pytest.fixture
-def s3(tmp_path: Path) -> Iterator[dict[str, str]]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "TABLECAST_S3_ENDPOINT": f"http://{host}:{port}",
-    }
-    import boto3
-
-    boto3.client(
-        "s3", endpoint_url=env["TABLECAST_S3_ENDPOINT"], region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    ).create_bucket(Bucket="lake")  # fmt: skip
-    saved = {k: os.environ.get(k) for k in env if k.startswith(("AWS_", "TABLECAST_"))}
-    os.environ.update({k: v for k, v in env.items() if k in saved})
-    try:
-        yield env
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
 
 
 def test_on_s3_too_through_kills(s3: dict[str, str], tmp_path: Path) -> None:
