@@ -22,7 +22,7 @@ from app.contract import Record
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
 from app.offsets import TopicPartition
 from app.sources.backend import Bounds
-from app.sources.records import SCHEMA, typed_records
+from app.sources.records import SCHEMA, Tier, served_by, typed_records
 from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
@@ -202,7 +202,9 @@ class ArchiveRange:
     end: int
 
     def read(self) -> Iterator[pa.RecordBatch]:
-        yield from read_range(resolve(self.uri), list(self.files), self.start, self.end)
+        """The range's records in offset order, with the source's columns (from the archive)."""
+        for batch in read_range(resolve(self.uri), list(self.files), self.start, self.end):
+            yield served_by(batch, Tier.ARCHIVE)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
 from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
 from app.sources.backend import Bounds
-from app.sources.records import SCHEMA
+from app.sources.records import SCHEMA, Tier, served_by
 
 __all__ = ["DEFAULT_TIMEOUT_S", "KafkaBackend", "KafkaColumns", "KafkaRange"]
 
@@ -204,11 +204,12 @@ class KafkaRange:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     def read(self) -> Iterator[pa.RecordBatch]:
-        """The range's records in offset order, ``BATCH_ROWS`` at a time."""
+        """The range's records in offset order, ``BATCH_ROWS`` at a time (served by Kafka)."""
         # Step 1
         consumer = _CONSUMERS.take(self.endpoint)
         try:
-            yield from self._batches(consumer)
+            for batch in self._batches(consumer):
+                yield served_by(batch, Tier.KAFKA)
         except BaseException:
             consumer.close()  # a failed or abandoned read leaves nothing to reuse
             raise

@@ -19,7 +19,8 @@ Spark's Kafka source does with ``startingOffsets=earliest`` and
 - ``Trigger.AvailableNow`` reads up to the offsets available when it starts;
 - a micro-batch has one Spark partition per topic-partition, read in
   offset order (offsets the backend skips, such as transaction markers or
-  compacted records, are simply absent).
+  compacted records, are simply absent), with the Kafka source's columns and
+  the tier that served each record (``served_by``).
 """
 
 from __future__ import annotations
