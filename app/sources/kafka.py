@@ -27,6 +27,7 @@ within ``timeout_s`` (no record for that long) fail the run with
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -80,10 +81,15 @@ _CONSUMER_SETTINGS: Final = {
     # At a partition's end the broker holds a fetch this long before it says
     # there is nothing more: a range whose last offsets hold no record learns
     # its end so. The source never waits for new records; short costs nothing.
+    # (A broker that serves no fetch that quickly, as tansu keeping its log in
+    # S3 in the tests, needs more: _FETCH_WAIT_VARIABLE.)
     "fetch.wait.max.ms": 10,
     # Every record, as the archiver copies them (app/ops/archiver.py).
     "isolation.level": "read_uncommitted",
 }
+# An environment variable that overrides fetch.wait.max.ms, in milliseconds
+# (read when a consumer is made, so that a job's tasks see the driver's).
+_FETCH_WAIT_VARIABLE: Final = "TABLECAST_KAFKA_FETCH_WAIT_MS"
 _DATA_LOSS_CODES: Final = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 # librdkafka recovers from other errors by itself (they are reported for
 # information); these it cannot.
@@ -416,7 +422,11 @@ class _ConsumerPool:
             idle = self._idle.get(endpoint)
             if idle:
                 return idle.pop()
-        return _client(Consumer, endpoint, _CONSUMER_SETTINGS)
+        settings = dict(_CONSUMER_SETTINGS)
+        wait_ms = os.environ.get(_FETCH_WAIT_VARIABLE, "")
+        if wait_ms:
+            settings["fetch.wait.max.ms"] = int(wait_ms)
+        return _client(Consumer, endpoint, settings)
 
     def give_back(self, endpoint: KafkaEndpoint, consumer: Any) -> None:
         with self._lock:
