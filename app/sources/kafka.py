@@ -223,6 +223,27 @@ class KafkaRange:
         consumer.unassign()
         _CONSUMERS.give_back(self.endpoint, consumer)
 
+    def earliest(self) -> int | None:
+        """The partition's earliest offset on the brokers now; None if they do not say in time.
+
+        Asked from a task, just before it reads: retention may have moved
+        since the micro-batch was planned (:mod:`app.sources.tiered`).
+        """
+        consumer = _CONSUMERS.take(self.endpoint)
+        try:
+            low, _ = consumer.get_watermark_offsets(
+                KafkaPartition(self.tp.topic, self.tp.partition),
+                timeout=self.timeout_s,
+                cached=False,
+            )
+        except KafkaException as exc:
+            log.info("the earliest offset of %s from %s: %s", self.tp,
+                     self.endpoint.description, _error_text(exc))  # fmt: skip
+            return None
+        finally:
+            _CONSUMERS.give_back(self.endpoint, consumer)
+        return int(low) if low >= 0 else None  # librdkafka's "invalid offset" is negative
+
     def _batches(self, consumer: Any) -> Iterator[pa.RecordBatch]:
         where = KafkaPartition(self.tp.topic, self.tp.partition)
         # A consumer new to a topic learns its leader from a later, rate-limited
