@@ -62,9 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the streaming job")
-    source = run.add_mutually_exclusive_group(required=True)
-    source.add_argument("--archive", help="read the raw archive (local path or s3://)")
-    source.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
+    run.add_argument("--archive", help="read the raw archive (local path or s3://); with "
+                     "--bootstrap-servers, for the offsets Kafka no longer holds")  # fmt: skip
+    run.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
     run.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none",
                      help="with --bootstrap-servers: none (plaintext) or iam (MSK: IAM over "
                      "TLS, tokens signed in --region) [none]")  # fmt: skip
@@ -257,18 +257,26 @@ def _keep_traceback(command: str, exc: BaseException) -> Path:
 def _run(args: argparse.Namespace) -> int:
     from app import job
 
-    source: job.ArchiveSource | job.KafkaSource
+    source: job.Source
+    if not args.archive and not args.bootstrap_servers:
+        raise ConfigurationError(
+            "give --bootstrap-servers (Kafka), --archive (the raw archive), or both (Kafka, "
+            "and the archive for the offsets Kafka no longer holds)"
+        )
+    if args.kafka_client_rack and not args.bootstrap_servers:
+        raise ConfigurationError("--kafka-client-rack needs --bootstrap-servers")
     if args.archive:
-        if args.kafka_client_rack:
-            raise ConfigurationError("--kafka-client-rack needs --bootstrap-servers")
         archive.require_root(args.archive)  # a typo stops here, before anything is created
-        source = job.ArchiveSource(args.archive)
-    else:
+    if args.bootstrap_servers:
         timeout_s = parse_duration_ms(args.kafka_timeout) / 1000
         if timeout_s <= 0:
             raise ConfigurationError(f"--kafka-timeout {args.kafka_timeout!r} must be positive")
-        source = job.KafkaSource(_endpoint(args), timeout_s)
-        source.endpoint.config()  # IAM without its signer or region fails here, before Spark
+        kafka = job.KafkaSource(_endpoint(args), timeout_s)
+        kafka.endpoint.config()  # IAM without its signer or region fails here, before Spark
+        # Both: Kafka, and the archive for the offsets Kafka no longer holds.
+        source = job.TieredSource(kafka, job.ArchiveSource(args.archive)) if args.archive else kafka
+    else:
+        source = job.ArchiveSource(args.archive)
     config = job.JobConfig(
         source=source,
         output=args.output,
