@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from app import handoff
+from app import defaults
 from app.checkpoint import CheckpointLog
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
@@ -98,16 +98,16 @@ class TieredSource:
 Source = ArchiveSource | KafkaSource | TieredSource
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobConfig:
     source: Source
     output: str
     checkpoint: str
-    trigger: Trigger = field(default_factory=lambda: Trigger.parse("processing-time=1 minute"))
+    trigger: Trigger = field(default_factory=lambda: Trigger.parse(defaults.TRIGGER))
     integrity: IntegrityMode = IntegrityMode.STRICT
-    topic_pattern: str = handoff.DEFAULT_TOPIC_PATTERN
-    max_offsets_per_trigger: int = 500_000
-    session_timeout_ms: int = 3_600_000
+    topic_pattern: str = defaults.TOPIC_PATTERN
+    max_offsets_per_trigger: int = defaults.MAX_OFFSETS_PER_TRIGGER
+    session_timeout_ms: int = defaults.SESSION_TIMEOUT_MS
     trace: frozenset[str] = frozenset()
 
 
