@@ -40,7 +40,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/pytest -q -m "not terraform"
+	$(BIN)/pytest -q -m "not terraform" --durations=25
 
 test: lint typecheck unit synth checkov terraform-check packer-validate shellcheck pipeline-demo
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app import defaults, handoff, logs
 from app import generate as gen
-from app import handoff, logs
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.kafka_client import KafkaAuth, KafkaEndpoint
@@ -62,9 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the streaming job")
-    source = run.add_mutually_exclusive_group(required=True)
-    source.add_argument("--archive", help="read the raw archive (local path or s3://)")
-    source.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
+    run.add_argument("--archive", help="read the raw archive (local path or s3://); with "
+                     "--bootstrap-servers, for the offsets Kafka no longer holds")  # fmt: skip
+    run.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
     run.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none",
                      help="with --bootstrap-servers: none (plaintext) or iam (MSK: IAM over "
                      "TLS, tokens signed in --region) [none]")  # fmt: skip
@@ -78,13 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
     run.add_argument(
         "--trigger",
-        default="processing-time=1 minute",
-        help="'available-now' or 'processing-time=<interval>' [processing-time=1 minute]",
+        default=defaults.TRIGGER,
+        help=f"'available-now' or 'processing-time=<interval>' [{defaults.TRIGGER}]",
     )
     run.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
-    run.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
-    run.add_argument("--max-offsets-per-trigger", type=_positive, default=500_000)
-    run.add_argument("--session-timeout", default="1 hour")
+    run.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
+    run.add_argument("--max-offsets-per-trigger", type=_positive,
+                     default=defaults.MAX_OFFSETS_PER_TRIGGER)  # fmt: skip
+    run.add_argument("--session-timeout", default=defaults.SESSION_TIMEOUT)
     run.add_argument("--trace", action="append", default=[], metavar="SESSION",
                      help="log every message of this session as it is applied")  # fmt: skip
     run.add_argument("--master", default=None, help="Spark master [local[2]]")
@@ -144,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "[AWS_REGION]")  # fmt: skip
     repair.add_argument("--output", required=True)
     repair.add_argument("--checkpoint", required=True)
-    repair.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
+    repair.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
 
@@ -155,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--output", required=True)
     replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
-    replay.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
+    replay.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     _recompute_options(replay)
 
     correct = commands.add_parser(
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="compare an output with the archive's expectation")
     verify.add_argument("--archive", required=True)
     verify.add_argument("--output", required=True)
-    verify.add_argument("--topic-pattern", default=handoff.DEFAULT_TOPIC_PATTERN)
+    verify.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
     return parser
 
@@ -181,8 +182,10 @@ def _recompute_options(command: argparse.ArgumentParser) -> None:
     """What replay and correct share with ``run``: the rules the live job applied."""
     command.add_argument("--integrity", choices=[m.value for m in IntegrityMode],
                          default="strict")  # fmt: skip
-    command.add_argument("--session-timeout", default="1 hour",
-                         help="the live job's --session-timeout [1 hour]")  # fmt: skip
+    command.add_argument(
+        "--session-timeout", default=defaults.SESSION_TIMEOUT,
+        help=f"the live job's --session-timeout [{defaults.SESSION_TIMEOUT}]",
+    )  # fmt: skip
     command.add_argument("--master", default=None, help="Spark master [local[2]]")
 
 
@@ -257,18 +260,26 @@ def _keep_traceback(command: str, exc: BaseException) -> Path:
 def _run(args: argparse.Namespace) -> int:
     from app import job
 
-    source: job.ArchiveSource | job.KafkaSource
+    source: job.Source
+    if not args.archive and not args.bootstrap_servers:
+        raise ConfigurationError(
+            "give --bootstrap-servers (Kafka), --archive (the raw archive), or both (Kafka, "
+            "and the archive for the offsets Kafka no longer holds)"
+        )
+    if args.kafka_client_rack and not args.bootstrap_servers:
+        raise ConfigurationError("--kafka-client-rack needs --bootstrap-servers")
     if args.archive:
-        if args.kafka_client_rack:
-            raise ConfigurationError("--kafka-client-rack needs --bootstrap-servers")
         archive.require_root(args.archive)  # a typo stops here, before anything is created
-        source = job.ArchiveSource(args.archive)
-    else:
+    if args.bootstrap_servers:
         timeout_s = parse_duration_ms(args.kafka_timeout) / 1000
         if timeout_s <= 0:
             raise ConfigurationError(f"--kafka-timeout {args.kafka_timeout!r} must be positive")
-        source = job.KafkaSource(_endpoint(args), timeout_s)
-        source.endpoint.config()  # IAM without its signer or region fails here, before Spark
+        kafka = job.KafkaSource(_endpoint(args), timeout_s)
+        kafka.endpoint.config()  # IAM without its signer or region fails here, before Spark
+        # Both: Kafka, and the archive for the offsets Kafka no longer holds.
+        source = job.TieredSource(kafka, job.ArchiveSource(args.archive)) if args.archive else kafka
+    else:
+        source = job.ArchiveSource(args.archive)
     config = job.JobConfig(
         source=source,
         output=args.output,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from app import handoff
+from app import defaults
 from app.checkpoint import CheckpointLog
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
@@ -37,6 +37,7 @@ from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
 from app.sources import backends, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
+from app.sources.records import Tier
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +88,26 @@ class KafkaSource:
 
 
 @dataclass(frozen=True)
+class TieredSource:
+    """Kafka, and the archive for the offsets Kafka no longer holds (app/sources/tiered.py)."""
+
+    kafka: KafkaSource
+    archive: ArchiveSource
+
+
+Source = ArchiveSource | KafkaSource | TieredSource
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    source: ArchiveSource | KafkaSource
+    source: Source
     output: str
     checkpoint: str
-    trigger: Trigger = field(default_factory=lambda: Trigger.parse("processing-time=1 minute"))
+    trigger: Trigger = field(default_factory=lambda: Trigger.parse(defaults.TRIGGER))
     integrity: IntegrityMode = IntegrityMode.STRICT
-    topic_pattern: str = handoff.DEFAULT_TOPIC_PATTERN
-    max_offsets_per_trigger: int = 500_000
-    session_timeout_ms: int = 3_600_000
+    topic_pattern: str = defaults.TOPIC_PATTERN
+    max_offsets_per_trigger: int = defaults.MAX_OFFSETS_PER_TRIGGER
+    session_timeout_ms: int = defaults.SESSION_TIMEOUT_MS
     trace: frozenset[str] = frozenset()
 
 
@@ -104,10 +116,15 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     options = backends.common_options(
         config.topic_pattern, config.max_offsets_per_trigger, starting
     )
-    if isinstance(config.source, ArchiveSource):
-        options |= backends.archive_options(config.source.uri)
+    source = config.source
+    if isinstance(source, ArchiveSource):
+        options |= backends.archive_options(source.uri)
+    elif isinstance(source, KafkaSource):
+        options |= backends.kafka_options(source.endpoint, source.timeout_s)
     else:
-        options |= backends.kafka_options(config.source.endpoint, config.source.timeout_s)
+        options |= backends.tiered_options(
+            source.kafka.endpoint, source.archive.uri, source.kafka.timeout_s
+        )
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
@@ -142,6 +159,8 @@ def run(
     else:
         writer = writer.trigger(processingTime=config.trigger.interval)
     if listener is not None:
+        if isinstance(config.source, TieredSource):  # which tier served each batch
+            listener.tiers = (Tier.ARCHIVE.value, Tier.KAFKA.value)
         spark.streams.addListener(listener)  # before start(): it sees the first event
     failure: Exception | None = None
     try:

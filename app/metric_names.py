@@ -2,7 +2,8 @@
 
 The job publishes these and the infrastructure's alarms watch them; both
 import this module so that an alarm can never watch a metric nobody publishes.
-Every metric carries the ``Environment`` dimension.
+Every metric carries the ``Environment`` dimension; those of :data:`BY_SOURCE`
+also a ``Source`` dimension.
 """
 
 from typing import Final
@@ -39,3 +40,14 @@ ALL: Final = (
     OUTPUT_FILES,
     OUTPUT_BYTES,
 )
+
+# Records read in a micro-batch from each tier, by a job that reads Kafka and
+# the raw archive (``tablecast run --bootstrap-servers ... --archive ...``):
+# one datum per tier, 0 included, with the dimension Source=archive|kafka.
+# A job reading one source does not publish it: InputMessages is all of it.
+SOURCE_DIMENSION: Final = "Source"
+RECORDS_SERVED: Final = "RecordsServed"
+
+# Published only by a job reading both tiers, hence not in ALL (what every
+# run publishes, with the Environment dimension alone).
+BY_SOURCE: Final = (RECORDS_SERVED,)

@@ -127,7 +127,8 @@ def test_offsets_start_at_the_earliest_and_pick_up_new_partitions(tmp_path: Path
     assert all(isinstance(p, RangePartition) for p in parts)
     assert [(p.tp, p.start, p.end) for p in parts] == [(A1, 0, 7)]  # type: ignore[attr-defined]
     batches = list(reader.read(parts[0]))
-    assert batches[0].schema == records.SCHEMA
+    assert batches[0].schema == records.SOURCE_SCHEMA  # the archive's columns, and served_by
+    assert set(batches[0].column(records.SERVED_BY).to_pylist()) == {"archive"}
 
 
 def test_max_offsets_per_trigger_is_shared_by_backlog(tmp_path: Path) -> None:

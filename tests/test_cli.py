@@ -156,3 +156,16 @@ def test_the_cli_module_stays_light() -> None:
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                            check=True).stdout.strip()  # fmt: skip
     assert found == "[]"
+
+
+def test_the_command_lines_defaults_are_the_jobs() -> None:
+    from app import defaults
+    from app.job import JobConfig
+
+    args = cli.build_parser().parse_args(["run", "--archive", "a", "--output", "o",
+                                          "--checkpoint", "c"])  # fmt: skip
+    config = JobConfig(source=None, output="o", checkpoint="c")  # type: ignore[arg-type]
+    assert cli.parse_duration_ms(args.session_timeout) == config.session_timeout_ms
+    assert args.max_offsets_per_trigger == config.max_offsets_per_trigger
+    assert args.topic_pattern == config.topic_pattern == defaults.TOPIC_PATTERN
+    assert args.trigger == defaults.TRIGGER and config.trigger.kind.value == "processing-time"

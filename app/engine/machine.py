@@ -27,6 +27,7 @@ from typing import Generic, NamedTuple
 
 import pyarrow as pa
 
+from app import defaults
 from app.contract import Envelope, MessageType, parse_envelope
 from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
@@ -48,7 +49,7 @@ class Rules:
     """How the machine treats records (the same for every partition of a run)."""
 
     mode: IntegrityMode = IntegrityMode.STRICT
-    timeout_ms: int = 3_600_000  # idle sessions expire after this much partition time
+    timeout_ms: int = defaults.SESSION_TIMEOUT_MS  # idle sessions expire after this partition time
     # Sessions that `tablecast repair` restarts from a resync snapshot: session -> its offset.
     adopt: Mapping[str, int] = field(default_factory=dict)
     trace: frozenset[str] = frozenset()  # sessions whose every message is reported

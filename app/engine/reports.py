@@ -71,6 +71,9 @@ class PartitionSummary:
     sessions: int
     state_bytes: int
     cache: str  # "hit", "miss" (loaded), "new" (no earlier version)
+    # Records per tier that served them (app.sources.records.Tier); empty
+    # when the records did not say (frames built without the source).
+    served: Mapping[str, int] = field(default_factory=dict)
 
 
 class Reports:
@@ -106,7 +109,9 @@ class Reports:
         self._add(ReportKind.DROPPED, session=session)
 
     def partition(self, s: PartitionSummary) -> None:
-        detail = orjson.dumps({"sessions": s.sessions, "cache": s.cache}).decode()
+        detail = orjson.dumps(
+            {"sessions": s.sessions, "cache": s.cache, "served": dict(s.served)}
+        ).decode()
         self._add(ReportKind.PARTITION, offset=s.end, rows=s.messages, bytes=s.state_bytes,
                   path=str(s.start), detail=detail)  # fmt: skip
 
@@ -160,6 +165,7 @@ class BatchOutcome:
                     d["sessions"],
                     r["bytes"],
                     d["cache"],
+                    {str(tier): int(n) for tier, n in d.get("served", {}).items()},
                 )
         outcome.files.sort(key=lambda f: f.path)
         outcome.violations.sort(key=lambda v: (v.topic, v.partition, v.offset))
@@ -179,3 +185,12 @@ class BatchOutcome:
     @property
     def bytes(self) -> int:
         return sum(f.bytes for f in self.files)
+
+    @property
+    def served(self) -> dict[str, int]:
+        """Records read per tier that served them, over every partition of the batch."""
+        total: dict[str, int] = {}
+        for summary in self.partitions.values():
+            for tier, count in summary.served.items():
+                total[tier] = total.get(tier, 0) + count
+        return total

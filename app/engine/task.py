@@ -12,7 +12,8 @@ with no shuffle. For its partition a task:
    a slice at a time, staging output and quarantine files as they fill;
 4. saves the state at the range's end (not when a strict run found a
    violation: that batch fails), and keeps it in the worker's cache;
-5. returns report rows (:mod:`app.engine.reports`), never output rows.
+5. returns report rows (:mod:`app.engine.reports`), never output rows: among
+   them its partition's summary, with the records each source tier served.
 
 Everything a task does depends only on the plan and the records, so a
 retried or speculative attempt stages the same files and saves the same
@@ -46,6 +47,7 @@ from app.errors import TablecastError
 from app.offsets import TopicPartition
 from app.processor import Processor
 from app.sink.writer import QUARANTINE_DIR, stage_table
+from app.sources.records import served_counts
 from app.storage import Location, resolve
 
 # Records converted to Python objects at a time: bounds the task's memory.
@@ -132,9 +134,9 @@ class PartitionTask:
             reports.claim(claim)
         for session in result.dropped:
             reports.dropped(session)
-        reports.partition(
-            PartitionSummary(tp, start, saved, result.messages, len(state.sessions), size, cache)
-        )
+        summary = PartitionSummary(tp, start, saved, result.messages, len(state.sessions),
+                                   size, cache, served_counts(records))  # fmt: skip
+        reports.partition(summary)
         return reports.rows
 
     def _load(

@@ -9,6 +9,10 @@ merges the two by batch id into one :class:`BatchMetrics`, publishes it
 through a :class:`~app.metrics.publisher.MetricsSink` and hands it to its
 observers (the progress display).
 
+A job that reads Kafka and the archive (:mod:`app.sources.tiered`) also
+publishes the records each of them served (``RecordsServed`` by ``Source``),
+from the counts the sink reports; :attr:`MetricsListener.tiers` names them.
+
 Records behind are computed here, not by Kafka: the job commits no consumer
 group offsets, so MSK's lag metrics know nothing of the job. The newest
 offsets come from the source (``latestOffset``, which it reports from Kafka
@@ -25,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,6 +90,8 @@ class BatchMetrics:
     violations: int = 0
     quarantined: int = 0
     published: bool = True  # False: the sink found the batch published before a restart
+    # Records read per source tier ("archive", "kafka"), for a job reading both; else empty.
+    served: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def messages_per_second(self) -> float:
@@ -109,11 +115,21 @@ class BatchMetrics:
         if self.lag is not None:
             values.append((names.RECORDS_BEHIND, self.lag.total, count))
             values.append((names.RECORDS_BEHIND_WORST_PARTITION, self.lag.worst_behind, count))
-        return [Datum(name, float(value), unit, at) for name, value, unit in values]
+        datums = [Datum(name, float(value), unit, at) for name, value, unit in values]
+        for tier, records in self.served.items():
+            source = ((names.SOURCE_DIMENSION, tier),)
+            datums.append(Datum(names.RECORDS_SERVED, float(records), count, at, source))
+        return datums
 
 
-def batch_metrics(progress: Mapping[str, Any], report: BatchReport | None) -> BatchMetrics:
-    """Merge Spark's progress (its JSON form, parsed) with the sink's report."""
+def batch_metrics(
+    progress: Mapping[str, Any], report: BatchReport | None, tiers: Sequence[str] = ()
+) -> BatchMetrics:
+    """Merge Spark's progress (its JSON form, parsed) with the sink's report.
+
+    ``tiers``: the source tiers whose records are counted apart (each one,
+    0 included), for a job that reads Kafka and the archive.
+    """
     sources = progress.get("sources") or []
     source = sources[0] if sources else {}
     end = _offsets(source.get("endOffset")) or {}
@@ -127,6 +143,7 @@ def batch_metrics(progress: Mapping[str, Any], report: BatchReport | None) -> Ba
         state_bytes=0,
         end=end,
         lag=None if latest is None else records_behind(end, latest),
+        served={tier: 0 for tier in tiers},
     )
     if report is None:
         return metrics
@@ -140,6 +157,7 @@ def batch_metrics(progress: Mapping[str, Any], report: BatchReport | None) -> Ba
         published=report.published,
         sessions_in_state=report.sessions,
         state_bytes=report.state_bytes,
+        served={tier: report.served.get(tier, 0) for tier in tiers},
     )
 
 
@@ -168,6 +186,9 @@ class MetricsListener(StreamingQueryListener):
         self._run_id: str | None = None
         self._early: list[tuple[str, Callable[[], None]]] = []
         self._terminated = threading.Event()
+        # The source tiers whose records each batch counts apart (RecordsServed):
+        # both, for a job reading Kafka and the archive (set by app.job.run).
+        self.tiers: tuple[str, ...] = ()
         self.batches = 0  # batches published
         self.slowest_event_s = 0.0  # the longest the listener held Spark's listener thread
 
@@ -238,7 +259,7 @@ class MetricsListener(StreamingQueryListener):
     def _progress(self, progress: Mapping[str, Any]) -> None:
         with self._reports_lock:
             report = self._reports.pop(int(progress["batchId"]), None)
-        metrics = batch_metrics(progress, report)
+        metrics = batch_metrics(progress, report, self.tiers)
         self.batches += 1
         self.sink.publish(metrics.datums(self.clock()))
         for observer in self.observers:

@@ -1,7 +1,8 @@
 """Live progress of ``tablecast run``: what an operator watches on a terminal.
 
 On a terminal one status line (batches, messages per second, records behind,
-sessions in state) is redrawn in place after every micro-batch, and other
+sessions in state; for a job reading Kafka and the archive, the records each
+served) is redrawn in place after every micro-batch, and other
 lines (trace lines, log-sink lines) are printed above it. Anywhere else
 (a pipe, a log file, a service's journal) every batch gets one plain line.
 Either way a summary closes the run.
@@ -13,8 +14,8 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from app.metrics.listener import BatchMetrics, Lag
@@ -76,6 +77,7 @@ class RunTotals:
     violations: int = 0
     sessions: int = 0  # in state after the last batch
     lag: Lag | None = None  # after the last batch
+    served: dict[str, int] = field(default_factory=dict)  # records per source tier
 
     def add(self, m: BatchMetrics) -> None:
         self.batches += 1
@@ -87,6 +89,8 @@ class RunTotals:
         self.violations += m.violations
         self.sessions = m.sessions_in_state
         self.lag = m.lag
+        for tier, count in m.served.items():
+            self.served[tier] = self.served.get(tier, 0) + count
 
 
 class ProgressDisplay:
@@ -124,7 +128,8 @@ class ProgressDisplay:
 def batch_line(m: BatchMetrics) -> str:
     """One plain line per batch, for logs."""
     parts = [
-        f"batch {m.batch_id}: {m.input_messages:,} messages ({m.messages_per_second:,.0f}/s)",
+        f"batch {m.batch_id}: {m.input_messages:,} messages ({m.messages_per_second:,.0f}/s"
+        + (f", {_served(m.served)})" if m.served else ")"),
         f"{m.rows_written:,} rows in {m.output_files} files",
         f"behind {_lag(m.lag)}",
         f"{m.sessions_in_state:,} sessions in state",
@@ -143,6 +148,7 @@ def status_line(totals: RunTotals, elapsed_s: float) -> str:
     parts = [
         f"batches {totals.batches:,}",
         f"{totals.messages:,} messages ({rate:,.0f}/s)",
+        *([_served(totals.served)] if totals.served else []),
         f"behind {_lag(totals.lag)}",
         f"{totals.sessions:,} sessions",
         f"{totals.rows:,} rows",
@@ -164,12 +170,19 @@ def summary_lines(
         f"{elapsed_s:.1f} s",
         f"at the end: behind {_lag(totals.lag)}, {totals.sessions:,} sessions in state",
     ]
+    if totals.served:
+        lines.insert(1, f"messages served: {_served(totals.served)}")
     if sink != "none":  # nothing to say of metrics nobody asked for
         lines.append(
             f"metrics ({sink}): {stats.sent:,} sent, {stats.dropped:,} dropped"
             + (f" in {stats.failed_calls} failed calls" if stats.failed_calls else "")
         )
     return lines
+
+
+def _served(served: Mapping[str, int]) -> str:
+    """Records per source tier: ``120 from archive, 30 from kafka``."""
+    return ", ".join(f"{count:,} from {tier}" for tier, count in served.items())
 
 
 def _lag(lag: Lag | None) -> str:

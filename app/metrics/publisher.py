@@ -8,8 +8,9 @@ background thread drains it in ``PutMetricData`` calls of up to
 :data:`MAX_DATUMS_PER_CALL` datums. A datum that finds the queue full, or
 whose call fails, is counted as dropped (:class:`SinkStats`).
 
-Every datum carries the ``Environment`` dimension and goes to the namespace
-in :mod:`app.metric_names`, the module the infrastructure's alarms import.
+Every datum carries the ``Environment`` dimension (and its own, such as
+``Source``) and goes to the namespace in :mod:`app.metric_names`, the module
+the infrastructure's alarms import.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
@@ -34,7 +35,7 @@ from app.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
-    from mypy_boto3_cloudwatch.type_defs import MetricDatumTypeDef
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
 
 __all__ = [
     "MAX_DATUMS_PER_CALL",
@@ -66,12 +67,13 @@ class Unit(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Datum:
-    """One value of one metric at one time; sinks add namespace and dimension."""
+    """One value of one metric at one time; sinks add namespace and the Environment."""
 
     name: str
     value: float
     unit: Unit
     timestamp: datetime
+    dimensions: tuple[tuple[str, str], ...] = ()  # besides Environment: (name, value) pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,8 @@ class LogSink:
     """One JSON line per publish call (``--metrics log``, the laptop's default).
 
     ``write`` receives each line without its newline; by default it goes to
-    standard error.
+    standard error. A metric with dimensions of its own is an object keyed
+    by their values: ``"RecordsServed": {"archive": 120.0, "kafka": 30.0}``.
     """
 
     def __init__(
@@ -156,7 +159,7 @@ class LogSink:
                 "event": "metrics",
                 "namespace": self.namespace,
                 metric_names.ENVIRONMENT_DIMENSION: self.environment,
-                "metrics": {d.name: _plain(d.value) for d in datums},
+                "metrics": _by_name(datums),
             }
         ).decode()
         try:
@@ -331,9 +334,13 @@ class CloudWatchSink:
             )
 
     def _datum(self, datum: Datum) -> MetricDatumTypeDef:
+        dimensions: list[DimensionTypeDef] = [
+            {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": self.environment}
+        ]
+        dimensions += [{"Name": name, "Value": value} for name, value in datum.dimensions]
         return {
             "MetricName": datum.name,
-            "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": self.environment}],
+            "Dimensions": dimensions,
             "Timestamp": datum.timestamp,
             "Value": _plain(datum.value),
             "Unit": datum.unit.value,
@@ -379,6 +386,18 @@ def _client(region: str | None, endpoint_url: str | None, timeouts: Timeouts) ->
         raise ConfigurationError(
             "--metrics cloudwatch needs a region: pass --region or set AWS_REGION"
         ) from None
+
+
+def _by_name(datums: Sequence[Datum]) -> dict[str, Any]:
+    """The log line's metrics: a value by name, or by dimension values for dimensioned ones."""
+    metrics: dict[str, Any] = {}
+    for d in datums:
+        if d.dimensions:
+            key = "/".join(value for _, value in d.dimensions)
+            metrics.setdefault(d.name, {})[key] = _plain(d.value)
+        else:
+            metrics[d.name] = _plain(d.value)
+    return metrics
 
 
 def _plain(value: float) -> float:

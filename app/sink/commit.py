@@ -49,7 +49,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,9 @@ class BatchReport:
     trace: tuple[str, ...] = ()
     state_bytes: int = 0
     sessions: int = 0
+    # Records read per tier that served them ("archive", "kafka"): which
+    # source served the batch (app.sources.tiered).
+    served: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -276,6 +279,7 @@ class ExactlyOnceSink:
             trace=trace,
             state_bytes=sum(self.engine.state_bytes.values()),
             sessions=sum(self.engine.sessions.values()),
+            served=outcome.served,
         )
 
 

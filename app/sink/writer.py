@@ -12,6 +12,7 @@ from __future__ import annotations
 import posixpath
 from datetime import date, timedelta
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -40,7 +41,9 @@ def stage_table(
     if not len(table):
         return []
     # Whole UTC days since the epoch: integer arithmetic, not a date string per row.
-    days = pc.divide(table.column(time_column).cast(pa.int64()), _MS_PER_DAY)
+    # Floor division: a time before 1970 belongs to the day before, not to day 0.
+    ms = table.column(time_column).cast(pa.int64()).to_numpy()
+    days = pa.array(np.floor_divide(ms, _MS_PER_DAY))
     found = sorted(pc.unique(days).to_pylist())
     staged: list[StagedFile] = []
     for number in found:

@@ -22,7 +22,7 @@ from app.contract import Record
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
 from app.offsets import TopicPartition
 from app.sources.backend import Bounds
-from app.sources.records import SCHEMA, typed_records
+from app.sources.records import SCHEMA, Tier, served_by, typed_records
 from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
@@ -57,6 +57,7 @@ class ArchiveIndex:
                 f"data loss in the archive: {tp} offsets from {start} are needed but "
                 f"the earliest file starts at {first}"
             )
+        _check_continuous(tp, found)  # an index listed with holes=True may have them
         return found
 
 
@@ -81,10 +82,14 @@ def file_name(start: int, end: int) -> str:
     return f"{start:020d}-{end:020d}.parquet"
 
 
-def scan(location: Location, topic_pattern: str) -> ArchiveIndex:
+def scan(location: Location, topic_pattern: str, *, holes: bool = False) -> ArchiveIndex:
     """List every partition of the topics matching ``topic_pattern``.
 
-    Topics match as Kafka's ``subscribePattern`` does: the whole name.
+    Topics match as Kafka's ``subscribePattern`` does: the whole name. A hole
+    between two files of a partition is data loss, unless ``holes``: a source
+    that also reads Kafka may not need the missing offsets
+    (:mod:`app.sources.tiered`); :meth:`ArchiveIndex.covering` still refuses
+    a range with a hole.
     """
     pattern = re.compile(topic_pattern)
     index = ArchiveIndex()
@@ -104,13 +109,15 @@ def scan(location: Location, topic_pattern: str) -> ArchiveIndex:
                     f"archive directory {part_info.path} is not a partition number"
                 )
             tp = TopicPartition(topic, int(part_info.base_name))
-            files = _partition_files(location, tp, part_info.path)
+            files = _partition_files(location, tp, part_info.path, holes)
             if files:
                 index.files[tp] = files
     return index
 
 
-def _partition_files(location: Location, tp: TopicPartition, path: str) -> list[ArchiveFile]:
+def _partition_files(
+    location: Location, tp: TopicPartition, path: str, holes: bool = False
+) -> list[ArchiveFile]:
     files: list[ArchiveFile] = []
     for info in location.list_dir(path):
         name = info.base_name
@@ -127,17 +134,24 @@ def _partition_files(location: Location, tp: TopicPartition, path: str) -> list[
         files.append(ArchiveFile(tp, start, end, info.path))
     files.sort(key=lambda f: f.start)
     for previous, current in itertools.pairwise(files):
+        if current.start < previous.end:
+            raise ArchiveLayoutError(
+                f"archive files {previous.path} and {current.path} overlap ({tp})"
+            )
+    if not holes:
+        _check_continuous(tp, files)
+    return files
+
+
+def _check_continuous(tp: TopicPartition, files: list[ArchiveFile]) -> None:
+    """Data loss if one of ``files`` (sorted) does not start where the previous one ends."""
+    for previous, current in itertools.pairwise(files):
         if current.start > previous.end:
             raise DataLossError(
                 f"data loss in the archive: {tp} offsets {previous.end} to "
                 f"{current.start - 1} are missing between {posixpath.basename(previous.path)} "
                 f"and {posixpath.basename(current.path)}"
             )
-        if current.start < previous.end:
-            raise ArchiveLayoutError(
-                f"archive files {previous.path} and {current.path} overlap ({tp})"
-            )
-    return files
 
 
 def read_range(
@@ -202,7 +216,9 @@ class ArchiveRange:
     end: int
 
     def read(self) -> Iterator[pa.RecordBatch]:
-        yield from read_range(resolve(self.uri), list(self.files), self.start, self.end)
+        """The range's records in offset order, with the source's columns (from the archive)."""
+        for batch in read_range(resolve(self.uri), list(self.files), self.start, self.end):
+            yield served_by(batch, Tier.ARCHIVE)
 
 
 @dataclass(frozen=True)
@@ -216,8 +232,8 @@ class ArchiveBackend:
     def description(self) -> str:
         return f"the archive {self.uri}"
 
-    def index(self) -> ArchiveIndex:
-        return scan(resolve(self.uri), self.topic_pattern)
+    def index(self, *, holes: bool = False) -> ArchiveIndex:
+        return scan(resolve(self.uri), self.topic_pattern, holes=holes)
 
     def bounds(self) -> dict[TopicPartition, Bounds]:
         index = self.index()

@@ -1,7 +1,8 @@
 """What a source of Kafka records is to the streaming reader (no Spark here).
 
 :mod:`app.sources.stream` implements Kafka's streaming semantics once over
-any :class:`Backend`: the raw archive (:mod:`app.sources.archive`) or Kafka.
+any :class:`Backend`: the raw archive (:mod:`app.sources.archive`), Kafka
+(:mod:`app.sources.kafka`), or both (:mod:`app.sources.tiered`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,21 @@ class Bounds:
 
     earliest: int
     latest: int
+
+    def data_loss(self, where: str, tp: TopicPartition, first: int) -> str:
+        """The data loss error when the next offset to read, ``first``, is not in these bounds.
+
+        ``where`` is the backend's description.
+        """
+        held = (
+            f"holds offsets {self.earliest} to {self.latest - 1}"
+            if self.latest > self.earliest
+            else f"holds none of it (its next offset is {self.latest})"
+        )
+        gone = f": offsets {first} to {self.earliest - 1} are gone" if first < self.earliest else ""
+        return f"data loss in {where}: {tp} must continue at offset {first} but {where} " + (
+            f"{held}{gone}"
+        )
 
 
 class RangeReader(Protocol):

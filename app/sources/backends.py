@@ -1,7 +1,7 @@
 """The one mapping between the job's source settings and the data source's options.
 
 ``tablecast run`` builds the options (:func:`archive_options`,
-:func:`kafka_options`), Spark hands them to
+:func:`kafka_options`, :func:`tiered_options` for both), Spark hands them to
 :class:`app.sources.stream.TablecastSource` as strings, and
 :func:`from_options` rebuilds the backend from them on the driver.
 """
@@ -17,9 +17,11 @@ from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend
 from app.sources.kafka import DEFAULT_TIMEOUT_S, KafkaBackend
 from app.sources.stream import starting_offsets_option
+from app.sources.tiered import TieredBackend
 
 ARCHIVE = "archive"
 KAFKA = "kafka"
+TIERED = "tiered"  # Kafka, and the archive for the offsets Kafka no longer holds
 
 
 def common_options(
@@ -52,17 +54,33 @@ def kafka_options(endpoint: KafkaEndpoint, timeout_s: float = DEFAULT_TIMEOUT_S)
     return options
 
 
+def tiered_options(
+    endpoint: KafkaEndpoint, archive_uri: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> dict[str, str]:
+    return kafka_options(endpoint, timeout_s) | archive_options(archive_uri) | {"backend": TIERED}
+
+
 def from_options(options: Mapping[str, str]) -> Backend:
     kind = options.get("backend", ARCHIVE)
     if kind == ARCHIVE:
-        return ArchiveBackend(options["path"], options["topicPattern"])
+        return _archive(options)
     if kind == KAFKA:
-        endpoint = KafkaEndpoint(
-            options["bootstrapServers"],
-            KafkaAuth(options.get("kafkaAuth", KafkaAuth.NONE)),
-            region=options.get("region", ""),
-            client_rack=options.get("clientRack", ""),
-        )
-        timeout_s = int(options.get("timeoutMs", str(round(DEFAULT_TIMEOUT_S * 1000)))) / 1000
-        return KafkaBackend(endpoint, options["topicPattern"], timeout_s)
+        return _kafka(options)
+    if kind == TIERED:
+        return TieredBackend(_kafka(options), _archive(options))
     raise ConfigurationError(f"unknown source backend {kind!r}")
+
+
+def _archive(options: Mapping[str, str]) -> ArchiveBackend:
+    return ArchiveBackend(options["path"], options["topicPattern"])
+
+
+def _kafka(options: Mapping[str, str]) -> KafkaBackend:
+    endpoint = KafkaEndpoint(
+        options["bootstrapServers"],
+        KafkaAuth(options.get("kafkaAuth", KafkaAuth.NONE)),
+        region=options.get("region", ""),
+        client_rack=options.get("clientRack", ""),
+    )
+    timeout_s = int(options.get("timeoutMs", str(round(DEFAULT_TIMEOUT_S * 1000)))) / 1000
+    return KafkaBackend(endpoint, options["topicPattern"], timeout_s)

@@ -27,6 +27,7 @@ within ``timeout_s`` (no record for that long) fail the run with
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -52,7 +53,7 @@ from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
 from app.kafka_client import KafkaEndpoint
 from app.offsets import TopicPartition
 from app.sources.backend import Bounds
-from app.sources.records import SCHEMA
+from app.sources.records import SCHEMA, Tier, served_by
 
 __all__ = ["DEFAULT_TIMEOUT_S", "KafkaBackend", "KafkaColumns", "KafkaRange"]
 
@@ -80,10 +81,15 @@ _CONSUMER_SETTINGS: Final = {
     # At a partition's end the broker holds a fetch this long before it says
     # there is nothing more: a range whose last offsets hold no record learns
     # its end so. The source never waits for new records; short costs nothing.
+    # (A broker that serves no fetch that quickly, as tansu keeping its log in
+    # S3 in the tests, needs more: _FETCH_WAIT_VARIABLE.)
     "fetch.wait.max.ms": 10,
     # Every record, as the archiver copies them (app/ops/archiver.py).
     "isolation.level": "read_uncommitted",
 }
+# An environment variable that overrides fetch.wait.max.ms, in milliseconds
+# (read when a consumer is made, so that a job's tasks see the driver's).
+_FETCH_WAIT_VARIABLE: Final = "TABLECAST_KAFKA_FETCH_WAIT_MS"
 _DATA_LOSS_CODES: Final = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 # librdkafka recovers from other errors by itself (they are reported for
 # information); these it cannot.
@@ -204,17 +210,39 @@ class KafkaRange:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     def read(self) -> Iterator[pa.RecordBatch]:
-        """The range's records in offset order, ``BATCH_ROWS`` at a time."""
+        """The range's records in offset order, ``BATCH_ROWS`` at a time (served by Kafka)."""
         # Step 1
         consumer = _CONSUMERS.take(self.endpoint)
         try:
-            yield from self._batches(consumer)
+            for batch in self._batches(consumer):
+                yield served_by(batch, Tier.KAFKA)
         except BaseException:
             consumer.close()  # a failed or abandoned read leaves nothing to reuse
             raise
         # Step 4
         consumer.unassign()
         _CONSUMERS.give_back(self.endpoint, consumer)
+
+    def earliest(self) -> int | None:
+        """The partition's earliest offset on the brokers now; None if they do not say in time.
+
+        Asked from a task, just before it reads: retention may have moved
+        since the micro-batch was planned (:mod:`app.sources.tiered`).
+        """
+        consumer = _CONSUMERS.take(self.endpoint)
+        try:
+            low, _ = consumer.get_watermark_offsets(
+                KafkaPartition(self.tp.topic, self.tp.partition),
+                timeout=self.timeout_s,
+                cached=False,
+            )
+        except KafkaException as exc:
+            log.info("the earliest offset of %s from %s: %s", self.tp,
+                     self.endpoint.description, _error_text(exc))  # fmt: skip
+            return None
+        finally:
+            _CONSUMERS.give_back(self.endpoint, consumer)
+        return int(low) if low >= 0 else None  # librdkafka's "invalid offset" is negative
 
     def _batches(self, consumer: Any) -> Iterator[pa.RecordBatch]:
         where = KafkaPartition(self.tp.topic, self.tp.partition)
@@ -415,7 +443,11 @@ class _ConsumerPool:
             idle = self._idle.get(endpoint)
             if idle:
                 return idle.pop()
-        return _client(Consumer, endpoint, _CONSUMER_SETTINGS)
+        settings = dict(_CONSUMER_SETTINGS)
+        wait_ms = os.environ.get(_FETCH_WAIT_VARIABLE, "")
+        if wait_ms:
+            settings["fetch.wait.max.ms"] = int(wait_ms)
+        return _client(Consumer, endpoint, settings)
 
     def give_back(self, endpoint: KafkaEndpoint, consumer: Any) -> None:
         with self._lock:

@@ -1,13 +1,21 @@
 """The records every source gives: the columns of Spark's Kafka source.
 
-The raw archive stores exactly these columns (CONTRACT.md section 4), the
-Kafka backend builds them from librdkafka's messages, and the engine reads
-them (:meth:`app.engine.machine.RecordColumns.from_arrow`).
+The raw archive stores exactly these columns (:data:`SCHEMA`, CONTRACT.md
+section 4), the Kafka backend builds them from librdkafka's messages, and
+the engine reads them (:meth:`app.engine.machine.RecordColumns.from_arrow`).
+
+The job's source adds one column of its own, ``served_by``: the tier that
+served each record (:class:`Tier`, ``archive`` or ``kafka``), so that a
+source reading both (:mod:`app.sources.tiered`) can say which one served
+what. Each range reader appends it (:func:`served_by`); the archive's files
+never hold it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from enum import StrEnum
+from typing import Final
 
 import pyarrow as pa
 
@@ -24,10 +32,42 @@ SCHEMA = pa.schema(
         pa.field("timestampType", pa.int32()),
     ]
 )
+
+
+class Tier(StrEnum):
+    """Where a record was read from: the values of the ``served_by`` column."""
+
+    ARCHIVE = "archive"
+    KAFKA = "kafka"
+
+
+SERVED_BY: Final = "served_by"
+# What the job's source gives: the Kafka columns, then the tier that served each record.
+SOURCE_SCHEMA = SCHEMA.append(pa.field(SERVED_BY, pa.string()))
 SPARK_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int"
+    f"timestamp timestamp, timestampType int, {SERVED_BY} string"
 )
+
+
+def served_by(batch: pa.RecordBatch, tier: Tier) -> pa.RecordBatch:
+    """``batch`` (of :data:`SCHEMA`) with the ``served_by`` column: every record from ``tier``."""
+    column = pa.repeat(pa.scalar(tier.value, pa.string()), batch.num_rows)
+    return pa.RecordBatch.from_arrays([*batch.columns, column], schema=SOURCE_SCHEMA)
+
+
+def served_counts(table: pa.Table | pa.RecordBatch) -> dict[str, int]:
+    """Records per tier (``{}`` for records without the ``served_by`` column)."""
+    if SERVED_BY not in table.schema.names or not table.num_rows:
+        return {}
+    counts = table.column(SERVED_BY).value_counts()
+    return {
+        str(value): int(count)
+        for value, count in zip(
+            counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+        )
+        if value is not None
+    }
 
 
 def typed_records(batch: pa.RecordBatch) -> Iterator[Record]:

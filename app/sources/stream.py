@@ -1,11 +1,11 @@
 """Kafka's streaming semantics, once, over any backend that holds Kafka's records.
 
 One Python Data Source (``spark.readStream.format("tablecast")``) reads
-every source of the job: the raw archive, Kafka, or both (a
-:class:`Backend` each). Whatever the backend, its offsets are
-``{"topic:partition": next_offset}`` in the checkpoint, and it behaves as
-Spark's Kafka source does with ``startingOffsets=earliest`` and
-``failOnDataLoss=true``:
+every source of the job: the raw archive, Kafka, or both, Kafka first and
+the archive for the offsets Kafka no longer holds (a :class:`Backend` each).
+Whatever the backend, its offsets are ``{"topic:partition": next_offset}``
+in the checkpoint, and it behaves as Spark's Kafka source does with
+``startingOffsets=earliest`` and ``failOnDataLoss=true``:
 
 - topics matching the pattern (the whole name) are listed at every trigger,
   so topics and partitions that appear while it runs are read, from their
@@ -19,7 +19,8 @@ Spark's Kafka source does with ``startingOffsets=earliest`` and
 - ``Trigger.AvailableNow`` reads up to the offsets available when it starts;
 - a micro-batch has one Spark partition per topic-partition, read in
   offset order (offsets the backend skips, such as transaction markers or
-  compacted records, are simply absent).
+  compacted records, are simply absent), with the Kafka source's columns and
+  the tier that served each record (``served_by``).
 """
 
 from __future__ import annotations
@@ -103,18 +104,7 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, first in begin.items():
             b = bounds[tp]
             if first < b.earliest or first > b.latest:
-                held = (
-                    f"holds offsets {b.earliest} to {b.latest - 1}"
-                    if b.latest > b.earliest
-                    else f"holds none of it (its next offset is {b.latest})"
-                )
-                gone = ""
-                if first < b.earliest:
-                    gone = f": offsets {first} to {b.earliest - 1} are gone"
-                raise DataLossError(
-                    f"data loss in {where}: {tp} must continue at offset {first} but "
-                    f"{where} {held}{gone}"
-                )
+                raise DataLossError(b.data_loss(where, tp, first))
             last = b.latest if self.target is None else min(b.latest, self.target.get(tp, first))
             if last > first:
                 ranges[tp] = (first, last)
@@ -163,7 +153,7 @@ def share(
 class TablecastSource(DataSource):
     """``spark.readStream.format("tablecast")``; options name the backend.
 
-    Options: ``backend`` (``archive`` or ``kafka``) and the backend's own
+    Options: ``backend`` (``archive``, ``kafka`` or ``tiered``) and the backend's own
     (see :func:`app.sources.backends.from_options`), ``topicPattern``,
     ``maxOffsetsPerTrigger``, ``startingOffsets`` (``{"topic:partition": n}``).
     """

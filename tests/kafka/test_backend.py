@@ -27,7 +27,7 @@ from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
 from app.sources.backends import archive_options, common_options, from_options, kafka_options
 from app.sources.kafka import KafkaBackend, KafkaRange
-from app.sources.records import SCHEMA
+from app.sources.records import SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from tests.kafka.helpers import delete_topics, produce
 from tests.ops.kafka_helpers import create_topics
@@ -35,7 +35,7 @@ from tests.tansu import free_port
 
 
 def _read(reader: KafkaRange) -> pa.Table:
-    return pa.Table.from_batches(list(reader.read()), schema=SCHEMA)
+    return pa.Table.from_batches(list(reader.read()), schema=SOURCE_SCHEMA)
 
 
 def test_bounds_list_every_partition_the_pattern_matches_and_new_ones_later(
@@ -85,7 +85,7 @@ def test_a_range_gives_its_records_in_offset_order_with_the_sources_columns(
     produce(broker, tp, [f"v{i}".encode() for i in range(25)], timestamp_ms=1_700_000_000_000)
     monkeypatch.setattr(kafka_source, "BATCH_ROWS", 4)
     batches = list(KafkaRange(broker, tp, 3, 20).read())
-    assert all(b.schema == SCHEMA for b in batches)
+    assert all(b.schema == SOURCE_SCHEMA for b in batches)
     assert [b.num_rows for b in batches] == [4, 4, 4, 4, 1]
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == list(range(3, 20))
@@ -97,6 +97,7 @@ def test_a_range_gives_its_records_in_offset_order_with_the_sources_columns(
         (1_700_000_000_000 + i) * 1000 for i in range(3, 20)
     ]
     assert set(table.column("timestampType").to_pylist()) == {0}  # CreateTime, as Spark says
+    assert set(table.column("served_by").to_pylist()) == {"kafka"}
 
 
 def test_a_range_whose_last_offsets_hold_no_record_ends_there(broker: KafkaEndpoint) -> None:

@@ -1,0 +1,15 @@
+"""The job's defaults, in one place: ``JobConfig``, the engine's ``Rules``
+and the command line take them from here (a light module: the CLI builds
+its help from it without loading Spark)."""
+
+from typing import Final
+
+from app import handoff
+
+TOPIC_PATTERN: Final = handoff.DEFAULT_TOPIC_PATTERN
+TRIGGER: Final = "processing-time=1 minute"
+MAX_OFFSETS_PER_TRIGGER: Final = 500_000
+# Idle sessions expire after this much partition time; the CLI's default
+# spells it as SESSION_TIMEOUT (a test keeps the two equal).
+SESSION_TIMEOUT: Final = "1 hour"
+SESSION_TIMEOUT_MS: Final = 3_600_000
