@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from app.engine.output import OUTPUT_SCHEMA
 from app.engine.reports import StagedFile
@@ -21,7 +20,9 @@ NAME = "sensor-1-0-00000000000000000100-00000000000000000200-000"
 
 
 def _ms(text: str) -> int:
-    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+    """Milliseconds since the epoch of a UTC time (exact, before 1970 too)."""
+    since = datetime.fromisoformat(text).replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    return since // timedelta(milliseconds=1)
 
 
 def _rows(stamps: list[str]) -> pa.Table:
@@ -119,12 +120,12 @@ def test_no_rows_no_file(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="days are an integer division, truncated toward zero: a ts before 1970 lands in "
-    "date=1970-01-01 (its rows are right, its folder is not)",
-)
 def test_a_timestamp_before_the_epoch_is_in_its_own_day(tmp_path: Path) -> None:
     location = resolve(str(tmp_path / "out"))
-    staged = stage_table(location, STAGING, "", _rows(["1969-12-31T23:59:59.999"]), "ts", NAME)
-    assert [s.path for s in staged] == [f"date=1969-12-31/part-{NAME}.parquet"]
+    stamps = ["1969-12-31T23:59:59.999", "1970-01-01T00:00:00.000", "1969-12-30T00:00:00.000"]
+    staged = stage_table(location, STAGING, "", _rows(stamps), "ts", NAME)
+    assert [(s.path, s.rows) for s in staged] == [
+        (f"date=1969-12-30/part-{NAME}.parquet", 1),
+        (f"date=1969-12-31/part-{NAME}.parquet", 1),
+        (f"date=1970-01-01/part-{NAME}.parquet", 1),
+    ]
