@@ -170,7 +170,7 @@ class ExactlyOnceSink:
                 f"{batch_id} of checkpoint {self.checkpoint.uri} starts at "
                 f"{offsets_mod.describe(start)}; run `tablecast repair` to realign them"
             )
-            log.warning("batch %d refused: %s", batch_id, message)
+            log.info("batch %d refused: %s", batch_id, message)  # INFO: the CLI prints the error
             raise OutputStateError(
                 message, output=self.output_uri, checkpoint=self.checkpoint.uri, batch=batch_id
             )
@@ -196,7 +196,7 @@ class ExactlyOnceSink:
         # Step 4
         if outcome.violations and self.mode is IntegrityMode.STRICT:
             clear_staging()
-            log.warning("batch %d (%s to %s) not published: %s", batch_id,
+            log.info("batch %d (%s to %s) not published: %s", batch_id,
                         offsets_mod.describe(_range_starts(start, end, outcome)),
                         offsets_mod.describe(end),
                         outcome.violations[0].describe())  # fmt: skip

@@ -105,5 +105,6 @@ def _from_repair(end: Offsets, adopt: dict[str, int], checkpoint_uri: str) -> St
 
 
 def _refused(message: str) -> OutputStateError:
-    log.warning("start refused: %s", message)
+    # INFO, not WARNING: on a terminal (WARNING and up) the CLI's one error line says it.
+    log.info("start refused: %s", message)
     return OutputStateError(message)

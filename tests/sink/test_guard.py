@@ -70,7 +70,7 @@ def _refused(spark: Any, output: Path, checkpoint: Path, caplog: pytest.LogCaptu
     with pytest.raises(OutputStateError) as refused:
         check_before_start(str(output), CheckpointLog(spark, str(checkpoint)))
     message = str(refused.value)
-    assert _logged(caplog) == [(logging.WARNING, f"start refused: {message}")]
+    assert _logged(caplog) == [(logging.INFO, f"start refused: {message}")]
     assert str(checkpoint) in message
     return message
 
