@@ -462,23 +462,24 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _correct(args: argparse.Namespace) -> int:
     from app import correct
-    from app.recompute.run import RecomputeReport
 
-    archive.require_root(args.archive)
-    result = correct.correct(
-        None if args.dry_run else spark_session(args.master), args.archive, args.output,
+    if args.dry_run:
+        planned = correct.plan_correction(args.archive, args.output, version=args.version,
+                                          commit=args.commit)  # fmt: skip
+        for work in planned.works:
+            ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
+            print(f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
+                  f"recompute {ranges}")  # fmt: skip
+        print("dry run: nothing was changed")
+        return 0
+    archive.require_root(args.archive)  # a typo stops here, before Spark starts
+    report = correct.correct(
+        spark_session(args.master), args.archive, args.output,
         version=args.version, commit=args.commit, integrity=IntegrityMode(args.integrity),
         session_timeout_ms=parse_duration_ms(args.session_timeout),
-        progress=_Progress("correcting partitions").update, dry_run=args.dry_run,
+        progress=_Progress("correcting partitions").update,
     )  # fmt: skip
-    if isinstance(result, RecomputeReport):
-        _print_recompute(result)
-        return 0
-    for work in result:
-        ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
-        print(f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
-              f"recompute {ranges}")  # fmt: skip
-    print("dry run: nothing was changed")
+    _print_recompute(report)
     return 0
 
 

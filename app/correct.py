@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.engine.machine import IntegrityMode, Rules
@@ -44,20 +45,19 @@ def matcher(version: str | None, commit: str | None) -> tuple[str, Callable[[Led
     )
 
 
-def correct(
-    spark: Any,
-    archive_uri: str,
-    output_uri: str,
-    *,
-    version: str | None = None,
-    commit: str | None = None,
-    integrity: IntegrityMode = IntegrityMode.STRICT,
-    session_timeout_ms: int = Rules.timeout_ms,
-    processor: Processor[Any] | None = None,
-    progress: Progress | None = None,
-    dry_run: bool = False,
-) -> RecomputeReport | list[plan_mod.PartitionWork]:
-    """Recompute the ranges the selected version published; with ``dry_run`` only plan them."""
+@dataclass(frozen=True)
+class Correction:
+    """What a correction will do: the tasks, and the sessions repairs adopted."""
+
+    selector: str  # "version 1.4.0", "commit 0123abc"
+    works: list[plan_mod.PartitionWork]
+    adopt: dict[str, int]
+
+
+def plan_correction(
+    archive_uri: str, output_uri: str, *, version: str | None = None, commit: str | None = None
+) -> Correction:
+    """The ranges the selected version published, and where to read each partition from."""
     selector, selected = matcher(version, commit)
     location = archive.require_root(archive_uri)
     output = resolve(output_uri)
@@ -67,7 +67,7 @@ def correct(
     entries = ledger.entries()
     if not entries:
         raise ConfigurationError(f"output {output_uri} has no ledger: nothing was published there")
-    batches = [e for e in entries if e.kind == ledger_mod.BATCH]
+    batches = [e for e in entries if e.kind is ledger_mod.BATCH]
     if batches and selected(batches[-1]):
         raise ConfigurationError(
             f"the newest batch of {output_uri} (ledger entry {batches[-1].number}, "
@@ -84,14 +84,28 @@ def correct(
         )
     topics = sorted({r.tp.topic for r in every})
     index = archive.scan(location, "|".join(re.escape(t) for t in topics))
-    works = plan_mod.works(chosen, every, index)
-    if dry_run:
-        return works
+    return Correction(selector, plan_mod.works(chosen, every, index), ledger.adopted_sessions())
+
+
+def correct(
+    spark: Any,
+    archive_uri: str,
+    output_uri: str,
+    *,
+    version: str | None = None,
+    commit: str | None = None,
+    integrity: IntegrityMode = IntegrityMode.STRICT,
+    session_timeout_ms: int = Rules.timeout_ms,
+    processor: Processor[Any] | None = None,
+    progress: Progress | None = None,
+) -> RecomputeReport:
+    """Recompute the ranges the selected version published, and replace their files."""
+    correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
     plan = RecomputePlan(
         processor=processor or TableProcessor(),
-        rules=Rules(integrity, session_timeout_ms, ledger.adopted_sessions()),
+        rules=Rules(integrity, session_timeout_ms, correction.adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,
         staging_dir="",
     )
-    return recompute(spark, plan, works, CORRECTION, selector, progress)
+    return recompute(spark, plan, correction.works, CORRECTION, correction.selector, progress)

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from app.code import JobVersion, job_version
+from app.engine.machine import IntegrityMode
 from app.errors import IntegrityViolationError
 from app.recompute.plan import PartitionWork
 from app.recompute.task import RecomputePlan, WorkResult, run_work
@@ -142,7 +143,7 @@ def recompute(
     # Step 2
     violations = sorted((v for r in results for v in r.violations),
                         key=lambda v: (v.topic, v.partition, v.offset))  # fmt: skip
-    if violations and plan.rules.mode.value == "strict":
+    if violations and plan.rules.mode is IntegrityMode.STRICT:
         location.delete_dir(staging)
         raise IntegrityViolationError(violations[0])
 
