@@ -18,6 +18,13 @@ def s3(tmp_path: Path) -> Iterator[dict[str, str]]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    # moto's backends live in the process, not in the server: without a reset
+    # this test would see the buckets and objects of the previous one.
+    import urllib.request
+
+    urllib.request.urlopen(
+        urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST")
+    ).close()
     env = {
         **os.environ,
         "AWS_ACCESS_KEY_ID": "testing",
