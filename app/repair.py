@@ -25,7 +25,6 @@ the source and the ledger, which step 6 changes last.
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +41,7 @@ from app.offsets import Offsets, TopicPartition
 from app.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
+from app.sink.writer import visible_files
 from app.sources import archive
 from app.sources.backend import Bounds
 from app.sources.records import typed_records
@@ -177,22 +177,6 @@ def move_checkpoint_aside(uri: str) -> str | None:
 
     log = CheckpointLog(spark_session(), uri)
     return log.move_aside(suffix) if log.exists() else None
-
-
-def visible_files(location: Location) -> list[str]:
-    """Every data file a reader sees, dataset and quarantine (paths relative)."""
-    out: list[str] = []
-    for info in location.list_tree(location.path):
-        relative = posixpath.relpath(info.path, location.path)
-        parts = relative.split("/")
-        if not relative.endswith(".parquet") or any(p.startswith(".") for p in parts):
-            continue
-        if parts[0] == ledger_mod.CONTROL_DIR or any(
-            p.startswith("_") for p in parts if p != "_quarantine"
-        ):
-            continue
-        out.append(relative)
-    return sorted(out)
 
 
 def _keep_mask(

@@ -40,8 +40,8 @@ from app.engine.machine import IntegrityMode
 from app.errors import IntegrityViolationError
 from app.recompute.plan import PartitionWork
 from app.recompute.task import RecomputePlan, WorkResult, run_work
-from app.repair import visible_files
 from app.sink import ledger as ledger_mod
+from app.sink.writer import visible_files
 from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)

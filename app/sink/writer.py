@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app.engine.reports import StagedFile
+from app.sink.ledger import CONTROL_DIR
 from app.storage import Location
 
 QUARANTINE_DIR = "_quarantine"
@@ -57,3 +58,17 @@ def stage_table(
         size = location.fs.get_file_info(path).size
         staged.append(StagedFile(relative, len(day), size, subdir == QUARANTINE_DIR))
     return staged
+
+
+def visible_files(location: Location) -> list[str]:
+    """Every data file a reader sees, dataset and quarantine (paths relative)."""
+    out: list[str] = []
+    for info in location.list_tree(location.path):
+        relative = posixpath.relpath(info.path, location.path)
+        parts = relative.split("/")
+        if not relative.endswith(".parquet") or any(p.startswith(".") for p in parts):
+            continue
+        if parts[0] == CONTROL_DIR or any(p.startswith("_") for p in parts if p != QUARANTINE_DIR):
+            continue
+        out.append(relative)
+    return sorted(out)

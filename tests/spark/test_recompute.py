@@ -22,8 +22,8 @@ from app.errors import ConfigurationError
 from app.generate import CaptureSpec
 from app.processor import Changes, Table, TableProcessor
 from app.recompute.run import CORRECTION, REPLAY, RecomputeReport, records
-from app.repair import visible_files
 from app.replay import replay
+from app.sink.writer import visible_files
 from app.storage import resolve
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 
