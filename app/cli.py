@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import defaults, handoff, logs
-from app import generate as gen
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
-from app.kafka_client import KafkaAuth, KafkaEndpoint
 from app.logs import LogFormat
 from app.metrics.publisher import SinkKind
 from app.sources import archive
-from app.spark_session import spark_log_path, spark_session
+from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+from app.spark.session import spark_log_path, spark_session
+from app.tools import generate as gen
 
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
@@ -258,7 +258,7 @@ def _keep_traceback(command: str, exc: BaseException) -> Path:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from app import job
+    from app.spark import job
 
     source: job.Source
     if not args.archive and not args.bootstrap_servers:
@@ -348,7 +348,7 @@ def _endpoint(args: argparse.Namespace) -> KafkaEndpoint:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from app import inspect as inspect_mod
+    from app.recovery import inspect as inspect_mod
 
     spark = spark_session(args.master)
     snapshot = inspect_mod.read_state(
@@ -407,7 +407,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from app import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
+    from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
     actual = verify_mod.read_output(args.output, required=True)
     expected = verify_mod.expected_output(
@@ -420,7 +420,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from app import repair
+    from app.recovery import repair
 
     reader = (
         repair.archive_reader(args.archive, args.topic_pattern)
@@ -446,7 +446,7 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from app import replay
+    from app.recompute import replay
 
     since, until = replay.parse_time(args.since), replay.parse_time(args.until)
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
@@ -461,7 +461,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _correct(args: argparse.Namespace) -> int:
-    from app import correct
+    from app.recompute import correct
 
     if args.dry_run:
         planned = correct.plan_correction(args.archive, args.output, version=args.version,

@@ -14,12 +14,12 @@ import sys
 import time
 from dataclasses import dataclass
 
-from app import generate as gen
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Table, TableProcessor
 from app.engine.machine import PartitionMachine, RecordColumns, Rules
 from app.engine.state import PartitionState
 from app.engine.store import encode
-from app.offsets import TopicPartition
-from app.processor import Table, TableProcessor
+from app.tools import generate as gen
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app import generate as gen
+from app.tools import generate as gen
 
 OUT = Path("bench/out")
 PYTHON = sys.executable
@@ -159,7 +159,7 @@ def main() -> int:
                            str(d / f"peer-{code}"), str(d / f"peer-{code}-checkpoint")])
             for code in ("naive", "engine")
         }  # fmt: skip
-        from app import verify
+        from app.tools import verify
 
         rows = verify.read_output(str(d / "job")).num_rows
         peer, structural = peers["naive"], peers["engine"]
@@ -225,7 +225,7 @@ def _rows(path: Path) -> int:
 def copy_main(archive: str, output: str, checkpoint: str) -> None:
     """The stateless baseline: same source, Spark's own Parquet sink."""
     from app.sources import backends, stream
-    from app.spark_session import spark_session
+    from app.spark.session import spark_session
 
     spark = spark_session("local[2]")
     spark.dataSource.register(stream.TablecastSource)

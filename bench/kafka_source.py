@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app import generate as gen
-from app.kafka_client import KafkaEndpoint
+from app.sources.kafka_client import KafkaEndpoint
+from app.tools import generate as gen
 
 OUT = Path("bench/out/kafka")
 PREFIX = "sensor-"
@@ -45,7 +45,7 @@ def read_main(source: str, location: str, checkpoint: str) -> None:
     workers, as every later micro-batch of a running job does.
     """
     from app.sources import backends, stream
-    from app.spark_session import spark_session
+    from app.spark.session import spark_session
 
     spark = spark_session("local[2]")
     spark.dataSource.register(stream.TablecastSource)

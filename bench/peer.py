@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from app.contract import MessageType, parse_envelope
-from app.processor import Table, TableProcessor
+from app.contract.envelope import MessageType, parse_envelope
+from app.contract.processor import Table, TableProcessor
 
 OUTPUT_DDL = (
     "topic string, partition int, offset long, session string, seq long, type string, "
@@ -131,7 +131,7 @@ def run_peer(archive: str, output: str, checkpoint: str, max_offsets: int, code:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from app.sources import backends, stream
-    from app.spark_session import spark_session
+    from app.spark.session import spark_session
 
     spark = spark_session("local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "4")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.kafka_client import KafkaEndpoint
+from app.sources.kafka_client import KafkaEndpoint
 from tests.tansu import running_broker
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -19,7 +19,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from app.spark_session import spark_session
+    from app.spark.session import spark_session
 
     session = spark_session("local[2]")
     yield session

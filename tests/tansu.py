@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
+from app.sources.kafka_client import KafkaEndpoint
 
 # The job's fetch wait against a broker that keeps its log in S3 (see above).
 FETCH_WAIT = {"TABLECAST_KAFKA_FETCH_WAIT_MS": "500"}

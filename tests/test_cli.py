@@ -8,7 +8,7 @@ import pytest
 
 from app import cli
 from app.errors import ConfigurationError
-from app.job import Trigger, TriggerKind
+from app.spark.job import Trigger, TriggerKind
 
 
 def test_triggers_parse_with_or_without_the_processing_time_prefix() -> None:
@@ -106,9 +106,9 @@ def test_a_mistyped_archive_is_refused_before_anything_is_created(
 
 def an_output(root: Path) -> str:
     """A small archive and the output it implies, written as the job's sink would."""
-    from app import generate as gen
     from app.sink.publish import publish_rows
-    from app.verify import expected_output
+    from app.tools import generate as gen
+    from app.tools.verify import expected_output
 
     spec = gen.CaptureSpec(topics=1, partitions=1, sessions=1, updates=2)
     gen.write_archive(gen.generate(spec), str(root / "archive"), spec)
@@ -160,7 +160,7 @@ def test_the_cli_module_stays_light() -> None:
 
 def test_the_command_lines_defaults_are_the_jobs() -> None:
     from app import defaults
-    from app.job import JobConfig
+    from app.spark.job import JobConfig
 
     args = cli.build_parser().parse_args(["run", "--archive", "a", "--output", "o",
                                           "--checkpoint", "c"])  # fmt: skip

@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from app.contract.offsets import Offsets, TopicPartition
+from app.contract.processor import Processor
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.ownership import Foreign, Registry, settle
 from app.engine.reports import REPORT_DDL, BatchOutcome
 from app.engine.store import StateStore, owned_sessions
 from app.engine.task import BatchPlan, PartitionTask
 from app.errors import StateError
-from app.offsets import Offsets, TopicPartition
-from app.processor import Processor
 
 log = logging.getLogger(__name__)
 

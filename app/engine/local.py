@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Processor
 from app.engine.machine import (
     Claim,
     IntegrityMode,
@@ -26,8 +28,6 @@ from app.engine.output import OUTPUT_SCHEMA, QuarantinedRecord, RowColumns
 from app.engine.ownership import Foreign, Registry, settle
 from app.engine.state import PartitionState
 from app.errors import Violation
-from app.offsets import TopicPartition
-from app.processor import Processor
 
 # A partition's records, a slice at a time, in offset order.
 PartitionReader = Callable[[TopicPartition], Iterable[RecordColumns]]

@@ -28,13 +28,13 @@ from typing import Generic, NamedTuple
 import pyarrow as pa
 
 from app import defaults
-from app.contract import Envelope, MessageType, parse_envelope
+from app.contract.envelope import Envelope, MessageType, parse_envelope
+from app.contract.offsets import TopicPartition
+from app.contract.processor import NO_CHANGES, Processor, ProcessorViolation, StateT
 from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
 from app.engine.state import PartitionState, SessionState
 from app.errors import EnvelopeError, Rule, Violation
-from app.offsets import TopicPartition
-from app.processor import NO_CHANGES, Processor, ProcessorViolation, StateT
 
 
 class IntegrityMode(StrEnum):

@@ -15,10 +15,10 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from app.contract import TableRow
+from app.contract.envelope import TableRow
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Changes
 from app.engine.gc_pause import cyclic_gc_paused
-from app.offsets import TopicPartition
-from app.processor import Changes
 
 # The output dataset's file schema (CONTRACT.md section 3).
 OUTPUT_SCHEMA = pa.schema(

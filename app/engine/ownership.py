@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from app.contract.offsets import TopicPartition
 from app.engine.machine import Claim
 from app.errors import Rule, Violation
-from app.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 

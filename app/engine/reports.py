@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from app.contract.offsets import TopicPartition
 from app.engine.machine import Claim, TraceEvent
 from app.errors import Rule, Violation
-from app.offsets import TopicPartition
 
 
 class ReportKind(StrEnum):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
 
 # Offsets per output file of a range (before the split by day).
 OFFSETS_PER_FILE = 500_000

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic
 
-from app.offsets import TopicPartition
-from app.processor import StateT
+from app.contract.offsets import TopicPartition
+from app.contract.processor import StateT
 
 
 @dataclass(slots=True)

@@ -34,10 +34,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from pyarrow import ipc
 
+from app.contract.offsets import TopicPartition, parse_key
+from app.contract.processor import Processor
 from app.engine.state import PartitionState, SessionState
 from app.errors import StateError
-from app.offsets import TopicPartition, parse_key
-from app.processor import Processor
 from app.storage import Location, resolve
 
 STATE_DIR = posixpath.join("tablecast", "state")

@@ -30,7 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from app.code import check_code, code_digest
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Processor
 from app.engine.machine import (
     IntegrityMode,
     PartitionMachine,
@@ -44,10 +45,9 @@ from app.engine.segments import Segment, plan_segments
 from app.engine.state import PartitionState
 from app.engine.store import StateCache, StateStore
 from app.errors import TablecastError
-from app.offsets import TopicPartition
-from app.processor import Processor
 from app.sink.writer import QUARANTINE_DIR, stage_table
 from app.sources.records import served_counts
+from app.spark.code import check_code, code_digest
 from app.storage import Location, resolve
 
 # Records converted to Python objects at a time: bounds the task's memory.

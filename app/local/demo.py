@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from app import handoff
-from app.generate import CaptureSpec
-from app.kafka_client import KafkaEndpoint
+from app.contract.offsets import Offsets
 from app.local.pipeline import ENVIRONMENT, PARTITIONS, TOPICS, LocalPipeline, Paths, PipelineError
-from app.offsets import Offsets
 from app.ops import produce
+from app.sources.kafka_client import KafkaEndpoint
+from app.tools.generate import CaptureSpec
 
 SESSIONS = 24
 UPDATES = 100

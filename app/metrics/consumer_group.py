@@ -38,7 +38,7 @@ class GroupCommitter:
     """An observer of :class:`~app.metrics.listener.MetricsListener`.
 
     ``settings`` are librdkafka's (``bootstrap.servers`` and, on MSK, the
-    IAM sign-in: :meth:`app.kafka_client.KafkaEndpoint.config`).
+    IAM sign-in: :meth:`app.sources.kafka_client.KafkaEndpoint.config`).
     """
 
     def __init__(self, group: str, settings: dict[str, Any]) -> None:

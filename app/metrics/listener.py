@@ -37,10 +37,10 @@ import orjson
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from app import metric_names as names
-from app import offsets as offsets_mod
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets, TopicPartition
 from app.errors import IntegrityViolationError
 from app.metrics.publisher import Datum, MetricsSink, Unit, now
-from app.offsets import Offsets, TopicPartition
 from app.sink.commit import BatchReport
 
 __all__ = ["BatchMetrics", "Lag", "MetricsListener", "batch_metrics", "records_behind"]
@@ -164,7 +164,7 @@ def batch_metrics(
 class MetricsListener(StreamingQueryListener):
     """Publishes every micro-batch of one run of the job.
 
-    :func:`app.job.run` adds it before starting the query, feeds it the
+    :func:`app.spark.job.run` adds it before starting the query, feeds it the
     sink's reports (:meth:`on_batch`), binds it to the query's run id
     (:meth:`bind`; events of any other query are ignored), and at the end
     waits for the query's last event (:meth:`finish`) before removing it.
@@ -187,12 +187,12 @@ class MetricsListener(StreamingQueryListener):
         self._early: list[tuple[str, Callable[[], None]]] = []
         self._terminated = threading.Event()
         # The source tiers whose records each batch counts apart (RecordsServed):
-        # both, for a job reading Kafka and the archive (set by app.job.run).
+        # both, for a job reading Kafka and the archive (set by app.spark.job.run).
         self.tiers: tuple[str, ...] = ()
         self.batches = 0  # batches published
         self.slowest_event_s = 0.0  # the longest the listener held Spark's listener thread
 
-    # -- fed by app.job.run -------------------------------------------------
+    # -- fed by app.spark.job.run -------------------------------------------------
 
     def on_batch(self, report: BatchReport) -> None:
         """The sink's report of a batch it just committed (Spark's event follows)."""

@@ -49,12 +49,12 @@ from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from app import handoff
+from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition
 from app.ops.errors import ArchiveConflictError, KafkaClientError
 from app.sources import archive
 from app.sources.kafka import KafkaColumns
+from app.sources.kafka_client import KafkaEndpoint
 from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)

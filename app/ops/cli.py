@@ -22,13 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from app import generate as gen
 from app import handoff
 from app.cli import parse_duration_ms
 from app.errors import ConfigurationError, TablecastError
-from app.kafka_client import KafkaAuth, KafkaEndpoint
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, read_handoff
+from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+from app.tools import generate as gen
 
 DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN
 _PROJECT = Path(__file__).resolve().parents[2]

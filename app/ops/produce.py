@@ -1,6 +1,6 @@
 """A load generator: realistic capture sessions in the contract's envelope, to Kafka.
 
-The messages are :mod:`app.generate`'s (the same generator ``tablecast
+The messages are :mod:`app.tools.generate`'s (the same generator ``tablecast
 generate`` writes archives with): sessions spread over sources (topics),
 snapshot then updates then end, optional periodic resync snapshots, and the
 faults of CONTRACT.md section 2 injected where asked. The key is the session
@@ -23,10 +23,10 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from app.generate import Capture, CaptureSpec, Fault, Message, generate
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
 from app.ops.errors import KafkaAdminError, ProduceError
+from app.sources.kafka_client import KafkaEndpoint
+from app.tools.generate import Capture, CaptureSpec, Fault, Message, generate
 
 _MISSING = "it does not exist: create it with `tablecast-ops topics create`"
 

@@ -24,8 +24,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from app.kafka_client import KafkaEndpoint
 from app.ops.errors import KafkaAdminError, TopicPolicyError
+from app.sources.kafka_client import KafkaEndpoint
 
 MIN_RETENTION_HOURS: Final = 72
 HOUR_MS: Final = 3_600_000

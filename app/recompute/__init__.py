@@ -6,4 +6,7 @@ each topic-partition's records through the same
 :class:`~app.engine.machine.PartitionMachine` as the live job, one Spark task
 per partition (:mod:`app.recompute.task`), and replace the ranges' files in
 place, recording what was done beside the ledger (:mod:`app.recompute.run`).
+
+- :mod:`app.recompute.replay`: ``tablecast replay``, a window of time.
+- :mod:`app.recompute.correct`: ``tablecast correct``, what one job version published.
 """

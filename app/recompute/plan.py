@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
+from app.contract.offsets import TopicPartition
 from app.engine.segments import OFFSETS_PER_FILE
 from app.errors import ConfigurationError
-from app.offsets import TopicPartition
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import LedgerEntry
 from app.sources.archive import ArchiveFile, ArchiveIndex

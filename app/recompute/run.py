@@ -35,13 +35,13 @@ from typing import Any
 
 import orjson
 
-from app.code import JobVersion, job_version
 from app.engine.machine import IntegrityMode
 from app.errors import IntegrityViolationError
 from app.recompute.plan import PartitionWork
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
 from app.sink.writer import visible_files
+from app.spark.code import JobVersion, job_version
 from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def _run_tasks(
 ) -> list[WorkResult]:
     if not works:
         return []
-    from app.code import ship
+    from app.spark.code import ship
 
     ship(spark)
     context = spark.sparkContext

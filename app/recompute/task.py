@@ -21,7 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from app.code import check_code, code_digest
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Processor
 from app.engine.machine import IntegrityMode, PartitionMachine, PartitionResult, Rules
 from app.engine.output import RowColumns
 from app.engine.reports import StagedFile
@@ -29,10 +30,9 @@ from app.engine.segments import plan_segments
 from app.engine.state import PartitionState
 from app.engine.task import run_segment, stage_segment
 from app.errors import Violation
-from app.offsets import TopicPartition
-from app.processor import Processor
 from app.recompute.plan import PartitionWork
 from app.sources.archive import read_range
+from app.spark.code import check_code, code_digest
 from app.storage import resolve
 
 

@@ -53,15 +53,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app import offsets as offsets_mod
-from app.checkpoint import CheckpointLog
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode
 from app.engine.reports import BatchOutcome
 from app.errors import ConfigurationError, IntegrityViolationError, OutputStateError, StateError
-from app.offsets import Offsets
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, Pending
+from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
 
 log = logging.getLogger(__name__)

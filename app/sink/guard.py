@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app import offsets as offsets_mod
-from app.checkpoint import CheckpointLog
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets
 from app.errors import OutputStateError
-from app.offsets import Offsets
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger
+from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from app import offsets as offsets_mod
-from app.code import JobVersion, job_version
-from app.offsets import Offsets, TopicPartition
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets, TopicPartition
+from app.spark.code import JobVersion, job_version
 from app.storage import Location
 
 CONTROL_DIR = "_tablecast"

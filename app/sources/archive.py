@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from app.contract import Record
+from app.contract.envelope import Record
+from app.contract.offsets import TopicPartition
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
-from app.offsets import TopicPartition
 from app.sources.backend import Bounds
 from app.sources.records import SCHEMA, Tier, served_by, typed_records
 from app.storage import Location, resolve

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from app.contract.offsets import Offsets
 from app.errors import ConfigurationError
-from app.kafka_client import KafkaAuth, KafkaEndpoint
-from app.offsets import Offsets
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend
 from app.sources.kafka import DEFAULT_TIMEOUT_S, KafkaBackend
+from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
 from app.sources.stream import starting_offsets_option
 from app.sources.tiered import TieredBackend
 

@@ -49,10 +49,10 @@ from confluent_kafka import TopicPartition as KafkaPartition
 # Public names of confluent_kafka.admin, which has no __all__ to say so.
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from app.contract.offsets import TopicPartition
 from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition
 from app.sources.backend import Bounds
+from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import SCHEMA, Tier, served_by
 
 __all__ = ["DEFAULT_TIMEOUT_S", "KafkaBackend", "KafkaColumns", "KafkaRange"]

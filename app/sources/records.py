@@ -19,7 +19,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from app.contract import Position, Record
+from app.contract.envelope import Position, Record
 
 SCHEMA = pa.schema(
     [

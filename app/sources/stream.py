@@ -40,9 +40,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from app import offsets as offsets_mod
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets, TopicPartition
 from app.errors import DataLossError
-from app.offsets import Offsets, TopicPartition
 from app.sources.backend import Backend, Bounds, RangeReader
 from app.sources.records import SPARK_DDL
 

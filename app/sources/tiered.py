@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
 from app.sources.archive import ArchiveBackend, ArchiveFile, ArchiveIndex, ArchiveRange
 from app.sources.backend import Bounds
 from app.sources.kafka import KafkaBackend, KafkaRange

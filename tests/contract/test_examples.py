@@ -18,11 +18,11 @@ from typing import Any, cast
 
 import pytest
 
+from app.contract.offsets import TopicPartition
+from app.contract.processor import TableProcessor
 from app.engine.local import LocalOutcome, run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.errors import Rule
-from app.offsets import TopicPartition
-from app.processor import TableProcessor
 
 TOPIC = "sensor-7"
 T0_MS = 1767614400000  # 2026-01-05T12:00:00Z, the envelopes' ts of message 0

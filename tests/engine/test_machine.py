@@ -10,6 +10,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Table, TableProcessor
 from app.engine.machine import (
     Claim,
     IntegrityMode,
@@ -21,8 +23,6 @@ from app.engine.machine import (
 from app.engine.state import PartitionState
 from app.engine.store import decode, encode
 from app.errors import Rule
-from app.offsets import TopicPartition
-from app.processor import Table, TableProcessor
 
 TP = TopicPartition("sensor-1", 0)
 OTHER = TopicPartition("sensor-1", 1)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.contract.offsets import TopicPartition
 from app.engine.machine import Claim
 from app.engine.ownership import Foreign, Registry, settle
 from app.errors import Rule, Violation
-from app.offsets import TopicPartition
 
 A = TopicPartition("sensor-1", 0)
 B = TopicPartition("sensor-1", 1)

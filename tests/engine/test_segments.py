@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.contract.offsets import TopicPartition
 from app.engine import segments
 from app.engine.segments import Segment, plan_segments, range_stem
-from app.offsets import TopicPartition
 
 TP = TopicPartition("sensor-1", 2)
 

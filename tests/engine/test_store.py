@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Table, TableProcessor
 from app.engine.state import PartitionState, SessionState
 from app.engine.store import MAGIC, StateCache, StateStore, decode, encode, owned_sessions
 from app.errors import StateError
-from app.offsets import TopicPartition
-from app.processor import Table, TableProcessor
 
 TP = TopicPartition("sensor-1", 3)
 OTHER = TopicPartition("sensor-1", 0)

@@ -9,18 +9,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from app import generate as gen
+from app.contract.offsets import TopicPartition
+from app.contract.processor import TableProcessor
 from app.engine import task as task_mod
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.reports import BatchOutcome
 from app.engine.store import StateStore
 from app.engine.task import BatchPlan, PartitionTask
 from app.errors import TablecastError
-from app.offsets import TopicPartition
-from app.processor import TableProcessor
 from app.sources import archive
 from app.storage import resolve
-from app.verify import expected_output
+from app.tools import generate as gen
+from app.tools.verify import expected_output
 
 SPEC = gen.CaptureSpec(topics=1, partitions=1, sessions=4, updates=40, records_per_file=50, seed=3)
 TP = TopicPartition("sensor-0", 0)

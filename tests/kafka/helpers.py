@@ -8,8 +8,8 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
+from app.sources.kafka_client import KafkaEndpoint
 
 
 def produce(

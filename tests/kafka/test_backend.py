@@ -19,14 +19,14 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from app.contract.offsets import TopicPartition
 from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
-from app.kafka_client import KafkaAuth, KafkaEndpoint
-from app.offsets import TopicPartition
 from app.sources import kafka as kafka_source
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
 from app.sources.backends import archive_options, common_options, from_options, kafka_options
 from app.sources.kafka import KafkaBackend, KafkaRange
+from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
 from app.sources.records import SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from tests.kafka.helpers import delete_topics, produce

@@ -21,12 +21,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from app import cli, verify
-from app.generate import CaptureSpec
-from app.job import JobConfig, KafkaSource, Trigger, run
-from app.kafka_client import KafkaEndpoint
+from app import cli
 from app.ops.archiver import Archiver, ArchiverConfig
 from app.ops.produce import LoadSpec, ProduceReport, publish
+from app.sources.kafka_client import KafkaEndpoint
+from app.spark.job import JobConfig, KafkaSource, Trigger, run
+from app.tools import verify
+from app.tools.generate import CaptureSpec
 from tests.kafka.helpers import delete_topics, produce
 from tests.ops.kafka_helpers import create_topics
 from tests.spark.helpers import assert_exact, ledger_end, run_job

@@ -21,12 +21,11 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from app import cli, metric_names
+from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
-from app.generate import CaptureSpec
 from app.metrics.listener import batch_metrics
 from app.metrics.progress import batch_line
 from app.metrics.publisher import CloudWatchSink, LogSink
-from app.offsets import TopicPartition
 from app.ops.archiver import Archiver, ArchiverConfig
 from app.ops.produce import LoadSpec, publish
 from app.sink.commit import BatchReport
@@ -39,6 +38,7 @@ from app.sources.records import SCHEMA, SERVED_BY, SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from app.sources.tiered import TieredBackend, TieredBounds
 from app.storage import resolve
+from app.tools.generate import CaptureSpec
 from tests.kafka.helpers import produce
 from tests.ops.kafka_helpers import create_topics
 from tests.spark.helpers import assert_exact, ledger_end
@@ -342,7 +342,7 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
 
     output = tmp_path / "out"
     # Spark starts the source's Python workers with the environment it was
-    # registered with (app.job.source_frame), in a daemon of their own.
+    # registered with (app.spark.job.source_frame), in a daemon of their own.
     environment = spark.sparkContext.environment
     environment.update(FETCH_WAIT)
     try:

@@ -7,9 +7,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition as Tp
+from app.contract.offsets import TopicPartition as Tp
 from app.ops.topics import TopicPolicy, Topics
+from app.sources.kafka_client import KafkaEndpoint
 
 
 def create_topics(broker: KafkaEndpoint, names: list[str], partitions: int) -> None:

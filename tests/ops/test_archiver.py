@@ -16,16 +16,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
-from app.generate import CaptureSpec
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition
 from app.ops.archiver import Archiver, ArchiverConfig, ArchiveRun, WrittenFile, retention_check
 from app.ops.cli import main
 from app.ops.errors import ArchiveConflictError
 from app.ops.produce import LoadSpec, publish
 from app.sources import archive, records
+from app.sources.kafka_client import KafkaEndpoint
 from app.storage import resolve
+from app.tools.generate import CaptureSpec
 from tests.ops.kafka_helpers import create_topics, read_back
 from tests.spark.helpers import assert_exact, run_job
 

@@ -57,7 +57,7 @@ def test_the_built_wheel_is_what_run_job_installs(job_wheel: Wheel) -> None:
     assert job_wheel.name == f"tablecast-{version}-py3-none-any.whl"
     with zipfile.ZipFile(job_wheel.path) as archive:
         names = set(archive.namelist())
-    assert {"app/__main__.py", "app/job.py", "app/ops/deploy.py", "app/py.typed"} <= names
+    assert {"app/__main__.py", "app/spark/job.py", "app/ops/deploy.py", "app/py.typed"} <= names
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
 
 

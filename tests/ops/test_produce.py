@@ -5,11 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from app.generate import CaptureSpec, Fault
-from app.kafka_client import KafkaEndpoint
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
 from app.ops.errors import KafkaAdminError
 from app.ops.produce import LoadSpec, plan, publish
+from app.sources.kafka_client import KafkaEndpoint
+from app.tools.generate import CaptureSpec, Fault
 from tests.ops.kafka_helpers import create_topics, read_back
 
 

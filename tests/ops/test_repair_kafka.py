@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.generate import CaptureSpec
-from app.kafka_client import KafkaEndpoint
 from app.ops.archiver import Archiver, ArchiverConfig
 from app.ops.produce import LoadSpec, publish
-from app.repair import archive_reader, kafka_reader
-from app.restart import headers, restart_point
+from app.recovery.repair import archive_reader, kafka_reader
+from app.recovery.restart import headers, restart_point
 from app.sources import archive
+from app.sources.kafka_client import KafkaEndpoint
 from app.storage import resolve
+from app.tools.generate import CaptureSpec
 from tests.ops.kafka_helpers import create_topics
 
 

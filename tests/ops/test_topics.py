@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from app.kafka_client import KafkaEndpoint
 from app.ops.aws import AwsClients
 from app.ops.cli import main
 from app.ops.errors import TopicPolicyError
 from app.ops.topics import HOUR_MS, MIN_RETENTION_HOURS, TopicPolicy, Topics
+from app.sources.kafka_client import KafkaEndpoint
 from tests.ops.conftest import REGION, Environment, put_handoff
 
 

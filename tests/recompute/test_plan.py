@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.contract.offsets import TopicPartition
 from app.engine.segments import OFFSETS_PER_FILE
 from app.errors import ConfigurationError
-from app.offsets import TopicPartition
 from app.recompute.plan import grid_ranges, published_ranges, works
 from app.sink.ledger import BATCH, REPAIR, LedgerEntry
 from app.sources.archive import ArchiveFile, ArchiveIndex

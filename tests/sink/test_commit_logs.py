@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from app import offsets as offsets_mod
+from app.contract import offsets as offsets_mod
 from app.errors import IntegrityViolationError, OutputStateError
-from app.generate import CaptureSpec, Fault
 from app.sink.ledger import Ledger
 from app.storage import resolve
+from app.tools.generate import CaptureSpec, Fault
 from tests.spark.helpers import ledger_end, run_job, write_capture
 
 SPEC = CaptureSpec(topics=1, partitions=1, sessions=2, updates=12, seed=3)

@@ -24,15 +24,15 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from app import offsets as offsets_mod
-from app import verify
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets, TopicPartition
 from app.errors import ConfigurationError
-from app.generate import CaptureSpec
-from app.offsets import Offsets, TopicPartition
 from app.sink import ledger as ledger_mod
 from app.sink.commit import CRASH_ENV, STEPS, CrashPoint
 from app.sink.ledger import Ledger
 from app.storage import resolve
+from app.tools import verify
+from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, expected_rows, run_job, write_capture
 
 # Two partitions of unequal backlog (44 and 88 records), resync snapshots

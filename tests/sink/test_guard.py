@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from app.checkpoint import CheckpointLog
+from app.contract.offsets import Offsets, TopicPartition
 from app.errors import OutputStateError
-from app.offsets import Offsets, TopicPartition
 from app.sink import ledger as ledger_mod
 from app.sink.guard import StartPlan, check_before_start
 from app.sink.ledger import Ledger, LedgerEntry
+from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
 
 pytestmark = pytest.mark.spark

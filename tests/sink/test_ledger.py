@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.code import JobVersion
-from app.offsets import TopicPartition
+from app.contract.offsets import TopicPartition
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, Pending
+from app.spark.code import JobVersion
 from app.storage import resolve
 
 A = TopicPartition("sensor-a", 0)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from app import verify
 from app.engine.output import OUTPUT_SCHEMA
 from app.sink.publish import publish_rows
+from app.tools import verify
 
 DAY1 = int(datetime(2026, 3, 1, 10, tzinfo=UTC).timestamp() * 1000)
 DAY2 = int(datetime(2026, 3, 2, 10, tzinfo=UTC).timestamp() * 1000)

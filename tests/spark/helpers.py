@@ -6,15 +6,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from app import generate as gen
-from app import verify
+from app.contract.offsets import Offsets, TopicPartition
+from app.contract.processor import Processor
 from app.engine.machine import IntegrityMode
-from app.job import ArchiveSource, JobConfig, Trigger, run
-from app.offsets import Offsets, TopicPartition
-from app.processor import Processor
 from app.sink.commit import BatchReport
 from app.sink.ledger import Ledger
+from app.spark.job import ArchiveSource, JobConfig, Trigger, run
 from app.storage import resolve
+from app.tools import generate as gen
+from app.tools import verify
 
 
 def write_capture(archive: Path, spec: gen.CaptureSpec) -> gen.Capture:

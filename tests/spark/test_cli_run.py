@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from app import cli
-from app.generate import CaptureSpec, Fault
+from app.tools.generate import CaptureSpec, Fault
 from tests.spark.helpers import write_capture
 
 

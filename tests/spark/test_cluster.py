@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from app import generate as gen
 from app.local.spark_cluster import StandaloneCluster, spark_home, start_cluster
 from app.ops.wheel import build_wheel
+from app.tools import generate as gen
 from tests.spark.helpers import assert_exact, write_capture
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from app import verify
 from app.errors import OutputStateError
-from app.generate import CaptureSpec
 from app.storage import resolve
+from app.tools import verify
+from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, run_job, write_capture
 
 KILL_SPEC = CaptureSpec(topics=2, partitions=2, sessions=12, updates=90, records_per_file=100,

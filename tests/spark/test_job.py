@@ -9,14 +9,14 @@ import pyarrow.dataset as ds
 import pytest
 
 import app
-from app import verify
-from app.code import code_digest, job_version
+from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode
 from app.errors import DataLossError, IntegrityViolationError
-from app.generate import FAULT_RULES, CaptureSpec, Fault
-from app.offsets import TopicPartition
 from app.sink.ledger import Ledger
+from app.spark.code import code_digest, job_version
 from app.storage import resolve
+from app.tools import verify
+from app.tools.generate import FAULT_RULES, CaptureSpec, Fault
 from tests.spark.helpers import (
     assert_exact,
     copy_files,

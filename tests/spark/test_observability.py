@@ -22,21 +22,22 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from app import cli, metric_names, verify
-from app.checkpoint import CheckpointLog
+from app import cli, metric_names
+from app.contract.offsets import TopicPartition
+from app.contract.processor import Table, TableProcessor
 from app.engine.local import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.state import SessionState
-from app.generate import Capture, CaptureSpec, Fault
-from app.inspect import read_state
-from app.job import ArchiveSource, JobConfig, Trigger, run
 from app.metrics.listener import BatchMetrics, MetricsListener
 from app.metrics.publisher import CloudWatchSink, Timeouts
-from app.offsets import TopicPartition
-from app.processor import Table, TableProcessor
+from app.recovery.inspect import read_state
 from app.sink.commit import BatchReport
 from app.sources import archive
+from app.spark.checkpoint import CheckpointLog
+from app.spark.job import ArchiveSource, JobConfig, Trigger, run
 from app.storage import resolve
+from app.tools import verify
+from app.tools.generate import Capture, CaptureSpec, Fault
 from tests.spark.helpers import assert_exact, expected_rows, write_capture
 from tests.test_metrics import closed_port
 

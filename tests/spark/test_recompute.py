@@ -14,17 +14,17 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from app import verify
-from app.code import job_version
-from app.contract import Envelope, MessageType
-from app.correct import correct
+from app.contract.envelope import Envelope, MessageType
+from app.contract.processor import Changes, Table, TableProcessor
 from app.errors import ConfigurationError
-from app.generate import CaptureSpec
-from app.processor import Changes, Table, TableProcessor
+from app.recompute.correct import correct
+from app.recompute.replay import replay
 from app.recompute.run import CORRECTION, REPLAY, RecomputeReport, records
-from app.replay import replay
 from app.sink.writer import visible_files
+from app.spark.code import job_version
 from app.storage import resolve
+from app.tools import verify
+from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 
 SPEC = CaptureSpec(topics=2, partitions=2, sessions=10, updates=80, resync_every=20,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.restart import CannotRebuildError, Header, restart_point
+from app.recovery.restart import CannotRebuildError, Header, restart_point
 
 
 def h(offset: int, session: str, seq: int, kind: str) -> Header:

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from app.contract.offsets import TopicPartition
 from app.errors import ArchiveLayoutError, DataLossError
-from app.offsets import TopicPartition
 from app.sources import archive, records
 from app.sources.archive import ArchiveBackend, ArchiveRange
 from app.sources.stream import OffsetStreamReader, RangePartition

@@ -30,10 +30,9 @@ from pyspark.sql.streaming.listener import (
 )
 
 from app import metric_names
+from app.contract.offsets import TopicPartition
 from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
-from app.inspect import SessionView, StateSnapshot, format_session, format_summary
-from app.kafka_client import KafkaEndpoint
 from app.metrics.consumer_group import CommitStats, GroupCommitter
 from app.metrics.listener import BatchMetrics, Lag, MetricsListener, batch_metrics, records_behind
 from app.metrics.progress import Console, ProgressDisplay
@@ -49,8 +48,9 @@ from app.metrics.publisher import (
     Unit,
     make_sink,
 )
-from app.offsets import TopicPartition
+from app.recovery.inspect import SessionView, StateSnapshot, format_session, format_summary
 from app.sink.commit import BatchReport
+from app.sources.kafka_client import KafkaEndpoint
 from tests.ops.kafka_helpers import create_topics
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

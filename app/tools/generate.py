@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from app.contract.offsets import TopicPartition
 from app.errors import Rule
-from app.offsets import TopicPartition
 from app.sources import archive, records
 from app.storage import Location, resolve
 

@@ -17,12 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from app.contract.offsets import Offsets, TopicPartition
+from app.contract.processor import TableProcessor
 from app.engine.local import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.output import OUTPUT_COLUMNS, OUTPUT_SCHEMA, QuarantinedRecord
 from app.errors import ConfigurationError, Violation
-from app.offsets import Offsets, TopicPartition
-from app.processor import TableProcessor
 from app.sources import archive
 from app.storage import resolve
 

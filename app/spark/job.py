@@ -17,7 +17,8 @@ from enum import StrEnum
 from typing import Any
 
 from app import defaults
-from app.checkpoint import CheckpointLog
+from app.contract.offsets import Offsets
+from app.contract.processor import Processor, TableProcessor
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
@@ -29,15 +30,14 @@ from app.errors import (
     StateError,
     TablecastError,
 )
-from app.kafka_client import KafkaEndpoint
 from app.metrics.listener import MetricsListener
-from app.offsets import Offsets
-from app.processor import Processor, TableProcessor
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
 from app.sources import backends, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
+from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import Tier
+from app.spark.checkpoint import CheckpointLog
 
 log = logging.getLogger(__name__)
 

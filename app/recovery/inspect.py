@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app import offsets as offsets_mod
-from app.checkpoint import CheckpointLog
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets, TopicPartition
+from app.contract.processor import Table, TableProcessor
 from app.engine.state import SessionState
 from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError
-from app.offsets import Offsets, TopicPartition
-from app.processor import Table, TableProcessor
+from app.spark.checkpoint import CheckpointLog
 
 __all__ = [
     "SessionView",

@@ -24,7 +24,7 @@ __all__ = ["SIGNER_MODULE", "KafkaAuth", "KafkaEndpoint"]
 
 # The package keeps its API in a submodule of the same name as the class it imitates.
 SIGNER_MODULE = "aws_msk_iam_sasl_signer.MSKAuthTokenProvider"
-_CLIENT_LOG = logging.getLogger("app.kafka_client.librdkafka")
+_CLIENT_LOG = logging.getLogger("app.sources.kafka_client.librdkafka")
 
 
 class KafkaAuth(StrEnum):

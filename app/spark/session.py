@@ -7,7 +7,7 @@ launched here with its standard output and error going to a log file
 (:func:`spark_log_path`), so that a person at a terminal sees tablecast's
 lines and nothing of log4j, the JVM or the Python workers; an error names
 the file. Against a cluster, the session ships the job's own code to the
-executors (:mod:`app.code`).
+executors (:mod:`app.spark.code`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app import code
 from app.errors import ConfigurationError
+from app.spark import code
 
 APP_NAME = "tablecast"
 LOG_ENV = "TABLECAST_SPARK_LOG"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.contract import (
+from app.contract.envelope import (
     Envelope,
     MessageType,
     _parse_checked,

@@ -6,7 +6,7 @@ repeating a row:
 
 1. Read the offsets the output holds (its ledger) and each partition's
    message headers from the source, up to those offsets.
-2. Find each partition's restart offset (:mod:`app.restart`): the latest
+2. Find each partition's restart offset (:mod:`app.recovery.restart`): the latest
    offset from which every session that goes on past it can be rebuilt from
    one of its snapshots.
 3. Print the plan; with ``--dry-run`` stop here.
@@ -33,17 +33,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from app import offsets as offsets_mod
-from app.contract import Record
+from app.contract import offsets as offsets_mod
+from app.contract.envelope import Record
+from app.contract.offsets import Offsets, TopicPartition
 from app.errors import ConfigurationError, DataLossError, OutputStateError
-from app.kafka_client import KafkaEndpoint
-from app.offsets import Offsets, TopicPartition
-from app.restart import CannotRebuildError, RestartPoint, headers, restart_point
+from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.writer import visible_files
 from app.sources import archive
 from app.sources.backend import Bounds
+from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import typed_records
 from app.storage import Location, resolve
 
@@ -172,8 +172,8 @@ def move_checkpoint_aside(uri: str) -> str | None:
         target = f"{path}.{suffix}"
         os.rename(path, target)
         return target
-    from app.checkpoint import CheckpointLog
-    from app.spark_session import spark_session
+    from app.spark.checkpoint import CheckpointLog
+    from app.spark.session import spark_session
 
     log = CheckpointLog(spark_session(), uri)
     return log.move_aside(suffix) if log.exists() else None

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from app.contract.processor import Processor, TableProcessor
 from app.engine.machine import IntegrityMode, Rules
 from app.errors import ConfigurationError
-from app.processor import Processor, TableProcessor
 from app.recompute import plan as plan_mod
 from app.recompute.run import CORRECTION, Progress, RecomputeReport, recompute
 from app.recompute.task import RecomputePlan

@@ -21,7 +21,7 @@ from typing import NamedTuple, Protocol, TypeVar
 
 import orjson
 
-from app.contract import Envelope, MessageType, TableRow
+from app.contract.envelope import Envelope, MessageType, TableRow
 from app.errors import Rule
 
 StateT = TypeVar("StateT")

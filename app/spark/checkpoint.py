@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from app import offsets as offsets_mod
-from app.offsets import Offsets
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets
 
 
 class CheckpointLog:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from app.contract import Record
+from app.contract.envelope import Record
 from app.errors import TablecastError
 
 

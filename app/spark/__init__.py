@@ -1,0 +1,10 @@
+"""The Spark wiring: the session, the streaming query, and what the cluster needs.
+
+- :mod:`app.spark.job`: the streaming query: a source, the partition engine, the sink.
+- :mod:`app.spark.session`: the SparkSession the job and its tools run in.
+- :mod:`app.spark.code`: the job's own code as shipped to the executors, and its digest.
+- :mod:`app.spark.checkpoint`: Spark's checkpoint read through the JVM's Hadoop FS.
+
+Pure logic stays out of here (:mod:`app.contract`, :mod:`app.engine`), so it runs
+and is tested without a JVM.
+"""
