@@ -45,6 +45,7 @@ right after that step (of that batch, or of any): see :class:`CrashPoint`.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import re
@@ -67,7 +68,23 @@ from app.storage import resolve
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "TABLECAST_CRASH_AFTER_STEP"
+CRASH_MODE_ENV = "TABLECAST_CRASH_MODE"
 STEPS = 8
+
+
+class CrashMode(enum.Enum):
+    """How the sink dies at its crash point."""
+
+    SIGKILL = "sigkill"
+    """The driver's process, as a power cut or the OOM killer would: the real thing."""
+    RAISE = "raise"
+    """:class:`SimulatedCrash` out of ``foreachBatch``: the query fails with nothing
+    cleaned up (the sink has no cleanup on any error), and a test resumes in the
+    same process and SparkSession, without paying a JVM's start-up per case."""
+
+
+class SimulatedCrash(Exception):
+    """Raised at a :class:`CrashPoint` whose mode is :attr:`CrashMode.RAISE`."""
 
 
 @dataclass(frozen=True)
@@ -75,12 +92,14 @@ class CrashPoint:
     """Where the sink dies on purpose: right after ``step`` of batch ``batch`` (None: any).
 
     Only tests set it, to reach every step of the protocol instead of random
-    moments: ``TABLECAST_CRASH_AFTER_STEP=<step>[:<batch>]``, read once when
-    the sink is made. Unset, as in production, the hook does nothing.
+    moments: ``TABLECAST_CRASH_AFTER_STEP=<step>[:<batch>]`` and
+    ``TABLECAST_CRASH_MODE=sigkill|raise`` (default ``sigkill``), read once
+    when the sink is made. Unset, as in production, the hook does nothing.
     """
 
     step: int
     batch: int | None = None
+    mode: CrashMode = CrashMode.SIGKILL
 
     @classmethod
     def from_environment(cls) -> CrashPoint | None:
@@ -93,7 +112,13 @@ class CrashPoint:
                 f"{CRASH_ENV}={text!r} must be <step>[:<batch>] with a step from 1 to {STEPS}"
             )
         batch = match.group(2)
-        return cls(int(match.group(1)), None if batch is None else int(batch))
+        mode_text = os.environ.get(CRASH_MODE_ENV, CrashMode.SIGKILL.value).strip()
+        try:
+            mode = CrashMode(mode_text)
+        except ValueError:
+            known = "|".join(m.value for m in CrashMode)
+            raise ConfigurationError(f"{CRASH_MODE_ENV}={mode_text!r} must be {known}") from None
+        return cls(int(match.group(1)), None if batch is None else int(batch), mode)
 
     def reached(self, step: int, batch_id: int) -> bool:
         return step == self.step and self.batch in (None, batch_id)
@@ -143,6 +168,8 @@ class ExactlyOnceSink:
     def _step_done(self, step: int, batch_id: int) -> None:
         """The crash hook: die like a SIGKILL of the job, without any cleanup."""
         if self.crash_after is not None and self.crash_after.reached(step, batch_id):
+            if self.crash_after.mode is CrashMode.RAISE:
+                raise SimulatedCrash(f"{CRASH_ENV}: crashed after step {step} of batch {batch_id}")
             log.warning("%s: killing the driver after step %d of batch %d", CRASH_ENV, step,
                         batch_id)  # fmt: skip
             os.kill(os.getpid(), signal.SIGKILL)

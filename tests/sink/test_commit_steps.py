@@ -1,12 +1,17 @@
 """A crash right after each numbered step of the commit protocol, then a resume.
 
 Beside the SIGKILLs at random moments (``tests/spark/test_exactly_once.py``),
-which may miss a step, each case here runs ``tablecast run`` with
-``TABLECAST_CRASH_AFTER_STEP=<step>:1``: the driver kills itself with SIGKILL
-right after that step of batch 1. At that instant a reader must see whole
-files, no row twice, and exactly the rows of the batches published so far;
-after a plain run the output must be exactly the expected output and the
-ledger must hold each batch once.
+which may miss a step, each case here crashes the sink right after one step
+of batch 1 (``TABLECAST_CRASH_AFTER_STEP=<step>:1``). At that instant a
+reader must see whole files, no row twice, and exactly the rows of the
+batches published so far; after a plain run the output must be exactly the
+expected output and the ledger must hold each batch once.
+
+Every step is crashed in this process (``TABLECAST_CRASH_MODE=raise``: the
+query fails out of ``foreachBatch`` and nothing is cleaned up, as the sink
+cleans up nothing on any error), so the cases share one SparkSession instead
+of paying a JVM's start-up each. One case kills a real ``tablecast run``
+with SIGKILL, so the hook and the resume are proved across processes too.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
-from app.sink.commit import CRASH_ENV, STEPS, CrashPoint
+from app.sink.commit import CRASH_ENV, CRASH_MODE_ENV, STEPS, CrashMode, CrashPoint
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.tools import verify
@@ -69,7 +74,20 @@ def _visible_files(output: Path) -> set[str]:
     return found
 
 
-def _crash(archive: Path, output: Path, checkpoint: Path, step: int) -> None:
+def _crash_in_process(
+    spark: Any, archive: Path, output: Path, checkpoint: Path, step: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The job, in this process, until its sink fails after ``step`` of ``CRASH_BATCH``."""
+    with monkeypatch.context() as env:
+        env.setenv(CRASH_ENV, f"{step}:{CRASH_BATCH}")
+        env.setenv(CRASH_MODE_ENV, CrashMode.RAISE.value)
+        with pytest.raises(Exception) as failure:
+            run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    assert f"crashed after step {step} of batch {CRASH_BATCH}" in str(failure.value)
+
+
+def _crash_by_sigkill(archive: Path, output: Path, checkpoint: Path, step: int) -> None:
     """``tablecast run`` until it kills itself after ``step`` of batch ``CRASH_BATCH``."""
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "run", "--archive", str(archive), "--output", str(output),
@@ -144,15 +162,11 @@ def _assert_ledger_consistent(archive: Path, output: Path) -> None:
     assert not list((output / ledger_mod.STAGING_DIR).rglob("*"))
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("step", range(1, STEPS + 1))
-def test_a_crash_after_each_commit_step_resumes_exactly(
-    step: int, archive: Path, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    _crash(archive, output, checkpoint, step)
-    _assert_at_crash(archive, output, checkpoint, step)
-
+def _resume_and_check(
+    spark: Any, archive: Path, output: Path, checkpoint: Path, step: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    caplog.clear()
     caplog.set_level(logging.INFO, logger="app.sink")
     run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
     assert_exact(archive, output)
@@ -167,6 +181,29 @@ def test_a_crash_after_each_commit_step_resumes_exactly(
     assert any("pending list found" in m for m in decisions) == (step in (5, 6))
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("step", range(1, STEPS + 1))
+def test_a_crash_after_each_commit_step_resumes_exactly(
+    step: int, archive: Path, spark: Any, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    _crash_in_process(spark, archive, output, checkpoint, step, monkeypatch)
+    _assert_at_crash(archive, output, checkpoint, step)
+    _resume_and_check(spark, archive, output, checkpoint, step, caplog)
+
+
+@pytest.mark.spark
+def test_a_sigkilled_run_after_step_6_resumes_exactly(
+    archive: Path, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Step 6 (files in place, no ledger entry yet): the hook's real kill, across processes."""
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    _crash_by_sigkill(archive, output, checkpoint, 6)
+    _assert_at_crash(archive, output, checkpoint, 6)
+    _resume_and_check(spark, archive, output, checkpoint, 6, caplog)
+
+
 def test_the_crash_point_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CRASH_ENV, raising=False)
     assert CrashPoint.from_environment() is None
@@ -177,6 +214,13 @@ def test_the_crash_point_is_read_from_the_environment(monkeypatch: pytest.Monkey
     assert point is not None and point == CrashPoint(8, 12)
     assert point.reached(8, 12) and not point.reached(8, 11) and not point.reached(7, 12)
     assert CrashPoint(3).reached(3, 0) and CrashPoint(3).reached(3, 9)
+    assert point.mode is CrashMode.SIGKILL  # the default: the real thing
+    monkeypatch.setenv(CRASH_MODE_ENV, "raise")
+    assert CrashPoint.from_environment() == CrashPoint(8, 12, CrashMode.RAISE)
+    monkeypatch.setenv(CRASH_MODE_ENV, "gently")
+    with pytest.raises(ConfigurationError, match=CRASH_MODE_ENV):
+        CrashPoint.from_environment()
+    monkeypatch.delenv(CRASH_MODE_ENV)
     for bad in ("0", "9", "x", "3:", "3:-1", "3:1:2"):
         monkeypatch.setenv(CRASH_ENV, bad)
         with pytest.raises(ConfigurationError, match=CRASH_ENV):
