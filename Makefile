@@ -10,7 +10,7 @@ CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: lock setup demo test lint typecheck unit synth checkov terraform-check packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
+.PHONY: lock setup demo test infra-checks lint typecheck unit synth checkov terraform-check packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
 
 setup: $(STAMP)
 
@@ -42,7 +42,16 @@ typecheck: setup
 unit: setup
 	$(BIN)/pytest -q -m "not terraform" --durations=25
 
-test: lint typecheck unit synth checkov terraform-check packer-validate shellcheck pipeline-demo
+# The infrastructure checks mostly wait (terraform apply against moto spends
+# minutes in the AWS provider's propagation polling), so they run beside the
+# pytest suite, two jobs at most; each job's output is printed whole when it
+# ends. The pipeline demo binds the image's fixed Spark ports, as
+# tests/local does, so it runs after the suite.
+test: lint typecheck
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit infra-checks
+	$(MAKE) --no-print-directory pipeline-demo
+
+infra-checks: synth checkov terraform-check packer-validate shellcheck
 
 # Real Terraform, offline: `terraform validate` of every synthesized stack with
 # the provider from the machine's mirror (/opt/tf-plugins, or

@@ -1,7 +1,7 @@
 """Benchmark: the Kafka source against the archive source, on the same records.
 
 Starts tansu (the Kafka-protocol broker of the tests) on loopback, publishes a
-capture of ``job_vs_copy.py``'s shape with the operator's load generator
+capture of ``job.py``'s shape with the operator's load generator
 (scaled down: 40 of its 400 sessions by default, about 75k messages, because
 tansu needs one message per record batch to report a partition's end right,
 about 2,000 messages a second here), copies the same topics to a raw archive
