@@ -47,6 +47,11 @@ ALL: Final = (
 # A job reading one source does not publish it: InputMessages is all of it.
 SOURCE_DIMENSION: Final = "Source"
 RECORDS_SERVED: Final = "RecordsServed"
+# The Source dimension's values: the tiers of app.sources.records.Tier, named
+# here so that infra's dashboard need not import the job's data libraries.
+SOURCE_ARCHIVE: Final = "archive"
+SOURCE_KAFKA: Final = "kafka"
+SOURCES: Final = (SOURCE_ARCHIVE, SOURCE_KAFKA)
 
 # Published only by a job reading both tiers, hence not in ALL (what every
 # run publishes, with the Environment dimension alone).

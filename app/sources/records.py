@@ -19,6 +19,7 @@ from typing import Final
 
 import pyarrow as pa
 
+from app import metric_names
 from app.contract.envelope import Position, Record
 
 SCHEMA = pa.schema(
@@ -37,8 +38,8 @@ SCHEMA = pa.schema(
 class Tier(StrEnum):
     """Where a record was read from: the values of the ``served_by`` column."""
 
-    ARCHIVE = "archive"
-    KAFKA = "kafka"
+    ARCHIVE = metric_names.SOURCE_ARCHIVE
+    KAFKA = metric_names.SOURCE_KAFKA
 
 
 SERVED_BY: Final = "served_by"

@@ -42,6 +42,20 @@ def dashboard_body(
             for name in names
         ]
 
+    def by_source(name: str) -> list[list[Any]]:
+        return [
+            [
+                metric_names.NAMESPACE,
+                name,
+                metric_names.ENVIRONMENT_DIMENSION,
+                environment,
+                metric_names.SOURCE_DIMENSION,
+                source,
+                {"stat": "Sum", "label": source},
+            ]
+            for source in metric_names.SOURCES
+        ]
+
     def brokers(metric: str, stat: str) -> list[list[Any]]:
         return [
             [
@@ -73,6 +87,11 @@ def dashboard_body(
             job_metrics(
                 metric_names.HEARTBEAT, metric_names.INPUT_MESSAGES, metric_names.ROWS_WRITTEN
             ),
+        ),
+        _metrics(
+            "Job: records served, by source (the archive: what Kafka no longer holds)",
+            region,
+            [line for name in metric_names.BY_SOURCE for line in by_source(name)],
         ),
         _metrics(
             "Job: records behind the newest offsets",

@@ -133,6 +133,7 @@ def test_run_job_submits_the_cli_in_client_mode() -> None:
         '--py-files "${py_files}"',
         '"${DRIVER_PY}" run',
         '--bootstrap-servers "${setting[bootstrap-brokers-iam]}"',
+        '--archive "${setting[archive-uri]}"',  # a catch-up past Kafka's retention
         '--kafka-auth "${KAFKA_AUTH}"',
         '--kafka-client-rack "${TABLECAST_ZONE_ID}"',
         '--output "${setting[output-uri]}"',

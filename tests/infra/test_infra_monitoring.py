@@ -302,6 +302,19 @@ def test_dashboard_shows_the_job_brokers_nodes_and_alarms(env: SynthesizedEnviro
     }
     for name in metric_names.ALL:
         assert (metric_names.NAMESPACE, name) in metrics
+    served = [
+        line[2:-1]
+        for widget in body["widgets"]
+        if widget["type"] == "metric"
+        for line in widget["properties"]["metrics"]
+        if line[1] in metric_names.BY_SOURCE
+    ]
+    environment = [metric_names.ENVIRONMENT_DIMENSION, env.config.name]
+    assert sorted(served) == sorted(
+        [*environment, metric_names.SOURCE_DIMENSION, source]
+        for name in metric_names.BY_SOURCE
+        for source in metric_names.SOURCES
+    )
     assert ("AWS/Kafka", "KafkaDataLogsDiskUsed") in metrics
     assert ("AWS/EC2", "StatusCheckFailed") in metrics
     (alarm_widget,) = [widget for widget in body["widgets"] if widget["type"] == "alarm"]
