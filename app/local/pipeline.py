@@ -163,6 +163,9 @@ class LocalPipeline:
             ("the job and the archiver (the image's units)", self._services),
         ]
         self.paths.logs.mkdir(parents=True, exist_ok=True)
+        # Kafka, S3 and SSM start empty (in memory) every time: a checkpoint
+        # left by an earlier run would name batches that output never held.
+        shutil.rmtree(self.paths.checkpoint, ignore_errors=True)
         try:
             for number, (title, step) in enumerate(steps, 1):
                 started = time.monotonic()
