@@ -105,14 +105,17 @@ def test_a_mistyped_archive_is_refused_before_anything_is_created(
 
 
 def an_output(root: Path) -> str:
-    """A small archive and the output it implies, written as the job's sink would."""
-    from app.sink.publish import publish_rows
+    """A small archive and the output it implies, laid out by the sink's writer."""
+    from app.sink.writer import stage_table
+    from app.storage import resolve
     from app.tools import generate as gen
     from app.tools.verify import expected_output
 
     spec = gen.CaptureSpec(topics=1, partitions=1, sessions=1, updates=2)
     gen.write_archive(gen.generate(spec), str(root / "archive"), spec)
-    publish_rows(str(root / "out"), expected_output(str(root / "archive"), "^sensor-.+").rows, "t")
+    rows = expected_output(str(root / "archive"), "^sensor-.+").rows
+    # Staged straight into the visible directory: nothing here needs the commit's steps.
+    assert stage_table(resolve(str(root / "out")), "", "", rows, "ts", "t")
     return str(root / "out")
 
 
