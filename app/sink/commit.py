@@ -34,8 +34,9 @@ A micro-batch is committed in these steps (``foreachBatch`` on the driver):
 
 A crash anywhere before step 7 leaves Spark to redo the batch with the same
 offsets, which loads the same state versions, stages the same files and
-publishes the same names; after step 7, step 2 recognises the batch. At no
-step is a visible file broken or empty.
+publishes the same names; after step 7, step 2 recognises the batch, and
+the redo clears the pending list a crash before step 8 left. At no step is a
+visible file broken or empty.
 
 Each decision is logged: published, recognised as published before, refused
 (output and checkpoint disagree, or a strict violation). For tests,
@@ -204,6 +205,10 @@ class ExactlyOnceSink:
         self._step_done(4, batch_id)
         if already_published and head is not None:
             clear_staging()
+            previous = ledger.pending()
+            if previous is not None and previous.end_key == key:
+                # A crash after step 7: every file it lists was published by step 6.
+                ledger.clear_pending()
             self.engine.committed(outcome, end)
             log.info("batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
                      "a restart, not publishing again", batch_id, offsets_mod.describe(end),
