@@ -38,8 +38,8 @@ from app.spark.job import ArchiveSource, JobConfig, Trigger, run
 from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import Capture, CaptureSpec, Fault
+from tests.metrics.test_metrics import closed_port
 from tests.spark.helpers import assert_exact, expected_rows, write_capture
-from tests.test_metrics import closed_port
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
