@@ -76,19 +76,32 @@ class IntegrityViolationError(TablecastError):
 
 
 class DataLossError(TablecastError):
-    """Offsets the job must read are gone (like Kafka's failOnDataLoss)."""
+    """Offsets the job must read are gone (like Kafka's failOnDataLoss).
+
+    Facts, as the message names them: ``source`` (the backend's description),
+    ``topic``, ``partition``, ``offset`` (the next one to read),
+    ``first_missing`` and ``last_missing`` (inclusive), ``earliest`` and
+    ``latest`` (what the source holds, ``latest`` exclusive), ``path``.
+    """
 
     exit_code = 3
 
 
 class ArchiveLayoutError(TablecastError):
-    """A file in the raw archive does not follow CONTRACT.md section 4."""
+    """A file in the raw archive does not follow CONTRACT.md section 4.
+
+    Facts: ``path``, ``topic`` and ``partition`` (when the path names them).
+    """
 
     exit_code = 3
 
 
 class OutputStateError(TablecastError):
-    """Output and checkpoint disagree; the job refuses to start."""
+    """Output and checkpoint disagree; the job refuses to start.
+
+    Facts: ``output``, ``checkpoint``, and ``batch``, ``topic``, ``partition``
+    when the message names them.
+    """
 
     exit_code = 4
 
