@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
             logging.getLogger("tablecast").error(
-                "tablecast %s: %s", args.command, exc, extra=exc.facts
+                "tablecast %s: %s", args.command, exc, extra={logs.FACTS: exc.facts}
             )
         else:
             print(f"tablecast {args.command}: {exc}", file=sys.stderr)
