@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,17 @@ def test_an_unexpected_error_is_reported_by_its_innermost_cause() -> None:
     )
     assert cli.root_cause(wrapped) == "ModuleNotFoundError: No module named 'app'"
     assert cli.root_cause(ValueError("plain\nsecond line")) == "ValueError: plain"
+    # A worker's traceback after the driver's own (Spark's wrapping): the worker's exception,
+    # by its own line, not its notes nor the Java frames after it.
+    try:
+        raise KeyError("row-7")
+    except KeyError as exc:
+        exc.add_note("a note")
+        worker = "".join(traceback.format_exception(exc))
+    driver = 'Traceback (most recent call last):\n  File "commit.py", line 1\nPythonException: x\n'
+    assert cli.root_cause(RuntimeError(f"{driver}{worker}\tat org.x(y.scala:1)")) == (
+        "KeyError: 'row-7'"
+    )
 
 
 def _cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -59,10 +59,16 @@ from app.contract.offsets import Offsets
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode
 from app.engine.reports import BatchOutcome
-from app.errors import ConfigurationError, IntegrityViolationError, OutputStateError, StateError
+from app.errors import (
+    ConfigurationError,
+    IntegrityViolationError,
+    OutputStateError,
+    TablecastError,
+)
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, Pending
 from app.spark.checkpoint import CheckpointLog
+from app.spark.worker_errors import worker_error
 from app.storage import resolve
 
 log = logging.getLogger(__name__)
@@ -130,16 +136,22 @@ class ExactlyOnceSink:
     mode: IntegrityMode
     on_batch: Callable[[BatchReport], None] | None = None
     crash_after: CrashPoint | None = field(default_factory=CrashPoint.from_environment)
-    failure: IntegrityViolationError | OutputStateError | StateError | None = field(
-        default=None, init=False
-    )
+    # Why the last batch failed, when it is ours: Spark's query fails with its
+    # own exception, and the job raises this one instead (the CLI's one line).
+    failure: TablecastError | None = field(default=None, init=False)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         try:
             self._commit(frame, batch_id)
-        except (IntegrityViolationError, OutputStateError, StateError) as exc:
-            self.failure = exc  # the CLI prints it as one line
+        except TablecastError as exc:
+            self.failure = exc
             raise
+        except Exception as exc:
+            error = worker_error(exc)  # a task's, raised in an executor
+            if error is None:
+                raise
+            self.failure = error
+            raise error from None
 
     def _step_done(self, step: int, batch_id: int) -> None:
         """The crash hook: die like a SIGKILL of the job, without any cleanup."""
