@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
             logging.getLogger("tablecast").error(
-                "tablecast %s: %s", args.command, exc, extra=exc.facts
+                "tablecast %s: %s", args.command, exc, extra={logs.FACTS: exc.facts}
             )
         else:
             print(f"tablecast {args.command}: {exc}", file=sys.stderr)
@@ -228,17 +228,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 UNEXPECTED_EXIT_CODE = 70  # EX_SOFTWARE
-# "SomeError: what happened", as Python and Java print an exception's last line.
-_CAUSE = re.compile(r"^\s*([\w.$]+(?:Error|Exception)): (\S.*)$", re.MULTILINE)
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 def root_cause(exc: BaseException) -> str:
-    """The innermost exception named in ``exc``'s text (Spark wraps a worker's in its own)."""
+    """``Name: message`` of the innermost Python exception behind ``exc``, on one line.
+
+    Our own errors come back from Spark's workers typed (:mod:`app.spark.worker_errors`);
+    this is for the rest, which Spark hands over as text: the last Python traceback
+    in it (the worker's: Spark's wrappers come first) ends, after its indented frames,
+    with the exception's own line, as :mod:`traceback` prints it.
+    """
     text = str(exc)
-    found = [m for m in _CAUSE.finditer(text) if not m.group(1).startswith(("py4j.", "org."))]
-    if found:
-        name, message = found[-1].groups()
-        return f"{name.rsplit('.', 1)[-1]}: {message.strip()[:300]}"
+    if _TRACEBACK in text:
+        for line in text.rpartition(_TRACEBACK)[2].splitlines()[1:]:
+            if line and not line[0].isspace():
+                name, _, message = line.partition(": ")
+                return f"{name.rsplit('.', 1)[-1]}: {message.strip()[:300]}"
     first = (text.strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {first[:300]}"
 

@@ -2,12 +2,29 @@
 
 The command line prints :class:`TablecastError` messages as one line and
 exits non-zero, so each message names what was wrong and where.
+
+An error raised in one of Spark's Python workers (an executor's task, or the
+driver's planner process that runs the source's reader) reaches the driver
+only as the text of its traceback. Every :class:`TablecastError` therefore
+carries its :class:`ErrorMarker` as a note, one line at the end of that
+traceback, from which the driver rebuilds the same error with its facts
+(:mod:`app.spark.worker_errors`).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any, Self
+
+# Every TablecastError class by qualified name: what a marker line can name.
+_CLASSES: dict[str, type[TablecastError]] = {}
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 class TablecastError(Exception):
@@ -23,6 +40,90 @@ class TablecastError(Exception):
     def __init__(self, message: str, **facts: str | int) -> None:
         super().__init__(message)
         self.facts: dict[str, str | int] = facts
+        # Spark gives the driver a worker's error as its traceback text, which
+        # ends with the notes: this one brings the error back whole.
+        self.add_note(ErrorMarker.of(self).line())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _CLASSES[_qualified(cls)] = cls
+
+    @classmethod
+    def from_facts(cls, message: str, facts: Mapping[str, str | int]) -> Self:
+        """The error again, from what its marker line carries.
+
+        A subclass whose constructor takes other arguments overrides this;
+        one that does not comes back from a worker as an unexpected error.
+        """
+        return cls(message, **facts)
+
+
+_CLASSES[_qualified(TablecastError)] = TablecastError
+
+MARKER = "tablecast-error "
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMarker:
+    """A :class:`TablecastError` as one line of text, to cross from a worker to the driver.
+
+    The line is ``tablecast-error `` and a JSON object (ASCII, on one line):
+    ``{"error": "app.errors.DataLossError", "message": "...", "facts": {...}}``,
+    the error's class by qualified name, its message and its facts.
+    """
+
+    error: str
+    message: str
+    facts: Mapping[str, str | int]
+
+    @classmethod
+    def of(cls, error: TablecastError) -> ErrorMarker:
+        return cls(_qualified(type(error)), str(error), dict(error.facts))
+
+    def line(self) -> str:
+        doc = {"error": self.error, "message": self.message, "facts": dict(self.facts)}
+        return MARKER + json.dumps(doc, ensure_ascii=True, separators=(",", ":"))
+
+    @classmethod
+    def find(cls, text: str) -> ErrorMarker | None:
+        """The last marker line in ``text`` (Spark's wrappers repeat the worker's text)."""
+        decoder = json.JSONDecoder()
+        for line in reversed(text.splitlines()):
+            at = line.find(MARKER)
+            if at < 0:
+                continue
+            try:
+                doc, _ = decoder.raw_decode(line, at + len(MARKER))
+            except json.JSONDecodeError:
+                continue
+            marker = cls._from_json(doc)
+            if marker is not None:
+                return marker
+        return None
+
+    @classmethod
+    def _from_json(cls, doc: Any) -> ErrorMarker | None:
+        if not isinstance(doc, dict):
+            return None
+        error, message, facts = doc.get("error"), doc.get("message"), doc.get("facts")
+        if not (isinstance(error, str) and isinstance(message, str) and isinstance(facts, dict)):
+            return None
+        if not all(
+            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+            for v in facts.values()
+        ):
+            return None
+        return cls(error, message, facts)
+
+    def rebuild(self) -> TablecastError | None:
+        """The error this line names, with its message and facts; None if not one of ours."""
+        cls = _CLASSES.get(self.error)
+        if cls is None:
+            return None
+        try:
+            return cls.from_facts(self.message, self.facts)
+        except (TypeError, KeyError, ValueError):  # a constructor from_facts cannot call
+            return None
 
 
 class EnvelopeError(ValueError):
@@ -74,21 +175,44 @@ class IntegrityViolationError(TablecastError):
         )  # fmt: skip
         self.violation = violation
 
+    @classmethod
+    def from_facts(cls, message: str, facts: Mapping[str, str | int]) -> Self:
+        """The violation again from its facts (its message is made from them)."""
+        violation = Violation(
+            topic=str(facts["topic"]), partition=int(facts["partition"]),
+            offset=int(facts["offset"]), session=str(facts["session"]),
+            rule=Rule(int(facts["rule"])), expected=str(facts["expected"]), got=str(facts["got"]),
+        )  # fmt: skip
+        return cls(violation)
+
 
 class DataLossError(TablecastError):
-    """Offsets the job must read are gone (like Kafka's failOnDataLoss)."""
+    """Offsets the job must read are gone (like Kafka's failOnDataLoss).
+
+    Facts, as the message names them: ``source`` (the backend's description),
+    ``topic``, ``partition``, ``offset`` (the next one to read),
+    ``first_missing`` and ``last_missing`` (inclusive), ``earliest`` and
+    ``latest`` (what the source holds, ``latest`` exclusive), ``path``.
+    """
 
     exit_code = 3
 
 
 class ArchiveLayoutError(TablecastError):
-    """A file in the raw archive does not follow CONTRACT.md section 4."""
+    """A file in the raw archive does not follow CONTRACT.md section 4.
+
+    Facts: ``path``, ``topic`` and ``partition`` (when the path names them).
+    """
 
     exit_code = 3
 
 
 class OutputStateError(TablecastError):
-    """Output and checkpoint disagree; the job refuses to start."""
+    """Output and checkpoint disagree; the job refuses to start.
+
+    Facts: ``output``, ``checkpoint``, and ``batch``, ``topic``, ``partition``
+    when the message names them.
+    """
 
     exit_code = 4
 

@@ -1,9 +1,10 @@
 """Log lines for people (text) or for CloudWatch Logs Insights (JSON lines).
 
 On the cluster the job runs with ``--log-format json``: every line is one
-JSON object with ``ts``, ``level``, ``logger`` and ``message``, plus the
-location fields (``topic``, ``partition``, ``offset``, ``session``) when an
-error carries them, so a query can find every failure of a partition.
+JSON object with ``ts``, ``level``, ``logger`` and ``message``, plus an
+error's facts (``topic``, ``partition``, ``offset``, ``path``...: see
+:class:`app.errors.TablecastError`) when the line reports one, so a query can
+find every failure of a partition without parsing messages.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 import orjson
 
-LOCATION_FIELDS = ("topic", "partition", "offset", "session", "rule", "expected", "got")
+# The log record's attribute that holds an error's facts: log with ``extra={FACTS: error.facts}``.
+FACTS = "facts"
 
 
 class LogFormat(StrEnum):
@@ -32,9 +34,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for name in LOCATION_FIELDS:
-            if hasattr(record, name):
-                doc[name] = getattr(record, name)
+        facts = getattr(record, FACTS, None)
+        if isinstance(facts, dict):
+            for name, value in facts.items():
+                doc.setdefault(name, value)  # a fact never hides the line's own fields
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(doc, default=str).decode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,17 @@ def test_an_unexpected_error_is_reported_by_its_innermost_cause() -> None:
     )
     assert cli.root_cause(wrapped) == "ModuleNotFoundError: No module named 'app'"
     assert cli.root_cause(ValueError("plain\nsecond line")) == "ValueError: plain"
+    # A worker's traceback after the driver's own (Spark's wrapping): the worker's exception,
+    # by its own line, not its notes nor the Java frames after it.
+    try:
+        raise KeyError("row-7")
+    except KeyError as exc:
+        exc.add_note("a note")
+        worker = "".join(traceback.format_exception(exc))
+    driver = 'Traceback (most recent call last):\n  File "commit.py", line 1\nPythonException: x\n'
+    assert cli.root_cause(RuntimeError(f"{driver}{worker}\tat org.x(y.scala:1)")) == (
+        "KeyError: 'row-7'"
+    )
 
 
 def _cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -105,14 +117,17 @@ def test_a_mistyped_archive_is_refused_before_anything_is_created(
 
 
 def an_output(root: Path) -> str:
-    """A small archive and the output it implies, written as the job's sink would."""
-    from app.sink.publish import publish_rows
+    """A small archive and the output it implies, laid out by the sink's writer."""
+    from app.sink.writer import stage_table
+    from app.storage import resolve
     from app.tools import generate as gen
     from app.tools.verify import expected_output
 
     spec = gen.CaptureSpec(topics=1, partitions=1, sessions=1, updates=2)
     gen.write_archive(gen.generate(spec), str(root / "archive"), spec)
-    publish_rows(str(root / "out"), expected_output(str(root / "archive"), "^sensor-.+").rows, "t")
+    rows = expected_output(str(root / "archive"), "^sensor-.+").rows
+    # Staged straight into the visible directory: nothing here needs the commit's steps.
+    assert stage_table(resolve(str(root / "out")), "", "", rows, "ts", "t")
     return str(root / "out")
 
 

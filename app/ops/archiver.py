@@ -127,8 +127,10 @@ def retention_check(tp: TopicPartition, archive_end: int, log_start: int) -> Non
     if log_start > archive_end:
         raise DataLossError(
             f"data loss: {tp} offsets {archive_end} to {log_start - 1} left the brokers "
-            "(retention) before they were archived"
-        )
+            "(retention) before they were archived",
+            topic=tp.topic, partition=tp.partition, first_missing=archive_end,
+            last_missing=log_start - 1,
+        )  # fmt: skip
 
 
 class _Buffer:
@@ -305,9 +307,16 @@ class Archiver:
         if code == ConfluentError._PARTITION_EOF and tp is not None:
             self._at_end.add(tp)
         elif code in _DATA_LOSS_CODES:
+            offset = self._archived.get(tp) if tp else None
+            facts: dict[str, str | int] = {"kafka_error": error.str()}
+            if tp is not None:
+                facts |= {"topic": tp.topic, "partition": tp.partition}
+            if offset is not None:
+                facts["offset"] = offset
             raise DataLossError(
-                f"data loss: {tp} offset {self._archived.get(tp) if tp else '?'} is out of the "
-                f"brokers' range ({error.str()}): retention dropped it, or the topic was recreated"
+                f"data loss: {tp} offset {offset if tp else '?'} is out of the "
+                f"brokers' range ({error.str()}): retention dropped it, or the topic was recreated",
+                **facts,
             )
         elif error.fatal() or code in _STOP_CODES:
             raise KafkaClientError(f"consuming {tp or 'from the brokers'}: {error.str()}")

@@ -103,7 +103,10 @@ def archive_reader(uri: str, topic_pattern: str) -> RecordReader:
 
     def read(tp: TopicPartition, end: int) -> Iterator[Record]:
         if tp not in index.files:
-            raise DataLossError(f"the archive holds nothing of {tp}, which the output holds")
+            raise DataLossError(
+                f"the archive holds nothing of {tp}, which the output holds",
+                source="the archive", topic=tp.topic, partition=tp.partition,
+            )  # fmt: skip
         first = index.earliest(tp)
         yield from archive.iter_records(location, index.covering(tp, first, end), first, end)
 
@@ -123,7 +126,10 @@ def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
         try:
             point = restart_point(headers(read(tp, committed)), committed)
         except CannotRebuildError as exc:
-            raise OutputStateError(f"cannot repair {tp}: {exc}") from None
+            raise OutputStateError(
+                f"cannot repair {tp}: {exc}", output=output_uri, topic=tp.topic,
+                partition=tp.partition, **exc.facts,
+            ) from None  # fmt: skip
         end[tp] = point.offset
         partitions.append(PartitionPlan(tp, committed, point, 0))
     kept = {p.tp: set(p.restart.adopt.values()) for p in partitions}
@@ -246,8 +252,9 @@ def kafka_reader(endpoint: KafkaEndpoint, topic_pattern: str) -> RecordReader:
             listed.update(backend.bounds())
         if tp not in listed:
             raise DataLossError(
-                f"{endpoint.description} holds nothing of {tp}, which the output holds"
-            )
+                f"{endpoint.description} holds nothing of {tp}, which the output holds",
+                source=endpoint.description, topic=tp.topic, partition=tp.partition,
+            )  # fmt: skip
         for batch in backend.reader(tp, listed[tp].earliest, end).read():
             yield from typed_records(batch)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from app.contract.envelope import Record
+from app.contract.envelope import MessageType, Record
 from app.errors import TablecastError
 
 
@@ -25,20 +25,23 @@ class Header:
     offset: int
     session: str
     seq: int
-    type: str  # snapshot, update, end, or "invalid"
+    # None: the value is not an envelope with a known type (it neither starts
+    # nor ends a session, like an update).
+    type: MessageType | None
     ts: int
 
 
 def headers(records: Iterable[Record]) -> list[Header]:
-    """Message headers in offset order; unparseable values become ``invalid``."""
+    """Message headers in offset order; an unparseable value has type None and seq -1."""
     out: list[Header] = []
     for record in records:
         session = record.key.decode("utf-8", "replace") if record.key is not None else ""
+        kind: MessageType | None
         try:
             doc = orjson.loads(record.value or b"")
-            seq, kind, ts = int(doc["seq"]), str(doc["type"]), int(doc["ts"])
+            seq, kind, ts = int(doc["seq"]), MessageType(doc["type"]), int(doc["ts"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            seq, kind, ts = -1, "invalid", record.timestamp_ms
+            seq, kind, ts = -1, None, record.timestamp_ms
         out.append(Header(record.position.offset, session, seq, kind, ts))
     out.sort(key=lambda h: h.offset)
     return out
@@ -100,7 +103,7 @@ def restart_point(history: list[Header], end: int) -> RestartPoint:
         before = [m for m in messages if m.offset < candidate]
         if after:
             rebuilt.add(session)
-            if before and after[0].type == "snapshot":
+            if before and after[0].type is MessageType.SNAPSHOT:
                 adopt[session] = after[0].offset
     return RestartPoint(candidate, adopt, frozenset(rebuilt), iterations)
 
@@ -112,10 +115,11 @@ def _needs_state_before(messages: list[Header], offset: int) -> bool:
         return False  # starts at or after the offset: rebuilt from its own start
     after = [m for m in messages if m.offset >= offset]
     if after:
-        return after[0].type != "snapshot"
-    return before[-1].type != "end"  # open at the end: its next message needs its state
+        return after[0].type is not MessageType.SNAPSHOT
+    # Open at the end: its next message needs its state.
+    return before[-1].type is not MessageType.END
 
 
 def _latest_snapshot_before(messages: list[Header], offset: int) -> int | None:
-    snapshots = [m.offset for m in messages if m.offset < offset and m.type == "snapshot"]
+    snapshots = [m.offset for m in messages if m.offset < offset and m.type is MessageType.SNAPSHOT]
     return snapshots[-1] if snapshots else None

@@ -4,5 +4,6 @@
 - :mod:`app.sink.ledger`: the output's own record of the offsets it holds.
 - :mod:`app.sink.writer`: staging a partition's rows as hidden files (in the tasks).
 - :mod:`app.sink.guard`: the start-up check that output and checkpoint agree.
-- :mod:`app.sink.publish`: publishing a table computed on the driver (tests, demos).
+
+Replay and corrections publish with their own steps (:mod:`app.recompute.run`).
 """

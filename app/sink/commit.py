@@ -34,8 +34,9 @@ A micro-batch is committed in these steps (``foreachBatch`` on the driver):
 
 A crash anywhere before step 7 leaves Spark to redo the batch with the same
 offsets, which loads the same state versions, stages the same files and
-publishes the same names; after step 7, step 2 recognises the batch. At no
-step is a visible file broken or empty.
+publishes the same names; after step 7, step 2 recognises the batch, and
+the redo clears the pending list a crash before step 8 left. At no step is a
+visible file broken or empty.
 
 Each decision is logged: published, recognised as published before, refused
 (output and checkpoint disagree, or a strict violation). For tests,
@@ -59,10 +60,16 @@ from app.contract.offsets import Offsets
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode
 from app.engine.reports import BatchOutcome
-from app.errors import ConfigurationError, IntegrityViolationError, OutputStateError, StateError
+from app.errors import (
+    ConfigurationError,
+    IntegrityViolationError,
+    OutputStateError,
+    TablecastError,
+)
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, Pending
 from app.spark.checkpoint import CheckpointLog
+from app.spark.worker_errors import worker_error
 from app.storage import resolve
 
 log = logging.getLogger(__name__)
@@ -154,16 +161,22 @@ class ExactlyOnceSink:
     mode: IntegrityMode
     on_batch: Callable[[BatchReport], None] | None = None
     crash_after: CrashPoint | None = field(default_factory=CrashPoint.from_environment)
-    failure: IntegrityViolationError | OutputStateError | StateError | None = field(
-        default=None, init=False
-    )
+    # Why the last batch failed, when it is ours: Spark's query fails with its
+    # own exception, and the job raises this one instead (the CLI's one line).
+    failure: TablecastError | None = field(default=None, init=False)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         try:
             self._commit(frame, batch_id)
-        except (IntegrityViolationError, OutputStateError, StateError) as exc:
-            self.failure = exc  # the CLI prints it as one line
+        except TablecastError as exc:
+            self.failure = exc
             raise
+        except Exception as exc:
+            error = worker_error(exc)  # a task's, raised in an executor
+            if error is None:
+                raise
+            self.failure = error
+            raise error from None
 
     def _step_done(self, step: int, batch_id: int) -> None:
         """The crash hook: die like a SIGKILL of the job, without any cleanup."""
@@ -231,6 +244,10 @@ class ExactlyOnceSink:
         self._step_done(4, batch_id)
         if already_published and head is not None:
             clear_staging()
+            previous = ledger.pending()
+            if previous is not None and previous.end_key == key:
+                # A crash after step 7: every file it lists was published by step 6.
+                ledger.clear_pending()
             self.engine.committed(outcome, end)
             log.info("batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
                      "a restart, not publishing again", batch_id, offsets_mod.describe(end),

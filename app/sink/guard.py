@@ -53,7 +53,9 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
         raise _refused(
             f"checkpoint {checkpoint.uri} holds no progress but output {output_uri} holds "
             f"offsets up to {offsets_mod.describe(head.end)} (the checkpoint was deleted, "
-            f"lost or swapped); {repair_hint}"
+            f"lost or swapped); {repair_hint}",
+            output_uri,
+            checkpoint.uri,
         )
 
     committed = checkpoint.last_committed()
@@ -65,14 +67,18 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
         raise _refused(
             f"output {output_uri} is empty but checkpoint {checkpoint.uri} has committed "
             f"batches up to {committed} (the output was deleted or moved); move the "
-            "checkpoint aside to rebuild the output from the earliest offsets"
+            "checkpoint aside to rebuild the output from the earliest offsets",
+            output_uri,
+            checkpoint.uri,
         )
 
     query_id = checkpoint.query_id()
     if head.kind == ledger_mod.BATCH and head.checkpoint_id != query_id:
         raise _refused(
             f"checkpoint {checkpoint.uri} (query {query_id}) is not the one that wrote output "
-            f"{output_uri} (query {head.checkpoint_id}, {head.checkpoint}); {repair_hint}"
+            f"{output_uri} (query {head.checkpoint_id}, {head.checkpoint}); {repair_hint}",
+            output_uri,
+            checkpoint.uri,
         )
     committed_end = checkpoint.offsets(committed) if committed is not None else None
     planned = checkpoint.last_planned()
@@ -94,7 +100,9 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
         return StartPlan(None, adopt)
     raise _refused(
         f"output {output_uri} ends at {offsets_mod.describe(head.end)} but checkpoint "
-        f"{checkpoint.uri} committed {offsets_mod.describe(committed_end or {})}; {repair_hint}"
+        f"{checkpoint.uri} committed {offsets_mod.describe(committed_end or {})}; {repair_hint}",
+        output_uri,
+        checkpoint.uri,
     )
 
 
@@ -104,7 +112,7 @@ def _from_repair(end: Offsets, adopt: dict[str, int], checkpoint_uri: str) -> St
     return StartPlan(end, adopt)
 
 
-def _refused(message: str) -> OutputStateError:
+def _refused(message: str, output: str, checkpoint: str) -> OutputStateError:
     # INFO, not WARNING: on a terminal (WARNING and up) the CLI's one error line says it.
     log.info("start refused: %s", message)
-    return OutputStateError(message)
+    return OutputStateError(message, output=output, checkpoint=checkpoint)

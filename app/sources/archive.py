@@ -55,8 +55,10 @@ class ArchiveIndex:
             first = found[0].start if found else "none"
             raise DataLossError(
                 f"data loss in the archive: {tp} offsets from {start} are needed but "
-                f"the earliest file starts at {first}"
-            )
+                f"the earliest file starts at {first}",
+                source="the archive", topic=tp.topic, partition=tp.partition, offset=start,
+                **({"earliest": found[0].start} if found else {}),
+            )  # fmt: skip
         _check_continuous(tp, found)  # an index listed with holes=True may have them
         return found
 
@@ -106,8 +108,9 @@ def scan(location: Location, topic_pattern: str, *, holes: bool = False) -> Arch
                 continue
             if not part_info.base_name.isdigit():
                 raise ArchiveLayoutError(
-                    f"archive directory {part_info.path} is not a partition number"
-                )
+                    f"archive directory {part_info.path} is not a partition number",
+                    path=part_info.path, topic=topic,
+                )  # fmt: skip
             tp = TopicPartition(topic, int(part_info.base_name))
             files = _partition_files(location, tp, part_info.path, holes)
             if files:
@@ -126,18 +129,24 @@ def _partition_files(
         match = _FILE_NAME.match(name)
         if info.type != pafs.FileType.File or match is None:
             raise ArchiveLayoutError(
-                f"archive file {info.path} is not named <start>-<end>.parquet with 20-digit offsets"
-            )
+                f"archive file {info.path} is not named <start>-<end>.parquet "
+                "with 20-digit offsets",
+                path=info.path, topic=tp.topic, partition=tp.partition,
+            )  # fmt: skip
         start, end = int(match.group(1)), int(match.group(2))
         if end <= start:
-            raise ArchiveLayoutError(f"archive file {info.path} ends at or before its start")
+            raise ArchiveLayoutError(
+                f"archive file {info.path} ends at or before its start",
+                path=info.path, topic=tp.topic, partition=tp.partition,
+            )  # fmt: skip
         files.append(ArchiveFile(tp, start, end, info.path))
     files.sort(key=lambda f: f.start)
     for previous, current in itertools.pairwise(files):
         if current.start < previous.end:
             raise ArchiveLayoutError(
-                f"archive files {previous.path} and {current.path} overlap ({tp})"
-            )
+                f"archive files {previous.path} and {current.path} overlap ({tp})",
+                path=current.path, overlaps=previous.path, topic=tp.topic, partition=tp.partition,
+            )  # fmt: skip
     if not holes:
         _check_continuous(tp, files)
     return files
@@ -150,8 +159,10 @@ def _check_continuous(tp: TopicPartition, files: list[ArchiveFile]) -> None:
             raise DataLossError(
                 f"data loss in the archive: {tp} offsets {previous.end} to "
                 f"{current.start - 1} are missing between {posixpath.basename(previous.path)} "
-                f"and {posixpath.basename(current.path)}"
-            )
+                f"and {posixpath.basename(current.path)}",
+                source="the archive", topic=tp.topic, partition=tp.partition,
+                first_missing=previous.end, last_missing=current.start - 1, path=current.path,
+            )  # fmt: skip
 
 
 def read_range(
@@ -167,7 +178,8 @@ def read_range(
             or pc.max(offsets).as_py() >= archive_file.end
         ):
             raise ArchiveLayoutError(
-                f"archive file {archive_file.path} holds offsets outside its name's range"
+                f"archive file {archive_file.path} holds offsets outside its name's range",
+                **_file_facts(archive_file),
             )
         mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
         table = table.filter(mask)
@@ -179,12 +191,20 @@ def _conform(table: pa.Table, archive_file: ArchiveFile) -> pa.Table:
         table = table.select(SCHEMA.names).cast(SCHEMA)
     except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ArchiveLayoutError(
-            f"archive file {archive_file.path} does not have the Kafka columns: {exc}"
+            f"archive file {archive_file.path} does not have the Kafka columns: {exc}",
+            **_file_facts(archive_file),
         ) from None
     offsets = table.column("offset").to_numpy()
     if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
-        raise ArchiveLayoutError(f"archive file {archive_file.path} is not sorted by offset")
+        raise ArchiveLayoutError(
+            f"archive file {archive_file.path} is not sorted by offset", **_file_facts(archive_file)
+        )
     return table
+
+
+def _file_facts(archive_file: ArchiveFile) -> dict[str, str | int]:
+    return {"path": archive_file.path, "topic": archive_file.tp.topic,
+            "partition": archive_file.tp.partition}  # fmt: skip
 
 
 def write_file(

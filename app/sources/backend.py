@@ -14,6 +14,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
+from app.errors import DataLossError
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,7 @@ class Bounds:
     earliest: int
     latest: int
 
-    def data_loss(self, where: str, tp: TopicPartition, first: int) -> str:
+    def data_loss(self, where: str, tp: TopicPartition, first: int) -> DataLossError:
         """The data loss error when the next offset to read, ``first``, is not in these bounds.
 
         ``where`` is the backend's description.
@@ -33,9 +34,17 @@ class Bounds:
             if self.latest > self.earliest
             else f"holds none of it (its next offset is {self.latest})"
         )
-        gone = f": offsets {first} to {self.earliest - 1} are gone" if first < self.earliest else ""
-        return f"data loss in {where}: {tp} must continue at offset {first} but {where} " + (
-            f"{held}{gone}"
+        facts: dict[str, str | int] = {
+            "source": where, "topic": tp.topic, "partition": tp.partition, "offset": first,
+            "earliest": self.earliest, "latest": self.latest,
+        }  # fmt: skip
+        gone = ""
+        if first < self.earliest:
+            gone = f": offsets {first} to {self.earliest - 1} are gone"
+            facts |= {"first_missing": first, "last_missing": self.earliest - 1}
+        return DataLossError(
+            f"data loss in {where}: {tp} must continue at offset {first} but {where} {held}{gone}",
+            **facts,
         )
 
 

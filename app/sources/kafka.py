@@ -319,8 +319,9 @@ class KafkaRange:
         if gone:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} is gone but offsets "
-                f"{self.start} to {self.end - 1} were not read yet"
-            )
+                f"{self.start} to {self.end - 1} were not read yet",
+                **self._facts(), first_missing=self.start, last_missing=self.end - 1,
+            )  # fmt: skip
 
     def _on_error(self, message: Any, error: Any) -> int | None:
         """Where the partition ends (an end-of-partition event), or None; raise what is fatal."""
@@ -331,8 +332,9 @@ class KafkaRange:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} offset {self.start} is no "
                 f"longer on the brokers ({error.str()}): retention or deletion dropped it, or "
-                "the topic was recreated"
-            )
+                "the topic was recreated",
+                **self._facts(), offset=self.start, kafka_error=error.str(),
+            )  # fmt: skip
         if error.fatal() or code in _STOP_CODES:
             raise SourceUnavailableError(
                 f"{self.endpoint.description}: reading {self.tp}: {error.str()}"
@@ -360,14 +362,21 @@ class KafkaRange:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} must continue at offset "
                 f"{next_offset} but its earliest offset is {low}: retention or deletion dropped "
-                "the rest, or the topic was recreated"
-            )
+                "the rest, or the topic was recreated",
+                **self._facts(), offset=next_offset, earliest=low,
+            )  # fmt: skip
         if high < self.end:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} ends at offset {high} "
                 f"but the micro-batch reads it up to {self.end - 1}: records were lost on the "
-                "brokers, or the topic was recreated"
-            )
+                "brokers, or the topic was recreated",
+                **self._facts(), first_missing=high, last_missing=self.end - 1,
+            )  # fmt: skip
+
+    def _facts(self) -> dict[str, str | int]:
+        """What every data loss error of this range names."""
+        return {"source": self.endpoint.description, "topic": self.tp.topic,
+                "partition": self.tp.partition}  # fmt: skip
 
     def _stalled(self, next_offset: int, ended_at: int | None) -> str:
         if ended_at is not None:  # a follower behind its leader, or offsets lost on the brokers

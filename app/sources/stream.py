@@ -98,13 +98,14 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if tp not in bounds:
                 raise DataLossError(
                     f"data loss in {where}: {tp} is gone but offsets from {begin[tp]} were "
-                    "not read yet"
-                )
+                    "not read yet",
+                    source=where, topic=tp.topic, partition=tp.partition, offset=begin[tp],
+                )  # fmt: skip
         ranges: dict[TopicPartition, tuple[int, int]] = {}
         for tp, first in begin.items():
             b = bounds[tp]
             if first < b.earliest or first > b.latest:
-                raise DataLossError(b.data_loss(where, tp, first))
+                raise b.data_loss(where, tp, first)
             last = b.latest if self.target is None else min(b.latest, self.target.get(tp, first))
             if last > first:
                 ranges[tp] = (first, last)

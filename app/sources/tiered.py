@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
+from app.errors import DataLossError
 from app.sources.archive import ArchiveBackend, ArchiveFile, ArchiveIndex, ArchiveRange
 from app.sources.backend import Bounds
 from app.sources.kafka import KafkaBackend, KafkaRange
@@ -76,15 +77,22 @@ class TieredBounds(Bounds):
                 earliest = run.earliest
         return cls(earliest, kafka.latest, kafka, archive, kafka_name, archive_name)
 
-    def data_loss(self, where: str, tp: TopicPartition, first: int) -> str:
+    def data_loss(self, where: str, tp: TopicPartition, first: int) -> DataLossError:
         held = f"{self.kafka_name} {self._kafka_holds()} and {self.archive_name} " + (
             self._archive_holds()
         )
         text = f"data loss in {where}: {tp} must continue at offset {first} but {held}"
+        facts: dict[str, str | int] = {
+            "source": where, "topic": tp.topic, "partition": tp.partition, "offset": first,
+            "earliest": self.earliest, "latest": self.latest,
+        }  # fmt: skip
         if first > self.latest:
-            return text
+            return DataLossError(text, **facts)
         lo, hi = self.missing_from(first)
-        return f"{text}: offsets {lo} to {hi - 1} are in neither"
+        return DataLossError(
+            f"{text}: offsets {lo} to {hi - 1} are in neither",
+            **facts, first_missing=lo, last_missing=hi - 1,
+        )  # fmt: skip
 
     def missing_from(self, first: int) -> tuple[int, int]:
         """The first offsets at or after ``first`` that neither tier holds: ``[lo, hi)``."""

@@ -22,14 +22,7 @@ from app.contract.processor import Processor, TableProcessor
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
-from app.errors import (
-    ArchiveLayoutError,
-    ConfigurationError,
-    DataLossError,
-    SourceUnavailableError,
-    StateError,
-    TablecastError,
-)
+from app.errors import ConfigurationError
 from app.metrics.listener import MetricsListener
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
@@ -38,6 +31,7 @@ from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import Tier
 from app.spark.checkpoint import CheckpointLog
+from app.spark.worker_errors import worker_error
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +164,9 @@ def run(
                 listener.bind(str(query.runId))
             query.awaitTermination()
         except Exception as exc:
-            failure = sink.failure if sink.failure is not None else _known_error(exc)
+            # The sink's own error first (a worker's, rebuilt there), then the source
+            # reader's, from the planner; anything else is unexpected.
+            failure = sink.failure or worker_error(exc) or exc
             raise failure from None
         finally:
             if query.isActive:
@@ -194,24 +190,3 @@ def _reporting(
             on_batch(batch)
 
     return report
-
-
-_KNOWN: dict[str, type[TablecastError]] = {
-    "DataLossError": DataLossError,
-    "ArchiveLayoutError": ArchiveLayoutError,
-    "StateError": StateError,
-    "SourceUnavailableError": SourceUnavailableError,
-    "ConfigurationError": ConfigurationError,  # e.g. Kafka client settings refused
-}
-_KNOWN_IN_TEXT = re.compile(rf"({'|'.join(_KNOWN)}): ([^\n]+)")
-
-
-def _known_error(exc: Exception) -> Exception:
-    """Our own error raised in a Spark worker, recovered from Spark's wrapping."""
-    text = str(exc)
-    found = _KNOWN_IN_TEXT.findall(text)
-    if found:
-        name, message = found[-1]
-        error: TablecastError = _KNOWN[name](message.strip())
-        return error
-    return exc

@@ -130,8 +130,11 @@ def test_consumers_are_kept_between_ranges_and_dropped_after_a_failure(
     [first] = idle[endpoint]
     assert _read(KafkaRange(endpoint, tp, 3, 6)).num_rows == 3
     assert idle[endpoint] == [first]  # the same consumer, reassigned
-    with pytest.raises(DataLossError):
+    with pytest.raises(DataLossError) as lost:
         _read(KafkaRange(endpoint, tp, 10, 12))  # offsets the partition never had
+    assert {k: lost.value.facts[k] for k in ("source", "topic", "partition")} == {
+        "source": endpoint.description, "topic": "kb5-a", "partition": 0,
+    }  # fmt: skip
     assert idle[endpoint] == []  # the failed one was closed, not kept
 
 
@@ -156,15 +159,22 @@ def test_offsets_gone_from_the_brokers_are_data_loss_with_both_offsets(
     assert message.startswith(f"data loss in Kafka at {broker.bootstrap_servers}: ")
     assert "topic kb6-a partition 0 must continue at offset 6" in message
     assert "holds offsets 0 to 1" in message and "\n" not in message
+    where = backend.description
+    assert lost.value.facts == {"source": where, "topic": "kb6-a", "partition": 0, "offset": 6,
+                                "earliest": 0, "latest": 2}  # fmt: skip
     with pytest.raises(DataLossError, match="topic kb6-b partition 0 is gone but offsets from 4"):
         reader.latestOffset(read_up_to, ReadAllAvailable())
     # Tasks planned before the topics were deleted (and one recreated) find them gone too.
     with pytest.raises(DataLossError, match=r"topic kb6-a partition 0 ends at offset 2 but the "
-                                            r"micro-batch reads it up to 5"):  # fmt: skip
+                                            r"micro-batch reads it up to 5") as lost:  # fmt: skip
         _read(backend.reader(a, 4, 6))
+    assert lost.value.facts == {"source": where, "topic": "kb6-a", "partition": 0,
+                                "first_missing": 2, "last_missing": 5}  # fmt: skip
     with pytest.raises(DataLossError, match=r"topic kb6-b partition 0 is gone but offsets 1 to 3 "
-                                            r"were not read yet"):  # fmt: skip
+                                            r"were not read yet") as lost:  # fmt: skip
         _read(backend.reader(b, 1, 4))
+    assert lost.value.facts == {"source": where, "topic": "kb6-b", "partition": 0,
+                                "first_missing": 1, "last_missing": 3}  # fmt: skip
 
 
 def test_unreachable_brokers_fail_in_one_line_within_the_timeout() -> None:

@@ -69,29 +69,30 @@ def test_the_archive_extends_kafka_back_only_where_its_files_reach_kafkas_earlie
 def test_data_loss_names_both_tiers_and_the_offsets_neither_holds() -> None:
     tp = TopicPartition("s-1", 0)
     where = f"{KAFKA} and {LAKE}"
-    assert tiered((100, 300), (0, 50), (60, 120)).data_loss(where, tp, 20) == (
+    lost = tiered((100, 300), (0, 50), (60, 120)).data_loss(where, tp, 20)
+    assert str(lost) == (
         f"data loss in {where}: topic s-1 partition 0 must continue at offset 20 but {KAFKA} "
         f"holds offsets 100 to 299 and {LAKE} holds offsets 0 to 49 and 60 to 119: "
         "offsets 50 to 59 are in neither"
     )
-    assert (
-        tiered((100, 300), (10, 90))
-        .data_loss(where, tp, 5)
-        .endswith(
-            f"{KAFKA} holds offsets 100 to 299 and {LAKE} holds offsets 10 to 89: "
-            "offsets 5 to 9 are in neither"
-        )
+    assert lost.facts == {
+        "source": where, "topic": "s-1", "partition": 0, "offset": 20, "earliest": 60,
+        "latest": 300, "first_missing": 50, "last_missing": 59,
+    }  # fmt: skip
+    lost = tiered((100, 300), (10, 90)).data_loss(where, tp, 5)
+    assert str(lost).endswith(
+        f"{KAFKA} holds offsets 100 to 299 and {LAKE} holds offsets 10 to 89: "
+        "offsets 5 to 9 are in neither"
     )
-    assert (
-        tiered((100, 300))
-        .data_loss(where, tp, 95)
-        .endswith(f"{LAKE} holds none of it: offsets 95 to 99 are in neither")
+    assert (lost.facts["first_missing"], lost.facts["last_missing"]) == (5, 9)
+    lost = tiered((100, 300)).data_loss(where, tp, 95)
+    assert str(lost).endswith(f"{LAKE} holds none of it: offsets 95 to 99 are in neither")
+    lost = tiered(None, (0, 50)).data_loss(where, tp, 60)
+    assert str(lost).endswith(
+        f"but {KAFKA} does not have the partition and {LAKE} holds offsets 0 to 49"
     )
-    assert (
-        tiered(None, (0, 50))
-        .data_loss(where, tp, 60)
-        .endswith(f"but {KAFKA} does not have the partition and {LAKE} holds offsets 0 to 49")
-    )
+    # Past the end: nothing is missing yet, the partition went back.
+    assert "first_missing" not in lost.facts and lost.facts["latest"] == 50
 
 
 def test_tablecast_run_takes_kafka_and_the_archive_together_and_refuses_bad_combinations(

@@ -145,8 +145,12 @@ def test_offsets_that_left_the_brokers_before_archiving_are_data_loss() -> None:
     tp = TopicPartition("sensor-x", 3)
     retention_check(tp, archive_end=100, log_start=100)
     retention_check(tp, archive_end=100, log_start=40)
-    with pytest.raises(DataLossError, match="topic sensor-x partition 3 offsets 100 to 119"):
+    with pytest.raises(
+        DataLossError, match="topic sensor-x partition 3 offsets 100 to 119"
+    ) as lost:
         retention_check(tp, archive_end=100, log_start=120)
+    assert lost.value.facts == {"topic": "sensor-x", "partition": 3, "first_missing": 100,
+                                "last_missing": 119}  # fmt: skip
 
 
 def test_following_archives_new_records_and_new_topics_until_stopped(

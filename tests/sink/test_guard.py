@@ -72,6 +72,7 @@ def _refused(spark: Any, output: Path, checkpoint: Path, caplog: pytest.LogCaptu
     message = str(refused.value)
     assert _logged(caplog) == [(logging.INFO, f"start refused: {message}")]
     assert str(checkpoint) in message
+    assert refused.value.facts == {"output": str(output), "checkpoint": str(checkpoint)}
     return message
 
 

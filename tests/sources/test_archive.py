@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -65,19 +66,53 @@ def test_scan_lists_matching_topics_in_offset_order(tmp_path: Path) -> None:
 def test_a_hole_between_files_is_data_loss(tmp_path: Path) -> None:
     _write(tmp_path, A0, 0, 10)
     _write(tmp_path, A0, 12, 20)
-    with pytest.raises(DataLossError, match="sensor-a partition 0 offsets 10 to 11 are missing"):
+    with pytest.raises(
+        DataLossError, match="sensor-a partition 0 offsets 10 to 11 are missing"
+    ) as lost:
         archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+    after = tmp_path / "sensor-a" / "0" / archive.file_name(12, 20)
+    assert lost.value.facts == {
+        "source": "the archive", "topic": "sensor-a", "partition": 0, "first_missing": 10,
+        "last_missing": 11, "path": str(after),
+    }  # fmt: skip
+    # An index listed with its holes: a range over one is data loss, from where it starts.
+    index = archive.scan(resolve(str(tmp_path)), "^sensor-.+", holes=True)
+    with pytest.raises(DataLossError) as lost:
+        index.covering(A0, 5, 15)
+    assert (lost.value.facts["first_missing"], lost.value.facts["last_missing"]) == (10, 11)
+    with pytest.raises(DataLossError, match="offsets from 11 are needed but the earliest file "
+                                            "starts at 12") as lost:  # fmt: skip
+        index.covering(A0, 11, 15)
+    assert lost.value.facts == {"source": "the archive", "topic": "sensor-a", "partition": 0,
+                                "offset": 11, "earliest": 12}  # fmt: skip
 
 
 def test_badly_named_and_overlapping_files_are_layout_errors(tmp_path: Path) -> None:
     _write(tmp_path, A0, 0, 10)
-    (tmp_path / "sensor-a" / "0" / "0-10.parquet").write_bytes(b"x")
-    with pytest.raises(ArchiveLayoutError, match=r"0-10\.parquet is not named"):
+    misnamed = tmp_path / "sensor-a" / "0" / "0-10.parquet"
+    misnamed.write_bytes(b"x")
+    with pytest.raises(ArchiveLayoutError, match=r"0-10\.parquet is not named") as bad:
         archive.scan(resolve(str(tmp_path)), "^sensor-.+")
-    (tmp_path / "sensor-a" / "0" / "0-10.parquet").unlink()
+    assert bad.value.facts == {"path": str(misnamed), "topic": "sensor-a", "partition": 0}
+    misnamed.unlink()
+    backwards = tmp_path / "sensor-a" / "0" / archive.file_name(20, 20)
+    backwards.write_bytes(b"x")
+    with pytest.raises(ArchiveLayoutError, match="ends at or before its start") as bad:
+        archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+    assert bad.value.facts == {"path": str(backwards), "topic": "sensor-a", "partition": 0}
+    backwards.unlink()
     _write(tmp_path, A0, 5, 15)
-    with pytest.raises(ArchiveLayoutError, match="overlap"):
+    with pytest.raises(ArchiveLayoutError, match="overlap") as bad:
         archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+    assert bad.value.facts == {
+        "path": str(tmp_path / "sensor-a" / "0" / archive.file_name(5, 15)), "topic": "sensor-a",
+        "partition": 0, "overlaps": str(tmp_path / "sensor-a" / "0" / archive.file_name(0, 10)),
+    }  # fmt: skip
+    (tmp_path / "sensor-b" / "x").mkdir(parents=True)
+    (tmp_path / "sensor-a" / "0" / archive.file_name(5, 15)).unlink()
+    with pytest.raises(ArchiveLayoutError, match="is not a partition number") as bad:
+        archive.scan(resolve(str(tmp_path)), "^sensor-.+")
+    assert bad.value.facts == {"path": str(tmp_path / "sensor-b" / "x"), "topic": "sensor-b"}
 
 
 def test_hidden_files_being_written_are_ignored(tmp_path: Path) -> None:
@@ -100,8 +135,30 @@ def test_records_outside_the_named_range_are_rejected(tmp_path: Path) -> None:
     _write(tmp_path, A0, 0, 5, range(0, 6))
     location = resolve(str(tmp_path))
     files = archive.scan(location, "^sensor-.+").files[A0]
-    with pytest.raises(ArchiveLayoutError, match="outside its name's range"):
+    with pytest.raises(ArchiveLayoutError, match="outside its name's range") as bad:
         list(archive.read_range(location, files, 0, 5))
+    assert bad.value.facts == {"path": files[0].path, "topic": "sensor-a", "partition": 0}
+
+
+def test_files_without_the_kafka_columns_or_out_of_order_are_layout_errors(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, A0, 0, 5, range(4, -1, -1))
+    location = resolve(str(tmp_path))
+    [unsorted] = archive.scan(location, "^sensor-.+").files[A0]
+    with pytest.raises(ArchiveLayoutError, match="is not sorted by offset") as bad:
+        list(archive.read_range(location, [unsorted], 0, 5))
+    assert bad.value.facts == {"path": unsorted.path, "topic": "sensor-a", "partition": 0}
+    location.write_bytes_atomic(unsorted.path, _parquet(pa.table({"offset": [0, 1]})))
+    with pytest.raises(ArchiveLayoutError, match="does not have the Kafka columns") as bad:
+        list(archive.read_range(location, [unsorted], 0, 5))
+    assert bad.value.facts == {"path": unsorted.path, "topic": "sensor-a", "partition": 0}
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def test_offsets_start_at_the_earliest_and_pick_up_new_partitions(tmp_path: Path) -> None:
@@ -153,8 +210,19 @@ def test_available_now_stops_at_the_offsets_seen_when_it_started(tmp_path: Path)
 def test_offsets_that_are_gone_are_data_loss(tmp_path: Path) -> None:
     _write(tmp_path, A0, 50, 60)
     reader = _reader(tmp_path)
+    where = f"the archive {tmp_path}"
     with pytest.raises(DataLossError, match=r"must continue at offset 10 but the archive .* "
-                                            r"holds offsets 50 to 59"):  # fmt: skip
+                                            r"holds offsets 50 to 59") as lost:  # fmt: skip
         reader.latestOffset({"sensor-a:0": 10}, ReadAllAvailable())
-    with pytest.raises(DataLossError, match="sensor-b partition 0 is gone"):
+    assert lost.value.facts == {
+        "source": where, "topic": "sensor-a", "partition": 0, "offset": 10, "earliest": 50,
+        "latest": 60, "first_missing": 10, "last_missing": 49,
+    }  # fmt: skip
+    with pytest.raises(DataLossError) as lost:
+        reader.latestOffset({"sensor-a:0": 70}, ReadAllAvailable())  # past the end: no range
+    assert str(lost.value).endswith("must continue at offset 70 but the archive "
+                                    f"{tmp_path} holds offsets 50 to 59")  # fmt: skip
+    assert "first_missing" not in lost.value.facts and lost.value.facts["offset"] == 70
+    with pytest.raises(DataLossError, match="sensor-b partition 0 is gone") as lost:
         reader.latestOffset({"sensor-a:0": 50, "sensor-b:0": 3}, ReadAllAvailable())
+    assert lost.value.facts == {"source": where, "topic": "sensor-b", "partition": 0, "offset": 3}

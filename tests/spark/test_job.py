@@ -6,12 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 import app
+from app import cli
+from app.contract.envelope import Envelope
 from app.contract.offsets import TopicPartition
+from app.contract.processor import Changes, Table, TableProcessor
 from app.engine.machine import IntegrityMode
-from app.errors import DataLossError, IntegrityViolationError
+from app.errors import ArchiveLayoutError, DataLossError, IntegrityViolationError, TablecastError
 from app.sink.ledger import Ledger
 from app.spark.code import code_digest, job_version
 from app.storage import resolve
@@ -105,6 +109,47 @@ def test_a_hole_in_the_archive_fails_like_fail_on_data_loss(spark: Any, tmp_path
         run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt")
     assert f"offsets {hole.offset} to" in str(info.value)
     assert "sensor-0 partition 0" in str(info.value)
+    # Raised in the driver's Python planner process: back with its facts.
+    facts = info.value.facts
+    assert {k: facts[k] for k in ("source", "topic", "partition", "first_missing")} == {
+        "source": "the archive", "topic": "sensor-0", "partition": 0,
+        "first_missing": hole.offset,
+    }  # fmt: skip
+    assert f"offsets {hole.offset} to {facts['last_missing']} are missing" in str(info.value)
+    assert str(facts["path"]).startswith(str(tmp_path / "archive" / "sensor-0" / "0"))
+
+
+def test_a_damaged_archive_file_stops_the_run_with_its_facts(spark: Any, tmp_path: Path) -> None:
+    spec = CaptureSpec(topics=1, partitions=1, sessions=3, updates=10, records_per_file=30)
+    write_capture(tmp_path / "archive", spec)
+    damaged = sorted((tmp_path / "archive" / "sensor-0" / "0").iterdir())[1]
+    table = pq.read_table(damaged)
+    pq.write_table(table.take(list(reversed(range(len(table))))), damaged)
+    # Found by the task that reads the file, in an executor.
+    with pytest.raises(ArchiveLayoutError) as info:
+        run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt")
+    assert str(info.value) == f"archive file {damaged} is not sorted by offset"
+    assert info.value.facts == {"path": str(damaged), "topic": "sensor-0", "partition": 0}
+    assert info.value.exit_code == 3
+    assert ledger_end(tmp_path / "out") == {}  # nothing of the failing batch is visible
+
+
+class FailingProcessor(TableProcessor):
+    """A bug in a processor: its third message fails."""
+
+    def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
+        if message.seq == 2:
+            raise RuntimeError(f"boom at seq {message.seq} of {message.session}")
+        return super().apply(state, message)
+
+
+def test_an_error_not_ours_in_a_task_stays_unexpected(spark: Any, tmp_path: Path) -> None:
+    write_capture(tmp_path / "archive", CaptureSpec(topics=1, partitions=1, sessions=1, updates=4))
+    with pytest.raises(Exception) as info:
+        run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
+                processor=FailingProcessor())  # fmt: skip
+    assert not isinstance(info.value, TablecastError)  # the CLI: exit 70, one line
+    assert cli.root_cause(info.value) == "RuntimeError: boom at seq 2 of sensor-0-session-00000"
 
 
 def test_resync_mode_quarantines_and_keeps_running(spark: Any, tmp_path: Path) -> None:

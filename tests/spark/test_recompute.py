@@ -16,7 +16,7 @@ import pytest
 
 from app.contract.envelope import Envelope, MessageType
 from app.contract.processor import Changes, Table, TableProcessor
-from app.errors import ConfigurationError
+from app.errors import ArchiveLayoutError, ConfigurationError
 from app.recompute.correct import correct
 from app.recompute.replay import replay
 from app.recompute.run import CORRECTION, REPLAY, RecomputeReport, records
@@ -78,6 +78,21 @@ def test_a_replay_rewrites_the_live_files_identically_twice_and_across_overlaps(
     window = _in_window(verify.read_output(str(live)), *windows[0])
     assert verify.compare(window, _in_window(replayed, *windows[0])).ok
     assert [r.kind for r in records(resolve(str(live)))] == [REPLAY] * 3
+
+
+def test_a_damaged_archive_file_stops_a_replay_with_its_facts(spark: Any, tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    write_capture(archive, CaptureSpec(topics=1, partitions=1, sessions=2, updates=10))
+    [damaged] = (archive / "sensor-0" / "0").iterdir()
+    table = pq.read_table(damaged)
+    pq.write_table(table.take(list(reversed(range(len(table))))), damaged)
+    # Found by the task that reads the file, in an executor.
+    until = 4_102_444_800_000  # 2100-01-01: every record
+    with pytest.raises(ArchiveLayoutError) as info:
+        replay(spark, str(archive), str(tmp_path / "new"), 0, until, topic_pattern=PATTERN)
+    assert str(info.value) == f"archive file {damaged} is not sorted by offset"
+    assert info.value.facts == {"path": str(damaged), "topic": "sensor-0", "partition": 0}
+    assert not (tmp_path / "new").exists() or not visible_files(resolve(str(tmp_path / "new")))
 
 
 def test_a_replay_into_a_new_output_equals_the_live_rows_of_its_ranges(
