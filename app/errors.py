@@ -127,7 +127,13 @@ class ErrorMarker:
 
 
 class EnvelopeError(ValueError):
-    """A record value breaks the envelope (rule 7); raised without location."""
+    """A record value breaks the envelope (rule 7); raised without location.
+
+    Never leaves the engine: the machine turns it into a rule-7 violation
+    with the record's location, once per bad record, on the hot path. So it
+    stays outside :class:`TablecastError`, whose marker note costs a JSON
+    encoding per instance.
+    """
 
 
 class Rule(IntEnum):
