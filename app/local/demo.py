@@ -44,7 +44,7 @@ class Positions:
     @property
     def caught_up(self) -> bool:
         return bool(self.kafka) and all(
-            self.output.get(tp) == end and self.archive.get(tp) == end
+            self.output.get(tp, 0) == end and self.archive.get(tp, 0) == end
             for tp, end in self.kafka.items()
         )
 
