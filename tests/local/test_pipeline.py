@@ -3,19 +3,22 @@
 One pipeline for the module (``app.local.pipeline``: tansu, moto, Spark's
 master and worker, the job and the archiver from the image's units). Each
 test publishes one stream of capture sessions and holds it twice, so that
-the kill lands mid-stream however fast or loaded the machine is:
+the kill lands mid-stream and mid-batch however fast or loaded the machine
+is (nothing is timed; the stream waits for the job):
 
 1. after its first part, until the job has published a batch of it (in the
    module's first test this waits out the job's cold start);
-2. further on, with every session still open, until the job is running a
-   newer micro-batch (planned in the checkpoint, not committed): then a
-   service's whole process group is killed with SIGKILL and the rest of the
-   stream, every session's end included, follows.
+2. further on, with every session open, until the job runs a newer
+   micro-batch (planned in the checkpoint, not committed) and one of its
+   tasks has saved its partition's state. Then the service's whole process
+   group is killed with SIGKILL and the rest of the stream, every session's
+   end included, follows. A batch that is committed before it is seen at
+   work is let go: one more message, and the next batch is watched.
 
-The supervisor starts the service again as systemd would; the test waits
-until the job and the archiver have caught up and checks the output in S3
-with ``tablecast verify``: no row missing, none twice. ``make
-pipeline-demo`` covers the untroubled run.
+The supervisor starts the service again as systemd would (the test waits
+for that), the job and the archiver catch up, and ``tablecast verify``
+checks the output in S3: no row missing, none twice. ``make pipeline-demo``
+covers the untroubled run.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from app import handoff
+from app.engine.store import STATE_DIR
 from app.local.demo import publish, verify, wait_until_caught_up
 from app.local.pipeline import LocalPipeline, Paths
 from app.sink.ledger import Ledger
@@ -39,7 +44,7 @@ from app.storage import resolve
 SESSIONS = 8
 UPDATES = 40
 FIRST_PART = 60  # messages out when the stream waits for the job's first batch of it
-KILL_AT = 160  # messages out when the service is killed
+KILL_AT = 160  # messages out when the stream waits for a batch of them to kill
 STEP_TIMEOUT_S = 300.0  # how long the job may take to get to a hold before the test gives up
 
 
@@ -63,23 +68,32 @@ def batches(pipeline: LocalPipeline) -> int:
     return len(Ledger(resolve(pipeline.values[handoff.OUTPUT_URI])).numbers())
 
 
-def running_batch(checkpoint: Path) -> int | None:
-    """The micro-batch Spark has planned (``offsets/N``) and not yet committed (``commits/N``)."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """What the job's checkpoint (on local disk here) says about its micro-batches."""
 
-    def numbers(log: str) -> set[int]:
-        folder = checkpoint / log
-        # Spark writes each entry to a hidden temporary file and renames it.
+    path: Path
+
+    def _batches(self, log: str) -> set[int]:
+        folder = self.path / log
+        # Spark writes each entry to a hidden temporary file, then renames it.
         return {int(n) for n in os.listdir(folder) if n.isdigit()} if folder.is_dir() else set()
 
-    planned = numbers("offsets")
-    if not planned or max(planned) in numbers("commits"):
-        return None
-    return max(planned)
+    def planned(self) -> int:
+        """The last batch planned (``offsets/N``), or -1."""
+        return max(self._batches("offsets"), default=-1)
 
+    def committed(self, batch: int) -> bool:
+        return batch in self._batches("commits")
 
-def last_planned(checkpoint: Path) -> int:
-    folder = checkpoint / "offsets"
-    return max((int(n) for n in os.listdir(folder) if n.isdigit()), default=-1)
+    def running(self) -> int:
+        """The batch planned and not committed yet, or -1."""
+        batch = self.planned()
+        return -1 if batch < 0 or self.committed(batch) else batch
+
+    def states(self) -> set[Path]:
+        """Every partition's state versions: a task saves one at the end of its range."""
+        return set((self.path / STATE_DIR).glob("*/*/*.state"))
 
 
 def wait_for(pipeline: LocalPipeline, condition: Callable[[], bool], what: str,
@@ -99,27 +113,42 @@ def kill_mid_stream(pipeline: LocalPipeline, service: str, seed: int) -> None:
     assert supervisor is not None
     starts = supervisor.services[service].starts
     published = batches(pipeline)
-    checkpoint = pipeline.paths.checkpoint
-    seen: list[int] = []  # the last batch planned when the job had published part of the stream
+    checkpoint = Checkpoint(pipeline.paths.checkpoint)
+    watched: list[int] = []  # batches the kill is not to land in: planned before, or let go
     killed_at: list[int] = []
 
     def hold(sent: int, _total: int) -> None:
         # Runs on the producing thread after each message: the stream waits here.
-        if sent + 1 == FIRST_PART:
+        out = sent + 1
+        if out == FIRST_PART:
             wait_for(pipeline, lambda: batches(pipeline) > published,
                      "the job to publish a batch of the stream", poll_s=0.5)  # fmt: skip
-            seen.append(last_planned(checkpoint))
-        elif sent + 1 == KILL_AT:
-            # A batch planned after that one holds messages the job has not
-            # published; the checkpoint is local, so it can be watched closely.
-            wait_for(pipeline, lambda: (running_batch(checkpoint) or -1) > seen[0],
+            watched.append(checkpoint.planned())
+        elif out >= KILL_AT and not killed_at:
+            # A batch planned since reads messages the job has not published.
+            wait_for(pipeline, lambda: checkpoint.running() > watched[-1],
                      "the job to run a batch of the stream's second part", poll_s=0.05)  # fmt: skip
+            batch = checkpoint.running()
+            if batch >= 0:
+                before = checkpoint.states()
+
+                def at_work() -> bool:
+                    # Not just planned: once a task has saved its partition's state,
+                    # the kill cuts into the batch's work or into its commit.
+                    return bool(checkpoint.states() - before) or checkpoint.committed(batch)
+
+                wait_for(pipeline, at_work, "the batch's tasks", poll_s=0.02)
+            if batch < 0 or checkpoint.committed(batch):
+                # It ran through unseen: let one more message out and watch the next.
+                watched.append(checkpoint.planned())
+                return
             supervisor.kill(service, signal.SIGKILL)
-            killed_at.append(sent + 1)
+            killed_at.append(out)
 
     report = publish(pipeline, sessions=SESSIONS, updates=UPDATES, seed=seed, progress=hold,
                      progress_every=1)  # fmt: skip
-    assert killed_at == [KILL_AT] and report.messages > KILL_AT  # the kill landed mid-stream
+    assert killed_at, "no batch of the stream's second part was seen at work"
+    assert report.messages > killed_at[0]  # the kill landed mid-stream
     # The restart comes RestartSec after the kill: waited for, not asserted at
     # a moment that could precede it.
     wait_for(pipeline, lambda: supervisor.services[service].starts > starts,
