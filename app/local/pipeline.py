@@ -429,7 +429,7 @@ def _master_has_worker(ui_port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as answer:
             doc = json.load(answer)
-    except OSError:
+    except (OSError, ValueError):  # not up yet; while starting, the UI may answer a page, not JSON
         return False
     return any(w.get("state") == "ALIVE" for w in doc.get("workers", []))
 
