@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +45,7 @@ class Positions:
     @property
     def caught_up(self) -> bool:
         return bool(self.kafka) and all(
-            self.output.get(tp) == end and self.archive.get(tp) == end
+            self.output.get(tp, 0) == end and self.archive.get(tp, 0) == end
             for tp, end in self.kafka.items()
         )
 
@@ -62,8 +63,13 @@ def publish(
     seed: int = 7,
     run_id: str = "",
     rate: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
+    progress_every: int = 1000,
 ) -> produce.ProduceReport:
-    """The load generator: sessions with resync snapshots over the pipeline's topics."""
+    """The load generator: sessions with resync snapshots over the pipeline's topics.
+
+    ``progress`` holds the stream while it runs (see :func:`app.ops.produce.publish`).
+    """
     assert pipeline.kafka is not None
     spec = produce.LoadSpec(
         capture=CaptureSpec(
@@ -76,7 +82,8 @@ def publish(
         # tansu answers ListOffsets with the last batch's first offset + 1.
         one_message_per_batch=True,
     )  # fmt: skip
-    return produce.publish(KafkaEndpoint(pipeline.kafka.address), spec)
+    return produce.publish(KafkaEndpoint(pipeline.kafka.address), spec, progress=progress,
+                           progress_every=progress_every)  # fmt: skip
 
 
 def positions(pipeline: LocalPipeline) -> Positions:

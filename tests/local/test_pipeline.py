@@ -2,31 +2,50 @@
 
 One pipeline for the module (``app.local.pipeline``: tansu, moto, Spark's
 master and worker, the job and the archiver from the image's units). Each
-test publishes sessions at a bounded rate, kills a service's whole process
-group with SIGKILL once the job has published part of them, lets the
-supervisor start it again as systemd would, waits until the job and the
-archiver have caught up, and checks the output in S3 with ``tablecast
-verify``. ``make pipeline-demo`` covers the untroubled run.
+test publishes one stream of capture sessions and holds it twice, so that
+the kill lands mid-stream and mid-batch however fast or loaded the machine
+is (nothing is timed; the stream waits for the job):
+
+1. after its first part, until the job has published a batch of it (in the
+   module's first test this waits out the job's cold start);
+2. further on, with every session open, until the job runs a newer
+   micro-batch (planned in the checkpoint, not committed) and one of its
+   tasks has saved its partition's state. Then the service's whole process
+   group is killed with SIGKILL and the rest of the stream, every session's
+   end included, follows. A batch that is committed before it is seen at
+   work is let go: one more message, and the next batch is watched.
+
+The supervisor starts the service again as systemd would (the test waits
+for that), the job and the archiver catch up, and ``tablecast verify``
+checks the output in S3: no row missing, none twice. ``make pipeline-demo``
+covers the untroubled run.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from app import handoff
-from app.local.demo import positions, publish, verify, wait_until_caught_up
+from app.engine.store import STATE_DIR
+from app.local.demo import publish, verify, wait_until_caught_up
 from app.local.pipeline import LocalPipeline, Paths
 from app.sink.ledger import Ledger
 from app.storage import resolve
 
-RATE = 150.0  # messages per second: the stream lasts about 15 s
+# 8 sessions reach all six topic-partitions: 336 messages, and every session
+# is still open at the kill (its snapshot, resync and end are on either side).
+SESSIONS = 8
+UPDATES = 40
+FIRST_PART = 60  # messages out when the stream waits for the job's first batch of it
+KILL_AT = 160  # messages out when the stream waits for a batch of them to kill
+STEP_TIMEOUT_S = 300.0  # how long the job may take to get to a hold before the test gives up
 
 
 @pytest.fixture(scope="module")
@@ -49,32 +68,96 @@ def batches(pipeline: LocalPipeline) -> int:
     return len(Ledger(resolve(pipeline.values[handoff.OUTPUT_URI])).numbers())
 
 
-def publish_slowly(pipeline: LocalPipeline, seed: int) -> threading.Thread:
-    def run() -> None:
-        publish(pipeline, sessions=12, updates=180, seed=seed, rate=RATE)
+@dataclass(frozen=True)
+class Checkpoint:
+    """What the job's checkpoint (on local disk here) says about its micro-batches."""
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    path: Path
+
+    def _batches(self, log: str) -> set[int]:
+        folder = self.path / log
+        # Spark writes each entry to a hidden temporary file, then renames it.
+        return {int(n) for n in os.listdir(folder) if n.isdigit()} if folder.is_dir() else set()
+
+    def planned(self) -> int:
+        """The last batch planned (``offsets/N``), or -1."""
+        return max(self._batches("offsets"), default=-1)
+
+    def committed(self, batch: int) -> bool:
+        return batch in self._batches("commits")
+
+    def running(self) -> int:
+        """The batch planned and not committed yet, or -1."""
+        batch = self.planned()
+        return -1 if batch < 0 or self.committed(batch) else batch
+
+    def states(self) -> set[Path]:
+        """Every partition's state versions: a task saves one at the end of its range."""
+        return set((self.path / STATE_DIR).glob("*/*/*.state"))
+
+
+def wait_for(pipeline: LocalPipeline, condition: Callable[[], bool], what: str,
+             poll_s: float) -> None:  # fmt: skip
+    assert pipeline.supervisor is not None
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while not condition():
+        pipeline.supervisor.raise_if_failing()
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {STEP_TIMEOUT_S:.0f} s waiting for {what}; "
+                        f"see {pipeline.paths.logs}")  # fmt: skip
+        time.sleep(poll_s)
 
 
 def kill_mid_stream(pipeline: LocalPipeline, service: str, seed: int) -> None:
-    assert pipeline.supervisor is not None
-    before = batches(pipeline)
-    restarts = pipeline.supervisor.services[service].starts
-    producer = publish_slowly(pipeline, seed)
-    deadline = time.monotonic() + 120
-    while batches(pipeline) <= before:  # the job has published part of the stream
-        assert time.monotonic() < deadline, "no batch published"
-        time.sleep(0.5)
-    assert not positions(pipeline).caught_up
-    pipeline.supervisor.kill(service, signal.SIGKILL)
-    producer.join(timeout=300)
+    supervisor = pipeline.supervisor
+    assert supervisor is not None
+    starts = supervisor.services[service].starts
+    published = batches(pipeline)
+    checkpoint = Checkpoint(pipeline.paths.checkpoint)
+    watched: list[int] = []  # batches the kill is not to land in: planned before, or let go
+    killed_at: list[int] = []
+
+    def hold(sent: int, _total: int) -> None:
+        # Runs on the producing thread after each message: the stream waits here.
+        out = sent + 1
+        if out == FIRST_PART:
+            wait_for(pipeline, lambda: batches(pipeline) > published,
+                     "the job to publish a batch of the stream", poll_s=0.5)  # fmt: skip
+            watched.append(checkpoint.planned())
+        elif out >= KILL_AT and not killed_at:
+            # A batch planned since reads messages the job has not published.
+            wait_for(pipeline, lambda: checkpoint.running() > watched[-1],
+                     "the job to run a batch of the stream's second part", poll_s=0.05)  # fmt: skip
+            batch = checkpoint.running()
+            if batch >= 0:
+                before = checkpoint.states()
+
+                def at_work() -> bool:
+                    # Not just planned: once a task has saved its partition's state,
+                    # the kill cuts into the batch's work or into its commit.
+                    return bool(checkpoint.states() - before) or checkpoint.committed(batch)
+
+                wait_for(pipeline, at_work, "the batch's tasks", poll_s=0.02)
+            if batch < 0 or checkpoint.committed(batch):
+                # It ran through unseen: let one more message out and watch the next.
+                watched.append(checkpoint.planned())
+                return
+            supervisor.kill(service, signal.SIGKILL)
+            killed_at.append(out)
+
+    report = publish(pipeline, sessions=SESSIONS, updates=UPDATES, seed=seed, progress=hold,
+                     progress_every=1)  # fmt: skip
+    assert killed_at, "no batch of the stream's second part was seen at work"
+    assert report.messages > killed_at[0]  # the kill landed mid-stream
+    # The restart comes RestartSec after the kill: waited for, not asserted at
+    # a moment that could precede it.
+    wait_for(pipeline, lambda: supervisor.services[service].starts > starts,
+             f"the supervisor to start {service} again", poll_s=0.5)  # fmt: skip
     wait_until_caught_up(pipeline, timeout_s=420)
-    assert pipeline.supervisor.services[service].starts > restarts  # started again
-    ok, report = verify(pipeline)
-    assert ok, report
-    assert "missing rows:               0" in report and "duplicate rows:             0" in report
+    ok, verified = verify(pipeline)
+    assert ok, verified
+    assert "missing rows:               0" in verified, verified
+    assert "duplicate rows:             0" in verified, verified
 
 
 def test_the_worker_killed_mid_stream_is_restarted_and_the_output_stays_exact(
