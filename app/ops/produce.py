@@ -194,8 +194,9 @@ def publish(
         producer.init_transactions(flush_timeout_s)
     for sent, (tp, index, message) in enumerate(interleave(capture)):
         if spec.rate > 0:
-            wait = started + sent / spec.rate - time.monotonic()
-            if wait > 0:
+            due = started + sent / spec.rate
+            # poll returns at the first delivery report, long before ``due``.
+            while (wait := due - time.monotonic()) > 0:
                 producer.poll(wait)
         if spec.transaction_size > 0 and in_transaction == 0:
             producer.begin_transaction()

@@ -51,6 +51,18 @@ def test_sessions_are_published_in_the_envelope_keyed_and_in_order(broker: Kafka
         assert all(isinstance(d["ts"], int) for d in docs)
 
 
+def test_the_rate_spreads_the_messages_over_time(broker: KafkaEndpoint) -> None:
+    spec = LoadSpec(
+        CaptureSpec(topics=1, partitions=1, sessions=2, updates=8, prefix="sensor-rate-", seed=4),
+        rate=20.0,
+    )
+    create_topics(broker, ["sensor-rate-0"], partitions=1)
+    report = publish(broker, spec)
+    # The n-th message is not sent before n / rate seconds: a floor, never a ceiling.
+    assert report.messages == plan(spec).messages > 1
+    assert report.seconds >= (report.messages - 1) / spec.rate
+
+
 def test_injected_faults_are_reported_at_their_real_offsets(broker: KafkaEndpoint) -> None:
     faults = (Fault.SEQ_GAP, Fault.SESSION_MISMATCH, Fault.BAD_JSON)
     spec = LoadSpec(
