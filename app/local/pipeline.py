@@ -51,6 +51,7 @@ from app.errors import ConfigurationError, TablecastError
 from app.local.servers import FAKE_CREDENTIALS, LOOPBACK, Server, start_broker, start_moto
 from app.local.supervisor import Supervisor
 from app.local.units import render
+from app.ops.cli import KAFKA_AUTH_VARIABLE, ONE_MESSAGE_PER_BATCH_VARIABLE
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -332,7 +333,7 @@ class LocalPipeline:
             "TABLECAST_WHEEL_DIR": str(self.paths.wheels),
             "TABLECAST_DRIVER_PY": str(AMI_FILES / "bin" / "tablecast-driver.py"),
             "TABLECAST_RUN_AS_USER": getpass.getuser(),
-            "TABLECAST_KAFKA_AUTH": "none",  # tansu has no IAM (the archiver reads it too)
+            KAFKA_AUTH_VARIABLE: "none",  # tansu has no IAM (the archiver reads it too)
         }
 
     def region(self) -> str:
@@ -367,7 +368,7 @@ class LocalPipeline:
 
     def _write_state(self) -> None:
         assert self.aws is not None and self.kafka is not None
-        env = {**self.aws_env(), "TABLECAST_KAFKA_AUTH": "none"}
+        env = {**self.aws_env(), KAFKA_AUTH_VARIABLE: "none", ONE_MESSAGE_PER_BATCH_VARIABLE: "1"}
         self.paths.state.write_text(json.dumps({
             "pid": os.getpid(), "environment": ENVIRONMENT, "aws": env["AWS_ENDPOINT_URL"],
             "kafka": self.kafka.address, "spark": f"spark://{LOOPBACK}:{SPARK_PORTS[0]}",

@@ -127,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-id", default=None, help="suffix of session ids; '' keeps the generator's [UTC time]"
     )
     produce.add_argument(
+        "--one-message-per-batch",
+        action="store_true",
+        default=os.environ.get(ONE_MESSAGE_PER_BATCH_VARIABLE) == "1",
+        help="a record batch per message, for a broker that reports a partition's end from its "
+        f"last batch's first offset, as tansu does [{ONE_MESSAGE_PER_BATCH_VARIABLE}=1]",
+    )
+    produce.add_argument(
         "--transaction-size",
         type=int,
         default=0,
@@ -301,6 +308,8 @@ def _endpoint(args: argparse.Namespace, found: Handoff | None) -> KafkaEndpoint:
 
 
 KAFKA_AUTH_VARIABLE = "TABLECAST_KAFKA_AUTH"
+# Set by the pipeline on one machine's env.sh: its broker is tansu.
+ONE_MESSAGE_PER_BATCH_VARIABLE = "TABLECAST_ONE_MESSAGE_PER_BATCH"
 
 
 def _topic_pattern(args: argparse.Namespace, found: Handoff | None) -> str | None:
@@ -363,6 +372,7 @@ def _produce(args: argparse.Namespace) -> int:
         rate=args.rate,
         run_id=run_id,
         transaction_size=args.transaction_size,
+        one_message_per_batch=args.one_message_per_batch,
     )
     report = produce.publish(endpoint, spec)
     for line in report.lines():

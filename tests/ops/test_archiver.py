@@ -15,11 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
 from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
 from app.ops.archiver import Archiver, ArchiverConfig, ArchiveRun, WrittenFile, retention_check
-from app.ops.cli import main
+from app.ops.cli import ONE_MESSAGE_PER_BATCH_VARIABLE, main
 from app.ops.errors import ArchiveConflictError
 from app.ops.produce import LoadSpec, publish
 from app.sources import archive, records
@@ -183,6 +185,30 @@ def test_following_archives_new_records_and_new_topics_until_stopped(
     for tp, kafka in records.items():
         assert rows(files[tp]) == kafka_rows(kafka)
     assert runs and runs[0].partitions == 2
+
+
+def test_the_cli_produces_one_message_per_batch_for_tansu(
+    broker: KafkaEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tansu reports a partition's end from its last batch: right only with one message each."""
+    create_topics(broker, ["sensor-c2-0", "sensor-c3-0"], partitions=1)
+    servers = ["--bootstrap-servers", broker.bootstrap_servers]
+    args = ["--sources", "1", "--sessions", "3", "--updates", "4", "--run-id", "b"]
+    assert main(["produce", *servers, "--prefix", "sensor-c2-", "--one-message-per-batch",
+                 *args]) == 0  # fmt: skip
+    monkeypatch.setenv(ONE_MESSAGE_PER_BATCH_VARIABLE, "1")  # what the pipeline's env.sh sets
+    assert main(["produce", *servers, "--prefix", "sensor-c3-", *args]) == 0
+    for topic in ("sensor-c2-0", "sensor-c3-0"):
+        assert end_offset(broker, topic) == 18  # 3 sessions of snapshot, 4 updates and end
+
+
+def end_offset(broker: KafkaEndpoint, topic: str) -> int:
+    consumer = Consumer(broker.config(**{"group.id": "tests-end-offset"}))
+    try:
+        _, high = consumer.get_watermark_offsets(ConfluentTopicPartition(topic, 0), timeout=10)
+        return int(high)
+    finally:
+        consumer.close()
 
 
 def test_the_cli_produces_and_archives_with_explicit_brokers(
