@@ -42,13 +42,14 @@ typecheck: setup
 unit: setup
 	$(BIN)/pytest -q -m "not terraform" --durations=25
 
-# The infrastructure checks mostly wait (terraform apply against moto spends
-# minutes in the AWS provider's propagation polling), so they run beside the
-# pytest suite, two jobs at most; each job's output is printed whole when it
-# ends. The pipeline demo binds the image's fixed Spark ports, as
-# tests/local does, so it runs after the suite.
-test: lint typecheck
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit infra-checks
+# Two jobs at most, each job's output printed whole when it ends: the pytest
+# suite in one; in the other ruff, mypy (minutes on a fresh clone: it reads
+# the AWS provider's bindings) and the infrastructure checks, which mostly
+# wait (terraform's apply to moto is minutes of the AWS provider's polling).
+# The pipeline demo binds the image's fixed Spark ports, as tests/local
+# does, so it runs after the suite.
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit lint typecheck infra-checks
 	$(MAKE) --no-print-directory pipeline-demo
 
 infra-checks: synth checkov terraform-check packer-validate shellcheck
