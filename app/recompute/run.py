@@ -41,8 +41,8 @@ from app.recompute.plan import PartitionWork
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
 from app.sink.writer import visible_files
+from app.spark import worker_errors
 from app.spark.code import JobVersion, job_version
-from app.spark.worker_errors import worker_error
 from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
@@ -201,12 +201,8 @@ def _run_tasks(
                                    daemon=True)  # fmt: skip
         watcher.start()
     try:
-        results: list[WorkResult] = rdd.collect()
-    except Exception as exc:
-        error = worker_error(exc)  # a task's, raised in an executor
-        if error is None:
-            raise
-        raise error from None
+        with worker_errors.rebuilt():  # a task's, raised in an executor
+            results: list[WorkResult] = rdd.collect()
     finally:
         stop.set()
         if watcher is not None:

@@ -68,8 +68,8 @@ from app.errors import (
 )
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, Pending
+from app.spark import worker_errors
 from app.spark.checkpoint import CheckpointLog
-from app.spark.worker_errors import worker_error
 from app.storage import resolve
 
 log = logging.getLogger(__name__)
@@ -167,16 +167,11 @@ class ExactlyOnceSink:
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         try:
-            self._commit(frame, batch_id)
+            with worker_errors.rebuilt():  # a task's, raised in an executor
+                self._commit(frame, batch_id)
         except TablecastError as exc:
             self.failure = exc
             raise
-        except Exception as exc:
-            error = worker_error(exc)  # a task's, raised in an executor
-            if error is None:
-                raise
-            self.failure = error
-            raise error from None
 
     def _step_done(self, step: int, batch_id: int) -> None:
         """The crash hook: die like a SIGKILL of the job, without any cleanup."""

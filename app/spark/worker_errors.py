@@ -14,6 +14,9 @@ facts; a failure without one stays an unexpected error.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PythonException, StreamingQueryException
 
@@ -29,3 +32,15 @@ def worker_error(exc: BaseException) -> TablecastError | None:
         return None
     marker = ErrorMarker.find(str(exc))
     return None if marker is None else marker.rebuild()
+
+
+@contextmanager
+def rebuilt() -> Iterator[None]:
+    """Around a Spark action: our error raised in a worker comes out as itself."""
+    try:
+        yield
+    except Exception as exc:
+        error = worker_error(exc)
+        if error is None:
+            raise
+        raise error from None
