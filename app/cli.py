@@ -304,9 +304,9 @@ def _run(args: argparse.Namespace) -> int:
     console = Console()
     sink = make_sink(SinkKind(args.metrics), environment=args.environment, region=args.region,
                      write=console.line)  # fmt: skip
+    committer = _group_committer(args)  # a refused group costs no JVM start
     spark = spark_session(args.master)
     display = ProgressDisplay(console)
-    committer = _group_committer(args)
     listener = MetricsListener(sink, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:

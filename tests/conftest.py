@@ -13,6 +13,9 @@ import pytest
 from app.sources.kafka_client import KafkaEndpoint
 from tests.tansu import running_broker
 
+# Every test ends the threads and processes it starts (tests/leaks.py).
+pytest_plugins = ["tests.leaks"]
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

@@ -47,6 +47,7 @@ class GroupCommitter:
         self.group = group
         self._lock = threading.Lock()
         self._stats = CommitStats()
+        self._closing: threading.Thread | None = None
         self._consumer = Consumer(
             {
                 **settings,
@@ -94,11 +95,24 @@ class GroupCommitter:
             if s.committed + s.failed >= s.requested:
                 break
             self._consumer.poll(0.1)
-        closing = threading.Thread(target=self._consumer.close, name="tablecast-group-close",
-                                   daemon=True)  # fmt: skip
-        closing.start()
-        closing.join(max(0.0, deadline - time.monotonic()))
+        self._closing = threading.Thread(
+            target=self._consumer.close, name="tablecast-group-close", daemon=True
+        )
+        self._closing.start()
+        self._closing.join(max(0.0, deadline - time.monotonic()))
         return self.stats()
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the client's close that :meth:`close` left running.
+
+        The job's exit does not wait for it (a daemon thread); whoever lives on
+        after ``close``, as a test does, waits here so that nothing of the
+        client (its log callbacks) outlives it. True when it has ended.
+        """
+        if self._closing is None:
+            return True
+        self._closing.join(timeout_s)
+        return not self._closing.is_alive()
 
     def _on_commit(self, error: Any, partitions: Any) -> None:
         errors = [str(p.error) for p in partitions or () if p.error is not None]

@@ -580,6 +580,7 @@ def test_each_batch_end_is_committed_to_the_consumer_group(
     committer(metrics(2, end={}))  # nothing to commit
     assert time.monotonic() - started < 0.5  # asynchronous
     assert committer.close(timeout_s=10) == CommitStats(requested=2, committed=2, failed=0)
+    assert committer.wait_closed(timeout_s=10)
 
     reader = Consumer(broker.config(**{"group.id": "tablecast-test"}))
     try:
@@ -594,7 +595,12 @@ def test_each_batch_end_is_committed_to_the_consumer_group(
 def test_an_unreachable_broker_costs_only_the_commits() -> None:
     committer = GroupCommitter(
         "tablecast-test",
-        {"bootstrap.servers": f"127.0.0.1:{closed_port()}", "socket.timeout.ms": 1000},
+        # librdkafka's close waits session.timeout.ms for a coordinator that never answers.
+        {
+            "bootstrap.servers": f"127.0.0.1:{closed_port()}",
+            "socket.timeout.ms": 1000,
+            "session.timeout.ms": 1000,
+        },
     )
     started = time.monotonic()
     committer(metrics(0, end={TP0: 25}))
@@ -602,3 +608,4 @@ def test_an_unreachable_broker_costs_only_the_commits() -> None:
     stats = committer.close(timeout_s=1)
     assert time.monotonic() - started < 5
     assert stats.requested == 1 and stats.committed == 0
+    assert committer.wait_closed(timeout_s=10), "the client's close outlived the test"
