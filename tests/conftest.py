@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,10 @@ from tests.tansu import running_broker
 
 # Every test ends the threads and processes it starts (tests/leaks.py).
 pytest_plugins = ["tests.leaks"]
+
+# moto's servers log each request at INFO through werkzeug, whose handler keeps
+# the stream of the test that made it: later tests' output got "Logging error".
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

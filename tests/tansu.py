@@ -50,6 +50,7 @@ from typing import Any
 
 from app.contract.offsets import TopicPartition
 from app.sources.kafka_client import KafkaEndpoint
+from tests.leaks import owned_by_fixture
 
 # The job's fetch wait against a broker that keeps its log in S3 (see above).
 FETCH_WAIT = {"TABLECAST_KAFKA_FETCH_WAIT_MS": "500"}
@@ -161,6 +162,7 @@ class StoredBroker:
                 ],
                 stdout=log, stderr=subprocess.STDOUT, env=self._env,
             )  # fmt: skip
+        owned_by_fixture(process.pid)  # a test may restart it (expire); the fixture stops it
         # Killed when stopped: every record it acknowledged is in S3 already.
         self._running = _listening(process, self.port, self.log_path, kill=True)
         self._running.__enter__()
