@@ -224,9 +224,14 @@ class OutputStateError(TablecastError):
 
 
 class StateError(TablecastError):
-    """A partition's state in the checkpoint is missing or damaged."""
+    """A partition's state in the checkpoint is missing or damaged.
 
-    exit_code = 4
+    Facts, when the message names a version: ``topic``, ``partition``,
+    ``version`` (the offset it reaches), ``digest`` (the one the ledger
+    records) and ``path``.
+    """
+
+    exit_code = 6
 
 
 class SourceUnavailableError(TablecastError):

@@ -1,21 +1,26 @@
 """The driver half of the engine: plan a micro-batch's tasks, check rule 6, tidy state.
 
 For each micro-batch the driver tells every task which state version to
-load (the newest one at or before the partition's start offset), runs the
-tasks once over the batch's records (``mapInArrow``, one task per
-topic-partition, no shuffle) and compares the sessions they claimed with
-the :class:`~app.engine.ownership.Registry`. A session claimed by a second
+load: exactly the one the output's ledger records as the partition's last
+(offset and content digest, :class:`~app.engine.state.StateVersion`), never
+whichever file is there, so a lost or damaged version is a state error
+naming it, not a gap in the data. It runs the tasks once over the batch's
+records (``mapInArrow``, one task per topic-partition, no shuffle) and
+compares the sessions they claimed with the
+:class:`~app.engine.ownership.Registry`. A session claimed by a second
 partition breaks rule 6: a strict run fails at its first message there; a
-resync run runs the tasks again, telling the trespassing partitions which
-sessions are foreign, so that they quarantine them. Once the batch is
-published, the registry takes the batch's claims and the old state
-versions are removed.
+resync run runs the tasks again over the same records (each task checks
+its records' fingerprint against the first pass's), telling the
+trespassing partitions which sessions are foreign, so that they quarantine
+them. Once the batch is published, the registry takes the batch's claims,
+the versions it saved become the ones to load, and every other version but
+the last few published ones is removed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,15 +29,18 @@ from app.contract.processor import Processor
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.ownership import Foreign, Registry, settle
 from app.engine.reports import REPORT_DDL, BatchOutcome
+from app.engine.state import StateVersion
 from app.engine.store import StateStore, owned_sessions
 from app.engine.task import BatchPlan, PartitionTask
-from app.errors import StateError
+from app.errors import DataLossError, StateError
 
 log = logging.getLogger(__name__)
 
-# Versions kept per partition: the one the next batch loads, and a few
-# before it for `tablecast inspect --at-batch`.
+# Published versions kept per partition: the one the next batch loads, and a
+# few before it for `tablecast inspect --at-batch`.
 RETAIN_VERSIONS = 4
+
+States = Mapping[TopicPartition, StateVersion]
 
 
 class EngineDriver:
@@ -49,37 +57,63 @@ class EngineDriver:
         self.store = StateStore(state_root)
         self.output_uri = output_uri
         self.retain = retain
-        self._versions: dict[TopicPartition, list[int]] | None = None
+        self._states: dict[TopicPartition, StateVersion] | None = None
+        # Per partition, the versions published batches left, oldest first.
+        self._published: dict[TopicPartition, list[StateVersion]] = {}
         self._registry: Registry | None = None
         # Each partition's latest state: sessions held and file size (for metrics).
         self.sessions: dict[TopicPartition, int] = {}
         self.state_bytes: dict[TopicPartition, int] = {}
 
-    def prepare(self, start: Offsets, published_before: bool) -> None:
+    def prepare(
+        self,
+        start: Offsets,
+        states: States | None,
+        history: Sequence[States] = (),
+    ) -> None:
         """Learn the state at ``start`` (once per run, before its first batch).
 
-        ``published_before``: the output holds batches of this checkpoint, so
-        a state must exist for every partition that had records.
+        ``states``: each partition's version at ``start``, as the ledger
+        records it (``{}`` for a new output or after a repair); ``None`` for a
+        ledger written before versions were recorded, whose newest version
+        at or before ``start`` is taken. ``history``: the versions recorded
+        by the last few published batches, oldest first (kept by the garbage
+        collector). Every version is read here, so a missing or damaged one
+        stops the run before its first batch.
         """
-        if self._versions is not None:
+        if self._states is not None:
             return
-        self._versions = {tp: self.store.versions(tp) for tp in self.store.partitions()}
-        if published_before and start and not any(self._versions.values()):
+        if states is None:
+            states = self._found_at(start)
+        for recorded in history:
+            for tp, version in recorded.items():
+                self._keep(tp, version)
+        registry = Registry()
+        for tp, version in sorted(states.items()):
+            self._keep(tp, version)
+            data = self.store.read(tp, version)
+            held, owned = owned_sessions(data, self.store.uri(tp, version))
+            for session in owned:
+                registry.owners.setdefault(session, tp)
+            self.sessions[tp], self.state_bytes[tp] = held, len(data)
+        self._states = dict(states)
+        self._registry = registry
+        log.info("state of %d partitions, %d sessions owned", len(states), len(registry))
+
+    def _found_at(self, start: Offsets) -> dict[TopicPartition, StateVersion]:
+        """A ledger that records no versions: the newest present at or before each start."""
+        found = {tp: self.store.versions(tp) for tp in self.store.partitions()}
+        if start and not any(found.values()):
             raise StateError(
                 f"the checkpoint's partition states under {self.store.root_uri} are gone, but "
                 "the output holds batches of this checkpoint; run `tablecast repair`"
             )
-        registry = Registry()
+        at: dict[TopicPartition, StateVersion] = {}
         for tp, offset in start.items():
-            version = self._version_at(tp, offset)
-            if version is not None:
-                data = self.store.read(tp, version)
-                held, owned = owned_sessions(data, self.store.uri(tp, version))
-                for session in owned:
-                    registry.owners.setdefault(session, tp)
-                self.sessions[tp], self.state_bytes[tp] = held, len(data)
-        self._registry = registry
-        log.info("state of %d partitions, %d sessions owned", len(self._versions), len(registry))
+            older = [v for v in found.get(tp, []) if v.offset <= offset]
+            if older:
+                at[tp] = older[-1]
+        return at
 
     def run_batch(
         self,
@@ -95,6 +129,7 @@ class EngineDriver:
         returns the collected report rows (``frame.mapInArrow(...).collect()``).
         """
         registry = self._require_registry()
+        states = self._states or {}
         plan = BatchPlan(
             processor=self.processor,
             rules=self.rules,
@@ -103,39 +138,52 @@ class EngineDriver:
             staging_dir=staging_dir,
             start=start,
             end=end,
-            versions={
-                tp: v for tp in end if (v := self._version_at(tp, start.get(tp))) is not None
-            },
+            versions={tp: states[tp] for tp in end if tp in states},
         )
+        first: dict[TopicPartition, str] = {}
 
         def run_pass(foreign: Foreign) -> BatchOutcome:
             clear_staging()
-            rows = run_tasks(PartitionTask(replace(plan, foreign=foreign)), REPORT_DDL)
-            return BatchOutcome.parse(r.asDict() if hasattr(r, "asDict") else r for r in rows)
+            task = PartitionTask(replace(plan, foreign=foreign, records=dict(first)))
+            rows = run_tasks(task, REPORT_DDL)
+            outcome = BatchOutcome.parse(r.asDict() if hasattr(r, "asDict") else r for r in rows)
+            read = {tp: s.records for tp, s in outcome.partitions.items()}
+            if not first:
+                first.update(read)
+            elif read.keys() != first.keys():
+                tp = min(read.keys() ^ first.keys())
+                raise DataLossError(
+                    f"the source gave {'no' if tp in first else 'new'} records for {tp.key()} "
+                    "in a later pass of the micro-batch: it changed between passes",
+                    topic=tp.topic, partition=tp.partition,
+                )  # fmt: skip
+            return outcome
 
         return settle(run_pass, registry, self.rules.mode is IntegrityMode.STRICT)
 
-    def committed(self, outcome: BatchOutcome, end: Offsets) -> None:
-        """The batch is published: record its sessions and remove old state versions."""
+    def states_after(self, outcome: BatchOutcome) -> dict[TopicPartition, StateVersion]:
+        """Every partition's last version once ``outcome`` is published (for the ledger)."""
+        saved = {tp: s.version for tp, s in outcome.partitions.items() if s.version is not None}
+        return {**(self._states or {}), **saved}
+
+    def committed(self, outcome: BatchOutcome, states: States) -> None:
+        """The batch is published with ``states``: record its sessions, remove unneeded versions."""
         self._require_registry().apply(outcome.claims, outcome.dropped)
-        versions = self._versions if self._versions is not None else {}
+        self._states = dict(states)
         for tp, summary in outcome.partitions.items():
-            if summary.end < 0:
+            if summary.version is None or tp not in states:
                 continue
             self.sessions[tp], self.state_bytes[tp] = summary.sessions, summary.state_bytes
-            known = versions.setdefault(tp, [])
-            if summary.end not in known:
-                known.append(summary.end)
-                known.sort()
-            removed = self.store.collect_garbage(tp, self.retain, needed=end[tp])
-            versions[tp] = [v for v in known if v not in removed]
+            self._keep(tp, states[tp])
+            # Older published versions beyond the last few, and versions no batch published
+            # (an earlier resync pass, a crashed attempt, a zombie task).
+            self.store.collect_garbage(tp, keep=self._published[tp])
 
-    def _version_at(self, tp: TopicPartition, offset: int | None) -> int | None:
-        """The newest known version of ``tp`` at or before ``offset``."""
-        if offset is None or self._versions is None:
-            return None
-        older = [v for v in self._versions.get(tp, []) if v <= offset]
-        return older[-1] if older else None
+    def _keep(self, tp: TopicPartition, version: StateVersion) -> None:
+        kept = self._published.setdefault(tp, [])
+        if version not in kept:
+            kept.append(version)
+        del kept[: -self.retain]
 
     def _require_registry(self) -> Registry:
         if self._registry is None:

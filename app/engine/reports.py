@@ -1,8 +1,11 @@
 """What a partition task tells the driver, and the driver's typed view of it.
 
 Each task returns a few report rows (never output rows): the files it
-staged, the violations and trace lines it found, the sessions it claimed or
-dropped (rule 6 across partitions), and a summary of its partition. The
+staged, the violations it found (a sample: the count is in the summary and
+every violating record is in a quarantine file, so bad records cannot grow
+the driver's memory), trace lines, the sessions it claimed or dropped (rule
+6 across partitions: the driver's registry needs each), and a summary of
+its partition. The
 schema is defined once here; :func:`to_batch` writes it in a task and
 :meth:`BatchOutcome.parse` reads it back on the driver.
 """
@@ -19,6 +22,7 @@ import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
 from app.engine.machine import Claim, TraceEvent
+from app.engine.state import StateVersion
 from app.errors import Rule, Violation
 
 
@@ -74,6 +78,14 @@ class PartitionSummary:
     # Records per tier that served them (app.sources.records.Tier); empty
     # when the records did not say (frames built without the source).
     served: Mapping[str, int] = field(default_factory=dict)
+    digest: str = ""  # the saved version's content digest ("" if not saved)
+    records: str = ""  # the records' fingerprint: every pass of a batch must read the same
+    violations: int = 0  # every violation found (the rows carry a sample)
+
+    @property
+    def version(self) -> StateVersion | None:
+        """The state version the task saved, if it saved one."""
+        return StateVersion(self.end, self.digest) if self.end >= 0 else None
 
 
 class Reports:
@@ -110,8 +122,9 @@ class Reports:
 
     def partition(self, s: PartitionSummary) -> None:
         detail = orjson.dumps(
-            {"sessions": s.sessions, "cache": s.cache, "served": dict(s.served)}
-        ).decode()
+            {"sessions": s.sessions, "cache": s.cache, "served": dict(s.served),
+             "digest": s.digest, "records": s.records, "violations": s.violations}
+        ).decode()  # fmt: skip
         self._add(ReportKind.PARTITION, offset=s.end, rows=s.messages, bytes=s.state_bytes,
                   path=str(s.start), detail=detail)  # fmt: skip
 
@@ -166,6 +179,9 @@ class BatchOutcome:
                     r["bytes"],
                     d["cache"],
                     {str(tier): int(n) for tier, n in d.get("served", {}).items()},
+                    d.get("digest", ""),
+                    d.get("records", ""),
+                    int(d.get("violations", 0)),
                 )
         outcome.files.sort(key=lambda f: f.path)
         outcome.violations.sort(key=lambda v: (v.topic, v.partition, v.offset))
@@ -177,6 +193,11 @@ class BatchOutcome:
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.files if not f.quarantine)
+
+    @property
+    def violation_count(self) -> int:
+        """Every violation of the batch (:attr:`violations` holds a sample of each partition's)."""
+        return max(len(self.violations), sum(s.violations for s in self.partitions.values()))
 
     @property
     def quarantined(self) -> int:

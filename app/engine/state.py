@@ -50,3 +50,21 @@ class PartitionState(Generic[StateT]):
     @classmethod
     def empty(cls, tp: TopicPartition, offset: int) -> PartitionState[StateT]:
         return cls(tp, offset)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StateVersion:
+    """One saved state of a partition: the offset it reaches and the SHA-256 of its content.
+
+    Two attempts that reach the same offset with different content (the
+    passes of a resync batch, a late speculative task) save two versions;
+    the ledger records which one a published batch left, and only that one
+    is ever loaded. ``digest`` is empty for versions saved before digests
+    were recorded (their file names carry none).
+    """
+
+    offset: int
+    digest: str
+
+    def describe(self) -> str:
+        return f"{self.offset}" + (f" ({self.digest[:12]})" if self.digest else "")

@@ -1,23 +1,27 @@
 """Versioned per-partition state, kept beside Spark's checkpoint.
 
-``<checkpoint>/tablecast/state/<topic>/<partition>/<offset>.state`` holds a
-topic-partition's :class:`~app.engine.state.PartitionState` after every
-record before ``offset`` (20 digits, zero-padded). A task of a micro-batch
-loads the version at its range's start and saves the version at its end;
-a redone batch or a retried task loads the same version and saves an
-identical file. Versions are written whole (write, then rename; on S3 one
-upload), so a reader sees a version completely or not at all.
+``<checkpoint>/tablecast/state/<topic>/<partition>/<offset>-<digest>.state``
+holds a topic-partition's :class:`~app.engine.state.PartitionState` after
+every record before ``offset`` (20 digits, zero-padded); ``digest`` is the
+SHA-256 of its payload (:class:`~app.engine.state.StateVersion`). A task of
+a micro-batch loads the version the driver names and saves the version at
+its range's end; a redone batch or a retried task loads the same version
+and saves an identical file under the same name, while an attempt that
+computed something else (an earlier resync pass, a zombie) saves under
+another name and never replaces the committed one. Versions are written
+whole (write, then rename; on S3 one upload), so a reader sees a version
+completely or not at all.
 
 A file is ``MAGIC``, the payload (an Arrow IPC stream of the sessions, one
 row each, with the partition's facts in the schema metadata) and the
 payload's SHA-256: a torn or altered file is refused with its name, never
 read as a shorter state.
 
-The driver decides which version each task loads and removes old versions
-once newer ones are published (:meth:`StateStore.collect_garbage`). A
-Python worker keeps the last version of the partitions it processed in
-memory (:class:`StateCache`), so a partition whose next task lands on the
-same worker is not reloaded.
+The driver decides which version each task loads (the one the ledger
+records) and removes the versions it no longer needs
+(:meth:`StateStore.collect_garbage`). A Python worker keeps the last
+version of the partitions it processed in memory (:class:`StateCache`),
+handed out only for the exact version (offset and digest) a task asks for.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import posixpath
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -36,14 +40,15 @@ from pyarrow import ipc
 
 from app.contract.offsets import TopicPartition, parse_key
 from app.contract.processor import Processor
-from app.engine.state import PartitionState, SessionState
+from app.engine.state import PartitionState, SessionState, StateVersion
 from app.errors import StateError
 from app.storage import Location, resolve
 
 STATE_DIR = posixpath.join("tablecast", "state")
 MAGIC = b"TABLECAST-STATE-1\n"
 _DIGEST = 32
-_NAME = re.compile(r"^(\d{20})\.state$")
+# "<offset>-<digest>.state"; "<offset>.state" from before digests were recorded.
+_NAME = re.compile(r"^(\d{20})(?:-([0-9a-f]{64}))?\.state$")
 
 _SCHEMA = pa.schema(
     [
@@ -63,6 +68,11 @@ _SCHEMA = pa.schema(
 def state_root(checkpoint_uri: str) -> str:
     """Where a checkpoint's partition states live."""
     return posixpath.join(checkpoint_uri.rstrip("/"), STATE_DIR)
+
+
+def content_digest(data: bytes) -> str:
+    """The digest a version is known by: its payload's SHA-256 (the file's last bytes), hex."""
+    return data[-_DIGEST:].hex()
 
 
 def encode(state: PartitionState[Any], processor: Processor[Any]) -> bytes:
@@ -148,8 +158,9 @@ def owned_sessions(data: bytes, where: str) -> tuple[int, list[str]]:
     return len(table), owned
 
 
-def version_name(offset: int) -> str:
-    return f"{offset:020d}.state"
+def version_name(version: StateVersion) -> str:
+    digest = f"-{version.digest}" if version.digest else ""
+    return f"{version.offset:020d}{digest}.state"
 
 
 class StateStore:
@@ -168,11 +179,11 @@ class StateStore:
     def __getstate__(self) -> dict[str, Any]:
         return {"root_uri": self.root_uri, "_location": None}
 
-    def path(self, tp: TopicPartition, offset: int) -> str:
-        return self.location.child(tp.topic, str(tp.partition), version_name(offset))
+    def path(self, tp: TopicPartition, version: StateVersion) -> str:
+        return self.location.child(tp.topic, str(tp.partition), version_name(version))
 
-    def uri(self, tp: TopicPartition, offset: int) -> str:
-        return posixpath.join(self.root_uri, tp.topic, str(tp.partition), version_name(offset))
+    def uri(self, tp: TopicPartition, version: StateVersion) -> str:
+        return posixpath.join(self.root_uri, tp.topic, str(tp.partition), version_name(version))
 
     def partitions(self) -> list[TopicPartition]:
         """Every topic-partition that has a state directory."""
@@ -186,72 +197,98 @@ class StateStore:
                     found.append(TopicPartition(topic.base_name, int(part.base_name)))
         return sorted(found)
 
-    def versions(self, tp: TopicPartition) -> list[int]:
-        """The versions of ``tp`` present, ascending."""
+    def versions(self, tp: TopicPartition) -> list[StateVersion]:
+        """The versions of ``tp`` present, ascending by offset."""
         location = self.location
         directory = location.child(tp.topic, str(tp.partition))
         names = (info.base_name for info in location.list_dir(directory))
-        return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m is not None)
+        return sorted(
+            StateVersion(int(m.group(1)), m.group(2) or "")
+            for m in map(_NAME.match, names)
+            if m is not None
+        )
 
-    def read(self, tp: TopicPartition, offset: int) -> bytes:
-        path = self.path(tp, offset)
+    def _error(self, tp: TopicPartition, version: StateVersion, what: str) -> StateError:
+        path = self.uri(tp, version)
+        return StateError(
+            f"state of {tp.key()} version {version.offset} ({path}) {what}; restore it, or run "
+            "`tablecast repair` to rebuild the partitions' state from the source",
+            topic=tp.topic, partition=tp.partition, version=version.offset,
+            digest=version.digest, path=path,
+        )  # fmt: skip
+
+    def read(self, tp: TopicPartition, version: StateVersion) -> bytes:
+        """The file of exactly ``version``: present, whole, with the digest it is known by."""
         try:
-            return self.location.read_bytes(path)
+            data = self.location.read_bytes(self.path(tp, version))
         except FileNotFoundError:
-            raise StateError(
-                f"state file {self.uri(tp, offset)} is missing: the checkpoint's state was "
-                "removed or damaged"
-            ) from None
+            raise self._error(tp, version, "is missing") from None
+        try:
+            _payload(data, self.uri(tp, version))
+        except StateError as exc:
+            raise self._error(tp, version, f"is damaged ({exc})") from None
+        if version.digest and content_digest(data) != version.digest:
+            raise self._error(tp, version, "is damaged (its content is not the one recorded)")
+        return data
 
     def load(
-        self, tp: TopicPartition, offset: int, processor: Processor[Any]
+        self, tp: TopicPartition, version: StateVersion, processor: Processor[Any]
     ) -> PartitionState[Any]:
-        return decode(self.read(tp, offset), processor, self.uri(tp, offset))
+        return decode(self.read(tp, version), processor, self.uri(tp, version))
 
-    def save(self, state: PartitionState[Any], processor: Processor[Any]) -> int:
-        """Write ``state`` as its version, whole; returns its size in bytes."""
+    def save(
+        self, state: PartitionState[Any], processor: Processor[Any]
+    ) -> tuple[StateVersion, int]:
+        """Write ``state`` as its version, whole; returns the version and its size in bytes."""
         data = encode(state, processor)
-        self.location.write_bytes_atomic(self.path(state.tp, state.offset), data)
-        return len(data)
+        version = StateVersion(state.offset, content_digest(data))
+        self.location.write_bytes_atomic(self.path(state.tp, version), data)
+        return version, len(data)
 
-    def collect_garbage(self, tp: TopicPartition, keep: int, needed: int) -> list[int]:
-        """Remove versions of ``tp`` older than the ``keep`` newest, never ``needed`` or later."""
-        versions = self.versions(tp)
-        removable = [v for v in versions[:-keep] if v < needed] if keep > 0 else []
-        for offset in removable:
-            self.location.delete_file(self.path(tp, offset))
+    def collect_garbage(
+        self, tp: TopicPartition, keep: Collection[StateVersion]
+    ) -> list[StateVersion]:
+        """Remove every version of ``tp`` but ``keep``: older ones, and those no batch published."""
+        removable = [v for v in self.versions(tp) if v not in keep]
+        for version in removable:
+            self.location.delete_file(self.path(tp, version))
         return removable
 
 
 class StateCache:
     """The last state of a few partitions, kept in a Python worker between tasks.
 
-    A state is handed out only for the exact version it is at, and taken out
-    of the cache while a task works on it: a task that fails leaves nothing
-    half-applied behind.
+    A state is handed out only for the exact version it is at (offset and
+    digest: another pass of the same batch may have saved a different state
+    at the same offset), and taken out of the cache while a task works on
+    it: a task that fails leaves nothing half-applied behind.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._states: OrderedDict[tuple[str, TopicPartition], PartitionState[Any]] = OrderedDict()
+        self._states: OrderedDict[
+            tuple[str, TopicPartition], tuple[StateVersion, PartitionState[Any]]
+        ] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def take(self, root: str, tp: TopicPartition, offset: int) -> PartitionState[Any] | None:
+    def take(
+        self, root: str, tp: TopicPartition, version: StateVersion
+    ) -> PartitionState[Any] | None:
         with self._lock:
-            state = self._states.pop((root, tp), None)
-            if state is not None and state.offset == offset:
+            found = self._states.pop((root, tp), None)
+            if found is not None and found[0] == version and found[1].offset == version.offset:
                 self.hits += 1
-                return state
+                return found[1]
             self.misses += 1
             return None
 
-    def put(self, root: str, state: PartitionState[Any]) -> None:
+    def put(self, root: str, version: StateVersion, state: PartitionState[Any]) -> None:
         if self.capacity <= 0:
             return
         with self._lock:
-            self._states[(root, state.tp)] = state
+            self._states[(root, state.tp)] = (version, state)
             self._states.move_to_end((root, state.tp))
             while len(self._states) > self.capacity:
                 self._states.popitem(last=False)

@@ -6,14 +6,17 @@ with no shuffle. For its partition a task:
 
 1. takes the records of the range, in offset order (it sorts them if a
    source ever gives them otherwise, and refuses records outside the range);
-2. loads the state version the driver named (from the worker's cache when
-   it holds that very version);
+2. loads the state version the driver named, offset and digest (from the
+   worker's cache when it holds that very version), after checking that its
+   records are those an earlier pass of the batch read;
 3. runs the :class:`~app.engine.machine.PartitionMachine` over the records,
    a slice at a time, staging output and quarantine files as they fill;
 4. saves the state at the range's end (not when a strict run found a
    violation: that batch fails), and keeps it in the worker's cache;
 5. returns report rows (:mod:`app.engine.reports`), never output rows: among
-   them its partition's summary, with the records each source tier served.
+   them its partition's summary, with the version it saved, its records'
+   fingerprint and the records each source tier served; violations as a
+   count and a sample (every violating record is in a quarantine file).
 
 Everything a task does depends only on the plan and the records, so a
 retried or speculative attempt stages the same files and saves the same
@@ -22,6 +25,7 @@ state.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,9 +46,9 @@ from app.engine.machine import (
 from app.engine.output import RowColumns, quarantine_table
 from app.engine.reports import PartitionSummary, Reports, StagedFile, to_batch
 from app.engine.segments import Segment, plan_segments
-from app.engine.state import PartitionState
+from app.engine.state import PartitionState, StateVersion
 from app.engine.store import StateCache, StateStore
-from app.errors import TablecastError
+from app.errors import DataLossError, StateError, TablecastError
 from app.sink.writer import QUARANTINE_DIR, stage_table
 from app.sources.records import served_counts
 from app.spark.code import check_code, code_digest
@@ -55,6 +59,8 @@ SLICE = 8192
 # Partitions whose last state a Python worker keeps between tasks.
 CACHE_CAPACITY = int(os.environ.get("TABLECAST_STATE_CACHE_PARTITIONS", "64"))
 _CACHE = StateCache(CACHE_CAPACITY)
+# Violations a task reports one by one; the rest are counted (and quarantined in resync).
+VIOLATION_SAMPLE = 20
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,10 @@ class BatchPlan:
     staging_dir: str  # relative to the output
     start: Mapping[TopicPartition, int]  # a partition absent here is new in this batch
     end: Mapping[TopicPartition, int]
-    versions: Mapping[TopicPartition, int]  # the state version each partition loads
+    versions: Mapping[TopicPartition, StateVersion]  # the state version each partition loads
     foreign: Mapping[TopicPartition, Mapping[str, TopicPartition]] = field(default_factory=dict)
+    # The records' fingerprints of the batch's first pass: a later pass must read the same.
+    records: Mapping[TopicPartition, str] = field(default_factory=dict)
     code_digest: str = field(default_factory=code_digest)  # the driver's code
 
 
@@ -106,6 +114,14 @@ class PartitionTask:
                 f"range {start} to {end - 1}"
             )
 
+        read = records_fingerprint(records)
+        if tp in plan.records and plan.records[tp] != read:
+            raise DataLossError(
+                f"the source gave other records for {tp.key()} offsets {start} to {end - 1} than "
+                "in the micro-batch's first pass: it changed between passes (retention or "
+                "compaction); the batch is redone from the source",
+                topic=tp.topic, partition=tp.partition, offset=start,
+            )  # fmt: skip
         store = StateStore(plan.state_root)
         state, cache = self._load(store, tp, start)
         machine = PartitionMachine(plan.processor, plan.rules, plan.foreign.get(tp))
@@ -120,13 +136,13 @@ class PartitionTask:
             if result.violations and plan.rules.mode is IntegrityMode.STRICT:
                 break
 
-        saved, size = -1, 0
+        saved: StateVersion | None = None
+        size = 0
         if not (result.violations and plan.rules.mode is IntegrityMode.STRICT):
             state.offset = end
-            size = store.save(state, plan.processor)
-            saved = end
-            _CACHE.put(plan.state_root, state)
-        for violation in result.violations:
+            saved, size = store.save(state, plan.processor)
+            _CACHE.put(plan.state_root, saved, state)
+        for violation in result.violations[:VIOLATION_SAMPLE]:
             reports.violation(violation)
         for event in result.trace:
             reports.trace(event)
@@ -134,8 +150,13 @@ class PartitionTask:
             reports.claim(claim)
         for session in result.dropped:
             reports.dropped(session)
-        summary = PartitionSummary(tp, start, saved, result.messages, len(state.sessions),
-                                   size, cache, served_counts(records))  # fmt: skip
+        summary = PartitionSummary(
+            tp=tp, start=start, end=-1 if saved is None else saved.offset,
+            messages=result.messages, sessions=len(state.sessions), state_bytes=size,
+            cache=cache, served=served_counts(records),
+            digest="" if saved is None else saved.digest, records=read,
+            violations=len(result.violations),
+        )  # fmt: skip
         reports.partition(summary)
         return reports.rows
 
@@ -145,11 +166,30 @@ class PartitionTask:
         version = self.plan.versions.get(tp)
         if version is None:
             return PartitionState.empty(tp, start), "new"
+        if version.offset > start:
+            raise StateError(
+                f"state of {tp.key()} version {version.offset} is past the micro-batch's start "
+                f"{start}", topic=tp.topic, partition=tp.partition, version=version.offset,
+                path=store.uri(tp, version),
+            )  # fmt: skip
         cached = _CACHE.take(self.plan.state_root, tp, version)
         state = cached if cached is not None else store.load(tp, version, self.plan.processor)
         # A version older than the start: the partition had no records in between.
         state.offset = start
         return state, "hit" if cached is not None else "miss"
+
+
+def records_fingerprint(records: pa.Table) -> str:
+    """What identifies a range's records cheaply: their offsets, and their keys' and values' sizes.
+
+    Retention and compaction remove offsets, so two reads of a range that
+    differ differ here (Kafka never changes a record in place).
+    """
+    digest = hashlib.sha256(records.column("offset").to_numpy().tobytes())
+    for name in ("key", "value"):
+        sizes = pc.binary_length(records.column(name)).fill_null(-1)
+        digest.update(sizes.to_numpy().tobytes())
+    return digest.hexdigest()
 
 
 def run_segment(

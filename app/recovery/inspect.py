@@ -89,12 +89,12 @@ def read_state(
     views: list[SessionView] = []
     for tp in sorted(end):
         versions = store.versions(tp)
-        at_or_before = [v for v in versions if v <= end[tp]]
+        at_or_before = [v for v in versions if v.offset <= end[tp]]
         if not at_or_before:
             if versions:
                 raise ConfigurationError(
                     f"--at-batch {batch_id}: checkpoint {log.uri} keeps the state of {tp} "
-                    f"from offset {versions[0]} on only (the last few versions)"
+                    f"from offset {versions[0].offset} on only (the last few versions)"
                 )
             continue  # no record of the partition was processed by then
         state = store.load(tp, at_or_before[-1], processor)

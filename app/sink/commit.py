@@ -15,19 +15,24 @@ A micro-batch is committed in these steps (``foreachBatch`` on the driver):
    the batch was published before a crash, before Spark recorded its commit;
    run it (the partitions' state must advance) but publish nothing. The
    head's end different from this start: output and checkpoint disagree; stop.
+   The state versions the tasks load are those the ledger recorded last.
 3. Run the batch's partition tasks (:mod:`app.engine`): each task writes its
    partition's rows under ``_tablecast/staging/<key>/`` (hidden), saves its
-   partition's state at the range's end, and reports files, violations,
-   trace lines and the sessions it claimed; the driver settles rule 6
-   across partitions.
+   partition's state at the range's end (named by offset and digest), and
+   reports files, violations, trace lines and the sessions it claimed; the
+   driver settles rule 6 across partitions (in resync mode over the batch's
+   records persisted once, so that every pass reads the same).
 4. Strict mode with a violation: delete the staging directory and fail;
    nothing of the batch becomes visible.
 5. Write ``pending.json`` listing the files about to appear. If a pending
    list from a crashed attempt of the same batch names files this attempt
-   did not stage, delete those first.
+   did not stage, delete those first; a pending list of another batch that
+   the ledger does not hold names files never ledgered: delete them all.
 6. Publish: move each staged file to its visible name (a rename locally, an
    atomic copy on S3). A redone batch replaces files; it never adds any.
-7. Append the ledger entry with the end offsets.
+7. Append the ledger entry with the end offsets and every partition's
+   last state version (offset and digest): the next batch loads exactly
+   those.
 8. Clear ``pending.json`` and the staging directory; record the batch's
    sessions and remove old state versions. Spark then writes its commit to
    the checkpoint.
@@ -40,8 +45,9 @@ visible file broken or empty.
 
 Each decision is logged: published, recognised as published before, refused
 (output and checkpoint disagree, or a strict violation). For tests,
-``TABLECAST_CRASH_AFTER_STEP=<step>[:<batch>]`` kills the driver with SIGKILL
-right after that step (of that batch, or of any): see :class:`CrashPoint`.
+``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>][:<batch>]`` kills the driver
+with SIGKILL right after that step (of that batch, or of any), or inside
+step 6 after its first ``files`` publishes: see :class:`CrashPoint`.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from typing import Any
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
-from app.engine.driver import EngineDriver
+from app.engine.driver import RETAIN_VERSIONS, EngineDriver, States
 from app.engine.machine import IntegrityMode
 from app.engine.reports import BatchOutcome
 from app.errors import (
@@ -70,13 +76,14 @@ from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, Pending
 from app.spark import worker_errors
 from app.spark.checkpoint import CheckpointLog
-from app.storage import resolve
+from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "TABLECAST_CRASH_AFTER_STEP"
 CRASH_MODE_ENV = "TABLECAST_CRASH_MODE"
 STEPS = 8
+PUBLISH_STEP = 6
 
 
 class CrashMode(enum.Enum):
@@ -99,36 +106,47 @@ class CrashPoint:
     """Where the sink dies on purpose: right after ``step`` of batch ``batch`` (None: any).
 
     Only tests set it, to reach every step of the protocol instead of random
-    moments: ``TABLECAST_CRASH_AFTER_STEP=<step>[:<batch>]`` and
+    moments: ``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>][:<batch>]`` and
     ``TABLECAST_CRASH_MODE=sigkill|raise`` (default ``sigkill``), read once
-    when the sink is made. Unset, as in production, the hook does nothing.
+    when the sink is made. ``files`` (step 6 only) dies inside the step,
+    after that many files were published. Unset, as in production, the hook
+    does nothing.
     """
 
     step: int
     batch: int | None = None
     mode: CrashMode = CrashMode.SIGKILL
+    files: int | None = None  # inside step 6: after this many publishes
 
     @classmethod
     def from_environment(cls) -> CrashPoint | None:
         text = os.environ.get(CRASH_ENV, "").strip()
         if not text:
             return None
-        match = re.fullmatch(r"(\d+)(?::(\d+))?", text)
-        if match is None or not 1 <= int(match.group(1)) <= STEPS:
+        match = re.fullmatch(r"(\d+)(?:\.(\d+))?(?::(\d+))?", text)
+        if (
+            match is None
+            or not 1 <= int(match.group(1)) <= STEPS
+            or (match.group(2) is not None and int(match.group(1)) != PUBLISH_STEP)
+        ):
             raise ConfigurationError(
-                f"{CRASH_ENV}={text!r} must be <step>[:<batch>] with a step from 1 to {STEPS}"
+                f"{CRASH_ENV}={text!r} must be <step>[.<files>][:<batch>] with a step from 1 "
+                f"to {STEPS} (.<files> for step {PUBLISH_STEP} only)"
             )
-        batch = match.group(2)
+        files, batch = match.group(2), match.group(3)
         mode_text = os.environ.get(CRASH_MODE_ENV, CrashMode.SIGKILL.value).strip()
         try:
             mode = CrashMode(mode_text)
         except ValueError:
             known = "|".join(m.value for m in CrashMode)
             raise ConfigurationError(f"{CRASH_MODE_ENV}={mode_text!r} must be {known}") from None
-        return cls(int(match.group(1)), None if batch is None else int(batch), mode)
+        return cls(
+            int(match.group(1)), None if batch is None else int(batch), mode,
+            None if files is None else int(files),
+        )  # fmt: skip
 
-    def reached(self, step: int, batch_id: int) -> bool:
-        return step == self.step and self.batch in (None, batch_id)
+    def reached(self, step: int, batch_id: int, files: int | None = None) -> bool:
+        return step == self.step and self.batch in (None, batch_id) and files == self.files
 
 
 @dataclass(frozen=True)
@@ -173,12 +191,13 @@ class ExactlyOnceSink:
             self.failure = exc
             raise
 
-    def _step_done(self, step: int, batch_id: int) -> None:
+    def _step_done(self, step: int, batch_id: int, files: int | None = None) -> None:
         """The crash hook: die like a SIGKILL of the job, without any cleanup."""
-        if self.crash_after is not None and self.crash_after.reached(step, batch_id):
+        if self.crash_after is not None and self.crash_after.reached(step, batch_id, files):
+            where = f"{step}" if files is None else f"{step}.{files}"
             if self.crash_after.mode is CrashMode.RAISE:
-                raise SimulatedCrash(f"{CRASH_ENV}: crashed after step {step} of batch {batch_id}")
-            log.warning("%s: killing the driver after step %d of batch %d", CRASH_ENV, step,
+                raise SimulatedCrash(f"{CRASH_ENV}: crashed after step {where} of batch {batch_id}")
+            log.warning("%s: killing the driver after step %s of batch %d", CRASH_ENV, where,
                         batch_id)  # fmt: skip
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -209,8 +228,7 @@ class ExactlyOnceSink:
             raise OutputStateError(
                 message, output=self.output_uri, checkpoint=self.checkpoint.uri, batch=batch_id
             )
-        published_before = head is not None and head.kind is ledger_mod.BATCH
-        self.engine.prepare(start, published_before=published_before)
+        self.engine.prepare(start, *_recorded_states(ledger, head, already_published))
         self._step_done(2, batch_id)
 
         # Step 3
@@ -221,10 +239,17 @@ class ExactlyOnceSink:
             location.delete_dir(location.child(staging))
 
         clear_staging()
-        outcome = self.engine.run_batch(
-            lambda task, ddl: frame.mapInArrow(task, ddl).collect(),
-            start, end, staging, clear_staging,
-        )  # fmt: skip
+        # Resync mode may run the tasks more than once (rule 6): every pass must read the
+        # same records, not the source again (retention or compaction in between).
+        source = frame.persist() if self.mode is IntegrityMode.RESYNC else frame
+        try:
+            outcome = self.engine.run_batch(
+                lambda task, ddl: source.mapInArrow(task, ddl).collect(),
+                start, end, staging, clear_staging,
+            )  # fmt: skip
+        finally:
+            if source is not frame:
+                source.unpersist()
         files = [f.path for f in outcome.files]
         self._step_done(3, batch_id)
 
@@ -243,7 +268,8 @@ class ExactlyOnceSink:
             if previous is not None and previous.end_key == key:
                 # A crash after step 7: every file it lists was published by step 6.
                 ledger.clear_pending()
-            self.engine.committed(outcome, end)
+            recorded = head.states if head.states is not None else self.engine.states_after(outcome)
+            self.engine.committed(outcome, recorded)
             log.info("batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
                      "a restart, not publishing again", batch_id, offsets_mod.describe(end),
                      head.number, head.batch_id)  # fmt: skip
@@ -258,17 +284,23 @@ class ExactlyOnceSink:
                 location.delete_file(location.child(relative))
             log.info("batch %d: a crashed attempt's pending list found; %d of its files "
                      "not staged again were deleted", batch_id, len(stale))  # fmt: skip
+        elif previous is not None and (
+            head is None or previous.end_key != offsets_mod.fingerprint(head.end)
+        ):
+            retire_unledgered(location, previous, keep=set(files))
         ledger.set_pending(Pending(key, tuple(files)))
         self._step_done(5, batch_id)
 
         # Step 6
-        for relative in files:
+        for done, relative in enumerate(files, start=1):
             location.move(location.child(staging, relative), location.child(relative))
+            self._step_done(PUBLISH_STEP, batch_id, files=done)
         self._step_done(6, batch_id)
 
         # Step 7
         number = 0 if head is None else head.number + 1
         begins = _range_starts(start, end, outcome)
+        states = self.engine.states_after(outcome)
         ledger.append(
             LedgerEntry(
                 number=number,
@@ -280,6 +312,7 @@ class ExactlyOnceSink:
                 checkpoint_id=self.checkpoint.query_id(),
                 batch_id=batch_id,
                 start=begins,
+                states=states,
             )
         )
         self._step_done(7, batch_id)
@@ -287,7 +320,7 @@ class ExactlyOnceSink:
         # Step 8
         ledger.clear_pending()
         clear_staging()
-        self.engine.committed(outcome, end)
+        self.engine.committed(outcome, states)
         log.info("batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
                  batch_id, number, len(files), outcome.rows, offsets_mod.describe(begins),
                  offsets_mod.describe(end))  # fmt: skip
@@ -314,12 +347,55 @@ class ExactlyOnceSink:
             rows=outcome.rows if published else 0,
             quarantined=outcome.quarantined if published else 0,
             bytes=outcome.bytes if published else 0,
-            violations=len(outcome.violations),
+            violations=outcome.violation_count,
             trace=trace,
             state_bytes=sum(self.engine.state_bytes.values()),
             sessions=sum(self.engine.sessions.values()),
             served=outcome.served,
         )
+
+
+def retire_unledgered(location: Location, pending: Pending, keep: set[str]) -> list[str]:
+    """Delete the files of a pending list that no ledger entry holds (but ``keep``).
+
+    Step 6 made them visible and the batch never reached step 7: the offsets
+    they cover are published again by whichever batch covers them next, so
+    left in place they would be there twice. Returns what it deleted.
+    """
+    retired = [f for f in pending.files if f not in keep and location.exists(location.child(f))]
+    for relative in retired:
+        location.delete_file(location.child(relative))
+    if retired:
+        shown = ", ".join(retired[:5]) + (" ..." if len(retired) > 5 else "")
+        log.warning("retired %d visible files that no ledger entry holds (published by a batch "
+                    "that never completed, pending list %s): %s", len(retired), pending.end_key,
+                    shown)  # fmt: skip
+    return retired
+
+
+def _recorded_states(
+    ledger: Ledger, head: LedgerEntry | None, already_published: bool
+) -> tuple[States | None, list[States]]:
+    """The state versions a batch starts from, as the ledger records them, and the last few before.
+
+    The head's, unless the batch is the head (published before a crash):
+    then the entry's before it. After a repair (or on a new output) no
+    version: every partition starts anew. ``None``: a ledger from before
+    versions were recorded (the driver takes the newest version present).
+    """
+    at = head
+    if head is not None and already_published:
+        at = ledger.read(head.number - 1) if head.number > 0 else None
+    if at is None or at.kind is not ledger_mod.BATCH:
+        return {}, []
+    history: list[States] = []
+    for number in range(max(0, at.number - RETAIN_VERSIONS + 1), at.number):
+        entry = ledger.read(number)
+        if entry.kind is not ledger_mod.BATCH:
+            history = []
+        elif entry.states is not None:
+            history.append(entry.states)
+    return at.states, history
 
 
 def _range_starts(start: Offsets, end: Offsets, outcome: BatchOutcome) -> Offsets:

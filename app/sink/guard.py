@@ -5,6 +5,12 @@ make Spark re-read from the earliest offsets (duplicates) or skip offsets
 (loss). Instead the job refuses to start, names the checkpoint and says what
 to run. The only fresh checkpoint accepted beside a non-empty output is one
 that ``tablecast repair`` prepared.
+
+Files a crashed batch made visible before its ledger entry (commit step 6)
+are found first, by the pending list it wrote at step 5, and retired unless
+the checkpoint is about to redo that very batch (whose step 5 deals with
+them); a fresh checkpoint beside an output whose ledger is empty must find
+no visible file at all, or the start is refused naming them.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
-from app.sink.ledger import Ledger
+from app.sink.commit import retire_unledgered
+from app.sink.ledger import Ledger, LedgerEntry
+from app.sink.writer import visible_files
 from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
 
@@ -37,6 +45,7 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
     # Files staged by a run that died are never published; a redo stages anew.
     location.delete_dir(location.child(ledger_mod.STAGING_DIR))
     head = ledger.head()
+    _retire_pending(ledger, head, checkpoint)
     adopt = ledger.adopted_sessions()
     repair_hint = (
         f"run `tablecast repair --output {output_uri} --checkpoint {checkpoint.uri} "
@@ -45,6 +54,17 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
 
     if checkpoint.is_fresh():
         if head is None:
+            unledgered = visible_files(location)
+            if unledgered:
+                shown = ", ".join(unledgered[:3]) + (" ..." if len(unledgered) > 3 else "")
+                raise _refused(
+                    f"output {output_uri} holds {len(unledgered)} data files that no ledger "
+                    f"entry covers ({shown}) beside the new checkpoint {checkpoint.uri}: a run "
+                    "from the earliest offsets would publish their rows again; delete them (or "
+                    "give a new --output) and run again",
+                    output_uri,
+                    checkpoint.uri,
+                )
             log.info("start: checkpoint %s and output %s are both new; reading from the "
                      "earliest offsets", checkpoint.uri, output_uri)  # fmt: skip
             return StartPlan(None, adopt)
@@ -104,6 +124,21 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
         output_uri,
         checkpoint.uri,
     )
+
+
+def _retire_pending(ledger: Ledger, head: LedgerEntry | None, checkpoint: CheckpointLog) -> None:
+    """Retire the files of a pending list no ledger entry holds, unless a redo will publish it."""
+    pending = ledger.pending()
+    if pending is None:
+        return
+    if head is not None and pending.end_key == offsets_mod.fingerprint(head.end):
+        return  # a crash after step 7: its files are ledgered; the recognised redo clears it
+    planned = None if checkpoint.is_fresh() else checkpoint.last_planned()
+    planned_end = checkpoint.offsets(planned) if planned is not None else None
+    if planned_end is not None and pending.end_key == offsets_mod.fingerprint(planned_end):
+        return  # the checkpoint redoes that batch: its step 5 settles the list
+    retire_unledgered(ledger.location, pending, keep=set())
+    ledger.clear_pending()
 
 
 def _from_repair(end: Offsets, adopt: dict[str, int], checkpoint_uri: str) -> StartPlan:

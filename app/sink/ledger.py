@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 
 from app.contract import offsets as offsets_mod
-from app.contract.offsets import Offsets, TopicPartition
+from app.contract.offsets import Offsets, TopicPartition, parse_key
+from app.engine.state import StateVersion
 from app.spark.code import JobVersion, job_version
 from app.storage import Location
 
@@ -56,6 +57,9 @@ class LedgerEntry:
     # Where each partition's range of a batch began ({} in older entries: the
     # previous entry's end). Ranges [start, end) are what the entry published.
     start: Offsets = field(default_factory=dict)
+    # Each partition's last saved state version after this batch entry, the
+    # only one the next batch may load (None in entries older than the field).
+    states: dict[TopicPartition, StateVersion] | None = None
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -79,6 +83,10 @@ class LedgerEntry:
                 "version": self.job.version, "commit": self.job.commit, "code": self.job.code,
             },
             "start": offsets_mod.to_archive_json(self.start),
+            "states": None if self.states is None else {
+                tp.key(): {"offset": v.offset, "digest": v.digest}
+                for tp, v in sorted(self.states.items())
+            },
         }  # fmt: skip
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -98,7 +106,11 @@ class LedgerEntry:
             written_at=doc["written_at"],
             job=None if doc.get("job") is None else JobVersion(**doc["job"]),
             start=offsets_mod.from_json(doc.get("start") or {}),
-        )
+            states=None if doc.get("states") is None else {
+                parse_key(key): StateVersion(int(v["offset"]), str(v["digest"]))
+                for key, v in doc["states"].items()
+            },
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

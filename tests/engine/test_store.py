@@ -8,7 +8,7 @@ import pytest
 
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Table, TableProcessor
-from app.engine.state import PartitionState, SessionState
+from app.engine.state import PartitionState, SessionState, StateVersion
 from app.engine.store import MAGIC, StateCache, StateStore, decode, encode, owned_sessions
 from app.errors import StateError
 
@@ -52,30 +52,69 @@ def test_only_established_sessions_count_as_owned() -> None:
     assert (held, sorted(owned)) == (4, ["closed", "open"])
 
 
-def test_versions_are_saved_whole_listed_and_old_ones_removed(tmp_path: Path) -> None:
+def test_versions_are_saved_whole_named_by_offset_and_digest(tmp_path: Path) -> None:
     store = StateStore(str(tmp_path / "state"))
-    for offset in (100, 200, 300, 400, 500):
-        assert store.save(a_state(offset), PROCESSOR) > len(MAGIC)
+    saved = [store.save(a_state(offset), PROCESSOR) for offset in (100, 200, 300)]
+    assert all(size > len(MAGIC) for _, size in saved)
+    versions = [v for v, _ in saved]
     assert store.partitions() == [TP]
-    assert store.versions(TP) == [100, 200, 300, 400, 500]
+    assert store.versions(TP) == versions
+    assert [v.offset for v in versions] == [100, 200, 300] and len(versions[0].digest) == 64
     assert not [p for p in (tmp_path / "state").rglob("*") if p.name.startswith(".")]
-    assert store.load(TP, 300, PROCESSOR) == a_state(300)
-    # Keep the 2 newest, and never one the next batch needs.
-    assert store.collect_garbage(TP, keep=2, needed=300) == [100, 200]
-    assert store.versions(TP) == [300, 400, 500]
-    with pytest.raises(StateError, match=r"state file .*00000000000000000100\.state is missing"):
-        store.load(TP, 100, PROCESSOR)
+    assert store.load(TP, versions[1], PROCESSOR) == a_state(200)
+    name = tmp_path / "state" / "sensor-1" / "3" / f"{200:020d}-{versions[1].digest}.state"
+    assert name.is_file()
+
+
+def test_another_attempt_at_the_same_offset_never_replaces_the_recorded_version(
+    tmp_path: Path,
+) -> None:
+    store = StateStore(str(tmp_path / "state"))
+    recorded, _ = store.save(a_state(200), PROCESSOR)
+    other = a_state(200)
+    del other.sessions["open"]  # an earlier resync pass, or a zombie task, computed otherwise
+    stale, _ = store.save(other, PROCESSOR)
+    assert stale.offset == recorded.offset and stale.digest != recorded.digest
+    assert store.versions(TP) == sorted([recorded, stale])
+    assert store.load(TP, recorded, PROCESSOR) == a_state(200)
+
+
+def test_a_missing_or_damaged_version_is_a_state_error_naming_it(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path / "state"))
+    version, _ = store.save(a_state(200), PROCESSOR)
+    path = tmp_path / "state" / "sensor-1" / "3" / f"{200:020d}-{version.digest}.state"
+    swapped = StateVersion(200, "0" * 64)  # a file with other content under the recorded name
+    path.rename(path.with_name(f"{200:020d}-{swapped.digest}.state"))
+    with pytest.raises(StateError, match=r"sensor-1:3 version 200 .* is damaged") as damaged:
+        store.read(TP, swapped)
+    assert damaged.value.facts["version"] == 200 and damaged.value.facts["partition"] == 3
+    with pytest.raises(StateError, match=r"sensor-1:3 version 200 .* is missing") as missing:
+        store.read(TP, version)
+    assert missing.value.facts["path"] == str(path) and missing.value.exit_code == 6
+
+
+def test_garbage_collection_keeps_exactly_the_published_versions(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path / "state"))
+    published = [store.save(a_state(offset), PROCESSOR)[0] for offset in (100, 200, 300)]
+    unpublished_newer, _ = store.save(a_state(400), PROCESSOR)  # a batch that never published
+    unpublished_same = store.save(PartitionState(TP, 300), PROCESSOR)[0]  # a losing pass
+    removed = store.collect_garbage(TP, keep=published[1:])
+    assert sorted(removed) == sorted([published[0], unpublished_newer, unpublished_same])
+    assert store.versions(TP) == published[1:]
 
 
 def test_the_cache_hands_out_only_the_exact_version_and_only_once() -> None:
     cache = StateCache(capacity=2)
-    cache.put("root", a_state(200))
-    assert cache.take("root", TP, 100) is None  # another version: not this one
-    assert cache.take("root", TP, 200) is None  # ... and a miss takes it out
-    cache.put("root", a_state(200))
-    assert cache.take("root", TP, 200) == a_state(200)
-    assert cache.take("root", TP, 200) is None  # a task owns it now
+    version = StateVersion(200, "a" * 64)
+    cache.put("root", version, a_state(200))
+    assert cache.take("root", TP, StateVersion(100, "a" * 64)) is None  # another offset
+    assert cache.take("root", TP, version) is None  # ... and a miss takes it out
+    cache.put("root", version, a_state(200))
+    assert cache.take("root", TP, StateVersion(200, "b" * 64)) is None  # same offset, other pass
+    cache.put("root", version, a_state(200))
+    assert cache.take("root", TP, version) == a_state(200)
+    assert cache.take("root", TP, version) is None  # a task owns it now
     for partition in range(3):
-        cache.put("root", PartitionState(TopicPartition("t", partition), 1))
+        cache.put("root", version, PartitionState(TopicPartition("t", partition), 1))
     assert [tp.partition for _, tp in cache] == [1, 2]  # the least recent went first
-    assert (cache.hits, cache.misses) == (1, 3)
+    assert (cache.hits, cache.misses) == (1, 4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +15,8 @@ from app.contract.processor import TableProcessor
 from app.engine import task as task_mod
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.reports import BatchOutcome
-from app.engine.store import StateStore
+from app.engine.state import StateVersion
+from app.engine.store import StateCache, StateStore
 from app.engine.task import BatchPlan, PartitionTask
 from app.errors import TablecastError
 from app.sources import archive
@@ -45,7 +47,7 @@ def records(uri: str, start: int, end: int) -> list[pa.RecordBatch]:
 
 
 def plan(
-    tmp_path: Path, start: int | None, end: int, version: int | None, **kw: object
+    tmp_path: Path, start: int | None, end: int, version: StateVersion | None, **kw: object
 ) -> BatchPlan:
     return BatchPlan(
         processor=TableProcessor(),
@@ -74,6 +76,12 @@ def digests(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
 
 
+def saved(outcome: BatchOutcome) -> StateVersion:
+    version = outcome.partitions[TP].version
+    assert version is not None
+    return version
+
+
 def test_two_ranges_produce_the_expected_rows_and_state(
     tmp_path: Path, capture: tuple[str, int]
 ) -> None:
@@ -81,25 +89,34 @@ def test_two_ranges_produce_the_expected_rows_and_state(
     middle = last // 2
     first = run(plan(tmp_path, None, middle, None), records(uri, 0, middle))
     assert first.partitions[TP].end == middle and first.partitions[TP].cache == "new"
-    assert StateStore(str(tmp_path / "ckpt" / "state")).versions(TP) == [middle]
+    assert StateStore(str(tmp_path / "ckpt" / "state")).versions(TP) == [saved(first)]
     names = {f.path.rsplit("/", 1)[-1] for f in first.files}
     assert names == {f"part-sensor-0-0-{0:020d}-{middle:020d}-000.parquet"}
-    second = run(plan(tmp_path, middle, last, middle), records(uri, middle, last))
+    second = run(plan(tmp_path, middle, last, saved(first)), records(uri, middle, last))
     assert second.violations == [] and second.partitions[TP].end == last
     order = [("offset", "ascending"), ("row_id", "ascending"), ("deleted", "ascending")]
     expected = expected_output(uri, "^sensor-.+").rows
     assert staged_rows(tmp_path).sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
 
 
-def test_a_redone_range_stages_identical_files_and_state(
-    tmp_path: Path, capture: tuple[str, int]
+def clear_staging(tmp_path: Path) -> None:
+    shutil.rmtree(tmp_path / "out" / "_tablecast" / "staging", ignore_errors=True)
+
+
+def test_a_redone_range_stages_identical_files_and_state_on_a_cold_worker(
+    tmp_path: Path, capture: tuple[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uri, last = capture
-    p = plan(tmp_path, None, last, None)
-    run(p, records(uri, 0, last))
+    first = run(plan(tmp_path, None, 60, None), records(uri, 0, 60))
+    p = plan(tmp_path, 60, last, saved(first))  # the redone range loads a version
+    clear_staging(tmp_path)
+    done = run(p, records(uri, 60, last))
+    assert done.partitions[TP].cache == "hit" and done.files  # this worker had it
     before = digests(tmp_path)
-    task_mod._CACHE.take(p.state_root, TP, last)  # another worker: nothing cached
-    run(p, records(uri, 0, last))
+    clear_staging(tmp_path)  # the redo must stage every file again
+    monkeypatch.setattr(task_mod, "_CACHE", StateCache(8))  # another worker: nothing cached
+    redone = run(p, records(uri, 60, last))
+    assert redone.partitions[TP].cache == "miss" and saved(redone) == saved(done)
     assert digests(tmp_path) == before
 
 
@@ -107,12 +124,12 @@ def test_the_next_range_takes_the_state_from_the_workers_cache(
     tmp_path: Path, capture: tuple[str, int]
 ) -> None:
     uri, last = capture
-    run(plan(tmp_path, None, 60, None), records(uri, 0, 60))
-    again = run(plan(tmp_path, 60, last, 60), records(uri, 60, last))
+    first = run(plan(tmp_path, None, 60, None), records(uri, 0, 60))
+    again = run(plan(tmp_path, 60, last, saved(first)), records(uri, 60, last))
     assert again.partitions[TP].cache == "hit"
     # The cache gave up its state to the task: a retry of the same range loads the file.
-    retry = run(plan(tmp_path, 60, last, 60), records(uri, 60, last))
-    assert retry.partitions[TP].cache == "miss"
+    retry = run(plan(tmp_path, 60, last, saved(first)), records(uri, 60, last))
+    assert retry.partitions[TP].cache == "miss" and saved(retry) == saved(again)
 
 
 def test_records_out_of_offset_order_are_put_in_order(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ import pytest
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink.commit import CRASH_ENV, CRASH_MODE_ENV, STEPS, CrashMode, CrashPoint
 from app.sink.ledger import Ledger
@@ -87,8 +88,10 @@ def _crash_in_process(
     assert f"crashed after step {step} of batch {CRASH_BATCH}" in str(failure.value)
 
 
-def _crash_by_sigkill(archive: Path, output: Path, checkpoint: Path, step: int) -> None:
-    """``tablecast run`` until it kills itself after ``step`` of batch ``CRASH_BATCH``."""
+def _cli_run(archive: Path, output: Path, checkpoint: Path,
+             crash: str | None = None) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+    """A real ``tablecast run`` (its own JVM and Python workers: a cold start)."""
+    env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, CRASH_MODE_ENV)}
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "run", "--archive", str(archive), "--output", str(output),
          "--checkpoint", str(checkpoint), "--trigger", "available-now",
@@ -96,14 +99,20 @@ def _crash_by_sigkill(archive: Path, output: Path, checkpoint: Path, step: int) 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # the driver, its JVM and Python workers: one process group
-        env={**os.environ, CRASH_ENV: f"{step}:{CRASH_BATCH}"},
+        env=env if crash is None else {**env, CRASH_ENV: crash},
     )  # fmt: skip
     try:
         _, stderr = process.communicate(timeout=300)
     finally:
         _reap_group(process.pid)
-    assert process.returncode == -signal.SIGKILL, stderr.decode()[-3000:]
-    assert f"after step {step} of batch {CRASH_BATCH}" in stderr.decode()
+    return subprocess.CompletedProcess(process.args, process.returncode, b"", stderr)
+
+
+def _crash_by_sigkill(archive: Path, output: Path, checkpoint: Path, step: int | str) -> None:
+    """``tablecast run`` until it kills itself after ``step`` of batch ``CRASH_BATCH``."""
+    done = _cli_run(archive, output, checkpoint, crash=f"{step}:{CRASH_BATCH}")
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-3000:]
+    assert f"after step {step} of batch {CRASH_BATCH}" in done.stderr.decode()
 
 
 def _reap_group(group: int) -> None:
@@ -221,7 +230,56 @@ def test_the_crash_point_is_read_from_the_environment(monkeypatch: pytest.Monkey
     with pytest.raises(ConfigurationError, match=CRASH_MODE_ENV):
         CrashPoint.from_environment()
     monkeypatch.delenv(CRASH_MODE_ENV)
-    for bad in ("0", "9", "x", "3:", "3:-1", "3:1:2"):
+    monkeypatch.setenv(CRASH_ENV, "6.2:1")  # inside step 6: after its second publish
+    point = CrashPoint.from_environment()
+    assert point == CrashPoint(6, 1, CrashMode.SIGKILL, files=2)
+    assert point.reached(6, 1, files=2) and not point.reached(6, 1) and not point.reached(6, 1, 1)
+    for bad in ("0", "9", "x", "3:", "3:-1", "3:1:2", "3.1", "6.", "6.1.2"):
         monkeypatch.setenv(CRASH_ENV, bad)
         with pytest.raises(ConfigurationError, match=CRASH_ENV):
             CrashPoint.from_environment()
+
+
+@pytest.mark.spark
+def test_a_sigkill_between_two_publishes_of_step_6_resumes_exactly_in_a_new_process(
+    archive: Path, tmp_path: Path
+) -> None:
+    """Inside step 6: one file of batch 1 visible, the others not; the resume is cold."""
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    _crash_by_sigkill(archive, output, checkpoint, "6.1")
+    pending = Ledger(resolve(str(output))).pending()
+    assert pending is not None and len(pending.files) > 1
+    published = [f for f in pending.files if (output / f).exists()]
+    assert len(published) == 1, published
+    done = _cli_run(archive, output, checkpoint)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert_exact(archive, output)
+    _assert_ledger_consistent(archive, output)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("step", range(1, STEPS + 1))
+def test_a_checkpoint_lost_after_each_step_of_the_first_batch(
+    step: int, archive: Path, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint goes after a crash in batch 0; the next run cuts its batches otherwise.
+
+    Before the ledger holds the batch (steps 1 to 6), the restart starts from the
+    earliest offsets: files the crashed batch made visible are retired before it
+    publishes. After it (7, 8), the start is refused and names `tablecast repair`.
+    """
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    with monkeypatch.context() as env:
+        env.setenv(CRASH_ENV, f"{step}:0")
+        env.setenv(CRASH_MODE_ENV, CrashMode.RAISE.value)
+        with pytest.raises(Exception, match=f"crashed after step {step} of batch 0"):
+            run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    shutil.rmtree(checkpoint)
+    if step >= 7:
+        with pytest.raises(OutputStateError, match="tablecast repair"):
+            run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS + 17)
+        return
+    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS + 17)
+    assert_exact(archive, output)
+    entries = Ledger(resolve(str(output))).entries()
+    assert set(f for e in entries for f in e.files) == _visible_files(output)

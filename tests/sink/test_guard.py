@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
@@ -194,3 +195,59 @@ def test_files_staged_by_a_run_that_died_are_removed(
     staged.write_bytes(b"PAR1")
     _check(spark, output, tmp_path / "ckpt", caplog)
     assert not (output / ledger_mod.STAGING_DIR).exists()
+
+
+def _published(output: Path, relative: str) -> Path:
+    path = output / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"PAR1")
+    return path
+
+
+def test_visible_files_no_ledger_entry_covers_are_refused(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    _published(
+        output,
+        "date=2026-01-01/part-sensor-a-0-00000000000000000000-00000000000000000010-000.parquet",
+    )
+    message = _refused(spark, output, tmp_path / "ckpt", caplog)
+    assert "holds 1 data files that no ledger entry covers" in message
+    assert "date=2026-01-01/part-sensor-a-0-" in message and "delete them" in message
+
+
+def test_files_a_crashed_batch_published_without_a_ledger_entry_are_retired(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Step 6 of batch 0, then the checkpoint was lost: its visible files go before a run."""
+    output = tmp_path / "out"
+    name = f"date=2026-01-01/part-sensor-a-0-{0:020d}-{10:020d}-000.parquet"
+    files = (name, f"_quarantine/{name}")
+    for relative in files:
+        _published(output, relative)
+    ledger = Ledger(resolve(str(output)))
+    ledger.set_pending(ledger_mod.Pending(offsets_mod.fingerprint({A: 10}), files))
+    plan, _ = _check(spark, output, tmp_path / "ckpt", caplog)
+    assert plan == StartPlan(None, {})
+    assert not any((output / f).exists() for f in files) and ledger.pending() is None
+
+
+def test_a_pending_list_the_checkpoint_redoes_is_left_to_its_batch(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out"
+    _ledger(output, _batch(0, {A: 10}))
+    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=0)
+    relative = (
+        "date=2026-01-01/part-sensor-a-0-00000000000000000010-00000000000000000020-000.parquet"
+    )
+    visible = _published(output, relative)
+    ledger = Ledger(resolve(str(output)))
+    ledger.set_pending(ledger_mod.Pending(offsets_mod.fingerprint({A: 20}), (relative,)))
+    _check(spark, output, tmp_path / "ckpt", caplog)
+    assert visible.exists() and ledger.pending() is not None  # step 5 of the redo settles it
+    # Another batch's list (the checkpoint will not redo it) names files no entry holds.
+    ledger.set_pending(ledger_mod.Pending(offsets_mod.fingerprint({A: 25}), (relative,)))
+    _check(spark, output, tmp_path / "ckpt", caplog)
+    assert not visible.exists() and ledger.pending() is None

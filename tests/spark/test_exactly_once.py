@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.errors import OutputStateError
+from app.sink.commit import CRASH_ENV
 from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import CaptureSpec
@@ -154,3 +156,26 @@ def test_a_swapped_checkpoint_is_refused(spark: Any, tmp_path: Path) -> None:
     run_job(spark, tmp_path / "archive", tmp_path / "out-b", tmp_path / "ckpt-b")
     with pytest.raises(OutputStateError, match="is not the one that wrote output"):
         run_job(spark, tmp_path / "archive", tmp_path / "out-a", tmp_path / "ckpt-b")
+
+
+def test_on_s3_a_checkpoint_lost_after_the_first_batchs_publish_leaves_no_duplicate(
+    s3: dict[str, str], tmp_path: Path
+) -> None:
+    """Commit step 6 of batch 0 (SIGKILL), then the checkpoint is lost: copies retired on S3."""
+    archive, output, checkpoint = tmp_path / "archive", "s3://lake/out", tmp_path / "ckpt"
+    write_capture(archive, CaptureSpec(topics=1, partitions=2, sessions=4, updates=20, seed=6))
+    args = ["run", "--archive", str(archive), "--output", output, "--checkpoint", str(checkpoint),
+            "--trigger", "available-now", "--max-offsets-per-trigger"]  # fmt: skip
+    crashed = _cli(*args, "30", env={**s3, CRASH_ENV: "6:0"})
+    try:
+        _, stderr = crashed.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+            _kill_group(crashed)
+    assert crashed.returncode == -signal.SIGKILL, stderr.decode()[-3000:]
+    assert verify.read_output(output).num_rows > 0  # batch 0's files are visible
+    shutil.rmtree(checkpoint)
+    again = _cli(*args, "47", env=s3)
+    _, stderr = again.communicate(timeout=300)
+    assert again.returncode == 0, stderr.decode()[-3000:]
+    assert_exact(archive, output)
