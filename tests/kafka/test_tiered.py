@@ -210,7 +210,8 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     archive.write_file(resolve(str(tmp_path)), only, 0, 3, stand_in(only, 0, 3))
     stored.expire({tp: 30})
     kafka = KafkaBackend(stored.endpoint, "^tt1-.+", timeout_s=10)
-    assert kafka.bounds() == {tp: Bounds(30, 60)}  # Kafka lost offsets 0 to 29
+    held = {t: Bounds(b.earliest, b.latest) for t, b in kafka.bounds().items()}
+    assert held == {tp: Bounds(30, 60)}  # Kafka lost offsets 0 to 29
     backend = TieredBackend(kafka, ArchiveBackend(str(tmp_path), "^tt1-.+"))
     assert backend.description == f"Kafka at {stored.endpoint.bootstrap_servers} and the " \
                                   f"archive {tmp_path}"  # fmt: skip
@@ -230,8 +231,23 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     # The streaming reader starts at the archive's earliest offsets and reads to Kafka's latest.
     stream = OffsetStreamReader(backend, max_offsets=0, starting={})
     start = stream.initialOffset()
-    assert start == {"tt1-a:0": 0, "tt1-old:0": 0}
-    assert stream.latestOffset(start, ReadAllAvailable()) == {"tt1-a:0": 60, "tt1-old:0": 3}
+    identity = kafka.bounds()[tp].identity
+    assert start == {"tt1-a:0": 0, "tt1-old:0": 0, "@topic-ids": {"tt1-a": identity}}
+    end = stream.latestOffset(start, ReadAllAvailable())
+    assert end == {"tt1-a:0": 60, "tt1-old:0": 3, "@topic-ids": {"tt1-a": identity}}
+
+    # The archive's files are the topic's by its identity: Kafka's, the archive's own for a
+    # topic Kafka no longer has. Files of another identity serve none of its offsets.
+    archive.write_identity(resolve(str(tmp_path)), "tt1-a", identity)
+    archive.write_identity(resolve(str(tmp_path)), "tt1-old", "old-id")
+    assert stream.latestOffset(start, ReadAllAvailable()) == {
+        "tt1-a:0": 60, "tt1-old:0": 3, "@topic-ids": {"tt1-a": identity, "tt1-old": "old-id"},
+    }  # fmt: skip
+    archive.write_identity(resolve(str(tmp_path)), "tt1-a", "another-topics-id")
+    assert backend.bounds()[tp].earliest == 30
+    with pytest.raises(DataLossError, match="tt1-a partition 0 must continue at offset 0"):
+        stream.latestOffset(start, ReadAllAvailable())
+    archive.write_identity(resolve(str(tmp_path)), "tt1-a", identity)
 
     # The options of `tablecast run --bootstrap-servers ... --archive ...` rebuild it.
     options = common_options("^tt1-.+", 0, None) | tiered_options(stored.endpoint,
@@ -250,7 +266,8 @@ def test_only_offsets_that_neither_tier_holds_are_data_loss(
     backend = TieredBackend(KafkaBackend(stored.endpoint, "^tt2-.+", timeout_s=10),
                             ArchiveBackend(str(tmp_path), "^tt2-.+"))  # fmt: skip
     stream = OffsetStreamReader(backend, max_offsets=0, starting={})
-    assert stream.initialOffset() == {"tt2-a:0": 40}  # nothing reaches Kafka: from its earliest
+    # Nothing reaches Kafka: from its earliest.
+    assert stream.initialOffset()["tt2-a:0"] == 40
     where = backend.description
     with pytest.raises(DataLossError) as lost:
         stream.latestOffset({"tt2-a:0": 25}, ReadAllAvailable())
@@ -262,7 +279,7 @@ def test_only_offsets_that_neither_tier_holds_are_data_loss(
 
     # Archived up to Kafka's earliest: the hole before is loss only for a run from before it.
     archive.write_file(resolve(str(tmp_path)), tp, 30, 40, stand_in(tp, 30, 40))
-    assert stream.latestOffset({"tt2-a:0": 20}, ReadAllAvailable()) == {"tt2-a:0": 50}
+    assert stream.latestOffset({"tt2-a:0": 20}, ReadAllAvailable())["tt2-a:0"] == 50
     with pytest.raises(DataLossError, match="offsets 10 to 19 are in neither"):
         stream.latestOffset({"tt2-a:0": 5}, ReadAllAvailable())
     assert read(backend.reader(tp, 20, 50)).column("offset").to_pylist() == list(range(20, 50))
