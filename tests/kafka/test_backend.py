@@ -16,7 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.contract.offsets import TopicPartition
@@ -422,3 +423,80 @@ def test_a_topic_deleted_after_it_was_read_to_its_end_leaves_without_data_loss(
     delete_topics(broker, ["kb23-c"])
     with pytest.raises(DataLossError, match="topic kb23-c partition 0 is gone but offsets from 2"):
         reader.latestOffset(half, ReadAllAvailable())
+
+
+class _CountedBackend:
+    """A backend's listings counted (the driver's metadata requests of a trigger)."""
+
+    def __init__(self, backend: KafkaBackend) -> None:
+        self.backend = backend
+        self.listings = 0
+        self.description = backend.description
+
+    def bounds(self) -> dict[TopicPartition, Bounds]:
+        self.listings += 1
+        return self.backend.bounds()
+
+    def matches(self, topic: str) -> bool:
+        return self.backend.matches(topic)
+
+    def offsets_at(self, timestamp_ms: int) -> dict[TopicPartition, int]:
+        return self.backend.offsets_at(timestamp_ms)
+
+    def reader(self, tp: TopicPartition, start: int, end: int) -> KafkaRange:
+        return self.backend.reader(tp, start, end)
+
+
+def test_a_trigger_lists_the_topics_and_their_offsets_once(broker: KafkaEndpoint) -> None:
+    create_topics(broker, ["kb24-a"], partitions=2)
+    produce(broker, TopicPartition("kb24-a", 0), [b"x"] * 3)
+    counted = _CountedBackend(KafkaBackend(broker, "^kb24-.+"))
+    reader = OffsetStreamReader(counted, max_offsets=0, starting={})  # type: ignore[arg-type]
+    start = {"kb24-a:0": 0, "kb24-a:1": 0}
+    triggers = 3
+    for _ in range(triggers):  # what Spark calls at each trigger
+        end = reader.latestOffset(start, ReadAllAvailable())
+        reader.reportLatestOffset()
+        reader.partitions(start, end)
+    # One Metadata, one DescribeTopics and three ListOffsets requests a trigger (was twice that).
+    assert counted.listings == triggers
+    print(f"\nKafka listings for {triggers} triggers: {counted.listings}")
+
+
+def test_a_fresh_checkpoint_starts_at_the_latest_offsets_or_at_a_time(
+    broker: KafkaEndpoint,
+) -> None:
+    from app.sources.starting import StartingPosition
+
+    create_topics(broker, ["kb25-a"], partitions=2)
+    a0, a1 = TopicPartition("kb25-a", 0), TopicPartition("kb25-a", 1)
+    produce(broker, a0, [b"x"] * 10, timestamp_ms=1_000_000)  # at 1,000,000 + offset ms
+    produce(broker, a1, [b"y"] * 4, timestamp_ms=2_000_000)
+
+    def first(where: str) -> dict[str, object]:
+        reader = OffsetStreamReader(KafkaBackend(broker, "^kb25-.+"), max_offsets=0, starting={},
+                                    starting_position=StartingPosition.parse(where))  # fmt: skip
+        return _offsets(reader.initialOffset())
+
+    assert first("earliest") == {"kb25-a:0": 0, "kb25-a:1": 0}
+    assert first("latest") == {"kb25-a:0": 10, "kb25-a:1": 4}
+    # A time: each partition where the brokers' ListOffsets by timestamp puts it. (tansu
+    # answers offset 0 for any time: this shows the request and its use, not the search.)
+    admin = AdminClient(broker.config())
+    asked = admin.list_offsets({KafkaPartition("kb25-a", p): OffsetSpec.for_timestamp(1_000_006)
+                                for p in (0, 1)}, request_timeout=10)  # fmt: skip
+    answer = {f"kb25-a:{kp.partition}": f.result().offset for kp, f in asked.items()}
+    assert first("1000006") == first("1970-01-01T00:16:40.006") == answer
+    # A repair's offsets still win over the starting position.
+    latest = StartingPosition.parse("latest")
+    repaired = OffsetStreamReader(KafkaBackend(broker, "^kb25-.+"), max_offsets=0,
+                                  starting={a0: 2}, starting_position=latest)  # fmt: skip
+    assert _offsets(repaired.initialOffset()) == {"kb25-a:0": 2, "kb25-a:1": 4}
+
+
+def test_topics_by_name_read_exactly_those(broker: KafkaEndpoint) -> None:
+    from app.cli import topic_pattern
+
+    create_topics(broker, ["kb26-a", "kb26-ab", "kb26-b", "kb26-c"], partitions=1)
+    backend = KafkaBackend(broker, topic_pattern("kb26-a, kb26-b", "ignored"))
+    assert sorted({tp.topic for tp in backend.bounds()}) == ["kb26-a", "kb26-b"]
