@@ -24,9 +24,9 @@ The order of one partition's file:
    compaction), never one outside its range.
 5. The partition's next file starts at ``end``.
 
-It reads what the job's Kafka source reads (isolation level
-``read_uncommitted``, the same columns: :mod:`app.sources.kafka`), so the job
-sees the same records from either.
+It reads what the job's Kafka source reads by default (isolation level
+``read_committed``: no record of an aborted transaction; the same columns:
+:mod:`app.sources.kafka`), so the job sees the same records from either.
 
 Run it as a catch-up (``catch_up``: until every partition is at its end, then
 exit; from cron or a systemd timer) or as a service (``follow``: until told to
@@ -187,7 +187,7 @@ class Archiver:
                     # Never skip offsets silently: out of range is data loss.
                     "auto.offset.reset": "error",
                     "enable.partition.eof": True,
-                    "isolation.level": "read_uncommitted",
+                    "isolation.level": "read_committed",
                 }
             )
         )

@@ -239,7 +239,12 @@ class KafkaBackend:
                           deadline, ask)  # fmt: skip
 
     def _call(self, what: str, deadline: float, call: Callable[[], T]) -> T:
-        """``call``, again while its error is retriable and time is left; else one line."""
+        """``call``, again while its error is retriable and time is left; else one line.
+
+        A refused sign-in is retried too (until the deadline); the line then
+        says that the brokers refused it, and why.
+        """
+        _SIGN_IN_REFUSED.pop(self.endpoint, None)
         while True:
             try:
                 return call()
@@ -249,9 +254,15 @@ class KafkaBackend:
                     error.retriable() or error.code() in _AUTH_CODES
                 )
                 if not retriable or time.monotonic() + _RETRY_S >= deadline:
+                    _admin(self.endpoint)  # serves the error callback
+                    refused = _SIGN_IN_REFUSED.pop(self.endpoint, None)
+                    why = (
+                        f"the brokers refused the sign-in: {refused}"
+                        if refused
+                        else (_error_text(exc))
+                    )
                     raise SourceUnavailableError(
-                        f"{self.description}: could not {what} within {self.timeout_s:g} s: "
-                        f"{_error_text(exc)}"
+                        f"{self.description}: could not {what} within {self.timeout_s:g} s: {why}"
                     ) from None
             time.sleep(_RETRY_S)
 
@@ -532,6 +543,9 @@ def consumer_settings(isolation: Isolation) -> dict[str, Any]:
 _CONSUMERS = _ConsumerPool()
 _ADMINS: dict[KafkaEndpoint, Any] = {}
 _ADMINS_LOCK = threading.Lock()
+# The last sign-in the brokers refused an admin client, by endpoint (librdkafka
+# reports it to the error callback only; the request itself just times out).
+_SIGN_IN_REFUSED: dict[KafkaEndpoint, str] = {}
 
 
 def _error_text(exc: KafkaException) -> str:
@@ -544,9 +558,21 @@ def _admin(endpoint: KafkaEndpoint) -> Any:
     with _ADMINS_LOCK:
         admin = _ADMINS.get(endpoint)
         if admin is None:
-            admin = _ADMINS[endpoint] = _client(AdminClient, endpoint, {})
+            admin = _ADMINS[endpoint] = _client(
+                AdminClient, endpoint, {"error_cb": _sign_in_recorder(endpoint)}
+            )
     admin.poll(0)  # serves the token refresh and log callbacks
     return admin
+
+
+def _sign_in_recorder(endpoint: KafkaEndpoint) -> Callable[[KafkaError], None]:
+    def record(error: KafkaError) -> None:
+        if error.code() in _AUTH_CODES:
+            _SIGN_IN_REFUSED[endpoint] = error.str()
+        else:
+            log.info("%s: %s (the client retries)", endpoint.description, error.str())
+
+    return record
 
 
 def _client(kind: Callable[[dict[str, Any]], Any], endpoint: KafkaEndpoint,

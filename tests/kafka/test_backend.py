@@ -500,3 +500,47 @@ def test_topics_by_name_read_exactly_those(broker: KafkaEndpoint) -> None:
     create_topics(broker, ["kb26-a", "kb26-ab", "kb26-b", "kb26-c"], partitions=1)
     backend = KafkaBackend(broker, topic_pattern("kb26-a, kb26-b", "ignored"))
     assert sorted({tp.topic for tp in backend.bounds()}) == ["kb26-a", "kb26-b"]
+
+
+def test_a_refused_sign_in_is_asked_again_until_the_timeout_then_named_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """tansu requiring authentication refuses an unknown SCRAM user: as a credential being
+    rotated would be, until the timeout (a user cannot be added to a running tansu that
+    requires authentication, so the refusal here never ends)."""
+    import socket
+    import subprocess
+
+    from tests.tansu import tansu_binary
+
+    address = f"127.0.0.1:{free_port()}"
+    with (tmp_path / "tansu.log").open("wb") as out:
+        process = subprocess.Popen(
+            [tansu_binary(), "broker", "--listener-url", f"tcp://{address}",
+             "--advertised-listener-url", f"tcp://{address}",
+             "--storage-engine", "memory://tansu/", "--authentication"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(address.split(":"), timeout=0.5).close()  # type: ignore[arg-type]
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "tansu.log").read_text()
+                time.sleep(0.1)
+        scram = (("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanisms", "SCRAM-SHA-512"),
+                 ("sasl.username", "nobody"), ("sasl.password", "wrong"))  # fmt: skip
+        endpoint = KafkaEndpoint(address, options=scram)
+        started = time.monotonic()
+        with pytest.raises(SourceUnavailableError) as refused:
+            KafkaBackend(endpoint, "^kb28-.+", timeout_s=3).bounds()
+        assert time.monotonic() - started >= 2.5  # asked again, not given up at the first
+        message = str(refused.value)
+        assert message.startswith(f"Kafka at {address}: could not list the topics within 3 s: "
+                                  "the brokers refused the sign-in: ")  # fmt: skip
+        assert "SASL SCRAM authentication failed" in message and "\n" not in message
+    finally:
+        process.kill()
+        process.wait(timeout=10)
