@@ -4,18 +4,30 @@ One Python Data Source (``spark.readStream.format("tablecast")``) reads
 every source of the job: the raw archive, Kafka, or both, Kafka first and
 the archive for the offsets Kafka no longer holds (a :class:`Backend` each).
 Whatever the backend, its offsets are ``{"topic:partition": next_offset}``
-in the checkpoint, and it behaves as Spark's Kafka source does with
-``startingOffsets=earliest`` and ``failOnDataLoss=true``:
+in the checkpoint, with each topic's identity beside them
+(:mod:`app.contract.offsets`), and it behaves as Spark's Kafka source does
+with ``failOnDataLoss=true``:
 
-- topics matching the pattern (the whole name) are listed at every trigger,
-  so topics and partitions that appear while it runs are read, from their
-  earliest offset: a new partition first enters the offsets at its earliest
-  offset, with nothing read, so that every range a micro-batch reads starts
-  at an offset the checkpoint holds, and a redone batch reads the same;
+- a fresh checkpoint starts at ``startingOffsets`` (earliest by default,
+  latest, or a time: :mod:`app.sources.starting`);
+- topics matching the pattern (the whole name) are listed once per trigger
+  (``latestOffset``, ``reportLatestOffset`` and the trigger's ranges share
+  the listing), so topics and partitions that appear while it runs are
+  read, from their earliest offset: a new partition first enters the
+  offsets at its earliest offset, with nothing read, so that every range a
+  micro-batch reads starts at an offset the checkpoint holds, and a redone
+  batch reads the same;
 - a partition whose earliest available offset is past the next offset to
-  read, or that is gone, fails the query with :class:`DataLossError`;
+  read, or that is gone with offsets unread, and a topic whose identity
+  changed (deleted and created again) fail the query with
+  :class:`DataLossError`; a topic that no longer matches, or is gone after
+  it was read to the end the previous listing showed, leaves the offsets
+  (logged);
+- a micro-batch ends at each partition's readable end: the last stable
+  offset under ``read_committed``, else the latest;
 - ``maxOffsetsPerTrigger`` bounds a micro-batch, shared between partitions
-  in proportion to their backlog;
+  in proportion to their backlog; ``minOffsetsPerTrigger`` holds a trigger
+  back until that many offsets are there, at most ``maxTriggerDelay``;
 - ``Trigger.AvailableNow`` reads up to the offsets available when it starts;
 - a micro-batch has one Spark partition per topic-partition, read in
   offset order (offsets the backend skips, such as transaction markers or
