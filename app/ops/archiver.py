@@ -53,7 +53,7 @@ from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
 from app.ops.errors import ArchiveConflictError, KafkaClientError
 from app.sources import archive
-from app.sources.kafka import KafkaColumns
+from app.sources.kafka import KafkaBackend, KafkaColumns
 from app.sources.kafka_client import KafkaEndpoint
 from app.storage import Location, resolve
 
@@ -178,6 +178,7 @@ class Archiver:
         self._on_file = on_file
         self._clock = clock
         self._timeout_s = timeout_s
+        self._endpoint = endpoint
         self._consumer = Consumer(
             endpoint.config(
                 **{
@@ -257,6 +258,10 @@ class Archiver:
             return
         # The archive's listing checks its files: a hole or overlap stops here.
         index = archive.scan(self._location, self.config.topic_pattern)
+        # A topic's files are one Kafka topic's records: its topic ID beside them.
+        kafka = KafkaBackend(self._endpoint, self.config.topic_pattern, self._timeout_s)
+        for topic, identity in kafka.identities(sorted({tp.topic for tp in new})).items():
+            archive.claim_identity(self._location, index, topic, identity)
         starts: list[KafkaPartition] = []
         for tp in new:
             files = index.files.get(tp)

@@ -137,6 +137,26 @@ def write_identity(location: Location, topic: str, identity: str) -> None:
     location.write_bytes_atomic(location.child(topic, IDENTITY_FILE), identity.encode())
 
 
+def claim_identity(location: Location, index: ArchiveIndex, topic: str, identity: str) -> None:
+    """Record ``identity`` for ``topic`` (the archiver, before it archives the topic).
+
+    Data loss if the archive holds the records of another topic of that name
+    (one deleted and created again since): the archive cannot continue it.
+    """
+    held = index.identities.get(topic)
+    if held and identity and held != identity:
+        where = f"the archive {location.path}"
+        raise DataLossError(
+            f"data loss in {where}: topic {topic} holds the records of topic ID {held} but "
+            f"Kafka's topic {topic} is {identity} (deleted and created again): archive it "
+            f"under another archive, or move {location.child(topic)} aside",
+            source=where, topic=topic, identity=identity, previous_identity=held,
+        )  # fmt: skip
+    if identity and not held:
+        write_identity(location, topic, identity)
+        index.identities[topic] = identity
+
+
 # Identity files read, by (path, modification time, size): a topic's file
 # changes only when the topic is archived afresh, so one read each.
 _IDENTITIES: dict[tuple[str, int | None, int | None], str] = {}

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.contract.offsets import TopicPartition
@@ -27,7 +27,7 @@ from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
 from app.sources.backends import archive_options, common_options, from_options, kafka_options
 from app.sources.kafka import KafkaBackend, KafkaRange
-from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.sources.records import SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from tests.kafka.helpers import delete_topics, produce
@@ -139,7 +139,7 @@ def test_consumers_are_kept_between_ranges_and_dropped_after_a_failure(
     # An endpoint of its own, so that this test alone uses its pool entry.
     endpoint = KafkaEndpoint(broker.bootstrap_servers, client_rack="kb5-reuse")
     idle = kafka_source._CONSUMERS._idle  # the process's pool (private: no public view needed)
-    pooled = (endpoint, kafka_source.Isolation.READ_COMMITTED)  # by endpoint and isolation
+    pooled = (endpoint, Isolation.READ_COMMITTED)  # by endpoint and isolation
     assert _read(KafkaRange(endpoint, tp, 0, 3)).num_rows == 3
     [first] = idle[pooled]
     assert _read(KafkaRange(endpoint, tp, 3, 6)).num_rows == 3
@@ -325,7 +325,6 @@ def test_a_batch_is_planned_to_the_last_stable_offset_not_into_an_open_transacti
     assert _offsets(start) == {"kb20-a:0": 0}
     assert _offsets(committed.latestOffset(start, ReadAllAvailable())) == {"kb20-a:0": 0}
     assert _offsets(committed.reportLatestOffset() or {}) == {"kb20-a:0": 0}
-    from app.sources.kafka_client import Isolation
 
     uncommitted = OffsetStreamReader(
         KafkaBackend(broker, "^kb20-.+", isolation=Isolation.READ_UNCOMMITTED),
@@ -356,7 +355,6 @@ def test_a_last_stable_offset_behind_the_checkpoint_plans_nothing_and_is_no_data
 
 
 def test_range_readers_consume_at_the_planned_isolation_level() -> None:
-    from app.sources.kafka_client import Isolation
 
     settings = kafka_source.consumer_settings
     assert settings(Isolation.READ_COMMITTED)["isolation.level"] == "read_committed"
@@ -451,7 +449,7 @@ def test_a_trigger_lists_the_topics_and_their_offsets_once(broker: KafkaEndpoint
     create_topics(broker, ["kb24-a"], partitions=2)
     produce(broker, TopicPartition("kb24-a", 0), [b"x"] * 3)
     counted = _CountedBackend(KafkaBackend(broker, "^kb24-.+"))
-    reader = OffsetStreamReader(counted, max_offsets=0, starting={})  # type: ignore[arg-type]
+    reader = OffsetStreamReader(counted, max_offsets=0, starting={})
     start = {"kb24-a:0": 0, "kb24-a:1": 0}
     triggers = 3
     for _ in range(triggers):  # what Spark calls at each trigger

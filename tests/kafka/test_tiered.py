@@ -34,6 +34,7 @@ from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
 from app.sources.backends import common_options, from_options, tiered_options
 from app.sources.kafka import KafkaBackend
+from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import SCHEMA, SERVED_BY, SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from app.sources.tiered import TieredBackend, TieredBounds
@@ -396,3 +397,34 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
     assert f"/s, {first} from archive, 0 from kafka), " in stdout
     assert (f"messages served: {sum(lost.values()):,} from archive, "
             f"{report.messages - sum(lost.values()):,} from kafka") in stdout  # fmt: skip
+
+
+def test_the_archiver_keeps_each_topics_id_and_refuses_a_topic_created_again(
+    broker: KafkaEndpoint, tmp_path: Path
+) -> None:
+    """The archive's identity of a topic is the Kafka topic ID the archiver copied it from."""
+    from tests.kafka.helpers import delete_topics
+
+    create_topics(broker, ["tt5-a"], partitions=1)
+    tp = TopicPartition("tt5-a", 0)
+    produce(broker, tp, [b"x"] * 5)
+    config = ArchiverConfig(archive_uri=str(tmp_path), topic_pattern="^tt5-.+", max_wait_s=3600)
+    with Archiver(broker, config) as archiver:
+        assert archiver.catch_up(timeout_s=60).caught_up
+    identity = KafkaBackend(broker, "^tt5-.+").bounds()[tp].identity
+    assert (tmp_path / "tt5-a" / archive.IDENTITY_FILE).read_text() == identity
+    tiered = TieredBackend(
+        KafkaBackend(broker, "^tt5-.+"), ArchiveBackend(str(tmp_path), "^tt5-.+")
+    )
+    assert tiered.bounds()[tp].identity == identity
+    delete_topics(broker, ["tt5-a"])
+    create_topics(broker, ["tt5-a"], partitions=1)
+    produce(broker, tp, [b"y"] * 8)
+    with Archiver(broker, config) as archiver, pytest.raises(DataLossError) as lost:
+        archiver.catch_up(timeout_s=60)
+    assert str(lost.value) == (
+        f"data loss in the archive {tmp_path}: topic tt5-a holds the records of topic ID "
+        f"{identity} but Kafka's topic tt5-a is {lost.value.facts['identity']} (deleted and "
+        f"created again): archive it under another archive, or move {tmp_path}/tt5-a aside"
+    )
+    assert (tmp_path / "tt5-a" / archive.IDENTITY_FILE).read_text() == identity

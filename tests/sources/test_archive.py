@@ -285,7 +285,7 @@ class _CountedListing:
 
         def counted(location: Location, path: str) -> list[object]:
             self.calls += 1
-            return real(location, path)  # type: ignore[return-value]
+            return real(location, path)
 
         monkeypatch.setattr(Location, "list_dir", counted)
 
