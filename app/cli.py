@@ -23,7 +23,8 @@ from app.errors import ConfigurationError, TablecastError
 from app.logs import LogFormat
 from app.metrics.publisher import SinkKind
 from app.sources import archive
-from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint, parse_option
+from app.sources.starting import StartingPosition
 from app.spark.session import spark_log_path, spark_session
 from app.tools import generate as gen
 
@@ -66,8 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
                      "--bootstrap-servers, for the offsets Kafka no longer holds")  # fmt: skip
     run.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
     run.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none",
-                     help="with --bootstrap-servers: none (plaintext) or iam (MSK: IAM over "
-                     "TLS, tokens signed in --region) [none]")  # fmt: skip
+                     help="with --bootstrap-servers: none (plaintext), iam (MSK: IAM over "
+                     "TLS, tokens signed in --region), tls (TLS only) or scram (SASL/SCRAM "
+                     "over TLS, the secret of --kafka-secret-arn) [none]")  # fmt: skip
+    run.add_argument("--kafka-secret-arn", default="", metavar="ARN",
+                     help="with --kafka-auth scram: the Secrets Manager secret holding the "
+                     "user name and password (read in --region)")  # fmt: skip
+    run.add_argument("--kafka-isolation-level", choices=[i.value for i in Isolation],
+                     default=Isolation.READ_COMMITTED.value,
+                     help="with --bootstrap-servers: read_committed (batches end at the last "
+                     "stable offset; aborted transactions are not read) or read_uncommitted "
+                     "[read_committed]")  # fmt: skip
+    run.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="with --bootstrap-servers: a librdkafka setting for every client "
+                     "of the source (not one the source sets itself); repeatable")  # fmt: skip
     run.add_argument("--kafka-client-rack", default="", metavar="ZONE_ID",
                      help="with --bootstrap-servers: this node's availability zone id "
                      "(librdkafka's client.rack), to fetch from a replica in its zone")  # fmt: skip
@@ -82,9 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"'available-now' or 'processing-time=<interval>' [{defaults.TRIGGER}]",
     )
     run.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
-    run.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
+    topics = run.add_mutually_exclusive_group()
+    topics.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN,
+                        help="read the topics whose whole name this regular expression "
+                        f"matches [{defaults.TOPIC_PATTERN}]")  # fmt: skip
+    topics.add_argument("--topics", default=None, metavar="A,B",
+                        help="read these topics (instead of --topic-pattern)")  # fmt: skip
+    run.add_argument("--starting-offsets", default="earliest", metavar="WHERE",
+                     help="where a fresh checkpoint starts: earliest, latest, or a time "
+                     "(ISO 8601, UTC, or milliseconds since the epoch; with Kafka) "
+                     "[earliest]")  # fmt: skip
     run.add_argument("--max-offsets-per-trigger", type=_positive,
                      default=defaults.MAX_OFFSETS_PER_TRIGGER)  # fmt: skip
+    run.add_argument("--min-offsets-per-trigger", type=_positive, default=None, metavar="N",
+                     help="wait for at least N new offsets before a batch, at most "
+                     "--max-trigger-delay (Spark's minOffsetsPerTrigger)")  # fmt: skip
+    run.add_argument("--max-trigger-delay", default=defaults.MAX_TRIGGER_DELAY,
+                     metavar="DURATION", help="with --min-offsets-per-trigger: the longest a "
+                     f"batch waits [{defaults.MAX_TRIGGER_DELAY}]")  # fmt: skip
     run.add_argument("--session-timeout", default=defaults.SESSION_TIMEOUT)
     run.add_argument("--trace", action="append", default=[], metavar="SESSION",
                      help="log every message of this session as it is applied")  # fmt: skip
@@ -141,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     repair_source.add_argument("--archive", help="read message headers from the raw archive")
     repair_source.add_argument("--bootstrap-servers", help="read message headers from Kafka")
     repair.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none")
+    repair.add_argument("--kafka-secret-arn", default="", metavar="ARN",
+                        help="with --kafka-auth scram: the Secrets Manager secret")  # fmt: skip
     repair.add_argument("--region", default=None, help="MSK's region for --kafka-auth iam "
                         "[AWS_REGION]")  # fmt: skip
     repair.add_argument("--output", required=True)
@@ -272,15 +302,21 @@ def _run(args: argparse.Namespace) -> int:
             "give --bootstrap-servers (Kafka), --archive (the raw archive), or both (Kafka, "
             "and the archive for the offsets Kafka no longer holds)"
         )
-    if args.kafka_client_rack and not args.bootstrap_servers:
-        raise ConfigurationError("--kafka-client-rack needs --bootstrap-servers")
+    for given, name in ((args.kafka_client_rack, "--kafka-client-rack"),
+                        (args.kafka_option, "--kafka-option"),
+                        (args.kafka_secret_arn, "--kafka-secret-arn")):  # fmt: skip
+        if given and not args.bootstrap_servers:
+            raise ConfigurationError(f"{name} needs --bootstrap-servers")
+    starting_position = StartingPosition.parse(args.starting_offsets)
+    max_trigger_delay_s = parse_duration_ms(args.max_trigger_delay) / 1000
     if args.archive:
         archive.require_root(args.archive)  # a typo stops here, before anything is created
     if args.bootstrap_servers:
         timeout_s = parse_duration_ms(args.kafka_timeout) / 1000
         if timeout_s <= 0:
             raise ConfigurationError(f"--kafka-timeout {args.kafka_timeout!r} must be positive")
-        kafka = job.KafkaSource(_endpoint(args), timeout_s)
+        kafka = job.KafkaSource(_endpoint(args), timeout_s,
+                                Isolation(args.kafka_isolation_level))  # fmt: skip
         kafka.endpoint.config()  # IAM without its signer or region fails here, before Spark
         # Both: Kafka, and the archive for the offsets Kafka no longer holds.
         source = job.TieredSource(kafka, job.ArchiveSource(args.archive)) if args.archive else kafka
@@ -292,8 +328,11 @@ def _run(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         trigger=job.Trigger.parse(args.trigger),
         integrity=IntegrityMode(args.integrity),
-        topic_pattern=_pattern(args.topic_pattern),
+        topic_pattern=topic_pattern(args.topics, args.topic_pattern),
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        min_offsets_per_trigger=args.min_offsets_per_trigger or 0,
+        max_trigger_delay_s=max_trigger_delay_s,
+        starting_position=starting_position,
         session_timeout_ms=parse_duration_ms(args.session_timeout),
         trace=frozenset(args.trace),
     )
@@ -350,6 +389,8 @@ def _endpoint(args: argparse.Namespace) -> KafkaEndpoint:
         KafkaAuth(args.kafka_auth),
         region=region or "",
         client_rack=getattr(args, "kafka_client_rack", ""),
+        secret_arn=getattr(args, "kafka_secret_arn", ""),
+        options=tuple(parse_option(o) for o in getattr(args, "kafka_option", [])),
     )
 
 
@@ -369,6 +410,20 @@ def _inspect(args: argparse.Namespace) -> int:
     else:
         print(inspect_mod.format_summary(snapshot))
     return 0
+
+
+def topic_pattern(topics: str | None, pattern: str) -> str:
+    """``--topics a,b`` as the pattern that matches exactly them, else ``--topic-pattern``."""
+    if topics is None:
+        return _pattern(pattern)
+    names = [t.strip() for t in topics.split(",") if t.strip()]
+    bad = [t for t in names if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t)]
+    if not names or bad:
+        raise ConfigurationError(
+            f"--topics {topics!r}: give Kafka topic names separated by commas"
+            + (f" ({bad[0]!r} is not one)" if bad else "")
+        )
+    return "(?:" + "|".join(re.escape(t) for t in sorted(set(names))) + ")"
 
 
 def _pattern(text: str) -> str:

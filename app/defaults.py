@@ -9,6 +9,9 @@ from app import handoff
 TOPIC_PATTERN: Final = handoff.DEFAULT_TOPIC_PATTERN
 TRIGGER: Final = "processing-time=1 minute"
 MAX_OFFSETS_PER_TRIGGER: Final = 500_000
+# Spark's maxTriggerDelay: the longest a batch waits for --min-offsets-per-trigger.
+MAX_TRIGGER_DELAY: Final = "15 minutes"
+MAX_TRIGGER_DELAY_S: Final = 900.0
 # Idle sessions expire after this much partition time; the CLI's default
 # spells it as SESSION_TIMEOUT (a test keeps the two equal).
 SESSION_TIMEOUT: Final = "1 hour"

@@ -184,3 +184,91 @@ def test_the_command_lines_defaults_are_the_jobs() -> None:
     assert args.max_offsets_per_trigger == config.max_offsets_per_trigger
     assert args.topic_pattern == config.topic_pattern == defaults.TOPIC_PATTERN
     assert args.trigger == defaults.TRIGGER and config.trigger.kind.value == "processing-time"
+
+
+def test_the_kafka_source_options_of_run_are_refused_in_one_line_when_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    paths = ["--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt")]
+    kafka = ["--bootstrap-servers", "127.0.0.1:9"]
+    cases = {
+        ("--kafka-option", "group.id=mine"): "--kafka-option group.id: the source sets "
+                                             "group.id itself",
+        ("--kafka-option", "isolation.level=read_uncommitted"):
+            "--kafka-option isolation.level: the source sets isolation.level itself "
+            "(use --kafka-isolation-level)",
+        ("--kafka-option", "sasl.password=x"): "--kafka-option sasl.password: the source sets "
+                                               "sasl.password itself",
+        ("--kafka-option", "fetch.min.bytes"): "--kafka-option 'fetch.min.bytes' is not key=value",
+        ("--topics", "sensor-1,bad name"): "--topics 'sensor-1,bad name': give Kafka topic names "
+                                           "separated by commas ('bad name' is not one)",
+        ("--starting-offsets", "yesterday"): "--starting-offsets 'yesterday' is neither earliest, "
+                                             "latest, milliseconds since the epoch nor an ISO "
+                                             "8601 time",
+        ("--kafka-auth", "scram"): "--kafka-auth scram needs --kafka-secret-arn (the cluster's "
+                                   "Secrets Manager secret)",
+        ("--max-trigger-delay", "soon"): "duration 'soon' is not like '1 hour', '30 minutes' or "
+                                         "'90s'",
+    }  # fmt: skip
+    for args, message in cases.items():
+        assert _cli_error(["run", *kafka, *args, *paths], capsys) == (
+            64,
+            f"tablecast run: {message}",
+        )
+    archive_only = ["run", "--archive", str(tmp_path), "--kafka-option", "a=b", *paths]
+    needs = "tablecast run: --kafka-option needs --bootstrap-servers"
+    assert _cli_error(archive_only, capsys) == (64, needs)
+    with pytest.raises(SystemExit):  # argparse: one or the other
+        cli.build_parser().parse_args(["run", "--topics", "a", "--topic-pattern", "b", *paths])
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_topics_by_name_become_a_pattern_of_exactly_them() -> None:
+    import re
+
+    pattern = cli.topic_pattern("sensor-1, sensor.2,sensor-1", "ignored")
+    assert [t for t in ("sensor-1", "sensor.2", "sensor-12", "sensorx2", "sensor-")
+            if re.fullmatch(pattern, t)] == ["sensor-1", "sensor.2"]  # fmt: skip
+    assert cli.topic_pattern(None, "^s-.+") == "^s-.+"
+
+
+def test_msk_tls_and_scram_sign_in_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SCRAM's user and password come from Secrets Manager (moto), read once per process."""
+    import boto3
+    import orjson
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+    from moto import mock_aws
+
+    from app.sources import kafka_client
+    from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    tls = KafkaEndpoint("b-1:9094", KafkaAuth.TLS, options=(("ssl.endpoint.identification"
+                                                            ".algorithm", "https"),))  # fmt: skip
+    settings = tls.config()
+    assert (settings["security.protocol"], settings["ssl.ca.location"]) == ("SSL", "probe")
+    assert settings["ssl.endpoint.identification.algorithm"] == "https"
+    assert "sasl.mechanisms" not in settings
+    with mock_aws():
+        arn = boto3.client("secretsmanager", region_name="eu-west-1").create_secret(
+            Name="AmazonMSK_tablecast",
+            SecretString=orjson.dumps({"username": "job", "password": "s3cret"}).decode(),
+        )["ARN"]
+        kafka_client.scram_credentials.cache_clear()
+        scram = KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, region="eu-west-1", secret_arn=arn)
+        settings = scram.config()
+        assert (settings["security.protocol"], settings["sasl.mechanisms"]) == (
+            "SASL_SSL", "SCRAM-SHA-512"
+        )  # fmt: skip
+        assert (settings["sasl.username"], settings["sasl.password"]) == ("job", "s3cret")
+        for kind in (Consumer, AdminClient):  # librdkafka takes them for every client
+            kind(scram.config(**({"group.id": "t"} if kind is Consumer else {})))
+        missing = KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, region="eu-west-1",
+                                secret_arn="AmazonMSK_missing")  # fmt: skip
+        unread = "--kafka-secret-arn AmazonMSK_missing: could not read the secret in eu-west-1"
+        with pytest.raises(ConfigurationError, match=unread):
+            missing.config()
+    kafka_client.scram_credentials.cache_clear()

@@ -4,6 +4,11 @@ Offsets are kept as ``{TopicPartition: next_offset}``. The job's source
 records them in Spark's checkpoint as ``{"topic:partition": n}``, whatever
 its backend; Spark's own Kafka source, which the job used before, as
 ``{"topic": {"partition": n}}``. Both parse here.
+
+Beside the offsets the job's source keeps each topic's identity (Kafka's
+topic ID), under the key ``"@topic-ids"`` (``@`` is in no Kafka topic
+name): ``{"sensor-1:0": 12, "@topic-ids": {"sensor-1": "AaIJ9qb5d+C8v84tquj6gQ"}}``.
+Every reader of offsets skips it; :func:`identities_from_json` reads it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ class TopicPartition(NamedTuple):
 
 
 Offsets = dict[TopicPartition, int]
+Identities = dict[str, str]  # topic -> its identity (Kafka's topic ID)
+
+IDENTITIES_KEY = "@topic-ids"
 
 
 def parse_key(key: str) -> TopicPartition:
@@ -39,6 +47,8 @@ def from_json(doc: Any) -> Offsets:
         doc = orjson.loads(doc)
     offsets: Offsets = {}
     for key, value in doc.items():
+        if key == IDENTITIES_KEY:
+            continue
         if isinstance(value, dict):  # Kafka: {"topic": {"0": 12}}
             for partition, offset in value.items():
                 offsets[TopicPartition(key, int(partition))] = int(offset)
@@ -47,8 +57,25 @@ def from_json(doc: Any) -> Offsets:
     return offsets
 
 
+def identities_from_json(doc: Any) -> Identities:
+    """The topics' identities kept beside the offsets (``{}`` where none are)."""
+    if isinstance(doc, str | bytes):
+        doc = orjson.loads(doc)
+    found = doc.get(IDENTITIES_KEY) or {}
+    return {str(topic): str(identity) for topic, identity in found.items()}
+
+
 def to_archive_json(offsets: Offsets) -> dict[str, int]:
     return {tp.key(): offsets[tp] for tp in sorted(offsets)}
+
+
+def to_source_json(offsets: Offsets, identities: Identities) -> dict[str, Any]:
+    """The job source's offsets: :func:`to_archive_json`, and the identities of their topics."""
+    doc: dict[str, Any] = dict(to_archive_json(offsets))
+    kept = {t: identities[t] for t in sorted({tp.topic for tp in offsets}) if identities.get(t)}
+    if kept:
+        doc[IDENTITIES_KEY] = kept
+    return doc
 
 
 def fingerprint(offsets: Offsets) -> str:

@@ -24,9 +24,9 @@ The order of one partition's file:
    compaction), never one outside its range.
 5. The partition's next file starts at ``end``.
 
-It reads what the job's Kafka source reads (isolation level
-``read_uncommitted``, the same columns: :mod:`app.sources.kafka`), so the job
-sees the same records from either.
+It reads what the job's Kafka source reads by default (isolation level
+``read_committed``: no record of an aborted transaction; the same columns:
+:mod:`app.sources.kafka`), so the job sees the same records from either.
 
 Run it as a catch-up (``catch_up``: until every partition is at its end, then
 exit; from cron or a systemd timer) or as a service (``follow``: until told to
@@ -53,7 +53,7 @@ from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
 from app.ops.errors import ArchiveConflictError, KafkaClientError
 from app.sources import archive
-from app.sources.kafka import KafkaColumns
+from app.sources.kafka import KafkaBackend, KafkaColumns
 from app.sources.kafka_client import KafkaEndpoint
 from app.storage import Location, resolve
 
@@ -178,6 +178,7 @@ class Archiver:
         self._on_file = on_file
         self._clock = clock
         self._timeout_s = timeout_s
+        self._endpoint = endpoint
         self._consumer = Consumer(
             endpoint.config(
                 **{
@@ -187,7 +188,7 @@ class Archiver:
                     # Never skip offsets silently: out of range is data loss.
                     "auto.offset.reset": "error",
                     "enable.partition.eof": True,
-                    "isolation.level": "read_uncommitted",
+                    "isolation.level": "read_committed",
                 }
             )
         )
@@ -257,6 +258,10 @@ class Archiver:
             return
         # The archive's listing checks its files: a hole or overlap stops here.
         index = archive.scan(self._location, self.config.topic_pattern)
+        # A topic's files are one Kafka topic's records: its topic ID beside them.
+        kafka = KafkaBackend(self._endpoint, self.config.topic_pattern, self._timeout_s)
+        for topic, identity in kafka.identities(sorted({tp.topic for tp in new})).items():
+            archive.claim_identity(self._location, index, topic, identity)
         starts: list[KafkaPartition] = []
         for tp in new:
             files = index.files.get(tp)

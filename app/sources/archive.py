@@ -3,6 +3,15 @@
 ``<archive>/<topic>/<partition>/<start>-<end>.parquet`` holds the records of
 offsets ``[start, end)``; a partition's files continue one another, and a
 hole between two files is data loss.
+
+A topic's identity (:data:`IDENTITY_FILE`, optional): ``<archive>/<topic>/_topic-id``
+holds the Kafka topic ID whose records the topic's files are, as text. Its
+name starts with ``_``, so it is outside section 4's layout: the readers of
+that layout skip such names (as they skip files still being written), and
+an archive without it reads as before, its identity unknown. With it, the
+job's checkpoint keeps the identity beside the offsets, and an archive whose
+topic was replaced by another one's records is refused as data loss
+(:mod:`app.sources.stream`), as a topic re-created in Kafka is.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from app.sources.records import SCHEMA, Tier, served_by, typed_records
 from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+IDENTITY_FILE = "_topic-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,7 @@ class ArchiveIndex:
     """What the archive held when it was listed: each partition's files."""
 
     files: dict[TopicPartition, list[ArchiveFile]] = field(default_factory=dict)
+    identities: dict[str, str] = field(default_factory=dict)  # topic -> its _topic-id
 
     def earliest(self, tp: TopicPartition) -> int:
         return self.files[tp][0].start
@@ -102,6 +113,9 @@ def scan(location: Location, topic_pattern: str, *, holes: bool = False) -> Arch
         if not pattern.fullmatch(topic):
             continue
         for part_info in location.list_dir(topic_info.path):
+            if part_info.base_name == IDENTITY_FILE and part_info.type == pafs.FileType.File:
+                index.identities[topic] = _identity(location, part_info)
+                continue
             if part_info.type != pafs.FileType.Directory or part_info.base_name.startswith(
                 (".", "_")
             ):
@@ -116,6 +130,44 @@ def scan(location: Location, topic_pattern: str, *, holes: bool = False) -> Arch
             if files:
                 index.files[tp] = files
     return index
+
+
+def write_identity(location: Location, topic: str, identity: str) -> None:
+    """Record whose records ``topic``'s files are (the archiver, when it starts a topic)."""
+    location.write_bytes_atomic(location.child(topic, IDENTITY_FILE), identity.encode())
+
+
+def claim_identity(location: Location, index: ArchiveIndex, topic: str, identity: str) -> None:
+    """Record ``identity`` for ``topic`` (the archiver, before it archives the topic).
+
+    Data loss if the archive holds the records of another topic of that name
+    (one deleted and created again since): the archive cannot continue it.
+    """
+    held = index.identities.get(topic)
+    if held and identity and held != identity:
+        where = f"the archive {location.path}"
+        raise DataLossError(
+            f"data loss in {where}: topic {topic} holds the records of topic ID {held} but "
+            f"Kafka's topic {topic} is {identity} (deleted and created again): archive it "
+            f"under another archive, or move {location.child(topic)} aside",
+            source=where, topic=topic, identity=identity, previous_identity=held,
+        )  # fmt: skip
+    if identity and not held:
+        write_identity(location, topic, identity)
+        index.identities[topic] = identity
+
+
+# Identity files read, by (path, modification time, size): a topic's file
+# changes only when the topic is archived afresh, so one read each.
+_IDENTITIES: dict[tuple[str, int | None, int | None], str] = {}
+
+
+def _identity(location: Location, info: pafs.FileInfo) -> str:
+    key = (info.path, info.mtime_ns, info.size)
+    found = _IDENTITIES.get(key)
+    if found is None:
+        found = _IDENTITIES[key] = location.read_bytes(info.path).decode().strip()
+    return found
 
 
 def _partition_files(
@@ -241,23 +293,49 @@ class ArchiveRange:
             yield served_by(batch, Tier.ARCHIVE)
 
 
+@dataclass
+class _Listing:
+    """The last listing :meth:`ArchiveBackend.bounds` made, for the readers of the same plan."""
+
+    index: ArchiveIndex | None = None
+
+
 @dataclass(frozen=True)
 class ArchiveBackend:
     """The raw archive as a :class:`~app.sources.stream.Backend` (local path or ``s3://``)."""
 
     uri: str
     topic_pattern: str
+    _listing: _Listing = field(default_factory=_Listing, init=False, compare=False, repr=False)
 
     @property
     def description(self) -> str:
         return f"the archive {self.uri}"
 
+    def matches(self, topic: str) -> bool:
+        return re.fullmatch(self.topic_pattern, topic) is not None
+
     def index(self, *, holes: bool = False) -> ArchiveIndex:
         return scan(resolve(self.uri), self.topic_pattern, holes=holes)
 
     def bounds(self) -> dict[TopicPartition, Bounds]:
-        index = self.index()
-        return {tp: Bounds(index.earliest(tp), index.latest(tp)) for tp in index.files}
+        index = self._listing.index = self.index()
+        return {
+            tp: Bounds(
+                index.earliest(tp), index.latest(tp), identity=index.identities.get(tp.topic, "")
+            )
+            for tp in index.files
+        }
+
+    def offsets_at(self, timestamp_ms: int) -> dict[TopicPartition, int]:
+        raise ConfigurationError(
+            "--starting-offsets with a time needs Kafka (--bootstrap-servers): the archive "
+            "alone starts at earliest or latest"
+        )
 
     def reader(self, tp: TopicPartition, start: int, end: int) -> ArchiveRange:
-        return ArchiveRange(self.uri, tuple(self.index().covering(tp, start, end)), start, end)
+        """The range's files, from the last listing (one listing per trigger, not per range)."""
+        index = self._listing.index
+        if index is None or not index.files.get(tp) or index.latest(tp) < end:
+            index = self._listing.index = self.index()  # planned from a listing it lacks
+        return ArchiveRange(self.uri, tuple(index.covering(tp, start, end)), start, end)

@@ -8,7 +8,7 @@ any :class:`Backend`: the raw archive (:mod:`app.sources.archive`), Kafka
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
@@ -19,10 +19,25 @@ from app.errors import DataLossError
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """The offsets a backend holds of one partition: ``[earliest, latest)``."""
+    """The offsets a backend holds of one partition: ``[earliest, latest)``.
+
+    ``stable``: Kafka's last stable offset under ``read_committed``, where a
+    micro-batch stops (offsets from it on may still be aborted); None where
+    every offset up to ``latest`` is readable. ``identity``: the topic's
+    identity (Kafka's topic ID, or the one the archive keeps beside the
+    topic's files), "" when the backend cannot tell: a topic deleted and
+    created again under the same name has a new one.
+    """
 
     earliest: int
     latest: int
+    stable: int | None = field(default=None, kw_only=True)
+    identity: str = field(default="", kw_only=True)
+
+    @property
+    def readable(self) -> int:
+        """Where a micro-batch may read up to now: ``latest``, or the last stable offset."""
+        return self.latest if self.stable is None else min(self.latest, self.stable)
 
     def data_loss(self, where: str, tp: TopicPartition, first: int) -> DataLossError:
         """The data loss error when the next offset to read, ``first``, is not in these bounds.
@@ -65,7 +80,22 @@ class Backend(Protocol):
         ...
 
     def bounds(self) -> dict[TopicPartition, Bounds]:
-        """Every partition of the topics matching the pattern, as it is now."""
+        """Every partition of the topics matching the pattern, as it is now.
+
+        The readers that :meth:`reader` makes next use this listing: one
+        listing per trigger.
+        """
+        ...
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is one the source reads (the pattern matches its whole name)."""
+        ...
+
+    def offsets_at(self, timestamp_ms: int) -> dict[TopicPartition, int]:
+        """Each partition's first offset whose record is at or after ``timestamp_ms``.
+
+        A partition with no record that late answers its latest offset.
+        """
         ...
 
     def reader(self, tp: TopicPartition, start: int, end: int) -> RangeReader:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import orjson
+
 from app.contract.offsets import Offsets
 from app.errors import ConfigurationError
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend
 from app.sources.kafka import DEFAULT_TIMEOUT_S, KafkaBackend
-from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
+from app.sources.starting import StartingPosition
 from app.sources.stream import starting_offsets_option
 from app.sources.tiered import TieredBackend
 
@@ -25,7 +28,13 @@ TIERED = "tiered"  # Kafka, and the archive for the offsets Kafka no longer hold
 
 
 def common_options(
-    topic_pattern: str, max_offsets_per_trigger: int, starting: Offsets | None
+    topic_pattern: str,
+    max_offsets_per_trigger: int,
+    starting: Offsets | None,
+    *,
+    starting_position: StartingPosition | None = None,
+    min_offsets_per_trigger: int = 0,
+    max_trigger_delay_s: float = 0.0,
 ) -> dict[str, str]:
     options = {
         "topicPattern": topic_pattern,
@@ -33,6 +42,12 @@ def common_options(
     }
     if starting:
         options["startingOffsets"] = starting_offsets_option(starting)
+    if starting_position is not None:
+        options["startingPosition"] = starting_position.option()
+    if min_offsets_per_trigger:
+        options["minOffsetsPerTrigger"] = str(min_offsets_per_trigger)
+    if max_trigger_delay_s:
+        options["maxTriggerDelayMs"] = str(round(max_trigger_delay_s * 1000))
     return options
 
 
@@ -40,24 +55,40 @@ def archive_options(uri: str) -> dict[str, str]:
     return {"backend": ARCHIVE, "path": uri}
 
 
-def kafka_options(endpoint: KafkaEndpoint, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
+def kafka_options(
+    endpoint: KafkaEndpoint,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolation: Isolation = Isolation.READ_COMMITTED,
+) -> dict[str, str]:
     options = {
         "backend": KAFKA,
         "bootstrapServers": endpoint.bootstrap_servers,
         "kafkaAuth": endpoint.auth.value,
         "timeoutMs": str(round(timeout_s * 1000)),
+        "isolationLevel": isolation.value,
     }
     if endpoint.region:
         options["region"] = endpoint.region
     if endpoint.client_rack:
         options["clientRack"] = endpoint.client_rack
+    if endpoint.secret_arn:
+        options["secretArn"] = endpoint.secret_arn
+    if endpoint.options:
+        options["kafkaOptions"] = orjson.dumps(dict(endpoint.options)).decode()
     return options
 
 
 def tiered_options(
-    endpoint: KafkaEndpoint, archive_uri: str, timeout_s: float = DEFAULT_TIMEOUT_S
+    endpoint: KafkaEndpoint,
+    archive_uri: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolation: Isolation = Isolation.READ_COMMITTED,
 ) -> dict[str, str]:
-    return kafka_options(endpoint, timeout_s) | archive_options(archive_uri) | {"backend": TIERED}
+    return (
+        kafka_options(endpoint, timeout_s, isolation)
+        | archive_options(archive_uri)
+        | {"backend": TIERED}
+    )
 
 
 def from_options(options: Mapping[str, str]) -> Backend:
@@ -81,6 +112,9 @@ def _kafka(options: Mapping[str, str]) -> KafkaBackend:
         KafkaAuth(options.get("kafkaAuth", KafkaAuth.NONE)),
         region=options.get("region", ""),
         client_rack=options.get("clientRack", ""),
+        secret_arn=options.get("secretArn", ""),
+        options=tuple(orjson.loads(options.get("kafkaOptions", "{}")).items()),
     )
     timeout_s = int(options.get("timeoutMs", str(round(DEFAULT_TIMEOUT_S * 1000)))) / 1000
-    return KafkaBackend(endpoint, options["topicPattern"], timeout_s)
+    isolation = Isolation(options.get("isolationLevel", Isolation.READ_COMMITTED))
+    return KafkaBackend(endpoint, options["topicPattern"], timeout_s, isolation)

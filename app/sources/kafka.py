@@ -1,10 +1,13 @@
 """Kafka as a backend of the job's source, over librdkafka (confluent-kafka).
 
 :class:`KafkaBackend` gives :class:`~app.sources.stream.OffsetStreamReader`
-what it needs on the driver: every partition of the topics matching the
-pattern, listed afresh at every trigger, with its earliest and latest
-offsets (two batched ListOffsets requests for all partitions). Its
-:class:`KafkaRange` reads one partition's ``[start, end)`` in a Spark task.
+what it needs on the driver, once per trigger: every partition of the topics
+matching the pattern (one Metadata request), each topic's ID (one
+DescribeTopics request: a topic deleted and created again has a new one),
+and each partition's earliest offset, high watermark and, under
+``read_committed``, last stable offset (batched ListOffsets requests for
+all partitions). Its :class:`KafkaRange` reads one partition's
+``[start, end)`` in a Spark task, at the same isolation level.
 
 Reading a range:
 
@@ -43,6 +46,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
 )
 from confluent_kafka import TopicPartition as KafkaPartition
 
@@ -52,7 +56,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from app.contract.offsets import TopicPartition
 from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
 from app.sources.backend import Bounds
-from app.sources.kafka_client import KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import SCHEMA, Tier, served_by
 
 __all__ = ["DEFAULT_TIMEOUT_S", "KafkaBackend", "KafkaColumns", "KafkaRange"]
@@ -84,8 +88,6 @@ _CONSUMER_SETTINGS: Final = {
     # (A broker that serves no fetch that quickly, as tansu keeping its log in
     # S3 in the tests, needs more: _FETCH_WAIT_VARIABLE.)
     "fetch.wait.max.ms": 10,
-    # Every record, as the archiver copies them (app/ops/archiver.py).
-    "isolation.level": "read_uncommitted",
 }
 # An environment variable that overrides fetch.wait.max.ms, in milliseconds
 # (read when a consumer is made, so that a job's tasks see the driver's).
@@ -95,13 +97,16 @@ _DATA_LOSS_CODES: Final = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.O
 # information); these it cannot.
 _STOP_CODES: Final = frozenset(
     {
-        KafkaError._AUTHENTICATION,
         KafkaError._SSL,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     }
 )
+# A sign-in the brokers refused: often transient on MSK (a token or a SCRAM
+# credential being rotated, a broker restarting): asked again until the
+# timeout, then reported in one line.
+_AUTH_CODES: Final = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+_NO_TOPIC_ID: Final = "AAAAAAAAAAAAAAAAAAAAAA"  # the zero UUID: a broker that has no topic IDs
 
 T = TypeVar("T")
 
@@ -113,10 +118,14 @@ class KafkaBackend:
     endpoint: KafkaEndpoint
     topic_pattern: str
     timeout_s: float = DEFAULT_TIMEOUT_S
+    isolation: Isolation = Isolation.READ_COMMITTED
 
     @property
     def description(self) -> str:
         return self.endpoint.description
+
+    def matches(self, topic: str) -> bool:
+        return not topic.startswith("__") and re.fullmatch(self.topic_pattern, topic) is not None
 
     def partitions(self) -> list[TopicPartition]:
         """Every partition of the topics the pattern matches (the whole name), now.
@@ -125,7 +134,6 @@ class KafkaBackend:
         are never read. A matching topic whose metadata carries an error
         (a leader being elected) is asked again until ``timeout_s``.
         """
-        pattern = re.compile(self.topic_pattern)
         admin = _admin(self.endpoint)
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -135,7 +143,7 @@ class KafkaBackend:
             found: list[TopicPartition] = []
             unsettled: list[str] = []
             for name, topic in metadata.topics.items():
-                if name.startswith("__") or not pattern.fullmatch(name):
+                if not self.matches(name):
                     continue
                 if topic.error is not None:
                     unsettled.append(f"topic {name}: {topic.error.str()}")
@@ -154,15 +162,64 @@ class KafkaBackend:
         partitions = self.partitions()
         if not partitions:
             return {}
+        identities = self.identities(sorted({tp.topic for tp in partitions}))
+        # A topic deleted since it was listed has no ID: it is absent.
+        partitions = [tp for tp in partitions if tp.topic in identities]
         earliest = self._offsets(partitions, OffsetSpec.earliest(), "earliest")  # type: ignore[no-untyped-call]
         latest = self._offsets(partitions, OffsetSpec.latest(), "latest")  # type: ignore[no-untyped-call]
-        return {tp: Bounds(earliest[tp], latest[tp]) for tp in partitions}
+        stable: dict[TopicPartition, int] = {}
+        if self.isolation is Isolation.READ_COMMITTED:
+            stable = self._offsets(partitions, OffsetSpec.latest(), "last stable",  # type: ignore[no-untyped-call]
+                                   IsolationLevel.READ_COMMITTED)  # fmt: skip
+        return {
+            tp: Bounds(
+                earliest[tp], latest[tp], stable=stable.get(tp), identity=identities[tp.topic]
+            )
+            for tp in partitions
+        }
+
+    def identities(self, topics: list[str]) -> dict[str, str]:
+        """Each topic's ID ("" from a broker without them); topics gone meanwhile are left out."""
+        if not topics:
+            return {}
+        admin = _admin(self.endpoint)
+
+        def ask() -> dict[str, str]:
+            futures = admin.describe_topics(TopicCollection(topics), request_timeout=self.timeout_s)
+            found: dict[str, str] = {}
+            for name, future in futures.items():
+                try:
+                    topic_id = str(future.result().topic_id)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else None
+                    if isinstance(error, KafkaError) and (
+                        error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                    ):
+                        continue
+                    raise
+                found[name] = "" if topic_id == _NO_TOPIC_ID else topic_id
+            return found
+
+        deadline = time.monotonic() + self.timeout_s
+        return self._call(f"describe {len(topics)} topics", deadline, ask)
+
+    def offsets_at(self, timestamp_ms: int) -> dict[TopicPartition, int]:
+        partitions = self.partitions()
+        if not partitions:
+            return {}
+        at = self._offsets(partitions, OffsetSpec.for_timestamp(timestamp_ms), "timed")
+        latest = self._offsets(partitions, OffsetSpec.latest(), "latest")  # type: ignore[no-untyped-call]
+        return {tp: at[tp] if at[tp] >= 0 else latest[tp] for tp in partitions}
 
     def reader(self, tp: TopicPartition, start: int, end: int) -> KafkaRange:
-        return KafkaRange(self.endpoint, tp, start, end, self.timeout_s)
+        return KafkaRange(self.endpoint, tp, start, end, self.timeout_s, self.isolation)
 
     def _offsets(
-        self, partitions: list[TopicPartition], spec: Any, which: str
+        self,
+        partitions: list[TopicPartition],
+        spec: Any,
+        which: str,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> dict[TopicPartition, int]:
         """One ListOffsets request per leader for all ``partitions``, not one per partition."""
         admin = _admin(self.endpoint)
@@ -170,9 +227,7 @@ class KafkaBackend:
 
         def ask() -> dict[TopicPartition, int]:
             futures = admin.list_offsets(
-                request,
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=self.timeout_s,
+                request, isolation_level=isolation, request_timeout=self.timeout_s
             )
             return {
                 TopicPartition(kp.topic, kp.partition): int(future.result().offset)
@@ -184,17 +239,30 @@ class KafkaBackend:
                           deadline, ask)  # fmt: skip
 
     def _call(self, what: str, deadline: float, call: Callable[[], T]) -> T:
-        """``call``, again while its error is retriable and time is left; else one line."""
+        """``call``, again while its error is retriable and time is left; else one line.
+
+        A refused sign-in is retried too (until the deadline); the line then
+        says that the brokers refused it, and why.
+        """
+        _SIGN_IN_REFUSED.pop(self.endpoint, None)
         while True:
             try:
                 return call()
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                retriable = isinstance(error, KafkaError) and error.retriable()
+                retriable = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _AUTH_CODES
+                )
                 if not retriable or time.monotonic() + _RETRY_S >= deadline:
+                    _admin(self.endpoint)  # serves the error callback
+                    refused = _SIGN_IN_REFUSED.pop(self.endpoint, None)
+                    why = (
+                        f"the brokers refused the sign-in: {refused}"
+                        if refused
+                        else (_error_text(exc))
+                    )
                     raise SourceUnavailableError(
-                        f"{self.description}: could not {what} within {self.timeout_s:g} s: "
-                        f"{_error_text(exc)}"
+                        f"{self.description}: could not {what} within {self.timeout_s:g} s: {why}"
                     ) from None
             time.sleep(_RETRY_S)
 
@@ -208,11 +276,12 @@ class KafkaRange:
     start: int
     end: int
     timeout_s: float = DEFAULT_TIMEOUT_S
+    isolation: Isolation = Isolation.READ_COMMITTED
 
     def read(self) -> Iterator[pa.RecordBatch]:
         """The range's records in offset order, ``BATCH_ROWS`` at a time (served by Kafka)."""
         # Step 1
-        consumer = _CONSUMERS.take(self.endpoint)
+        consumer = _CONSUMERS.take(self.endpoint, self.isolation)
         try:
             for batch in self._batches(consumer):
                 yield served_by(batch, Tier.KAFKA)
@@ -221,7 +290,7 @@ class KafkaRange:
             raise
         # Step 4
         consumer.unassign()
-        _CONSUMERS.give_back(self.endpoint, consumer)
+        _CONSUMERS.give_back(self.endpoint, self.isolation, consumer)
 
     def earliest(self) -> int | None:
         """The partition's earliest offset on the brokers now; None if they do not say in time.
@@ -229,7 +298,7 @@ class KafkaRange:
         Asked from a task, just before it reads: retention may have moved
         since the micro-batch was planned (:mod:`app.sources.tiered`).
         """
-        consumer = _CONSUMERS.take(self.endpoint)
+        consumer = _CONSUMERS.take(self.endpoint, self.isolation)
         try:
             low, _ = consumer.get_watermark_offsets(
                 KafkaPartition(self.tp.topic, self.tp.partition),
@@ -241,7 +310,7 @@ class KafkaRange:
                      self.endpoint.description, _error_text(exc))  # fmt: skip
             return None
         finally:
-            _CONSUMERS.give_back(self.endpoint, consumer)
+            _CONSUMERS.give_back(self.endpoint, self.isolation, consumer)
         return int(low) if low >= 0 else None  # librdkafka's "invalid offset" is negative
 
     def _batches(self, consumer: Any) -> Iterator[pa.RecordBatch]:
@@ -444,28 +513,39 @@ class _ConsumerPool:
     """
 
     def __init__(self) -> None:
-        self._idle: dict[KafkaEndpoint, list[Any]] = {}
+        self._idle: dict[tuple[KafkaEndpoint, Isolation], list[Any]] = {}
         self._lock = threading.Lock()
 
-    def take(self, endpoint: KafkaEndpoint) -> Any:
+    def take(self, endpoint: KafkaEndpoint, isolation: Isolation) -> Any:
         with self._lock:
-            idle = self._idle.get(endpoint)
+            idle = self._idle.get((endpoint, isolation))
             if idle:
                 return idle.pop()
-        settings = dict(_CONSUMER_SETTINGS)
-        wait_ms = os.environ.get(_FETCH_WAIT_VARIABLE, "")
-        if wait_ms:
-            settings["fetch.wait.max.ms"] = int(wait_ms)
-        return _client(Consumer, endpoint, settings)
+        return _client(Consumer, endpoint, consumer_settings(isolation))
 
-    def give_back(self, endpoint: KafkaEndpoint, consumer: Any) -> None:
+    def give_back(self, endpoint: KafkaEndpoint, isolation: Isolation, consumer: Any) -> None:
         with self._lock:
-            self._idle.setdefault(endpoint, []).append(consumer)
+            self._idle.setdefault((endpoint, isolation), []).append(consumer)
+
+
+def consumer_settings(isolation: Isolation) -> dict[str, Any]:
+    """A range reader's librdkafka settings (beside its endpoint's)."""
+    settings: dict[str, Any] = dict(_CONSUMER_SETTINGS)
+    wait_ms = os.environ.get(_FETCH_WAIT_VARIABLE, "")
+    if wait_ms:
+        settings["fetch.wait.max.ms"] = int(wait_ms)
+    # The records the planner planned: under read_committed it plans up to the
+    # last stable offset, and the brokers leave aborted transactions out.
+    settings["isolation.level"] = isolation.value
+    return settings
 
 
 _CONSUMERS = _ConsumerPool()
 _ADMINS: dict[KafkaEndpoint, Any] = {}
 _ADMINS_LOCK = threading.Lock()
+# The last sign-in the brokers refused an admin client, by endpoint (librdkafka
+# reports it to the error callback only; the request itself just times out).
+_SIGN_IN_REFUSED: dict[KafkaEndpoint, str] = {}
 
 
 def _error_text(exc: KafkaException) -> str:
@@ -478,9 +558,21 @@ def _admin(endpoint: KafkaEndpoint) -> Any:
     with _ADMINS_LOCK:
         admin = _ADMINS.get(endpoint)
         if admin is None:
-            admin = _ADMINS[endpoint] = _client(AdminClient, endpoint, {})
+            admin = _ADMINS[endpoint] = _client(
+                AdminClient, endpoint, {"error_cb": _sign_in_recorder(endpoint)}
+            )
     admin.poll(0)  # serves the token refresh and log callbacks
     return admin
+
+
+def _sign_in_recorder(endpoint: KafkaEndpoint) -> Callable[[KafkaError], None]:
+    def record(error: KafkaError) -> None:
+        if error.code() in _AUTH_CODES:
+            _SIGN_IN_REFUSED[endpoint] = error.str()
+        else:
+            log.info("%s: %s (the client retries)", endpoint.description, error.str())
+
+    return record
 
 
 def _client(kind: Callable[[dict[str, Any]], Any], endpoint: KafkaEndpoint,

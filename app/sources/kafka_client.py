@@ -1,26 +1,50 @@
-"""One Kafka client configuration for the job and the tools: plaintext, or MSK with IAM.
+"""One Kafka client configuration for the job and the tools: plaintext, or MSK's sign-ins.
 
 Every librdkafka client of the project (the job's source, its optional
 consumer-group commits, the operator's topic, produce and archive tools,
 repair) takes its settings from :meth:`KafkaEndpoint.config`.
 
-On MSK the brokers come from the hand-off (``bootstrap-brokers-iam``, port
-9098) and clients sign in with SASL/OAUTHBEARER over TLS, the token made from
-the caller's AWS credentials by ``aws-msk-iam-sasl-signer-python`` (librdkafka
-has no ``AWS_MSK_IAM`` mechanism; MSK accepts either).
+MSK's client authentication modes (:class:`KafkaAuth`), each on its own
+bootstrap brokers:
+
+- ``iam`` (``bootstrap-brokers-iam``, port 9098): SASL/OAUTHBEARER over TLS,
+  the token made from the caller's AWS credentials by
+  ``aws-msk-iam-sasl-signer-python`` (librdkafka has no ``AWS_MSK_IAM``
+  mechanism; MSK accepts either);
+- ``tls`` (``bootstrap-brokers-tls``, port 9094): TLS only, the client
+  unauthenticated (or by the certificate its ``--kafka-option ssl.*``
+  settings name: mutual TLS);
+- ``scram`` (``bootstrap-brokers-sasl-scram``, port 9096): SASL/SCRAM-SHA-512
+  over TLS, user name and password read from the AWS Secrets Manager secret
+  associated with the cluster (``{"username": ..., "password": ...}``, a name
+  starting ``AmazonMSK_``), once per process.
+
+Client settings of the operator's (``--kafka-option key=value``) pass
+through to every client, except those the project sets itself
+(:data:`OWNED_SETTINGS`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from app.errors import ConfigurationError
 
-__all__ = ["SIGNER_MODULE", "KafkaAuth", "KafkaEndpoint"]
+__all__ = [
+    "OWNED_SETTINGS",
+    "SIGNER_MODULE",
+    "Isolation",
+    "KafkaAuth",
+    "KafkaEndpoint",
+    "parse_option",
+]
 
 # The package keeps its API in a submodule of the same name as the class it imitates.
 SIGNER_MODULE = "aws_msk_iam_sasl_signer.MSKAuthTokenProvider"
@@ -30,6 +54,57 @@ _CLIENT_LOG = logging.getLogger("app.sources.kafka_client.librdkafka")
 class KafkaAuth(StrEnum):
     NONE = "none"  # plaintext, for a local broker
     IAM = "iam"  # MSK with IAM client authentication over TLS
+    TLS = "tls"  # TLS only
+    SCRAM = "scram"  # SASL/SCRAM-SHA-512 over TLS, the secret in AWS Secrets Manager
+
+
+class Isolation(StrEnum):
+    """Which records the job's source reads (librdkafka's ``isolation.level``).
+
+    ``read_committed`` (the default): records of committed transactions and
+    non-transactional ones, each micro-batch planned up to the last stable
+    offset; ``read_uncommitted``: every record up to the high watermark,
+    aborted transactions' too.
+    """
+
+    READ_COMMITTED = "read_committed"
+    READ_UNCOMMITTED = "read_uncommitted"
+
+
+# What the endpoint sets (where the brokers are, how to sign in) and what the
+# job's source relies on (it reads assigned partitions, commits nothing, never
+# skips offsets, reads what its planner planned): never an operator's option.
+OWNED_SETTINGS: Final = frozenset(
+    {
+        "bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.mechanisms",
+        "sasl.mechanism", "sasl.username", "sasl.password", "sasl.oauthbearer.config",
+        "oauth_cb", "logger", "client.rack", "group.id", "group.instance.id",
+        "enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset",
+        "enable.partition.eof", "isolation.level",
+    }
+)  # fmt: skip
+# Owned settings with an option of their own.
+_OPTION_FOR: Final = {
+    "isolation.level": "--kafka-isolation-level",
+    "client.rack": "--kafka-client-rack",
+    "bootstrap.servers": "--bootstrap-servers",
+    "security.protocol": "--kafka-auth",
+}
+
+
+def parse_option(text: str) -> tuple[str, str]:
+    """``key=value`` of ``--kafka-option``; a one-line error for a malformed or owned one."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigurationError(f"--kafka-option {text!r} is not key=value")
+    if key in OWNED_SETTINGS or key.startswith("sasl."):
+        instead = _OPTION_FOR.get(key)
+        raise ConfigurationError(
+            f"--kafka-option {key}: the source sets {key} itself"
+            + (f" (use {instead})" if instead else "")
+        )
+    return key, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +117,18 @@ class KafkaEndpoint:
     :param client_rack: librdkafka's ``client.rack``, the availability zone id
         (e.g. ``euw1-az1``) of this client: with MSK's rack-aware replica
         selector the brokers let it fetch from a replica in its own zone.
+    :param secret_arn: SCRAM only: the Secrets Manager secret (ARN or name)
+        that holds the user name and password, read in ``region``.
+    :param options: the operator's librdkafka settings (``--kafka-option``),
+        for every client; none of :data:`OWNED_SETTINGS`.
     """
 
     bootstrap_servers: str
     auth: KafkaAuth = KafkaAuth.NONE
     region: str = ""
     client_rack: str = ""
+    secret_arn: str = ""
+    options: tuple[tuple[str, str], ...] = ()
 
     @property
     def description(self) -> str:
@@ -61,15 +142,29 @@ class KafkaEndpoint:
         }
         if self.client_rack:
             settings["client.rack"] = self.client_rack
+        if self.auth is not KafkaAuth.NONE:
+            # The wheel's own OpenSSL does not know where Debian keeps its CA
+            # certificates; "probe" looks in the usual places.
+            settings["ssl.ca.location"] = "probe"
+        settings.update(self.options)  # none of them owned: parse_option refused those
         if self.auth is KafkaAuth.IAM:
             settings.update(
                 {
                     "security.protocol": "SASL_SSL",
                     "sasl.mechanisms": "OAUTHBEARER",
                     "oauth_cb": _msk_token_callback(self.region),
-                    # The wheel's own OpenSSL does not know where Debian keeps
-                    # its CA certificates; "probe" looks in the usual places.
-                    "ssl.ca.location": "probe",
+                }
+            )
+        elif self.auth is KafkaAuth.TLS:
+            settings["security.protocol"] = "SSL"
+        elif self.auth is KafkaAuth.SCRAM:
+            username, password = scram_credentials(self.secret_arn, self.region)
+            settings.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanisms": "SCRAM-SHA-512",
+                    "sasl.username": username,
+                    "sasl.password": password,
                 }
             )
         settings.update(extra)
@@ -112,3 +207,34 @@ def _msk_token_callback(region: str) -> Any:
         return value, expiry_ms / 1000
 
     return token
+
+
+@functools.cache
+def scram_credentials(secret_arn: str, region: str) -> tuple[str, str]:
+    """The user name and password of MSK's SCRAM secret (read once per process)."""
+    if not secret_arn:
+        raise ConfigurationError("--kafka-auth scram needs --kafka-secret-arn (the cluster's "
+                                 "Secrets Manager secret)")  # fmt: skip
+    if not region:
+        raise ConfigurationError(
+            "--kafka-auth scram needs the AWS region (--region, or AWS_REGION in the environment)"
+        )
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client: Any = boto3.client("secretsmanager", region_name=region)
+    try:
+        text = client.get_secret_value(SecretId=secret_arn)["SecretString"]
+    except (ClientError, BotoCoreError, KeyError) as exc:
+        raise ConfigurationError(
+            f"--kafka-secret-arn {secret_arn}: could not read the secret in {region}: {exc}"
+        ) from None
+    try:
+        doc = orjson.loads(text)
+        username, password = doc["username"], doc["password"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise ConfigurationError(
+            f"--kafka-secret-arn {secret_arn}: the secret is not a JSON object with "
+            "username and password (MSK's SCRAM secret)"
+        ) from None
+    return str(username), str(password)

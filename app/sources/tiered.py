@@ -23,6 +23,13 @@ Per partition (:class:`TieredBounds`):
   the micro-batch was planned, the archive serves what the brokers dropped
   meanwhile, as far as its files go, instead of the run failing.
 
+A topic's identity is Kafka's topic ID where Kafka has the topic, else the
+archive's (``_topic-id``, :mod:`app.sources.archive`); the checkpoint keeps
+it and refuses a change as data loss (:mod:`app.sources.stream`). Where the
+archive names another identity than Kafka's for a topic, its files are
+another topic's records (the topic was deleted and created again): they
+serve none of its offsets.
+
 Each record carries the tier that served it (``served_by``,
 :mod:`app.sources.records`); the job counts them per batch (the
 ``RecordsServed`` metric, :mod:`app.metrics.listener`).
@@ -30,6 +37,7 @@ Each record carries the tier that served it (``served_by``,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -42,6 +50,8 @@ from app.sources.backend import Bounds
 from app.sources.kafka import KafkaBackend, KafkaRange
 
 __all__ = ["TieredBackend", "TieredBounds", "TieredRange", "runs"]
+
+log = logging.getLogger(__name__)
 
 
 def runs(files: Sequence[ArchiveFile]) -> tuple[Bounds, ...]:
@@ -66,16 +76,20 @@ class TieredBounds(Bounds):
 
     @classmethod
     def of(
-        cls, kafka: Bounds | None, archive: tuple[Bounds, ...], kafka_name: str, archive_name: str
-    ) -> TieredBounds:
+        cls, kafka: Bounds | None, archive: tuple[Bounds, ...], kafka_name: str,
+        archive_name: str, identity: str = "",
+    ) -> TieredBounds:  # fmt: skip
+        """``identity``: the archive's, for a partition Kafka does not have."""
         if kafka is None:
             last = archive[-1]  # a partition is listed by at least one tier
-            return cls(last.earliest, last.latest, None, archive, kafka_name, archive_name)
+            return cls(last.earliest, last.latest, None, archive, kafka_name, archive_name,
+                       identity=identity)  # fmt: skip
         earliest = kafka.earliest
         for run in archive:
             if run.earliest <= kafka.earliest <= run.latest:
                 earliest = run.earliest
-        return cls(earliest, kafka.latest, kafka, archive, kafka_name, archive_name)
+        return cls(earliest, kafka.latest, kafka, archive, kafka_name, archive_name,
+                   stable=kafka.stable, identity=kafka.identity or identity)  # fmt: skip
 
     def data_loss(self, where: str, tp: TopicPartition, first: int) -> DataLossError:
         held = f"{self.kafka_name} {self._kafka_holds()} and {self.archive_name} " + (
@@ -139,13 +153,28 @@ class TieredBackend:
     def description(self) -> str:
         return f"{self.kafka.description} and {self.archive.description}"
 
+    def matches(self, topic: str) -> bool:
+        return self.kafka.matches(topic)
+
+    def offsets_at(self, timestamp_ms: int) -> dict[TopicPartition, int]:
+        """Kafka's answer: the archive's records are older than any Kafka still holds."""
+        return self.kafka.offsets_at(timestamp_ms)
+
     def bounds(self) -> dict[TopicPartition, Bounds]:
         kafka = self.kafka.bounds()
         index = self.archive.index(holes=True)
+        kafka_ids = {tp.topic: b.identity for tp, b in kafka.items() if b.identity}
+        for topic, identity in sorted(index.identities.items()):
+            if kafka_ids.get(topic, identity) != identity:  # another topic's records
+                log.warning("%s holds topic %s of identity %s, %s has %s: the archive's files "
+                            "serve none of its offsets", self.archive.description, topic,
+                            identity, self.kafka.description, kafka_ids[topic])  # fmt: skip
+                index.files = {tp: f for tp, f in index.files.items() if tp.topic != topic}
         self._listing.kafka, self._listing.index = kafka, index
         return {
             tp: TieredBounds.of(kafka.get(tp), runs(index.files.get(tp, [])),
-                                self.kafka.description, self.archive.description)
+                                self.kafka.description, self.archive.description,
+                                index.identities.get(tp.topic, ""))
             for tp in sorted(set(kafka) | set(index.files))
         }  # fmt: skip
 

@@ -28,8 +28,9 @@ from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
 from app.sources import backends, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
-from app.sources.kafka_client import KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import Tier
+from app.sources.starting import StartingPosition
 from app.spark.checkpoint import CheckpointLog
 from app.spark.worker_errors import worker_error
 
@@ -79,6 +80,7 @@ class KafkaSource:
     endpoint: KafkaEndpoint
     timeout_s: float = DEFAULT_TIMEOUT_S
     """How long a request to the brokers, or a read without a record, may take."""
+    isolation: Isolation = Isolation.READ_COMMITTED
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,9 @@ class JobConfig:
     integrity: IntegrityMode = IntegrityMode.STRICT
     topic_pattern: str = defaults.TOPIC_PATTERN
     max_offsets_per_trigger: int = defaults.MAX_OFFSETS_PER_TRIGGER
+    min_offsets_per_trigger: int = 0
+    max_trigger_delay_s: float = defaults.MAX_TRIGGER_DELAY_S
+    starting_position: StartingPosition = field(default_factory=StartingPosition)
     session_timeout_ms: int = defaults.SESSION_TIMEOUT_MS
     trace: frozenset[str] = frozenset()
 
@@ -108,17 +113,21 @@ class JobConfig:
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
     spark.dataSource.register(stream.TablecastSource)
     options = backends.common_options(
-        config.topic_pattern, config.max_offsets_per_trigger, starting
-    )
+        config.topic_pattern, config.max_offsets_per_trigger, starting,
+        starting_position=config.starting_position,
+        min_offsets_per_trigger=config.min_offsets_per_trigger,
+        max_trigger_delay_s=config.max_trigger_delay_s,
+    )  # fmt: skip
     source = config.source
     if isinstance(source, ArchiveSource):
         options |= backends.archive_options(source.uri)
     elif isinstance(source, KafkaSource):
-        options |= backends.kafka_options(source.endpoint, source.timeout_s)
+        options |= backends.kafka_options(source.endpoint, source.timeout_s, source.isolation)
     else:
         options |= backends.tiered_options(
-            source.kafka.endpoint, source.archive.uri, source.kafka.timeout_s
-        )
+            source.kafka.endpoint, source.archive.uri, source.kafka.timeout_s,
+            source.kafka.isolation,
+        )  # fmt: skip
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.contract.offsets import TopicPartition
@@ -26,7 +27,7 @@ from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
 from app.sources.backends import archive_options, common_options, from_options, kafka_options
 from app.sources.kafka import KafkaBackend, KafkaRange
-from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.sources.records import SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from tests.kafka.helpers import delete_topics, produce
@@ -38,6 +39,11 @@ def _read(reader: KafkaRange) -> pa.Table:
     return pa.Table.from_batches(list(reader.read()), schema=SOURCE_SCHEMA)
 
 
+def _held(bounds: dict[TopicPartition, Bounds]) -> dict[TopicPartition, Bounds]:
+    """The offsets each partition holds, without its stable offset and identity."""
+    return {tp: Bounds(b.earliest, b.latest) for tp, b in bounds.items()}
+
+
 def test_bounds_list_every_partition_the_pattern_matches_and_new_ones_later(
     broker: KafkaEndpoint,
 ) -> None:
@@ -47,16 +53,20 @@ def test_bounds_list_every_partition_the_pattern_matches_and_new_ones_later(
     produce(broker, a1, [b"y"] * 3)
     produce(broker, TopicPartition("__kb1-internal", 0), [b"z"])
     backend = KafkaBackend(broker, "kb1-.+")
-    assert backend.bounds() == {
+    bounds = backend.bounds()
+    assert _held(bounds) == {
         a0: Bounds(0, 5), a1: Bounds(0, 3),
         TopicPartition("kb1-b", 0): Bounds(0, 0), TopicPartition("kb1-b", 1): Bounds(0, 0),
     }  # fmt: skip
+    # Each topic's ID, the same for all its partitions; no transaction: all is stable.
+    assert bounds[a0].identity == bounds[a1].identity != bounds[TopicPartition("kb1-b", 0)].identity
+    assert all(b.identity and b.stable == b.latest for b in bounds.values())
     # The whole name must match (xkb1-a does not), and internal topics are never read.
     assert KafkaBackend(broker, "kb1").bounds() == {}
     assert set(KafkaBackend(broker, ".*kb1-internal").bounds()) == set()
     # A topic created later is in the next listing.
     create_topics(broker, ["kb1-c"], partitions=1)
-    assert backend.bounds()[TopicPartition("kb1-c", 0)] == Bounds(0, 0)
+    assert _held(backend.bounds())[TopicPartition("kb1-c", 0)] == Bounds(0, 0)
 
 
 def test_the_checkpoints_offsets_are_the_archives_json(broker: KafkaEndpoint) -> None:
@@ -65,11 +75,14 @@ def test_the_checkpoints_offsets_are_the_archives_json(broker: KafkaEndpoint) ->
     produce(broker, TopicPartition("kb2-a", 1), [b"w"] * 10)
     reader = OffsetStreamReader(KafkaBackend(broker, "^kb2-.+"), max_offsets=20, starting={})
     start = reader.initialOffset()
-    assert start == {"kb2-a:0": 0, "kb2-a:1": 0}
+    assert _offsets(start) == {"kb2-a:0": 0, "kb2-a:1": 0}
+    assert start["@topic-ids"] == {
+        "kb2-a": reader.backend.bounds()[TopicPartition("kb2-a", 0)].identity
+    }
     # maxOffsetsPerTrigger is shared by backlog, as for the archive.
-    assert reader.latestOffset(start, ReadMaxRows(20)) == {"kb2-a:0": 15, "kb2-a:1": 5}
+    assert _offsets(reader.latestOffset(start, ReadMaxRows(20))) == {"kb2-a:0": 15, "kb2-a:1": 5}
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == {"kb2-a:0": 30, "kb2-a:1": 10}
+    assert _offsets(end) == {"kb2-a:0": 30, "kb2-a:1": 10}
     parts = reader.partitions(start, end)
     assert [(p.tp, p.start, p.end) for p in parts] == [  # type: ignore[attr-defined]
         (TopicPartition("kb2-a", 0), 0, 30), (TopicPartition("kb2-a", 1), 0, 10)
@@ -106,7 +119,7 @@ def test_a_range_whose_last_offsets_hold_no_record_ends_there(broker: KafkaEndpo
     tp = TopicPartition("kb4-t", 0)
     produce(broker, tp, [f"r{i}".encode() for i in range(8)], transaction_every=4)
     backend = KafkaBackend(broker, "^kb4-.+", timeout_s=3)
-    assert backend.bounds()[tp] == Bounds(0, 10)
+    assert _held(backend.bounds())[tp] == Bounds(0, 10)
 
     def offsets(start: int, end: int) -> list[int]:
         return list(_read(backend.reader(tp, start, end)).column("offset").to_pylist())
@@ -126,16 +139,17 @@ def test_consumers_are_kept_between_ranges_and_dropped_after_a_failure(
     # An endpoint of its own, so that this test alone uses its pool entry.
     endpoint = KafkaEndpoint(broker.bootstrap_servers, client_rack="kb5-reuse")
     idle = kafka_source._CONSUMERS._idle  # the process's pool (private: no public view needed)
+    pooled = (endpoint, Isolation.READ_COMMITTED)  # by endpoint and isolation
     assert _read(KafkaRange(endpoint, tp, 0, 3)).num_rows == 3
-    [first] = idle[endpoint]
+    [first] = idle[pooled]
     assert _read(KafkaRange(endpoint, tp, 3, 6)).num_rows == 3
-    assert idle[endpoint] == [first]  # the same consumer, reassigned
+    assert idle[pooled] == [first]  # the same consumer, reassigned
     with pytest.raises(DataLossError) as lost:
         _read(KafkaRange(endpoint, tp, 10, 12))  # offsets the partition never had
     assert {k: lost.value.facts[k] for k in ("source", "topic", "partition")} == {
         "source": endpoint.description, "topic": "kb5-a", "partition": 0,
     }  # fmt: skip
-    assert idle[endpoint] == []  # the failed one was closed, not kept
+    assert idle[pooled] == []  # the failed one was closed, not kept
 
 
 def test_offsets_gone_from_the_brokers_are_data_loss_with_both_offsets(
@@ -148,12 +162,12 @@ def test_offsets_gone_from_the_brokers_are_data_loss_with_both_offsets(
     produce(broker, b, [b"y"] * 4)
     backend = KafkaBackend(broker, "^kb6-.+", timeout_s=5)
     reader = OffsetStreamReader(backend, max_offsets=0, starting={})
-    read_up_to = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    read_up_to = _offsets(reader.latestOffset(reader.initialOffset(), ReadAllAvailable()))
     assert read_up_to == {"kb6-a:0": 6, "kb6-b:0": 4}
     delete_topics(broker, ["kb6-a", "kb6-b"])
     create_topics(broker, ["kb6-a"], partitions=1)
     produce(broker, a, [b"x"] * 2)
-    with pytest.raises(DataLossError) as lost:
+    with pytest.raises(DataLossError) as lost:  # offsets without identities: an older checkpoint
         reader.latestOffset({"kb6-a:0": 6}, ReadAllAvailable())
     message = str(lost.value)
     assert message.startswith(f"data loss in Kafka at {broker.bootstrap_servers}: ")
@@ -162,8 +176,9 @@ def test_offsets_gone_from_the_brokers_are_data_loss_with_both_offsets(
     where = backend.description
     assert lost.value.facts == {"source": where, "topic": "kb6-a", "partition": 0, "offset": 6,
                                 "earliest": 0, "latest": 2}  # fmt: skip
+    restarted = OffsetStreamReader(backend, max_offsets=0, starting={})  # has seen neither
     with pytest.raises(DataLossError, match="topic kb6-b partition 0 is gone but offsets from 4"):
-        reader.latestOffset(read_up_to, ReadAllAvailable())
+        restarted.latestOffset({"kb6-b:0": 4}, ReadAllAvailable())
     # Tasks planned before the topics were deleted (and one recreated) find them gone too.
     with pytest.raises(DataLossError, match=r"topic kb6-a partition 0 ends at offset 2 but the "
                                             r"micro-batch reads it up to 5") as lost:  # fmt: skip
@@ -204,9 +219,18 @@ def test_the_options_carry_every_setting_and_rebuild_the_same_backend() -> None:
     assert options == {
         "topicPattern": "^sensor-.+", "maxOffsetsPerTrigger": "1000", "backend": "kafka",
         "bootstrapServers": "b-1:9098,b-2:9098", "kafkaAuth": "iam", "timeoutMs": "12500",
-        "region": "eu-west-1", "clientRack": "euw1-az2",
+        "region": "eu-west-1", "clientRack": "euw1-az2", "isolationLevel": "read_committed",
     }  # fmt: skip
     assert from_options(options) == KafkaBackend(endpoint, "^sensor-.+", 12.5)
+    passed = (("fetch.min.bytes", "1024"),)
+    scram = KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, region="eu-west-1",
+                          secret_arn="AmazonMSK_job", options=passed)  # fmt: skip
+    options = common_options("^s-.+", 0, None) | kafka_options(scram)
+    assert (options["secretArn"], options["kafkaOptions"]) == (
+        "AmazonMSK_job",
+        '{"fetch.min.bytes":"1024"}',
+    )
+    assert from_options(options) == KafkaBackend(scram, "^s-.+")
     plain = common_options("^s-.+", 0, None) | kafka_options(KafkaEndpoint("h:9092"))
     assert from_options(plain) == KafkaBackend(KafkaEndpoint("h:9092"), "^s-.+", 30.0)
     archive = common_options("^s-.+", 0, None) | archive_options("/lake")
@@ -221,7 +245,7 @@ def test_client_rack_is_set_on_the_clients_which_still_read(broker: KafkaEndpoin
     assert endpoint.config()["client.rack"] == "use1-az4"
     assert "client.rack" not in broker.config()
     backend = KafkaBackend(endpoint, "^kb8-.+")
-    assert backend.bounds() == {tp: Bounds(0, 4)}
+    assert _held(backend.bounds()) == {tp: Bounds(0, 4)}
     assert _read(backend.reader(tp, 0, 4)).num_rows == 4
 
 
@@ -268,3 +292,253 @@ def test_the_kafka_options_of_tablecast_run_are_checked_before_spark_starts(
         assert cli.main(["run", *args, *paths]) == 64
         assert capsys.readouterr().err == f"tablecast run: {message}\n"
     assert not (tmp_path / "ckpt").exists()
+
+
+def _offsets(doc: dict[str, object]) -> dict[str, object]:
+    """A source offset without the topics' identities."""
+    return {key: value for key, value in doc.items() if not key.startswith("@")}
+
+
+def _open_transaction(broker: KafkaEndpoint, tp: TopicPartition, count: int) -> Producer:
+    """A producer with ``count`` records of ``tp`` in a transaction it has not ended."""
+    producer = Producer(broker.config(**{"transactional.id": f"tests-open-{tp.topic}",
+                                         "linger.ms": 0, "batch.num.messages": 1}))  # fmt: skip
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for index in range(count):
+        producer.produce(tp.topic, key=b"k", value=b"t%d" % index, partition=tp.partition)
+        producer.flush(30)  # one record a batch: tansu's ends are right
+    return producer
+
+
+def test_a_batch_is_planned_to_the_last_stable_offset_not_into_an_open_transaction(
+    broker: KafkaEndpoint,
+) -> None:
+    """read_committed by default: nothing of an open transaction is planned; the option
+    read_uncommitted plans to the high watermark. (tansu filters no aborted record; what
+    this shows is the planning against the offsets each isolation level reports.)"""
+    create_topics(broker, ["kb20-a"], partitions=1)
+    tp = TopicPartition("kb20-a", 0)
+    producer = _open_transaction(broker, tp, 4)
+    committed = OffsetStreamReader(KafkaBackend(broker, "^kb20-.+"), max_offsets=0, starting={})
+    start = committed.initialOffset()
+    assert _offsets(start) == {"kb20-a:0": 0}
+    assert _offsets(committed.latestOffset(start, ReadAllAvailable())) == {"kb20-a:0": 0}
+    assert _offsets(committed.reportLatestOffset() or {}) == {"kb20-a:0": 0}
+
+    uncommitted = OffsetStreamReader(
+        KafkaBackend(broker, "^kb20-.+", isolation=Isolation.READ_UNCOMMITTED),
+        max_offsets=0, starting={},
+    )  # fmt: skip
+    assert _offsets(uncommitted.latestOffset(start, ReadAllAvailable())) == {"kb20-a:0": 4}
+    producer.commit_transaction(30)
+    # The commit marker takes offset 4: the committed records are 0 to 3.
+    assert _offsets(committed.latestOffset(start, ReadAllAvailable())) == {"kb20-a:0": 5}
+
+
+def test_a_last_stable_offset_behind_the_checkpoint_plans_nothing_and_is_no_data_loss(
+    broker: KafkaEndpoint,
+) -> None:
+    """tansu answers a partition's last stable offset as 0 while a transaction is open,
+    whatever was committed before it: read_committed waits, it does not fail."""
+    create_topics(broker, ["kb21-a"], partitions=1)
+    tp = TopicPartition("kb21-a", 0)
+    produce(broker, tp, [b"x"] * 3)
+    producer = _open_transaction(broker, tp, 2)
+    reader = OffsetStreamReader(KafkaBackend(broker, "^kb21-.+"), max_offsets=0, starting={})
+    assert _offsets(reader.latestOffset({"kb21-a:0": 3}, ReadAllAvailable())) == {"kb21-a:0": 3}
+    bounds = reader.backend.bounds()[tp]
+    assert (bounds.latest, bounds.readable) == (5, bounds.stable) and bounds.readable <= 3
+    producer.abort_transaction(30)
+    # The abort marker takes offset 5; tansu still gives the aborted records (no filtering).
+    assert _offsets(reader.latestOffset({"kb21-a:0": 3}, ReadAllAvailable())) == {"kb21-a:0": 6}
+
+
+def test_range_readers_consume_at_the_planned_isolation_level() -> None:
+
+    settings = kafka_source.consumer_settings
+    assert settings(Isolation.READ_COMMITTED)["isolation.level"] == "read_committed"
+    assert settings(Isolation.READ_UNCOMMITTED)["isolation.level"] == "read_uncommitted"
+    backend = KafkaBackend(KafkaEndpoint("h:9092"), "^s-.+")
+    assert backend.isolation is Isolation.READ_COMMITTED
+    assert backend.reader(TopicPartition("s-a", 0), 0, 5).isolation is Isolation.READ_COMMITTED
+    options = common_options("^s-.+", 0, None) | kafka_options(
+        KafkaEndpoint("h:9092"), isolation=Isolation.READ_UNCOMMITTED
+    )
+    assert options["isolationLevel"] == "read_uncommitted"
+    assert from_options(options) == KafkaBackend(
+        KafkaEndpoint("h:9092"), "^s-.+", isolation=Isolation.READ_UNCOMMITTED
+    )
+
+
+def test_a_topic_deleted_and_created_again_is_refused_as_data_loss_naming_it(
+    broker: KafkaEndpoint,
+) -> None:
+    """Re-created with more records than the checkpoint's offsets, it is another topic."""
+    create_topics(broker, ["kb22-a"], partitions=1)
+    tp = TopicPartition("kb22-a", 0)
+    produce(broker, tp, [b"old"] * 6)
+    backend = KafkaBackend(broker, "^kb22-.+", timeout_s=5)
+    reader = OffsetStreamReader(backend, max_offsets=0, starting={})
+    read_up_to = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert _offsets(read_up_to) == {"kb22-a:0": 6}
+    delete_topics(broker, ["kb22-a"])
+    create_topics(broker, ["kb22-a"], partitions=1)
+    produce(broker, tp, [b"new"] * 10)
+    restarted = OffsetStreamReader(backend, max_offsets=0, starting={})  # from the checkpoint
+    with pytest.raises(DataLossError) as lost:
+        restarted.latestOffset(read_up_to, ReadAllAvailable())
+    message = str(lost.value)
+    assert message.startswith(f"data loss in Kafka at {broker.bootstrap_servers}: topic kb22-a "
+                              "was deleted and created again")  # fmt: skip
+    assert "start a new run with a new --output and --checkpoint" in message
+    assert "\n" not in message
+    assert lost.value.facts["topic"] == "kb22-a"
+    assert lost.value.facts["identity"] != lost.value.facts["previous_identity"]
+    assert lost.value.exit_code == 3
+
+
+def test_a_topic_deleted_after_it_was_read_to_its_end_leaves_without_data_loss(
+    broker: KafkaEndpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    create_topics(broker, ["kb23-a", "kb23-b"], partitions=1)
+    produce(broker, TopicPartition("kb23-a", 0), [b"x"] * 3)
+    produce(broker, TopicPartition("kb23-b", 0), [b"y"] * 4)
+    reader = OffsetStreamReader(KafkaBackend(broker, "^kb23-.+"), max_offsets=0, starting={})
+    read_up_to = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert _offsets(read_up_to) == {"kb23-a:0": 3, "kb23-b:0": 4}
+    delete_topics(broker, ["kb23-b"])
+    produce(broker, TopicPartition("kb23-a", 0), [b"x"] * 2)
+    with caplog.at_level("WARNING", logger="app.sources.stream"):
+        after = reader.latestOffset(read_up_to, ReadAllAvailable())
+    assert _offsets(after) == {"kb23-a:0": 5}
+    assert "topic kb23-b is gone from Kafka" in caplog.text and "read to its end" in caplog.text
+    # One deleted before it was read to its end is data loss, as before.
+    create_topics(broker, ["kb23-c"], partitions=1)
+    produce(broker, TopicPartition("kb23-c", 0), [b"z"] * 4)
+    seen = reader.latestOffset(after, ReadAllAvailable())
+    half = {**seen, "kb23-c:0": 2}
+    delete_topics(broker, ["kb23-c"])
+    with pytest.raises(DataLossError, match="topic kb23-c partition 0 is gone but offsets from 2"):
+        reader.latestOffset(half, ReadAllAvailable())
+
+
+class _CountedBackend:
+    """A backend's listings counted (the driver's metadata requests of a trigger)."""
+
+    def __init__(self, backend: KafkaBackend) -> None:
+        self.backend = backend
+        self.listings = 0
+        self.description = backend.description
+
+    def bounds(self) -> dict[TopicPartition, Bounds]:
+        self.listings += 1
+        return self.backend.bounds()
+
+    def matches(self, topic: str) -> bool:
+        return self.backend.matches(topic)
+
+    def offsets_at(self, timestamp_ms: int) -> dict[TopicPartition, int]:
+        return self.backend.offsets_at(timestamp_ms)
+
+    def reader(self, tp: TopicPartition, start: int, end: int) -> KafkaRange:
+        return self.backend.reader(tp, start, end)
+
+
+def test_a_trigger_lists_the_topics_and_their_offsets_once(broker: KafkaEndpoint) -> None:
+    create_topics(broker, ["kb24-a"], partitions=2)
+    produce(broker, TopicPartition("kb24-a", 0), [b"x"] * 3)
+    counted = _CountedBackend(KafkaBackend(broker, "^kb24-.+"))
+    reader = OffsetStreamReader(counted, max_offsets=0, starting={})
+    start = {"kb24-a:0": 0, "kb24-a:1": 0}
+    triggers = 3
+    for _ in range(triggers):  # what Spark calls at each trigger
+        end = reader.latestOffset(start, ReadAllAvailable())
+        reader.reportLatestOffset()
+        reader.partitions(start, end)
+    # One Metadata, one DescribeTopics and three ListOffsets requests a trigger (was twice that).
+    assert counted.listings == triggers
+    print(f"\nKafka listings for {triggers} triggers: {counted.listings}")
+
+
+def test_a_fresh_checkpoint_starts_at_the_latest_offsets_or_at_a_time(
+    broker: KafkaEndpoint,
+) -> None:
+    from app.sources.starting import StartingPosition
+
+    create_topics(broker, ["kb25-a"], partitions=2)
+    a0, a1 = TopicPartition("kb25-a", 0), TopicPartition("kb25-a", 1)
+    produce(broker, a0, [b"x"] * 10, timestamp_ms=1_000_000)  # at 1,000,000 + offset ms
+    produce(broker, a1, [b"y"] * 4, timestamp_ms=2_000_000)
+
+    def first(where: str) -> dict[str, object]:
+        reader = OffsetStreamReader(KafkaBackend(broker, "^kb25-.+"), max_offsets=0, starting={},
+                                    starting_position=StartingPosition.parse(where))  # fmt: skip
+        return _offsets(reader.initialOffset())
+
+    assert first("earliest") == {"kb25-a:0": 0, "kb25-a:1": 0}
+    assert first("latest") == {"kb25-a:0": 10, "kb25-a:1": 4}
+    # A time: each partition where the brokers' ListOffsets by timestamp puts it. (tansu
+    # answers offset 0 for any time: this shows the request and its use, not the search.)
+    admin = AdminClient(broker.config())
+    asked = admin.list_offsets({KafkaPartition("kb25-a", p): OffsetSpec.for_timestamp(1_000_006)
+                                for p in (0, 1)}, request_timeout=10)  # fmt: skip
+    answer = {f"kb25-a:{kp.partition}": f.result().offset for kp, f in asked.items()}
+    assert first("1000006") == first("1970-01-01T00:16:40.006") == answer
+    # A repair's offsets still win over the starting position.
+    latest = StartingPosition.parse("latest")
+    repaired = OffsetStreamReader(KafkaBackend(broker, "^kb25-.+"), max_offsets=0,
+                                  starting={a0: 2}, starting_position=latest)  # fmt: skip
+    assert _offsets(repaired.initialOffset()) == {"kb25-a:0": 2, "kb25-a:1": 4}
+
+
+def test_topics_by_name_read_exactly_those(broker: KafkaEndpoint) -> None:
+    from app.cli import topic_pattern
+
+    create_topics(broker, ["kb26-a", "kb26-ab", "kb26-b", "kb26-c"], partitions=1)
+    backend = KafkaBackend(broker, topic_pattern("kb26-a, kb26-b", "ignored"))
+    assert sorted({tp.topic for tp in backend.bounds()}) == ["kb26-a", "kb26-b"]
+
+
+def test_a_refused_sign_in_is_asked_again_until_the_timeout_then_named_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """tansu requiring authentication refuses an unknown SCRAM user: as a credential being
+    rotated would be, until the timeout (a user cannot be added to a running tansu that
+    requires authentication, so the refusal here never ends)."""
+    import socket
+    import subprocess
+
+    from tests.tansu import tansu_binary
+
+    address = f"127.0.0.1:{free_port()}"
+    with (tmp_path / "tansu.log").open("wb") as out:
+        process = subprocess.Popen(
+            [tansu_binary(), "broker", "--listener-url", f"tcp://{address}",
+             "--advertised-listener-url", f"tcp://{address}",
+             "--storage-engine", "memory://tansu/", "--authentication"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(address.split(":"), timeout=0.5).close()  # type: ignore[arg-type]
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "tansu.log").read_text()
+                time.sleep(0.1)
+        scram = (("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanisms", "SCRAM-SHA-512"),
+                 ("sasl.username", "nobody"), ("sasl.password", "wrong"))  # fmt: skip
+        endpoint = KafkaEndpoint(address, options=scram)
+        started = time.monotonic()
+        with pytest.raises(SourceUnavailableError) as refused:
+            KafkaBackend(endpoint, "^kb28-.+", timeout_s=3).bounds()
+        assert time.monotonic() - started >= 2.5  # asked again, not given up at the first
+        message = str(refused.value)
+        assert message.startswith(f"Kafka at {address}: could not list the topics within 3 s: "
+                                  "the brokers refused the sign-in: ")  # fmt: skip
+        assert "SASL SCRAM authentication failed" in message and "\n" not in message
+    finally:
+        process.kill()
+        process.wait(timeout=10)

@@ -34,6 +34,7 @@ from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
 from app.sources.backends import common_options, from_options, tiered_options
 from app.sources.kafka import KafkaBackend
+from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import SCHEMA, SERVED_BY, SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from app.sources.tiered import TieredBackend, TieredBounds
@@ -210,7 +211,8 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     archive.write_file(resolve(str(tmp_path)), only, 0, 3, stand_in(only, 0, 3))
     stored.expire({tp: 30})
     kafka = KafkaBackend(stored.endpoint, "^tt1-.+", timeout_s=10)
-    assert kafka.bounds() == {tp: Bounds(30, 60)}  # Kafka lost offsets 0 to 29
+    held = {t: Bounds(b.earliest, b.latest) for t, b in kafka.bounds().items()}
+    assert held == {tp: Bounds(30, 60)}  # Kafka lost offsets 0 to 29
     backend = TieredBackend(kafka, ArchiveBackend(str(tmp_path), "^tt1-.+"))
     assert backend.description == f"Kafka at {stored.endpoint.bootstrap_servers} and the " \
                                   f"archive {tmp_path}"  # fmt: skip
@@ -230,8 +232,23 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     # The streaming reader starts at the archive's earliest offsets and reads to Kafka's latest.
     stream = OffsetStreamReader(backend, max_offsets=0, starting={})
     start = stream.initialOffset()
-    assert start == {"tt1-a:0": 0, "tt1-old:0": 0}
-    assert stream.latestOffset(start, ReadAllAvailable()) == {"tt1-a:0": 60, "tt1-old:0": 3}
+    identity = kafka.bounds()[tp].identity
+    assert start == {"tt1-a:0": 0, "tt1-old:0": 0, "@topic-ids": {"tt1-a": identity}}
+    end = stream.latestOffset(start, ReadAllAvailable())
+    assert end == {"tt1-a:0": 60, "tt1-old:0": 3, "@topic-ids": {"tt1-a": identity}}
+
+    # The archive's files are the topic's by its identity: Kafka's, the archive's own for a
+    # topic Kafka no longer has. Files of another identity serve none of its offsets.
+    archive.write_identity(resolve(str(tmp_path)), "tt1-a", identity)
+    archive.write_identity(resolve(str(tmp_path)), "tt1-old", "old-id")
+    assert stream.latestOffset(start, ReadAllAvailable()) == {
+        "tt1-a:0": 60, "tt1-old:0": 3, "@topic-ids": {"tt1-a": identity, "tt1-old": "old-id"},
+    }  # fmt: skip
+    archive.write_identity(resolve(str(tmp_path)), "tt1-a", "another-topics-id")
+    assert backend.bounds()[tp].earliest == 30
+    with pytest.raises(DataLossError, match="tt1-a partition 0 must continue at offset 0"):
+        stream.latestOffset(start, ReadAllAvailable())
+    archive.write_identity(resolve(str(tmp_path)), "tt1-a", identity)
 
     # The options of `tablecast run --bootstrap-servers ... --archive ...` rebuild it.
     options = common_options("^tt1-.+", 0, None) | tiered_options(stored.endpoint,
@@ -250,7 +267,8 @@ def test_only_offsets_that_neither_tier_holds_are_data_loss(
     backend = TieredBackend(KafkaBackend(stored.endpoint, "^tt2-.+", timeout_s=10),
                             ArchiveBackend(str(tmp_path), "^tt2-.+"))  # fmt: skip
     stream = OffsetStreamReader(backend, max_offsets=0, starting={})
-    assert stream.initialOffset() == {"tt2-a:0": 40}  # nothing reaches Kafka: from its earliest
+    # Nothing reaches Kafka: from its earliest.
+    assert stream.initialOffset()["tt2-a:0"] == 40
     where = backend.description
     with pytest.raises(DataLossError) as lost:
         stream.latestOffset({"tt2-a:0": 25}, ReadAllAvailable())
@@ -262,7 +280,7 @@ def test_only_offsets_that_neither_tier_holds_are_data_loss(
 
     # Archived up to Kafka's earliest: the hole before is loss only for a run from before it.
     archive.write_file(resolve(str(tmp_path)), tp, 30, 40, stand_in(tp, 30, 40))
-    assert stream.latestOffset({"tt2-a:0": 20}, ReadAllAvailable()) == {"tt2-a:0": 50}
+    assert stream.latestOffset({"tt2-a:0": 20}, ReadAllAvailable())["tt2-a:0"] == 50
     with pytest.raises(DataLossError, match="offsets 10 to 19 are in neither"):
         stream.latestOffset({"tt2-a:0": 5}, ReadAllAvailable())
     assert read(backend.reader(tp, 20, 50)).column("offset").to_pylist() == list(range(20, 50))
@@ -337,7 +355,8 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
     archived = archive.scan(resolve(str(lake)), pattern)
     assert all(lost[tp] <= archived.latest(tp) < ends[tp] for tp in ends), (lost, ends)
     stored.expire(lost)
-    assert KafkaBackend(stored.endpoint, pattern).bounds() == {
+    held = KafkaBackend(stored.endpoint, pattern).bounds()
+    assert {tp: Bounds(b.earliest, b.latest) for tp, b in held.items()} == {
         tp: Bounds(lost[tp], ends[tp]) for tp in ends
     }
 
@@ -379,3 +398,34 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
     assert f"/s, {first} from archive, 0 from kafka), " in stdout
     assert (f"messages served: {sum(lost.values()):,} from archive, "
             f"{report.messages - sum(lost.values()):,} from kafka") in stdout  # fmt: skip
+
+
+def test_the_archiver_keeps_each_topics_id_and_refuses_a_topic_created_again(
+    broker: KafkaEndpoint, tmp_path: Path
+) -> None:
+    """The archive's identity of a topic is the Kafka topic ID the archiver copied it from."""
+    from tests.kafka.helpers import delete_topics
+
+    create_topics(broker, ["tt5-a"], partitions=1)
+    tp = TopicPartition("tt5-a", 0)
+    produce(broker, tp, [b"x"] * 5)
+    config = ArchiverConfig(archive_uri=str(tmp_path), topic_pattern="^tt5-.+", max_wait_s=3600)
+    with Archiver(broker, config) as archiver:
+        assert archiver.catch_up(timeout_s=60).caught_up
+    identity = KafkaBackend(broker, "^tt5-.+").bounds()[tp].identity
+    assert (tmp_path / "tt5-a" / archive.IDENTITY_FILE).read_text() == identity
+    tiered = TieredBackend(
+        KafkaBackend(broker, "^tt5-.+"), ArchiveBackend(str(tmp_path), "^tt5-.+")
+    )
+    assert tiered.bounds()[tp].identity == identity
+    delete_topics(broker, ["tt5-a"])
+    create_topics(broker, ["tt5-a"], partitions=1)
+    produce(broker, tp, [b"y"] * 8)
+    with Archiver(broker, config) as archiver, pytest.raises(DataLossError) as lost:
+        archiver.catch_up(timeout_s=60)
+    assert str(lost.value) == (
+        f"data loss in the archive {tmp_path}: topic tt5-a holds the records of topic ID "
+        f"{identity} but Kafka's topic tt5-a is {lost.value.facts['identity']} (deleted and "
+        f"created again): archive it under another archive, or move {tmp_path}/tt5-a aside"
+    )
+    assert (tmp_path / "tt5-a" / archive.IDENTITY_FILE).read_text() == identity

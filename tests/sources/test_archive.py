@@ -226,3 +226,121 @@ def test_offsets_that_are_gone_are_data_loss(tmp_path: Path) -> None:
     with pytest.raises(DataLossError, match="sensor-b partition 0 is gone") as lost:
         reader.latestOffset({"sensor-a:0": 50, "sensor-b:0": 3}, ReadAllAvailable())
     assert lost.value.facts == {"source": where, "topic": "sensor-b", "partition": 0, "offset": 3}
+
+
+def test_an_archive_topic_of_another_identity_is_refused_as_data_loss(tmp_path: Path) -> None:
+    """The archive keeps a topic's identity in ``<topic>/_topic-id``, outside section 4's layout."""
+    location = resolve(str(tmp_path))
+    _write(tmp_path, A0, 0, 10)
+    archive.write_identity(location, "sensor-a", "id-1")
+    assert sorted(archive.scan(location, "^sensor-.+").files) == [A0]  # not a partition
+    reader = _reader(tmp_path)
+    read = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert read == {"sensor-a:0": 10, "@topic-ids": {"sensor-a": "id-1"}}
+    # The topic was archived afresh from another topic of the same name, past the offsets read.
+    (tmp_path / "sensor-a" / "0" / archive.file_name(0, 10)).unlink()
+    _write(tmp_path, A0, 0, 30)
+    archive.write_identity(location, "sensor-a", "id-2")
+    with pytest.raises(DataLossError) as lost:
+        _reader(tmp_path).latestOffset(read, ReadAllAvailable())
+    assert str(lost.value) == (
+        f"data loss in the archive {tmp_path}: topic sensor-a was deleted and created again (its "
+        "identity was id-1, is id-2): the checkpoint's offsets belong to the deleted topic; "
+        "restore it, or start a new run with a new --output and --checkpoint"
+    )
+    # An archive without identities (written before them) reads as before.
+    assert _reader(tmp_path).latestOffset({"sensor-a:0": 10}, ReadAllAvailable()) == {
+        "sensor-a:0": 30, "@topic-ids": {"sensor-a": "id-2"},
+    }  # fmt: skip
+
+
+def test_a_topic_that_left_the_pattern_or_was_removed_after_it_was_read_is_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _write(tmp_path, A0, 0, 10)
+    _write(tmp_path, B0, 0, 5)
+    reader = _reader(tmp_path)
+    read = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert read == {"sensor-a:0": 10, "sensor-b:0": 5}
+    with caplog.at_level("WARNING", logger="app.sources.stream"):
+        assert _reader(tmp_path, pattern="^sensor-a").latestOffset(read, ReadAllAvailable()) == {
+            "sensor-a:0": 10
+        }
+        (tmp_path / "sensor-b" / "0" / archive.file_name(0, 5)).unlink()
+        assert reader.latestOffset(read, ReadAllAvailable()) == {"sensor-a:0": 10}
+    assert "topic sensor-b no longer matches the source's topics" in caplog.text
+    assert f"topic sensor-b is gone from the archive {tmp_path} after it was read to its end" in (
+        caplog.text
+    )
+
+
+class _CountedListing:
+    """Counts the archive's directory listings (the calls a trigger makes to S3)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from app.storage import Location
+
+        self.calls = 0
+        real = Location.list_dir
+
+        def counted(location: Location, path: str) -> list[object]:
+            self.calls += 1
+            return real(location, path)
+
+        monkeypatch.setattr(Location, "list_dir", counted)
+
+
+def test_a_trigger_lists_the_archive_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """latestOffset, reportLatestOffset and the ranges of 4 partitions share one listing."""
+    for topic in ("sensor-a", "sensor-b"):
+        for partition in (0, 1):
+            _write(tmp_path, TopicPartition(topic, partition), 0, 10)
+    reader = _reader(tmp_path)
+    start = {f"sensor-{t}:{p}": 0 for t in "ab" for p in (0, 1)}
+    counted = _CountedListing(monkeypatch)
+    end = reader.latestOffset(start, ReadAllAvailable())
+    reader.reportLatestOffset()
+    parts = reader.partitions(start, end)
+    assert len(parts) == 4
+    # One scan: the root, 2 topics, 4 partitions (was 3 scans, one per call and one per range).
+    assert counted.calls == 1 + 2 + 4
+    print(f"\narchive LIST calls for a trigger of 4 partitions: {counted.calls}")
+
+
+def test_a_fresh_checkpoint_starts_at_the_latest_offsets_when_asked(tmp_path: Path) -> None:
+    from app.errors import ConfigurationError
+    from app.sources.starting import StartingPosition
+
+    _write(tmp_path, A0, 0, 10)
+    latest = StartingPosition.parse("latest")
+    reader = OffsetStreamReader(ArchiveBackend(str(tmp_path), "^sensor-.+"), max_offsets=0,
+                                starting={}, starting_position=latest)  # fmt: skip
+    assert reader.initialOffset() == {"sensor-a:0": 10}
+    at_time = StartingPosition.parse("1000")
+    by_time = OffsetStreamReader(ArchiveBackend(str(tmp_path), "^sensor-.+"), max_offsets=0,
+                                 starting={}, starting_position=at_time)  # fmt: skip
+    with pytest.raises(ConfigurationError, match="with a time needs Kafka"):
+        by_time.initialOffset()
+
+
+def test_min_offsets_per_trigger_waits_at_most_the_max_trigger_delay(tmp_path: Path) -> None:
+    _write(tmp_path, A0, 0, 10)
+    now = [0.0]
+    reader = OffsetStreamReader(ArchiveBackend(str(tmp_path), "^sensor-.+"), max_offsets=0,
+                                starting={}, min_offsets=50, max_trigger_delay_s=60,
+                                clock=lambda: now[0])  # fmt: skip
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert first == {"sensor-a:0": 10}  # the first trigger reads what there is
+    _write(tmp_path, A0, 10, 30)
+    now[0] = 30.0
+    assert reader.latestOffset(first, ReadAllAvailable()) == first  # 20 < 50: wait
+    _write(tmp_path, A0, 30, 80)
+    now[0] = 40.0
+    enough = reader.latestOffset(first, ReadAllAvailable())
+    assert enough == {"sensor-a:0": 80}  # 70 >= 50
+    _write(tmp_path, A0, 80, 85)
+    now[0] = 90.0
+    assert reader.latestOffset(enough, ReadAllAvailable()) == enough  # 50 s < 60 s
+    now[0] = 100.0
+    assert reader.latestOffset(enough, ReadAllAvailable()) == {"sensor-a:0": 85}  # waited enough
