@@ -226,3 +226,27 @@ def test_offsets_that_are_gone_are_data_loss(tmp_path: Path) -> None:
     with pytest.raises(DataLossError, match="sensor-b partition 0 is gone") as lost:
         reader.latestOffset({"sensor-a:0": 50, "sensor-b:0": 3}, ReadAllAvailable())
     assert lost.value.facts == {"source": where, "topic": "sensor-b", "partition": 0, "offset": 3}
+
+
+def test_archives_written_before_headers_read_as_records_without_headers(tmp_path: Path) -> None:
+    """Contract 1.1: files without the ``headers`` column read as empty lists, beside new ones."""
+    location = resolve(str(tmp_path))
+    old = _records(A0, range(0, 3))  # the columns of contract 1.0
+    assert "headers" not in old.schema.names
+    path = location.child(A0.topic, str(A0.partition), archive.file_name(0, 3))
+    location.write_bytes_atomic(path, _parquet(old))
+    new = _records(A0, range(3, 5)).append_column(
+        "headers", pa.array([[("trace", b"t")], []], records.HEADERS)
+    )
+    _write_table(tmp_path, A0, 3, 5, new)
+    files = archive.scan(location, "^sensor-.+").files[A0]
+    batches = list(ArchiveRange(str(tmp_path), tuple(files), 0, 5).read())
+    assert all(b.schema == records.SOURCE_SCHEMA for b in batches)
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert table.column("headers").to_pylist() == [[], [], [], [{"key": "trace", "value": b"t"}],
+                                                   []]  # fmt: skip
+
+
+def _write_table(root: Path, tp: TopicPartition, start: int, end: int, table: pa.Table) -> None:
+    archive.write_file(resolve(str(root)), tp, start, end, table)
