@@ -1,11 +1,13 @@
 """Benchmark: the Kafka source against the archive source, on the same records.
 
 Starts tansu (the Kafka-protocol broker of the tests) on loopback, publishes a
-capture of ``job.py``'s shape with the operator's load generator
-(scaled down: 40 of its 400 sessions by default, about 75k messages, because
-tansu needs one message per record batch to report a partition's end right,
-about 2,000 messages a second here), copies the same topics to a raw archive
-with the operator's archiver, then reads each source stateless (the
+capture of ``job.py``'s shape (scaled down: 40 of its 400 sessions by
+default, about 75k messages) in ordinary lz4 batches, each partition's last
+message in a batch of its own (tansu reports a partition's end from its last
+batch's first offset), or with ``--one-message-per-batch`` through the
+operator's load generator one message a batch (tansu's dearest case: it
+keeps every batch as an object of its own), copies the same topics to a raw
+archive with the operator's archiver, then reads each source stateless (the
 ``tablecast`` source into Spark's ``noop`` sink, available-now, one
 micro-batch) in its own process on local[2].
 
@@ -39,6 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -70,20 +73,24 @@ def partition_main(bootstrap_servers: str, topic: str, count: int) -> None:
 
     # The pool's consumer, as the source makes it, with librdkafka's statistics on.
     settings = kafka.consumer_settings() | {"statistics.interval.ms": 100, "stats_cb": on_stats}
-    consumer = Consumer(endpoint.config(**settings))
+    consumers: list[Any] = []
 
     def fetched() -> dict[str, int]:
         """The partition's counters after what was read so far (the next statistics)."""
+        if not consumers:
+            return {"msgs": 0, "bytes": 0}
         seen = len(stats)
         deadline = time.monotonic() + 5
         while len(stats) <= seen + 1 and time.monotonic() < deadline:
-            consumer.poll(0.05)
+            consumers[0].poll(0.05)
         return stats[-1] if stats else {"msgs": 0, "bytes": 0}
 
     def read(start: int, end: int) -> dict[str, float]:
         before = fetched()
         wall, cpu = time.perf_counter(), time.process_time()
-        kafka._CONSUMERS.give_back(endpoint, consumer)  # the pool's only consumer: this one
+        if not consumers:  # the first read makes the consumer, as a new worker's first task
+            consumers.append(Consumer(endpoint.config(**settings)))
+        kafka._CONSUMERS.give_back(endpoint, consumers[0])  # the pool's only consumer
         batches = list(kafka.KafkaRange(endpoint, tp, start, end).read())
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         kafka._CONSUMERS.take(endpoint)
@@ -102,7 +109,7 @@ def partition_main(bootstrap_servers: str, topic: str, count: int) -> None:
         # One partition's range, about as many records left past its end.
         "long": read(2 * small, count // 2),
     }
-    consumer.close()
+    consumers[0].close()
     print(json.dumps(figures), flush=True)
 
 
@@ -225,25 +232,52 @@ def measure(source: str, location: str, work: Path) -> Measured:
     return Measured(int(figures["rows"]), figures["cold"], figures["warm"], elapsed)
 
 
-def publish_and_archive(broker: KafkaEndpoint, spec: gen.CaptureSpec, archive: Path) -> int:
-    """The capture to tansu with the load generator, then to ``archive``; the messages."""
+def publish_batched(broker: KafkaEndpoint, spec: gen.CaptureSpec) -> int:
+    """The capture in ordinary batches (lz4, as the load generator), each partition's last alone.
+
+    tansu reports a partition's end from its last batch's first offset: with
+    a last batch of one message, the end is right.
+    """
+    from confluent_kafka import Producer
+
+    capture = gen.generate(spec)
+    batched = Producer(broker.config(**{"linger.ms": 20, "compression.type": "lz4",
+                                        "queue.buffering.max.messages": 1_000_000}))  # fmt: skip
+    single = Producer(broker.config(**{"linger.ms": 0, "batch.num.messages": 1}))
+    for producer, messages_of in ((batched, slice(None, -1)), (single, slice(-1, None))):
+        for tp, messages in capture.partitions.items():
+            for message in messages[messages_of]:
+                producer.produce(tp.topic, key=message.session.encode(), value=message.value,
+                                 partition=tp.partition, timestamp=message.ts)  # fmt: skip
+                producer.poll(0)
+        assert producer.flush(120) == 0
+    return capture.messages
+
+
+def publish_and_archive(
+    broker: KafkaEndpoint, spec: gen.CaptureSpec, archive: Path, *, one_per_batch: bool
+) -> int:
+    """The capture to tansu, then to ``archive`` with the archiver; the messages."""
     from app.ops.archiver import Archiver, ArchiverConfig
     from app.ops.produce import LoadSpec, publish
     from app.ops.topics import TopicPolicy, Topics
 
     names = [f"{PREFIX}{i}" for i in range(spec.topics)]
     Topics(broker).create(names, TopicPolicy(72, 1, spec.partitions), topic_pattern=PATTERN)
-    report = publish(broker, LoadSpec(spec, one_message_per_batch=True))
-    rate = report.messages / report.seconds
-    print(f"published {report.messages:,} messages to tansu in {report.seconds:.1f} s "
-          f"({rate:,.0f}/s, one per batch)", flush=True)  # fmt: skip
+    started = time.monotonic()
+    if one_per_batch:
+        messages = publish(broker, LoadSpec(spec, one_message_per_batch=True)).messages
+    else:
+        messages = publish_batched(broker, spec)
+    print(f"published {messages:,} messages to tansu in {time.monotonic() - started:.1f} s "
+          f"({'one per batch' if one_per_batch else 'in batches'})", flush=True)  # fmt: skip
     started = time.monotonic()
     config = ArchiverConfig(archive_uri=str(archive), topic_pattern=PATTERN, max_wait_s=3600)
     with Archiver(broker, config) as archiver:
         archived = archiver.catch_up(timeout_s=3600)
     print(f"archived {archived.records:,} records in {len(archived.files)} files in "
           f"{time.monotonic() - started:.1f} s", flush=True)  # fmt: skip
-    return report.messages
+    return messages
 
 
 def main() -> int:
@@ -256,6 +290,9 @@ def main() -> int:
                         help="records of the one-partition read (0: skip it)")  # fmt: skip
     parser.add_argument("--only-partition", action="store_true",
                         help="only the one-partition read, not the Spark reads")  # fmt: skip
+    parser.add_argument("--one-message-per-batch", action="store_true",
+                        help="publish the Spark reads' topics one message a batch (tansu's "
+                        "dearest case) instead of in ordinary batches")  # fmt: skip
     parser.add_argument("--read", nargs=3, metavar=("SOURCE", "LOCATION", "CHECKPOINT"))
     parser.add_argument("--partition-read", nargs=3, metavar=("SERVERS", "TOPIC", "COUNT"))
     args = parser.parse_args()
@@ -284,7 +321,8 @@ def main() -> int:
             measure_partition(tansu.endpoint, "bench-partition", count)
         if args.only_partition:
             return 0
-        messages = publish_and_archive(tansu.endpoint, spec, OUT / "archive")
+        messages = publish_and_archive(tansu.endpoint, spec, OUT / "archive",
+                                       one_per_batch=args.one_message_per_batch)  # fmt: skip
         before = tansu.cpu_seconds()
         results = {"kafka": measure("kafka", tansu.endpoint.bootstrap_servers, OUT)}
         broker_cpu_s = tansu.cpu_seconds() - before

@@ -67,11 +67,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S: Final = 30.0
 BATCH_ROWS: Final = 10_000
+_POLL_S: Final = 0.05  # a range's last offsets may hold no record: never wait long
 # Messages a consume() call asks for. Each is a Python object the garbage
 # collector tracks until its columns are taken: more at once would have them
 # survive into older generations and make collections dearer (measured).
 _CONSUME_MAX: Final = 1000
-_POLL_S: Final = 0.05  # a range's last offsets may hold no record: never wait long
 # A read without a record for this long asks the brokers whether its offsets
 # are still there, then again every _RECHECK_S.
 _CHECK_AFTER_S: Final = 1.0
