@@ -64,7 +64,7 @@ def kafka_rows(records: list[Any]) -> list[tuple[Any, ...]]:
 
 
 # Headers as a producer sets them: in order, a key repeated, a value null; and none at all.
-HEADERS: list[list[tuple[str, bytes | None]]] = [
+HEADERS: list[list[tuple[str, str | bytes | None]]] = [
     [("trace", b"t-1"), ("origin", b"sensor"), ("trace", b"t-2")],
     [],
     [("empty", None), ("utf8", "ü".encode())],
@@ -95,7 +95,7 @@ def test_headers_are_archived_and_read_back_by_every_backend(
         "headers").to_pylist() == expected  # fmt: skip
     # ... and the source gives the same from the archive, from Kafka, and from both.
     kafka = KafkaBackend(broker, "^sensor-h1-.+", timeout_s=10)
-    backends = {
+    backends: dict[str, ArchiveBackend | KafkaBackend | TieredBackend] = {
         "archive": ArchiveBackend(config.archive_uri, "^sensor-h1-.+"),
         "kafka": kafka,
         "tiered": TieredBackend(kafka, ArchiveBackend(config.archive_uri, "^sensor-h1-.+")),
