@@ -1,11 +1,13 @@
 """Benchmark: the Kafka source against the archive source, on the same records.
 
 Starts tansu (the Kafka-protocol broker of the tests) on loopback, publishes a
-capture of ``job.py``'s shape with the operator's load generator
-(scaled down: 40 of its 400 sessions by default, about 75k messages, because
-tansu needs one message per record batch to report a partition's end right,
-about 2,000 messages a second here), copies the same topics to a raw archive
-with the operator's archiver, then reads each source stateless (the
+capture of ``job.py``'s shape (scaled down: 40 of its 400 sessions by
+default, about 75k messages) in ordinary lz4 batches, each partition's last
+message in a batch of its own (tansu reports a partition's end from its last
+batch's first offset), or with ``--one-message-per-batch`` through the
+operator's load generator one message a batch (tansu's dearest case: it
+keeps every batch as an object of its own), copies the same topics to a raw
+archive with the operator's archiver, then reads each source stateless (the
 ``tablecast`` source into Spark's ``noop`` sink, available-now, one
 micro-batch) in its own process on local[2].
 
@@ -13,6 +15,17 @@ Prints messages per second for both, timed from the query's start to its
 end inside each process (JVM start excluded): the first read (cold Python
 workers, as a job's first micro-batch) and the same read again (warm, as
 every later micro-batch), and the whole process's time.
+
+Before that, the range reader alone (no Spark), in a process of its own:
+one partition of the same kind of records, published in ordinary batches
+(``--partition-messages``), read into Arrow by ``KafkaRange`` as a task
+reads it. It prints the cold task's cost (the import of the source, then a
+small range on a new consumer, against the same on the pooled one), the
+read speed of one partition (messages a second of wall clock and of the
+process's CPU, librdkafka's threads included), and the prefetch: what
+librdkafka fetched of the partition (its statistics' ``rxmsgs`` and
+``rxbytes``, key and value bytes) against what the range used, with more
+records on the broker past the range's end.
 Figures, not assertions: run ``make bench`` (or ``python -m bench.kafka_source``
 from the repository's root, which holds the tests' tansu launcher).
 """
@@ -26,15 +39,141 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from app.sources.kafka_client import KafkaEndpoint
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.tools import generate as gen
 
 OUT = Path("bench/out/kafka")
 PREFIX = "sensor-"
 PATTERN = f"^{PREFIX}.+"
+
+
+def partition_main(bootstrap_servers: str, topic: str, count: int) -> None:
+    """The range reader alone on one partition of ``count`` records; prints JSON figures."""
+    from confluent_kafka import Consumer
+
+    from app.contract.offsets import TopicPartition
+    from app.sources import kafka
+
+    pa.array([b""], pa.binary())  # pyarrow's first conversion imports pandas: not the read's
+    endpoint = KafkaEndpoint(bootstrap_servers)
+    tp = TopicPartition(topic, 0)
+    stats: list[dict[str, int]] = []
+
+    def on_stats(text: str) -> None:
+        partition = json.loads(text)["topics"].get(topic, {}).get("partitions", {}).get("0")
+        if partition is not None:
+            stats.append({"msgs": partition["rxmsgs"], "bytes": partition["rxbytes"]})
+
+    # The pool's consumer, as the source makes it, with librdkafka's statistics on.
+    settings = kafka.consumer_settings(Isolation.READ_COMMITTED) | {"statistics.interval.ms": 100, "stats_cb": on_stats}
+    consumers: list[Any] = []
+
+    def fetched() -> dict[str, int]:
+        """The partition's counters after what was read so far (the next statistics)."""
+        if not consumers:
+            return {"msgs": 0, "bytes": 0}
+        seen = len(stats)
+        deadline = time.monotonic() + 5
+        while len(stats) <= seen + 1 and time.monotonic() < deadline:
+            consumers[0].poll(0.05)
+        return stats[-1] if stats else {"msgs": 0, "bytes": 0}
+
+    def read(start: int, end: int) -> dict[str, float]:
+        before = fetched()
+        wall, cpu = time.perf_counter(), time.process_time()
+        if not consumers:  # the first read makes the consumer, as a new worker's first task
+            consumers.append(Consumer(endpoint.config(**settings)))
+        kafka._CONSUMERS.give_back(endpoint, consumers[0])  # the pool's only consumer
+        batches = list(kafka.KafkaRange(endpoint, tp, start, end).read())
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        kafka._CONSUMERS.take(endpoint)
+        table = pa.Table.from_batches(batches)
+        after = fetched()
+        used = sum(pc.sum(pc.binary_length(table.column(c))).as_py() or 0
+                   for c in ("key", "value"))  # fmt: skip
+        return {"rows": table.num_rows, "wall_s": wall, "cpu_s": cpu, "used_bytes": used,
+                "fetched_msgs": after["msgs"] - before["msgs"],
+                "fetched_bytes": after["bytes"] - before["bytes"]}  # fmt: skip
+
+    small = min(1000, count // 8)
+    figures = {
+        "cold": read(0, small),  # a new consumer: connections, metadata, first fetch
+        "warm": read(small, 2 * small),  # the same consumer again, as the pool gives it
+        # One partition's range, about as many records left past its end.
+        "long": read(2 * small, count // 2),
+    }
+    consumers[0].close()
+    print(json.dumps(figures), flush=True)
+
+
+def publish_partition(broker: KafkaEndpoint, spec: gen.CaptureSpec, topic: str) -> int:
+    """The capture's messages to one partition of ``topic``, in ordinary batches; the count."""
+    from confluent_kafka import Producer
+
+    from app.ops.topics import TopicPolicy, Topics
+
+    Topics(broker).create([topic], TopicPolicy(72, 1, 1), topic_pattern=None)
+    # Batches of 64 KiB, as a producer that lingers a little makes them (librdkafka
+    # caps them at 1 MB): a fetch returns whole batches, the prefetch bound is finer.
+    producer = Producer(broker.config(**{"linger.ms": 20, "batch.size": 65_536,
+                                         "queue.buffering.max.messages": 1_000_000}))  # fmt: skip
+    count = 0
+    for messages in gen.generate(spec).partitions.values():
+        for message in messages:
+            producer.produce(topic, key=message.session.encode(), value=message.value,
+                             partition=0, timestamp=message.ts)  # fmt: skip
+            count += 1
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return count
+
+
+# What a new Python worker imports before its first range (pyarrow's first
+# conversion imports pandas, which Spark's workers import anyway).
+IMPORT = """
+import time
+started = time.perf_counter()
+import pyarrow as pa
+import app.sources.kafka
+pa.array([b""], pa.binary())
+print(time.perf_counter() - started)
+"""
+
+
+def measure_partition(broker: KafkaEndpoint, topic: str, count: int) -> None:
+    """The range reader alone, in a fresh process; prints its figures."""
+    imported = float(subprocess.run([sys.executable, "-c", IMPORT], capture_output=True,
+                                    text=True, check=True).stdout)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.kafka_source", "--partition-read",
+         broker.bootstrap_servers, topic, str(count)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the partition read failed: {done.stderr.strip()[-2000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"range reader alone, one partition of {count:,} records "
+          f"(a new process imports the source in {imported:.2f} s):")  # fmt: skip
+    print(f"  {'read':6} {'records':>9} {'wall s':>7} {'msg/s':>9} {'cpu s':>7} {'msg/cpu-s':>10} "
+          f"{'fetched':>9} {'fetched MB':>10} {'used MB':>8} {'fetched/used':>12}")  # fmt: skip
+    for name in ("cold", "warm", "long"):
+        f = figures[name]
+        print(f"  {name:6} {f['rows']:>9,} {f['wall_s']:>7.3f} {f['rows'] / f['wall_s']:>9,.0f} "
+              f"{f['cpu_s']:>7.3f} {f['rows'] / max(f['cpu_s'], 1e-9):>10,.0f} "
+              f"{f['fetched_msgs']:>9,} {f['fetched_bytes'] / 1e6:>10.2f} "
+              f"{f['used_bytes'] / 1e6:>8.2f} "
+              f"{f['fetched_bytes'] / max(f['used_bytes'], 1):>12.2f}")  # fmt: skip
+    cold, warm = figures["cold"], figures["warm"]
+    print(f"  a cold task's cost: {cold['wall_s'] - warm['wall_s']:.3f} s more than a warm one "
+          f"for {cold['rows']:,} records, and {imported:.2f} s of imports in a new worker",
+          flush=True)  # fmt: skip
 
 
 def read_main(source: str, location: str, checkpoint: str) -> None:
@@ -93,25 +232,52 @@ def measure(source: str, location: str, work: Path) -> Measured:
     return Measured(int(figures["rows"]), figures["cold"], figures["warm"], elapsed)
 
 
-def publish_and_archive(broker: KafkaEndpoint, spec: gen.CaptureSpec, archive: Path) -> int:
-    """The capture to tansu with the load generator, then to ``archive``; the messages."""
+def publish_batched(broker: KafkaEndpoint, spec: gen.CaptureSpec) -> int:
+    """The capture in ordinary batches (lz4, as the load generator), each partition's last alone.
+
+    tansu reports a partition's end from its last batch's first offset: with
+    a last batch of one message, the end is right.
+    """
+    from confluent_kafka import Producer
+
+    capture = gen.generate(spec)
+    batched = Producer(broker.config(**{"linger.ms": 20, "compression.type": "lz4",
+                                        "queue.buffering.max.messages": 1_000_000}))  # fmt: skip
+    single = Producer(broker.config(**{"linger.ms": 0, "batch.num.messages": 1}))
+    for producer, messages_of in ((batched, slice(None, -1)), (single, slice(-1, None))):
+        for tp, messages in capture.partitions.items():
+            for message in messages[messages_of]:
+                producer.produce(tp.topic, key=message.session.encode(), value=message.value,
+                                 partition=tp.partition, timestamp=message.ts)  # fmt: skip
+                producer.poll(0)
+        assert producer.flush(120) == 0
+    return capture.messages
+
+
+def publish_and_archive(
+    broker: KafkaEndpoint, spec: gen.CaptureSpec, archive: Path, *, one_per_batch: bool
+) -> int:
+    """The capture to tansu, then to ``archive`` with the archiver; the messages."""
     from app.ops.archiver import Archiver, ArchiverConfig
     from app.ops.produce import LoadSpec, publish
     from app.ops.topics import TopicPolicy, Topics
 
     names = [f"{PREFIX}{i}" for i in range(spec.topics)]
     Topics(broker).create(names, TopicPolicy(72, 1, spec.partitions), topic_pattern=PATTERN)
-    report = publish(broker, LoadSpec(spec, one_message_per_batch=True))
-    rate = report.messages / report.seconds
-    print(f"published {report.messages:,} messages to tansu in {report.seconds:.1f} s "
-          f"({rate:,.0f}/s, one per batch)", flush=True)  # fmt: skip
+    started = time.monotonic()
+    if one_per_batch:
+        messages = publish(broker, LoadSpec(spec, one_message_per_batch=True)).messages
+    else:
+        messages = publish_batched(broker, spec)
+    print(f"published {messages:,} messages to tansu in {time.monotonic() - started:.1f} s "
+          f"({'one per batch' if one_per_batch else 'in batches'})", flush=True)  # fmt: skip
     started = time.monotonic()
     config = ArchiverConfig(archive_uri=str(archive), topic_pattern=PATTERN, max_wait_s=3600)
     with Archiver(broker, config) as archiver:
         archived = archiver.catch_up(timeout_s=3600)
     print(f"archived {archived.records:,} records in {len(archived.files)} files in "
           f"{time.monotonic() - started:.1f} s", flush=True)  # fmt: skip
-    return report.messages
+    return messages
 
 
 def main() -> int:
@@ -120,10 +286,22 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=1875)
     parser.add_argument("--rows-min", type=int, default=100)
     parser.add_argument("--rows-max", type=int, default=200)
+    parser.add_argument("--partition-messages", type=int, default=300_000,
+                        help="records of the one-partition read (0: skip it)")  # fmt: skip
+    parser.add_argument("--only-partition", action="store_true",
+                        help="only the one-partition read, not the Spark reads")  # fmt: skip
+    parser.add_argument("--one-message-per-batch", action="store_true",
+                        help="publish the Spark reads' topics one message a batch (tansu's "
+                        "dearest case) instead of in ordinary batches")  # fmt: skip
     parser.add_argument("--read", nargs=3, metavar=("SOURCE", "LOCATION", "CHECKPOINT"))
+    parser.add_argument("--partition-read", nargs=3, metavar=("SERVERS", "TOPIC", "COUNT"))
     args = parser.parse_args()
     if args.read:
         read_main(*args.read)
+        return 0
+    if args.partition_read:
+        servers, topic, count = args.partition_read
+        partition_main(servers, topic, int(count))
         return 0
 
     from tests.tansu import running_broker
@@ -135,7 +313,16 @@ def main() -> int:
         rows_max=args.rows_max, updates=args.updates, prefix=PREFIX, seed=1,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as logs, running_broker(Path(logs) / "tansu.log") as tansu:
-        messages = publish_and_archive(tansu.endpoint, spec, OUT / "archive")
+        if args.partition_messages:
+            # The same kind of records, as many as the option asks, in one partition.
+            sessions = max(1, args.partition_messages // (args.updates + 2))
+            one = replace(spec, topics=1, partitions=1, sessions=sessions)
+            count = publish_partition(tansu.endpoint, one, "bench-partition")
+            measure_partition(tansu.endpoint, "bench-partition", count)
+        if args.only_partition:
+            return 0
+        messages = publish_and_archive(tansu.endpoint, spec, OUT / "archive",
+                                       one_per_batch=args.one_message_per_batch)  # fmt: skip
         before = tansu.cpu_seconds()
         results = {"kafka": measure("kafka", tansu.endpoint.bootstrap_servers, OUT)}
         broker_cpu_s = tansu.cpu_seconds() - before

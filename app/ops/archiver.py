@@ -19,7 +19,8 @@ The order of one partition's file:
 3. Check that the partition's archive still ends at the file's start.
 4. Write ``<start>-<end>.parquet`` whole (write, then rename into place), where
    ``start`` is the previous file's end and ``end`` the last record's offset
-   + 1: the files continue one another exactly. A file may hold fewer records
+   + 1: the files continue one another exactly. Each record keeps its
+   headers (the ``headers`` column, CONTRACT.md 1.1). A file may hold fewer records
    than ``end - start`` where Kafka skipped offsets (transaction markers,
    compaction), never one outside its range.
 5. The partition's next file starts at ``end``.
@@ -144,8 +145,8 @@ class _Buffer:
         self.columns = KafkaColumns(tp)
         self.bytes = 0
 
-    def add(self, record: Any) -> None:
-        self.columns.add(record)
+    def add(self, record: Any, offset: int) -> None:
+        self.columns.extend((record,), [offset])
         self.bytes += len(record.key() or b"") + len(record.value() or b"") + 32
 
     @property
@@ -295,7 +296,7 @@ class Archiver:
             last = buffer.offsets[-1] if buffer.offsets else buffer.start - 1
             if offset <= last:
                 raise KafkaClientError(f"{tp}: the broker returned offset {offset} after {last}")
-            buffer.add(record)
+            buffer.add(record, offset)
             # Step 2: a full file is written at once, which bounds memory.
             full = len(buffer.offsets) >= self.config.max_records
             if full or buffer.bytes >= self.config.max_bytes:

@@ -31,7 +31,7 @@ from app.contract.envelope import Record
 from app.contract.offsets import TopicPartition
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
 from app.sources.backend import Bounds
-from app.sources.records import SCHEMA, Tier, served_by, typed_records
+from app.sources.records import Tier, conform, served_by, typed_records
 from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
@@ -239,8 +239,9 @@ def read_range(
 
 
 def _conform(table: pa.Table, archive_file: ArchiveFile) -> pa.Table:
+    """The file's records as :data:`~app.sources.records.SCHEMA` (a file without headers: none)."""
     try:
-        table = table.select(SCHEMA.names).cast(SCHEMA)
+        table = conform(table)
     except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ArchiveLayoutError(
             f"archive file {archive_file.path} does not have the Kafka columns: {exc}",
@@ -262,10 +263,13 @@ def _file_facts(archive_file: ArchiveFile) -> dict[str, str | int]:
 def write_file(
     location: Location, tp: TopicPartition, start: int, end: int, table: pa.Table
 ) -> str:
-    """Write one archive file whole (write, then rename into place)."""
+    """Write one archive file whole (write, then rename into place).
+
+    ``table`` without a ``headers`` column is written with empty ones.
+    """
     path = location.child(tp.topic, str(tp.partition), file_name(start, end))
     sink = pa.BufferOutputStream()
-    pq.write_table(table.cast(SCHEMA), sink, compression="zstd")
+    pq.write_table(conform(table), sink, compression="zstd")
     location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
     return path
 

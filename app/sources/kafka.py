@@ -29,23 +29,29 @@ within ``timeout_s`` (no record for that long) fail the run with
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import operator
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     TopicCollection,
 )
 from confluent_kafka import TopicPartition as KafkaPartition
@@ -57,7 +63,7 @@ from app.contract.offsets import TopicPartition
 from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
 from app.sources.backend import Bounds
 from app.sources.kafka_client import Isolation, KafkaEndpoint
-from app.sources.records import SCHEMA, Tier, served_by
+from app.sources.records import HEADERS, SCHEMA, Tier, no_headers, served_by
 
 __all__ = ["DEFAULT_TIMEOUT_S", "KafkaBackend", "KafkaColumns", "KafkaRange"]
 
@@ -66,16 +72,49 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S: Final = 30.0
 BATCH_ROWS: Final = 10_000
 _POLL_S: Final = 0.05  # a range's last offsets may hold no record: never wait long
+# Messages a consume() call asks for. Each is a Python object the garbage
+# collector tracks until its columns are taken: more at once would have them
+# survive into older generations and make collections dearer (measured).
 _CONSUME_MAX: Final = 1000
 # A read without a record for this long asks the brokers whether its offsets
 # are still there, then again every _RECHECK_S.
 _CHECK_AFTER_S: Final = 1.0
 _RECHECK_S: Final = 5.0
 _RETRY_S: Final = 0.5
-# Spark's timestampType: Kafka's TimestampType ids (CreateTime 0, LogAppendTime 1).
-_SPARK_TIMESTAMP_TYPE: Final = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
-_NO_TIMESTAMP_TYPE: Final = -1
+# Spark's timestampType by librdkafka's timestamp type: Kafka's TimestampType
+# ids (CreateTime 0, LogAppendTime 1), -1 where the record has none.
+_SPARK_TIMESTAMP_TYPES: Final = np.full(
+    max(TIMESTAMP_NOT_AVAILABLE, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME) + 1, -1, np.int32
+)
+_SPARK_TIMESTAMP_TYPES[TIMESTAMP_CREATE_TIME] = 0
+_SPARK_TIMESTAMP_TYPES[TIMESTAMP_LOG_APPEND_TIME] = 1
+_TIMESTAMP_TYPE: Final = SCHEMA.field("timestamp").type
+# librdkafka's accessors, mapped over whole consume() batches (typed as a
+# consumer's records give them: bytes, a record's offset, headers as a list).
+_ERROR: Final = cast("Callable[[Any], Any]", Message.error)
+_KEY: Final = cast("Callable[[Any], bytes | None]", Message.key)
+_VALUE: Final = cast("Callable[[Any], bytes | None]", Message.value)
+_OFFSET: Final = cast("Callable[[Any], int]", Message.offset)
+_TIMESTAMP: Final = cast("Callable[[Any], tuple[int, int]]", Message.timestamp)
+_HEADERS: Final = cast("Callable[[Any], list[tuple[str, bytes | None]] | None]", Message.headers)
+_FIRST: Final = operator.itemgetter(0)
+_SECOND: Final = operator.itemgetter(1)
+# librdkafka prefetches up to 100,000 messages or 64 MiB of a partition, and
+# unassign() drops what the range did not use: on a range that ends before
+# the partition does, that was up to 64 MiB more from the brokers than the
+# range held, and as much held off the JVM's heap per Python worker. Bound to
+# about 768 KiB past the range: a fetch of 256 KiB at most (whole record
+# batches, so at least one), and none while 512 KiB or a batch's worth of
+# records wait; the next fetch follows 1 ms after the queue drains (1 s by
+# default). Measured by bench/kafka_source.py (fetched against used bytes).
+_PREFETCH: Final = {
+    "max.partition.fetch.bytes": 256 * 1024,
+    "queued.max.messages.kbytes": 512,
+    "queued.min.messages": BATCH_ROWS,
+    "fetch.queue.backoff.ms": 1,
+}
 _CONSUMER_SETTINGS: Final = {
+    **_PREFETCH,
     "group.id": "tablecast-source",  # librdkafka requires one; assigned, it joins no group
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
@@ -332,37 +371,39 @@ class KafkaRange:
         last_progress = time.monotonic()
         next_check = last_progress + _CHECK_AFTER_S
         ended_at: int | None = None  # where the partition ended, if before ``end``
-        # Step 2
+        # Step 2: whole consume() batches at a time, no Python call per record
+        # beyond librdkafka's own (KafkaColumns.extend).
         while next_offset < self.end:
             # consume() returns early only with as many messages as it asked
-            # for: never ask for more than the range still holds.
-            wanted = min(_CONSUME_MAX, self.end - next_offset)
+            # for: never ask for more than the range still holds, nor than
+            # fills the batch being built.
+            wanted = min(_CONSUME_MAX, self.end - next_offset, BATCH_ROWS - len(columns))
             messages = consumer.consume(num_messages=wanted, timeout=_POLL_S)
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    reached = self._on_error(message, error)
-                    if reached is not None:
-                        ended_at = reached
-                    if reached is not None and reached >= self.end:
-                        next_offset = self.end  # Step 3: the partition ends at or past the range
-                        break
-                    continue
-                offset = message.offset()
-                if offset < next_offset:
-                    raise SourceUnavailableError(
-                        f"{self.endpoint.description} returned {self.tp} offset {offset} "
-                        f"after {next_offset - 1}: records out of order"
-                    )
-                if offset >= self.end:  # Step 3: past the range (its last offsets hold no record)
+            errors = list(map(_ERROR, messages))
+            # (``is not``: a KafkaError compared with None leaves an exception set.)
+            if any(map(operator.is_not, errors, itertools.repeat(None))):  # events (rare)
+                for message, error in zip(messages, errors, strict=True):
+                    if error is not None:
+                        reached = self._on_error(message, error)
+                        if reached is not None:
+                            ended_at = reached
+                messages = [m for m, e in zip(messages, errors, strict=True) if e is None]
+            if messages:
+                offsets = list(map(_OFFSET, messages))
+                self._check_order(offsets, next_offset)
+                if offsets[-1] >= self.end:  # Step 3: past the range (its last offsets are empty)
+                    kept = bisect.bisect_left(offsets, self.end)
+                    messages, offsets = messages[:kept], offsets[:kept]
                     next_offset = self.end
-                    break
-                columns.add(message)
-                next_offset = offset + 1
-                last_progress = time.monotonic()
-                next_check = last_progress + _CHECK_AFTER_S
+                if offsets:
+                    columns.extend(messages, offsets)
+                    next_offset = max(next_offset, offsets[-1] + 1)
+                    last_progress = time.monotonic()
+                    next_check = last_progress + _CHECK_AFTER_S
                 if len(columns) >= BATCH_ROWS:
                     yield columns.batch()
+            if ended_at is not None and ended_at >= self.end:
+                break  # Step 3: the partition ends at or past the range
             if next_offset >= self.end:
                 break
             if not messages and consumer.position([where])[0].offset >= self.end:
@@ -375,6 +416,20 @@ class KafkaRange:
                 next_check = now + _RECHECK_S
         if len(columns):
             yield columns.batch()
+
+    def _check_order(self, offsets: list[int], next_offset: int) -> None:
+        """One partition's records come in increasing offsets, from ``next_offset`` on."""
+        increasing = all(map(operator.lt, offsets, itertools.islice(offsets, 1, None)))
+        if increasing and offsets[0] >= next_offset:
+            return
+        previous = next_offset - 1
+        for offset in offsets:
+            if offset <= previous:
+                raise SourceUnavailableError(
+                    f"{self.endpoint.description} returned {self.tp} offset {offset} "
+                    f"after {previous}: records out of order"
+                )
+            previous = offset
 
     def _check_exists(self, topic: Any) -> None:
         """Data loss if the topic or partition is gone since the batch was planned."""
@@ -461,28 +516,37 @@ class KafkaRange:
 
 
 class KafkaColumns:
-    """librdkafka's messages of one partition as the Kafka source's columns (records.SCHEMA)."""
+    """librdkafka's messages of one partition as the Kafka source's columns (records.SCHEMA).
 
-    __slots__ = ("keys", "offsets", "timestamps", "tp", "types", "values")
+    Built a consume() batch at a time: each column is taken from all of the
+    batch's messages by one ``map`` over librdkafka's accessor, and the Arrow
+    arrays from whole lists, so no Python code runs per record.
+    """
+
+    __slots__ = ("headers", "keys", "kinds", "millis", "offsets", "tp", "values")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.types: list[int] = []
+        self.millis: list[int] = []
+        self.kinds: list[int] = []  # librdkafka's timestamp types
+        self.headers: list[list[tuple[str, bytes | None]] | None] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, message: Any) -> None:
-        kind, stamp_ms = message.timestamp()
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())
-        self.timestamps.append(stamp_ms * 1000)
-        self.types.append(_SPARK_TIMESTAMP_TYPE.get(kind, _NO_TIMESTAMP_TYPE))
+    def extend(self, messages: Sequence[Any], offsets: list[int]) -> None:
+        """Append ``messages`` (records, no events) whose offsets are ``offsets``."""
+        self.keys += map(_KEY, messages)
+        self.values += map(_VALUE, messages)
+        # Unpacked at once: the pairs are freed here, not kept for the garbage collector.
+        stamps = list(map(_TIMESTAMP, messages))
+        self.kinds += map(_FIRST, stamps)
+        self.millis += map(_SECOND, stamps)
+        self.headers += map(_HEADERS, messages)
+        self.offsets += offsets
 
     def batch(self) -> pa.RecordBatch:
         """The columns so far, as one record batch; starts over empty."""
@@ -491,16 +555,33 @@ class KafkaColumns:
             [
                 pa.array(self.keys, pa.binary()),
                 pa.array(self.values, pa.binary()),
-                pa.array([self.tp.topic] * count, pa.string()),
-                pa.array([self.tp.partition] * count, pa.int32()),
+                pa.repeat(pa.scalar(self.tp.topic, pa.string()), count),
+                pa.repeat(pa.scalar(self.tp.partition, pa.int32()), count),
                 pa.array(self.offsets, pa.int64()),
-                pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-                pa.array(self.types, pa.int32()),
+                pa.array(np.array(self.millis, np.int64) * 1000, _TIMESTAMP_TYPE),
+                pa.array(_spark_timestamp_types(self.kinds), pa.int32()),
+                _headers_column(self.headers),
             ],
             schema=SCHEMA,
         )
-        self.keys, self.values, self.offsets, self.timestamps, self.types = [], [], [], [], []
+        self.keys, self.values, self.offsets, self.millis, self.kinds, self.headers = (
+            [], [], [], [], [], []
+        )  # fmt: skip
         return batch
+
+
+def _spark_timestamp_types(kinds: list[int]) -> Any:
+    """librdkafka's timestamp types as Spark's ``timestampType`` values (numpy int32)."""
+    if kinds.count(TIMESTAMP_CREATE_TIME) == len(kinds):  # what producers set: the usual case
+        return np.zeros(len(kinds), np.int32)
+    return _SPARK_TIMESTAMP_TYPES[np.array(kinds, np.intp)]
+
+
+def _headers_column(headers: list[list[tuple[str, bytes | None]] | None]) -> pa.Array:
+    """Each record's headers in order, an empty list where it has none (CONTRACT.md 4)."""
+    if headers.count(None) == len(headers):
+        return no_headers(len(headers))
+    return pa.array([h or () for h in headers], HEADERS)
 
 
 class _ConsumerPool:

@@ -3,6 +3,9 @@
 The raw archive stores exactly these columns (:data:`SCHEMA`, CONTRACT.md
 section 4), the Kafka backend builds them from librdkafka's messages, and
 the engine reads them (:meth:`app.engine.machine.RecordColumns.from_arrow`).
+``headers`` (since version 1.1 of the contract) holds each record's headers
+in order, an empty list where it has none; files written before it lack the
+column and read as empty lists (:func:`conform`).
 
 The job's source adds one column of its own, ``served_by``: the tier that
 served each record (:class:`Tier`, ``archive`` or ``kafka``), so that a
@@ -17,11 +20,14 @@ from collections.abc import Iterator
 from enum import StrEnum
 from typing import Final
 
+import numpy as np
 import pyarrow as pa
 
 from app import metric_names
 from app.contract.envelope import Position, Record
 
+HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+"""Spark's ``includeHeaders`` shape: ``array<struct<key: string, value: binary>>``."""
 SCHEMA = pa.schema(
     [
         pa.field("key", pa.binary()),
@@ -31,6 +37,7 @@ SCHEMA = pa.schema(
         pa.field("offset", pa.int64()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
         pa.field("timestampType", pa.int32()),
+        pa.field("headers", HEADERS),
     ]
 )
 
@@ -47,8 +54,26 @@ SERVED_BY: Final = "served_by"
 SOURCE_SCHEMA = SCHEMA.append(pa.field(SERVED_BY, pa.string()))
 SPARK_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
-    f"timestamp timestamp, timestampType int, {SERVED_BY} string"
+    "timestamp timestamp, timestampType int, "
+    f"headers array<struct<key: string, value: binary>>, {SERVED_BY} string"
 )
+
+
+def no_headers(count: int) -> pa.Array:
+    """A ``headers`` column of ``count`` empty lists."""
+    offsets = pa.array(np.zeros(count + 1, np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array([], HEADERS.value_type), type=HEADERS)
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """``table``'s columns as :data:`SCHEMA`, with empty ``headers`` where it lacks them.
+
+    Raises ``KeyError`` for another missing column, and pyarrow's errors for
+    a column that does not cast.
+    """
+    if "headers" not in table.schema.names:
+        table = table.append_column("headers", no_headers(table.num_rows))
+    return table.select(SCHEMA.names).cast(SCHEMA)
 
 
 def served_by(batch: pa.RecordBatch, tier: Tier) -> pa.RecordBatch:

@@ -185,6 +185,7 @@ def _table(tp: TopicPartition, messages: list[Message], start: int, end: int) ->
             "offset": pa.array(range(start, end), pa.int64()),
             "timestamp": pa.array([m.ts * 1000 for m in chunk], pa.timestamp("us", tz="UTC")),
             "timestampType": pa.array([0] * len(chunk), pa.int32()),
+            "headers": records.no_headers(len(chunk)),
         },
         schema=records.SCHEMA,
     )

@@ -35,7 +35,7 @@ from app.sources.backend import Bounds
 from app.sources.backends import common_options, from_options, tiered_options
 from app.sources.kafka import KafkaBackend
 from app.sources.kafka_client import KafkaEndpoint
-from app.sources.records import SCHEMA, SERVED_BY, SOURCE_SCHEMA
+from app.sources.records import SCHEMA, SERVED_BY, SOURCE_SCHEMA, no_headers
 from app.sources.stream import OffsetStreamReader
 from app.sources.tiered import TieredBackend, TieredBounds
 from app.storage import resolve
@@ -297,6 +297,7 @@ def stand_in(tp: TopicPartition, start: int, end: int) -> pa.Table:
             "offset": pa.array(range(start, end), pa.int64()),
             "timestamp": pa.array([0] * count, pa.timestamp("us", "UTC")),
             "timestampType": pa.array([0] * count, pa.int32()),
+            "headers": no_headers(count),
         },
         schema=SCHEMA,
     )  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
 from app.contract.offsets import TopicPartition
@@ -25,7 +25,10 @@ from app.ops.cli import ONE_MESSAGE_PER_BATCH_VARIABLE, main
 from app.ops.errors import ArchiveConflictError
 from app.ops.produce import LoadSpec, publish
 from app.sources import archive, records
+from app.sources.archive import ArchiveBackend
+from app.sources.kafka import KafkaBackend
 from app.sources.kafka_client import KafkaEndpoint
+from app.sources.tiered import TieredBackend
 from app.storage import resolve
 from app.tools.generate import CaptureSpec
 from tests.ops.kafka_helpers import create_topics, read_back
@@ -54,9 +57,54 @@ def kafka_rows(records: list[Any]) -> list[tuple[Any, ...]]:
     """Kafka's records as the archive's columns (Spark's timestampType: CreateTime is 0)."""
     return [
         (r.key(), r.value(), r.topic(), r.partition(), r.offset(),
-         pa.scalar(r.timestamp()[1] * 1000, pa.timestamp("us", tz="UTC")).as_py(), 0)
+         pa.scalar(r.timestamp()[1] * 1000, pa.timestamp("us", tz="UTC")).as_py(), 0,
+         [{"key": k, "value": v} for k, v in r.headers() or []])
         for r in records
     ]  # fmt: skip
+
+
+# Headers as a producer sets them: in order, a key repeated, a value null; and none at all.
+HEADERS: list[list[tuple[str, str | bytes | None]]] = [
+    [("trace", b"t-1"), ("origin", b"sensor"), ("trace", b"t-2")],
+    [],
+    [("empty", None), ("utf8", "ü".encode())],
+]
+
+
+def test_headers_are_archived_and_read_back_by_every_backend(
+    broker: KafkaEndpoint, tmp_path: Path
+) -> None:
+    topic = "sensor-h1-0"
+    create_topics(broker, [topic], partitions=1)
+    tp = TopicPartition(topic, 0)
+    producer = Producer(broker.config(**{"linger.ms": 0, "batch.num.messages": 1}))
+    for index, headers in enumerate(HEADERS * 2):
+        producer.produce(topic, key=b"k", value=b"v%d" % index, partition=0,
+                         headers=headers or None)  # fmt: skip
+        producer.flush(10)  # one message per batch: tansu's end is then right
+    config = ArchiverConfig(archive_uri=str(tmp_path / "archive"), topic_pattern="^sensor-h1-.+",
+                            max_records=4, max_wait_s=3600)  # fmt: skip
+    with Archiver(broker, config) as archiver:
+        assert archiver.catch_up(timeout_s=60).caught_up
+
+    expected = [[{"key": k, "value": v} for k, v in h] for h in HEADERS * 2]
+    files = archived(tmp_path / "archive", "^sensor-h1-.+")[tp]
+    # The archive's files hold each record's headers in order, [] where it had none ...
+    assert rows(files) == kafka_rows(read_back(broker, {topic: 1})[tp])
+    assert pa.concat_tables(pq.read_table(f.path) for f in files).column(
+        "headers").to_pylist() == expected  # fmt: skip
+    # ... and the source gives the same from the archive, from Kafka, and from both.
+    kafka = KafkaBackend(broker, "^sensor-h1-.+", timeout_s=10)
+    backends: dict[str, ArchiveBackend | KafkaBackend | TieredBackend] = {
+        "archive": ArchiveBackend(config.archive_uri, "^sensor-h1-.+"),
+        "kafka": kafka,
+        "tiered": TieredBackend(kafka, ArchiveBackend(config.archive_uri, "^sensor-h1-.+")),
+    }
+    for name, backend in backends.items():
+        batches = list(backend.reader(tp, 0, 6).read())
+        assert all(b.schema == records.SOURCE_SCHEMA for b in batches), name
+        table = pa.Table.from_batches(batches, schema=records.SOURCE_SCHEMA)
+        assert table.column("headers").to_pylist() == expected, name
 
 
 @pytest.mark.spark

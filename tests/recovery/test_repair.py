@@ -14,7 +14,7 @@ from app.recovery import repair
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sources import archive
-from app.sources.records import SCHEMA
+from app.sources.records import SCHEMA, no_headers
 from app.storage import resolve
 
 A0 = TopicPartition("sensor-a", 0)
@@ -34,7 +34,7 @@ def _archive(root: Path, messages: list[tuple[str, int, str]]) -> str:
         "key": [s.encode() for s, _, _ in messages], "value": values, "topic": [A0.topic] * n,
         "partition": [A0.partition] * n, "offset": list(range(n)), "timestamp": [0] * n,
         "timestampType": [0] * n,
-    }).cast(SCHEMA)  # fmt: skip
+    }).append_column("headers", no_headers(n)).cast(SCHEMA)  # fmt: skip
     archive.write_file(resolve(str(root)), A0, 0, n, table)
     return str(root)
 

@@ -344,3 +344,27 @@ def test_min_offsets_per_trigger_waits_at_most_the_max_trigger_delay(tmp_path: P
     assert reader.latestOffset(enough, ReadAllAvailable()) == enough  # 50 s < 60 s
     now[0] = 100.0
     assert reader.latestOffset(enough, ReadAllAvailable()) == {"sensor-a:0": 85}  # waited enough
+
+
+def test_archives_written_before_headers_read_as_records_without_headers(tmp_path: Path) -> None:
+    """Contract 1.1: files without the ``headers`` column read as empty lists, beside new ones."""
+    location = resolve(str(tmp_path))
+    old = _records(A0, range(0, 3))  # the columns of contract 1.0
+    assert "headers" not in old.schema.names
+    path = location.child(A0.topic, str(A0.partition), archive.file_name(0, 3))
+    location.write_bytes_atomic(path, _parquet(old))
+    new = _records(A0, range(3, 5)).append_column(
+        "headers", pa.array([[("trace", b"t")], []], records.HEADERS)
+    )
+    _write_table(tmp_path, A0, 3, 5, new)
+    files = archive.scan(location, "^sensor-.+").files[A0]
+    batches = list(ArchiveRange(str(tmp_path), tuple(files), 0, 5).read())
+    assert all(b.schema == records.SOURCE_SCHEMA for b in batches)
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert table.column("headers").to_pylist() == [[], [], [], [{"key": "trace", "value": b"t"}],
+                                                   []]  # fmt: skip
+
+
+def _write_table(root: Path, tp: TopicPartition, start: int, end: int, table: pa.Table) -> None:
+    archive.write_file(resolve(str(root)), tp, start, end, table)
