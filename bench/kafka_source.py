@@ -72,7 +72,10 @@ def partition_main(bootstrap_servers: str, topic: str, count: int) -> None:
             stats.append({"msgs": partition["rxmsgs"], "bytes": partition["rxbytes"]})
 
     # The pool's consumer, as the source makes it, with librdkafka's statistics on.
-    settings = kafka.consumer_settings(Isolation.READ_COMMITTED) | {"statistics.interval.ms": 100, "stats_cb": on_stats}
+    settings = kafka.consumer_settings(Isolation.READ_COMMITTED) | {
+        "statistics.interval.ms": 100,
+        "stats_cb": on_stats,
+    }
     consumers: list[Any] = []
 
     def fetched() -> dict[str, int]:
