@@ -132,8 +132,8 @@ class PartitionTask:
             reports.trace(event)
         for claim in result.claims:
             reports.claim(claim)
-        for session in result.dropped:
-            reports.dropped(session)
+        for drop in result.dropped:
+            reports.dropped(drop)
         summary = PartitionSummary(tp, start, saved, result.messages, len(state.sessions),
                                    size, cache, served_counts(records))  # fmt: skip
         reports.partition(summary)
