@@ -40,7 +40,7 @@ from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
-from app.sink.writer import visible_files
+from app.sink.writer import QUARANTINE_DIR, read_data_file, visible_files, write_data_file
 from app.sources import archive
 from app.sources.backend import Bounds
 from app.sources.kafka_client import KafkaEndpoint
@@ -207,8 +207,10 @@ def _rows_at_or_after(
     counts: dict[TopicPartition, int] = {}
     files: list[str] = []
     for relative in visible_files(location):
-        table = pq.read_table(location.child(relative), filesystem=location.fs,
-                              columns=["topic", "partition", "offset"])  # fmt: skip
+        table = pq.read_table(
+            location.child(relative), filesystem=location.fs,
+            columns=["topic", "partition", "offset"], partitioning=None,
+        )  # fmt: skip
         dropped = table.filter(pc.invert(_keep_mask(table, end, kept)))
         if len(dropped):
             files.append(relative)
@@ -230,14 +232,12 @@ def _rewrite_without(
     path = location.child(relative)
     if not location.exists(path):
         return
-    table = pq.read_table(path, filesystem=location.fs)
+    table = read_data_file(location, path)
     remaining = table.filter(_keep_mask(table, end, kept))
     if not len(remaining):
         location.delete_file(path)
         return
-    sink = pa.BufferOutputStream()
-    pq.write_table(remaining, sink, compression="snappy")
-    location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
+    write_data_file(location, path, remaining, relative.startswith(f"{QUARANTINE_DIR}/"))
 
 
 def kafka_reader(endpoint: KafkaEndpoint, topic_pattern: str) -> RecordReader:
