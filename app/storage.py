@@ -112,7 +112,7 @@ class Location:
         except OSError:
             if not self.exists(target):
                 raise
-        if self._same_bytes(source, target):
+        if self.same_bytes(source, target):
             self.fs.delete_file(source)
             return
         aside = _temporary(target)
@@ -120,7 +120,8 @@ class Location:
         self.fs.move(source, target)
         self.fs.delete_file(aside)
 
-    def _same_bytes(self, one: str, other: str) -> bool:
+    def same_bytes(self, one: str, other: str) -> bool:
+        """Whether two files hold the same bytes (sizes first)."""
         if self.fs.get_file_info(one).size != self.fs.get_file_info(other).size:
             return False
         return self.read_bytes(one) == self.read_bytes(other)

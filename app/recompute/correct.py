@@ -1,10 +1,11 @@
-"""``tablecast correct``: recompute what one job version published, and replace it in place.
+"""``tablecast correct``: recompute what one job version published, and replace its files.
 
 When a released version turns out to have been wrong (it dropped rows, say),
 deploy the fixed version, then correct the output: every range the ledger
 says the faulty version published is recomputed from the archive with the
-current code (:mod:`app.recompute`) and its files replaced one for one, so a
-reader never sees a row twice or a row missing, batch boundaries included.
+current code (:mod:`app.recompute`) and its changed files published under
+new names, the old names retired (:mod:`app.sink.rewrite`): a reader never
+misses a row, and sees a rewritten block's rows twice only between the two.
 
 The live job keeps running: a correction touches only ranges already
 published, and records itself beside the ledger, never in its numbered
@@ -27,6 +28,7 @@ from app.recompute.run import CORRECTION, Progress, RecomputeReport, recompute
 from app.recompute.task import RecomputePlan
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
+from app.sink.rewrite import RewriteSteps
 from app.sources import archive
 from app.storage import resolve
 
@@ -98,6 +100,7 @@ def correct(
     session_timeout_ms: int = Rules.timeout_ms,
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
+    steps: RewriteSteps | None = None,
 ) -> RecomputeReport:
     """Recompute the ranges the selected version published, and replace their files."""
     correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
@@ -108,4 +111,6 @@ def correct(
         output_uri=output_uri,
         staging_dir="",
     )
-    return recompute(spark, plan, correction.works, CORRECTION, correction.selector, progress)
+    return recompute(
+        spark, plan, correction.works, CORRECTION, correction.selector, progress, steps
+    )

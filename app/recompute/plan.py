@@ -3,7 +3,7 @@
 The live job publishes a topic-partition's offsets as ranges, one per
 micro-batch (:meth:`~app.sink.ledger.LedgerEntry.ranges`), and names every
 file after its range and block (:mod:`app.engine.segments`). Recomputing a
-range writes the same names, so its files are replaced one for one.
+range writes the same blocks, so its files replace the old ones block for block.
 
 A range's rows depend on every record of its partition since the state was
 last empty: the live job's first offset of the partition, or the restart

@@ -3,7 +3,8 @@
 For when output files must be rebuilt from the lake (Kafka's retention has
 passed, files were lost or damaged): every block of the output whose
 records have a timestamp in ``[since, until)`` is recomputed on Spark with
-the current code (:mod:`app.recompute`) and replaced in place.
+the current code (:mod:`app.recompute`); files whose bytes change are published
+under new names and the old names retired (:mod:`app.sink.rewrite`).
 
 Into an output the live job wrote, a replay recomputes the ranges its
 ledger records (offsets it has not published yet are left to it); into an
@@ -27,6 +28,7 @@ from app.recompute.plan import PublishedRange
 from app.recompute.run import REPLAY, Progress, RecomputeReport, recompute
 from app.recompute.task import RecomputePlan
 from app.sink.ledger import Ledger
+from app.sink.rewrite import RewriteSteps
 from app.sources import archive
 from app.storage import resolve
 
@@ -60,6 +62,7 @@ def replay(
     session_timeout_ms: int = Rules.timeout_ms,
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
+    steps: RewriteSteps | None = None,
 ) -> RecomputeReport:
     if until_ms <= since_ms:
         raise ConfigurationError("--until must be after --since")
@@ -90,7 +93,7 @@ def replay(
         window_ms=(since_ms, until_ms),
     )
     selector = f"window {_iso(since_ms)} to {_iso(until_ms)}"
-    return recompute(spark, plan, works, REPLAY, selector, progress)
+    return recompute(spark, plan, works, REPLAY, selector, progress, steps)
 
 
 def _overlaps(r: PublishedRange, files: Sequence[archive.ArchiveFile]) -> bool:
