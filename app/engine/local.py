@@ -41,6 +41,7 @@ class LocalOutcome:
     results: dict[TopicPartition, PartitionResult] = field(default_factory=dict)
     states: dict[TopicPartition, PartitionState[Any]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
+    foreign: Foreign = field(default_factory=dict)
 
     @property
     def claims(self) -> Mapping[TopicPartition, Sequence[Claim]]:

@@ -134,6 +134,7 @@ class PassOutcome(Protocol):
     def dropped(self) -> Mapping[TopicPartition, Sequence[Drop]]: ...
 
     violations: list[Violation]
+    foreign: Foreign  # what the returned pass was told (a ledger entry records it)
 
 
 OutcomeT = TypeVar("OutcomeT", bound=PassOutcome)
@@ -149,6 +150,7 @@ def settle(run_pass: Callable[[Foreign], OutcomeT], registry: Registry, strict: 
     foreign: Foreign = {}
     for _ in range(MAX_PASSES):
         outcome = run_pass(foreign)
+        outcome.foreign = foreign
         trespasses = registry.trespasses(outcome.claims, outcome.dropped)
         if not trespasses:
             return outcome

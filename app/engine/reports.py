@@ -130,6 +130,8 @@ class BatchOutcome:
     claims: dict[TopicPartition, list[Claim]] = field(default_factory=dict)
     dropped: dict[TopicPartition, list[Drop]] = field(default_factory=dict)
     partitions: dict[TopicPartition, PartitionSummary] = field(default_factory=dict)
+    # Sessions the tasks were told belong to another partition (rule 6, resync).
+    foreign: Mapping[TopicPartition, Mapping[str, TopicPartition]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, rows: Iterable[Mapping[str, Any]]) -> BatchOutcome:

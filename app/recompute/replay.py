@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
-from app.engine.machine import IntegrityMode, Rules
+from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
 from app.recompute.plan import PublishedRange
@@ -58,8 +58,8 @@ def replay(
     until_ms: int,
     *,
     topic_pattern: str,
-    integrity: IntegrityMode = IntegrityMode.STRICT,
-    session_timeout_ms: int = Rules.timeout_ms,
+    integrity: IntegrityMode | None = None,
+    session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
     steps: RewriteSteps | None = None,
@@ -84,9 +84,10 @@ def replay(
         adopt = {}
     chosen = [r for r in every if _overlaps(r, touched.get(r.tp, ()))]
     works = plan_mod.works(chosen, every, index)
+    recorded = plan_mod.recorded_rules(chosen, every)
     plan = RecomputePlan(
         processor=processor or TableProcessor(),
-        rules=Rules(integrity, session_timeout_ms, adopt),
+        rules=plan_mod.live_rules(recorded, integrity, session_timeout_ms, adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,
         staging_dir="",

@@ -67,7 +67,7 @@ from app.errors import (
     TablecastError,
 )
 from app.sink import ledger as ledger_mod
-from app.sink.ledger import Ledger, LedgerEntry, Pending
+from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending
 from app.spark import worker_errors
 from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
@@ -280,6 +280,8 @@ class ExactlyOnceSink:
                 checkpoint_id=self.checkpoint.query_id(),
                 batch_id=batch_id,
                 start=begins,
+                rules=LiveRules.of(self.engine.rules),
+                foreign={tp: dict(sessions) for tp, sessions in outcome.foreign.items()},
             )
         )
         self._step_done(7, batch_id)

@@ -20,6 +20,7 @@ import orjson
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
+from app.engine.machine import IntegrityMode, Rules
 from app.spark.code import JobVersion, job_version
 from app.storage import Location
 
@@ -36,6 +37,34 @@ class EntryKind(StrEnum):
 
 BATCH = EntryKind.BATCH
 REPAIR = EntryKind.REPAIR
+
+
+@dataclass(frozen=True)
+class LiveRules:
+    """The rules an entry's rows were computed with; a recompute applies the same."""
+
+    mode: IntegrityMode
+    timeout_ms: int
+
+    @classmethod
+    def of(cls, rules: Rules) -> LiveRules:
+        return cls(mode=rules.mode, timeout_ms=rules.timeout_ms)
+
+    def describe(self) -> str:
+        return f"integrity {self.mode.value}, session timeout {self.timeout_ms:,} ms"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"integrity": self.mode.value, "session_timeout_ms": self.timeout_ms}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> LiveRules | None:
+        if doc is None:
+            return None
+        return cls(mode=IntegrityMode(doc["integrity"]), timeout_ms=int(doc["session_timeout_ms"]))
+
+
+# Sessions a resync batch treated as another partition's (rule 6): partition -> session -> owner.
+ForeignSessions = dict[TopicPartition, dict[str, TopicPartition]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +85,11 @@ class LedgerEntry:
     # Where each partition's range of a batch began ({} in older entries: the
     # previous entry's end). Ranges [start, end) are what the entry published.
     start: Offsets = field(default_factory=dict)
+    # The rules the batch ran with (None in entries older than the field).
+    rules: LiveRules | None = None
+    # Rule 6 across partitions, as the batch settled it: a recompute rebuilds
+    # one partition alone and takes these owners from here.
+    foreign: ForeignSessions = field(default_factory=dict)
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -79,6 +113,11 @@ class LedgerEntry:
                 "version": self.job.version, "commit": self.job.commit, "code": self.job.code,
             },
             "start": offsets_mod.to_archive_json(self.start),
+            "rules": None if self.rules is None else self.rules.to_json(),
+            "foreign": {
+                tp.key(): {s: o.key() for s, o in sorted(sessions.items())}
+                for tp, sessions in sorted(self.foreign.items())
+            },
         }  # fmt: skip
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -98,6 +137,11 @@ class LedgerEntry:
             written_at=doc["written_at"],
             job=None if doc.get("job") is None else JobVersion(**doc["job"]),
             start=offsets_mod.from_json(doc.get("start") or {}),
+            rules=LiveRules.from_json(doc.get("rules")),
+            foreign={
+                offsets_mod.parse_key(tp): {s: offsets_mod.parse_key(o) for s, o in found.items()}
+                for tp, found in (doc.get("foreign") or {}).items()
+            },
         )
 
 

@@ -62,6 +62,7 @@ class Pass:
     claims: dict[TopicPartition, list[Claim]]
     dropped: dict[TopicPartition, list[Drop]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
+    foreign: Foreign = field(default_factory=dict)
 
 
 def test_strict_settling_reports_rule_6_in_place_of_the_partitions_own_view() -> None:
@@ -89,6 +90,7 @@ def test_resync_settling_runs_again_with_the_trespassers_foreign() -> None:
 
     outcome = settle(run_pass, Registry(), strict=False)
     assert passes == [{}, {B: {"s": A}}]
+    assert outcome.foreign == {B: {"s": A}}  # what the ledger entry records
     assert outcome.claims == {A: [Claim("s", 0, True)], B: []}
 
 

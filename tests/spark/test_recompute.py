@@ -17,6 +17,7 @@ import pytest
 
 from app.contract.envelope import Envelope, MessageType
 from app.contract.processor import Changes, Table, TableProcessor
+from app.engine.machine import IntegrityMode
 from app.errors import ArchiveLayoutError, ConfigurationError
 from app.recompute.correct import correct
 from app.recompute.replay import replay
@@ -26,7 +27,7 @@ from app.sink.writer import visible_files
 from app.spark.code import job_version
 from app.storage import resolve
 from app.tools import verify
-from app.tools.generate import CaptureSpec
+from app.tools.generate import CaptureSpec, Fault
 from tests.readers import read_everywhere
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 
@@ -319,3 +320,39 @@ def test_a_replay_on_s3_rewrites_the_live_files_identically(
             counts[version["Key"]] = counts.get(version["Key"], 0) + 1
     assert counts and set(counts.values()) == {1}, counts
 
+
+def _quarantine(output: Path) -> set[tuple[str, int, int, str]]:
+    table = ds.dataset(str(output / "_quarantine"), format="parquet",
+                       partitioning="hive").to_table()  # fmt: skip
+    columns = [table[name].to_pylist() for name in ("topic", "partition", "offset", "reason")]
+    return set(zip(*columns, strict=True))
+
+
+def test_a_recompute_applies_the_live_jobs_rules_and_refuses_others(
+    spark: Any, tmp_path: Path
+) -> None:
+    archive, out = tmp_path / "archive", tmp_path / "out"
+    spec = CaptureSpec(topics=1, partitions=2, sessions=6, updates=30, records_per_file=40,
+                       faults=(Fault.PARTITION_SWITCH,), seed=9)  # fmt: skip
+    write_capture(archive, spec)
+    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=50,
+            integrity=IntegrityMode.RESYNC, session_timeout_ms=600_000)  # fmt: skip
+    rows, held = verify.read_output(str(out)), _quarantine(out)
+    assert any(reason.startswith("rule 6") for *_, reason in held)
+
+    everything = (0, 4_102_444_800_000)  # 2100-01-01: every record
+    # No rules given: the ledger's (resync, 10 minutes) and the live job's rule 6 owners.
+    report = replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN)
+    assert report.record.published
+    assert verify.compare(rows, verify.read_output(str(out))).ok
+    assert _quarantine(out) == held
+    read_everywhere(out)
+
+    with pytest.raises(ConfigurationError) as refused:
+        replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN,
+               integrity=IntegrityMode.STRICT)  # fmt: skip
+    assert "\n" not in str(refused.value)
+    assert "integrity strict" in str(refused.value) and "resync" in str(refused.value)
+    with pytest.raises(ConfigurationError, match="session timeout"):
+        replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN,
+               session_timeout_ms=3_600_000)  # fmt: skip
