@@ -4,8 +4,12 @@
 (and per repair), says which offsets the visible files cover. ``n`` counts
 entries of this output only; Spark's batch numbers are recorded for the
 operator's eyes but never used as a key, because they mean nothing to
-another checkpoint. Readers of the dataset skip ``_tablecast`` (names that
-start with ``_`` are hidden).
+another checkpoint. Each batch entry also records the rules it ran with and
+the rule 6 owners it settled, which a recompute applies
+(:mod:`app.recompute.plan`). Beside the numbered entries,
+``recomputes/`` records finished recomputes and ``rewrites/`` the rewrites
+under way (:mod:`app.sink.rewrite`). Readers of the dataset skip
+``_tablecast`` (names that start with ``_`` are hidden).
 """
 
 from __future__ import annotations
