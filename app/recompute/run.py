@@ -193,8 +193,9 @@ def _rewrite(
     recomputed blocks after it.
 
     A staged file whose bytes equal a visible file of its block and day keeps
-    that file (a replay with unchanged code changes nothing); any other gets a
-    new name, and every other visible file of the recomputed blocks retires.
+    that file (a replay with unchanged code changes nothing); one whose block
+    and day hold no file takes the plain name; any other gets a new name, and
+    every other visible file of the recomputed blocks retires.
     """
     blocks = {b for r in results for b in r.blocks}
     current: dict[tuple[str, str], list[str]] = {}
@@ -215,6 +216,8 @@ def _rewrite(
         )  # fmt: skip
         if same is not None:
             kept.append(same)
+        elif not current.get(slot):  # nothing of the block there: its plain name is new
+            publish.append((staged, relative))
         else:
             publish.append((staged, rewrite_mod.renamed(relative, name)))
     retire = sorted(p for found in current.values() for p in found if p not in kept)
