@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app import defaults, handoff, logs
 from app.engine.machine import IntegrityMode
@@ -210,11 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _recompute_options(command: argparse.ArgumentParser) -> None:
     """What replay and correct share with ``run``: the rules the live job applied."""
-    command.add_argument("--integrity", choices=[m.value for m in IntegrityMode],
-                         default="strict")  # fmt: skip
+    # The live job's rules come from its ledger; these confirm them (another value is
+    # refused) or stand in for ledger entries older than that record.
     command.add_argument(
-        "--session-timeout", default=defaults.SESSION_TIMEOUT,
-        help=f"the live job's --session-timeout [{defaults.SESSION_TIMEOUT}]",
+        "--integrity", choices=[m.value for m in IntegrityMode], default=None,
+        help="the live job's --integrity [from the ledger; else strict]",
+    )  # fmt: skip
+    command.add_argument(
+        "--session-timeout", default=None,
+        help=f"the live job's --session-timeout [from the ledger; else {defaults.SESSION_TIMEOUT}]",
     )  # fmt: skip
     command.add_argument("--master", default=None, help="Spark master [local[2]]")
 
@@ -513,12 +517,20 @@ def _replay(args: argparse.Namespace) -> int:
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
     report = replay.replay(
         spark_session(args.master), args.archive, args.output, since, until,
-        topic_pattern=_pattern(args.topic_pattern), integrity=IntegrityMode(args.integrity),
-        session_timeout_ms=parse_duration_ms(args.session_timeout),
+        topic_pattern=_pattern(args.topic_pattern), **_recompute_rules(args),
         progress=_Progress("replaying partitions").update,
     )  # fmt: skip
     _print_recompute(report)
     return 0
+
+
+def _recompute_rules(args: argparse.Namespace) -> dict[str, Any]:
+    """The rules given on the command line (None: the live job's, from the ledger)."""
+    timeout = args.session_timeout
+    return {
+        "integrity": None if args.integrity is None else IntegrityMode(args.integrity),
+        "session_timeout_ms": None if timeout is None else parse_duration_ms(timeout),
+    }
 
 
 def _correct(args: argparse.Namespace) -> int:
@@ -536,8 +548,7 @@ def _correct(args: argparse.Namespace) -> int:
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
     report = correct.correct(
         spark_session(args.master), args.archive, args.output,
-        version=args.version, commit=args.commit, integrity=IntegrityMode(args.integrity),
-        session_timeout_ms=parse_duration_ms(args.session_timeout),
+        version=args.version, commit=args.commit, **_recompute_rules(args),
         progress=_Progress("correcting partitions").update,
     )  # fmt: skip
     _print_recompute(report)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from app.errors import ConfigurationError
@@ -27,7 +29,7 @@ class Location:
     fs: pafs.FileSystem
     path: str
     is_local: bool
-    atomic_rename: bool = False  # a rename replaces its target atomically (HDFS)
+    atomic_rename: bool = False  # renames are atomic but refuse an existing target (HDFS)
 
     def child(self, *parts: str) -> str:
         return posixpath.join(self.path, *parts)
@@ -50,45 +52,79 @@ class Location:
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Write a whole file so that readers never see it partly written."""
-        parent = posixpath.dirname(path)
-        self.fs.create_dir(parent, recursive=True)
-        if self.atomic_rename:
-            temp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-            with self.fs.open_output_stream(temp) as out:
-                out.write(data)
-            self._replace(temp, path)
-            return
-        if not self.is_local:
-            # An S3 object becomes visible only when its upload completes.
+        self.write_whole(path, lambda out: out.write(data))
+
+    def write_whole(self, path: str, write: Callable[[pa.NativeFile], object]) -> None:
+        """Write ``path`` whole with ``write``: readers see no file or the whole file.
+
+        S3: one upload, visible only when it completes. Local and HDFS: a
+        hidden temporary name in the same directory, then a rename
+        (:meth:`_put`).
+        """
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)
+        if not self.is_local and not self.atomic_rename:
             with self.fs.open_output_stream(path) as out:
-                out.write(data)
+                write(out)
             return
-        temp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with self.fs.open_output_stream(temp) as out:
-            out.write(data)
-        os.replace(temp, path)
+        temp = _temporary(path)
+        try:
+            with self.fs.open_output_stream(temp) as out:
+                write(out)
+            self._put(temp, path)
+        finally:
+            if self.exists(temp):
+                self.fs.delete_file(temp)
 
     def move(self, source: str, target: str) -> None:
-        """Publish ``source`` under ``target``, replacing whatever is there.
+        """Publish ``source`` under ``target``; a file already there is never replaced by
+        different bytes while readers may read it.
 
-        Local: ``rename``, atomic. S3: copy, then delete; a copy is atomic per
-        object, so the target is never seen broken or empty.
+        Local: ``rename``, atomic. HDFS: see :meth:`_put`. S3: copy, then
+        delete the source; an object already under ``target`` is kept as it
+        is (a crashed attempt published it: names are never reused for other
+        content, and a copy over it would race readers that read its footer
+        and then its pages, apache/arrow#41310).
         """
         self.fs.create_dir(posixpath.dirname(target), recursive=True)
-        if self.is_local:
-            os.replace(source, target)
-        elif self.atomic_rename:
-            self._replace(source, target)
+        if self.is_local or self.atomic_rename:
+            self._put(source, target)
         else:
-            self.fs.copy_file(source, target)
+            if not self.exists(target):
+                self.fs.copy_file(source, target)
             self.fs.delete_file(source)
 
-    def _replace(self, source: str, target: str) -> None:
-        # HDFS's rename refuses an existing target. Only a redone batch replaces
-        # a file, with identical content, and nothing reads it meanwhile.
-        if self.exists(target):
-            self.fs.delete_file(target)
+    def _put(self, source: str, target: str) -> None:
+        """Rename ``source`` to ``target`` without ``target`` ever missing.
+
+        A local rename replaces its target atomically. HDFS's refuses an
+        existing target: a name is only written again with the same bytes (a
+        redone batch, a retried or speculative task), so the file in place is
+        kept and the new copy dropped. Different bytes (a damaged file written
+        again) move the old file aside first: then, and only then, the name is
+        missing between two renames.
+        """
+        if self.is_local:
+            os.replace(source, target)
+            return
+        try:
+            self.fs.move(source, target)
+            return
+        except OSError:
+            if not self.exists(target):
+                raise
+        if self.same_bytes(source, target):
+            self.fs.delete_file(source)
+            return
+        aside = _temporary(target)
+        self.fs.move(target, aside)
         self.fs.move(source, target)
+        self.fs.delete_file(aside)
+
+    def same_bytes(self, one: str, other: str) -> bool:
+        """Whether two files hold the same bytes (sizes first)."""
+        if self.fs.get_file_info(one).size != self.fs.get_file_info(other).size:
+            return False
+        return self.read_bytes(one) == self.read_bytes(other)
 
     def delete_file(self, path: str) -> None:
         if self.exists(path):
@@ -97,6 +133,12 @@ class Location:
     def delete_dir(self, path: str) -> None:
         if self.exists(path):
             self.fs.delete_dir(path)
+
+
+def _temporary(path: str) -> str:
+    """A hidden name beside ``path`` (readers skip names starting with ``.``)."""
+    parent, name = posixpath.split(path)
+    return posixpath.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
 
 
 def resolve(uri: str) -> Location:

@@ -18,6 +18,7 @@ from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
 from app.engine.machine import (
     Claim,
+    Drop,
     IntegrityMode,
     PartitionMachine,
     PartitionResult,
@@ -40,10 +41,15 @@ class LocalOutcome:
     results: dict[TopicPartition, PartitionResult] = field(default_factory=dict)
     states: dict[TopicPartition, PartitionState[Any]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
+    foreign: Foreign = field(default_factory=dict)
 
     @property
     def claims(self) -> Mapping[TopicPartition, Sequence[Claim]]:
         return {tp: r.claims for tp, r in self.results.items()}
+
+    @property
+    def dropped(self) -> Mapping[TopicPartition, Sequence[Drop]]:
+        return {tp: r.dropped for tp, r in self.results.items()}
 
     def rows(self) -> pa.Table:
         tables = [r.rows.to_table() for _, r in sorted(self.results.items())]

@@ -83,6 +83,13 @@ class Claim(NamedTuple):
     established: bool  # whether this partition now owns the session
 
 
+class Drop(NamedTuple):
+    """A session that expired (idle) before ``offset``: its partition owns it no more."""
+
+    session: str
+    offset: int
+
+
 class TraceEvent(NamedTuple):
     """One applied message of a traced session (``tablecast run --trace``)."""
 
@@ -103,7 +110,7 @@ class PartitionResult:
     violations: list[Violation] = field(default_factory=list)
     trace: list[TraceEvent] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)  # sessions expired (idle)
+    dropped: list[Drop] = field(default_factory=list)  # sessions expired (idle)
     messages: int = 0
 
 
@@ -179,7 +186,7 @@ class PartitionMachine(Generic[StateT]):
             current = sessions.get(session)
             if current is not None and current.seen_ms < clock - timeout:
                 del sessions[session]  # idle for longer than the timeout: gone
-                result.dropped.append(session)
+                result.dropped.append(Drop(session, offset))
                 current = None
             message: Envelope | None = None
             rows = 0
@@ -206,7 +213,7 @@ class PartitionMachine(Generic[StateT]):
                                    violation)  # fmt: skip
         state.clock_ms = clock
         if not strict or not result.violations:
-            self._expire(state, result)
+            self._expire(state, result, offsets[-1] + 1 if len(offsets) else state.offset)
         return result
 
     def _apply(
@@ -353,13 +360,16 @@ class PartitionMachine(Generic[StateT]):
             current.owner = self.foreign[session]
         return True
 
-    def _expire(self, state: PartitionState[StateT], result: PartitionResult) -> None:
-        """Drop every session idle for longer than the timeout on the partition's clock."""
+    def _expire(self, state: PartitionState[StateT], result: PartitionResult, at: int) -> None:
+        """Drop every session idle for longer than the timeout on the partition's clock.
+
+        ``at``: the offset after the records just run, where the drops take effect.
+        """
         horizon = state.clock_ms - self.rules.timeout_ms
         idle = [name for name, s in state.sessions.items() if s.seen_ms < horizon]
         for name in idle:
             del state.sessions[name]
-        result.dropped.extend(idle)
+        result.dropped.extend(Drop(name, at) for name in idle)
 
 
 def _session_of(key: bytes | None) -> tuple[str, str | None]:

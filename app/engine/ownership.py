@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from app.contract.offsets import TopicPartition
-from app.engine.machine import Claim
+from app.engine.machine import Claim, Drop
 from app.errors import Rule, Violation
 
 log = logging.getLogger(__name__)
@@ -49,46 +49,79 @@ class Trespass:
         )  # fmt: skip
 
 
+# One partition's claims and drops of a batch, in the order they happened there.
+_Event = tuple[int, int, Claim | Drop]
+
+
+def _events(claims: Sequence[Claim], dropped: Iterable[Drop]) -> list[_Event]:
+    """Offset order; at one offset the drop comes first (the machine expires a
+    session before it applies the message that finds it idle)."""
+    found: list[_Event] = [(d.offset, 0, d) for d in dropped]
+    found += [(c.offset, 1, c) for c in claims]
+    return sorted(found, key=lambda e: (e[0], e[1]))
+
+
 @dataclass
 class Registry:
-    """Every session some partition owns, with its partition."""
+    """Every session some partition owns, with its partition.
+
+    A batch's claims and drops are taken partition by partition in (topic,
+    partition) order, each partition's in offset order: within a batch the
+    order across partitions is not defined, so it is taken as that one. A
+    session opened and expired in one batch is owned by nobody after it, as
+    after a restart (the registry is then rebuilt from the states alone).
+    """
 
     owners: dict[str, TopicPartition] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.owners)
 
-    def trespasses(self, claims: Mapping[TopicPartition, Sequence[Claim]]) -> list[Trespass]:
+    def trespasses(
+        self,
+        claims: Mapping[TopicPartition, Sequence[Claim]],
+        dropped: Mapping[TopicPartition, Iterable[Drop]] | None = None,
+    ) -> list[Trespass]:
         """The claims of one batch that break rule 6, in (topic, partition, offset) order."""
+        owners = dict(self.owners)
         first: dict[str, TopicPartition] = {}  # established in this batch, by the first claimant
-        for tp in sorted(claims):
-            for claim in claims[tp]:
-                if claim.established and claim.session not in self.owners:
-                    first.setdefault(claim.session, tp)
-        found: list[Trespass] = []
-        for tp in sorted(claims):
-            reported: set[str] = set()
-            for claim in claims[tp]:
-                owner = self.owners.get(claim.session) or first.get(claim.session)
-                if owner is not None and owner != tp and claim.session not in reported:
-                    reported.add(claim.session)
-                    found.append(Trespass(claim.session, tp, claim.offset, owner))
-        return found
+        found: dict[tuple[TopicPartition, str], Trespass] = {}
+        unowned: list[tuple[TopicPartition, Claim]] = []  # stray first messages, owner unknown
+        for tp in sorted(set(claims) | set(dropped or {})):
+            for _, _, event in _events(claims.get(tp, ()), (dropped or {}).get(tp, ())):
+                if isinstance(event, Drop):
+                    if owners.get(event.session) == tp:
+                        del owners[event.session]
+                    continue
+                owner = owners.get(event.session)
+                if owner is not None and owner != tp:
+                    found.setdefault((tp, event.session),
+                                     Trespass(event.session, tp, event.offset, owner))  # fmt: skip
+                elif event.established:
+                    owners[event.session] = tp
+                    first.setdefault(event.session, tp)
+                elif owner is None:
+                    unowned.append((tp, event))
+        for tp, claim in unowned:
+            owner = first.get(claim.session)
+            if owner is not None and owner != tp:
+                found.setdefault((tp, claim.session),
+                                 Trespass(claim.session, tp, claim.offset, owner))  # fmt: skip
+        return sorted(found.values(), key=lambda t: (t.tp, t.offset))
 
     def apply(
         self,
         claims: Mapping[TopicPartition, Sequence[Claim]],
-        dropped: Mapping[TopicPartition, Iterable[str]],
+        dropped: Mapping[TopicPartition, Iterable[Drop]],
     ) -> None:
-        """Record a published batch: sessions that expired, then sessions established."""
-        for tp, sessions in dropped.items():
-            for session in sessions:
-                if self.owners.get(session) == tp:
-                    del self.owners[session]
-        for tp in sorted(claims):
-            for claim in claims[tp]:
-                if claim.established:
-                    self.owners.setdefault(claim.session, tp)
+        """Record a published batch: its sessions established and expired, in order."""
+        for tp in sorted(set(claims) | set(dropped)):
+            for _, _, event in _events(claims.get(tp, ()), dropped.get(tp, ())):
+                if isinstance(event, Drop):
+                    if self.owners.get(event.session) == tp:
+                        del self.owners[event.session]
+                elif event.established:
+                    self.owners.setdefault(event.session, tp)
 
 
 class PassOutcome(Protocol):
@@ -97,7 +130,11 @@ class PassOutcome(Protocol):
     @property
     def claims(self) -> Mapping[TopicPartition, Sequence[Claim]]: ...
 
+    @property
+    def dropped(self) -> Mapping[TopicPartition, Sequence[Drop]]: ...
+
     violations: list[Violation]
+    foreign: Foreign  # what the returned pass was told (a ledger entry records it)
 
 
 OutcomeT = TypeVar("OutcomeT", bound=PassOutcome)
@@ -113,7 +150,8 @@ def settle(run_pass: Callable[[Foreign], OutcomeT], registry: Registry, strict: 
     foreign: Foreign = {}
     for _ in range(MAX_PASSES):
         outcome = run_pass(foreign)
-        trespasses = registry.trespasses(outcome.claims)
+        outcome.foreign = foreign
+        trespasses = registry.trespasses(outcome.claims, outcome.dropped)
         if not trespasses:
             return outcome
         if strict:

@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
-from app.engine.machine import Claim, TraceEvent
+from app.engine.machine import Claim, Drop, TraceEvent
 from app.engine.state import StateVersion
 from app.errors import Rule, Violation
 
@@ -117,8 +117,8 @@ class Reports:
     def claim(self, c: Claim) -> None:
         self._add(ReportKind.CLAIM, offset=c.offset, session=c.session, rows=int(c.established))
 
-    def dropped(self, session: str) -> None:
-        self._add(ReportKind.DROPPED, session=session)
+    def dropped(self, d: Drop) -> None:
+        self._add(ReportKind.DROPPED, offset=d.offset, session=d.session)
 
     def partition(self, s: PartitionSummary) -> None:
         detail = orjson.dumps(
@@ -141,8 +141,10 @@ class BatchOutcome:
     violations: list[Violation] = field(default_factory=list)
     trace: list[tuple[TopicPartition, TraceEvent]] = field(default_factory=list)
     claims: dict[TopicPartition, list[Claim]] = field(default_factory=dict)
-    dropped: dict[TopicPartition, list[str]] = field(default_factory=dict)
+    dropped: dict[TopicPartition, list[Drop]] = field(default_factory=dict)
     partitions: dict[TopicPartition, PartitionSummary] = field(default_factory=dict)
+    # Sessions the tasks were told belong to another partition (rule 6, resync).
+    foreign: Mapping[TopicPartition, Mapping[str, TopicPartition]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, rows: Iterable[Mapping[str, Any]]) -> BatchOutcome:
@@ -167,7 +169,7 @@ class BatchOutcome:
                     Claim(r["session"], r["offset"], bool(r["rows"]))
                 )
             elif kind is ReportKind.DROPPED:
-                outcome.dropped.setdefault(tp, []).append(r["session"])
+                outcome.dropped.setdefault(tp, []).append(Drop(r["session"], r["offset"]))
             else:
                 d = orjson.loads(r["detail"])
                 outcome.partitions[tp] = PartitionSummary(

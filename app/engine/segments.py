@@ -5,10 +5,10 @@ topic-partition's range of offsets (the live job's micro-batch range, or a
 range a replay or a correction recomputes) and a block of
 :data:`OFFSETS_PER_FILE` offsets within it, one file per day of the rows'
 ``ts`` (``date=<day>/part-<topic>-<partition>-<start>-<end>-<block>.parquet``).
-So every message's rows land in the same file whatever code computed them,
-and a range recomputed by a corrected version replaces its files one for
-one: a reader sees each message's rows in the old file or in the new one,
-never in both and never in neither.
+So every message's rows land in the same block whatever code computed them,
+and a range recomputed by a corrected version replaces its files block for
+block (a changed file under a new name, ``...-<block>~<rewrite>.parquet``:
+:mod:`app.sink.rewrite`).
 
 :func:`plan_segments` cuts the records of a partition at every range and
 block boundary; records outside every range (read to rebuild the state a

@@ -148,8 +148,8 @@ class PartitionTask:
             reports.trace(event)
         for claim in result.claims:
             reports.claim(claim)
-        for session in result.dropped:
-            reports.dropped(session)
+        for drop in result.dropped:
+            reports.dropped(drop)
         summary = PartitionSummary(
             tp=tp, start=start, end=-1 if saved is None else saved.offset,
             messages=result.messages, sessions=len(state.sessions), state_bytes=size,

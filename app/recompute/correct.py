@@ -1,10 +1,11 @@
-"""``tablecast correct``: recompute what one job version published, and replace it in place.
+"""``tablecast correct``: recompute what one job version published, and replace its files.
 
 When a released version turns out to have been wrong (it dropped rows, say),
 deploy the fixed version, then correct the output: every range the ledger
 says the faulty version published is recomputed from the archive with the
-current code (:mod:`app.recompute`) and its files replaced one for one, so a
-reader never sees a row twice or a row missing, batch boundaries included.
+current code (:mod:`app.recompute`) and its changed files published under
+new names, the old names retired (:mod:`app.sink.rewrite`): a reader never
+misses a row, and sees a rewritten block's rows twice only between the two.
 
 The live job keeps running: a correction touches only ranges already
 published, and records itself beside the ledger, never in its numbered
@@ -20,13 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
-from app.engine.machine import IntegrityMode, Rules
+from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
 from app.recompute.run import CORRECTION, Progress, RecomputeReport, recompute
 from app.recompute.task import RecomputePlan
 from app.sink import ledger as ledger_mod
-from app.sink.ledger import Ledger, LedgerEntry
+from app.sink.ledger import Ledger, LedgerEntry, LiveRules
+from app.sink.rewrite import RewriteSteps
 from app.sources import archive
 from app.storage import resolve
 
@@ -52,6 +54,7 @@ class Correction:
     selector: str  # "version 1.4.0", "commit 0123abc"
     works: list[plan_mod.PartitionWork]
     adopt: dict[str, int]
+    rules: LiveRules | None  # the live job's over those ranges (None: older ledger entries)
 
 
 def plan_correction(
@@ -84,7 +87,8 @@ def plan_correction(
         )
     topics = sorted({r.tp.topic for r in every})
     index = archive.scan(location, "|".join(re.escape(t) for t in topics))
-    return Correction(selector, plan_mod.works(chosen, every, index), ledger.adopted_sessions())
+    return Correction(selector, plan_mod.works(chosen, every, index), ledger.adopted_sessions(),
+                      plan_mod.recorded_rules(chosen, every))  # fmt: skip
 
 
 def correct(
@@ -94,18 +98,27 @@ def correct(
     *,
     version: str | None = None,
     commit: str | None = None,
-    integrity: IntegrityMode = IntegrityMode.STRICT,
-    session_timeout_ms: int = Rules.timeout_ms,
+    integrity: IntegrityMode | None = None,
+    session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
+    steps: RewriteSteps | None = None,
 ) -> RecomputeReport:
-    """Recompute the ranges the selected version published, and replace their files."""
+    """Recompute the ranges the selected version published, and replace their files.
+
+    With the live job's rules, as its ledger records them; ``integrity`` and
+    ``session_timeout_ms`` only for entries older than that record, or to
+    confirm them (a different value is refused).
+    """
     correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
+    rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
     plan = RecomputePlan(
         processor=processor or TableProcessor(),
-        rules=Rules(integrity, session_timeout_ms, correction.adopt),
+        rules=rules,
         archive_uri=archive_uri,
         output_uri=output_uri,
         staging_dir="",
     )
-    return recompute(spark, plan, correction.works, CORRECTION, correction.selector, progress)
+    return recompute(
+        spark, plan, correction.works, CORRECTION, correction.selector, progress, steps
+    )

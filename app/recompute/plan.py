@@ -3,7 +3,7 @@
 The live job publishes a topic-partition's offsets as ranges, one per
 micro-batch (:meth:`~app.sink.ledger.LedgerEntry.ranges`), and names every
 file after its range and block (:mod:`app.engine.segments`). Recomputing a
-range writes the same names, so its files are replaced one for one.
+range writes the same blocks, so its files replace the old ones block for block.
 
 A range's rows depend on every record of its partition since the state was
 last empty: the live job's first offset of the partition, or the restart
@@ -19,16 +19,18 @@ again after it, so a range is recomputed only up to there.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
+from app import defaults
 from app.contract.offsets import TopicPartition
+from app.engine.machine import IntegrityMode, Rules
 from app.engine.segments import OFFSETS_PER_FILE
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
-from app.sink.ledger import LedgerEntry
+from app.sink.ledger import LedgerEntry, LiveRules
 from app.sources.archive import ArchiveFile, ArchiveIndex
 from app.storage import Location
 
@@ -48,6 +50,16 @@ class PublishedRange:
 
 
 @dataclass(frozen=True, slots=True)
+class ForeignRange:
+    """Offsets ``[start, end)`` of a live batch and the sessions it treated as another
+    partition's there (rule 6, resync: the ledger entry's ``foreign``)."""
+
+    start: int
+    end: int
+    sessions: tuple[tuple[str, TopicPartition], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionWork:
     """One task: a partition read from ``begin`` with empty state, ``ranges`` written."""
 
@@ -56,6 +68,7 @@ class PartitionWork:
     read_end: int
     ranges: tuple[tuple[int, int], ...]
     files: tuple[ArchiveFile, ...]  # the archive files of [begin, read_end)
+    foreign: tuple[ForeignRange, ...] = ()  # the live job's rule 6 owners, by range
 
     @property
     def offsets(self) -> int:
@@ -110,6 +123,7 @@ def works(
     ``every`` is all the output's ranges: an epoch begins at the first of its
     partition's ranges, whether chosen or not.
     """
+    every = list(every)
     begins: dict[tuple[TopicPartition, int], int] = {}
     for r in every:
         key = (r.tp, r.epoch)
@@ -139,8 +153,59 @@ def works(
             read_end = held  # a grid range: the archive's end so far
         ranges = tuple(sorted({(r.start, r.end) for r in group}))
         files = tuple(index.covering(tp, begin, read_end)) if read_end > begin else ()
-        out.append(PartitionWork(tp, begin, read_end, ranges, files))
+        foreign = tuple(
+            ForeignRange(r.start, r.end, tuple(sorted(r.entry.foreign[tp].items())))
+            for r in every
+            if r.tp == tp and r.epoch == epoch and r.entry is not None and r.entry.foreign.get(tp)
+        )
+        out.append(PartitionWork(tp, begin, read_end, ranges, files, foreign))
     return out
+
+
+def recorded_rules(
+    chosen: Iterable[PublishedRange], every: Iterable[PublishedRange]
+) -> LiveRules | None:
+    """The rules the live job ran with over the state a recompute of ``chosen`` rebuilds
+    (every batch of their partitions' epochs); None where the ledger does not say."""
+    epochs = {(r.tp, r.epoch) for r in chosen}
+    found = {
+        r.entry.rules
+        for r in every
+        if (r.tp, r.epoch) in epochs and r.entry is not None and r.entry.rules is not None
+    }
+    if len(found) > 1:
+        described = "; ".join(sorted(rules.describe() for rules in found))
+        raise ConfigurationError(
+            f"the live job changed its rules within the ranges to recompute ({described}): "
+            "a recompute applies one set; recompute the ranges of each set apart"
+        )
+    return next(iter(found), None)
+
+
+def live_rules(
+    recorded: LiveRules | None,
+    mode: IntegrityMode | None,
+    timeout_ms: int | None,
+    adopt: Mapping[str, int],
+) -> Rules:
+    """The rules to recompute with: the live job's; an option that contradicts them is
+    refused (the rows would differ from what the live job published)."""
+    if recorded is None:
+        return Rules(mode or IntegrityMode.STRICT, timeout_ms or defaults.SESSION_TIMEOUT_MS,
+                     dict(adopt))  # fmt: skip
+    if mode is not None and mode is not recorded.mode:
+        raise ConfigurationError(
+            f"--integrity {mode.value} differs from the live job's integrity "
+            f"{recorded.mode.value} for these ranges (its ledger): leave --integrity out to "
+            "recompute with the live job's"
+        )
+    if timeout_ms is not None and timeout_ms != recorded.timeout_ms:
+        raise ConfigurationError(
+            f"--session-timeout of {timeout_ms:,} ms differs from the live job's session "
+            f"timeout of {recorded.timeout_ms:,} ms for these ranges (its ledger): leave "
+            "--session-timeout out to recompute with the live job's"
+        )
+    return Rules(recorded.mode, recorded.timeout_ms, dict(adopt))
 
 
 def select_entries(

@@ -3,7 +3,8 @@
 For when output files must be rebuilt from the lake (Kafka's retention has
 passed, files were lost or damaged): every block of the output whose
 records have a timestamp in ``[since, until)`` is recomputed on Spark with
-the current code (:mod:`app.recompute`) and replaced in place.
+the current code (:mod:`app.recompute`); files whose bytes change are published
+under new names and the old names retired (:mod:`app.sink.rewrite`).
 
 Into an output the live job wrote, a replay recomputes the ranges its
 ledger records (offsets it has not published yet are left to it); into an
@@ -20,13 +21,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
-from app.engine.machine import IntegrityMode, Rules
+from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
 from app.recompute.plan import PublishedRange
 from app.recompute.run import REPLAY, Progress, RecomputeReport, recompute
 from app.recompute.task import RecomputePlan
 from app.sink.ledger import Ledger
+from app.sink.rewrite import RewriteSteps
 from app.sources import archive
 from app.storage import resolve
 
@@ -56,10 +58,11 @@ def replay(
     until_ms: int,
     *,
     topic_pattern: str,
-    integrity: IntegrityMode = IntegrityMode.STRICT,
-    session_timeout_ms: int = Rules.timeout_ms,
+    integrity: IntegrityMode | None = None,
+    session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
+    steps: RewriteSteps | None = None,
 ) -> RecomputeReport:
     if until_ms <= since_ms:
         raise ConfigurationError("--until must be after --since")
@@ -81,16 +84,17 @@ def replay(
         adopt = {}
     chosen = [r for r in every if _overlaps(r, touched.get(r.tp, ()))]
     works = plan_mod.works(chosen, every, index)
+    recorded = plan_mod.recorded_rules(chosen, every)
     plan = RecomputePlan(
         processor=processor or TableProcessor(),
-        rules=Rules(integrity, session_timeout_ms, adopt),
+        rules=plan_mod.live_rules(recorded, integrity, session_timeout_ms, adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,
         staging_dir="",
         window_ms=(since_ms, until_ms),
     )
     selector = f"window {_iso(since_ms)} to {_iso(until_ms)}"
-    return recompute(spark, plan, works, REPLAY, selector, progress)
+    return recompute(spark, plan, works, REPLAY, selector, progress, steps)
 
 
 def _overlaps(r: PublishedRange, files: Sequence[archive.ArchiveFile]) -> bool:

@@ -1,22 +1,26 @@
-"""The driver half of a recompute: run the tasks on Spark, publish in place, record it.
+"""The driver half of a recompute: run the tasks on Spark, publish under new names, record it.
 
 1. Stage: one Spark task per :class:`~app.recompute.plan.PartitionWork`
    (``parallelize(...).map``: no shuffle, no Spark SQL), each writing its
-   files under ``_tablecast/recompute/<key>/`` (hidden from readers).
+   files under ``_tablecast/recompute/<key>/`` (hidden from readers). First,
+   a rewrite a crash interrupted is finished (:mod:`app.sink.rewrite`).
 2. A strict recompute that met a violation stops here, having published
    nothing.
-3. Publish: move each staged file to its visible name, replacing the file of
-   the same range, block and day (a rename locally, an atomic copy on S3);
-   then delete the files of the recomputed blocks that the new code no longer
-   writes. Every message's rows are in exactly one file name, so a reader
-   sees them in the old file or in the new one: never twice, never missing.
+3. Publish (:func:`app.sink.rewrite.carry_out`): a staged file identical to
+   the visible file of its range, block and day keeps that file; every other
+   one is published under a new name (``part-<block>~<rewrite>.parquet``),
+   and then the visible files of the recomputed blocks it replaces are
+   retired. A published object is never written again in place. Between the
+   two, a plain-listing reader sees a rewritten block's messages in both
+   files, never in neither; the rewrite's record in the ledger makes the next
+   recompute or repair retire the old names if a crash came between.
 4. Record the recompute in ``_tablecast/ledger/recomputes/`` (beside the
    ledger's numbered entries, which belong to the live job alone: a
    recompute never changes the ledger's head, so the live job runs on).
 
-Running the same recompute again stages the same files and replaces them
-with themselves; a crash anywhere leaves visible files whole, and running it
-again finishes the work.
+Running the same recompute again stages the same files and keeps the ones
+it published; a crash anywhere leaves visible files whole, and running it
+(or any recompute) again finishes the work.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import posixpath
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -40,6 +45,7 @@ from app.errors import IntegrityViolationError
 from app.recompute.plan import PartitionWork
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
+from app.sink import rewrite as rewrite_mod
 from app.sink.writer import visible_files
 from app.spark import worker_errors
 from app.spark.code import JobVersion, job_version
@@ -120,6 +126,8 @@ def records(location: Location) -> list[RecomputeRecord]:
 class RecomputeReport:
     record: RecomputeRecord
     tasks: int
+    # When step 3 began and ended (time.monotonic()): what readers may see mid-rewrite.
+    publishing: tuple[float, float] = (0.0, 0.0)
 
 
 def recompute(
@@ -129,6 +137,7 @@ def recompute(
     kind: RecomputeKind,
     selector: str,
     progress: Progress | None = None,
+    steps: rewrite_mod.RewriteSteps | None = None,
 ) -> RecomputeReport:
     """Steps 1 to 4 for ``works``; raises :class:`IntegrityViolationError` in step 2."""
     location = resolve(plan.output_uri)
@@ -138,6 +147,7 @@ def recompute(
     staging = location.child(plan.staging_dir)
 
     # Step 1
+    rewrite_mod.finish_open(location)  # a crashed rewrite's staging may be this one's
     location.delete_dir(staging)
     results = _run_tasks(spark, plan, works, progress)
 
@@ -149,13 +159,10 @@ def recompute(
         raise IntegrityViolationError(violations[0])
 
     # Step 3
-    published = sorted({f.path for r in results for f in r.staged})
-    blocks = {b for r in results for b in r.blocks}
-    stale = [p for p in visible_files(location) if _block_of(p) in blocks and p not in published]
-    for relative in published:
-        location.move(location.child(plan.staging_dir, relative), location.child(relative))
-    for relative in stale:
-        location.delete_file(location.child(relative))
+    started = time.monotonic()
+    rewrite, published = _rewrite(location, plan.staging_dir, results, key)
+    rewrite_mod.carry_out(location, rewrite, steps)
+    publishing = (started, time.monotonic())
 
     # Step 4
     record = RecomputeRecord(
@@ -163,7 +170,7 @@ def recompute(
         selector=selector,
         ranges=ranges,
         published=tuple(published),
-        removed=tuple(stale),
+        removed=rewrite.retire,
         rows=sum(f.rows for r in results for f in r.staged if not f.quarantine),
         messages=sum(r.messages for r in results),
     )
@@ -172,13 +179,50 @@ def recompute(
     location.write_bytes_atomic(location.child(RECORDS_DIR, f"{stamp}-{key}.json"),
                                 record.to_json())  # fmt: skip
     location.delete_dir(staging)
-    log.info("%s %s: %d files published, %d removed", kind, selector, len(published), len(stale))
-    return RecomputeReport(record, len(works))
+    log.info(
+        "%s %s: %d files published under new names, %d kept, %d removed", kind, selector,
+        len(rewrite.publish), len(published) - len(rewrite.publish), len(rewrite.retire),
+    )  # fmt: skip
+    return RecomputeReport(record, len(works), publishing)
 
 
-def _block_of(relative: str) -> str:
-    """``date=<day>/part-<block>.parquet`` -> ``<block>``."""
-    return posixpath.basename(relative).removeprefix("part-").removesuffix(".parquet")
+def _rewrite(
+    location: Location, staging_dir: str, results: Sequence[WorkResult], key: str
+) -> tuple[rewrite_mod.Rewrite, list[str]]:
+    """What publishing the staged files takes: the rewrite, and every visible file of the
+    recomputed blocks after it.
+
+    A staged file whose bytes equal a visible file of its block and day keeps
+    that file (a replay with unchanged code changes nothing); one whose block
+    and day hold no file takes the plain name; any other gets a new name, and
+    every other visible file of the recomputed blocks retires.
+    """
+    blocks = {b for r in results for b in r.blocks}
+    current: dict[tuple[str, str], list[str]] = {}
+    for relative in visible_files(location):
+        block = rewrite_mod.block_of(relative)
+        if block in blocks:
+            current.setdefault((posixpath.dirname(relative), block), []).append(relative)
+    name = hashlib.sha256(f"{key} {datetime.now(UTC).isoformat()}".encode()).hexdigest()[:12]
+    publish: list[tuple[str, str]] = []
+    kept: list[str] = []
+    for relative in sorted({f.path for r in results for f in r.staged}):
+        staged = posixpath.join(staging_dir, relative)
+        slot = (posixpath.dirname(relative), rewrite_mod.block_of(relative))
+        same = next(
+            (p for p in current.get(slot, [])
+             if location.same_bytes(location.child(staged), location.child(p))),
+            None,
+        )  # fmt: skip
+        if same is not None:
+            kept.append(same)
+        elif not current.get(slot):  # nothing of the block there: its plain name is new
+            publish.append((staged, relative))
+        else:
+            publish.append((staged, rewrite_mod.renamed(relative, name)))
+    retire = sorted(p for found in current.values() for p in found if p not in kept)
+    rewrite = rewrite_mod.Rewrite(name, tuple(publish), tuple(retire))
+    return rewrite, sorted([*kept, *(new for _, new in publish)])
 
 
 def _run_tasks(

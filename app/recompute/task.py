@@ -15,9 +15,11 @@ timestamp falls in it; a correction stages every block of its ranges.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -26,11 +28,11 @@ from app.contract.processor import Processor
 from app.engine.machine import IntegrityMode, PartitionMachine, PartitionResult, Rules
 from app.engine.output import RowColumns
 from app.engine.reports import StagedFile
-from app.engine.segments import plan_segments
+from app.engine.segments import Segment, plan_segments
 from app.engine.state import PartitionState
 from app.engine.task import run_segment, stage_segment
 from app.errors import Violation
-from app.recompute.plan import PartitionWork
+from app.recompute.plan import ForeignRange, PartitionWork
 from app.sources.archive import read_range
 from app.spark.code import check_code, code_digest
 from app.storage import resolve
@@ -88,16 +90,38 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
             if segment.name != block:
                 finish_block()
                 block, wanted = segment.name, False
-            run_segment(machine, state, records, segment, result)
-            if result.violations and strict:
-                done.messages, done.violations = result.messages, list(result.violations)
-                return done
+            for piece, foreign in _with_foreign(offsets, segment, work.foreign):
+                machine.foreign = foreign
+                run_segment(machine, state, records, piece, result)
+                if result.violations and strict:
+                    done.messages, done.violations = result.messages, list(result.violations)
+                    return done
             if plan.window_ms is not None and block is not None and not wanted:
                 wanted = _in_window(records.slice(segment.lo, segment.hi - segment.lo),
                                     plan.window_ms)  # fmt: skip
     finish_block()
     done.messages, done.violations = result.messages, list(result.violations)
     return done
+
+
+def _with_foreign(
+    offsets: np.ndarray, segment: Segment, foreign: tuple[ForeignRange, ...]
+) -> Iterator[tuple[Segment, dict[str, TopicPartition]]]:
+    """The segment cut where the live job's rule 6 owners change, with the owners of each
+    piece: the sessions the batch of its offsets treated as another partition's."""
+    lo = segment.lo
+    while lo < segment.hi:
+        at = int(offsets[lo])
+        found = next((f for f in foreign if f.start <= at < f.end), None)
+        until: int | None = None
+        owners: dict[str, TopicPartition] = {}
+        if found is not None:
+            until, owners = found.end, dict(found.sessions)
+        else:
+            until = min((f.start for f in foreign if f.start > at), default=None)
+        hi = segment.hi if until is None else min(segment.hi, int(np.searchsorted(offsets, until)))
+        yield Segment(lo, hi, segment.name), owners
+        lo = hi
 
 
 def _in_window(records: pa.Table, window_ms: tuple[int, int]) -> bool:

@@ -12,8 +12,10 @@ repeating a row:
 3. Print the plan; with ``--dry-run`` stop here.
 4. Move the old checkpoint aside (never delete it).
 5. Rewrite the output files that hold rows at or after the restart offsets
-   without those rows (each file replaced whole), in the dataset and in its
-   quarantine.
+   without those rows, in the dataset and in its quarantine: each file's
+   remaining rows are published under a new name and the old name retired
+   (:mod:`app.sink.rewrite`; a published file is never written in place),
+   after finishing any rewrite a crash interrupted.
 6. Append a repair entry to the ledger: the next ``tablecast run`` with a
    fresh checkpoint starts at exactly the restart offsets, and the sessions
    that restart from a resync snapshot (``seq`` > 0) are named there.
@@ -25,6 +27,7 @@ the source and the ledger, which step 6 changes last.
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,8 +42,9 @@ from app.contract.offsets import Offsets, TopicPartition
 from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import ledger as ledger_mod
+from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger, LedgerEntry
-from app.sink.writer import visible_files
+from app.sink.writer import QUARANTINE_DIR, read_data_file, visible_files, write_data_file
 from app.sources import archive
 from app.sources.backend import Bounds
 from app.sources.kafka_client import KafkaEndpoint
@@ -48,6 +52,7 @@ from app.sources.records import typed_records
 from app.storage import Location, resolve
 
 RecordReader = Callable[[TopicPartition, int], Iterator[Record]]
+REPAIR_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "repair")  # rewritten files, staged
 
 
 @dataclass(frozen=True)
@@ -151,10 +156,17 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
     # Step 4
     moved = move_checkpoint_aside(checkpoint_uri)
     # Step 5
-    for path in plan.files_to_rewrite:
-        _rewrite_without(location, path, plan.end, plan.kept_offsets())
+    if rewrite_mod.finish_open(location):  # a crashed rewrite changed which files hold rows
+        files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
+    else:
+        files = list(plan.files_to_rewrite)
+    rewrite_mod.carry_out(location, _rewrite(location, files, plan.end, plan.kept_offsets()))
+    pending = ledger.pending()
+    if pending is not None:  # a crashed batch's files, beyond the head: offsets the run redoes
+        ledger_mod.retire_unledgered(location, pending, keep=set())
     ledger.clear_pending()
     location.delete_dir(location.child(ledger_mod.STAGING_DIR))
+    location.delete_dir(location.child(REPAIR_DIR))
     # Step 6
     if head is not None:
         ledger.append(
@@ -207,8 +219,10 @@ def _rows_at_or_after(
     counts: dict[TopicPartition, int] = {}
     files: list[str] = []
     for relative in visible_files(location):
-        table = pq.read_table(location.child(relative), filesystem=location.fs,
-                              columns=["topic", "partition", "offset"])  # fmt: skip
+        table = pq.read_table(
+            location.child(relative), filesystem=location.fs,
+            columns=["topic", "partition", "offset"], partitioning=None,
+        )  # fmt: skip
         dropped = table.filter(pc.invert(_keep_mask(table, end, kept)))
         if len(dropped):
             files.append(relative)
@@ -223,21 +237,26 @@ def _rows_at_or_after(
     return counts, files
 
 
-def _rewrite_without(
-    location: Location, relative: str, end: Offsets, kept: dict[TopicPartition, set[int]]
-) -> None:
-    """Replace one file whole with its rows before the restart offsets."""
-    path = location.child(relative)
-    if not location.exists(path):
-        return
-    table = pq.read_table(path, filesystem=location.fs)
-    remaining = table.filter(_keep_mask(table, end, kept))
-    if not len(remaining):
-        location.delete_file(path)
-        return
-    sink = pa.BufferOutputStream()
-    pq.write_table(remaining, sink, compression="snappy")
-    location.write_bytes_atomic(path, sink.getvalue().to_pybytes())
+def _rewrite(
+    location: Location, files: list[str], end: Offsets, kept: dict[TopicPartition, set[int]]
+) -> rewrite_mod.Rewrite:
+    """Each file's rows before the restart offsets, staged for a new name; the file retires."""
+    name = "repair-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    publish: list[tuple[str, str]] = []
+    retire: list[str] = []
+    for relative in files:
+        path = location.child(relative)
+        if not location.exists(path):
+            continue
+        table = read_data_file(location, path)
+        remaining = table.filter(_keep_mask(table, end, kept))
+        retire.append(relative)
+        if len(remaining):
+            staged = posixpath.join(REPAIR_DIR, name, relative)
+            quarantine = relative.startswith(f"{QUARANTINE_DIR}/")
+            write_data_file(location, location.child(staged), remaining, quarantine)
+            publish.append((staged, rewrite_mod.renamed(relative, name)))
+    return rewrite_mod.Rewrite(name, tuple(publish), tuple(retire))
 
 
 def kafka_reader(endpoint: KafkaEndpoint, topic_pattern: str) -> RecordReader:

@@ -73,10 +73,10 @@ from app.errors import (
     TablecastError,
 )
 from app.sink import ledger as ledger_mod
-from app.sink.ledger import Ledger, LedgerEntry, Pending
+from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending, retire_unledgered
 from app.spark import worker_errors
 from app.spark.checkpoint import CheckpointLog
-from app.storage import Location, resolve
+from app.storage import resolve
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +313,8 @@ class ExactlyOnceSink:
                 batch_id=batch_id,
                 start=begins,
                 states=states,
+                rules=LiveRules.of(self.engine.rules),
+                foreign={tp: dict(sessions) for tp, sessions in outcome.foreign.items()},
             )
         )
         self._step_done(7, batch_id)
@@ -353,24 +355,6 @@ class ExactlyOnceSink:
             sessions=sum(self.engine.sessions.values()),
             served=outcome.served,
         )
-
-
-def retire_unledgered(location: Location, pending: Pending, keep: set[str]) -> list[str]:
-    """Delete the files of a pending list that no ledger entry holds (but ``keep``).
-
-    Step 6 made them visible and the batch never reached step 7: the offsets
-    they cover are published again by whichever batch covers them next, so
-    left in place they would be there twice. Returns what it deleted.
-    """
-    retired = [f for f in pending.files if f not in keep and location.exists(location.child(f))]
-    for relative in retired:
-        location.delete_file(location.child(relative))
-    if retired:
-        shown = ", ".join(retired[:5]) + (" ..." if len(retired) > 5 else "")
-        log.warning("retired %d visible files that no ledger entry holds (published by a batch "
-                    "that never completed, pending list %s): %s", len(retired), pending.end_key,
-                    shown)  # fmt: skip
-    return retired
 
 
 def _recorded_states(

@@ -22,8 +22,7 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
-from app.sink.commit import retire_unledgered
-from app.sink.ledger import Ledger, LedgerEntry
+from app.sink.ledger import Ledger, LedgerEntry, retire_unledgered
 from app.sink.writer import visible_files
 from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve

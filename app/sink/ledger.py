@@ -4,12 +4,17 @@
 (and per repair), says which offsets the visible files cover. ``n`` counts
 entries of this output only; Spark's batch numbers are recorded for the
 operator's eyes but never used as a key, because they mean nothing to
-another checkpoint. Readers of the dataset skip ``_tablecast`` (names that
-start with ``_`` are hidden).
+another checkpoint. Each batch entry also records the rules it ran with and
+the rule 6 owners it settled, which a recompute applies
+(:mod:`app.recompute.plan`). Beside the numbered entries,
+``recomputes/`` records finished recomputes and ``rewrites/`` the rewrites
+under way (:mod:`app.sink.rewrite`). Readers of the dataset skip
+``_tablecast`` (names that start with ``_`` are hidden).
 """
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,9 +25,12 @@ import orjson
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition, parse_key
+from app.engine.machine import IntegrityMode, Rules
 from app.engine.state import StateVersion
 from app.spark.code import JobVersion, job_version
 from app.storage import Location
+
+log = logging.getLogger(__name__)
 
 CONTROL_DIR = "_tablecast"
 LEDGER_DIR = posixpath.join(CONTROL_DIR, "ledger")
@@ -37,6 +45,34 @@ class EntryKind(StrEnum):
 
 BATCH = EntryKind.BATCH
 REPAIR = EntryKind.REPAIR
+
+
+@dataclass(frozen=True)
+class LiveRules:
+    """The rules an entry's rows were computed with; a recompute applies the same."""
+
+    mode: IntegrityMode
+    timeout_ms: int
+
+    @classmethod
+    def of(cls, rules: Rules) -> LiveRules:
+        return cls(mode=rules.mode, timeout_ms=rules.timeout_ms)
+
+    def describe(self) -> str:
+        return f"integrity {self.mode.value}, session timeout {self.timeout_ms:,} ms"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"integrity": self.mode.value, "session_timeout_ms": self.timeout_ms}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> LiveRules | None:
+        if doc is None:
+            return None
+        return cls(mode=IntegrityMode(doc["integrity"]), timeout_ms=int(doc["session_timeout_ms"]))
+
+
+# Sessions a resync batch treated as another partition's (rule 6): partition -> session -> owner.
+ForeignSessions = dict[TopicPartition, dict[str, TopicPartition]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +96,11 @@ class LedgerEntry:
     # Each partition's last saved state version after this batch entry, the
     # only one the next batch may load (None in entries older than the field).
     states: dict[TopicPartition, StateVersion] | None = None
+    # The rules the batch ran with (None in entries older than the field).
+    rules: LiveRules | None = None
+    # Rule 6 across partitions, as the batch settled it: a recompute rebuilds
+    # one partition alone and takes these owners from here.
+    foreign: ForeignSessions = field(default_factory=dict)
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -83,6 +124,11 @@ class LedgerEntry:
                 "version": self.job.version, "commit": self.job.commit, "code": self.job.code,
             },
             "start": offsets_mod.to_archive_json(self.start),
+            "rules": None if self.rules is None else self.rules.to_json(),
+            "foreign": {
+                tp.key(): {s: o.key() for s, o in sorted(sessions.items())}
+                for tp, sessions in sorted(self.foreign.items())
+            },
             "states": None if self.states is None else {
                 tp.key(): {"offset": v.offset, "digest": v.digest}
                 for tp, v in sorted(self.states.items())
@@ -106,6 +152,11 @@ class LedgerEntry:
             written_at=doc["written_at"],
             job=None if doc.get("job") is None else JobVersion(**doc["job"]),
             start=offsets_mod.from_json(doc.get("start") or {}),
+            rules=LiveRules.from_json(doc.get("rules")),
+            foreign={
+                offsets_mod.parse_key(tp): {s: offsets_mod.parse_key(o) for s, o in found.items()}
+                for tp, found in (doc.get("foreign") or {}).items()
+            },
             states=None if doc.get("states") is None else {
                 parse_key(key): StateVersion(int(v["offset"]), str(v["digest"]))
                 for key, v in doc["states"].items()
@@ -167,3 +218,21 @@ class Ledger:
 
     def clear_pending(self) -> None:
         self.location.delete_file(self.location.child(PENDING_FILE))
+
+
+def retire_unledgered(location: Location, pending: Pending, keep: set[str]) -> list[str]:
+    """Delete the files of a pending list that no ledger entry holds (but ``keep``).
+
+    Step 6 made them visible and the batch never reached step 7: the offsets
+    they cover are published again by whichever batch covers them next, so
+    left in place they would be there twice. Returns what it deleted.
+    """
+    retired = [f for f in pending.files if f not in keep and location.exists(location.child(f))]
+    for relative in retired:
+        location.delete_file(location.child(relative))
+    if retired:
+        shown = ", ".join(retired[:5]) + (" ..." if len(retired) > 5 else "")
+        log.warning("retired %d visible files that no ledger entry holds (published by a batch "
+                    "that never completed, pending list %s): %s", len(retired), pending.end_key,
+                    shown)  # fmt: skip
+    return retired

@@ -1,6 +1,8 @@
 """Task-side half of the sink: write a partition's rows as hidden, staged files.
 
-Runs inside each partition task (:mod:`app.engine.task`). File names derive
+Runs inside each partition task (:mod:`app.engine.task`); every other path
+that writes output files (repair, replay, correct) writes them through
+:func:`write_data_file` too. File names derive
 from the topic-partition and the offset range the task processed, and the
 rows arrive in offset order, so a micro-batch that is redone after a crash
 stages the same files under the same names; the commit protocol
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from app.engine.output import OUTPUT_SCHEMA, QUARANTINE_SCHEMA
 from app.engine.reports import StagedFile
 from app.sink.ledger import CONTROL_DIR
 from app.storage import Location
@@ -26,6 +29,35 @@ _MS_PER_DAY = 86_400_000
 _EPOCH = date(1970, 1, 1)
 
 
+# The physical form of every output and quarantine file, whichever path writes it.
+COMPRESSION = "snappy"
+ROW_GROUP_SIZE = 256 * 1024
+
+
+def file_schema(quarantine: bool) -> pa.Schema:
+    """The columns a file holds: never the ``date`` of its directory (readers add it)."""
+    return QUARANTINE_SCHEMA if quarantine else OUTPUT_SCHEMA
+
+
+def write_data_file(location: Location, path: str, table: pa.Table, quarantine: bool) -> int:
+    """Write one output (or quarantine) file whole, in its one physical schema; its size.
+
+    Run, redo, repair, replay and correct all write through here, so a hive
+    reader merging the dataset meets one schema in every file.
+    """
+    schema = file_schema(quarantine)
+    rows = table.select(schema.names).cast(schema)
+    location.write_whole(path, lambda out: pq.write_table(
+        rows, out, compression=COMPRESSION, row_group_size=ROW_GROUP_SIZE,
+    ))  # fmt: skip
+    return int(location.fs.get_file_info(path).size)
+
+
+def read_data_file(location: Location, path: str) -> pa.Table:
+    """One file's own columns (no ``date`` taken from its directory's name)."""
+    return pq.read_table(path, filesystem=location.fs, partitioning=None)
+
+
 def stage_table(
     location: Location,
     staging_dir: str,
@@ -33,7 +65,6 @@ def stage_table(
     table: pa.Table,
     time_column: str,
     name: str,
-    compression: str = "snappy",
 ) -> list[StagedFile]:
     """Write ``table`` under ``staging_dir`` as ``<subdir>/date=<day>/part-<name>.parquet``.
 
@@ -41,6 +72,7 @@ def stage_table(
     """
     if not len(table):
         return []
+    quarantine = subdir == QUARANTINE_DIR
     # Whole UTC days since the epoch: integer arithmetic, not a date string per row.
     # Floor division: a time before 1970 belongs to the day before, not to day 0.
     ms = table.column(time_column).cast(pa.int64()).to_numpy()
@@ -51,12 +83,8 @@ def stage_table(
         day = table if len(found) == 1 else table.filter(pc.equal(days, number))
         date = (_EPOCH + timedelta(days=number)).isoformat()
         relative = posixpath.join(subdir, f"date={date}", f"part-{name}.parquet")
-        path = location.child(staging_dir, relative)
-        location.fs.create_dir(posixpath.dirname(path), recursive=True)
-        pq.write_table(day, path, filesystem=location.fs, compression=compression,
-                       row_group_size=256 * 1024)  # fmt: skip
-        size = location.fs.get_file_info(path).size
-        staged.append(StagedFile(relative, len(day), size, subdir == QUARANTINE_DIR))
+        size = write_data_file(location, location.child(staging_dir, relative), day, quarantine)
+        staged.append(StagedFile(relative, len(day), size, quarantine))
     return staged
 
 

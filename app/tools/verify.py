@@ -67,7 +67,7 @@ def expected_output(
     if below is not None:
         rows = rows.filter(_below(rows, below))
     sessions = {s for state in outcome.states.values() for s in state.sessions}
-    sessions |= {d for r in outcome.results.values() for d in r.dropped}
+    sessions |= {d.session for r in outcome.results.values() for d in r.dropped}
     return Expected(rows, outcome.quarantined, outcome.violations, outcome.messages, len(sessions))
 
 

@@ -242,7 +242,7 @@ def test_an_idle_session_expires_on_the_partitions_own_clock() -> None:
     s2 = [snap(1, 0, {"x": 1}, key="s2", seen=5_000), upd(2, 1, {"x": 2}, key="s2", seen=9_000)]
     records = [snap(0, 0, {"a": 1}, seen=1_000), *s2, upd(3, 1, {"a": 2}, seen=9_100)]
     result, _ = run(records, timeout_ms=5_000)
-    assert result.dropped == [SESSION]
+    assert [d.session for d in result.dropped] == [SESSION]
     v = result.violations[0]  # its state is gone: its next message opens nothing
     assert (v.rule, v.offset) == (Rule.FIRST_MESSAGE, 3)
     # Within the timeout nothing expires, however the records are cut.
@@ -257,8 +257,9 @@ def test_expiry_does_not_depend_on_how_the_records_are_cut() -> None:
     state: PartitionState[Table] = PartitionState.empty(TP, 0)
     dropped: list[str] = []
     for lo, hi in [(0, 3), (3, 4), (4, 10)]:
-        dropped += machine.run(state, columns(records[lo:hi])).dropped
-    assert sorted(dropped) == sorted(whole.dropped) == [f"s{i}" for i in range(6)]
+        dropped += [d.session for d in machine.run(state, columns(records[lo:hi])).dropped]
+    expected = [f"s{i}" for i in range(6)]
+    assert sorted(dropped) == sorted(d.session for d in whole.dropped) == expected
     assert set(state.sessions) == set(state_whole.sessions) == {"s6", "s7", "s8", "s9"}
 
 

@@ -9,13 +9,16 @@ import pyarrow as pa
 import pytest
 
 from app.contract.offsets import TopicPartition
+from app.engine.output import OUTPUT_SCHEMA
 from app.errors import DataLossError, OutputStateError
 from app.recovery import repair
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
+from app.sink.writer import stage_table, visible_files
 from app.sources import archive
 from app.sources.records import SCHEMA, no_headers
 from app.storage import resolve
+from tests.readers import read_everywhere
 
 A0 = TopicPartition("sensor-a", 0)
 
@@ -69,3 +72,56 @@ def test_a_session_without_a_snapshot_in_reach_refuses_the_repair_with_its_facts
     # Nothing was changed: the ledger still ends where it did.
     head = Ledger(resolve(output)).head()
     assert head is not None and head.end == {A0: 3}
+
+
+def test_files_repair_rewrites_keep_the_output_schema_for_every_reader(tmp_path: Path) -> None:
+    # Session y: a snapshot, then updates; the ledger says offsets 0 to 5 are published.
+    messages = [("y", 0, "snapshot"), ("y", 1, "update"), ("y", 2, "update"),
+                ("y", 3, "snapshot"), ("y", 4, "update")]  # fmt: skip
+    root = _archive(tmp_path / "archive", messages)
+    out = tmp_path / "out"
+    location = resolve(str(out))
+    rows = pa.table({
+        "topic": [A0.topic] * 5, "partition": [0] * 5, "offset": list(range(5)),
+        "session": ["y"] * 5, "seq": list(range(5)), "type": [m[2] for m in messages],
+        "ts": [0] * 5, "row_id": ["a"] * 5, "value": [1.0] * 5, "status": ["ok"] * 5,
+        "deleted": [False] * 5,
+    }, schema=OUTPUT_SCHEMA)  # fmt: skip
+    name = "sensor-a-0-00000000000000000000-00000000000000000005-000"
+    for staged in stage_table(location, "", "", rows, "ts", name):
+        assert not staged.quarantine
+    _output_ending_at(out, 5)
+    assert len(read_everywhere(out)) == 5
+    plan = repair.plan_repair(str(out), repair.archive_reader(root, "^sensor-.+"))
+    assert plan.end == {A0: 3} and len(plan.files_to_rewrite) == 1
+    repair.apply_repair(str(out), str(tmp_path / "ckpt"), plan)
+    # Offset 4 goes; 3, the adopted resync snapshot, keeps its rows.
+    assert sorted(read_everywhere(out)["offset"].to_pylist()) == [0, 1, 2, 3]
+
+
+def test_files_of_a_batch_that_crashed_before_its_ledger_entry_do_not_survive_a_repair(
+    tmp_path: Path,
+) -> None:
+    # The ledger holds partition 0 to offset 2; a crashed batch (steps 5 and 6,
+    # never 7) published a file of partition 1, which no entry names at all.
+    messages = [("y", 0, "snapshot"), ("y", 1, "update")]
+    root = _archive(tmp_path / "archive", messages)
+    out = tmp_path / "out"
+    location = resolve(str(out))
+    b1 = TopicPartition("sensor-a", 1)
+    rows = pa.table({
+        "topic": [b1.topic], "partition": [1], "offset": [0], "session": ["z"], "seq": [0],
+        "type": ["snapshot"], "ts": [0], "row_id": ["a"], "value": [1.0], "status": ["ok"],
+        "deleted": [False],
+    }, schema=OUTPUT_SCHEMA)  # fmt: skip
+    name = "sensor-a-1-00000000000000000000-00000000000000000001-000"
+    published = [s.path for s in stage_table(location, "", "", rows, "ts", name)]
+    ledger = Ledger(location)
+    ledger.set_pending(ledger_mod.Pending("sensor-a:1=1", tuple(published)))
+    _output_ending_at(out, 2)
+    assert read_everywhere(out)["partition"].to_pylist() == [1]
+
+    plan = repair.plan_repair(str(out), repair.archive_reader(root, "^sensor-.+"))
+    repair.apply_repair(str(out), str(tmp_path / "ckpt"), plan)
+    assert visible_files(location) == []  # the next run publishes partition 1 again, once
+    assert ledger.pending() is None

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 from app.contract.offsets import TopicPartition
+from app.engine.machine import IntegrityMode, Rules
 from app.sink import ledger as ledger_mod
-from app.sink.ledger import Ledger, LedgerEntry, Pending
+from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending
 from app.spark.code import JobVersion
 from app.storage import resolve
 
@@ -101,3 +102,18 @@ def test_ranges_of_older_entries_begin_at_the_previous_end() -> None:
     assert entry.ranges(previous) == {A: (20, 30)}
     # The first entry without starts: no previous end to begin at, so nothing is known.
     assert LedgerEntry(0, ledger_mod.BATCH, {A: 5}).ranges(None) == {}
+
+
+def test_an_entry_records_the_rules_and_the_rule_6_owners_it_was_computed_with(
+    tmp_path: Path,
+) -> None:
+    rules = LiveRules(mode=IntegrityMode.RESYNC, timeout_ms=600_000)
+    entry = LedgerEntry(number=0, kind=ledger_mod.BATCH, end={A: 12}, rules=rules,
+                        foreign={B: {"s7": A}})  # fmt: skip
+    ledger = _ledger(tmp_path)
+    ledger.append(entry)
+    assert ledger.read(0) == entry
+    doc = json.loads((tmp_path / "out/_tablecast/ledger/00000000000000000000.json").read_text())
+    assert doc["rules"] == {"integrity": "resync", "session_timeout_ms": 600_000}
+    assert doc["foreign"] == {"sensor-a:1": {"s7": "sensor-a:0"}}
+    assert LiveRules.of(Rules(IntegrityMode.RESYNC, 600_000, adopt={"x": 1})) == rules

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import pytest
 
-from app.engine.output import OUTPUT_SCHEMA
+from app.engine.output import OUTPUT_SCHEMA, QUARANTINE_SCHEMA, QuarantinedRecord, quarantine_table
 from app.engine.reports import StagedFile
 from app.sink.writer import QUARANTINE_DIR, stage_table
-from app.storage import resolve
+from app.storage import Location, resolve
+from tests.hdfs_semantics import RecordingHandler
 
 STAGING = "_tablecast/staging/k1"
 NAME = "sensor-1-0-00000000000000000100-00000000000000000200-000"
@@ -82,9 +90,27 @@ def test_the_files_keep_the_output_schema_and_are_snappy(tmp_path: Path) -> None
     (item,) = stage_table(location, STAGING, "", table, "ts", NAME)
     path = tmp_path / "out" / STAGING / item.path
     assert pq.read_schema(path).equals(OUTPUT_SCHEMA)
-    assert _read(path).equals(table)
     column = pq.ParquetFile(path).metadata.row_group(0).column(0)
     assert column.compression == "SNAPPY"
+    # Another process and another library than the writer: DuckDB's own reader.
+    script = (
+        "import duckdb, json, sys\n"
+        "con = duckdb.connect()\n"
+        "rel = con.sql(f\"SELECT * FROM read_parquet('{sys.argv[1]}', hive_partitioning=false)\")\n"
+        "rows = [[str(v) for v in r] for r in rel.order('\"offset\"').fetchall()]\n"
+        "print(json.dumps({'columns': rel.columns, 'types': [str(t) for t in rel.types], "
+        "'rows': rows}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
+                          text=True, check=True, timeout=120)  # fmt: skip
+    seen = json.loads(done.stdout)
+    assert seen["columns"] == list(OUTPUT_SCHEMA.names)
+    assert seen["types"] == ["VARCHAR", "INTEGER", "BIGINT", "VARCHAR", "BIGINT", "VARCHAR",
+                             "TIMESTAMP WITH TIME ZONE", "VARCHAR", "DOUBLE", "VARCHAR",
+                             "BOOLEAN"]  # fmt: skip
+    assert [r[2] for r in seen["rows"]] == ["100", "101"]
+    assert [r[7] for r in seen["rows"]] == table["row_id"].to_pylist()
+    assert [float(r[8]) for r in seen["rows"]] == table["value"].to_pylist()
 
 
 def test_a_redo_writes_the_same_names_and_bytes(tmp_path: Path) -> None:
@@ -102,16 +128,18 @@ def test_a_redo_writes_the_same_names_and_bytes(tmp_path: Path) -> None:
 
 def test_quarantine_files_go_under_their_own_directory(tmp_path: Path) -> None:
     location = resolve(str(tmp_path / "out"))
-    table = pa.table({
-        "offset": [7, 8],
-        "timestamp": pa.array([_ms("2026-03-01T10:00:00"), _ms("2026-03-03T10:00:00")],
-                              pa.timestamp("ms", tz="UTC")),
-    })  # fmt: skip
+    records = [
+        QuarantinedRecord("sensor-1", 0, offset, "s1", None, None, _ms(stamp), "rule 1", b"x")
+        for offset, stamp in [(7, "2026-03-01T10:00:00"), (8, "2026-03-03T10:00:00")]
+    ]
+    table = quarantine_table(records)
     staged = stage_table(location, STAGING, QUARANTINE_DIR, table, "timestamp", NAME)
     assert [(s.path, s.rows, s.quarantine) for s in staged] == [
         (f"_quarantine/date=2026-03-01/part-{NAME}.parquet", 1, True),
         (f"_quarantine/date=2026-03-03/part-{NAME}.parquet", 1, True),
     ]
+    first = tmp_path / "out" / STAGING / staged[0].path
+    assert pq.read_schema(first).equals(QUARANTINE_SCHEMA)
 
 
 def test_no_rows_no_file(tmp_path: Path) -> None:
@@ -129,3 +157,41 @@ def test_a_timestamp_before_the_epoch_is_in_its_own_day(tmp_path: Path) -> None:
         (f"date=1969-12-31/part-{NAME}.parquet", 1),
         (f"date=1970-01-01/part-{NAME}.parquet", 1),
     ]
+
+
+@pytest.mark.parametrize("hdfs", [False, True], ids=["local", "hdfs-rename"])
+def test_staged_files_appear_whole_under_their_names_and_a_redo_keeps_them_in_place(
+    tmp_path: Path, hdfs: bool
+) -> None:
+    handler = RecordingHandler(hdfs_rename=hdfs)
+    root = str(tmp_path / "out")
+    location = Location(root, pafs.PyFileSystem(handler), root, is_local=not hdfs,
+                        atomic_rename=hdfs)  # fmt: skip
+    table = _rows(["2026-03-01T10:00:00", "2026-03-02T11:00:00"])
+    first = stage_table(location, STAGING, "", table, "ts", NAME)
+    # Written under a hidden temporary name, then renamed: never seen half written.
+    assert handler.written_in_place() == []
+    handler.log.clear()
+    again = stage_table(location, STAGING, "", table, "ts", NAME)  # a retried task
+    assert again == first
+    # The names never vanish: no visible file was deleted to make room.
+    deleted = [p for op, p in handler.log if op == "delete"]
+    assert [p for p in deleted if not os.path.basename(p).startswith(".")] == []
+    for item in first:
+        assert pq.read_table(tmp_path / "out" / STAGING / item.path, partitioning=None).equals(
+            table.filter(pc.equal(pc.strftime(table["ts"], "%Y-%m-%d"),
+                                  item.path.split("/")[0].removeprefix("date=")))
+        )  # fmt: skip
+
+
+def test_an_hdfs_replace_of_a_visible_file_never_removes_its_name(tmp_path: Path) -> None:
+    handler = RecordingHandler(hdfs_rename=True)
+    root = str(tmp_path / "out")
+    location = Location(root, pafs.PyFileSystem(handler), root, is_local=False,
+                        atomic_rename=True)  # fmt: skip
+    target = location.child("_tablecast", "ledger", "00000000000000000001.json")
+    location.write_bytes_atomic(target, b"entry")
+    handler.log.clear()
+    location.write_bytes_atomic(target, b"entry")  # redone: the same bytes
+    assert [op for op, p in handler.log if p == target or p.endswith(f"-> {target}")] == []
+    assert location.read_bytes(target) == b"entry"

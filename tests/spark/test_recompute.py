@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,18 @@ import pytest
 
 from app.contract.envelope import Envelope, MessageType
 from app.contract.processor import Changes, Table, TableProcessor
+from app.engine.machine import IntegrityMode
 from app.errors import ArchiveLayoutError, ConfigurationError
 from app.recompute.correct import correct
 from app.recompute.replay import replay
 from app.recompute.run import CORRECTION, REPLAY, RecomputeReport, records
+from app.sink.rewrite import RewriteSteps
 from app.sink.writer import visible_files
 from app.spark.code import job_version
 from app.storage import resolve
 from app.tools import verify
-from app.tools.generate import CaptureSpec
+from app.tools.generate import CaptureSpec, Fault
+from tests.readers import read_everywhere
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 
 SPEC = CaptureSpec(topics=2, partitions=2, sessions=10, updates=80, resync_every=20,
@@ -133,30 +137,41 @@ def _as_version(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     job_version.cache_clear()
 
 
+def _keys(table: pa.Table) -> pa.Array:
+    return pc.binary_join_element_wise(
+        table["topic"], pc.cast(table["partition"], "string"),
+        pc.cast(table["offset"], "string"), table["row_id"], ":",
+    )  # fmt: skip
+
+
 class PollingReader(threading.Thread):
-    """A reader of the dataset during a correction: what does it ever see?"""
+    """A plain-listing reader of the dataset during a correction: what does it ever see?"""
 
     def __init__(self, output: Path) -> None:
         super().__init__(daemon=True)
         self.output = output
         self.stop = threading.Event()
-        self.reads: list[tuple[int, int]] = []  # (rows, duplicated rows) of each whole read
+        # Each whole read: (started, ended) on the monotonic clock, and its row keys.
+        self.reads: list[tuple[float, float, pa.Array]] = []
+        self.vanished = 0  # reads that met a file retired between listing and reading
+        self.error: BaseException | None = None
 
     def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                table = ds.dataset(str(self.output), format="parquet",
-                                   partitioning="hive").to_table()  # fmt: skip
-            except (FileNotFoundError, OSError):
-                continue  # a file went between listing and reading: read again
-            keys = pc.binary_join_element_wise(
-                table["topic"], pc.cast(table["partition"], "string"),
-                pc.cast(table["offset"], "string"), table["row_id"], ":",
-            )  # fmt: skip
-            self.reads.append((len(table), len(table) - len(pc.unique(keys))))
+        try:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                try:
+                    table = ds.dataset(str(self.output), format="parquet",
+                                       partitioning="hive").to_table()  # fmt: skip
+                except FileNotFoundError:
+                    self.vanished += 1  # listed, then retired: read again
+                    continue
+                self.reads.append((started, time.monotonic(), _keys(table)))
+        except BaseException as exc:  # a torn or broken read: the test fails with it
+            self.error = exc
 
 
-def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_seeing_duplicates(
+def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_missing_a_row(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
@@ -175,26 +190,97 @@ def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_seeing_
     faulty = verify.compare(verify.expected_output(str(archive), PATTERN).rows,
                             verify.read_output(str(out)))  # fmt: skip
     assert faulty.missing > 0 and faulty.unexpected == 0  # the faulty version's loss
+    before = set(_keys(verify.read_output(str(out))).to_pylist())
+    files_before = set(visible_files(resolve(str(out))))
 
     reader = PollingReader(out)
     reader.start()
-    report = correct(spark, str(archive), str(out), version="9.9.9-faulty")
+    report = correct(spark, str(archive), str(out), version="9.9.9-faulty",
+                     steps=ReadMidRewrite(reader))  # fmt: skip
     reader.stop.set()
     reader.join()
+    assert reader.error is None, f"a reader failed during the correction: {reader.error!r}"
     assert isinstance(report, RecomputeReport)
     assert_exact(archive, out)
+    read_everywhere(out)
     assert report.record.kind == CORRECTION and report.record.selector == "version 9.9.9-faulty"
     assert report.record.job.version == "9.9.10"
-    assert reader.reads and all(dupes == 0 for _, dupes in reader.reads)
-    counts = [rows for rows, _ in reader.reads]
-    assert counts == sorted(counts)  # rows only ever appear: no gap opens
+    # Rewritten files got new names; the old names were retired, never overwritten.
+    assert report.record.removed and not set(report.record.removed) & set(report.record.published)
+    assert set(report.record.removed) <= files_before
+    assert not set(report.record.removed) & set(visible_files(resolve(str(out))))
+    # Some reads overlapped the publishing; no read ever missed a row it had seen before.
+    first, last = report.publishing
+    overlapping = [r for r in reader.reads if r[0] < last and r[1] > first]
+    assert overlapping, f"no read overlapped the publishing ({len(reader.reads)} reads)"
+    for _, _, keys in reader.reads:
+        assert before <= set(keys.to_pylist())
+    # After it, no row twice: the last read saw each row once.
+    final = reader.reads[-1][2]
+    assert len(final) == len(pc.unique(final))
     # Again: the same files, the same output.
     again = correct(spark, str(archive), str(out), version="9.9.9-faulty")
     assert isinstance(again, RecomputeReport)
-    assert again.record.published == report.record.published
+    assert again.record.published == report.record.published and not again.record.removed
     assert_exact(archive, out)
     with pytest.raises(ConfigurationError, match=r"no batch of .* was published by version 1\.0"):
         correct(spark, str(archive), str(out), version="1.0")
+
+
+class ReadMidRewrite(RewriteSteps):
+    """Holds the rewrite between publishing and retiring until a whole read began after
+    the rewrite was recorded and ended after the publishing: a read that overlaps it."""
+
+    def __init__(self, reader: PollingReader) -> None:
+        self.reader = reader
+        self.since = 0.0
+
+    def recorded(self) -> None:
+        self.since = time.monotonic()
+
+    def published(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.reader.error is None:
+            if any(started >= self.since for started, _, _ in self.reader.reads):
+                return
+            time.sleep(0.05)
+        raise AssertionError("no read completed while the rewrite was held")
+
+
+class CrashAfterPublishing(RewriteSteps):
+    """Dies between publishing the new names and retiring the old ones."""
+
+    def published(self) -> None:
+        raise SimulatedRewriteCrash("crashed after publishing")
+
+
+class SimulatedRewriteCrash(Exception):
+    pass
+
+
+def test_a_correction_that_crashed_before_retiring_leaves_no_row_twice_after_the_next_run(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
+    write_capture(full, CaptureSpec(topics=1, partitions=2, sessions=4, updates=30,
+                                    records_per_file=30, seed=3))  # fmt: skip
+    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 60)
+    _as_version(monkeypatch, "9.9.9-faulty")
+    run_job(spark, archive, out, tmp_path / "ckpt", processor=DroppingProcessor())
+    _as_version(monkeypatch, "9.9.10")
+    shutil.rmtree(archive)
+    shutil.copytree(full, archive)
+    run_job(spark, archive, out, tmp_path / "ckpt")
+    with pytest.raises(SimulatedRewriteCrash):
+        correct(spark, str(archive), str(out), version="9.9.9-faulty",
+                steps=CrashAfterPublishing())  # fmt: skip
+    table = verify.read_output(str(out))
+    assert len(table) > len(pc.unique(_keys(table)))  # both names visible: rows twice
+    # The next run of a rewrite (here a replay of a window nothing falls in)
+    # finishes the crashed one's retirement first.
+    replay(spark, str(archive), str(out), 0, 1, topic_pattern=PATTERN)
+    assert_exact(archive, out)
+    read_everywhere(out)
 
 
 def test_a_replay_on_s3_rewrites_the_live_files_identically(
@@ -203,7 +289,11 @@ def test_a_replay_on_s3_rewrites_the_live_files_identically(
     import subprocess
     import sys
 
+    import boto3
+
     archive, output = "s3://lake/archive", "s3://lake/output"
+    client = boto3.client("s3", endpoint_url=s3["TABLECAST_S3_ENDPOINT"], region_name="us-east-1")
+    client.put_bucket_versioning(Bucket="lake", VersioningConfiguration={"Status": "Enabled"})
     write_capture(archive, SPEC)  # type: ignore[arg-type]
     common = ["--archive", archive, "--output", output]
     subprocess.run([sys.executable, "-m", "app", "run", *common, "--checkpoint",
@@ -222,3 +312,47 @@ def test_a_replay_on_s3_rewrites_the_live_files_identically(
     assert f"{len(before)} files replaced or written" in done.stdout
     assert digests() == before
     assert_exact(archive, output)
+    # No published object was written twice (a copy over it races readers).
+    versions = client.list_object_versions(Bucket="lake", Prefix="output/date=")["Versions"]
+    counts: dict[str, int] = {}
+    for version in versions:
+        if version["Key"].endswith(".parquet"):
+            counts[version["Key"]] = counts.get(version["Key"], 0) + 1
+    assert counts and set(counts.values()) == {1}, counts
+
+
+def _quarantine(output: Path) -> set[tuple[str, int, int, str]]:
+    table = ds.dataset(str(output / "_quarantine"), format="parquet",
+                       partitioning="hive").to_table()  # fmt: skip
+    columns = [table[name].to_pylist() for name in ("topic", "partition", "offset", "reason")]
+    return set(zip(*columns, strict=True))
+
+
+def test_a_recompute_applies_the_live_jobs_rules_and_refuses_others(
+    spark: Any, tmp_path: Path
+) -> None:
+    archive, out = tmp_path / "archive", tmp_path / "out"
+    spec = CaptureSpec(topics=1, partitions=2, sessions=6, updates=30, records_per_file=40,
+                       faults=(Fault.PARTITION_SWITCH,), seed=9)  # fmt: skip
+    write_capture(archive, spec)
+    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=50,
+            integrity=IntegrityMode.RESYNC, session_timeout_ms=600_000)  # fmt: skip
+    rows, held = verify.read_output(str(out)), _quarantine(out)
+    assert any(reason.startswith("rule 6") for *_, reason in held)
+
+    everything = (0, 4_102_444_800_000)  # 2100-01-01: every record
+    # No rules given: the ledger's (resync, 10 minutes) and the live job's rule 6 owners.
+    report = replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN)
+    assert report.record.published
+    assert verify.compare(rows, verify.read_output(str(out))).ok
+    assert _quarantine(out) == held
+    read_everywhere(out)
+
+    with pytest.raises(ConfigurationError) as refused:
+        replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN,
+               integrity=IntegrityMode.STRICT)  # fmt: skip
+    assert "\n" not in str(refused.value)
+    assert "integrity strict" in str(refused.value) and "resync" in str(refused.value)
+    with pytest.raises(ConfigurationError, match="session timeout"):
+        replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN,
+               session_timeout_ms=3_600_000)  # fmt: skip
