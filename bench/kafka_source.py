@@ -93,10 +93,12 @@ def partition_main(bootstrap_servers: str, topic: str, count: int) -> None:
         wall, cpu = time.perf_counter(), time.process_time()
         if not consumers:  # the first read makes the consumer, as a new worker's first task
             consumers.append(Consumer(endpoint.config(**settings)))
-        kafka._CONSUMERS.give_back(endpoint, consumers[0])  # the pool's only consumer
+        kafka._CONSUMERS.give_back(
+            endpoint, Isolation.READ_COMMITTED, consumers[0]
+        )  # the pool's only consumer
         batches = list(kafka.KafkaRange(endpoint, tp, start, end).read())
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        kafka._CONSUMERS.take(endpoint)
+        kafka._CONSUMERS.take(endpoint, Isolation.READ_COMMITTED)
         table = pa.Table.from_batches(batches)
         after = fetched()
         used = sum(pc.sum(pc.binary_length(table.column(c))).as_py() or 0

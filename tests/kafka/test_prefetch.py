@@ -60,10 +60,14 @@ def test_a_range_fetches_little_past_its_end(broker: KafkaEndpoint) -> None:
     assert producer.flush(30) == 0
 
     fetched = Fetched(broker, tp)
-    kafka_source._CONSUMERS.give_back(broker, fetched.consumer)  # the read takes this one
+    kafka_source._CONSUMERS.give_back(
+        broker, Isolation.READ_COMMITTED, fetched.consumer
+    )  # the read takes this one
     try:
         table = pa.Table.from_batches(list(KafkaRange(broker, tp, 0, 100).read()))
-        assert kafka_source._CONSUMERS.take(broker) is fetched.consumer  # kept for the next
+        assert (
+            kafka_source._CONSUMERS.take(broker, Isolation.READ_COMMITTED) is fetched.consumer
+        )  # kept for the next
         used = sum(pc.sum(pc.binary_length(table.column(c))).as_py() for c in ("key", "value"))
         assert table.num_rows == 100 and used == 100 * (1 + len(RECORD))
         # About 100 KiB used; librdkafka's defaults fetched megabytes of the 8 MiB
