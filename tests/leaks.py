@@ -24,20 +24,12 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["child_processes", "leaked_threads", "owned_by_fixture"]
+from tests.fixture_processes import FIXTURE_OWNED
+
+__all__ = ["child_processes", "leaked_threads"]
 
 GRACE_S = 5.0
 _SESSION_OWNED = ("py4j", "pyspark")
-_FIXTURE_OWNED: set[int] = set()
-
-
-def owned_by_fixture(pid: int) -> None:
-    """Count process ``pid`` as a longer-lived fixture's, not the running test's.
-
-    For a fixture's server that a test restarts (a module's broker taken down
-    and started again to expire its offsets): the fixture stops it.
-    """
-    _FIXTURE_OWNED.add(pid)
 
 
 def _origin(thread: threading.Thread) -> str:
@@ -95,7 +87,7 @@ def _ends_what_it_starts() -> Iterator[None]:
         processes = {
             pid: cmd
             for pid, cmd in child_processes().items()
-            if pid not in processes_before and pid not in _FIXTURE_OWNED
+            if pid not in processes_before and pid not in FIXTURE_OWNED
         }
         if not threads and not processes:
             return

@@ -50,7 +50,7 @@ from typing import Any
 
 from app.contract.offsets import TopicPartition
 from app.sources.kafka_client import KafkaEndpoint
-from tests.leaks import owned_by_fixture
+from tests.fixture_processes import owned_by_fixture
 
 # The job's fetch wait against a broker that keeps its log in S3 (see above).
 FETCH_WAIT = {"TABLECAST_KAFKA_FETCH_WAIT_MS": "500"}

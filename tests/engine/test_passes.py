@@ -24,7 +24,7 @@ from app.engine.reports import BatchOutcome
 from app.engine.store import StateCache
 from app.engine.task import PartitionTask
 from app.errors import DataLossError
-from app.sources.records import SCHEMA
+from app.sources.records import SCHEMA, no_headers
 
 A = TopicPartition("sensor-0", 0)
 B = TopicPartition("sensor-0", 1)
@@ -48,6 +48,7 @@ def _records(tp: TopicPartition, first: int, values: list[tuple[str, bytes]]) ->
             "offset": list(range(first, first + n)),
             "timestamp": [DAY_MS * 1000 + 1000 * (first + i) for i in range(n)],
             "timestampType": [0] * n,
+            "headers": no_headers(n),
         },
         schema=SCHEMA,
     )
