@@ -175,7 +175,19 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--output", required=True)
     verify.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    _table_commands(commands)
     return parser
+
+
+def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``table`` and ``compact``: the output's Iceberg table (app/table/)."""
+    table = commands.add_parser("table", help="print the output's Iceberg catalog and table "
+                                "(JSON for pyiceberg's load_catalog)")  # fmt: skip
+    table.add_argument("--output", required=True)
+    table.add_argument("--glue-database", help="catalogue the table in this Glue database "
+                       "(written beside the output; needed once for an s3:// output)")  # fmt: skip
+    table.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
+    table.add_argument("--region", default=None, help="Glue's region [AWS_REGION]")
 
 
 def _recompute_options(command: argparse.ArgumentParser) -> None:
@@ -208,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command == "correct":
             return _correct(args)
+        if args.command == "table":
+            return _table(args)
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
             logging.getLogger("tablecast").error(
@@ -498,6 +512,30 @@ def _print_recompute(report: RecomputeReport) -> None:
         f"{record.messages:,} messages; {len(record.published)} files replaced or written "
         f"({record.rows:,} rows), {len(record.removed)} removed"
     )
+
+
+def _table(args: argparse.Namespace) -> int:
+    from app.storage import resolve
+    from app.table import catalog as table_catalog
+
+    location = resolve(args.output)
+    if args.glue_database:
+        region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region:
+            raise ConfigurationError("--glue-database needs --region (or AWS_REGION)")
+        config = table_catalog.glue_config(location, database=args.glue_database,
+                                           region=region, table=args.glue_table)  # fmt: skip
+        table_catalog.save_config(location, config)
+    found = table_catalog.config_for(location)
+    if found is None:
+        raise ConfigurationError(
+            f"output {args.output} has no Iceberg catalog: run `tablecast table --output "
+            f"{args.output} --glue-database DATABASE` once"
+        )
+    with table_catalog.threads_released():
+        table_catalog.open_table(location, found)  # made now, so that load_table finds it
+    print(found.to_json().decode())
+    return 0
 
 
 class _Progress:

@@ -44,6 +44,7 @@ from app.sink.writer import visible_files
 from app.spark import worker_errors
 from app.spark.code import JobVersion, job_version
 from app.storage import Location, resolve
+from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,9 @@ def recompute(
     stale = [p for p in visible_files(location) if _block_of(p) in blocks and p not in published]
     for relative in published:
         location.move(location.child(plan.staging_dir, relative), location.child(relative))
+    # The Iceberg table's one overwrite snapshot, before the stale files go (app.table).
+    table_commit.commit_rewrite(location, written=published, removed=stale, kind=kind,
+                                note=selector)  # fmt: skip
     for relative in stale:
         location.delete_file(location.child(relative))
 

@@ -46,6 +46,7 @@ from app.sources.backend import Bounds
 from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import typed_records
 from app.storage import Location, resolve
+from app.table import commit as table_commit
 
 RecordReader = Callable[[TopicPartition, int], Iterator[Record]]
 
@@ -166,6 +167,11 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
                 adopt=plan.adopt,
             )
         )
+    # The Iceberg table's one overwrite snapshot, at the repair's entry (app.table).
+    kept = [p for p in plan.files_to_rewrite if location.exists(location.child(p))]
+    gone = [p for p in plan.files_to_rewrite if p not in kept]
+    table_commit.commit_rewrite(location, written=kept, removed=gone, kind="repair",
+                                note=restart_summary(plan), entry=ledger.head())  # fmt: skip
     return moved
 
 

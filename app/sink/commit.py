@@ -71,6 +71,7 @@ from app.sink.ledger import Ledger, LedgerEntry, Pending
 from app.spark import worker_errors
 from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
+from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +245,7 @@ class ExactlyOnceSink:
                 # A crash after step 7: every file it lists was published by step 6.
                 ledger.clear_pending()
             self.engine.committed(outcome, end)
+            table_commit.catch_up(location)  # the Iceberg table follows the ledger (app.table)
             log.info("batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
                      "a restart, not publishing again", batch_id, offsets_mod.describe(end),
                      head.number, head.batch_id)  # fmt: skip
@@ -283,6 +285,7 @@ class ExactlyOnceSink:
             )
         )
         self._step_done(7, batch_id)
+        table_commit.catch_up(location)  # the Iceberg table follows the ledger (app.table)
 
         # Step 8
         ledger.clear_pending()
