@@ -188,6 +188,12 @@ def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser
                        "(written beside the output; needed once for an s3:// output)")  # fmt: skip
     table.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
     table.add_argument("--region", default=None, help="Glue's region [AWS_REGION]")
+    compact = commands.add_parser("compact", help="merge the small files of closed days "
+                                  "(one replace snapshot of the Iceberg table)")  # fmt: skip
+    compact.add_argument("--output", required=True)
+    compact.add_argument("--before", default=None, metavar="DAY",
+                         help="compact days before this one (YYYY-MM-DD) [today, UTC]")  # fmt: skip
+    compact.add_argument("--target-size", default="128MiB", help="merged files' size [128MiB]")
 
 
 def _recompute_options(command: argparse.ArgumentParser) -> None:
@@ -222,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _correct(args)
         if args.command == "table":
             return _table(args)
+        if args.command == "compact":
+            return _compact(args)
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
             logging.getLogger("tablecast").error(
@@ -535,6 +543,23 @@ def _table(args: argparse.Namespace) -> int:
     with table_catalog.threads_released():
         table_catalog.open_table(location, found)  # made now, so that load_table finds it
     print(found.to_json().decode())
+    return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from app.storage import resolve
+    from app.table import compact as table_compact
+
+    try:
+        before = date.fromisoformat(args.before) if args.before else None
+    except ValueError:
+        raise ConfigurationError(f"--before {args.before!r} is not a day like 2026-01-31") from None
+    target = table_compact.parse_size(args.target_size)
+    report = table_compact.compact(resolve(args.output), before=before, target_bytes=target)
+    print(f"compacted {report.inputs:,} files into {report.outputs:,} ({report.rows:,} rows, "
+          f"{report.bytes_before:,} bytes into {report.bytes_after:,})")  # fmt: skip
     return 0
 
 

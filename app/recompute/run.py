@@ -45,6 +45,7 @@ from app.spark import worker_errors
 from app.spark.code import JobVersion, job_version
 from app.storage import Location, resolve
 from app.table import commit as table_commit
+from app.table import compact as table_compact
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ def recompute(
     # Step 3
     published = sorted({f.path for r in results for f in r.staged})
     blocks = {b for r in results for b in r.blocks}
+    table_compact.refuse_compacted(location, blocks)  # their names are gone (app.table)
     stale = [p for p in visible_files(location) if _block_of(p) in blocks and p not in published]
     for relative in published:
         location.move(location.child(plan.staging_dir, relative), location.child(relative))

@@ -176,7 +176,7 @@ def _adopt(location: Location, table: Table, head: LedgerEntry) -> None:
 def _reconcile(location: Location, table: Table, props: dict[str, str]) -> None:
     """One overwrite making the table's files the visible ones (new, gone or rewritten)."""
     visible = _visible_data(location)
-    current = {f.file_path: f for f in _data_files(table)}
+    current = {f.file_path: f for f in data_files(table)}
     changed = {
         p
         for p, f in current.items()
@@ -185,7 +185,7 @@ def _reconcile(location: Location, table: Table, props: dict[str, str]) -> None:
     }
     gone = set(current) - visible
     new = visible - set(current)
-    _overwrite(location, table, remove=[current[p] for p in sorted(gone | changed)],
+    overwrite(location, table, remove=[current[p] for p in sorted(gone | changed)],
                add=sorted(new | changed), props=props)  # fmt: skip
 
 
@@ -194,13 +194,13 @@ def _fs_path(location: Location, path: str) -> str:
     return location.child(path[len(prefix) :]) if path.startswith(prefix) else path
 
 
-def _data_files(table: Table) -> list[DataFile]:
+def data_files(table: Table) -> list[DataFile]:
     if table.current_snapshot() is None:
         return []
     return [task.file for task in table.scan().plan_files()]
 
 
-def _overwrite(
+def overwrite(
     location: Location, table: Table, *, remove: Sequence[DataFile], add: Sequence[str],
     props: dict[str, str],
 ) -> None:  # fmt: skip
@@ -243,10 +243,10 @@ def commit_rewrite(
                 return True  # this repair's snapshot was committed before a crash
             props.update(_entry_properties(entry, str(kind)))
         with threads_released():
-            remove = [f for f in _data_files(table) if f.file_path in paths]
+            remove = [f for f in data_files(table) if f.file_path in paths]
         try:
             with threads_released():
-                _overwrite(location, table, remove=remove, add=add, props=props)
+                overwrite(location, table, remove=remove, add=add, props=props)
         except CommitFailedException:
             if attempt == COMMIT_ATTEMPTS:
                 raise
