@@ -236,7 +236,8 @@ def _rewrite_without(
     path = location.child(relative)
     if not location.exists(path):
         return
-    table = pq.read_table(path, filesystem=location.fs)
+    # partitioning=None: the file's own columns, not the directory's date= as one more.
+    table = pq.read_table(path, filesystem=location.fs, partitioning=None)
     remaining = table.filter(_keep_mask(table, end, kept))
     if not len(remaining):
         location.delete_file(path)

@@ -222,8 +222,8 @@ def _rows(location: Location, relative: str) -> int:
 
 
 def _write(location: Location, group: Group) -> int:
-    tables = [pq.read_table(location.child(r), filesystem=location.fs, schema=OUTPUT_SCHEMA)
-              for r in group.inputs]  # fmt: skip
+    tables = [pq.read_table(location.child(r), filesystem=location.fs, schema=OUTPUT_SCHEMA,
+                            partitioning=None) for r in group.inputs]  # fmt: skip
     merged = pa.concat_tables(tables).sort_by(
         [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
     )
