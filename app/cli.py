@@ -205,7 +205,25 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--output", required=True)
     verify.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    _table_commands(commands)
     return parser
+
+
+def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``table`` and ``compact``: the output's Iceberg table (app/table/)."""
+    table = commands.add_parser("table", help="print the output's Iceberg catalog and table "
+                                "(JSON for pyiceberg's load_catalog)")  # fmt: skip
+    table.add_argument("--output", required=True)
+    table.add_argument("--glue-database", help="catalogue the table in this Glue database "
+                       "(written beside the output; needed once for an s3:// output)")  # fmt: skip
+    table.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
+    table.add_argument("--region", default=None, help="Glue's region [AWS_REGION]")
+    compact = commands.add_parser("compact", help="merge the small files of closed days "
+                                  "(one replace snapshot of the Iceberg table)")  # fmt: skip
+    compact.add_argument("--output", required=True)
+    compact.add_argument("--before", default=None, metavar="DAY",
+                         help="compact days before this one (YYYY-MM-DD) [today, UTC]")  # fmt: skip
+    compact.add_argument("--target-size", default="128MiB", help="merged files' size [128MiB]")
 
 
 def _recompute_options(command: argparse.ArgumentParser) -> None:
@@ -242,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command == "correct":
             return _correct(args)
+        if args.command == "table":
+            return _table(args)
+        if args.command == "compact":
+            return _compact(args)
     except TablecastError as exc:
         if log_format is LogFormat.JSON:
             logging.getLogger("tablecast").error(
@@ -564,6 +586,47 @@ def _print_recompute(report: RecomputeReport) -> None:
         f"{record.messages:,} messages; {len(record.published)} files replaced or written "
         f"({record.rows:,} rows), {len(record.removed)} removed"
     )
+
+
+def _table(args: argparse.Namespace) -> int:
+    from app.storage import resolve
+    from app.table import catalog as table_catalog
+
+    location = resolve(args.output)
+    if args.glue_database:
+        region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region:
+            raise ConfigurationError("--glue-database needs --region (or AWS_REGION)")
+        config = table_catalog.glue_config(location, database=args.glue_database,
+                                           region=region, table=args.glue_table)  # fmt: skip
+        table_catalog.save_config(location, config)
+    found = table_catalog.config_for(location)
+    if found is None:
+        raise ConfigurationError(
+            f"output {args.output} has no Iceberg catalog: run `tablecast table --output "
+            f"{args.output} --glue-database DATABASE` once"
+        )
+    with table_catalog.threads_released():
+        table_catalog.open_table(location, found)  # made now, so that load_table finds it
+    print(found.to_json().decode())
+    return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from app.storage import resolve
+    from app.table import compact as table_compact
+
+    try:
+        before = date.fromisoformat(args.before) if args.before else None
+    except ValueError:
+        raise ConfigurationError(f"--before {args.before!r} is not a day like 2026-01-31") from None
+    target = table_compact.parse_size(args.target_size)
+    report = table_compact.compact(resolve(args.output), before=before, target_bytes=target)
+    print(f"compacted {report.inputs:,} files into {report.outputs:,} ({report.rows:,} rows, "
+          f"{report.bytes_before:,} bytes into {report.bytes_after:,})")  # fmt: skip
+    return 0
 
 
 class _Progress:

@@ -25,6 +25,7 @@ it published; a crash anywhere leaves visible files whole, and running it
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -50,6 +51,7 @@ from app.sink.writer import visible_files
 from app.spark import worker_errors
 from app.spark.code import JobVersion, job_version
 from app.storage import Location, resolve
+from app.table import compact as table_compact
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +162,10 @@ def recompute(
 
     # Step 3
     started = time.monotonic()
+    blocks = {b for r in results for b in r.blocks}
+    table_compact.refuse_compacted(location, blocks)  # their names are gone (app.table)
     rewrite, published = _rewrite(location, plan.staging_dir, results, key)
+    rewrite = dataclasses.replace(rewrite, kind=str(kind), note=selector)
     rewrite_mod.carry_out(location, rewrite, steps)
     publishing = (started, time.monotonic())
 

@@ -26,6 +26,7 @@ the source and the ledger, which step 6 changes last.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 from collections.abc import Callable, Iterator
@@ -50,6 +51,7 @@ from app.sources.backend import Bounds
 from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import typed_records
 from app.storage import Location, resolve
+from app.table import commit as table_commit
 
 RecordReader = Callable[[TopicPartition, int], Iterator[Record]]
 REPAIR_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "repair")  # rewritten files, staged
@@ -160,7 +162,11 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
         files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
     else:
         files = list(plan.files_to_rewrite)
-    rewrite_mod.carry_out(location, _rewrite(location, files, plan.end, plan.kept_offsets()))
+    rewrite = _rewrite(location, files, plan.end, plan.kept_offsets())
+    rewrite_mod.carry_out(
+        location,
+        dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
+    )
     pending = ledger.pending()
     if pending is not None:  # a crashed batch's files, beyond the head: offsets the run redoes
         ledger_mod.retire_unledgered(location, pending, keep=set())
@@ -178,6 +184,9 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
                 adopt=plan.adopt,
             )
         )
+    # The rewrite committed the table's overwrite (step 5); its snapshot at the repair's
+    # entry follows the ledger (app.table).
+    table_commit.catch_up(location)
     return moved
 
 

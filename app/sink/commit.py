@@ -77,6 +77,7 @@ from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending, retire_unle
 from app.spark import worker_errors
 from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
+from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +271,7 @@ class ExactlyOnceSink:
                 ledger.clear_pending()
             recorded = head.states if head.states is not None else self.engine.states_after(outcome)
             self.engine.committed(outcome, recorded)
+            table_commit.catch_up(location)  # the Iceberg table follows the ledger (app.table)
             log.info("batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
                      "a restart, not publishing again", batch_id, offsets_mod.describe(end),
                      head.number, head.batch_id)  # fmt: skip
@@ -318,6 +320,7 @@ class ExactlyOnceSink:
             )
         )
         self._step_done(7, batch_id)
+        table_commit.catch_up(location)  # the Iceberg table follows the ledger (app.table)
 
         # Step 8
         ledger.clear_pending()

@@ -10,7 +10,9 @@ reader's open handle. A rewrite (``tablecast correct``, ``replay``,
 1. Record the rewrite: ``_tablecast/ledger/rewrites/<key>.json`` lists the
    staged files with their new names and the names to retire.
 2. Publish each staged file under its new name (no name that exists is
-   written: a crashed attempt's copy is kept).
+   written: a crashed attempt's copy is kept), then commit the output's
+   Iceberg table one overwrite snapshot (:mod:`app.table.commit`), where the
+   output keeps one.
 3. Retire the old names.
 4. Remove the record.
 
@@ -33,6 +35,7 @@ import orjson
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
 from app.storage import Location
+from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +62,12 @@ class Rewrite:
     key: str
     publish: tuple[tuple[str, str], ...]  # (staged path, new visible path)
     retire: tuple[str, ...]
+    kind: str = "rewrite"  # replay, correction, repair: the Iceberg snapshot's kind
+    note: str = ""  # what was rewritten, for the snapshot's summary
 
     def to_json(self) -> bytes:
         doc = {"key": self.key, "publish": [list(p) for p in self.publish],
-               "retire": list(self.retire)}  # fmt: skip
+               "retire": list(self.retire), "kind": self.kind, "note": self.note}  # fmt: skip
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
     @classmethod
@@ -72,6 +77,8 @@ class Rewrite:
             key=doc["key"],
             publish=tuple((a, b) for a, b in doc["publish"]),
             retire=tuple(doc["retire"]),
+            kind=doc.get("kind", "rewrite"),
+            note=doc.get("note", ""),
         )
 
 
@@ -112,6 +119,12 @@ def _finish(location: Location, rewrite: Rewrite, steps: RewriteSteps) -> None:
                 "run the recompute again)",
                 output=location.uri, rewrite=rewrite.key, path=staged,
             )  # fmt: skip
+    # The Iceberg table's one overwrite snapshot (app.table), before any old name goes:
+    # its readers see the old files or the new, and never a retired one. Done again
+    # when a crashed rewrite is finished (the same content; one more snapshot).
+    table_commit.commit_rewrite(location, written=[new for _, new in rewrite.publish],
+                                removed=list(rewrite.retire), kind=rewrite.kind,
+                                note=rewrite.note or rewrite.key)  # fmt: skip
     steps.published()
     # Step 3
     for relative in rewrite.retire:

@@ -11,6 +11,7 @@ actions have none either and are the only other ``"*"``.
 from collections.abc import Sequence
 
 from app import handoff
+from infra.constructs.iceberg_catalog import job_statements as iceberg_job_statements
 from infra.constructs.kafka_access import KafkaResources, consume_statements
 from infra.constructs.policies import Statement, allow
 
@@ -99,6 +100,7 @@ def node_statements(
             {"StringEquals": {"cloudwatch:namespace": list(metric_namespaces)}},
         ),
         *consume_statements(kafka),
+        *iceberg_job_statements(region=region, account=account, partition=partition),
         allow("ReadHandoffParameters", SSM_READ_ACTIONS, [parameters, f"{parameters}/*"]),
         allow("SsmAgentMessages", SSM_AGENT_MESSAGE_ACTIONS, ["*"]),
         allow(

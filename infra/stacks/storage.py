@@ -5,6 +5,7 @@ from constructs import Construct
 
 from infra.config import EnvironmentConfig, layout
 from infra.constructs import EncryptionKey, SecureBucket, Tiering
+from infra.constructs.iceberg_catalog import IcebergCatalog
 from infra.stacks.base import EnvironmentStack
 
 
@@ -50,3 +51,7 @@ class StorageStack(EnvironmentStack):
         self.bucket_name = self.bucket.name
         self.bucket_arn = self.bucket.arn
         self.key_arn = self.key.arn
+        # The output's Iceberg table in Glue, and Athena's workgroup for it.
+        self.iceberg = IcebergCatalog(self, "iceberg", prefix=prefix, bucket_name=self.bucket.name,
+                                      kms_key_arn=self.key.arn,
+                                      force_destroy=not config.is_production)  # fmt: skip

@@ -1,0 +1,207 @@
+"""Where the output's Iceberg table is catalogued, and the table itself.
+
+A local output gets an embedded SQL catalog (SQLite) beside it, under
+``<output>/_iceberg/`` (hidden from plain Parquet readers), so ``make demo``
+needs nothing more. An ``s3://`` output is catalogued in the Glue Data
+Catalog once ``tablecast table --output s3://... --glue-database DB`` has
+written ``<output>/_iceberg/catalog.json``; without that file the job keeps
+no table for it (the plain dataset and its ledger are unchanged).
+
+The table registers the files the sink publishes (no second copy): its data
+files are the output's own ``date=<day>/part-*.parquet``, partitioned by
+``day(ts)`` (the day directory is derived from ``ts`` too); its metadata
+lives under ``<output>/_iceberg/table/metadata/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import posixpath
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from app.engine.output import OUTPUT_SCHEMA
+from app.errors import ConfigurationError
+from app.storage import Location
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+TABLE_DIR = "_iceberg"
+CONFIG_FILE = posixpath.join(TABLE_DIR, "catalog.json")
+SQLITE_FILE = posixpath.join(TABLE_DIR, "catalog.db")
+CATALOG_NAME = "tablecast"
+NAMESPACE = "tablecast"
+TABLE_NAME = "output"
+PARTITION_FIELD = "ts_day"
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """What any pyiceberg user needs: ``load_catalog(name, **catalog).load_table(table)``."""
+
+    name: str
+    catalog: Mapping[str, str]
+    table: str  # "namespace.name"
+    location: str = field(default="")  # the table's location (metadata under it)
+
+    def to_json(self) -> bytes:
+        doc = {"name": self.name, "catalog": dict(self.catalog), "table": self.table}
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+
+
+def local_config(location: Location) -> TableConfig:
+    """The embedded SQLite catalog beside a local output."""
+    return TableConfig(
+        name=CATALOG_NAME,
+        catalog={
+            "type": "sql",
+            # Writers wait for one another (the job, a compaction) instead of failing.
+            "uri": f"sqlite:///{location.child(SQLITE_FILE)}?timeout=60",
+            "warehouse": f"file://{location.child(TABLE_DIR)}",
+        },
+        table=f"{NAMESPACE}.{TABLE_NAME}",
+        location=table_location(location),
+    )
+
+
+def glue_config(
+    location: Location, *, database: str, region: str, table: str = TABLE_NAME
+) -> TableConfig:
+    """The Glue Data Catalog: ``database.table``, as Athena names it."""
+    if not database or not table:
+        raise ConfigurationError("--glue-database and the table name must not be empty")
+    return TableConfig(
+        name=CATALOG_NAME,
+        catalog={"type": "glue", "glue.region": region, "s3.region": region},
+        table=f"{database}.{table}",
+        location=table_location(location),
+    )
+
+
+def table_location(location: Location) -> str:
+    return f"{location.uri.rstrip('/')}/{TABLE_DIR}/table"
+
+
+def config_for(location: Location) -> TableConfig | None:
+    """The output's catalog: its ``catalog.json``, else SQLite beside a local output, else none."""
+    path = location.child(CONFIG_FILE)
+    if location.exists(path):
+        raw = location.read_bytes(path)
+        try:
+            doc = orjson.loads(raw)
+            return TableConfig(
+                name=str(doc["name"]),
+                catalog={str(k): str(v) for k, v in doc["catalog"].items()},
+                table=str(doc["table"]),
+                location=table_location(location),
+            )
+        except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError):
+            raise ConfigurationError(
+                f"{location.uri}/{CONFIG_FILE} is not a catalog file "
+                '({"name": ..., "catalog": {...}, "table": "ns.name"})'
+            ) from None
+    return local_config(location) if location.is_local else None
+
+
+def save_config(location: Location, config: TableConfig) -> None:
+    location.write_bytes_atomic(location.child(CONFIG_FILE), config.to_json())
+
+
+def with_endpoint(properties: Mapping[str, str]) -> dict[str, str]:
+    """Point pyiceberg's S3 client where ``app.storage`` points pyarrow's (tests: moto)."""
+    found = dict(properties)
+    endpoint = os.environ.get("TABLECAST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "s3.endpoint" not in found:
+        found["s3.endpoint"] = endpoint
+    return found
+
+
+_pool_users: list[int] = [0]  # how many threads are inside threads_released()
+_pool_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def threads_released() -> Iterator[None]:
+    """Run pyiceberg work, then end the worker threads of its process-wide pool.
+
+    pyiceberg plans scans and reads manifests on one shared thread pool that it
+    never shuts down; the job commits once a batch, so the pool is made again
+    when needed rather than left running beside Spark's threads. The last of
+    several concurrent users ends it.
+    """
+    with _pool_lock:
+        _pool_users[0] += 1
+    try:
+        yield
+    finally:
+        from pyiceberg.utils.concurrent import ExecutorFactory
+
+        with _pool_lock:
+            _pool_users[0] -= 1
+            pool = ExecutorFactory._instance if _pool_users[0] == 0 else None
+            if pool is not None:
+                ExecutorFactory._instance = None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _catalog(name: str, frozen: tuple[tuple[str, str], ...]) -> Catalog:
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog(name, **with_endpoint(dict(frozen)))
+
+
+def catalog(config: TableConfig) -> Catalog:
+    """The catalog (kept per process: an SQL catalog holds an engine, Glue a client)."""
+    return _catalog(config.name, tuple(sorted(config.catalog.items())))
+
+
+def open_table(location: Location, config: TableConfig) -> Table:
+    """The output's table, created on first use (partitioned by ``day(ts)``)."""
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+    if location.is_local:  # the SQLite file's directory, before the catalog opens it
+        location.fs.create_dir(location.child(TABLE_DIR), recursive=True)
+    found = catalog(config)
+    try:
+        return found.load_table(config.table)
+    except NoSuchTableError:
+        pass
+    namespace = config.table.rsplit(".", 1)[0]
+    found.create_namespace_if_not_exists(namespace)
+    with contextlib.suppress(TableAlreadyExistsError):  # another process made it meanwhile
+        _create(found, config)
+    return found.load_table(config.table)
+
+
+def _create(found: Catalog, config: TableConfig) -> None:
+    from pyiceberg.table import TableProperties
+    from pyiceberg.transforms import DayTransform
+
+    properties: dict[str, Any] = {
+        # The sink's files: snappy Parquet; compaction writes the same.
+        TableProperties.PARQUET_COMPRESSION: "snappy",
+        # pyiceberg would redo a commit that lost the race on top of the winner's
+        # snapshot: a batch appended twice. app.table.commit reloads the table and
+        # checks the position the winner left instead.
+        TableProperties.COMMIT_NUM_RETRIES: "0",
+    }
+    transaction = found.create_table_transaction(
+        config.table, schema=OUTPUT_SCHEMA, location=config.location or None,
+        properties=properties,
+    )  # fmt: skip
+    with transaction.update_spec() as spec:
+        spec.add_field("ts", DayTransform(), PARTITION_FIELD)
+    # The files carry no Iceberg field ids: columns are matched by name.
+    mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
+    transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+    transaction.commit_transaction()

@@ -1,0 +1,262 @@
+"""Commits to the output's Iceberg table: one snapshot per ledger entry, one per rewrite.
+
+The ledger (:mod:`app.sink.ledger`) stays the output's own record; the
+table follows it. Every snapshot tablecast commits carries, in its summary,
+the ledger entry it stands for and that entry's end offsets
+(:data:`ENTRY_KEY`, :data:`END_KEY`): the table's position, as Flink's
+Iceberg sink keeps ``flink.max-committed-checkpoint-id``.
+
+:func:`catch_up` (the sink calls it once the ledger holds a batch) reads
+that position from the newest snapshot that has one and commits every later
+ledger entry, in order, one append snapshot each, registering the entry's
+published files where they are (no second copy). A crash before, during or
+after a commit is harmless: the catalog's pointer swap is atomic, a batch
+whose entry a snapshot already holds is never committed again, and the next
+call commits what is missing.
+
+:func:`commit_rewrite` is the one snapshot of a replay, a correction or a
+repair: the files it rewrote or removed leave the table and their new
+versions enter it, in one overwrite snapshot, so an Iceberg reader sees the
+old rows or the new, never both, never neither.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import orjson
+
+from app.contract import offsets as offsets_mod
+from app.contract.offsets import Offsets
+from app.errors import OutputStateError
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import Ledger, LedgerEntry
+from app.sink.writer import QUARANTINE_DIR
+from app.storage import Location
+from app.table.catalog import TableConfig, config_for, open_table, threads_released
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+ENTRY_KEY = "tablecast.ledger-entry"  # the ledger entry number the snapshot stands for
+END_KEY = "tablecast.end"  # that entry's end offsets, {"topic:partition": next}
+START_KEY = "tablecast.start"
+KIND_KEY = "tablecast.kind"  # batch, repair, adopt, replay, correction, compaction
+NOTE_KEY = "tablecast.note"
+# Another writer (compaction, a second job attempt) committed first: reload, check the
+# position it left, and redo. Each lost race is another writer's progress.
+COMMIT_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class Position:
+    """The ledger entry the table holds, from the newest snapshot that says."""
+
+    entry: int
+    end: Offsets
+    snapshot_id: int
+
+
+def position(table: Table) -> Position | None:
+    from pyiceberg.table.snapshots import ancestors_of
+
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        summary = snapshot.summary
+        if summary is not None and ENTRY_KEY in summary.additional_properties:
+            props = summary.additional_properties
+            end = offsets_mod.from_json(orjson.loads(props[END_KEY]))
+            return Position(int(props[ENTRY_KEY]), end, snapshot.snapshot_id)
+    return None
+
+
+def data_path(location: Location, relative: str) -> str:
+    """A file's path as the table records it: the output's URI and the file's name."""
+    return f"{location.uri.rstrip('/')}/{relative}"
+
+
+def _is_data(relative: str) -> bool:
+    return not relative.startswith(f"{QUARANTINE_DIR}/")
+
+
+def _entry_properties(entry: LedgerEntry, kind: str) -> dict[str, str]:
+    props = {
+        ENTRY_KEY: str(entry.number),
+        END_KEY: orjson.dumps(offsets_mod.to_archive_json(entry.end)).decode(),
+        KIND_KEY: kind,
+    }
+    if entry.start:
+        props[START_KEY] = orjson.dumps(offsets_mod.to_archive_json(entry.start)).decode()
+    if entry.batch_id is not None:
+        props["tablecast.batch-id"] = str(entry.batch_id)
+    return props
+
+
+def _committing(location: Location) -> Iterable[tuple[int, Table]]:
+    """The table, reloaded for each attempt while another writer keeps winning the race."""
+    config = config_for(location)
+    if config is None:
+        return
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        if attempt > 1:
+            time.sleep(random.uniform(0.02, 0.1 * attempt))
+        yield attempt, open_table(location, config)
+
+
+def catch_up(location: Location, *, below: int | None = None) -> int:
+    """Commit every ledger entry the table does not hold yet (numbered below ``below``,
+    when given); returns how many snapshots."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt, table in _committing(location):
+        try:
+            with threads_released():
+                return _catch_up(location, table, below)
+        except CommitFailedException:
+            if attempt == COMMIT_ATTEMPTS:
+                raise
+            log.info("table commit lost a race (attempt %d); reloading", attempt)
+    return 0
+
+
+def _catch_up(location: Location, table: Table, below: int | None) -> int:
+    ledger = Ledger(location)
+    numbers = [n for n in ledger.numbers() if below is None or n < below]
+    held = position(table)
+    if held is not None:
+        if held.entry not in ledger.numbers() or ledger.read(held.entry).end != held.end:
+            raise OutputStateError(
+                f"the Iceberg table of {location.uri} holds ledger entry {held.entry} ending at "
+                f"{offsets_mod.describe(held.end)}, which the output's ledger does not",
+                output=location.uri, entry=held.entry,
+            )  # fmt: skip
+        todo = [n for n in numbers if n > held.entry]
+    else:
+        todo = numbers
+    entries = [ledger.read(n) for n in todo]
+    if held is None and not all(
+        location.exists(location.child(f)) for e in entries for f in e.files if _is_data(f)
+    ):
+        # A table made for an output whose history was rewritten since: register what is
+        # visible, in one snapshot at the ledger's head.
+        _adopt(location, table, entries[-1])
+        return 1
+    for entry in entries:
+        number = entry.number
+        if entry.kind is ledger_mod.BATCH:
+            paths = [data_path(location, f) for f in entry.files if _is_data(f)]
+            with table.transaction() as transaction:
+                transaction.add_files(paths, snapshot_properties=_entry_properties(entry, "batch"),
+                                      check_duplicate_files=False)  # fmt: skip
+        else:
+            # A repair commits its own snapshot before its entry; one made while the
+            # output had no table is reconciled with what is visible.
+            _reconcile(location, table, _entry_properties(entry, str(entry.kind)))
+        log.info("table %s: ledger entry %d committed", table.name(), number)
+    return len(todo)
+
+
+def _visible_data(location: Location) -> set[str]:
+    from app.sink.writer import visible_files
+
+    return {data_path(location, f) for f in visible_files(location) if _is_data(f)}
+
+
+def _adopt(location: Location, table: Table, head: LedgerEntry) -> None:
+    _reconcile(location, table, _entry_properties(head, "adopt"))
+
+
+def _reconcile(location: Location, table: Table, props: dict[str, str]) -> None:
+    """One overwrite making the table's files the visible ones (new, gone or rewritten)."""
+    visible = _visible_data(location)
+    current = {f.file_path: f for f in data_files(table)}
+    changed = {
+        p
+        for p, f in current.items()
+        if p in visible
+        and location.fs.get_file_info(_fs_path(location, p)).size != f.file_size_in_bytes
+    }
+    gone = set(current) - visible
+    new = visible - set(current)
+    overwrite(location, table, remove=[current[p] for p in sorted(gone | changed)],
+               add=sorted(new | changed), props=props)  # fmt: skip
+
+
+def _fs_path(location: Location, path: str) -> str:
+    prefix = location.uri.rstrip("/") + "/"
+    return location.child(path[len(prefix) :]) if path.startswith(prefix) else path
+
+
+def data_files(table: Table) -> list[DataFile]:
+    if table.current_snapshot() is None:
+        return []
+    return [task.file for task in table.scan().plan_files()]
+
+
+def overwrite(
+    location: Location, table: Table, *, remove: Sequence[DataFile], add: Sequence[str],
+    props: dict[str, str],
+) -> None:  # fmt: skip
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    with table.transaction() as transaction:
+        metadata = transaction.table_metadata
+        added = [parquet_file_to_data_file(table.io, metadata, p) for p in add]
+        with transaction.update_snapshot(snapshot_properties=props).overwrite() as snapshot:
+            for data_file in remove:
+                snapshot.delete_data_file(data_file)
+            for data_file in added:
+                snapshot.append_data_file(data_file)
+
+
+def commit_rewrite(
+    location: Location,
+    *,
+    written: Sequence[str],
+    removed: Sequence[str],
+    kind: str,
+    note: str,
+    entry: LedgerEntry | None = None,
+) -> bool:
+    """One overwrite snapshot: ``written`` (relative) enter the table, replacing their old
+    versions; ``removed`` leave it. ``entry``: the ledger entry a repair is about to append
+    (its position goes into the summary). Returns False when the output keeps no table.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    # The ranges rewritten are the ledger's: the table must hold them first.
+    catch_up(location, below=None if entry is None else entry.number)
+    paths = {data_path(location, f) for f in (*written, *removed) if _is_data(f)}
+    add = sorted(data_path(location, f) for f in written if _is_data(f))
+    for attempt, table in _committing(location):
+        props = {KIND_KEY: str(kind), NOTE_KEY: note}
+        if entry is not None:
+            held = position(table)
+            if held is not None and held.entry == entry.number and held.end == entry.end:
+                return True  # this repair's snapshot was committed before a crash
+            props.update(_entry_properties(entry, str(kind)))
+        with threads_released():
+            remove = [f for f in data_files(table) if f.file_path in paths]
+        try:
+            with threads_released():
+                overwrite(location, table, remove=remove, add=add, props=props)
+        except CommitFailedException:
+            if attempt == COMMIT_ATTEMPTS:
+                raise
+            continue
+        log.info("table %s: %s committed (%d files in, %d out)", table.name(), kind, len(add),
+                 len(remove))  # fmt: skip
+        return True
+    return False
+
+
+def describe(config: TableConfig) -> bytes:
+    """What ``tablecast table`` prints."""
+    return config.to_json()

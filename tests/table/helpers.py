@@ -1,0 +1,104 @@
+"""Reading the output's Iceberg table as any pyiceberg user would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog import load_catalog
+
+from app.contract.offsets import Offsets
+from app.engine.output import OUTPUT_SCHEMA
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import Ledger
+from app.storage import resolve
+from app.table import catalog as catalog_mod
+from app.table import commit as table_commit
+
+
+def load_table(output: Path | str) -> Any:
+    """The table through the printed configuration only: name, properties, identifier."""
+    config = catalog_mod.config_for(resolve(str(output)))
+    assert config is not None
+    # On AWS the properties alone do; here S3 and Glue are a moto server.
+    properties = catalog_mod.with_endpoint(config.catalog)
+    return load_catalog(config.name, **properties).load_table(config.table)
+
+
+def table_rows(output: Path | str, snapshot_id: int | None = None) -> pa.Table:
+    """The table's rows (current snapshot, or ``snapshot_id``) in the output's schema."""
+    table = load_table(output)
+    if table.current_snapshot() is None:
+        return OUTPUT_SCHEMA.empty_table()
+    scanned = table.scan(snapshot_id=snapshot_id).to_arrow()
+    return scanned.select(OUTPUT_SCHEMA.names).cast(OUTPUT_SCHEMA)
+
+
+def table_files(output: Path | str) -> set[str]:
+    table = load_table(output)
+    if table.current_snapshot() is None:
+        return set()
+    return {t.file.file_path for t in table.scan().plan_files()}
+
+
+def assert_follows_ledger(output: Path | str) -> None:
+    """One snapshot per ledger entry, in order, each with the entry's end offsets;
+    the table's files are exactly the ledger's published data files."""
+    location = resolve(str(output))
+    entries = Ledger(location).entries()
+    table = load_table(output)
+    marked = [
+        s.summary.additional_properties
+        for s in table.snapshots()
+        if s.summary is not None and table_commit.ENTRY_KEY in s.summary.additional_properties
+    ]
+    assert [int(p[table_commit.ENTRY_KEY]) for p in marked] == [e.number for e in entries]
+    held = table_commit.position(table)
+    assert held is not None and held.entry == entries[-1].number and held.end == entries[-1].end
+    published = {
+        table_commit.data_path(location, f)
+        for e in entries
+        if e.kind is ledger_mod.BATCH
+        for f in e.files
+        if not f.startswith("_quarantine/")
+    }
+    assert table_files(output) == published
+
+
+def publish_batches(output: str, rows: pa.Table, cuts: list[Offsets]) -> None:
+    """Publish ``rows`` as the sink does, one ledger entry per cut (end offsets), without Spark:
+    the sink's own writer stages each partition's range, files move to their names, the
+    ledger records the entry. For tests of the table that need no streaming query."""
+    import pyarrow.compute as pc
+
+    from app.sink.writer import stage_table
+
+    location = resolve(output)
+    ledger = Ledger(location)
+    start: Offsets = {}
+    for number, end in enumerate(cuts):
+        files: list[str] = []
+        for tp, stop in sorted(end.items()):
+            begin = start.get(tp, 0)
+            mask = pc.and_(
+                pc.and_(
+                    pc.equal(rows["topic"], tp.topic), pc.equal(rows["partition"], tp.partition)
+                ),
+                pc.and_(pc.greater_equal(rows["offset"], begin), pc.less(rows["offset"], stop)),
+            )
+            part = rows.filter(mask)
+            name = f"{tp.topic}-{tp.partition}-{begin:020d}-{stop:020d}-0"
+            staged = stage_table(location, ledger_mod.STAGING_DIR, "", part, "ts", name)
+            for f in staged:
+                location.move(
+                    location.child(ledger_mod.STAGING_DIR, f.path), location.child(f.path)
+                )
+                files.append(f.path)
+        ledger.append(
+            ledger_mod.LedgerEntry(
+                number=number, kind=ledger_mod.BATCH, end=dict(end), files=tuple(files),
+                rows=sum(1 for _ in files), start=dict(start),
+            )
+        )  # fmt: skip
+        start = dict(end)

@@ -1,0 +1,156 @@
+"""The table's catalogs: SQLite beside a local output, Glue (moto) for an S3 one;
+``tablecast table`` prints what pyiceberg needs; concurrent commits never double a batch."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from app import cli
+from app.contract.offsets import Offsets, TopicPartition
+from app.engine.output import OUTPUT_SCHEMA
+from app.storage import resolve
+from app.table import catalog as catalog_mod
+from app.table import commit as table_commit
+from app.tools import verify
+from app.tools.generate import CaptureSpec
+from tests.spark.helpers import write_capture
+from tests.table.helpers import assert_follows_ledger, publish_batches, table_rows
+
+SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, records_per_file=40,
+                   resync_every=8, seed=5)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
+    archive = tmp_path_factory.mktemp("catalogs") / "archive"
+    write_capture(archive, SPEC)
+    return verify.expected_output(str(archive), "^sensor-.+").rows
+
+
+def _cuts(rows: pa.Table, batches: int) -> list[Offsets]:
+    """End offsets of ``batches`` batches over the rows' partitions, back to back."""
+    ends = {
+        TopicPartition(t, p): o + 1
+        for t, p, o in zip(
+            rows["topic"].to_pylist(),
+            rows["partition"].to_pylist(),
+            rows["offset"].to_pylist(),
+            strict=True,
+        )
+    }
+    return [{tp: end * (i + 1) // batches for tp, end in ends.items()} for i in range(batches)]
+
+
+def _table_json(output: str, *extra: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert cli.main(["table", "--output", output, *extra]) == 0
+    printed: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return printed
+
+
+def test_table_prints_what_load_catalog_needs(
+    expected: pa.Table, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, _cuts(expected, 3))
+    assert table_commit.catch_up(resolve(output)) == 3
+    printed = _table_json(output, capsys=capsys)
+    assert printed["table"] == "tablecast.output" and printed["catalog"]["type"] == "sql"
+    table = load_catalog(printed["name"], **printed["catalog"]).load_table(printed["table"])
+    scanned = table.scan().to_arrow().select(OUTPUT_SCHEMA.names).cast(OUTPUT_SCHEMA)
+    comparison = verify.compare(expected, scanned)
+    assert comparison.ok, comparison.report()
+    # Plain readers never see the catalog: it lives under a hidden name.
+    assert verify.compare(expected, verify.read_output(output)).ok
+
+
+def test_table_without_a_catalog_for_s3_says_what_to_run(
+    capsys: pytest.CaptureFixture[str], aws: dict[str, str]
+) -> None:
+    assert cli.main(["table", "--output", "s3://lake/out"]) == 64
+    assert "--glue-database DATABASE" in capsys.readouterr().err
+
+
+def test_concurrent_commits_on_the_sql_catalog_commit_each_batch_once(
+    expected: pa.Table, tmp_path: Path
+) -> None:
+    """Four committers race for the same entries: the catalog's swap lets one win each
+    snapshot; the others reload, find the entry held, and commit nothing again."""
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, _cuts(expected, 6))
+    catalog_mod.open_table(resolve(output), catalog_mod.local_config(resolve(output)))
+    errors: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            table_commit.catch_up(resolve(output))
+        except BaseException as exc:  # the test reports it below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=commit) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert_follows_ledger(output)
+    comparison = verify.compare(expected, table_rows(output))
+    assert comparison.ok, comparison.report()
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A moto server (S3 and Glue) on loopback with bucket ``lake``."""
+    import urllib.request
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    urllib.request.urlopen(
+        urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+    ).close()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+           "TABLECAST_S3_ENDPOINT": endpoint}  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="lake")
+    try:
+        yield env
+    finally:
+        catalog_mod._catalog.cache_clear()  # its clients point at this server
+        server.stop()
+
+
+def test_glue_catalogues_an_s3_output(
+    expected: pa.Table, aws: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    output = "s3://lake/out"
+    publish_batches(output, expected, _cuts(expected, 2))
+    printed = _table_json(output, "--glue-database", "tablecast", capsys=capsys)
+    assert printed == {
+        "name": "tablecast",
+        "catalog": {"type": "glue", "glue.region": "us-east-1", "s3.region": "us-east-1"},
+        "table": "tablecast.output",
+    }
+    assert table_commit.catch_up(resolve(output)) == 2
+    assert_follows_ledger(output)
+    comparison = verify.compare(expected, table_rows(output))
+    assert comparison.ok, comparison.report()
+    glue = boto3.client("glue", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    found = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
+    assert found["Parameters"]["table_type"].upper() == "ICEBERG"
+    assert found["Parameters"]["metadata_location"].startswith("s3://lake/out/_iceberg/table/")

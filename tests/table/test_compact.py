@@ -1,0 +1,112 @@
+"""``tablecast compact``: small files of closed days merged, in one snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from app import cli
+from app.errors import ConfigurationError
+from app.storage import resolve
+from app.table import commit as table_commit
+from app.table import compact as table_compact
+from app.tools import verify
+from app.tools.generate import CaptureSpec
+from tests.spark.helpers import write_capture
+from tests.table.helpers import load_table, publish_batches, table_files, table_rows
+from tests.table.test_catalogs import _cuts
+
+SPEC = CaptureSpec(topics=2, partitions=2, sessions=8, updates=30, records_per_file=40,
+                   resync_every=8, seed=7)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
+    archive = tmp_path_factory.mktemp("compact") / "archive"
+    write_capture(archive, SPEC)
+    return verify.expected_output(str(archive), "^sensor-.+").rows
+
+
+def _assert_exact(expected: pa.Table, output: str) -> None:
+    for actual in (table_rows(output), verify.read_output(output)):
+        comparison = verify.compare(expected, actual)
+        assert comparison.ok, comparison.report()
+
+
+def test_compaction_merges_small_files_in_one_snapshot(
+    expected: pa.Table, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, _cuts(expected, 8))
+    table_commit.catch_up(resolve(output))
+    before = table_files(output)
+    snapshots = {s.snapshot_id for s in load_table(output).snapshots()}
+
+    assert cli.main(["compact", "--output", output, "--before", "2100-01-01"]) == 0
+    assert "compacted" in capsys.readouterr().out
+    after = table_files(output)
+    days = {p.split("/")[-2] for p in before}
+    assert len(after) == len(days) < len(before)  # one file per day at the default target
+    assert all("part-compact-" in p for p in after)
+    [snapshot] = [s for s in load_table(output).snapshots() if s.snapshot_id not in snapshots]
+    assert snapshot.summary.operation.value == "overwrite"
+    assert snapshot.summary.additional_properties[table_commit.KIND_KEY] == "compaction"
+    _assert_exact(expected, output)
+    # Plain readers: the inputs are gone, the merged files are there.
+    assert {table_commit.data_path(resolve(output), p) for p in
+            verify_files(output)} == after  # fmt: skip
+    records = table_compact.records(resolve(output))
+    assert sum(len(r.inputs) for r in records) == len(before)
+    # Again: nothing left to merge; the table still follows the ledger.
+    assert table_compact.compact(resolve(output), before=None).groups == 0
+    assert table_commit.catch_up(resolve(output)) == 0
+    held = table_commit.position(load_table(output))
+    assert held is not None and held.entry == 7
+
+
+def verify_files(output: str) -> list[str]:
+    from app.sink.writer import visible_files
+
+    return [p for p in visible_files(resolve(output)) if not p.startswith("_quarantine/")]
+
+
+def test_a_small_target_keeps_groups_under_it(expected: pa.Table, tmp_path: Path) -> None:
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, _cuts(expected, 8))
+    table_commit.catch_up(resolve(output))
+    sizes = {f.file_path: f.file_size_in_bytes for f in
+             table_commit.data_files(load_table(output))}  # fmt: skip
+    target = 3 * max(sizes.values())
+    from datetime import date
+
+    report = table_compact.compact(resolve(output), before=date(2100, 1, 1), target_bytes=target)
+    assert report.groups > 1 and report.inputs > report.outputs
+    _assert_exact(expected, output)
+
+
+def test_compaction_after_a_crash_before_retiring_finishes_it(
+    expected: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash after the replace snapshot, before the inputs were deleted: a rerun deletes
+    them; plain readers are exact again, the table never stopped being exact."""
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, _cuts(expected, 4))
+    location = resolve(output)
+    monkeypatch.setattr(location.__class__, "delete_file", lambda self, path: None)
+    table_compact.compact(location)
+    monkeypatch.undo()
+    assert verify.compare(expected, table_rows(output)).ok
+    assert verify.compare(expected, verify.read_output(output)).duplicates > 0  # not retired
+    table_compact.compact(resolve(output))
+    _assert_exact(expected, output)
+
+
+def test_bad_sizes_and_days_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("12XB", "-3MiB", "MiB", "0"):
+        with pytest.raises(ConfigurationError, match="--target-size"):
+            table_compact.parse_size(bad)
+    assert table_compact.parse_size("2MiB") == 2 * 1024 * 1024
+    assert cli.main(["compact", "--output", "/nonexistent", "--before", "Tuesday"]) == 64
+    assert "--before 'Tuesday'" in capsys.readouterr().err

@@ -1,0 +1,105 @@
+"""The job commits every batch to the output's Iceberg table, exactly once, crash or not.
+
+The crash cases reuse the sink's step-by-step machinery
+(``tests/sink/test_commit_steps.py``): the sink fails right after each of
+the protocol's steps of batch 1 (``TABLECAST_CRASH_MODE=raise``, one shared
+SparkSession), then a plain run resumes. After step 7 the ledger holds the
+batch and the table does not yet: the resumed run commits it once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.contract.offsets import Offsets
+from app.sink.commit import STEPS
+from app.sink.ledger import Ledger
+from app.storage import resolve
+from app.table import commit as table_commit
+from app.tools import verify
+from app.tools.generate import CaptureSpec
+from tests.sink.test_commit_steps import CRASH_BATCH, MAX_OFFSETS, SPEC, _crash_in_process
+from tests.spark.helpers import expected_rows, run_job, write_capture
+from tests.table.helpers import assert_follows_ledger, load_table, table_rows
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("table") / "archive"
+    write_capture(path, SPEC)
+    return path
+
+
+def _assert_table_exact(archive: Path, output: Path, below: Offsets | None = None) -> None:
+    shown = (
+        expected_rows(archive)
+        if below is None
+        else verify.expected_output(str(archive), "^sensor-.+", below=below)
+    )
+    comparison = verify.compare(shown.rows, table_rows(output))
+    assert comparison.ok, comparison.report()
+
+
+@pytest.mark.spark
+def test_a_run_commits_one_append_snapshot_per_batch(
+    archive: Path, spark: Any, tmp_path: Path
+) -> None:
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    reports = run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    assert len(reports) >= 3
+    _assert_table_exact(archive, output)
+    assert_follows_ledger(output)
+    table = load_table(output)
+    assert {s.summary.operation.value for s in table.snapshots() if s.summary} == {"append"}
+    # Registered where the sink published them: no second copy under the table.
+    assert not list((output / "_iceberg").rglob("*.parquet"))
+    # Called again, it finds nothing to commit.
+    before = len(table.snapshots())
+    assert table_commit.catch_up(resolve(str(output))) == 0
+    assert len(load_table(output).snapshots()) == before
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("step", range(1, STEPS + 1))
+def test_a_crash_after_each_commit_step_commits_each_batch_once(
+    step: int, archive: Path, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    _crash_in_process(spark, archive, output, checkpoint, step, monkeypatch)
+    # At the crash: the table holds whole batches only, never more than the ledger.
+    held = table_commit.position(load_table(output))
+    head = Ledger(resolve(str(output))).head()
+    assert held is not None and head is not None
+    assert held.entry == (head.number if step != 7 else head.number - 1)
+    _assert_table_exact(archive, output, below=held.end)
+
+    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    _assert_table_exact(archive, output)
+    assert_follows_ledger(output)
+
+
+def test_an_output_without_a_catalog_on_s3_keeps_no_table() -> None:
+    location = resolve("s3://bucket/out")
+    assert table_commit.catch_up(location) == 0
+
+
+@pytest.mark.spark
+def test_a_table_disagreeing_with_the_ledger_is_refused(
+    archive: Path, spark: Any, tmp_path: Path
+) -> None:
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    ledger = Ledger(resolve(str(output)))
+    head = ledger.head()
+    assert head is not None
+    ledger.location.delete_file(ledger._entry_path(head.number))  # the ledger lost its head
+    from app.errors import OutputStateError
+
+    with pytest.raises(OutputStateError, match=r"Iceberg table .* holds ledger entry"):
+        table_commit.catch_up(resolve(str(output)))
+
+
+_ = CaptureSpec, CRASH_BATCH

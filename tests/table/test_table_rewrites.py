@@ -1,0 +1,175 @@
+"""Replay, correct and repair commit one overwrite snapshot each; an Iceberg reader
+polling snapshots during a correction sees the old rows or the new, never both or neither."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+
+from app import cli
+from app.recompute.correct import correct
+from app.recompute.replay import replay
+from app.sink.ledger import Ledger
+from app.storage import resolve
+from app.table import commit as table_commit
+from app.table.catalog import threads_released
+from app.tools import verify
+from app.tools.generate import CaptureSpec
+from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
+from tests.spark.test_recompute import SPEC, DroppingProcessor, _as_version
+from tests.table.helpers import assert_follows_ledger, load_table, table_rows
+
+PATTERN = "^sensor-.+"
+
+
+def _assert_table_is_the_output(output: Path) -> None:
+    comparison = verify.compare(verify.read_output(str(output)), table_rows(output))
+    assert comparison.ok, comparison.report()
+
+
+def _new_snapshots(output: Path, before: set[int]) -> list[Any]:
+    return [s for s in load_table(output).snapshots() if s.snapshot_id not in before]
+
+
+def _snapshot_ids(output: Path) -> set[int]:
+    return {s.snapshot_id for s in load_table(output).snapshots()}
+
+
+def _keys(rows: Any) -> set[str]:
+    keys = pc.binary_join_element_wise(
+        rows["topic"], pc.cast(rows["partition"], "string"),
+        pc.cast(rows["offset"], "string"), rows["row_id"], ":",
+    )  # fmt: skip
+    return set(keys.to_pylist())
+
+
+class SnapshotPoller(threading.Thread):
+    """An Iceberg reader during a correction: each scan of the newest snapshot, whole."""
+
+    def __init__(self, output: Path) -> None:
+        super().__init__(daemon=True)
+        self.output = output
+        self.stop = threading.Event()
+        self.reads: list[tuple[int, int, int]] = []  # (snapshot, rows, duplicated rows)
+        self.keys: list[set[str]] = []  # each read's rows
+
+    def run(self) -> None:
+        with threads_released():
+            table = load_table(self.output)
+            while not self.stop.is_set():
+                table = table.refresh()
+                snapshot = table.current_snapshot()
+                rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+                keys = pc.binary_join_element_wise(
+                    rows["topic"], pc.cast(rows["partition"], "string"),
+                    pc.cast(rows["offset"], "string"), rows["row_id"], ":",
+                )  # fmt: skip
+                self.reads.append(
+                    (snapshot.snapshot_id, len(rows), len(rows) - len(pc.unique(keys)))
+                )
+                self.keys.append(set(keys.to_pylist()))
+
+
+@pytest.mark.spark
+def test_a_correction_is_one_overwrite_snapshot_and_a_polling_reader_sees_old_or_new(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
+    write_capture(full, SPEC)
+    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 180)
+    _as_version(monkeypatch, "9.9.9-faulty")
+    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=150,
+            processor=DroppingProcessor())  # fmt: skip
+    _as_version(monkeypatch, "9.9.10")
+    shutil.rmtree(archive)
+    shutil.copytree(full, archive)
+    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=150)
+    faulty = _keys(table_rows(out))
+    before = _snapshot_ids(out)
+
+    poller = SnapshotPoller(out)
+    poller.start()
+    try:
+        correct(spark, str(archive), str(out), version="9.9.9-faulty")
+    finally:
+        poller.stop.set()
+        poller.join()
+
+    assert_exact(archive, out)
+    comparison = verify.compare(verify.expected_output(str(archive), PATTERN).rows,
+                                table_rows(out))  # fmt: skip
+    assert comparison.ok, comparison.report()
+    [snapshot] = _new_snapshots(out, before)
+    assert snapshot.summary.operation.value == "overwrite"
+    assert snapshot.summary.additional_properties[table_commit.KIND_KEY] == "correction"
+    corrected = _keys(table_rows(out))
+    assert corrected > faulty  # the correction restores the rows the faulty version dropped
+    assert poller.reads and all(dupes == 0 for _, _, dupes in poller.reads)
+    # No read lost a row or saw one twice. (Each read is the old snapshot's rows or the
+    # new one's per file: the correction replaces files under their own names, so a reader
+    # of the old snapshot may already read some files' corrected rows.)
+    assert all(faulty <= keys <= corrected for keys in poller.keys)
+    assert_follows_ledger(out)
+
+
+@pytest.mark.spark
+def test_a_replay_is_one_overwrite_snapshot_of_the_same_rows(spark: Any, tmp_path: Path) -> None:
+    archive, live = tmp_path / "archive", tmp_path / "live"
+    write_capture(archive, SPEC)
+    run_job(spark, archive, live, tmp_path / "ckpt", max_offsets_per_trigger=150)
+    before = _snapshot_ids(live)
+    files = table_commit_files(live)
+    report = replay(spark, str(archive), str(live), 0, 4_102_444_800_000, topic_pattern=PATTERN)
+    [snapshot] = _new_snapshots(live, before)
+    assert snapshot.summary.operation.value == "overwrite"
+    props = snapshot.summary.additional_properties
+    assert props[table_commit.KIND_KEY] == "replay"
+    published = {p for p in report.record.published if not p.startswith("_quarantine/")}
+    assert int(snapshot.summary["added-data-files"]) == len(published)
+    assert int(snapshot.summary["deleted-data-files"]) == len(published)
+    assert table_commit_files(live) == files
+    _assert_table_is_the_output(live)
+    assert_exact(archive, live)
+    assert_follows_ledger(live)
+
+
+def table_commit_files(output: Path) -> set[str]:
+    from tests.table.helpers import table_files
+
+    return table_files(output)
+
+
+@pytest.mark.spark
+def test_a_repair_is_one_overwrite_snapshot_at_its_ledger_entry(spark: Any, tmp_path: Path) -> None:
+    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
+    spec = CaptureSpec(topics=1, partitions=2, sessions=8, updates=60, records_per_file=50,
+                       resync_every=15, concurrent=1, seed=4)  # fmt: skip
+    write_capture(tmp_path / "full", spec)
+    shutil.copytree(tmp_path / "full", archive, ignore=lambda d, names: [
+        n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
+    ])  # fmt: skip
+    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=60)
+    shutil.rmtree(checkpoint)
+    shutil.rmtree(archive)
+    shutil.copytree(tmp_path / "full", archive)
+    before = _snapshot_ids(output)
+
+    assert cli.main(["repair", "--archive", str(archive), "--output", str(output),
+                     "--checkpoint", str(checkpoint), "--yes"]) == 0  # fmt: skip
+    [snapshot] = _new_snapshots(output, before)
+    head = Ledger(resolve(str(output))).head()
+    assert head is not None and head.kind == "repair"
+    props = snapshot.summary.additional_properties
+    assert props[table_commit.KIND_KEY] == "repair"
+    assert int(props[table_commit.ENTRY_KEY]) == head.number
+    _assert_table_is_the_output(output)
+
+    run_job(spark, archive, output, checkpoint)
+    assert_exact(archive, output)
+    _assert_table_is_the_output(output)
+    assert table_commit.position(load_table(output)) is not None
