@@ -165,6 +165,13 @@ def catalog(config: TableConfig) -> Catalog:
     return _catalog(config.name, tuple(sorted(config.catalog.items())))
 
 
+def table_exists(location: Location, config: TableConfig) -> bool:
+    """Whether the output's table was made (a rewrite commits only to one that was)."""
+    if location.is_local and not location.exists(location.child(TABLE_DIR)):
+        return False
+    return bool(catalog(config).table_exists(config.table))
+
+
 def open_table(location: Location, config: TableConfig) -> Table:
     """The output's table, created on first use (partitioned by ``day(ts)``)."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError

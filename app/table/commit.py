@@ -38,7 +38,13 @@ from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.writer import QUARANTINE_DIR
 from app.storage import Location
-from app.table.catalog import TableConfig, config_for, open_table, threads_released
+from app.table.catalog import (
+    TableConfig,
+    config_for,
+    open_table,
+    table_exists,
+    threads_released,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -227,14 +233,21 @@ def commit_rewrite(
 ) -> bool:
     """One overwrite snapshot: ``written`` (relative) enter the table, replacing their old
     versions; ``removed`` leave it. ``entry``: the ledger entry a repair is about to append
-    (its position goes into the summary). Returns False when the output keeps no table.
+    (its position goes into the summary). Returns False when the output keeps no table,
+    or has not made it yet.
     """
     from pyiceberg.exceptions import CommitFailedException
 
-    # The ranges rewritten are the ledger's: the table must hold them first.
-    catch_up(location, below=None if entry is None else entry.number)
+    config = config_for(location)
+    if config is None or not table_exists(location, config):
+        # The job's next batch makes the table, of the files visible then (catch_up).
+        return False
     paths = {data_path(location, f) for f in (*written, *removed) if _is_data(f)}
     add = sorted(data_path(location, f) for f in written if _is_data(f))
+    if not paths and entry is None:
+        return True  # nothing changed (a replay that recomputed the same bytes)
+    # The ranges rewritten are the ledger's: the table must hold them first.
+    catch_up(location, below=None if entry is None else entry.number)
     for attempt, table in _committing(location):
         props = {KIND_KEY: str(kind), NOTE_KEY: note}
         if entry is not None:

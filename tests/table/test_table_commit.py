@@ -81,9 +81,32 @@ def test_a_crash_after_each_commit_step_commits_each_batch_once(
     assert_follows_ledger(output)
 
 
-def test_an_output_without_a_catalog_on_s3_keeps_no_table() -> None:
-    location = resolve("s3://bucket/out")
-    assert table_commit.catch_up(location) == 0
+def test_an_output_without_a_catalog_on_s3_keeps_no_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "TABLECAST_S3_ENDPOINT": f"http://{host}:{port}",
+        }.items():
+            monkeypatch.setenv(name, value)  # fmt: skip
+        import boto3
+
+        boto3.client("s3", endpoint_url=f"http://{host}:{port}",
+                     region_name="us-east-1").create_bucket(Bucket="bucket")  # fmt: skip
+        location = resolve("s3://bucket/out")
+        assert table_commit.catch_up(location) == 0
+        assert table_commit.commit_rewrite(location, written=["a"], removed=[], kind="replay",
+                                           note="n") is False  # fmt: skip
+    finally:
+        server.stop()
 
 
 @pytest.mark.spark
