@@ -413,8 +413,10 @@ def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str
     closing_started = time.monotonic()
     stats = sink.close(timeout_s=0.3)
     closing = time.monotonic() - closing_started
-    assert publishing < 0.5, publishing
-    assert closing < 1.5, closing
+    # A publisher that waited for the hung call would take its 2 s read timeout at least;
+    # the margins below that are for a loaded machine, not for speed.
+    assert publishing < 1.5, publishing
+    assert closing < 1.8, closing
     assert stats.accepted == 5000
     assert stats.sent == 0
     assert stats.dropped == 5000  # queue overflow, the hung call, what was left at close
