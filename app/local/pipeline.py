@@ -277,7 +277,7 @@ class LocalPipeline:
         wheel = build_wheel(PROJECT, self.paths.root / "dist")
         clients = self.clients()
         upload_wheel(clients.s3, self.values[handoff.ARTIFACTS_URI], wheel, replace=True)
-        write_job_version(clients.ssm, ENVIRONMENT, wheel.version)
+        write_job_version(clients.ssm, ENVIRONMENT, wheel.version, wheel.sha256)
 
     def _services(self) -> None:
         self._start_unit("tablecast-job")

@@ -3,8 +3,8 @@
 ``infra/`` writes ``/tablecast/<env>/<name>`` for each name of
 :mod:`app.handoff`; the tools find brokers, buckets, the driver and the
 topic policy there, and nowhere else (MSK's bootstrap brokers in particular
-come from SSM, not from the MSK API). The deploy tool writes one parameter
-back: ``job-version``.
+come from SSM, not from the MSK API). The deploy tool writes two parameters
+back: ``job-wheel-sha256`` and ``job-version``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from app.ops.errors import HandoffError
 if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
 
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # What run-job accepts as a version (ami/files/bin/run-job); shell-safe too.
 VERSION_PATTERN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]*$")
@@ -120,13 +121,22 @@ def read_handoff(ssm: SSMClient, environment: str) -> Handoff:
     return Handoff(environment, values)
 
 
-def write_job_version(ssm: SSMClient, environment: str, version: str) -> None:
-    """Record ``version`` as the job's version, which run-job installs on (re)start."""
+def write_job_version(ssm: SSMClient, environment: str, version: str, sha256: str) -> None:
+    """Record ``version`` as the job's version, and its wheel's SHA-256.
+
+    run-job installs that version on (re)start, and only a wheel of exactly
+    this hash. The hash is written first: a run-job starting in between finds
+    the old version with the new hash and refuses it, rather than installing
+    the new version unchecked.
+    """
     if not VERSION_PATTERN.match(version):
         raise HandoffError(environment, handoff.JOB_VERSION, f"{version!r} is not a version")
-    ssm.put_parameter(
-        Name=handoff.parameter_name(environment, handoff.JOB_VERSION),
-        Value=version,
-        Type="String",
-        Overwrite=True,
-    )
+    if not _SHA256.match(sha256):
+        raise HandoffError(environment, handoff.JOB_WHEEL_SHA256, f"{sha256!r} is not a SHA-256")
+    for name, value in ((handoff.JOB_WHEEL_SHA256, sha256), (handoff.JOB_VERSION, version)):
+        ssm.put_parameter(
+            Name=handoff.parameter_name(environment, name),
+            Value=value,
+            Type="String",
+            Overwrite=True,
+        )

@@ -34,8 +34,9 @@ from infra.constructs.policies import allow, assume_role_policy, policy_json
 from infra.stacks.base import EnvironmentStack
 
 # What the nodes call besides S3 and Kafka: SSM (agent, Run Command, Session
-# Manager) and CloudWatch (the job's metrics, logs).
-INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs")
+# Manager), CloudWatch (the job's metrics, logs) and STS (the driver assumes
+# the archiver's role for it).
+INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "sts")
 
 
 class NetworkStack(EnvironmentStack):

@@ -63,7 +63,7 @@ def test_every_program_a_unit_timer_or_the_bootstrap_runs_is_in_the_image(
     )  # fmt: skip
     for program in IMAGE_PROGRAM.findall(user_data):
         runs.setdefault(program, "user data")
-    for installed in sorted(image.bin.iterdir()):
+    for installed in sorted(path for path in image.root.rglob("*") if path.is_file()):
         for line in installed.read_text(encoding="utf-8").splitlines():
             if not line.lstrip().startswith("#"):
                 for program in IMAGE_PROGRAM.findall(line):
@@ -94,3 +94,44 @@ def test_every_unit_and_template_of_ami_files_is_installed(image: StagedImage) -
         assert (image.templates / template.name).is_file(), template.name
     for program in (files / "bin").iterdir():
         assert (image.bin / program.name).is_file(), program.name
+
+
+def test_the_archiver_gets_its_own_roles_credentials(image: StagedImage, tmp_path: Path) -> None:
+    """The archiver's profile runs archiver-credentials, which assumes its role (moto's STS)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    profile = (image.root / "etc" / "tablecast" / "archiver-aws.config").read_text("utf-8")
+    assert "credential_process = /opt/tablecast/bin/archiver-credentials" in profile
+    unit = (image.units / "tablecast-archiver.service").read_text(encoding="utf-8")
+    assert "AWS_CONFIG_FILE=/etc/tablecast/archiver-aws.config AWS_PROFILE=archiver" in unit
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.get_host_and_port()[1]}"
+        base = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_ENDPOINT_URL": endpoint}  # fmt: skip
+        iam = boto3.client(
+            "iam", region_name="eu-west-1", endpoint_url=endpoint,
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )  # fmt: skip
+        role = iam.create_role(RoleName="tablecast-dev-archiver", AssumeRolePolicyDocument="{}")
+        # The instance's profile would be the driver's role; the archiver's must not leak in.
+        env = {**os.environ, **base, "TABLECAST_PYTHON": sys.executable, "AWS_REGION": "eu-west-1",
+               "TABLECAST_ARCHIVER_ROLE_ARN": role["Role"]["Arn"],
+               "AWS_PROFILE": "archiver", "AWS_CONFIG_FILE": str(tmp_path / "none")}  # fmt: skip
+        done = subprocess.run([str(image.bin / "archiver-credentials")], env=env,
+                              capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed["Version"] == 1
+    assert printed["AccessKeyId"] != "testing" and printed["SessionToken"]
+    assert printed["Expiration"].startswith("20")

@@ -116,7 +116,7 @@ def test_s3_gateway_endpoint_and_private_interface_endpoints(env: SynthesizedEnv
     services = {endpoint["service_name"]: endpoint for endpoint in endpoints}
     s3 = services[f"com.amazonaws.{env.config.region}.s3"]
     assert s3["vpc_endpoint_type"] == "Gateway"
-    for service in ("ssm", "ssmmessages", "ec2messages", "monitoring"):
+    for service in ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "sts"):
         endpoint = services[f"com.amazonaws.{env.config.region}.{service}"]
         assert endpoint["vpc_endpoint_type"] == "Interface"
         assert endpoint["private_dns_enabled"] is True

@@ -165,13 +165,17 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
             )
 
 
-def test_nodes_use_the_instance_profile(env: SynthesizedEnvironment) -> None:
+def test_driver_and_workers_use_their_own_instance_profiles(env: SynthesizedEnvironment) -> None:
     spark = env["spark"]
     for node in instances(env).values():
-        assert node["iam_instance_profile"] == "${aws_iam_instance_profile.node-profile.name}"
+        kind = "driver" if "TABLECAST_ROLE=driver" in node["user_data"] else "worker"
+        assert node["iam_instance_profile"] == f"${{aws_iam_instance_profile.{kind}-profile.name}}"
         assert node["monitoring"] is True
-    role = spark.resources("aws_iam_role")["node-role"]
-    assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
+    for kind in ("driver", "worker"):
+        role = spark.resources("aws_iam_role")[f"{kind}-role"]
+        assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
+        profile = spark.resources("aws_iam_instance_profile")[f"{kind}-profile"]
+        assert profile["role"] == f"${{aws_iam_role.{kind}-role.name}}"
 
 
 def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:

@@ -24,11 +24,11 @@ install_node_files() {
   ((${#programs[@]} > 0)) || die "no programs in ${files}/bin"
   for template in "${NODE_TEMPLATES[@]}"; do require_file "${files}/templates/${template}.tmpl"; done
   require_file "${files}/rsyslog/30-tablecast.conf" "${files}/journald/10-tablecast.conf" \
-    "${files}/logrotate/tablecast"
+    "${files}/logrotate/tablecast" "${files}/aws/archiver.config"
 
   install -d -m 0755 "${owner[@]}" "${root}/opt/tablecast/bin" "${root}/opt/tablecast/templates" \
     "${root}/etc/systemd/system" "${root}/etc/rsyslog.d" "${root}/etc/systemd/journald.conf.d" \
-    "${root}/etc/logrotate.d"
+    "${root}/etc/logrotate.d" "${root}/etc/tablecast"
   install -m 0755 "${owner[@]}" "${programs[@]}" "${root}/opt/tablecast/bin/"
   for template in "${NODE_TEMPLATES[@]}"; do
     install -m 0644 "${owner[@]}" "${files}/templates/${template}.tmpl" "${root}/opt/tablecast/templates/"
@@ -39,4 +39,5 @@ install_node_files() {
   install -m 0644 "${owner[@]}" "${files}/rsyslog/30-tablecast.conf" "${root}/etc/rsyslog.d/"
   install -m 0644 "${owner[@]}" "${files}/journald/10-tablecast.conf" "${root}/etc/systemd/journald.conf.d/"
   install -m 0644 "${owner[@]}" "${files}/logrotate/tablecast" "${root}/etc/logrotate.d/"
+  install -m 0644 "${owner[@]}" "${files}/aws/archiver.config" "${root}/etc/tablecast/archiver-aws.config"
 }
