@@ -99,7 +99,8 @@ else
 fi
 
 # Services and files ----------------------------------------------------------
-for unit in spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job tablecast-archiver; do
+for unit in spark-master spark-worker hdfs-namenode hdfs-secondarynamenode hdfs-datanode \
+  tablecast-job tablecast-archiver; do
   if [[ -f "/etc/systemd/system/${unit}.service" ]] && systemctl cat "${unit}.service" >/dev/null 2>&1; then
     state="$(systemctl is-enabled "${unit}.service" 2>/dev/null || true)"
     check_equal "${unit}.service installed, enabled by node-bootstrap only" disabled "${state}"
