@@ -67,6 +67,8 @@ class SparkStack(EnvironmentStack):
             description=f"{prefix} Spark node volumes and logs",
             region=config.region,
             allow_cloudwatch_logs=True,
+            # It encrypts the data volumes' snapshots, which outlive the stack.
+            guard=not config.throwaway,
         )
         log_groups = [
             CloudwatchLogGroup(

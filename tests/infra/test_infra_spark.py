@@ -63,6 +63,10 @@ def test_hdfs_volumes_are_guarded_and_snapshotted(env: SynthesizedEnvironment) -
     for volume in spark.resources("aws_ebs_volume").values():
         assert volume["lifecycle"] == {"prevent_destroy": not env.config.throwaway}
         assert volume["tags"][tag[0]] == tag[1]
+    # The key that encrypts the volumes and so their snapshots: without it no
+    # snapshot can be restored.
+    (key,) = spark.resources("aws_kms_key").values()
+    assert key.get("lifecycle", {}).get("prevent_destroy", False) is not env.config.throwaway
     (policy,) = spark.resources("aws_dlm_lifecycle_policy").values()
     details = policy["policy_details"]
     assert details["resource_types"] == ["VOLUME"]
