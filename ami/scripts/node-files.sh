@@ -48,7 +48,10 @@ ENV
 chmod 0644 /etc/tablecast/image.env
 
 systemctl daemon-reload
-for unit in "${NODE_UNITS[@]}"; do
+# node-bootstrap on every boot; it does nothing until the user data has
+# written node.env, and then starts it.
+systemctl enable tablecast-bootstrap.service
+for unit in "${NODE_UNITS[@]}" tablecast-bootstrap; do
   systemd-analyze verify "/etc/systemd/system/${unit}.service" ||
     die "systemd rejects ${unit}.service"
 done

@@ -108,6 +108,8 @@ for unit in spark-master spark-worker hdfs-namenode hdfs-secondarynamenode hdfs-
     fail "${unit}.service is not installed"
   fi
 done
+check_equal "tablecast-bootstrap.service runs node-bootstrap on every boot" enabled \
+  "$(systemctl is-enabled tablecast-bootstrap.service 2>/dev/null || true)"
 # Every program the units and node-bootstrap's timers run (as the bootstrap
 # writes them on a driver), and the bootstrap itself (the user data runs it).
 timer_units="$(mktemp -d)"

@@ -59,7 +59,7 @@ def node_user_data(
     hdfs_replication: int,
     archiver_role_arn: str | None = None,
 ) -> str:
-    """A shell script that writes the node's environment file and runs the bootstrap.
+    """A shell script that writes the node's environment file and starts the bootstrap.
 
     :param environment: the environment's name.
     :param role: driver or worker.
@@ -90,7 +90,8 @@ def node_user_data(
         f"{lines}"
         "NODE_ENV\n"
         f"chmod 0644 {layout.NODE_ENV_FILE}\n"
-        f"exec {layout.NODE_BOOTSTRAP}\n"
+        # node-bootstrap as its unit runs it on every later boot.
+        "systemctl start tablecast-bootstrap.service\n"
     )
 
 

@@ -509,14 +509,17 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
     """Against a NameNode JMX servlet stand-in on loopback."""
     import http.server
     import threading
-
     import time
 
     checkpointed_ms = int((time.time() - 125 * 60) * 1000)  # 125 minutes ago
     beans = {
-        "FSNamesystem": {"MissingBlocks": 0, "UnderReplicatedBlocks": 4, "CorruptBlocks": 0,
-                         "TransactionsSinceLastCheckpoint": 4321,
-                         "LastCheckpointTime": checkpointed_ms},  # fmt: skip
+        "FSNamesystem": {
+            "MissingBlocks": 0,
+            "UnderReplicatedBlocks": 4,
+            "CorruptBlocks": 0,
+            "TransactionsSinceLastCheckpoint": 4321,
+            "LastCheckpointTime": checkpointed_ms,
+        },
         "FSNamesystemState": {
             "NumLiveDataNodes": 3,
             "NumDeadDataNodes": 1,
@@ -572,3 +575,37 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
         "HdfsMissingBlocks": 0,
         "HdfsUnderReplicatedBlocks": 4,
     }
+
+
+def test_the_data_volume_is_mounted_by_label_whatever_volume_holds_it(tmp_path: Path) -> None:
+    """A replaced volume (new, or from a snapshot) has another UUID: fstab names the label."""
+    fstab = tmp_path / "fstab"
+    fstab.write_text("UUID=aaa / ext4 defaults 0 1\n"
+                     "UUID=old-volume /data xfs defaults,noatime,nofail 0 2\n")  # fmt: skip
+    env = write_node_env(tmp_path) | {"TABLECAST_FSTAB": str(fstab)}
+    for _ in range(2):  # every boot
+        result = bash(f'source "{NODE_BOOTSTRAP}"\nensure_fstab', env)
+        assert result.returncode == 0, result.stderr
+    assert fstab.read_text().splitlines() == [
+        "UUID=aaa / ext4 defaults 0 1",
+        "LABEL=tablecast-data /data xfs defaults,noatime,nofail 0 2",
+    ]
+
+
+def test_node_bootstrap_runs_on_every_boot_not_only_the_first(tmp_path: Path) -> None:
+    from app.local.image import stage
+    from infra.constructs.user_data import NodeRole, node_user_data
+
+    image = stage(tmp_path / "image")
+    boot = (image.units / "tablecast-bootstrap.service").read_text(encoding="utf-8")
+    assert "ExecStart=/opt/tablecast/bin/node-bootstrap" in boot.splitlines()
+    assert "ConditionPathExists=/etc/tablecast/node.env" in boot.splitlines()
+    assert "WantedBy=multi-user.target" in boot.splitlines()
+    user_data = node_user_data(
+        environment="prod", role=NodeRole.WORKER, driver_host="10.0.0.1",
+        region="eu-west-1", zone_id="euw1-az1", hdfs_replication=2,
+    )  # fmt: skip
+    # The first boot's user data starts the same unit (after writing node.env).
+    assert user_data.rstrip().endswith("systemctl start tablecast-bootstrap.service")
+    node_files = (NODE_BOOTSTRAP.parents[2] / "scripts" / "node-files.sh").read_text("utf-8")
+    assert "systemctl enable tablecast-bootstrap.service" in node_files

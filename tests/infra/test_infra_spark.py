@@ -150,7 +150,8 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
         script = node["user_data"]
         assert script.startswith("#!/bin/bash\n")
         assert "set -euo pipefail" in script
-        assert script.rstrip().endswith(f"exec {layout.NODE_BOOTSTRAP}")
+        # node-bootstrap as its unit runs it on every boot (tests/ami checks the unit).
+        assert script.rstrip().endswith("systemctl start tablecast-bootstrap.service")
         assert f"cat > {layout.NODE_ENV_FILE} <<'NODE_ENV'" in script
         variables = node_env(script)
         assert variables["TABLECAST_ENV"] == env.config.name

@@ -18,7 +18,7 @@ install_node_files() {
   local files="$1" root="${2%/}" program template unit
   local owner=() programs=()
   [[ "$(id -u)" == 0 ]] && owner=(-o root -g root)
-  for unit in "${NODE_UNITS[@]}"; do require_file "${files}/systemd/${unit}.service"; done
+  for unit in "${NODE_UNITS[@]}" tablecast-bootstrap; do require_file "${files}/systemd/${unit}.service"; done
   for program in "${files}"/bin/*; do
     [[ -f "${program}" ]] && programs+=("${program}")
   done
@@ -34,7 +34,7 @@ install_node_files() {
   for template in "${NODE_TEMPLATES[@]}"; do
     install -m 0644 "${owner[@]}" "${files}/templates/${template}.tmpl" "${root}/opt/tablecast/templates/"
   done
-  for unit in "${NODE_UNITS[@]}"; do
+  for unit in "${NODE_UNITS[@]}" tablecast-bootstrap; do
     install -m 0644 "${owner[@]}" "${files}/systemd/${unit}.service" "${root}/etc/systemd/system/"
   done
   install -m 0644 "${owner[@]}" "${files}/rsyslog/30-tablecast.conf" "${root}/etc/rsyslog.d/"
