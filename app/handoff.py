@@ -57,6 +57,11 @@ ALL: Final = (
 CONSUMER_GROUP_PREFIX: Final = "tablecast-"
 
 
+def driver_name(environment: str) -> str:
+    """The driver instance's ``Name`` tag: the tools find the driver by it after a roll."""
+    return f"tablecast-{environment}-driver"
+
+
 def parameter_name(environment: str, name: str) -> str:
     """The full SSM parameter name of ``name`` in ``environment``."""
     return f"{PREFIX}/{environment}/{name}"

@@ -32,7 +32,7 @@ from botocore.exceptions import ClientError
 
 from app.ops import metrics, service
 from app.ops.aws import AwsClients
-from app.ops.environment import read_handoff, write_job_version
+from app.ops.environment import find_driver, read_handoff, write_job_version
 from app.ops.errors import ArtifactConflictError, ArtifactMissingError
 from app.ops.wheel import Wheel, wheel_file_name
 
@@ -129,7 +129,7 @@ def deploy(
     write_job_version(clients.ssm, environment, target, sha256)
     progress(f"job-version {previous} -> {target}")
     # Step 4: restart on the driver.
-    instance = found.driver_instance_id
+    instance = find_driver(clients.ec2, found)
     progress(f"restarting {service.UNIT} on {instance}")
     restarted = service.restart(clients.ssm, clients.ec2, instance, target, poll_s=min(poll_s, 5.0))
     progress(

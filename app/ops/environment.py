@@ -19,8 +19,10 @@ from app.errors import ConfigurationError
 from app.ops.errors import HandoffError
 
 if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ssm import SSMClient
 
+_LIVE_STATES = ("pending", "running", "stopping", "stopped")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # What run-job accepts as a version (ami/files/bin/run-job); shell-safe too.
@@ -103,6 +105,26 @@ class Handoff:
     @property
     def region(self) -> str:
         return self.value(handoff.REGION)
+
+
+def find_driver(ec2: EC2Client, found: Handoff) -> str:
+    """The driver's instance id: the live instance tagged ``tablecast-<env>-driver``.
+
+    A rolled driver is a new instance; the hand-off's ``driver-instance-id``
+    names it only once the handoff stack is applied again, so the tag is asked
+    first and the hand-off is the answer only when no tagged instance lives.
+    """
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": "tag:Name", "Values": [handoff.driver_name(found.environment)]},
+            {"Name": "instance-state-name", "Values": list(_LIVE_STATES)},
+        ]
+    )
+    instances = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    if not instances:
+        return found.driver_instance_id
+    newest = max(instances, key=lambda instance: instance["LaunchTime"])
+    return newest["InstanceId"]
 
 
 def read_handoff(ssm: SSMClient, environment: str) -> Handoff:

@@ -21,7 +21,7 @@ from cdktf_cdktf_provider_aws.iam_role_policy import IamRolePolicy
 from cdktf_cdktf_provider_aws.placement_group import PlacementGroup
 from constructs import Construct
 
-from app import metric_names
+from app import handoff, metric_names
 from infra.config import EnvironmentConfig, layout, versions
 from infra.constructs import EncryptionKey, NodeRole, SparkNode, node_user_data
 from infra.constructs.hdfs_snapshots import HdfsSnapshots
@@ -103,7 +103,12 @@ class SparkStack(EnvironmentStack):
             return SparkNode(
                 self,
                 name,
-                name=f"{prefix}-{name}",
+                # The tools find the driver by this tag (app.handoff.driver_name).
+                name=(
+                    handoff.driver_name(config.name)
+                    if role is NodeRole.DRIVER
+                    else f"{prefix}-{name}"
+                ),
                 ami_id=image.id,
                 instance_type=instance_type,
                 subnet_id=subnet_id,

@@ -199,3 +199,10 @@ def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:
 def test_zone_id_is_looked_up_for_the_nodes_zone(env: SynthesizedEnvironment) -> None:
     (zone,) = env["spark"].data_sources("aws_availability_zone").values()
     assert zone["name"] == env.config.spark_availability_zone
+
+
+def test_the_driver_is_tagged_as_the_tools_look_for_it(env: SynthesizedEnvironment) -> None:
+    from app import handoff
+
+    drivers = [i for i in instances(env).values() if "TABLECAST_ROLE=driver" in i["user_data"]]
+    assert [d["tags"]["Name"] for d in drivers] == [handoff.driver_name(env.config.name)]

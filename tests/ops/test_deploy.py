@@ -220,3 +220,22 @@ def test_every_script_sent_to_the_driver_passes_shellcheck(tmp_path: Path) -> No
             [shellcheck, "--shell=sh", str(path)], check=False, capture_output=True, text=True
         )
         assert result.returncode == 0, result.stdout
+
+
+def test_a_rolled_driver_is_found_by_its_name_tag_not_the_handoffs_old_id(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    """After a roll the hand-off may still name the terminated driver; the tag names the new one."""
+    image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    (new,) = aws.ec2.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1,
+        TagSpecifications=[{
+            "ResourceType": "instance",
+            "Tags": [{"Key": "Name", "Value": handoff.driver_name(environment.name)}],
+        }],
+    )["Instances"]  # fmt: skip
+    aws.ec2.terminate_instances(InstanceIds=[environment.driver])
+    with DriverStandIn(REGION, environment.name, new["InstanceId"]):
+        report = deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20,
+                               poll_s=0.05)  # fmt: skip
+    assert report.restart.instance_id == new["InstanceId"]
