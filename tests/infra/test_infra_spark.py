@@ -1,5 +1,7 @@
 """The Spark cluster: zone affinity, the image, IMDSv2, encrypted volumes, user data."""
 
+from pathlib import Path
+
 import pytest
 
 from infra.config import ConfigError, EnvironmentConfig, layout, versions
@@ -206,3 +208,23 @@ def test_the_driver_is_tagged_as_the_tools_look_for_it(env: SynthesizedEnvironme
 
     drivers = [i for i in instances(env).values() if "TABLECAST_ROLE=driver" in i["user_data"]]
     assert [d["tags"]["Name"] for d in drivers] == [handoff.driver_name(env.config.name)]
+
+
+def test_the_documented_roll_reapplies_every_stack_that_names_an_instance(
+    env: SynthesizedEnvironment,
+) -> None:
+    """A replaced instance has a new id: every stack that reads one is in the roll's step 4."""
+    import re
+
+    naming = {
+        component
+        for component, stack in env.synthesized.items()
+        if re.search(r"aws_instance\.?[\w-]*?\.id\}|cross-stack-output-aws_instance[\w-]*id\}",
+                     stack.text) and component != "spark"
+    }  # fmt: skip
+    assert naming == {"monitoring", "handoff"}
+    for stack in env.synthesized.values():
+        assert not re.search(r'"i-[0-9a-f]{8,17}"', stack.text), "no instance id is written down"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "infra.md").read_text("utf-8")
+    roll = docs[docs.index("## Rolling the nodes") :]
+    assert "deploy tablecast-prod-monitoring tablecast-prod-handoff" in roll
