@@ -25,6 +25,8 @@ METRIC_NAMESPACE: Final = "metric-namespace"
 DRIVER_ADDRESS: Final = "driver-address"
 DRIVER_INSTANCE_ID: Final = "driver-instance-id"
 JOB_VERSION: Final = "job-version"
+# The SHA-256 of the deployed version's wheel: run-job installs no other bytes.
+JOB_WHEEL_SHA256: Final = "job-wheel-sha256"
 RETENTION_HOURS: Final = "retention-hours"
 REPLICATION_FACTOR: Final = "replication-factor"
 REGION: Final = "region"
@@ -43,6 +45,7 @@ ALL: Final = (
     DRIVER_ADDRESS,
     DRIVER_INSTANCE_ID,
     JOB_VERSION,
+    JOB_WHEEL_SHA256,
     RETENTION_HOURS,
     REPLICATION_FACTOR,
     REGION,
@@ -52,6 +55,11 @@ ALL: Final = (
 # Kafka consumer groups the job and its tools may use (`tablecast run
 # --consumer-group`, the archiver): the nodes' IAM role grants these only.
 CONSUMER_GROUP_PREFIX: Final = "tablecast-"
+
+
+def driver_name(environment: str) -> str:
+    """The driver instance's ``Name`` tag: the tools find the driver by it after a roll."""
+    return f"tablecast-{environment}-driver"
 
 
 def parameter_name(environment: str, name: str) -> str:

@@ -13,31 +13,13 @@ SCRIPT_NAME="node-files"
 source "${TABLECAST_BUILD_DIR}/lib/common.sh"
 
 readonly FILES="${TABLECAST_BUILD_DIR}/files"
-readonly UNITS=(spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job tablecast-archiver)
-readonly PROGRAMS=(node-bootstrap run-job tablecast-driver.py hdfs-format-once hdfs-init-dirs)
-readonly TEMPLATES=(core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json)
+# shellcheck source=lib/node-files.sh
+source "${TABLECAST_BUILD_DIR}/lib/node-files.sh"
 
 require_file "${VERSIONS_FILE}"
-for unit in "${UNITS[@]}"; do require_file "${FILES}/systemd/${unit}.service"; done
-for program in "${PROGRAMS[@]}"; do require_file "${FILES}/bin/${program}"; done
-for template in "${TEMPLATES[@]}"; do require_file "${FILES}/templates/${template}.tmpl"; done
-require_file "${FILES}/rsyslog/30-tablecast.conf" "${FILES}/journald/10-tablecast.conf" \
-  "${FILES}/logrotate/tablecast"
 [[ -d /opt/spark/jars && -d /opt/hadoop/bin ]] || die "run python-env.sh and hadoop.sh first"
 
-for program in "${PROGRAMS[@]}"; do
-  install -m 0755 -o root -g root "${FILES}/bin/${program}" /opt/tablecast/bin/
-done
-for template in "${TEMPLATES[@]}"; do
-  install -m 0644 -o root -g root "${FILES}/templates/${template}.tmpl" /opt/tablecast/templates/
-done
-for unit in "${UNITS[@]}"; do
-  install -m 0644 -o root -g root "${FILES}/systemd/${unit}.service" /etc/systemd/system/
-done
-install -m 0644 -o root -g root "${FILES}/rsyslog/30-tablecast.conf" /etc/rsyslog.d/
-install -d -m 0755 /etc/systemd/journald.conf.d
-install -m 0644 -o root -g root "${FILES}/journald/10-tablecast.conf" /etc/systemd/journald.conf.d/
-install -m 0644 -o root -g root "${FILES}/logrotate/tablecast" /etc/logrotate.d/
+install_node_files "${FILES}" /
 install -m 0644 -o root -g root "${VERSIONS_FILE}" /opt/tablecast/versions.toml
 
 # Literal values: systemd's EnvironmentFile does not expand variables.
@@ -66,9 +48,12 @@ ENV
 chmod 0644 /etc/tablecast/image.env
 
 systemctl daemon-reload
-for unit in "${UNITS[@]}"; do
+# node-bootstrap on every boot; it does nothing until the user data has
+# written node.env, and then starts it.
+systemctl enable tablecast-bootstrap.service
+for unit in "${NODE_UNITS[@]}" tablecast-bootstrap; do
   systemd-analyze verify "/etc/systemd/system/${unit}.service" ||
     die "systemd rejects ${unit}.service"
 done
 rsyslogd -N1 -f /etc/rsyslog.conf >/dev/null || die "rsyslog rejects its configuration"
-log "node files installed; units ${UNITS[*]} are installed and left disabled"
+log "node files installed; units ${NODE_UNITS[*]} are installed and left disabled"

@@ -99,7 +99,8 @@ else
 fi
 
 # Services and files ----------------------------------------------------------
-for unit in spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job tablecast-archiver; do
+for unit in spark-master spark-worker hdfs-namenode hdfs-secondarynamenode hdfs-datanode \
+  tablecast-job tablecast-archiver; do
   if [[ -f "/etc/systemd/system/${unit}.service" ]] && systemctl cat "${unit}.service" >/dev/null 2>&1; then
     state="$(systemctl is-enabled "${unit}.service" 2>/dev/null || true)"
     check_equal "${unit}.service installed, enabled by node-bootstrap only" disabled "${state}"
@@ -107,8 +108,18 @@ for unit in spark-master spark-worker hdfs-namenode hdfs-datanode tablecast-job 
     fail "${unit}.service is not installed"
   fi
 done
-for program in node-bootstrap run-job tablecast-driver.py hdfs-format-once hdfs-init-dirs; do
-  check "/opt/tablecast/bin/${program} is executable" test -x "/opt/tablecast/bin/${program}"
+check_equal "tablecast-bootstrap.service runs node-bootstrap on every boot" enabled \
+  "$(systemctl is-enabled tablecast-bootstrap.service 2>/dev/null || true)"
+# Every program the units and node-bootstrap's timers run (as the bootstrap
+# writes them on a driver), and the bootstrap itself (the user data runs it).
+timer_units="$(mktemp -d)"
+TABLECAST_UNIT_DIR="${timer_units}" bash -c 'source /opt/tablecast/bin/node-bootstrap && driver_timers' ||
+  fail "node-bootstrap could not write its timers"
+mapfile -t programs < <(sed -n 's/^Exec[A-Za-z]*=[-@+!:]*\([^ ]*\).*/\1/p' \
+  /etc/systemd/system/{spark,hdfs,tablecast}-*.service "${timer_units}"/*.service | sort -u)
+rm -rf "${timer_units}"
+for program in /opt/tablecast/bin/node-bootstrap "${programs[@]}"; do
+  check "${program} is executable" test -x "${program}"
 done
 for template in core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json; do
   check "template ${template} is installed" test -f "/opt/tablecast/templates/${template}.tmpl"

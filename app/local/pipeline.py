@@ -11,7 +11,7 @@ produces sessions, waits until the job has caught up, checks the output with
 | Kafka | MSK | tansu on a loopback port, topics made by ``tablecast-ops topics create`` |
 | AWS APIs | S3, SSM, CloudWatch, SNS | moto's server on a loopback port |
 | hand-off | infra's hand-off stack | the same values (``infra/config/handoff.py``) |
-| Spark | the image's master and worker units | the same units (``ami/files/systemd``) |
+| Spark | the image's master and worker units | the same units, staged as the image installs them |
 | job | ``tablecast-job.service`` runs ``run-job`` | the same unit, the same script |
 | archiver | ``tablecast-archiver.service`` | the same unit |
 | executors' Python | the image's venv: ``requirements.lock`` only | a venv of exactly the lock |
@@ -21,6 +21,9 @@ What differs, and why, is set in one place below (``_substitutions``): the
 brokers' address (tansu's), the checkpoint (a local path in HDFS's place),
 the trigger (seconds, not minutes), the replication factor (one broker), and
 run-job's paths and service user (overrides of its defaults on a node). The
+image's files are staged into ``<root>/image`` by the build's own
+file-installing step (:mod:`app.local.image`): the services run the units
+and programs found there, so what runs here is what the image holds. The
 archiver cuts a file after seconds, not a minute (``--max-wait``, added to
 its unit's command in ``_start_unit``).
 """
@@ -48,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from app import handoff
 from app.errors import ConfigurationError, TablecastError
+from app.local.image import StagedImage, stage
 from app.local.servers import FAKE_CREDENTIALS, LOOPBACK, Server, start_broker, start_moto
 from app.local.supervisor import Supervisor
 from app.local.units import render
@@ -60,7 +64,6 @@ if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
 
 PROJECT = Path(__file__).resolve().parents[2]
-AMI_FILES = PROJECT / "ami" / "files"
 ENVIRONMENT = "sandbox"  # infra's throwaway environment
 ZONE_ID = "euw1-az1"
 TRIGGER = "5 seconds"
@@ -139,6 +142,10 @@ class Paths:
         return self.root / "state.json"
 
     @property
+    def image(self) -> Path:
+        return self.root / "image"  # the image's files, as its build installs them
+
+    @property
     def env_file(self) -> Path:
         return self.root / "env.sh"
 
@@ -153,11 +160,13 @@ class LocalPipeline:
     kafka: Server | None = None
     supervisor: Supervisor | None = None
     values: dict[str, str] = field(default_factory=dict)  # the hand-off as written to SSM
+    image: StagedImage | None = None
 
     # -- bring up ---------------------------------------------------------
 
     def start(self) -> None:
         steps: list[tuple[str, Callable[[], None]]] = [
+            ("the image's files (its build's install_node_files)", self._image),
             ("the executors' Python (requirements.lock)", self._interpreters),
             ("AWS on loopback (moto: S3, SSM, CloudWatch, SNS)", self._aws),
             ("Kafka on loopback (tansu) and the hand-off in SSM", self._kafka_and_handoff),
@@ -180,6 +189,14 @@ class LocalPipeline:
             self.stop()
             raise
         self._write_state()
+
+    def _image(self) -> None:
+        self.image = stage(self.paths.image)
+
+    def staged(self) -> StagedImage:
+        if self.image is None:
+            raise PipelineError("the image's files are not staged yet")
+        return self.image
 
     def _interpreters(self) -> None:
         # What the image's service-users.sh creates on a node.
@@ -235,7 +252,7 @@ class LocalPipeline:
             _require_free(port)
         conf = self.paths.spark / "conf"
         conf.mkdir(parents=True, exist_ok=True)
-        template = (AMI_FILES / "templates" / "spark-defaults.conf.tmpl").read_text("utf-8")
+        template = (self.staged().templates / "spark-defaults.conf.tmpl").read_text("utf-8")
         rendered = Template(template).substitute(self.node_env())
         for image_path, local_path in self.path_map().items():
             rendered = rendered.replace(image_path, local_path)
@@ -260,7 +277,7 @@ class LocalPipeline:
         wheel = build_wheel(PROJECT, self.paths.root / "dist")
         clients = self.clients()
         upload_wheel(clients.s3, self.values[handoff.ARTIFACTS_URI], wheel, replace=True)
-        write_job_version(clients.ssm, ENVIRONMENT, wheel.version)
+        write_job_version(clients.ssm, ENVIRONMENT, wheel.version, wheel.sha256)
 
     def _services(self) -> None:
         self._start_unit("tablecast-job")
@@ -278,7 +295,8 @@ class LocalPipeline:
     def _start_unit(self, name: str) -> None:
         assert self.supervisor is not None
         node = "worker" if name == "spark-worker" else "driver"
-        spec = render(name, self.node_env(), self.path_map(node), restart_sec_cap=RESTART_SEC_CAP)
+        spec = render(name, self.node_env(), self.path_map(node), restart_sec_cap=RESTART_SEC_CAP,
+                      units=self.staged().units)  # fmt: skip
         if name == "tablecast-archiver":
             # As the trigger: the archive keeps up within seconds, and "caught up"
             # (the job's output and the archive at Kafka's end) comes that soon.
@@ -308,7 +326,7 @@ class LocalPipeline:
         venv_dir = self.paths.driver_venv if node == "driver" else self.paths.image_venv
         return {
             "/opt/spark": str(spark_home()),
-            "/opt/tablecast/bin": str(AMI_FILES / "bin"),
+            "/opt/tablecast/bin": str(self.staged().bin),
             "/opt/tablecast/venv": str(venv_dir),
             "/data/spark": str(self.paths.spark),
         }
@@ -331,7 +349,7 @@ class LocalPipeline:
             # run-job's defaults are the image's paths and service user:
             "TABLECAST_VENV": str(self.paths.driver_venv),
             "TABLECAST_WHEEL_DIR": str(self.paths.wheels),
-            "TABLECAST_DRIVER_PY": str(AMI_FILES / "bin" / "tablecast-driver.py"),
+            "TABLECAST_DRIVER_PY": str(self.staged().bin / "tablecast-driver.py"),
             "TABLECAST_RUN_AS_USER": getpass.getuser(),
             KAFKA_AUTH_VARIABLE: "none",  # tansu has no IAM (the archiver reads it too)
         }

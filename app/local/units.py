@@ -1,11 +1,12 @@
 """The image's systemd units, read and rendered for one machine.
 
-The pipeline on loopback runs the services the AMI runs, from the AMI's own
-unit files (``ami/files/systemd/*.service``): their ``ExecStart`` command,
-``Restart`` policy and ``RestartSec``, with the image's paths mapped to
-this machine's (``/opt/spark`` to PySpark's own Spark, ``/opt/tablecast/bin``
-to ``ami/files/bin``, ...) and the node's variables filled in. A unit
-changed in the image is run changed here; nothing is a second copy.
+The pipeline on loopback runs the services the AMI runs, from the unit files
+the image's build installs (staged by :mod:`app.local.image`): their
+``ExecStart`` command, ``Restart`` policy and ``RestartSec``, with the
+image's paths mapped to this machine's (``/opt/spark`` to PySpark's own
+Spark, ``/opt/tablecast/bin`` to the staged programs, ...) and the node's
+variables filled in. A unit changed in the image is run changed here;
+nothing is a second copy.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 
 from app.errors import ConfigurationError
 
-UNITS = Path(__file__).resolve().parents[2] / "ami" / "files" / "systemd"
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
@@ -33,7 +33,7 @@ class ServiceSpec:
     stop_timeout_s: float
 
 
-def read_unit(name: str, units: Path = UNITS) -> dict[str, str]:
+def read_unit(name: str, units: Path) -> dict[str, str]:
     """The ``[Service]`` settings of ``<name>.service`` (continuation lines joined)."""
     path = units / f"{name}.service"
     try:
@@ -59,8 +59,8 @@ def render(
     variables: Mapping[str, str],
     paths: Mapping[str, str],
     *,
+    units: Path,
     restart_sec_cap: float | None = None,
-    units: Path = UNITS,
 ) -> ServiceSpec:
     """``<name>.service`` for this machine: variables filled in, image paths mapped.
 

@@ -26,7 +26,7 @@ from app import handoff
 from app.cli import parse_duration_ms
 from app.errors import ConfigurationError, TablecastError
 from app.ops.aws import AwsClients
-from app.ops.environment import Handoff, read_handoff
+from app.ops.environment import Handoff, find_driver, read_handoff
 from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
 
@@ -267,7 +267,7 @@ def _service(args: argparse.Namespace) -> int:
 
     clients = AwsClients.create(args.region)
     found = read_handoff(clients.ssm, args.environment)
-    instance = found.driver_instance_id
+    instance = find_driver(clients.ec2, found)
     if args.command == "stop":
         done = service.stop(clients.ssm, clients.ec2, instance)
         _say(f"{service.UNIT} stopped on {instance} (command {done.command_id})")

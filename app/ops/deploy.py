@@ -6,7 +6,9 @@ The order of a deploy, each step checked before the next:
 2. Upload ``tablecast-<version>-py3-none-any.whl`` to the artifacts prefix, unless
    the same bytes are there (its SHA-256 is the object's metadata). A different
    wheel under the same version is refused: a version names one artifact.
-3. Put ``job-version`` in SSM; run-job installs exactly that version.
+3. Put the wheel's SHA-256 (``job-wheel-sha256``) and ``job-version`` in SSM;
+   run-job installs exactly that version, and only a wheel of that hash (the
+   nodes read ``artifacts/`` and SSM, they cannot write either).
 4. Restart ``tablecast-job.service`` on the driver through SSM Run Command and
    wait until it is active with that version installed.
 5. Wait for the job's ``Heartbeat`` metric newer than the restart: the job runs
@@ -30,7 +32,7 @@ from botocore.exceptions import ClientError
 
 from app.ops import metrics, service
 from app.ops.aws import AwsClients
-from app.ops.environment import read_handoff, write_job_version
+from app.ops.environment import find_driver, read_handoff, write_job_version
 from app.ops.errors import ArtifactConflictError, ArtifactMissingError
 from app.ops.wheel import Wheel, wheel_file_name
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
 SHA256_METADATA = "sha256"
 COMMIT_METADATA = "git-commit"
+UNRECORDED = "unrecorded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,18 +114,22 @@ def deploy(
     # Step 2: the artifact.
     if wheel is not None:
         uri, uploaded = upload_wheel(clients.s3, prefix, wheel, replace=replace, commit=commit)
-        target = wheel.version
+        target, sha256 = wheel.version, wheel.sha256
         progress(f"{'uploaded' if uploaded else 'unchanged'} {uri}")
     elif version is not None:
         uri, uploaded, target = artifact_uri(prefix, version), False, version
-        if _object_sha256(clients.s3, *_split(uri)) is None:
+        recorded = _object_sha256(clients.s3, *_split(uri))
+        if recorded is None:
             raise ArtifactMissingError(uri)
+        if recorded == UNRECORDED:
+            raise ArtifactMissingError(uri, "no SHA-256 recorded with it: deploy it from the wheel")
+        sha256 = recorded
         progress(f"found {uri}")
-    # Step 3: the version the service installs.
-    write_job_version(clients.ssm, environment, target)
+    # Step 3: the version the service installs, and the only bytes it installs.
+    write_job_version(clients.ssm, environment, target, sha256)
     progress(f"job-version {previous} -> {target}")
     # Step 4: restart on the driver.
-    instance = found.driver_instance_id
+    instance = find_driver(clients.ec2, found)
     progress(f"restarting {service.UNIT} on {instance}")
     restarted = service.restart(clients.ssm, clients.ec2, instance, target, poll_s=min(poll_s, 5.0))
     progress(
@@ -169,4 +176,4 @@ def _object_sha256(s3: S3Client, bucket: str, key: str) -> str | None:
         if exc.response["Error"]["Code"] in {"404", "NoSuchKey", "NotFound"}:
             return None
         raise
-    return head.get("Metadata", {}).get(SHA256_METADATA, "unrecorded")
+    return head.get("Metadata", {}).get(SHA256_METADATA, UNRECORDED)

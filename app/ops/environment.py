@@ -3,8 +3,8 @@
 ``infra/`` writes ``/tablecast/<env>/<name>`` for each name of
 :mod:`app.handoff`; the tools find brokers, buckets, the driver and the
 topic policy there, and nowhere else (MSK's bootstrap brokers in particular
-come from SSM, not from the MSK API). The deploy tool writes one parameter
-back: ``job-version``.
+come from SSM, not from the MSK API). The deploy tool writes two parameters
+back: ``job-wheel-sha256`` and ``job-version``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from app.errors import ConfigurationError
 from app.ops.errors import HandoffError
 
 if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ssm import SSMClient
 
+_LIVE_STATES = ("pending", "running", "stopping", "stopped")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # What run-job accepts as a version (ami/files/bin/run-job); shell-safe too.
 VERSION_PATTERN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]*$")
@@ -104,6 +107,26 @@ class Handoff:
         return self.value(handoff.REGION)
 
 
+def find_driver(ec2: EC2Client, found: Handoff) -> str:
+    """The driver's instance id: the live instance tagged ``tablecast-<env>-driver``.
+
+    A rolled driver is a new instance; the hand-off's ``driver-instance-id``
+    names it only once the handoff stack is applied again, so the tag is asked
+    first and the hand-off is the answer only when no tagged instance lives.
+    """
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": "tag:Name", "Values": [handoff.driver_name(found.environment)]},
+            {"Name": "instance-state-name", "Values": list(_LIVE_STATES)},
+        ]
+    )
+    instances = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    if not instances:
+        return found.driver_instance_id
+    newest = max(instances, key=lambda instance: instance["LaunchTime"])
+    return newest["InstanceId"]
+
+
 def read_handoff(ssm: SSMClient, environment: str) -> Handoff:
     """Every parameter under ``/tablecast/<environment>/`` (one paginated read)."""
     check_environment_name(environment)
@@ -120,13 +143,22 @@ def read_handoff(ssm: SSMClient, environment: str) -> Handoff:
     return Handoff(environment, values)
 
 
-def write_job_version(ssm: SSMClient, environment: str, version: str) -> None:
-    """Record ``version`` as the job's version, which run-job installs on (re)start."""
+def write_job_version(ssm: SSMClient, environment: str, version: str, sha256: str) -> None:
+    """Record ``version`` as the job's version, and its wheel's SHA-256.
+
+    run-job installs that version on (re)start, and only a wheel of exactly
+    this hash. The hash is written first: a run-job starting in between finds
+    the old version with the new hash and refuses it, rather than installing
+    the new version unchecked.
+    """
     if not VERSION_PATTERN.match(version):
         raise HandoffError(environment, handoff.JOB_VERSION, f"{version!r} is not a version")
-    ssm.put_parameter(
-        Name=handoff.parameter_name(environment, handoff.JOB_VERSION),
-        Value=version,
-        Type="String",
-        Overwrite=True,
-    )
+    if not _SHA256.match(sha256):
+        raise HandoffError(environment, handoff.JOB_WHEEL_SHA256, f"{sha256!r} is not a SHA-256")
+    for name, value in ((handoff.JOB_WHEEL_SHA256, sha256), (handoff.JOB_VERSION, version)):
+        ssm.put_parameter(
+            Name=handoff.parameter_name(environment, name),
+            Value=value,
+            Type="String",
+            Overwrite=True,
+        )

@@ -48,8 +48,8 @@ class ArtifactConflictError(OpsError):
 class ArtifactMissingError(OpsError):
     """The version to deploy has no wheel under the artifacts prefix."""
 
-    def __init__(self, uri: str) -> None:
-        super().__init__(f"no wheel at {uri}: deploy it from a build first")
+    def __init__(self, uri: str, why: str = "deploy it from a build first") -> None:
+        super().__init__(f"no wheel at {uri}: {why}")
         self.uri = uri
 
 

@@ -36,6 +36,7 @@ def handoff_values(
         handoff.DRIVER_ADDRESS: driver_private_ip,
         handoff.DRIVER_INSTANCE_ID: driver_instance_id,
         handoff.JOB_VERSION: NO_JOB_VERSION,
+        handoff.JOB_WHEEL_SHA256: NO_JOB_VERSION,
         handoff.RETENTION_HOURS: str(config.retention_hours),
         handoff.REPLICATION_FACTOR: str(config.replication_factor),
         handoff.REGION: config.region,

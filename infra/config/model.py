@@ -8,7 +8,7 @@ from app import handoff
 from infra.config import parsing
 from infra.config.addressing import SubnetPlan, plan_subnets
 from infra.config.errors import ConfigError
-from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings
+from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings, EndpointKind
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
 from infra.config.versions import versions
 
@@ -174,12 +174,20 @@ class EnvironmentConfig:
     @property
     def subnets(self) -> SubnetPlan:
         """The environment's subnet CIDRs and the driver's fixed address."""
-        return plan_subnets(self.vpc_cidr, len(self.availability_zones))
+        return plan_subnets(
+            self.vpc_cidr,
+            len(self.availability_zones),
+            spark_zone_index=self.availability_zones.index(self.spark_availability_zone),
+        )
 
     @property
     def spark_availability_zone(self) -> str:
-        """The zone of every Spark node, which also holds a broker subnet."""
-        return self.availability_zones[0]
+        """The zone of every Spark node, which also holds a broker subnet.
+
+        The deployment settings' ``spark_zone``, or the first zone.
+        """
+        zone: str | None = getattr(self.deployment, "spark_zone", None)
+        return zone or self.availability_zones[0]
 
     def stack_name(self, component: str) -> str:
         """``tablecast-<env>-<component>``: one environment is deployed without touching another."""
@@ -232,6 +240,15 @@ def _check_placement(config: EnvironmentConfig) -> None:
             raise _problem(
                 config, "availability_zones", f"{zone!r} is not a zone of {config.region}"
             )
+    # A missing deployment is reported by _check_deployment.
+    spark_zone: str | None = getattr(config.deployment, "spark_zone", None)
+    if spark_zone is not None and spark_zone not in zones:
+        raise _problem(
+            config,
+            "spark_zone",
+            f"{spark_zone!r} is not one of the broker zones {', '.join(zones)} "
+            f"(in {config.deployment.source})",
+        )
     try:
         network = ipaddress.IPv4Network(config.vpc_cidr)
     except ValueError as exc:
@@ -381,6 +398,17 @@ def _check_deployment(config: EnvironmentConfig) -> None:
                 "alarm_endpoints",
                 f"a shared environment needs someone to page (in {settings.source}): "
                 + _how_to_supply(config),
+            )
+    for endpoint in settings.alarm_endpoints:
+        # CloudWatch alarms publish only to topics in their own region; the
+        # provider would accept the ARN and the apply fail.
+        topic_region = endpoint.address.split(":")[3] if endpoint.kind is EndpointKind.TOPIC else ""
+        if topic_region and topic_region != config.region:
+            raise _problem(
+                config,
+                "alarm_endpoints",
+                f"{endpoint.address} is in {topic_region}; alarms in {config.region} publish "
+                f"only to topics of {config.region} (in {settings.source})",
             )
     vpc = ipaddress.IPv4Network(config.vpc_cidr)
     names = [network.name for network in settings.producer_networks]

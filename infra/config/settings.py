@@ -41,6 +41,7 @@ HOW_TO_SUPPLY = (
 
 _ACCOUNT = re.compile(r"^\d{12}$")
 _IMAGE = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
+_ZONE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+[a-z]$")
 _TOPIC_ARN = re.compile(
     r"^arn:aws(-[a-z]+)*:sns:[a-z]{2}(-[a-z]+)+-\d:\d{12}:[A-Za-z0-9_-]{1,256}$"
 )
@@ -118,6 +119,10 @@ class DeploymentSettings:
     topic_admin_principals: tuple[str, ...] = ()
     """IAM roles (or account roots) that may assume the topic-administration role;
     the environment's own account root when empty (then IAM policies decide)."""
+    spark_zone: str | None = None
+    """The zone of the Spark nodes, one of the environment's broker zones (its first when
+    unset). Every broker zone has a Spark subnet ready: moving Spark after losing its
+    zone changes this setting and no broker (docs/infra.md, 'What a failure costs')."""
     source: str = "<code>"
     """The file these came from, for messages."""
 
@@ -199,6 +204,7 @@ def parse_settings(
         state_backend=reader.backend(),
         producer_networks=reader.networks(),
         topic_admin_principals=reader.principals(),
+        spark_zone=reader.optional_text("spark_zone", _ZONE, "is not an availability zone name"),
         source=source,
     )
     reader.no_unknown_keys()
@@ -216,6 +222,7 @@ class _Reader:
             "state_backend",
             "producer_networks",
             "topic_admin_principals",
+            "spark_zone",
         }
     )
 
@@ -236,6 +243,9 @@ class _Reader:
         if not isinstance(value, str) or not pattern.match(value):
             raise self.fail(key, f"{value!r} {problem}")
         return value
+
+    def optional_text(self, key: str, pattern: re.Pattern[str], problem: str) -> str | None:
+        return None if self.table.get(key) is None else self.text(key, pattern, problem)
 
     def strings(self, key: str) -> list[str]:
         value = self.table.get(key, [])

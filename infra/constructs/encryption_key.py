@@ -6,6 +6,7 @@ from cdktf_cdktf_provider_aws.kms_alias import KmsAlias
 from cdktf_cdktf_provider_aws.kms_key import KmsKey
 from constructs import Construct
 
+from infra.cdk import TerraformResourceLifecycle
 from infra.constructs.policies import Statement, policy_json
 
 # Long enough to notice and cancel a deletion by mistake.
@@ -25,6 +26,7 @@ class EncryptionKey(Construct):
         region: str,
         allow_cloudwatch_logs: bool = False,
         allow_cloudwatch_alarms: bool = False,
+        guard: bool = False,
     ) -> None:
         """Create the key.
 
@@ -33,6 +35,8 @@ class EncryptionKey(Construct):
         :param region: the stack's region, for the CloudWatch Logs principal.
         :param allow_cloudwatch_logs: let CloudWatch Logs encrypt this account's log groups.
         :param allow_cloudwatch_alarms: let CloudWatch alarms publish to topics it encrypts.
+        :param guard: refuse any plan that destroys the key (it encrypts data kept
+            beyond its stack, e.g. snapshots).
         """
         super().__init__(scope, id_)
         account = DataAwsCallerIdentity(self, "account").account_id
@@ -92,6 +96,7 @@ class EncryptionKey(Construct):
             enable_key_rotation=True,
             deletion_window_in_days=DELETION_WINDOW_DAYS,
             policy=policy_json(statements),
+            lifecycle=TerraformResourceLifecycle(prevent_destroy=True) if guard else None,
         )
         KmsAlias(self, "alias", name=f"alias/{alias}", target_key_id=self.key.key_id)
 

@@ -1,4 +1,4 @@
-"""The Spark nodes' least-privilege policy: the pipeline's prefixes, its topics, its metrics.
+"""The Spark nodes' least-privilege policies, one role per kind: driver, workers, archiver.
 
 No statement allows an action with a wildcard; resources are the bucket's
 prefixes, the cluster and its topics and groups as far as consuming needs
@@ -8,20 +8,50 @@ to the job's and the nodes' namespaces instead; the SSM agent's message
 actions have none either and are the only other ``"*"``.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Final
 
 from app import handoff
+from infra.config import layout
 from infra.constructs.iceberg_catalog import job_statements as iceberg_job_statements
 from infra.constructs.kafka_access import KafkaResources, consume_statements
 from infra.constructs.policies import Statement, allow
 
-S3_OBJECT_ACTIONS = (
-    "s3:GetObject",
-    "s3:PutObject",
-    "s3:DeleteObject",
-    "s3:AbortMultipartUpload",
-    "s3:ListMultipartUploadParts",
-)
+# What each role may do under one prefix of the bucket. No role deletes under
+# archive/ (repair's last resort once Kafka's retention has passed), and none
+# writes artifacts/: the deploy tool (the operator's credentials) does.
+S3_READ = ("s3:GetObject",)
+S3_WRITE = (*S3_READ, "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
+S3_WRITE_DELETE = (*S3_WRITE, "s3:DeleteObject")
+
+
+class NodeKind(StrEnum):
+    """Who holds a role of its own: the driver node, the workers, the archiver."""
+
+    DRIVER = "driver"
+    """The driver node: Spark master, NameNode, the job's driver, the checkpoint copies."""
+    WORKER = "worker"
+    """A worker node: the job's executors, DataNode."""
+    ARCHIVER = "archiver"
+    """The archiver service (on the driver node, which assumes this role for it)."""
+
+
+BUCKET_ACCESS: Final[Mapping[NodeKind, Mapping[str, tuple[str, ...]]]] = {
+    NodeKind.DRIVER: {
+        layout.ARTIFACTS_PREFIX: S3_READ,  # run-job fetches the wheel
+        layout.OUTPUT_PREFIX: S3_WRITE_DELETE,  # the sink's commit protocol
+        layout.ARCHIVE_PREFIX: S3_READ,  # offsets Kafka no longer holds
+        layout.CHECKPOINT_BACKUPS_PREFIX: S3_WRITE,  # hdfs-checkpoint-backup
+    },
+    NodeKind.WORKER: {
+        layout.OUTPUT_PREFIX: S3_WRITE_DELETE,
+        layout.ARCHIVE_PREFIX: S3_READ,
+    },
+    NodeKind.ARCHIVER: {layout.ARCHIVE_PREFIX: S3_WRITE},
+}
+"""Per role, each prefix it may touch and how."""
+
 LOG_SHIPPING_ACTIONS = ("logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents")
 SSM_READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath")
 # What the SSM agent needs for Run Command (the deploy tool restarts the job's
@@ -48,44 +78,50 @@ ACTIONS_WITHOUT_RESOURCES = frozenset({"cloudwatch:PutMetricData", *SSM_AGENT_ME
 
 def node_statements(
     *,
+    kind: NodeKind,
     environment: str,
     region: str,
     account: str,
     partition: str,
     bucket_arn: str,
-    bucket_prefixes: Sequence[str],
     data_key_arn: str,
     kafka: KafkaResources,
     metric_namespaces: Sequence[str],
     log_group_arns: Sequence[str],
+    archiver_role_arn: str | None = None,
 ) -> list[Statement]:
-    """Every statement of the nodes' inline policy.
+    """Every statement of the inline policy of ``kind``'s role.
 
-    :param bucket_prefixes: prefixes without slashes, e.g. ``("output", "archive")``.
-    :param kafka: the cluster's ARNs; the nodes consume (the job, the archiver).
+    :param kind: the driver, the workers or the archiver.
+    :param kafka: the cluster's ARNs; every role consumes (the job, the archiver).
     :param metric_namespaces: CloudWatch namespaces the nodes publish to: the job's and
-        the CloudWatch agent's.
+        the CloudWatch agent's (the archiver publishes none).
     :param log_group_arns: the log groups the nodes' CloudWatch agent writes to.
+    :param archiver_role_arn: the archiver's role, which the driver assumes for it.
     """
     parameters = f"arn:{partition}:ssm:{region}:{account}:parameter{handoff.PREFIX}/{environment}"
-    return [
+    access = BUCKET_ACCESS[kind]
+    statements = [
         allow(
             "ListPipelinePrefixes",
             ["s3:ListBucket"],
             [bucket_arn],
-            {"StringLike": {"s3:prefix": _prefix_patterns(bucket_prefixes)}},
+            {"StringLike": {"s3:prefix": _prefix_patterns(sorted(access))}},
         ),
         allow(
             "BucketMetadata",
             ["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
             [bucket_arn],
         ),
-        allow(
-            "ReadWritePipelineObjects",
-            S3_OBJECT_ACTIONS,
-            # The prefix itself too: s3a probes "output" as a file before
-            # treating it as a directory.
-            [f"{bucket_arn}/{pattern}" for pattern in _prefix_patterns(bucket_prefixes)],
+        *(
+            allow(
+                f"Objects{''.join(part.title() for part in prefix.split('-'))}",
+                actions,
+                # The prefix itself too: s3a probes "output" as a file before
+                # treating it as a directory.
+                [f"{bucket_arn}/{pattern}" for pattern in _prefix_patterns([prefix])],
+            )
+            for prefix, actions in sorted(access.items())
         ),
         allow(
             "UsePipelineDataKeyThroughS3",
@@ -93,15 +129,18 @@ def node_statements(
             [data_key_arn],
             {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
         ),
+        *consume_statements(kafka),
+    ]
+    if kind is NodeKind.ARCHIVER:
+        # It reads the hand-off (brokers, archive); its logs and its node are the driver's.
+        return [*statements, _handoff_reads(parameters)]
+    statements += [
         allow(
             "PublishMetrics",
             ["cloudwatch:PutMetricData"],
             ["*"],
             {"StringEquals": {"cloudwatch:namespace": list(metric_namespaces)}},
         ),
-        *consume_statements(kafka),
-        *iceberg_job_statements(region=region, account=account, partition=partition),
-        allow("ReadHandoffParameters", SSM_READ_ACTIONS, [parameters, f"{parameters}/*"]),
         allow("SsmAgentMessages", SSM_AGENT_MESSAGE_ACTIONS, ["*"]),
         allow(
             "SsmAgentRegisters",
@@ -114,6 +153,21 @@ def node_statements(
             [pattern for arn in log_group_arns for pattern in (arn, f"{arn}:*")],
         ),
     ]
+    if kind is NodeKind.WORKER:
+        return statements  # executors get their settings from the driver, not SSM
+    if archiver_role_arn is None:
+        raise ValueError("the driver's policy needs the archiver's role to assume")
+    return [
+        *statements,
+        _handoff_reads(parameters),
+        allow("BecomeTheArchiver", ["sts:AssumeRole"], [archiver_role_arn]),
+        # The output's Iceberg table: the sink and the recomputes commit on the driver.
+        *iceberg_job_statements(region=region, account=account, partition=partition),
+    ]
+
+
+def _handoff_reads(parameters: str) -> Statement:
+    return allow("ReadHandoffParameters", SSM_READ_ACTIONS, [parameters, f"{parameters}/*"])
 
 
 def _prefix_patterns(prefixes: Sequence[str]) -> list[str]:

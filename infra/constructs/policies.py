@@ -49,6 +49,13 @@ def assume_role_policy(service: str, *, source_account: str | None = None) -> st
     return policy_json([statement])
 
 
+def trust_role_policy(role_arn: str) -> str:
+    """Trust policy that lets one role (and nothing else) assume a role."""
+    return policy_json(
+        [{"Effect": "Allow", "Principal": {"AWS": role_arn}, "Action": "sts:AssumeRole"}]
+    )
+
+
 def tls_only_bucket_policy(bucket_arn: str) -> str:
     """Bucket policy that refuses every request not made over TLS."""
     return policy_json(

@@ -26,8 +26,13 @@ def node_environment(
     region: str,
     zone_id: str,
     hdfs_replication: int,
+    archiver_role_arn: str | None = None,
 ) -> dict[str, str]:
     """The variables written to ``/etc/tablecast/node.env``, in order."""
+    archiver = {} if archiver_role_arn is None else {
+        # The driver's archiver service assumes it (ami/files/bin/archiver-credentials).
+        "TABLECAST_ARCHIVER_ROLE_ARN": archiver_role_arn,
+    }  # fmt: skip
     return {
         "TABLECAST_ENV": environment,
         "TABLECAST_ROLE": role.value,
@@ -40,6 +45,7 @@ def node_environment(
         "TABLECAST_HDFS_DEVICE": layout.HDFS_DEVICE,
         # Optional for node-bootstrap (default 2); one DataNode holds one copy.
         "TABLECAST_HDFS_REPLICATION": str(hdfs_replication),
+        **archiver,
     }
 
 
@@ -51,8 +57,9 @@ def node_user_data(
     region: str,
     zone_id: str,
     hdfs_replication: int,
+    archiver_role_arn: str | None = None,
 ) -> str:
-    """A shell script that writes the node's environment file and runs the bootstrap.
+    """A shell script that writes the node's environment file and starts the bootstrap.
 
     :param environment: the environment's name.
     :param role: driver or worker.
@@ -62,6 +69,7 @@ def node_user_data(
     :param region: the AWS region.
     :param zone_id: the node's availability zone id (a token Terraform fills in).
     :param hdfs_replication: copies HDFS keeps of each block.
+    :param archiver_role_arn: the archiver's role (the driver's only).
     """
     variables = node_environment(
         environment=environment,
@@ -70,6 +78,7 @@ def node_user_data(
         region=region,
         zone_id=zone_id,
         hdfs_replication=hdfs_replication,
+        archiver_role_arn=archiver_role_arn,
     )
     lines = "".join(f"{name}={value}\n" for name, value in variables.items())
     return (
@@ -81,7 +90,8 @@ def node_user_data(
         f"{lines}"
         "NODE_ENV\n"
         f"chmod 0644 {layout.NODE_ENV_FILE}\n"
-        f"exec {layout.NODE_BOOTSTRAP}\n"
+        # node-bootstrap as its unit runs it on every later boot.
+        "systemctl start tablecast-bootstrap.service\n"
     )
 
 

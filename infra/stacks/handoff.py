@@ -27,6 +27,7 @@ DESCRIPTIONS = {
     handoff.DRIVER_ADDRESS: "Private address of the driver node (Spark master, NameNode)",
     handoff.DRIVER_INSTANCE_ID: "Instance id of the driver node, for SSM Run Command",
     handoff.JOB_VERSION: "Deployed job version; set by the deploy tool, not by Terraform",
+    handoff.JOB_WHEEL_SHA256: "SHA-256 of the deployed wheel; set by the deploy tool",
     handoff.RETENTION_HOURS: "Kafka retention in hours",
     handoff.REPLICATION_FACTOR: "Replication factor for new topics",
     handoff.REGION: "AWS region of the environment",
@@ -73,7 +74,7 @@ class HandoffStack(EnvironmentStack):
                 description=DESCRIPTIONS[name],
                 # The deploy tool owns the version once it exists.
                 lifecycle=TerraformResourceLifecycle(ignore_changes=["value"])
-                if name == handoff.JOB_VERSION
+                if name in (handoff.JOB_VERSION, handoff.JOB_WHEEL_SHA256)
                 else None,
             )
             TerraformOutput(

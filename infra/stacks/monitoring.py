@@ -24,6 +24,13 @@ BROKER_HEAP_AFTER_GC_PERCENT = 60
 NODE_DISK_USED_PERCENT = 80
 NODE_MEMORY_USED_PERCENT = 90
 HDFS_CAPACITY_USED_PERCENT = 80
+# The secondary NameNode checkpoints the edit log hourly or after 100,000
+# transactions (the image's hdfs-site.xml); three times either means it has
+# stopped, and every NameNode start replays what has piled up.
+CHECKPOINT_TXNS = 100_000
+CHECKPOINT_PERIOD_MINUTES = 60
+MISSED_CHECKPOINTS = 3
+NAME_DIRS_USED_PERCENT = 80
 # The job should publish a heartbeat every trigger; alarm after three missed
 # triggers, but never sooner than five minutes (a restart takes that long).
 HEARTBEAT_MIN_WINDOW_SECONDS = 300
@@ -43,6 +50,9 @@ HDFS_METRICS = (
     "HdfsUnderReplicatedBlocks",
     "HdfsCorruptBlocks",
     "HdfsCapacityUsedPercent",
+    "HdfsTransactionsSinceCheckpoint",
+    "HdfsMinutesSinceCheckpoint",
+    "HdfsNameDirsUsedPercent",
 )
 """What ami/files/bin/hdfs-health publishes (tests/infra checks the script)."""
 CHECKPOINT_BACKUPS = "CheckpointBackups"
@@ -364,6 +374,36 @@ def hdfs_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             metric=hdfs("HdfsCapacityUsedPercent"),
             comparison=GREATER,
             threshold=HDFS_CAPACITY_USED_PERCENT,
+            evaluation_periods=1,
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="hdfs-checkpoint-transactions",
+            description=f"Over {MISSED_CHECKPOINTS * CHECKPOINT_TXNS:,} edits since the last "
+            "checkpoint of the edit log: is the secondary NameNode down?",
+            metric=hdfs("HdfsTransactionsSinceCheckpoint"),
+            comparison=GREATER,
+            threshold=MISSED_CHECKPOINTS * CHECKPOINT_TXNS,
+            evaluation_periods=1,
+            # Covered by hdfs-live-datanodes when silent.
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="hdfs-checkpoint-age",
+            description=f"No checkpoint of the edit log for {MISSED_CHECKPOINTS} periods "
+            f"({MISSED_CHECKPOINTS * CHECKPOINT_PERIOD_MINUTES} minutes)",
+            metric=hdfs("HdfsMinutesSinceCheckpoint"),
+            comparison=GREATER,
+            threshold=MISSED_CHECKPOINTS * CHECKPOINT_PERIOD_MINUTES,
+            evaluation_periods=1,
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="hdfs-name-dirs-used",
+            description=f"A NameNode name directory's disk is over {NAME_DIRS_USED_PERCENT}% full",
+            metric=hdfs("HdfsNameDirsUsedPercent"),
+            comparison=GREATER,
+            threshold=NAME_DIRS_USED_PERCENT,
             evaluation_periods=1,
             missing=Missing.NOT_BREACHING,
         ),

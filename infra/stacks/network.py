@@ -34,8 +34,9 @@ from infra.constructs.policies import allow, assume_role_policy, policy_json
 from infra.stacks.base import EnvironmentStack
 
 # What the nodes call besides S3 and Kafka: SSM (agent, Run Command, Session
-# Manager) and CloudWatch (the job's metrics, logs).
-INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs")
+# Manager), CloudWatch (the job's metrics, logs) and STS (the driver assumes
+# the archiver's role for it).
+INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "sts")
 
 
 class NetworkStack(EnvironmentStack):
@@ -64,15 +65,25 @@ class NetworkStack(EnvironmentStack):
         for zone, cidr in zip(config.availability_zones, plan.broker_subnets, strict=True):
             subnet = self._subnet(f"brokers-{zone}", zone, cidr)
             self.broker_subnet_ids.append(subnet.id)
-        self.spark_subnet_id: str = self._subnet(
-            "spark", config.spark_availability_zone, plan.spark_subnet
-        ).id
+        # A Spark subnet in every zone, used or not: moving Spark to another
+        # zone (the deployment settings' spark_zone) creates and moves no subnet.
+        # The first zone's keeps the id of the one Spark subnet there used to be,
+        # so that no running cluster's subnet is replaced.
+        spark_subnet_ids = {
+            zone: self._subnet(
+                "spark" if index == 0 else f"spark-{zone}", zone, cidr, name=f"spark-{zone}"
+            ).id
+            for index, (zone, cidr) in enumerate(
+                zip(config.availability_zones, plan.spark_subnets, strict=True)
+            )
+        }
+        self.spark_subnet_id: str = spark_subnet_ids[config.spark_availability_zone]
         self.spark_subnet_cidr = plan.spark_subnet
         # No routes but the VPC's own and the S3 endpoint's: nothing public.
         route_table = RouteTable(
             self, "private-routes", vpc_id=self.vpc.id, tags={"Name": f"{prefix}-private"}
         )
-        for index, subnet_id in enumerate([*self.broker_subnet_ids, self.spark_subnet_id]):
+        for index, subnet_id in enumerate([*self.broker_subnet_ids, *spark_subnet_ids.values()]):
             RouteTableAssociation(
                 self, f"private-routes-{index}", route_table_id=route_table.id, subnet_id=subnet_id
             )
@@ -95,22 +106,23 @@ class NetworkStack(EnvironmentStack):
                 service_name=f"com.amazonaws.{config.region}.{service}",
                 vpc_endpoint_type="Interface",
                 private_dns_enabled=True,
-                # Only Spark nodes use them, and they all live in this subnet.
-                subnet_ids=[self.spark_subnet_id],
+                # Only Spark nodes use them: one in each zone's Spark subnet, so
+                # that they are there wherever Spark runs.
+                subnet_ids=list(spark_subnet_ids.values()),
                 security_group_ids=[self.endpoint_security_group_id],
                 tags={"Name": f"{prefix}-{service}"},
             )
         self._flow_logs()
 
-    def _subnet(self, name: str, zone: str, cidr: str) -> Subnet:
+    def _subnet(self, id_: str, zone: str, cidr: str, *, name: str | None = None) -> Subnet:
         return Subnet(
             self,
-            name,
+            id_,
             vpc_id=self.vpc.id,
             availability_zone=zone,
             cidr_block=cidr,
             map_public_ip_on_launch=False,
-            tags={"Name": f"{self.config.resource_prefix}-{name}"},
+            tags={"Name": f"{self.config.resource_prefix}-{name or id_}"},
         )
 
     def _security_groups(self, *, s3_prefix_list_id: str) -> None:

@@ -21,13 +21,13 @@ from cdktf_cdktf_provider_aws.iam_role_policy import IamRolePolicy
 from cdktf_cdktf_provider_aws.placement_group import PlacementGroup
 from constructs import Construct
 
-from app import metric_names
+from app import handoff, metric_names
 from infra.config import EnvironmentConfig, layout, versions
 from infra.constructs import EncryptionKey, NodeRole, SparkNode, node_user_data
 from infra.constructs.hdfs_snapshots import HdfsSnapshots
 from infra.constructs.kafka_access import KafkaResources
-from infra.constructs.node_permissions import node_statements
-from infra.constructs.policies import assume_role_policy, policy_json
+from infra.constructs.node_permissions import NodeKind, node_statements
+from infra.constructs.policies import assume_role_policy, policy_json, trust_role_policy
 from infra.stacks.base import EnvironmentStack
 
 
@@ -67,6 +67,8 @@ class SparkStack(EnvironmentStack):
             description=f"{prefix} Spark node volumes and logs",
             region=config.region,
             allow_cloudwatch_logs=True,
+            # It encrypts the data volumes' snapshots, which outlive the stack.
+            guard=not config.throwaway,
         )
         log_groups = [
             CloudwatchLogGroup(
@@ -78,7 +80,7 @@ class SparkStack(EnvironmentStack):
             )
             for name in layout.NODE_LOG_GROUPS
         ]
-        profile = self._instance_profile(
+        profiles = self._roles(
             log_group_arns=[group.arn for group in log_groups],
             bucket_arn=bucket_arn,
             data_key_arn=data_key_arn,
@@ -101,14 +103,19 @@ class SparkStack(EnvironmentStack):
             return SparkNode(
                 self,
                 name,
-                name=f"{prefix}-{name}",
+                # The tools find the driver by this tag (app.handoff.driver_name).
+                name=(
+                    handoff.driver_name(config.name)
+                    if role is NodeRole.DRIVER
+                    else f"{prefix}-{name}"
+                ),
                 ami_id=image.id,
                 instance_type=instance_type,
                 subnet_id=subnet_id,
                 availability_zone=config.spark_availability_zone,
                 placement_group=placement.name if placement is not None else None,
                 security_group_ids=[security_group_id],
-                instance_profile=profile.name,
+                instance_profile=profiles[NodeKind(role.value)].name,
                 kms_key_arn=key.arn,
                 data_volume_gib=config.spark_data_volume_gib,
                 user_data=node_user_data(
@@ -118,6 +125,7 @@ class SparkStack(EnvironmentStack):
                     region=config.region,
                     zone_id=zone_id,
                     hdfs_replication=config.hdfs_replication,
+                    archiver_role_arn=self.archiver_role_arn if role is NodeRole.DRIVER else None,
                 ),
                 private_ip=driver_host if role is NodeRole.DRIVER else None,
                 keep_final_snapshot=config.is_production,
@@ -154,7 +162,7 @@ class SparkStack(EnvironmentStack):
             retain=config.hdfs_snapshots_kept,
         )
 
-    def _instance_profile(
+    def _roles(
         self,
         *,
         log_group_arns: list[str],
@@ -163,48 +171,74 @@ class SparkStack(EnvironmentStack):
         cluster_arn: str,
         cluster_name: str,
         cluster_uuid: str,
-    ) -> IamInstanceProfile:
+    ) -> dict[NodeKind, IamInstanceProfile]:
+        """A role per kind (driver, worker, archiver); instance profiles for the nodes'.
+
+        The archiver runs on the driver node and trusts only the driver's role,
+        which assumes it for the archiver's service (``archiver-credentials``).
+        """
         config = self.config
         prefix = config.resource_prefix
         partition = DataAwsPartition(self, "partition").partition
         account = DataAwsCallerIdentity(self, "account").account_id
-        role = IamRole(
-            self,
-            "node-role",
-            name=f"{prefix}-spark-node",
-            description="Spark nodes: the pipeline's bucket, topics, metrics and SSM",
-            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
+        descriptions = {
+            NodeKind.DRIVER: "Spark driver node: the job, its wheel, checkpoint copies, SSM",
+            NodeKind.WORKER: "Spark worker nodes: the job's executors",
+            NodeKind.ARCHIVER: "The archiver: Kafka to the archive, no deletes",
+        }
+        roles: dict[NodeKind, IamRole] = {}
+        for kind in (NodeKind.DRIVER, NodeKind.WORKER, NodeKind.ARCHIVER):
+            trust = (
+                trust_role_policy(roles[NodeKind.DRIVER].arn)
+                if kind is NodeKind.ARCHIVER
+                else assume_role_policy("ec2.amazonaws.com")
+            )
+            roles[kind] = IamRole(
+                self,
+                f"{kind.value}-role",
+                name=f"{prefix}-{kind.value}",
+                description=descriptions[kind],
+                assume_role_policy=trust,
+            )
+        kafka = KafkaResources(
+            partition=partition,
+            region=config.region,
+            account=account,
+            cluster_arn=cluster_arn,
+            cluster_name=cluster_name,
+            cluster_uuid=cluster_uuid,
+            topic_prefix=config.topic_prefix,
         )
-        IamRolePolicy(
-            self,
-            "node-policy",
-            name="pipeline",
-            role=role.id,
-            policy=policy_json(
-                node_statements(
-                    environment=config.name,
-                    region=config.region,
-                    account=account,
-                    partition=partition,
-                    bucket_arn=bucket_arn,
-                    bucket_prefixes=layout.BUCKET_PREFIXES,
-                    data_key_arn=data_key_arn,
-                    kafka=KafkaResources(
-                        partition=partition,
+        for kind, role in roles.items():
+            IamRolePolicy(
+                self,
+                f"{kind.value}-policy",
+                name="pipeline",
+                role=role.id,
+                policy=policy_json(
+                    node_statements(
+                        kind=kind,
+                        environment=config.name,
                         region=config.region,
                         account=account,
-                        cluster_arn=cluster_arn,
-                        cluster_name=cluster_name,
-                        cluster_uuid=cluster_uuid,
-                        topic_prefix=config.topic_prefix,
-                    ),
-                    metric_namespaces=(metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE),
-                    log_group_arns=log_group_arns,
-                )
-            ),
-        )
-        self.role_arn: str = role.arn
-        return IamInstanceProfile(self, "node-profile", name=f"{prefix}-spark-node", role=role.name)
+                        partition=partition,
+                        bucket_arn=bucket_arn,
+                        data_key_arn=data_key_arn,
+                        kafka=kafka,
+                        metric_namespaces=(metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE),
+                        log_group_arns=log_group_arns,
+                        archiver_role_arn=roles[NodeKind.ARCHIVER].arn,
+                    )
+                ),
+            )
+        self.role_arns: dict[NodeKind, str] = {kind: role.arn for kind, role in roles.items()}
+        self.archiver_role_arn: str = roles[NodeKind.ARCHIVER].arn
+        return {
+            kind: IamInstanceProfile(
+                self, f"{kind.value}-profile", name=f"{prefix}-{kind.value}", role=roles[kind].name
+            )
+            for kind in (NodeKind.DRIVER, NodeKind.WORKER)
+        }
 
 
 def _node_image(scope: Construct, image_id: str) -> DataAwsAmi:

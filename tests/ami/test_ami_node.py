@@ -59,6 +59,7 @@ def run_job_parameters() -> list[str]:
         "spark-worker",
         "hdfs-namenode",
         "hdfs-datanode",
+        "hdfs-secondarynamenode",
         "tablecast-job",
         "tablecast-archiver",
     ],
@@ -206,6 +207,21 @@ def test_hdfs_site_keeps_data_on_the_data_volume_and_the_namespace_twice() -> No
     assert props["dfs.replication"] == "2"
 
 
+def test_the_secondary_namenode_checkpoints_the_edit_log_on_the_driver() -> None:
+    """Edits merge into a new image at least hourly, not only at the NameNode's start."""
+    props = xml_properties("hdfs-site.xml")
+    assert props["dfs.namenode.checkpoint.dir"] == "file:///data/hdfs/namesecondary"
+    assert int(props["dfs.namenode.checkpoint.period"]) <= 3600
+    assert int(props["dfs.namenode.checkpoint.txns"]) == 100000
+    assert props["dfs.namenode.http-address"] == "10.0.1.23:9870"
+    entries = unit("hdfs-secondarynamenode")
+    assert entries["ExecStart"] == ["/opt/hadoop/bin/hdfs secondarynamenode"]
+    assert entries["User"] == ["hdfs"]
+    assert "hdfs-namenode.service" in entries["Requires"][0]
+    text = " ".join(NODE_BOOTSTRAP.read_text(encoding="utf-8").split())
+    assert "hdfs-namenode.service hdfs-secondarynamenode.service spark-master.service" in text
+
+
 def test_spark_defaults_point_at_the_master_and_the_venv() -> None:
     lines = dict(
         line.split(None, 1)
@@ -236,6 +252,7 @@ def test_logs_flow_from_units_to_cloudwatch_log_groups() -> None:
         ("spark-worker", "spark"),
         ("hdfs-namenode", "hdfs"),
         ("hdfs-datanode", "hdfs"),
+        ("hdfs-secondarynamenode", "hdfs"),
     ):
         identifier = unit(name)["SyslogIdentifier"][0]
         matched = f"({re.escape(identifier)}|{identifier.split('-')[0]}-)"
@@ -322,7 +339,8 @@ def test_node_bootstrap_starts_only_the_roles_units() -> None:
     text = NODE_BOOTSTRAP.read_text(encoding="utf-8")
     flat = " ".join(text.split())
     assert (
-        "units=(hdfs-namenode.service spark-master.service tablecast-job.service"
+        "units=(hdfs-namenode.service hdfs-secondarynamenode.service spark-master.service"
+        " tablecast-job.service"
         " tablecast-archiver.service tablecast-hdfs-health.timer tablecast-hdfs-backup.timer)"
         in flat
     )
@@ -491,9 +509,17 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
     """Against a NameNode JMX servlet stand-in on loopback."""
     import http.server
     import threading
+    import time
 
+    checkpointed_ms = int((time.time() - 125 * 60) * 1000)  # 125 minutes ago
     beans = {
-        "FSNamesystem": {"MissingBlocks": 0, "UnderReplicatedBlocks": 4, "CorruptBlocks": 0},
+        "FSNamesystem": {
+            "MissingBlocks": 0,
+            "UnderReplicatedBlocks": 4,
+            "CorruptBlocks": 0,
+            "TransactionsSinceLastCheckpoint": 4321,
+            "LastCheckpointTime": checkpointed_ms,
+        },
         "FSNamesystemState": {
             "NumLiveDataNodes": 3,
             "NumDeadDataNodes": 1,
@@ -521,6 +547,7 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
             "AWS_REGION": "eu-west-1",
             "TABLECAST_PYTHON": sys.executable,
             "TABLECAST_NAMENODE_JMX": f"http://127.0.0.1:{server.server_port}/jmx",
+            "TABLECAST_NAME_DIRS": f"{tmp_path} /",
         }
         text = (BIN / "hdfs-health").read_text(encoding="utf-8")
         # Run the script's own Python with --print instead of publishing.
@@ -532,7 +559,15 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
     finally:
         server.shutdown()
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {
+    import shutil
+
+    printed = json.loads(result.stdout)
+    used = max(100.0 * shutil.disk_usage(p).used / shutil.disk_usage(p).total
+               for p in (tmp_path, Path("/")))  # fmt: skip
+    assert abs(printed.pop("HdfsNameDirsUsedPercent") - used) < 1.0
+    assert 125 <= printed.pop("HdfsMinutesSinceCheckpoint") < 127
+    assert printed == {
+        "HdfsTransactionsSinceCheckpoint": 4321,
         "HdfsCapacityUsedPercent": 25.0,
         "HdfsCorruptBlocks": 0,
         "HdfsDeadDataNodes": 1,
@@ -540,3 +575,37 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
         "HdfsMissingBlocks": 0,
         "HdfsUnderReplicatedBlocks": 4,
     }
+
+
+def test_the_data_volume_is_mounted_by_label_whatever_volume_holds_it(tmp_path: Path) -> None:
+    """A replaced volume (new, or from a snapshot) has another UUID: fstab names the label."""
+    fstab = tmp_path / "fstab"
+    fstab.write_text("UUID=aaa / ext4 defaults 0 1\n"
+                     "UUID=old-volume /data xfs defaults,noatime,nofail 0 2\n")  # fmt: skip
+    env = write_node_env(tmp_path) | {"TABLECAST_FSTAB": str(fstab)}
+    for _ in range(2):  # every boot
+        result = bash(f'source "{NODE_BOOTSTRAP}"\nensure_fstab', env)
+        assert result.returncode == 0, result.stderr
+    assert fstab.read_text().splitlines() == [
+        "UUID=aaa / ext4 defaults 0 1",
+        "LABEL=tablecast-data /data xfs defaults,noatime,nofail 0 2",
+    ]
+
+
+def test_node_bootstrap_runs_on_every_boot_not_only_the_first(tmp_path: Path) -> None:
+    from app.local.image import stage
+    from infra.constructs.user_data import NodeRole, node_user_data
+
+    image = stage(tmp_path / "image")
+    boot = (image.units / "tablecast-bootstrap.service").read_text(encoding="utf-8")
+    assert "ExecStart=/opt/tablecast/bin/node-bootstrap" in boot.splitlines()
+    assert "ConditionPathExists=/etc/tablecast/node.env" in boot.splitlines()
+    assert "WantedBy=multi-user.target" in boot.splitlines()
+    user_data = node_user_data(
+        environment="prod", role=NodeRole.WORKER, driver_host="10.0.0.1",
+        region="eu-west-1", zone_id="euw1-az1", hdfs_replication=2,
+    )  # fmt: skip
+    # The first boot's user data starts the same unit (after writing node.env).
+    assert user_data.rstrip().endswith("systemctl start tablecast-bootstrap.service")
+    node_files = (NODE_BOOTSTRAP.parents[2] / "scripts" / "node-files.sh").read_text("utf-8")
+    assert "systemctl enable tablecast-bootstrap.service" in node_files

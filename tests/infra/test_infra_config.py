@@ -182,7 +182,12 @@ def test_address_plan_puts_spark_in_its_own_subnet_of_the_first_zone() -> None:
     assert ipaddress.ip_address(plan.driver_private_ip) in ipaddress.ip_network(plan.spark_subnet)
     # Adding a zone later never moves the Spark subnet or the driver.
     assert plan_subnets("10.50.0.0/16", 2).spark_subnet == plan.spark_subnet
-    subnets = [ipaddress.ip_network(cidr) for cidr in [*plan.broker_subnets, plan.spark_subnet]]
+    assert plan.spark_subnets == ("10.50.64.0/20", "10.50.80.0/20", "10.50.96.0/20")
+    moved = plan_subnets("10.50.0.0/16", 3, spark_zone_index=1)
+    assert (moved.broker_subnets, moved.spark_subnets) == (plan.broker_subnets, plan.spark_subnets)
+    assert moved.spark_subnet == "10.50.80.0/20"
+    assert ipaddress.ip_address(moved.driver_private_ip) in ipaddress.ip_network("10.50.80.0/20")
+    subnets = [ipaddress.ip_network(cidr) for cidr in [*plan.broker_subnets, *plan.spark_subnets]]
     for index, subnet in enumerate(subnets):
         assert all(not subnet.overlaps(other) for other in subnets[index + 1 :])
 

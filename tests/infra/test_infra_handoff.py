@@ -34,10 +34,14 @@ def test_every_handoff_name_is_an_output(env: SynthesizedEnvironment) -> None:
 def test_job_version_starts_as_none_and_belongs_to_the_deploy_tool(
     env: SynthesizedEnvironment,
 ) -> None:
-    parameter = parameters(env)[handoff.parameter_name(env.config.name, handoff.JOB_VERSION)]
-    assert parameter["value"] == "none"
-    assert parameter["lifecycle"] == {"ignore_changes": ["value"]}
-    others = [p for p in parameters(env).values() if p is not parameter]
+    owned = [
+        parameters(env)[handoff.parameter_name(env.config.name, name)]
+        for name in (handoff.JOB_VERSION, handoff.JOB_WHEEL_SHA256)
+    ]
+    for parameter in owned:
+        assert parameter["value"] == "none"
+        assert parameter["lifecycle"] == {"ignore_changes": ["value"]}
+    others = [p for p in parameters(env).values() if all(p is not o for o in owned)]
     assert all("lifecycle" not in other for other in others)
 
 

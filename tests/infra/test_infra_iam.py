@@ -18,13 +18,74 @@ def identity_statements(env: SynthesizedEnvironment) -> list[Document]:
     ]
 
 
-def node_statements(env: SynthesizedEnvironment) -> dict[str, Document]:
+def role_statements(env: SynthesizedEnvironment, kind: str) -> dict[str, Document]:
+    """The statements of the driver's, the workers' or the archiver's role, by Sid."""
     (policy,) = [
         policy
         for policy in env["spark"].resources("aws_iam_role_policy").values()
-        if policy["role"] == "${aws_iam_role.node-role.id}"
+        if policy["role"] == f"${{aws_iam_role.{kind}-role.id}}"
     ]
     return {statement["Sid"]: statement for statement in policy_statements(policy["policy"])}
+
+
+def node_statements(env: SynthesizedEnvironment) -> dict[str, Document]:
+    return role_statements(env, "driver")
+
+
+KINDS = ("driver", "worker", "archiver")
+
+
+def object_access(statements: dict[str, Document]) -> dict[str, set[str]]:
+    """Per bucket prefix, the S3 object actions a role's statements allow on it."""
+    access: dict[str, set[str]] = {}
+    for statement in statements.values():
+        actions = {a for a in as_list(statement["Action"]) if a.startswith("s3:")}
+        for resource in as_list(statement["Resource"]):
+            if actions and "}/" in resource:
+                prefix = resource.rsplit("}/", 1)[1].removesuffix("/*")
+                access.setdefault(prefix, set()).update(actions)
+    return access
+
+
+def test_each_role_touches_only_its_prefixes_and_nobody_deletes_the_archive(
+    env: SynthesizedEnvironment,
+) -> None:
+    access = {kind: object_access(role_statements(env, kind)) for kind in KINDS}
+    write = {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload",
+             "s3:ListMultipartUploadParts"}  # fmt: skip
+    assert access["driver"] == {
+        "artifacts": {"s3:GetObject"},  # nodes only read artifacts/: the deploy tool writes
+        "archive": {"s3:GetObject"},
+        "output": write | {"s3:DeleteObject"},
+        "checkpoint-backups": write,
+    }
+    assert access["worker"] == {"archive": {"s3:GetObject"}, "output": write | {"s3:DeleteObject"}}
+    assert access["archiver"] == {"archive": write}
+    for kind in KINDS:
+        assert "s3:DeleteObject" not in access[kind].get("archive", set()), kind
+        assert access[kind].get("artifacts", {"s3:GetObject"}) == {"s3:GetObject"}, kind
+        listing = role_statements(env, kind)["ListPipelinePrefixes"]
+        prefixes = {p.removesuffix("/*") for p in listing["Condition"]["StringLike"]["s3:prefix"]}
+        assert prefixes == set(access[kind]), kind
+
+
+def test_only_the_driver_becomes_the_archiver_and_workers_read_no_ssm(
+    env: SynthesizedEnvironment,
+) -> None:
+    roles = env["spark"].resources("aws_iam_role")
+    (trust,) = policy_statements(roles["archiver-role"]["assume_role_policy"])
+    assert trust["Principal"] == {"AWS": "${aws_iam_role.driver-role.arn}"}
+    assert "ec2.amazonaws.com" not in roles["archiver-role"]["assume_role_policy"]
+    become = role_statements(env, "driver")["BecomeTheArchiver"]
+    assert (as_list(become["Action"]), as_list(become["Resource"])) == (
+        ["sts:AssumeRole"], ["${aws_iam_role.archiver-role.arn}"],
+    )  # fmt: skip
+    for kind in ("worker", "archiver"):
+        actions = {a for st in role_statements(env, kind).values() for a in as_list(st["Action"])}
+        assert "sts:AssumeRole" not in actions, kind
+    worker = role_statements(env, "worker")
+    assert not any(a.startswith("ssm:Get") for st in worker.values() for a in as_list(st["Action"]))
+    assert "ReadHandoffParameters" in role_statements(env, "archiver")
 
 
 def test_no_wildcard_actions_in_identity_policies(env: SynthesizedEnvironment) -> None:
@@ -67,33 +128,18 @@ def test_no_aws_managed_policy_on_the_nodes(env: SynthesizedEnvironment) -> None
     assert [statement["Sid"] for statement in ssm_reads] == ["ReadHandoffParameters"]
 
 
-def test_nodes_read_and_write_only_the_pipeline_prefixes(env: SynthesizedEnvironment) -> None:
-    statements = node_statements(env)
+def test_no_role_reaches_every_object_of_the_bucket(env: SynthesizedEnvironment) -> None:
     bucket = "${data.terraform_remote_state.cross-stack-reference-input-"
-    objects = statements["ReadWritePipelineObjects"]
-    assert set(as_list(objects["Action"])) >= {
-        "s3:GetObject",
-        "s3:PutObject",
-        "s3:DeleteObject",
-        "s3:AbortMultipartUpload",
-        "s3:ListMultipartUploadParts",
-    }
-    suffixes = {resource.rsplit("}/", 1)[1] for resource in objects["Resource"]}
-    assert suffixes == {
-        pattern for prefix in layout.BUCKET_PREFIXES for pattern in (prefix, f"{prefix}/*")
-    }
-    assert all(resource.startswith(bucket) for resource in objects["Resource"])
-    listing = statements["ListPipelinePrefixes"]
-    assert as_list(listing["Action"]) == ["s3:ListBucket"]
-    assert set(listing["Condition"]["StringLike"]["s3:prefix"]) == suffixes
-    # Nothing on every object of the bucket, which "<bucket arn>/*" would be.
-    s3_resources = [
-        resource
-        for statement in statements.values()
-        if any(action.startswith("s3:") for action in as_list(statement["Action"]))
-        for resource in as_list(statement["Resource"])
-    ]
-    assert not any(resource.endswith("}/*") for resource in s3_resources)
+    for kind in KINDS:
+        s3_resources = [
+            resource
+            for statement in role_statements(env, kind).values()
+            if any(action.startswith("s3:") for action in as_list(statement["Action"]))
+            for resource in as_list(statement["Resource"])
+        ]
+        assert s3_resources and all(resource.startswith(bucket) for resource in s3_resources)
+        # Nothing on every object of the bucket, which "<bucket arn>/*" would be.
+        assert not any(resource.endswith("}/*") for resource in s3_resources), kind
 
 
 def test_kms_use_only_through_s3(env: SynthesizedEnvironment) -> None:

@@ -206,6 +206,33 @@ def test_hdfs_alarms_watch_what_the_driver_publishes(env: SynthesizedEnvironment
     assert (backups["metric_name"], backups["period"]) == (CHECKPOINT_BACKUPS, 3 * 3600)
 
 
+def test_the_edit_logs_checkpoints_and_the_name_directories_alarm(
+    env: SynthesizedEnvironment,
+) -> None:
+    """Thresholds follow the secondary NameNode's settings in the image's hdfs-site.xml."""
+    import re
+
+    site = (ROOT / "ami" / "files" / "templates" / "hdfs-site.xml.tmpl").read_text("utf-8")
+    props = dict(re.findall(r"<name>([^<]+)</name>\s*<value>([^<]+)</value>", site))
+    txns = int(props["dfs.namenode.checkpoint.txns"])
+    period_minutes = int(props["dfs.namenode.checkpoint.period"]) // 60
+    health = (ROOT / "ami" / "files" / "bin" / "hdfs-health").read_text(encoding="utf-8")
+    expected = {
+        "hdfs-checkpoint-transactions": ("HdfsTransactionsSinceCheckpoint", 3 * txns),
+        "hdfs-checkpoint-age": ("HdfsMinutesSinceCheckpoint", 3 * period_minutes),
+        "hdfs-name-dirs-used": ("HdfsNameDirsUsedPercent", 80),
+    }
+    for name, (metric, threshold) in expected.items():
+        found = alarm(env, name)
+        assert (found["metric_name"], found["threshold"]) == (metric, threshold), name
+        assert found["comparison_operator"] == "GreaterThanThreshold"
+        assert found["namespace"] == "Tablecast/Nodes"
+        assert found["dimensions"] == {"Environment": env.config.name}
+        assert f'"{metric}"' in health, f"hdfs-health does not publish {metric}"
+        # Silence is the NameNode's: hdfs-live-datanodes fires on it.
+        assert found["treat_missing_data"] == "notBreaching"
+
+
 def test_alarms_are_built_from_one_table(env: SynthesizedEnvironment) -> None:
     stack = env.stacks.monitoring
     assert len(stack.specs) == len(alarms(env))

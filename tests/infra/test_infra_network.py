@@ -98,9 +98,16 @@ def test_security_groups_are_attached_across_stacks(env: SynthesizedEnvironment)
 def test_subnets_follow_the_address_plan(env: SynthesizedEnvironment) -> None:
     plan = env.config.subnets
     subnets = env["network"].resources("aws_subnet")
-    spark = subnets["spark"]
+    spark = subnets["spark"]  # the first zone's keeps the id the one Spark subnet had
     assert spark["cidr_block"] == plan.spark_subnet
     assert spark["availability_zone"] == env.config.availability_zones[0]
+    spark_subnets = {
+        subnet["availability_zone"]: subnet["cidr_block"]
+        for subnet in subnets.values()
+        if subnet["tags"]["Name"].startswith(f"{env.config.resource_prefix}-spark-")
+    }
+    zones = env.config.availability_zones
+    assert spark_subnets == dict(zip(zones, plan.spark_subnets, strict=True))
     brokers = {
         subnet["availability_zone"]: subnet["cidr_block"]
         for name, subnet in subnets.items()
@@ -116,7 +123,7 @@ def test_s3_gateway_endpoint_and_private_interface_endpoints(env: SynthesizedEnv
     services = {endpoint["service_name"]: endpoint for endpoint in endpoints}
     s3 = services[f"com.amazonaws.{env.config.region}.s3"]
     assert s3["vpc_endpoint_type"] == "Gateway"
-    for service in ("ssm", "ssmmessages", "ec2messages", "monitoring"):
+    for service in ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "sts"):
         endpoint = services[f"com.amazonaws.{env.config.region}.{service}"]
         assert endpoint["vpc_endpoint_type"] == "Interface"
         assert endpoint["private_dns_enabled"] is True

@@ -5,11 +5,12 @@ from pathlib import Path
 import pytest
 
 from infra.config import ConfigError, EndpointKind
-from infra.config.environments import configure
+from infra.config.environments import configure, dev
 from infra.config.settings import (
     TESTING_SETTINGS,
     alarm_endpoint,
     load_settings,
+    parse_settings,
     reserved_domain,
 )
 
@@ -156,3 +157,19 @@ def test_unknown_environment_and_missing_file(tmp_path: Path) -> None:
         configure({}, ["qa"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "missing.toml")
+
+
+def test_an_alarm_topic_in_another_region_fails_at_synth_in_one_line() -> None:
+    """CloudWatch alarms publish only to topics of their own region (else apply fails)."""
+    settings = parse_settings(
+        "dev",
+        {"account_id": "000000000000", "spark_image_id": "ami-0123456789abcdef0",
+         "alarm_endpoints": ["arn:aws:sns:us-east-1:000000000000:pager"],
+         "state_backend": {"bucket": "state"}},
+        source="t.toml",
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        dev(settings)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "alarm_endpoints" in message and "us-east-1" in message and "eu-west-1" in message

@@ -1,5 +1,7 @@
 """The Spark cluster: zone affinity, the image, IMDSv2, encrypted volumes, user data."""
 
+from pathlib import Path
+
 import pytest
 
 from infra.config import ConfigError, EnvironmentConfig, layout, versions
@@ -63,6 +65,10 @@ def test_hdfs_volumes_are_guarded_and_snapshotted(env: SynthesizedEnvironment) -
     for volume in spark.resources("aws_ebs_volume").values():
         assert volume["lifecycle"] == {"prevent_destroy": not env.config.throwaway}
         assert volume["tags"][tag[0]] == tag[1]
+    # The key that encrypts the volumes and so their snapshots: without it no
+    # snapshot can be restored.
+    (key,) = spark.resources("aws_kms_key").values()
+    assert key.get("lifecycle", {}).get("prevent_destroy", False) is not env.config.throwaway
     (policy,) = spark.resources("aws_dlm_lifecycle_policy").values()
     details = policy["policy_details"]
     assert details["resource_types"] == ["VOLUME"]
@@ -146,7 +152,8 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
         script = node["user_data"]
         assert script.startswith("#!/bin/bash\n")
         assert "set -euo pipefail" in script
-        assert script.rstrip().endswith(f"exec {layout.NODE_BOOTSTRAP}")
+        # node-bootstrap as its unit runs it on every boot (tests/ami checks the unit).
+        assert script.rstrip().endswith("systemctl start tablecast-bootstrap.service")
         assert f"cat > {layout.NODE_ENV_FILE} <<'NODE_ENV'" in script
         variables = node_env(script)
         assert variables["TABLECAST_ENV"] == env.config.name
@@ -165,13 +172,17 @@ def test_user_data_tells_each_node_its_role_and_driver(env: SynthesizedEnvironme
             )
 
 
-def test_nodes_use_the_instance_profile(env: SynthesizedEnvironment) -> None:
+def test_driver_and_workers_use_their_own_instance_profiles(env: SynthesizedEnvironment) -> None:
     spark = env["spark"]
     for node in instances(env).values():
-        assert node["iam_instance_profile"] == "${aws_iam_instance_profile.node-profile.name}"
+        kind = "driver" if "TABLECAST_ROLE=driver" in node["user_data"] else "worker"
+        assert node["iam_instance_profile"] == f"${{aws_iam_instance_profile.{kind}-profile.name}}"
         assert node["monitoring"] is True
-    role = spark.resources("aws_iam_role")["node-role"]
-    assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
+    for kind in ("driver", "worker"):
+        role = spark.resources("aws_iam_role")[f"{kind}-role"]
+        assert '"Service": "ec2.amazonaws.com"' in role["assume_role_policy"]
+        profile = spark.resources("aws_iam_instance_profile")[f"{kind}-profile"]
+        assert profile["role"] == f"${{aws_iam_role.{kind}-role.name}}"
 
 
 def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:
@@ -190,3 +201,30 @@ def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:
 def test_zone_id_is_looked_up_for_the_nodes_zone(env: SynthesizedEnvironment) -> None:
     (zone,) = env["spark"].data_sources("aws_availability_zone").values()
     assert zone["name"] == env.config.spark_availability_zone
+
+
+def test_the_driver_is_tagged_as_the_tools_look_for_it(env: SynthesizedEnvironment) -> None:
+    from app import handoff
+
+    drivers = [i for i in instances(env).values() if "TABLECAST_ROLE=driver" in i["user_data"]]
+    assert [d["tags"]["Name"] for d in drivers] == [handoff.driver_name(env.config.name)]
+
+
+def test_the_documented_roll_reapplies_every_stack_that_names_an_instance(
+    env: SynthesizedEnvironment,
+) -> None:
+    """A replaced instance has a new id: every stack that reads one is in the roll's step 4."""
+    import re
+
+    naming = {
+        component
+        for component, stack in env.synthesized.items()
+        if re.search(r"aws_instance\.?[\w-]*?\.id\}|cross-stack-output-aws_instance[\w-]*id\}",
+                     stack.text) and component != "spark"
+    }  # fmt: skip
+    assert naming == {"monitoring", "handoff"}
+    for stack in env.synthesized.values():
+        assert not re.search(r'"i-[0-9a-f]{8,17}"', stack.text), "no instance id is written down"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "infra.md").read_text("utf-8")
+    roll = docs[docs.index("## Rolling the nodes") :]
+    assert "deploy tablecast-prod-monitoring tablecast-prod-handoff" in roll

@@ -307,7 +307,8 @@ def check_applied(env: SynthesizedEnvironment, endpoint: str) -> None:
         Filters=[{"Name": "attachment.vpc-id", "Values": [vpc["VpcId"]]}]
     )["InternetGateways"]
     subnets = ec2.describe_subnets(Filters=vpc_filter)["Subnets"]
-    assert len(subnets) == len(config.availability_zones) + 1
+    # A broker subnet and a Spark subnet in every zone.
+    assert len(subnets) == 2 * len(config.availability_zones)
     groups = {
         group["GroupName"]: group
         for group in ec2.describe_security_groups(Filters=vpc_filter)["SecurityGroups"]

@@ -11,35 +11,42 @@ from pathlib import Path
 import pytest
 
 from app.errors import ConfigurationError
+from app.local.image import StagedImage, stage
 from app.local.supervisor import Supervisor
-from app.local.units import UNITS, ServiceSpec, read_unit, render
+from app.local.units import ServiceSpec, read_unit, render
 
 NODE = {"TABLECAST_DRIVER_HOST": "127.0.0.1", "SPARK_LOCAL_IP": "127.0.0.1", "TABLECAST_ENV": "t"}
 PATHS = {"/opt/spark": "/x/spark", "/opt/tablecast/bin": "/x/bin", "/data": "/x/data",
          "/opt/tablecast/venv": "/x/venv"}  # fmt: skip
 
 
-def test_the_images_units_render_with_this_machines_paths() -> None:
-    master = render("spark-master", NODE, PATHS)
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> StagedImage:
+    return stage(tmp_path_factory.mktemp("image") / "root")
+
+
+def test_the_images_units_render_with_this_machines_paths(image: StagedImage) -> None:
+    units = image.units
+    master = render("spark-master", NODE, PATHS, units=units)
     assert master.argv == (
         "/x/spark/bin/spark-class", "org.apache.spark.deploy.master.Master",
         "--host", "127.0.0.1", "--port", "7077", "--webui-port", "8080",
     )  # fmt: skip
-    worker = render("spark-worker", NODE, PATHS)
+    worker = render("spark-worker", NODE, PATHS, units=units)
     assert worker.argv[-3:] == ("--work-dir", "/x/data/spark/work", "spark://127.0.0.1:7077")
-    job = render("tablecast-job", NODE, PATHS, restart_sec_cap=5)
+    job = render("tablecast-job", NODE, PATHS, restart_sec_cap=5, units=units)
     assert job.argv == ("/x/bin/run-job",)
     assert (job.restart_on_failure, job.restart_sec) == (True, 5)
-    archiver = render("tablecast-archiver", NODE, PATHS)
+    archiver = render("tablecast-archiver", NODE, PATHS, units=units)
     assert archiver.argv[:4] == ("/x/venv/bin/python", "-m", "app.ops", "archive")
-    assert "t" in archiver.argv and read_unit("tablecast-archiver")["RestartSec"] == "30"
+    assert "t" in archiver.argv and read_unit("tablecast-archiver", units)["RestartSec"] == "30"
 
 
-def test_a_unit_needing_a_variable_this_machine_lacks_is_refused() -> None:
+def test_a_unit_needing_a_variable_this_machine_lacks_is_refused(image: StagedImage) -> None:
     with pytest.raises(ConfigurationError, match=r"spark-worker\.service needs SPARK_LOCAL_IP"):
-        render("spark-worker", {"TABLECAST_DRIVER_HOST": "127.0.0.1"}, PATHS)
+        render("spark-worker", {"TABLECAST_DRIVER_HOST": "127.0.0.1"}, PATHS, units=image.units)
     with pytest.raises(ConfigurationError, match="no unit"):
-        read_unit("no-such-unit", UNITS)
+        read_unit("no-such-unit", image.units)
 
 
 def spec(name: str, script: str, restart: bool = True) -> ServiceSpec:

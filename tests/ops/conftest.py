@@ -77,6 +77,7 @@ def environment(aws: AwsClients) -> Environment:
             handoff.DRIVER_ADDRESS: "10.0.1.23",
             handoff.DRIVER_INSTANCE_ID: driver["InstanceId"],
             handoff.JOB_VERSION: "none",
+            handoff.JOB_WHEEL_SHA256: "none",
             handoff.RETENTION_HOURS: "96",
             handoff.REPLICATION_FACTOR: "1",
             handoff.REGION: REGION,

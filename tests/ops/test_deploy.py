@@ -32,6 +32,11 @@ def job_version(aws: AwsClients, env: Environment) -> str:
     return aws.ssm.get_parameter(Name=name)["Parameter"]["Value"]
 
 
+def wheel_sha256(aws: AwsClients, env: Environment) -> str:
+    name = handoff.parameter_name(env.name, handoff.JOB_WHEEL_SHA256)
+    return aws.ssm.get_parameter(Name=name)["Parameter"]["Value"]
+
+
 def commands(aws: AwsClients, env: Environment) -> list[str]:
     """The scripts sent to the driver, oldest first."""
     sent = aws.ssm.list_commands(InstanceId=env.driver)["Commands"]
@@ -75,6 +80,8 @@ def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
     body = aws.s3.get_object(Bucket=environment.bucket, Key=key)["Body"].read()
     assert body == job_wheel.path.read_bytes()
     assert job_version(aws, environment) == job_wheel.version
+    # run-job installs no other bytes than these (tests/ami/test_ami_run_job.py).
+    assert wheel_sha256(aws, environment) == job_wheel.sha256
     (script,) = commands(aws, environment)
     assert "systemctl restart tablecast-job.service" in script
     assert f'[ "$installed" = "{job_wheel.version}" ]' in script
@@ -137,6 +144,20 @@ def test_rollback_redeploys_an_uploaded_version_and_refuses_a_missing_one(
         )
     assert not report.uploaded
     assert job_version(aws, environment) == job_wheel.version
+    # The hash recorded with the upload, read from the artifact's metadata.
+    assert wheel_sha256(aws, environment) == job_wheel.sha256
+
+
+def test_a_redeploy_of_a_wheel_without_a_recorded_hash_is_refused(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    key = f"artifacts/{job_wheel.name}"
+    aws.s3.put_object(Bucket=environment.bucket, Key=key, Body=job_wheel.path.read_bytes())
+    with pytest.raises(ArtifactMissingError, match="no SHA-256 recorded"):
+        deploy.deploy(aws, environment.name, version=job_wheel.version, heartbeat_timeout_s=1,
+                      poll_s=0.05)  # fmt: skip
+    assert job_version(aws, environment) == "none"
+    assert commands(aws, environment) == []
 
 
 def test_a_stopped_driver_is_reported_before_any_command(
@@ -199,3 +220,22 @@ def test_every_script_sent_to_the_driver_passes_shellcheck(tmp_path: Path) -> No
             [shellcheck, "--shell=sh", str(path)], check=False, capture_output=True, text=True
         )
         assert result.returncode == 0, result.stdout
+
+
+def test_a_rolled_driver_is_found_by_its_name_tag_not_the_handoffs_old_id(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    """After a roll the hand-off may still name the terminated driver; the tag names the new one."""
+    image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    (new,) = aws.ec2.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1,
+        TagSpecifications=[{
+            "ResourceType": "instance",
+            "Tags": [{"Key": "Name", "Value": handoff.driver_name(environment.name)}],
+        }],
+    )["Instances"]  # fmt: skip
+    aws.ec2.terminate_instances(InstanceIds=[environment.driver])
+    with DriverStandIn(REGION, environment.name, new["InstanceId"]):
+        report = deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20,
+                               poll_s=0.05)  # fmt: skip
+    assert report.restart.instance_id == new["InstanceId"]
