@@ -36,9 +36,11 @@ PROVIDER = Path("registry.terraform.io/hashicorp/aws")
 # The provider's endpoint names for every service the stacks call.
 MOTO_SERVICES = (
     "applicationautoscaling",
+    "athena",
     "cloudwatch",
     "dlm",
     "ec2",
+    "glue",
     "iam",
     "kafka",
     "kms",
