@@ -38,6 +38,7 @@ from app.local.demo import publish, verify, wait_until_caught_up
 from app.local.pipeline import LocalPipeline, Paths
 from app.sink.ledger import Ledger
 from app.storage import resolve
+from tests.fixture_processes import owned_by_fixture
 
 # 8 sessions reach all six topic-partitions: 336 messages, and every session
 # is still open at the kill (its snapshot, resync and end are on either side).
@@ -153,6 +154,9 @@ def kill_mid_stream(pipeline: LocalPipeline, service: str, seed: int) -> None:
     # a moment that could precede it.
     wait_for(pipeline, lambda: supervisor.services[service].starts > starts,
              f"the supervisor to start {service} again", poll_s=0.5)  # fmt: skip
+    restarted = supervisor.pid(service)
+    assert restarted is not None
+    owned_by_fixture(restarted)  # the module's pipeline stops it, as it stopped the first
     wait_until_caught_up(pipeline, timeout_s=420)
     ok, verified = verify(pipeline)
     assert ok, verified
