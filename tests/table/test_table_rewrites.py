@@ -23,7 +23,7 @@ from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 from tests.spark.test_recompute import SPEC, DroppingProcessor, _as_version
-from tests.table.helpers import assert_follows_ledger, load_table, table_rows
+from tests.table.helpers import assert_follows_ledger, load_table, table_files, table_rows
 
 PATTERN = "^sensor-.+"
 
@@ -133,21 +133,15 @@ def test_a_replay_of_the_same_rows_commits_nothing(spark: Any, tmp_path: Path) -
     write_capture(archive, SPEC)
     run_job(spark, archive, live, tmp_path / "ckpt", max_offsets_per_trigger=150)
     before = _snapshot_ids(live)
-    files = table_commit_files(live)
+    files = table_files(live)
     report = replay(spark, str(archive), str(live), 0, 4_102_444_800_000, topic_pattern=PATTERN)
     assert report.record.published and not report.record.removed
     # The same code recomputed the same bytes: every file kept, nothing for the table.
     assert _new_snapshots(live, before) == []
-    assert table_commit_files(live) == files
+    assert table_files(live) == files
     _assert_table_is_the_output(live)
     assert_exact(archive, live)
     assert_follows_ledger(live)
-
-
-def table_commit_files(output: Path) -> set[str]:
-    from tests.table.helpers import table_files
-
-    return table_files(output)
 
 
 @pytest.mark.spark
