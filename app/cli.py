@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect", help="print the sessions' state that a checkpoint holds"
     )
     inspect.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
+    inspect.add_argument("--output", required=True,
+                         help="the output the checkpoint writes: its ledger names the state "
+                         "version of each batch")  # fmt: skip
     inspect.add_argument("--session", default=None, help="print this session's table in full")
     inspect.add_argument("--at-batch", type=int, default=None, metavar="N",
                          help="the state after batch N [the last committed batch]")  # fmt: skip
@@ -427,6 +430,7 @@ def _inspect(args: argparse.Namespace) -> int:
     snapshot = inspect_mod.read_state(
         spark,
         args.checkpoint,
+        args.output,
         at_batch=args.at_batch,
         session=args.session,
         limit=None if args.session else args.limit,

@@ -4,9 +4,12 @@ The break-point view of the pipeline: what the job remembers of each
 session after a given micro-batch (its table, last seq, topic-partition and
 last offset, whether it is closed or quarantined), read from the
 partitions' state files beside the checkpoint
-(:mod:`app.engine.store`): for every topic-partition of the batch, the
-newest version at or before the batch's end offset. The job need not be
-running, and reading never changes the checkpoint.
+(:mod:`app.engine.store`): exactly the version (offset and digest) that the
+output's ledger entry of that batch records, the one the next batch loads,
+never merely the newest file (a losing resync pass or a zombie task may
+have saved another version of the same offset). A recorded version that is
+missing or damaged is a :class:`~app.errors.StateError`. The job need not
+be running, and reading never changes the checkpoint or the output.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from typing import Any
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.processor import Table, TableProcessor
-from app.engine.state import SessionState
+from app.engine.state import SessionState, StateVersion
 from app.engine.store import StateStore, state_root
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, StateError
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import Ledger
 from app.spark.checkpoint import CheckpointLog
+from app.storage import resolve
 
 __all__ = [
     "SessionView",
@@ -71,12 +77,14 @@ class StateSnapshot:
 def read_state(
     spark: Any,
     checkpoint: str,
+    output: str,
     *,
     at_batch: int | None = None,
     session: str | None = None,
     limit: int | None = None,
 ) -> StateSnapshot:
-    """Read the checkpoint's state after ``at_batch`` (default: the last committed batch).
+    """Read the checkpoint's state after ``at_batch`` (default: the last committed batch),
+    as ``output``'s ledger records it.
 
     ``session`` keeps that session only; ``limit`` bounds how many sessions
     are listed (the counts always cover all of them).
@@ -87,17 +95,23 @@ def read_state(
     store = StateStore(state_root(log.uri))
     processor = TableProcessor()
     views: list[SessionView] = []
-    for tp in sorted(end):
-        versions = store.versions(tp)
-        at_or_before = [v for v in versions if v.offset <= end[tp]]
-        if not at_or_before:
-            if versions:
-                raise ConfigurationError(
-                    f"--at-batch {batch_id}: checkpoint {log.uri} keeps the state of {tp} "
-                    f"from offset {versions[0].offset} on only (the last few versions)"
-                )
+    recorded = _recorded_versions(log, output, batch_id)
+    head = Ledger(resolve(output)).head()
+    loaded_next = head.states if head is not None and head.states is not None else {}
+    for tp in sorted(recorded if recorded is not None else end):
+        version = recorded[tp] if recorded is not None else _newest_at(store, log, batch_id, tp,
+                                                                       end[tp])  # fmt: skip
+        if version is None:
             continue  # no record of the partition was processed by then
-        state = store.load(tp, at_or_before[-1], processor)
+        try:
+            state = store.load(tp, version, processor)
+        except StateError:
+            if loaded_next.get(tp) == version or version in store.versions(tp):
+                raise  # the version the next batch loads, or a damaged one
+            raise ConfigurationError(
+                f"--at-batch {batch_id}: checkpoint {log.uri} keeps the state of the last "
+                f"few batches only; {tp.key()} version {version.describe()} is gone"
+            ) from None
         views.extend(SessionView(tp, s) for s in state.sessions.values())
     views.sort(key=lambda v: (v.state.session, v.tp))
     if session is not None:
@@ -118,6 +132,38 @@ def read_state(
         sum(v.status == "closed" for v in views),
         sum(v.status == "quarantined" for v in views),
     )
+
+
+def _recorded_versions(
+    log: CheckpointLog, output: str, batch_id: int
+) -> dict[TopicPartition, StateVersion] | None:
+    """The versions the ledger entry of ``batch_id`` of this checkpoint records (None: an
+    entry older than recorded versions)."""
+    query = log.query_id()
+    found = [
+        e for e in Ledger(resolve(output)).entries()
+        if e.kind is ledger_mod.BATCH and e.checkpoint_id == query and e.batch_id == batch_id
+    ]  # fmt: skip
+    if not found:
+        raise ConfigurationError(
+            f"output {output} has no ledger entry of batch {batch_id} of checkpoint {log.uri} "
+            f"(query {query}): give the output this checkpoint writes (--output)"
+        )
+    return found[-1].states
+
+
+def _newest_at(
+    store: StateStore, log: CheckpointLog, batch_id: int, tp: TopicPartition, end: int
+) -> StateVersion | None:
+    """For entries written before versions were recorded: the newest version at ``end``."""
+    versions = store.versions(tp)
+    at_or_before = [v for v in versions if v.offset <= end]
+    if not at_or_before and versions:
+        raise ConfigurationError(
+            f"--at-batch {batch_id}: checkpoint {log.uri} keeps the state of {tp} "
+            f"from offset {versions[0].offset} on only (the last few versions)"
+        )
+    return at_or_before[-1] if at_or_before else None
 
 
 def _batch_check(log: CheckpointLog, at_batch: int | None) -> int:

@@ -149,7 +149,7 @@ def test_a_run_publishes_every_alarm_metric_with_the_values_of_its_input(
     worst = run.statistic(metric_names.RECORDS_BEHIND_WORST_PARTITION, "Maximum")
     assert 0 < worst <= run.statistic(metric_names.RECORDS_BEHIND, "Maximum")
     # Sessions stay in state (closed ones until their idle timeout): the last count is the most.
-    in_state = read_state(spark, str(run.checkpoint)).total
+    in_state = read_state(spark, str(run.checkpoint), str(run.output)).total
     assert run.statistic(metric_names.SESSIONS_IN_STATE, "Maximum") == in_state == SPEC.sessions
     assert run.statistic(metric_names.STATE_BYTES, "Minimum") > 0
 
@@ -186,10 +186,10 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
     log = CheckpointLog(spark, str(run.checkpoint))
     last = log.last_committed()
     assert last is not None and last >= 2
-    final = read_state(spark, str(run.checkpoint))
+    final = read_state(spark, str(run.checkpoint), str(run.output))
     assert final.batch_id == last
 
-    snapshot = read_state(spark, str(run.checkpoint), at_batch=1)
+    snapshot = read_state(spark, str(run.checkpoint), str(run.output), at_batch=1)
     end = log.offsets(1)
     assert end is not None and snapshot.end == end
     expected = expected_states(run.archive, end)
@@ -209,7 +209,8 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = cli.main(["inspect", "--checkpoint", str(run.checkpoint), "--at-batch", "1",
+        code = cli.main(["inspect", "--checkpoint", str(run.checkpoint), "--output",
+                         str(run.output), "--at-batch", "1",
                          "--session", state.session])  # fmt: skip
     assert code == 0
     lines = stdout.getvalue().splitlines()

@@ -1,14 +1,25 @@
-"""Lost or damaged state versions are state errors, never blamed on the data."""
+"""Lost or damaged state versions are state errors, never blamed on the data; inspect reads
+the recorded version."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app import cli
+from app.contract.offsets import TopicPartition
+from app.contract.processor import TableProcessor
+from app.engine.store import StateStore, content_digest, encode, state_root
 from app.errors import StateError
+from app.recovery.inspect import read_state
+from app.sink.ledger import Ledger
+from app.storage import resolve
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 
@@ -67,3 +78,47 @@ def test_an_intact_checkpoint_goes_on_exactly(spark: Any, full: Path, tmp_path: 
     archive, output, checkpoint = _first_part_published(spark, full, tmp_path)
     run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=20)
     assert_exact(archive, output)
+
+
+def test_inspect_reads_the_version_the_ledger_records_not_the_newest(
+    spark: Any, full: Path, tmp_path: Path
+) -> None:
+    """A stale version of the same offset (a losing resync pass, a zombie task) sorts after
+    the recorded one: inspect shows the recorded state, as the next batch would load it."""
+    _, output, checkpoint = _first_part_published(spark, full, tmp_path)
+    head = Ledger(resolve(str(output))).head()
+    assert head is not None and head.states is not None
+    tp = TopicPartition("sensor-0", 1)
+    recorded = head.states[tp]
+    store = StateStore(state_root(str(checkpoint)))
+    state = store.load(tp, recorded, TableProcessor())
+    assert len(state.sessions) > 1
+    for name in sorted(state.sessions):  # drop one session, until the digest sorts after
+        sessions = {k: v for k, v in state.sessions.items() if k != name}
+        stale = dataclasses.replace(state, sessions=sessions)
+        if content_digest(encode(stale, TableProcessor())) > recorded.digest:
+            break
+    else:
+        raise AssertionError("no stale version sorts after the recorded one")
+    version, _ = store.save(stale, TableProcessor())
+    assert max(store.versions(tp)) == version != recorded  # what "the newest" would pick
+
+    snapshot = read_state(spark, str(checkpoint), output=str(output))
+    shown = {v.state.session for v in snapshot.sessions if v.tp == tp}
+    assert shown == set(state.sessions)
+
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = cli.main(["inspect", "--checkpoint", str(checkpoint), "--output", str(output),
+                         "--session", name])  # fmt: skip
+    assert code == 0 and stdout.getvalue().startswith(f"session {name} in checkpoint ")
+
+
+def test_inspect_names_a_lost_recorded_version_as_a_state_error(
+    spark: Any, full: Path, tmp_path: Path
+) -> None:
+    _, output, checkpoint = _first_part_published(spark, full, tmp_path)
+    newest = _newest(checkpoint)
+    newest.unlink()
+    with pytest.raises(StateError, match=f"sensor-0:1 version {int(newest.name[:20])}"):
+        read_state(spark, str(checkpoint), output=str(output))
