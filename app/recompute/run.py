@@ -12,8 +12,9 @@
    and then the visible files of the recomputed blocks it replaces are
    retired. A published object is never written again in place. Between the
    two, a plain-listing reader sees a rewritten block's messages in both
-   files, never in neither; the rewrite's record in the ledger makes the next
-   recompute or repair retire the old names if a crash came between.
+   files, never in neither; the rewrite's record in the ledger makes the live
+   job, or the next recompute or repair, retire the old names if a crash came
+   between (once the record's lease ran out: :mod:`app.sink.rewrite`).
 4. Record the recompute in ``_tablecast/ledger/recomputes/`` (beside the
    ledger's numbered entries, which belong to the live job alone: a
    recompute never changes the ledger's head, so the live job runs on).

@@ -34,8 +34,9 @@ A micro-batch is committed in these steps (``foreachBatch`` on the driver):
    last state version (offset and digest): the next batch loads exactly
    those.
 8. Clear ``pending.json`` and the staging directory; record the batch's
-   sessions and remove old state versions. Spark then writes its commit to
-   the checkpoint.
+   sessions and remove old state versions; finish any rewrite whose process
+   died (:func:`app.sink.rewrite.finish_abandoned`: one listing of the
+   rewrite records). Spark then writes its commit to the checkpoint.
 
 A crash anywhere before step 7 leaves Spark to redo the batch with the same
 offsets, which loads the same state versions, stages the same files and
@@ -73,6 +74,7 @@ from app.errors import (
     TablecastError,
 )
 from app.sink import ledger as ledger_mod
+from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending, retire_unledgered
 from app.spark import worker_errors
 from app.spark.checkpoint import CheckpointLog
@@ -326,6 +328,7 @@ class ExactlyOnceSink:
         ledger.clear_pending()
         clear_staging()
         self.engine.committed(outcome, states)
+        rewrite_mod.finish_abandoned(location)  # a recompute that died mid-rewrite
         log.info("batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
                  batch_id, number, len(files), outcome.rows, offsets_mod.describe(begins),
                  offsets_mod.describe(end))  # fmt: skip

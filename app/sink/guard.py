@@ -22,6 +22,7 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
+from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger, LedgerEntry, retire_unledgered
 from app.sink.writer import visible_files
 from app.spark.checkpoint import CheckpointLog
@@ -43,6 +44,8 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
     ledger = Ledger(location)
     # Files staged by a run that died are never published; a redo stages anew.
     location.delete_dir(location.child(ledger_mod.STAGING_DIR))
+    # A rewrite whose process died shows its blocks twice until someone finishes it.
+    rewrite_mod.finish_abandoned(location)
     head = ledger.head()
     _retire_pending(ledger, head, checkpoint)
     adopt = ledger.adopted_sessions()

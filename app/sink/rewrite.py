@@ -17,18 +17,48 @@ reader's open handle. A rewrite (``tablecast correct``, ``replay``,
 4. Remove the record.
 
 A crash before step 1 leaves only hidden staging. A crash after it leaves
-the record: the next rewrite of the output (:func:`finish_open`, which
-every rewriting command runs first) carries out steps 2 to 4 for it, so no
-crash leaves a message's rows visible twice after the next run. Between
-steps 2 and 3 a plain-listing reader sees the rewritten blocks' messages in
-both the old and the new file; it never misses one.
+the record, and someone must finish steps 2 to 4 for it, or the rewritten
+blocks stay visible twice. But a record alone does not say whether its
+rewrite crashed or is still running, and a second process carrying out
+the same steps beside a running rewrite would publish its names while that
+one does too. So the record carries a lease: the rewriting process (its
+``owner``) writes ``lease_until`` (wall-clock seconds, ``LEASE_SECONDS``
+ahead) in step 1, renews it while it works (whenever half of it is used),
+and gives it up at once when it fails with an error. A record whose lease
+has run out belongs to a process that died (SIGKILL, lost machine):
+
+- The live job (:func:`finish_abandoned`, at start-up and after each
+  published batch) finishes it, and leaves a record under a running lease
+  alone (logged).
+- A rewriting command (:func:`finish_open`, which ``correct``, ``replay``
+  and ``repair`` run first) finishes it too, and refuses to start beside a
+  running one, in one line naming it and when its lease runs out.
+
+A process that finishes someone else's record first takes the lease (its
+own owner and a new ``lease_until``), then reads the record back; if another
+process took it meanwhile, it leaves the record to that one. Even then two
+processes may finish one record at once (both took it within one write,
+or an owner that stalled past its lease wakes up), so every step is safe to
+repeat and to run twice at once: a publish whose staged file the other
+process already moved keeps that process's copy, the table's snapshot
+replaces the same files by the same files, and retiring a name already
+gone does nothing. The lease is compared across machines' clocks: it is
+long (minutes) beside their skew.
+
+Between steps 2 and 3 a plain-listing reader sees the rewritten blocks'
+messages in both the old and the new file; it never misses one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import posixpath
+import time
+import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import orjson
 
@@ -40,6 +70,7 @@ from app.table import commit as table_commit
 log = logging.getLogger(__name__)
 
 REWRITES_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "rewrites")
+LEASE_SECONDS = 600.0  # a rewrite's steps 2 to 4 renew it; minutes beside clock skew
 _MARK = "~"  # not in a Kafka topic's name ([a-zA-Z0-9._-]): the rewrite's part of a name
 
 
@@ -64,11 +95,22 @@ class Rewrite:
     retire: tuple[str, ...]
     kind: str = "rewrite"  # replay, correction, repair: the Iceberg snapshot's kind
     note: str = ""  # what was rewritten, for the snapshot's summary
+    owner: str = ""  # the process carrying it out ("": none; records from before leases)
+    lease_until: float = 0.0  # seconds since the epoch; 0: given up (its owner failed)
 
     def to_json(self) -> bytes:
         doc = {"key": self.key, "publish": [list(p) for p in self.publish],
-               "retire": list(self.retire), "kind": self.kind, "note": self.note}  # fmt: skip
+               "retire": list(self.retire), "kind": self.kind, "note": self.note,
+               "owner": self.owner, "lease_until": self.lease_until}  # fmt: skip
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    def running(self, now: float) -> bool:
+        """Whether its owner may still be at work (its lease has not run out)."""
+        return now < self.lease_until
+
+    def describe_lease(self) -> str:
+        until = datetime.fromtimestamp(self.lease_until, UTC).isoformat(timespec="seconds")
+        return f"owner {self.owner or '?'}, lease until {until}"
 
     @classmethod
     def from_json(cls, data: bytes) -> Rewrite:
@@ -79,6 +121,8 @@ class Rewrite:
             retire=tuple(doc["retire"]),
             kind=doc.get("kind", "rewrite"),
             note=doc.get("note", ""),
+            owner=doc.get("owner", ""),
+            lease_until=float(doc.get("lease_until", 0.0)),
         )
 
 
@@ -96,29 +140,77 @@ def _record_path(location: Location, key: str) -> str:
     return location.child(REWRITES_DIR, f"{key}.json")
 
 
+def _now() -> float:
+    return time.time()
+
+
+def _new_owner() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class _Lease:
+    """The lease a process holds on one record while it carries out steps 2 to 4."""
+
+    def __init__(self, location: Location, rewrite: Rewrite) -> None:
+        self.location = location
+        self.rewrite = rewrite
+
+    def write(self, until: float) -> None:
+        self.rewrite = dataclasses.replace(self.rewrite, lease_until=until)
+        self.location.write_bytes_atomic(_record_path(self.location, self.rewrite.key),
+                                         self.rewrite.to_json())  # fmt: skip
+
+    def renew(self) -> None:
+        """A new lease once half of it is used, unless the record is gone or another
+        process took it over (this one's steps then repeat that one's, harmlessly)."""
+        now = _now()
+        if self.rewrite.lease_until - now > LEASE_SECONDS / 2:
+            return
+        current = _read(self.location, self.rewrite.key)
+        if current is not None and current.owner == self.rewrite.owner:
+            self.write(now + LEASE_SECONDS)
+
+    def give_up(self) -> None:
+        """The owner failed: the record is at once anyone's to finish."""
+        with contextlib.suppress(Exception):  # best effort: the lease runs out anyway
+            current = _read(self.location, self.rewrite.key)
+            if current is not None and current.owner == self.rewrite.owner:
+                self.write(0.0)
+
+
+def _read(location: Location, key: str) -> Rewrite | None:
+    try:
+        return Rewrite.from_json(location.read_bytes(_record_path(location, key)))
+    except FileNotFoundError:
+        return None  # finished (step 4) meanwhile
+
+
 def carry_out(location: Location, rewrite: Rewrite, steps: RewriteSteps | None = None) -> None:
     """Steps 1 to 4."""
     steps = steps or RewriteSteps()
+    lease = _Lease(location, dataclasses.replace(rewrite, owner=_new_owner()))
     # Step 1
-    location.write_bytes_atomic(_record_path(location, rewrite.key), rewrite.to_json())
-    steps.recorded()
-    _finish(location, rewrite, steps)
+    lease.write(_now() + LEASE_SECONDS)
+    _steps_2_to_4(lease, steps, recorded=True)
 
 
-def _finish(location: Location, rewrite: Rewrite, steps: RewriteSteps) -> None:
+def _steps_2_to_4(lease: _Lease, steps: RewriteSteps, recorded: bool = False) -> None:
+    try:
+        if recorded:
+            steps.recorded()
+        _finish(lease, steps)
+    except BaseException:
+        lease.give_up()
+        raise
+
+
+def _finish(lease: _Lease, steps: RewriteSteps) -> None:
+    location, rewrite = lease.location, lease.rewrite
     # Step 2
     for staged, visible in rewrite.publish:
-        source, target = location.child(staged), location.child(visible)
-        if location.exists(source):
-            location.move(source, target)
-        elif not location.exists(target):
-            raise OutputStateError(
-                f"rewrite {rewrite.key} of {location.uri} cannot finish: its staged file "
-                f"{staged} is gone and {visible} was never published; the names it would "
-                f"retire stay (remove {posixpath.join(REWRITES_DIR, rewrite.key)}.json and "
-                "run the recompute again)",
-                output=location.uri, rewrite=rewrite.key, path=staged,
-            )  # fmt: skip
+        lease.renew()
+        _publish(location, rewrite, staged, visible)
+    lease.renew()
     # The Iceberg table's one overwrite snapshot (app.table), before any old name goes:
     # its readers see the old files or the new, and never a retired one. Done again
     # when a crashed rewrite is finished (the same content; one more snapshot).
@@ -126,26 +218,102 @@ def _finish(location: Location, rewrite: Rewrite, steps: RewriteSteps) -> None:
                                 removed=list(rewrite.retire), kind=rewrite.kind,
                                 note=rewrite.note or rewrite.key)  # fmt: skip
     steps.published()
+    lease.renew()
     # Step 3
     for relative in rewrite.retire:
-        location.delete_file(location.child(relative))
+        with contextlib.suppress(FileNotFoundError):  # another finisher retired it first
+            location.delete_file(location.child(relative))
     # Step 4
-    location.delete_file(_record_path(location, rewrite.key))
+    with contextlib.suppress(FileNotFoundError):
+        location.delete_file(_record_path(location, rewrite.key))
+
+
+def _publish(location: Location, rewrite: Rewrite, staged: str, visible: str) -> None:
+    """One publish of step 2; the staged file may be gone because an earlier attempt, or a
+    process finishing the same record at the same time, published it."""
+    source, target = location.child(staged), location.child(visible)
+    if location.exists(source):
+        try:
+            location.move(source, target)
+            return
+        except OSError:
+            if not location.exists(target):  # not the other finisher's move: a real failure
+                raise
+            with contextlib.suppress(OSError):
+                location.delete_file(source)
+            return
+    if not location.exists(target):
+        raise OutputStateError(
+            f"rewrite {rewrite.key} of {location.uri} cannot finish: its staged file "
+            f"{staged} is gone and {visible} was never published; the names it would "
+            f"retire stay (remove {posixpath.join(REWRITES_DIR, rewrite.key)}.json and "
+            "run the recompute again)",
+            output=location.uri, rewrite=rewrite.key, path=staged,
+        )  # fmt: skip
 
 
 def open_rewrites(location: Location) -> list[Rewrite]:
     directory = location.child(REWRITES_DIR)
     names = sorted(i.base_name for i in location.list_dir(directory)
                    if i.base_name.endswith(".json"))  # fmt: skip
-    return [Rewrite.from_json(location.read_bytes(posixpath.join(directory, n))) for n in names]
+    found = (_read(location, n.removesuffix(".json")) for n in names)
+    return [r for r in found if r is not None]
 
 
-def finish_open(location: Location) -> list[Rewrite]:
-    """Finish every rewrite a crash interrupted (steps 2 to 4); the ones finished."""
+def _take(location: Location, rewrite: Rewrite) -> _Lease | None:
+    """Take over a record whose owner died; None if another process took it first."""
+    lease = _Lease(location, dataclasses.replace(rewrite, owner=_new_owner()))
+    lease.write(_now() + LEASE_SECONDS)
+    current = _read(location, rewrite.key)
+    if current is None or current.owner != lease.rewrite.owner:
+        log.info("rewrite %s of %s: taken over by another process; left to it", rewrite.key,
+                 location.uri)  # fmt: skip
+        return None
+    return lease
+
+
+def _finish_one(location: Location, rewrite: Rewrite) -> bool:
+    log.warning("finishing rewrite %s of %s, interrupted before (%s): %d files to publish, "
+                "%d names to retire", rewrite.key, location.uri, rewrite.describe_lease(),
+                len(rewrite.publish), len(rewrite.retire))  # fmt: skip
+    lease = _take(location, rewrite)
+    if lease is None:
+        return False
+    _steps_2_to_4(lease, RewriteSteps())
+    return True
+
+
+def finish_open(location: Location, now: float | None = None) -> list[Rewrite]:
+    """Before a rewriting command: finish every rewrite whose owner died (steps 2 to 4);
+    the ones finished. One that is running refuses the command (raises)."""
+    now = _now() if now is None else now
     found = open_rewrites(location)
-    for rewrite in found:
-        log.warning("finishing rewrite %s of %s, interrupted before: %d files to publish, "
-                    "%d names to retire", rewrite.key, location.uri, len(rewrite.publish),
-                    len(rewrite.retire))  # fmt: skip
-        _finish(location, rewrite, RewriteSteps())
-    return found
+    running = [r for r in found if r.running(now)]
+    if running:
+        first = running[0]
+        raise OutputStateError(
+            f"rewrite {first.key} of {location.uri} is in progress ({first.describe_lease()}; "
+            f"its record: {posixpath.join(REWRITES_DIR, first.key)}.json): wait until it "
+            "ends, or, if its process is gone, until its lease runs out, and run again",
+            output=location.uri, rewrite=first.key,
+        )  # fmt: skip
+    return [r for r in found if _finish_one(location, r)]
+
+
+def finish_abandoned(location: Location, now: float | None = None) -> list[Rewrite]:
+    """For the live job: finish every rewrite whose owner died; leave running ones to their
+    owners. A rewrite that cannot finish is logged, and the job goes on: its old names stay
+    visible (no row is lost) until the recompute runs again."""
+    now = _now() if now is None else now
+    finished: list[Rewrite] = []
+    for rewrite in open_rewrites(location):
+        if rewrite.running(now):
+            log.info("rewrite %s of %s is in progress (%s): left to its owner", rewrite.key,
+                     location.uri, rewrite.describe_lease())  # fmt: skip
+            continue
+        try:
+            if _finish_one(location, rewrite):
+                finished.append(rewrite)
+        except OutputStateError as exc:
+            log.error("%s", exc)
+    return finished

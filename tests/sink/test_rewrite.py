@@ -6,17 +6,28 @@ written twice under one key would show two versions).
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from app.contract.offsets import TopicPartition
 from app.errors import OutputStateError
+from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink.guard import check_before_start
+from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.rewrite import Rewrite, RewriteSteps
 from app.sink.writer import visible_files
+from app.spark.checkpoint import CheckpointLog
 from app.storage import Location, resolve
+from tests.sink import test_guard
 
 _BLOCK = "part-t-0-00000000000000000000-00000000000000000010-000"
 OLD = (f"date=2026-01-01/{_BLOCK}.parquet", f"date=2026-01-02/{_BLOCK}.parquet")
@@ -133,3 +144,125 @@ def test_a_rewrite_whose_staged_file_is_gone_keeps_the_old_names_and_says_so(
         rewrite_mod.finish_open(output)
     assert "\n" not in str(refused.value) and "r1" in str(refused.value)
     assert set(_visible(output)) == set(OLD)  # nothing retired: no row lost
+
+
+_KILLED_AFTER_PUBLISHING = """
+import os, signal, sys
+from app.sink import rewrite as rewrite_mod
+from app.storage import resolve
+
+class Die(rewrite_mod.RewriteSteps):
+    def published(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)  # between publishing and retiring
+
+rewrite = rewrite_mod.Rewrite.from_json(sys.stdin.buffer.read())
+rewrite_mod.carry_out(resolve(sys.argv[1]), rewrite, Die())
+"""
+
+
+def _sigkilled_after_publishing(location: Location, rewrite: Rewrite) -> None:
+    """A recompute's process killed between steps 2 and 3 (no error handler runs)."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_AFTER_PUBLISHING, location.uri],
+                          input=rewrite.to_json(), capture_output=True, check=False)  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    assert set(OLD) | {rewrite.publish[0][1]} == set(_visible(location))
+
+
+def test_a_sigkilled_rewrite_is_left_to_its_owner_until_its_lease_runs_out(
+    output: Location,
+) -> None:
+    """Its process died, but nothing tells a dead owner from a slow one but the lease:
+    the live job leaves the record, and another rewrite refuses to start beside it."""
+    rewrite = _prepare(output)
+    _sigkilled_after_publishing(output, rewrite)
+    assert rewrite_mod.finish_abandoned(output) == []
+    assert [r.key for r in rewrite_mod.open_rewrites(output)] == ["r1"]
+    assert set(OLD) <= set(_visible(output))  # left as the owner may still be at work
+    with pytest.raises(OutputStateError) as refused:
+        rewrite_mod.finish_open(output)
+    message = str(refused.value)
+    assert "\n" not in message and "r1" in message and "in progress" in message
+
+    later = time.time() + rewrite_mod.LEASE_SECONDS + 1  # the lease ran out: the owner is gone
+    assert [r.key for r in rewrite_mod.finish_abandoned(output, now=later)] == ["r1"]
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+    assert rewrite_mod.open_rewrites(output) == []
+
+
+def test_a_rewrite_that_failed_with_an_error_is_anyones_to_finish_at_once(
+    output: Location,
+) -> None:
+    rewrite = _prepare(output)
+    with pytest.raises(Crash):
+        rewrite_mod.carry_out(output, rewrite, CrashAfter(2))
+    (record,) = rewrite_mod.open_rewrites(output)
+    assert not record.running(time.time())  # given up by its owner on the error
+    assert [r.key for r in rewrite_mod.finish_abandoned(output)] == ["r1"]
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+
+
+def test_a_running_rewrite_keeps_its_lease_while_it_works(
+    output: Location, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half of the lease used before the table's snapshot: it is renewed, so that no other
+    process takes the record over from a live owner."""
+    rewrite = _prepare(output)
+    seen: list[Rewrite] = []
+
+    class Slow(RewriteSteps):
+        def recorded(self) -> None:
+            (first,) = rewrite_mod.open_rewrites(output)
+            seen.append(first)
+            # The owner's clock jumps past half the lease, as a slow publish would.
+            later = first.lease_until - rewrite_mod.LEASE_SECONDS / 4
+            monkeypatch.setattr(rewrite_mod, "_now", lambda: later)
+
+        def published(self) -> None:
+            (current,) = rewrite_mod.open_rewrites(output)
+            seen.append(current)
+
+    rewrite_mod.carry_out(output, rewrite, Slow())
+    first, later = seen
+    assert later.owner == first.owner and later.lease_until > first.lease_until
+    assert rewrite_mod.open_rewrites(output) == []
+
+
+def test_two_processes_finishing_one_record_at_once_publish_each_name_once(
+    output: Location,
+) -> None:
+    """The other finisher moved the staged file between this one's look and its move."""
+    rewrite = _prepare(output)
+    _sigkilled_after_publishing(output, rewrite)
+    new = rewrite.publish[0][1]
+    output.write_bytes_atomic(output.child(STAGED), b"new")  # the other one's, not yet moved
+    real_move = Location.move
+
+    def move_raced(self: Location, source: str, target: str) -> None:
+        real_move(self, source, target)  # the other finisher, first
+        real_move(self, source, target)  # this one: its source is gone
+
+    later = time.time() + rewrite_mod.LEASE_SECONDS + 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Location, "move", move_raced)
+        assert [r.key for r in rewrite_mod.finish_abandoned(output, now=later)] == ["r1"]
+    assert _visible(output) == {new: b"new"}
+
+
+@pytest.mark.spark
+def test_the_live_job_finishes_a_rewrite_whose_owner_died_before_it_starts(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A correction killed between publishing and retiring, its lease run out: the job's
+    start-up retires the old names, so the rewritten block is not visible twice."""
+    output = resolve(str(tmp_path / "out"))
+    rewrite = _prepare(output)
+    with pytest.raises(Crash):
+        rewrite_mod.carry_out(output, rewrite, CrashAfter(2))  # an error: the lease given up
+    assert set(OLD) | {rewrite.publish[0][1]} == set(_visible(output))
+    end = {TopicPartition("t", 0): 10}
+    Ledger(output).append(LedgerEntry(0, ledger_mod.BATCH, end, checkpoint_id=test_guard.QUERY,
+                                      batch_id=0))  # fmt: skip
+    test_guard._checkpoint(tmp_path / "ckpt", [end], committed=0)
+    check_before_start(output.uri, CheckpointLog(spark, str(tmp_path / "ckpt")))
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+    assert rewrite_mod.open_rewrites(output) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import shutil
@@ -18,11 +19,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.errors import OutputStateError
+from app.sink import rewrite as rewrite_mod
 from app.sink.commit import CRASH_ENV
+from app.sink.ledger import Ledger
+from app.sink.writer import visible_files
 from app.storage import resolve
+from app.table.catalog import threads_released
 from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.spark.helpers import assert_exact, run_job, write_capture
+from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
+from tests.table.helpers import assert_follows_ledger
 
 KILL_SPEC = CaptureSpec(topics=2, partitions=2, sessions=12, updates=90, records_per_file=100,
                         resync_every=25, seed=21)  # fmt: skip
@@ -179,3 +185,50 @@ def test_on_s3_a_checkpoint_lost_after_the_first_batchs_publish_leaves_no_duplic
     _, stderr = again.communicate(timeout=300)
     assert again.returncode == 0, stderr.decode()[-3000:]
     assert_exact(archive, output)
+
+
+def test_the_live_job_finishes_a_rewrite_once_its_owners_lease_ran_out(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recompute died between publishing a new name and retiring the old one, while the
+    job runs: its lease still runs at the job's start (left alone), and runs out while
+    the job works; the next published batch finishes the rewrite."""
+    full, archive, output = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
+    write_capture(full, CaptureSpec(topics=1, partitions=2, sessions=4, updates=30,
+                                    records_per_file=30, seed=9))  # fmt: skip
+    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 60)
+    run_job(spark, archive, output, tmp_path / "ckpt")
+    location = resolve(str(output))
+    old = next(f for f in visible_files(location) if f.startswith("date="))
+    staged = f"_tablecast/recompute/k/{old}"
+    location.write_bytes_atomic(location.child(staged), location.read_bytes(location.child(old)))
+    new = rewrite_mod.renamed(old, "r1")
+    location.move(location.child(staged), location.child(new))  # published, then the kill
+    record = rewrite_mod.Rewrite("r1", ((staged, new),), (old,), owner="dead",
+                                 lease_until=time.time() + rewrite_mod.LEASE_SECONDS)  # fmt: skip
+    location.write_bytes_atomic(location.child(rewrite_mod.REWRITES_DIR, "r1.json"),
+                                record.to_json())  # fmt: skip
+    assert verify.compare(*[verify.read_output(str(output))] * 2).duplicates > 0
+
+    first = Ledger(location).head()
+    assert first is not None
+    real_now = rewrite_mod._now
+
+    def now() -> float:  # the lease runs out once the job published a batch more
+        head = Ledger(location).head()
+        ran = head is not None and head.number > first.number
+        return real_now() + (rewrite_mod.LEASE_SECONDS + 1 if ran else 0)
+
+    monkeypatch.setattr(rewrite_mod, "_now", now)
+    shutil.rmtree(archive)
+    shutil.copytree(full, archive)
+    caplog.set_level(logging.INFO, logger="app.sink")
+    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=40)
+    messages = [r.getMessage() for r in caplog.records if r.name == "app.sink.rewrite"]
+    assert any("left to its owner" in m for m in messages), messages  # at the start
+    assert any(m.startswith("finishing rewrite r1") for m in messages), messages
+    assert rewrite_mod.open_rewrites(location) == []
+    assert old not in visible_files(location) and new in visible_files(location)
+    assert_exact(archive, output)
+    with threads_released():  # pyiceberg's shared pool, ended after the read
+        assert_follows_ledger(output)
