@@ -1,17 +1,18 @@
 """A crash right after each numbered step of the commit protocol, then a resume.
 
 Beside the SIGKILLs at random moments (``tests/spark/test_exactly_once.py``),
-which may miss a step, each case here crashes the sink right after one step
-of batch 1 (``TABLECAST_CRASH_AFTER_STEP=<step>:1``). At that instant a
+which may miss a step, each case here crashes the sink at one step
+(``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>]:<batch>``). At that instant a
 reader must see whole files, no row twice, and exactly the rows of the
 batches published so far; after a plain run the output must be exactly the
 expected output and the ledger must hold each batch once.
 
-Every step is crashed in this process (``TABLECAST_CRASH_MODE=raise``: the
-query fails out of ``foreachBatch`` and nothing is cleaned up, as the sink
-cleans up nothing on any error), so the cases share one SparkSession instead
-of paying a JVM's start-up each. One case kills a real ``tablecast run``
-with SIGKILL, so the hook and the resume are proved across processes too.
+Two ways to crash, for CI's time: in this process
+(``TABLECAST_CRASH_MODE=raise``: the query fails out of ``foreachBatch`` and
+nothing is cleaned up, as the sink cleans up nothing on any error), where
+the cases share one SparkSession and the resume keeps the warm Python
+workers; and a real SIGKILL of ``tablecast run``, resumed cold by a new
+process, as one chain of runs each killed at the next step of a later batch.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from app.sink import ledger as ledger_mod
 from app.sink.commit import CRASH_ENV, CRASH_MODE_ENV, STEPS, CrashMode, CrashPoint
 from app.sink.ledger import Ledger
 from app.storage import resolve
+from app.table.catalog import threads_released
 from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, expected_rows, run_job, write_capture
+from tests.table.helpers import assert_follows_ledger
 
 # Two partitions of unequal backlog (44 and 88 records), resync snapshots
 # (rows deleted by a snapshot), three batches of at most 50 offsets.
@@ -88,14 +91,15 @@ def _crash_in_process(
     assert f"crashed after step {step} of batch {CRASH_BATCH}" in str(failure.value)
 
 
-def _cli_run(archive: Path, output: Path, checkpoint: Path,
-             crash: str | None = None) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+def _cli_run(archive: Path, output: Path, checkpoint: Path, crash: str | None = None,
+             max_offsets: int = MAX_OFFSETS) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
     """A real ``tablecast run`` (its own JVM and Python workers: a cold start)."""
     env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, CRASH_MODE_ENV)}
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "run", "--archive", str(archive), "--output", str(output),
          "--checkpoint", str(checkpoint), "--trigger", "available-now",
-         "--max-offsets-per-trigger", str(MAX_OFFSETS)],
+         "--max-offsets-per-trigger", str(max_offsets),
+         "--log-format", "json"],  # JSON logs carry the sink's INFO lines: its decisions
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # the driver, its JVM and Python workers: one process group
@@ -106,13 +110,6 @@ def _cli_run(archive: Path, output: Path, checkpoint: Path,
     finally:
         _reap_group(process.pid)
     return subprocess.CompletedProcess(process.args, process.returncode, b"", stderr)
-
-
-def _crash_by_sigkill(archive: Path, output: Path, checkpoint: Path, step: int | str) -> None:
-    """``tablecast run`` until it kills itself after ``step`` of batch ``CRASH_BATCH``."""
-    done = _cli_run(archive, output, checkpoint, crash=f"{step}:{CRASH_BATCH}")
-    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-3000:]
-    assert f"after step {step} of batch {CRASH_BATCH}" in done.stderr.decode()
 
 
 def _reap_group(group: int) -> None:
@@ -130,10 +127,12 @@ def _reap_group(group: int) -> None:
     raise AssertionError(f"processes of group {group} still running")
 
 
-def _assert_at_crash(archive: Path, output: Path, checkpoint: Path, step: int) -> None:
-    before = _checkpoint_offsets(checkpoint, CRASH_BATCH - 1)
-    this = _checkpoint_offsets(checkpoint, CRASH_BATCH)
-    assert not (checkpoint / "commits" / str(CRASH_BATCH)).exists()  # Spark never committed it
+def _assert_at_crash(archive: Path, output: Path, checkpoint: Path, step: int,
+                     batch: int = CRASH_BATCH) -> None:  # fmt: skip
+    """What a reader and the next run find after a crash right after ``step`` of ``batch``."""
+    before = _checkpoint_offsets(checkpoint, batch - 1)
+    this = _checkpoint_offsets(checkpoint, batch)
+    assert not (checkpoint / "commits" / str(batch)).exists()  # Spark never committed it
     _visible_files(output)
     # What a reader sees: exactly the rows of what step 6 had moved into place.
     visible = verify.read_output(str(output))
@@ -202,17 +201,6 @@ def test_a_crash_after_each_commit_step_resumes_exactly(
     _resume_and_check(spark, archive, output, checkpoint, step, caplog)
 
 
-@pytest.mark.spark
-def test_a_sigkilled_run_after_step_6_resumes_exactly(
-    archive: Path, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Step 6 (files in place, no ledger entry yet): the hook's real kill, across processes."""
-    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    _crash_by_sigkill(archive, output, checkpoint, 6)
-    _assert_at_crash(archive, output, checkpoint, 6)
-    _resume_and_check(spark, archive, output, checkpoint, 6, caplog)
-
-
 def test_the_crash_point_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CRASH_ENV, raising=False)
     assert CrashPoint.from_environment() is None
@@ -240,21 +228,62 @@ def test_the_crash_point_is_read_from_the_environment(monkeypatch: pytest.Monkey
             CrashPoint.from_environment()
 
 
+# The SIGKILL chain: ``tablecast run`` number ``n`` (from 1) kills itself at CHAIN[n - 1]
+# of batch ``n``, after redoing the batch the run before it died in; the last run ends.
+CHAIN = ("1", "2", "3", "4", "5", "6.1", "6", "7", "8")
+CHAIN_MAX_OFFSETS = 10  # 14 batches of the module's archive: one per link and more
+
+
+def _decided(stderr: str, batch: int, where: str) -> None:
+    """The run after a crash at ``where`` of ``batch`` redid that batch as the protocol says."""
+    step = int(where.split(".", maxsplit=1)[0])
+    recognised = f"batch {batch} ends at"
+    published = f"batch {batch} published as ledger entry {batch}:"
+    lines = stderr.splitlines()
+    assert any(recognised in line for line in lines) == (step >= 7), stderr[-3000:]
+    assert any(published in line for line in lines) == (step < 7), stderr[-3000:]
+    found = any(f"batch {batch}: a crashed attempt's pending list found" in line for line in lines)
+    assert found == (step in (5, 6)), stderr[-3000:]
+
+
 @pytest.mark.spark
-def test_a_sigkill_between_two_publishes_of_step_6_resumes_exactly_in_a_new_process(
+def test_sigkilled_inside_each_commit_step_in_turn_every_cold_resume_is_exact(
     archive: Path, tmp_path: Path
 ) -> None:
-    """Inside step 6: one file of batch 1 visible, the others not; the resume is cold."""
+    """A real SIGKILL inside every step, each followed by a cold start in a new process.
+
+    One chain instead of a process pair per step (CI pays a JVM start per
+    process): each run redoes the batch the previous run was killed in, then
+    is killed itself at the next step of the next batch. Steps 1 to 8 and
+    inside step 6 (one file of the batch published, the others not).
+    """
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    _crash_by_sigkill(archive, output, checkpoint, "6.1")
-    pending = Ledger(resolve(str(output))).pending()
-    assert pending is not None and len(pending.files) > 1
-    published = [f for f in pending.files if (output / f).exists()]
-    assert len(published) == 1, published
-    done = _cli_run(archive, output, checkpoint)
+    previous: tuple[int, str] | None = None
+    for batch, where in enumerate(CHAIN, start=1):
+        done = _cli_run(archive, output, checkpoint, crash=f"{where}:{batch}",
+                        max_offsets=CHAIN_MAX_OFFSETS)  # fmt: skip
+        stderr = done.stderr.decode()
+        assert done.returncode == -signal.SIGKILL, stderr[-3000:]
+        assert f"after step {where} of batch {batch}" in stderr
+        if previous is not None:
+            _decided(stderr, *previous)
+        if "." in where:  # inside step 6: the batch's first file visible, the others not
+            pending = Ledger(resolve(str(output))).pending()
+            assert pending is not None and len(pending.files) > 1
+            assert [f for f in pending.files if (output / f).exists()] == [pending.files[0]]
+            assert verify.compare(*[verify.read_output(str(output))] * 2).duplicates == 0
+            _visible_files(output)
+        else:
+            _assert_at_crash(archive, output, checkpoint, int(where), batch)
+        previous = (batch, where)
+    done = _cli_run(archive, output, checkpoint, max_offsets=CHAIN_MAX_OFFSETS)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert previous is not None
+    _decided(done.stderr.decode(), *previous)
     assert_exact(archive, output)
     _assert_ledger_consistent(archive, output)
+    with threads_released():  # pyiceberg's shared pool, ended after the read
+        assert_follows_ledger(output)  # the Iceberg table: one snapshot per entry, the same files
 
 
 @pytest.mark.spark
