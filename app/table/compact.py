@@ -70,13 +70,13 @@ _UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb":
           "gb": 1000**3}  # fmt: skip
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, *, option: str = "--target-size") -> int:
     """``128MiB``, ``1GiB``, ``500000000`` -> bytes."""
     lowered = text.strip().lower()
     number = lowered.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
     unit = lowered[len(number) :].strip() or "b"
     if not number.isdigit() or unit not in _UNITS or int(number) <= 0:
-        raise ConfigurationError(f"--target-size {text!r} is not a size like 128MiB or 1GiB")
+        raise ConfigurationError(f"{option} {text!r} is not a size like 128MiB or 1GiB")
     return int(number) * _UNITS[unit]
 
 
