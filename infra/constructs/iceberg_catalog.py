@@ -20,11 +20,12 @@ from cdktf_cdktf_provider_aws.athena_workgroup import (
 from cdktf_cdktf_provider_aws.glue_catalog_database import GlueCatalogDatabase
 from constructs import Construct
 
+from infra.config import layout
 from infra.constructs.policies import Statement, allow
 
-DATABASE = "tablecast"
+DATABASE = layout.GLUE_DATABASE
 TABLE = "output"
-RESULTS_PREFIX = "athena-results"
+RESULTS_PREFIX = layout.ATHENA_RESULTS_PREFIX
 GLUE_READ_ACTIONS = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
 GLUE_COMMIT_ACTIONS = ("glue:CreateTable", "glue:UpdateTable")
 
