@@ -53,6 +53,10 @@ def test_compaction_merges_small_files_in_one_snapshot(
     [snapshot] = [s for s in load_table(output).snapshots() if s.snapshot_id not in snapshots]
     assert snapshot.summary.operation.value == "overwrite"
     assert snapshot.summary.additional_properties[table_commit.KIND_KEY] == "compaction"
+    # An overwrite that changes no row: the same rows just before and just after it.
+    summary = snapshot.summary
+    assert summary["added-records"] == summary["deleted-records"] == str(len(expected))
+    assert summary["total-records"] == str(len(expected))
     _assert_exact(expected, output)
     # Plain readers: the inputs are gone, the merged files are there.
     assert {table_commit.data_path(resolve(output), p) for p in
@@ -206,3 +210,44 @@ def test_a_crash_before_the_merge_is_recorded_shows_plain_readers_no_merged_file
     sizes = [f.file_size_in_bytes for f in table_commit.data_files(load_table(output))]
     table_compact.compact(resolve(output), before=date(2100, 1, 1), target_bytes=3 * max(sizes))
     _assert_exact(expected, output)
+
+
+def test_pyiceberg_cannot_write_a_replace_snapshot() -> None:
+    """Why compaction commits ``overwrite`` (docs/design.md): pyiceberg 0.12 summarises only
+    append, overwrite and delete, and offers no rewrite of files. When this fails, pyiceberg
+    can write ``replace``: commit compactions with it."""
+    from pyiceberg.table.snapshots import Operation, Summary, update_snapshot_summaries
+    from pyiceberg.table.update.snapshot import UpdateSnapshot
+
+    with pytest.raises(ValueError, match="Operation not implemented"):
+        update_snapshot_summaries(Summary(operation=Operation.REPLACE))
+    public = {name for name in vars(UpdateSnapshot) if not name.startswith("_")}
+    assert not {"replace", "rewrite", "rewrite_files", "replace_files"} & public
+
+
+class ReadBothSnapshots(table_compact.CompactionSteps):
+    """Right after the compaction's commit, before its inputs are retired (afterwards the
+    snapshot before it can no longer be read: its files are gone)."""
+
+    def __init__(self, output: str) -> None:
+        self.output = output
+        self.rows: dict[str, pa.Table] = {}
+
+    def published(self) -> None:
+        table = load_table(self.output)
+        current = table.current_snapshot()
+        assert current is not None and current.parent_snapshot_id is not None
+        self.rows["before"] = table_rows(self.output, snapshot_id=current.parent_snapshot_id)
+        self.rows["after"] = table_rows(self.output, snapshot_id=current.snapshot_id)
+
+
+def test_the_compaction_snapshot_changes_no_row(expected: pa.Table, tmp_path: Path) -> None:
+    from datetime import date
+
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, _cuts(expected, 8))
+    steps = ReadBothSnapshots(output)
+    table_compact.compact(resolve(output), before=date(2100, 1, 1), steps=steps)
+    for when in ("before", "after"):
+        comparison = verify.compare(expected, steps.rows[when])
+        assert comparison.ok, (when, comparison.report())
