@@ -31,6 +31,7 @@ from app.tools import generate as gen
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.run import RecomputeReport
+    from app.table.live import TableSettings
 
 _UNITS_MS = {
     "ms": 1, "millisecond": 1, "milliseconds": 1,
@@ -127,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--region", default=None,
                      help="CloudWatch's region, and MSK's with --kafka-auth iam "
                      "[AWS_REGION]")  # fmt: skip
+    run.add_argument("--glue-database", default="", metavar="DATABASE",
+                     help="catalogue the output's Iceberg table in this Glue database "
+                     "(created before the first batch if missing; in --region)")  # fmt: skip
+    run.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
+    run.add_argument("--compact-every", default="", metavar="DURATION",
+                     help="between batches, compact the closed days once per DURATION "
+                     "(e.g. '1 day'), or 'off'; needs the output's table [off]")  # fmt: skip
+    run.add_argument("--compact-target-size", default="128MiB",
+                     help="with --compact-every: merged files' size [128MiB]")  # fmt: skip
     run.add_argument(
         "--consumer-group", default=None, metavar="NAME",
         help="with --bootstrap-servers: also commit each batch's end offsets to this Kafka "
@@ -364,6 +374,7 @@ def _run(args: argparse.Namespace) -> int:
         starting_position=starting_position,
         session_timeout_ms=parse_duration_ms(args.session_timeout),
         trace=frozenset(args.trace),
+        table=_table_settings(args),
     )
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
@@ -590,6 +601,24 @@ def _print_recompute(report: RecomputeReport) -> None:
         f"{record.messages:,} messages; {len(record.published)} files replaced or written "
         f"({record.rows:,} rows), {len(record.removed)} removed"
     )
+
+
+def _table_settings(args: argparse.Namespace) -> TableSettings:
+    """``run``'s options for the output's Iceberg table (app/table/live.py)."""
+    from app.table import compact as table_compact
+    from app.table.live import TableSettings
+
+    every = "" if args.compact_every.strip().lower() in ("", "off") else args.compact_every
+    every_s = parse_duration_ms(every) / 1000 if every else 0.0
+    if every and every_s <= 0:
+        raise ConfigurationError(f"--compact-every {args.compact_every!r} must be positive")
+    region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return TableSettings(
+        glue_database=args.glue_database, glue_table=args.glue_table, region=region or "",
+        compact_every_s=every_s,
+        compact_target_bytes=table_compact.parse_size(args.compact_target_size,
+                                                      option="--compact-target-size"),
+    )  # fmt: skip
 
 
 def _table(args: argparse.Namespace) -> int:

@@ -30,6 +30,10 @@ JOB_WHEEL_SHA256: Final = "job-wheel-sha256"
 RETENTION_HOURS: Final = "retention-hours"
 REPLICATION_FACTOR: Final = "replication-factor"
 REGION: Final = "region"
+# The output's Iceberg table: its Glue database (``run --glue-database``), and how
+# often the job compacts closed days (``run --compact-every``; "off": never).
+GLUE_DATABASE: Final = "glue-database"
+COMPACT_EVERY: Final = "compact-every"
 
 ALL: Final = (
     BOOTSTRAP_BROKERS_IAM,
@@ -49,6 +53,8 @@ ALL: Final = (
     RETENTION_HOURS,
     REPLICATION_FACTOR,
     REGION,
+    GLUE_DATABASE,
+    COMPACT_EVERY,
 )
 
 

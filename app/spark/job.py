@@ -33,6 +33,7 @@ from app.sources.records import Tier
 from app.sources.starting import StartingPosition
 from app.spark.checkpoint import CheckpointLog
 from app.spark.worker_errors import worker_error
+from app.table import live as table_live
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class JobConfig:
     starting_position: StartingPosition = field(default_factory=StartingPosition)
     session_timeout_ms: int = defaults.SESSION_TIMEOUT_MS
     trace: frozenset[str] = frozenset()
+    table: table_live.TableSettings = field(default_factory=table_live.TableSettings)
 
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
@@ -145,6 +147,7 @@ def run(
     """
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint)
+    table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
     processor = processor or TableProcessor()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
@@ -154,7 +157,7 @@ def run(
     writer = (
         source_frame(spark, config, plan.starting_offsets)
         .writeStream.queryName(QUERY_NAME)
-        .foreachBatch(sink)
+        .foreachBatch(table_live.scheduled(sink, config.output, config.table))
         .option("checkpointLocation", config.checkpoint)
     )
     if config.trigger.kind is TriggerKind.AVAILABLE_NOW:

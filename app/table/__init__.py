@@ -5,4 +5,6 @@
 - :mod:`app.table.commit`: one snapshot per ledger entry, with the entry's
   end offsets in its summary; one overwrite snapshot per rewrite.
 - :mod:`app.table.compact`: small files of closed days rewritten into large ones.
+- :mod:`app.table.live`: what ``tablecast run`` does with the table beside its
+  commits: the Glue table before the first batch, compaction on a schedule.
 """

@@ -184,7 +184,8 @@ def open_table(location: Location, config: TableConfig) -> Table:
     except NoSuchTableError:
         pass
     namespace = config.table.rsplit(".", 1)[0]
-    found.create_namespace_if_not_exists(namespace)
+    if not found.namespace_exists(namespace):  # on AWS infra made it: the job may not
+        found.create_namespace_if_not_exists(namespace)
     with contextlib.suppress(TableAlreadyExistsError):  # another process made it meanwhile
         _create(found, config)
     return found.load_table(config.table)

@@ -2,28 +2,36 @@
 
 A batch a minute over 32 partitions publishes tens of thousands of files a
 day; once a day is closed (no batch writes rows of it any more), its files
-are merged:
+are merged. A compaction is a rewrite of :mod:`app.sink.rewrite` (kind
+``compaction``), so a crash anywhere leaves what a crashed correction
+leaves, and is finished the same way:
 
-1. Catch the table up with the ledger (:func:`app.table.commit.catch_up`) and
-   finish a compaction a crash interrupted (step 6 of a recorded one).
+1. Catch the table up with the ledger (:func:`app.table.commit.catch_up`),
+   finish a compaction a crash interrupted (its rewrite record), and drop the
+   history of one that crashed before its rewrite was recorded.
 2. Plan: per closed day (before ``--before``), the table's data files smaller
    than the target, packed in name order into groups of up to the target
    size; a group of one file is left alone.
 3. Write each group's rows, ordered by topic, partition and offset, as one
-   file staged under ``_tablecast/compact/``, then moved to
-   ``date=<day>/part-compact-<digest>.parquet`` (the digest of its inputs'
-   names: a rerun writes the same name).
-4. Record the compaction beside the ledger
+   file staged under ``_tablecast/compact/`` (hidden from every reader).
+4. Record each group beside the ledger
    (``_tablecast/ledger/compactions/<digest>.json``: the day, the inputs it
-   retires and the file that holds their rows), before anything is retired.
-5. Commit one snapshot (``overwrite``, tagged ``tablecast.kind=compaction``:
-   pyiceberg 0.12 cannot write Iceberg's ``replace``): every group's inputs
-   leave the table and its output enters it, at once, for Iceberg readers.
-6. Delete the inputs: plain Parquet readers see them retired.
+   retires and the file that will hold their rows; what replay and correct
+   read), then the rewrite: staged files, their visible names
+   ``date=<day>/part-compact-<digest>.parquet`` (the digest of the inputs'
+   names: a rerun writes the same name) and the inputs to retire.
+5. Carry out the rewrite: publish the merged files, commit one snapshot of
+   the table in which every group's inputs leave and its output enters
+   (``overwrite`` tagged ``tablecast.kind=compaction``: pyiceberg 0.12 cannot
+   write Iceberg's ``replace``, docs/design.md), retire the inputs, remove the
+   rewrite record.
+6. Remove the staging.
 
-Between steps 3 and 6 a plain reader listing the day sees the inputs and the
-merged file (Iceberg readers never do). Replay and correct refuse offsets a
-compaction merged (:func:`refuse_compacted`): their names are gone.
+Between publishing and retiring (inside step 5) a plain reader listing the
+day sees the inputs and the merged file (Iceberg readers never do); a crash
+there leaves that until the next compaction (or the live job's start, with
+``--compact-every``) finishes the rewrite. Replay and correct refuse offsets
+a compaction merged (:func:`refuse_compacted`): their names are gone.
 """
 
 from __future__ import annotations
@@ -43,31 +51,32 @@ import pyarrow.parquet as pq
 from app.engine.output import OUTPUT_SCHEMA
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
+from app.sink import rewrite as rewrite_mod
 from app.storage import Location
 from app.table import commit as table_commit
 from app.table.catalog import config_for, open_table, threads_released
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
-    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
 STAGING_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "compact")
 RECORDS_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "compactions")
+KIND = "compaction"  # the rewrite's kind, and the snapshot's tablecast.kind
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024
 _EPOCH = date(1970, 1, 1)
 _UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb": 1000**2,
           "gb": 1000**3}  # fmt: skip
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, *, option: str = "--target-size") -> int:
     """``128MiB``, ``1GiB``, ``500000000`` -> bytes."""
     lowered = text.strip().lower()
     number = lowered.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
     unit = lowered[len(number) :].strip() or "b"
     if not number.isdigit() or unit not in _UNITS or int(number) <= 0:
-        raise ConfigurationError(f"--target-size {text!r} is not a size like 128MiB or 1GiB")
+        raise ConfigurationError(f"{option} {text!r} is not a size like 128MiB or 1GiB")
     return int(number) * _UNITS[unit]
 
 
@@ -138,8 +147,23 @@ def refuse_compacted(location: Location, blocks: set[str]) -> None:
                 )  # fmt: skip
 
 
+class CompactionSteps(rewrite_mod.RewriteSteps):
+    """Hooks between the steps (tests inject crashes here; they do nothing by default).
+    ``recorded`` and ``published`` are the rewrite's (inside step 5)."""
+
+    def staged(self) -> None:
+        """After step 3."""
+
+    def planned(self) -> None:
+        """After step 4's history records, before the rewrite's record."""
+
+
 def compact(
-    location: Location, *, before: date | None = None, target_bytes: int = DEFAULT_TARGET_BYTES
+    location: Location,
+    *,
+    before: date | None = None,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    steps: CompactionSteps | None = None,
 ) -> CompactionReport:
     """Steps 1 to 6 for every closed day before ``before`` (default: today, UTC)."""
     config = config_for(location)
@@ -148,12 +172,13 @@ def compact(
             f"output {location.uri} has no Iceberg catalog: run `tablecast table --output "
             f"{location.uri} --glue-database DATABASE` once"
         )
+    steps = steps or CompactionSteps()
     cutoff = before or datetime.now(UTC).date()
     with threads_released():
         # Step 1
         table_commit.catch_up(location)
+        finish_interrupted(location)
         table = open_table(location, config)
-        _finish_recorded(location, table)
         # Step 2
         files = {
             _relative(location, f.file_path): f
@@ -163,31 +188,76 @@ def compact(
         groups = plan(files, target_bytes)
         if not groups:
             return CompactionReport(0, 0, 0, 0, 0, 0)
+        key = _key(groups)
         # Step 3
-        rows = 0
+        rows: dict[str, int] = {}
         for group in groups:
-            rows += _write(location, group)
+            rows[group.digest] = _write(location, group, _staged(key, group))
+        steps.staged()
         # Step 4
         stamp = datetime.now(UTC).isoformat()
         for group in groups:
             record = CompactionRecord(group.day.isoformat(), group.inputs, group.output,
-                                      _rows(location, group.output), stamp)  # fmt: skip
-            location.write_bytes_atomic(location.child(RECORDS_DIR, f"{group.digest}.json"),
-                                        record.to_json())  # fmt: skip
+                                      rows[group.digest], stamp)  # fmt: skip
+            location.write_bytes_atomic(_record_path(location, group), record.to_json())
+        steps.planned()
+        rewrite = rewrite_mod.Rewrite(
+            key=key,
+            publish=tuple((_staged(key, g), g.output) for g in groups),
+            retire=tuple(r for g in groups for r in g.inputs),
+            kind=KIND,
+            note=f"{sum(len(g.inputs) for g in groups)} files into {len(groups)}",
+        )
         # Step 5
-        _replace(location, table, groups, files)
+        rewrite_mod.carry_out(location, rewrite, steps)
     # Step 6
-    for group in groups:
-        for relative in group.inputs:
-            location.delete_file(location.child(relative))
     location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
     report = CompactionReport(
         groups=len(groups), inputs=sum(len(g.inputs) for g in groups), outputs=len(groups),
-        rows=rows, bytes_before=sum(g.bytes for g in groups), bytes_after=after,
+        rows=sum(rows.values()), bytes_before=sum(g.bytes for g in groups), bytes_after=after,
     )  # fmt: skip
-    log.info("compacted %d files into %d (%d rows)", report.inputs, report.outputs, rows)
+    log.info("compacted %d files into %d (%d rows)", report.inputs, report.outputs, report.rows)
     return report
+
+
+def finish_interrupted(location: Location) -> int:
+    """Finish the compactions a crash interrupted after their rewrite was recorded (only
+    those: a correction's record is its own command's to finish); forget the history of
+    those it interrupted before. Returns how many were finished."""
+    open_ = [r for r in rewrite_mod.open_rewrites(location) if r.kind == KIND]
+    for rewrite in open_:
+        log.warning("finishing compaction %s of %s, interrupted before", rewrite.key,
+                    location.uri)  # fmt: skip
+        rewrite_mod.carry_out(location, rewrite)
+    if not rewrite_mod.open_rewrites(location):
+        _forget_never_carried_out(location)
+    location.delete_dir(location.child(STAGING_DIR))
+    return len(open_)
+
+
+def _forget_never_carried_out(location: Location) -> None:
+    """A history record whose output never appeared while every input is still there was
+    written by a compaction that crashed before its rewrite record: nothing was merged."""
+    for record in records(location):
+        if location.exists(location.child(record.output)):
+            continue
+        if all(location.exists(location.child(r)) for r in record.inputs):
+            digest = posixpath.basename(record.output).removeprefix("part-compact-")
+            location.delete_file(location.child(RECORDS_DIR, digest.replace(".parquet", ".json")))
+
+
+def _key(groups: list[Group]) -> str:
+    """The rewrite's key: the same groups (a rerun) give the same key."""
+    return "compact-" + hashlib.sha256("".join(g.digest for g in groups).encode()).hexdigest()[:20]
+
+
+def _record_path(location: Location, group: Group) -> str:
+    return location.child(RECORDS_DIR, f"{group.digest}.json")
+
+
+def _staged(key: str, group: Group) -> str:
+    return posixpath.join(STAGING_DIR, key, group.output)
 
 
 def plan(files: dict[str, DataFile], target_bytes: int) -> list[Group]:
@@ -217,45 +287,14 @@ def _relative(location: Location, path: str) -> str:
     return path[len(location.uri.rstrip("/")) + 1 :]
 
 
-def _rows(location: Location, relative: str) -> int:
-    return int(pq.read_metadata(location.child(relative), filesystem=location.fs).num_rows)
-
-
-def _write(location: Location, group: Group) -> int:
+def _write(location: Location, group: Group, staged_relative: str) -> int:
     tables = [pq.read_table(location.child(r), filesystem=location.fs, schema=OUTPUT_SCHEMA,
                             partitioning=None) for r in group.inputs]  # fmt: skip
     merged = pa.concat_tables(tables).sort_by(
         [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
     )
-    staged = location.child(STAGING_DIR, group.output)
+    staged = location.child(staged_relative)
     location.fs.create_dir(posixpath.dirname(staged), recursive=True)
     pq.write_table(merged, staged, filesystem=location.fs, compression="snappy",
                    row_group_size=256 * 1024)  # fmt: skip
-    location.move(staged, location.child(group.output))
     return len(merged)
-
-
-def _replace(
-    location: Location, table: Table, groups: list[Group], files: dict[str, DataFile]
-) -> None:
-    """One snapshot for every group. Iceberg's rewrites record ``replace``, which
-    pyiceberg 0.12 cannot summarise: an ``overwrite`` tagged ``compaction``, equally atomic."""
-    props = {table_commit.KIND_KEY: "compaction",
-             table_commit.NOTE_KEY: f"{sum(len(g.inputs) for g in groups)} files into "
-                                    f"{len(groups)}"}  # fmt: skip
-    table_commit.overwrite(
-        location, table,
-        remove=[files[r] for g in groups for r in g.inputs],
-        add=[table_commit.data_path(location, g.output) for g in groups],
-        props=props,
-    )  # fmt: skip
-
-
-def _finish_recorded(location: Location, table: Table) -> None:
-    """Step 6 of a compaction a crash interrupted: its output is in the table, its inputs
-    still on disk. (Before step 5 the table still holds the inputs: planned again.)"""
-    held = {f.file_path for f in table_commit.data_files(table)}
-    for record in records(location):
-        if table_commit.data_path(location, record.output) in held:
-            for relative in record.inputs:
-                location.delete_file(location.child(relative))

@@ -40,5 +40,7 @@ def handoff_values(
         handoff.RETENTION_HOURS: str(config.retention_hours),
         handoff.REPLICATION_FACTOR: str(config.replication_factor),
         handoff.REGION: config.region,
+        handoff.GLUE_DATABASE: layout.GLUE_DATABASE,
+        handoff.COMPACT_EVERY: config.compact_every,
     }
     return {name: values[name] for name in handoff.ALL}

@@ -10,6 +10,9 @@ OUTPUT_PREFIX: Final = "output"
 ARCHIVE_PREFIX: Final = "archive"
 ARTIFACTS_PREFIX: Final = "artifacts"
 CHECKPOINT_BACKUPS_PREFIX: Final = "checkpoint-backups"
+ATHENA_RESULTS_PREFIX: Final = "athena-results"
+# The Glue database of the output's Iceberg table (Athena: SELECT ... FROM tablecast.output).
+GLUE_DATABASE: Final = "tablecast"
 BUCKET_PREFIXES: Final = (
     OUTPUT_PREFIX,
     ARCHIVE_PREFIX,

@@ -97,6 +97,8 @@ class EnvironmentConfig:
     nobody needs to be paged. Never production."""
     trigger_interval: str = "1 minute"
     """The job's processing-time trigger, e.g. ``"1 minute"``; bounds the batch-duration alarm."""
+    compact_every: str = "1 day"
+    """How often the job compacts the closed days of its Iceberg table (``"off"``: never)."""
     topic_pattern: str = DEFAULT_TOPIC_PATTERN
     """Regular expression of the job's topics; must start with ``^`` and a literal prefix."""
     records_behind_alarm_threshold: int = 100_000

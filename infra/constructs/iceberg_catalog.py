@@ -8,7 +8,14 @@
   ``athena-results/``, encrypted with the pipeline's KMS key; the workgroup's
   settings are enforced, so a client cannot send results elsewhere or
   unencrypted. ``SELECT ... FROM tablecast.output`` works on the day of
-  deployment.
+  deployment (the job makes the table at its first start: ``run-job`` passes
+  ``--glue-database``).
+- **Athena readers' policy** ``<prefix>-athena-reader`` (:func:`reader_statements`,
+  output ``athena_reader_policy_arn``), a managed policy an analyst's role
+  attaches: queries in this workgroup only; Glue reads of the database and
+  its one table; S3 reads of ``output/``; reads and writes of
+  ``athena-results/``; the pipeline key, through S3 only, to read the output
+  and to read and write encrypted results. Nothing else.
 """
 
 from cdktf_cdktf_provider_aws.athena_workgroup import (
@@ -18,15 +25,32 @@ from cdktf_cdktf_provider_aws.athena_workgroup import (
     AthenaWorkgroupConfigurationResultConfigurationEncryptionConfiguration,
 )
 from cdktf_cdktf_provider_aws.glue_catalog_database import GlueCatalogDatabase
+from cdktf_cdktf_provider_aws.iam_policy import IamPolicy
 from constructs import Construct
 
-from infra.constructs.policies import Statement, allow
+from infra.cdk import TerraformOutput
+from infra.config import layout
+from infra.constructs.policies import Statement, allow, policy_json
 
-DATABASE = "tablecast"
+DATABASE = layout.GLUE_DATABASE
 TABLE = "output"
-RESULTS_PREFIX = "athena-results"
+RESULTS_PREFIX = layout.ATHENA_RESULTS_PREFIX
 GLUE_READ_ACTIONS = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
 GLUE_COMMIT_ACTIONS = ("glue:CreateTable", "glue:UpdateTable")
+# A query's life in one workgroup: start, follow, fetch, stop, list one's own.
+ATHENA_QUERY_ACTIONS = (
+    "athena:BatchGetQueryExecution", "athena:GetQueryExecution", "athena:GetQueryResults",
+    "athena:GetQueryResultsStream", "athena:GetWorkGroup", "athena:ListQueryExecutions",
+    "athena:StartQueryExecution", "athena:StopQueryExecution",
+)  # fmt: skip
+# Browsing the default catalog's metadata (the console's table list, DESCRIBE).
+ATHENA_METADATA_ACTIONS = (
+    "athena:GetDatabase", "athena:GetTableMetadata", "athena:ListDatabases",
+    "athena:ListTableMetadata",
+)  # fmt: skip
+RESULTS_OBJECT_ACTIONS = (
+    "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListMultipartUploadParts", "s3:PutObject",
+)  # fmt: skip
 
 
 class IcebergCatalog(Construct):
@@ -41,6 +65,10 @@ class IcebergCatalog(Construct):
         bucket_name: str,
         kms_key_arn: str,
         force_destroy: bool,
+        bucket_arn: str,
+        region: str,
+        account: str,
+        partition: str,
     ) -> None:
         """Create the database and the workgroup.
 
@@ -48,6 +76,7 @@ class IcebergCatalog(Construct):
         :param bucket_name: the pipeline bucket (Athena's results go under ``athena-results/``).
         :param kms_key_arn: the pipeline's data key, which encrypts the results.
         :param force_destroy: a test environment's workgroup goes with its saved queries.
+        :param bucket_arn, region, account, partition: for the Athena readers' policy.
         """
         super().__init__(scope, id_)
         self.database = GlueCatalogDatabase(
@@ -74,6 +103,25 @@ class IcebergCatalog(Construct):
         )
         self.database_name = self.database.name
         self.workgroup_name = self.workgroup.name
+        self.reader_policy = IamPolicy(
+            self,
+            "athena-reader",
+            name=f"{prefix}-athena-reader",
+            description=f"Query {DATABASE}.{TABLE} of {prefix} in Athena workgroup {prefix} "
+            "(attach to analysts' roles)",
+            policy=policy_json(
+                reader_statements(
+                    workgroup=prefix, bucket_arn=bucket_arn, kms_key_arn=kms_key_arn,
+                    region=region, account=account, partition=partition,
+                )
+            ),
+        )  # fmt: skip
+        TerraformOutput(
+            self,
+            "athena_reader_policy_arn",
+            value=self.reader_policy.arn,
+            description="Managed policy to attach to an Athena reader's role",
+        )
 
 
 def job_statements(*, region: str, account: str, partition: str) -> list[Statement]:
@@ -85,3 +133,34 @@ def job_statements(*, region: str, account: str, partition: str) -> list[Stateme
         allow("ReadOutputTableCatalog", GLUE_READ_ACTIONS, [catalog, database, table]),
         allow("CommitOutputTable", GLUE_COMMIT_ACTIONS, [catalog, database, table]),
     ]
+
+
+def reader_statements(
+    *, workgroup: str, bucket_arn: str, kms_key_arn: str, region: str, account: str,
+    partition: str,
+) -> list[Statement]:  # fmt: skip
+    """What an Athena reader of the output's table may do, and nothing more."""
+    glue = f"arn:{partition}:glue:{region}:{account}"
+    athena = f"arn:{partition}:athena:{region}:{account}"
+    output, results = layout.OUTPUT_PREFIX, RESULTS_PREFIX
+    return [
+        allow("QueryInTheWorkgroup", ATHENA_QUERY_ACTIONS, [f"{athena}:workgroup/{workgroup}"]),
+        allow("BrowseTheCatalog", ATHENA_METADATA_ACTIONS,
+              [f"{athena}:datacatalog/AwsDataCatalog"]),
+        allow("ReadOutputTableCatalog", GLUE_READ_ACTIONS,
+              [f"{glue}:catalog", f"{glue}:database/{DATABASE}",
+               f"{glue}:table/{DATABASE}/{TABLE}"]),
+        allow("ListOutputAndResults", ["s3:ListBucket"], [bucket_arn],
+              {"StringLike": {"s3:prefix": [output, f"{output}/*", results, f"{results}/*"]}}),
+        allow("BucketMetadata", ["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+              [bucket_arn]),
+        # The table's data and metadata files are all under output/ (the table's
+        # location is output/_iceberg/table; its data files are the output's own).
+        allow("ReadOutput", ["s3:GetObject"], [f"{bucket_arn}/{output}/*"]),
+        allow("ReadWriteResults", RESULTS_OBJECT_ACTIONS, [f"{bucket_arn}/{results}/*"]),
+        # The bucket's objects and the workgroup's results are SSE-KMS with the pipeline key;
+        # Athena reads and writes them through S3 with the reader's own rights.
+        allow("UsePipelineDataKeyThroughS3", ["kms:Decrypt", "kms:GenerateDataKey"],
+              [kms_key_arn],
+              {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}}),
+    ]  # fmt: skip

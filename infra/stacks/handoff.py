@@ -31,6 +31,8 @@ DESCRIPTIONS = {
     handoff.RETENTION_HOURS: "Kafka retention in hours",
     handoff.REPLICATION_FACTOR: "Replication factor for new topics",
     handoff.REGION: "AWS region of the environment",
+    handoff.GLUE_DATABASE: "Glue database of the output's Iceberg table (run --glue-database)",
+    handoff.COMPACT_EVERY: "How often the job compacts closed days (run --compact-every)",
 }
 
 

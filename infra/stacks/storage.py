@@ -1,6 +1,7 @@
 """The pipeline's bucket: output dataset, raw archive, job artifacts and checkpoint backups."""
 
 from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
+from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
 from constructs import Construct
 
 from infra.config import EnvironmentConfig, layout
@@ -52,6 +53,10 @@ class StorageStack(EnvironmentStack):
         self.bucket_arn = self.bucket.arn
         self.key_arn = self.key.arn
         # The output's Iceberg table in Glue, and Athena's workgroup for it.
+        partition = DataAwsPartition(self, "partition").partition
         self.iceberg = IcebergCatalog(self, "iceberg", prefix=prefix, bucket_name=self.bucket.name,
                                       kms_key_arn=self.key.arn,
-                                      force_destroy=not config.is_production)  # fmt: skip
+                                      force_destroy=not config.is_production,
+                                      bucket_arn=self.bucket.arn, region=config.region,
+                                      account=account,
+                                      partition=partition)  # fmt: skip

@@ -55,7 +55,8 @@ def prepare(aws: dict[str, str], tmp_path: Path, recorded_sha256: str | None) ->
               handoff.TOPIC_PATTERN: "^s-.+", handoff.TRIGGER: "1 minute",
               handoff.METRIC_NAMESPACE: "Tablecast", handoff.JOB_VERSION: VERSION,
               handoff.ARTIFACTS_URI: f"s3://{BUCKET}/artifacts", handoff.REGION: REGION,
-              handoff.JOB_WHEEL_SHA256: recorded_sha256 or sha256(wheel)}  # fmt: skip
+              handoff.JOB_WHEEL_SHA256: recorded_sha256 or sha256(wheel),
+              handoff.GLUE_DATABASE: "tablecast", handoff.COMPACT_EVERY: "1 day"}  # fmt: skip
     for name, value in values.items():
         ssm.put_parameter(Name=handoff.parameter_name("t", name), Value=value, Type="String")
     venv = tmp_path / "venv"

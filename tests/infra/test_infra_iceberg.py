@@ -43,3 +43,55 @@ def test_the_job_may_commit_its_table_and_nothing_else_in_glue(
     actions = {a for s in glue for a in s["Action"]}
     assert actions == {"glue:GetDatabase", "glue:GetTable", "glue:GetTables",
                        "glue:CreateTable", "glue:UpdateTable"}  # fmt: skip
+
+
+def test_athena_readers_get_a_least_privilege_managed_policy(
+    env: SynthesizedEnvironment,
+) -> None:
+    storage = env["storage"]
+    prefix = env.config.resource_prefix
+    (policy,) = storage.resources("aws_iam_policy").values()
+    assert policy["name"] == f"{prefix}-athena-reader"
+    assert any("athena_reader_policy_arn" in name for name in storage.outputs())
+    (workgroup,) = storage.resources("aws_athena_workgroup").values()
+    statements = {s["Sid"]: s for s in policy_statements(policy["policy"])}
+    for statement in statements.values():
+        assert statement["Effect"] == "Allow"
+        assert not any("*" in a for a in statement["Action"]), statement
+        assert not any(r == "*" or r.endswith(":*") for r in statement["Resource"]), statement
+
+    def resources(sid: str) -> list[str]:
+        return list(statements[sid]["Resource"])
+
+    # Queries: this workgroup only (its results location and encryption are enforced).
+    assert len(resources("QueryInTheWorkgroup")) == 1
+    assert resources("QueryInTheWorkgroup")[0].endswith(f":workgroup/{workgroup['name']}")
+    assert "athena:StartQueryExecution" in statements["QueryInTheWorkgroup"]["Action"]
+    # Glue: reads of the database and its one table.
+    assert set(statements["ReadOutputTableCatalog"]["Action"]) == {
+        "glue:GetDatabase", "glue:GetTable", "glue:GetTables"}  # fmt: skip
+    tables = [r for r in resources("ReadOutputTableCatalog") if ":table/" in r]
+    assert tables and all(r.endswith(f":table/{DATABASE}/{TABLE}") for r in tables)
+    # S3: the output read-only; athena-results/ read and write; nothing else of the bucket.
+    object_grants = {
+        r.split("}", 1)[-1]: set(s["Action"])
+        for s in statements.values()
+        for r in s["Resource"]
+        if r.endswith("/*") and r.startswith("${aws_s3_bucket.")
+    }
+    assert object_grants == {
+        "/output/*": {"s3:GetObject"},
+        f"/{RESULTS_PREFIX}/*": {"s3:AbortMultipartUpload", "s3:GetObject",
+                                 "s3:ListMultipartUploadParts", "s3:PutObject"},
+    }  # fmt: skip
+    listing = statements["ListOutputAndResults"]
+    assert set(listing["Condition"]["StringLike"]["s3:prefix"]) == {
+        "output", "output/*", RESULTS_PREFIX, f"{RESULTS_PREFIX}/*"}  # fmt: skip
+    writes = {a for s in statements.values() for a in s["Action"] if "Put" in a}
+    assert writes == {"s3:PutObject"}
+    # KMS: the pipeline key, through S3 only.
+    key = statements["UsePipelineDataKeyThroughS3"]
+    assert set(key["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey"}
+    assert key["Resource"] == [workgroup["configuration"]["result_configuration"][
+        "encryption_configuration"]["kms_key_arn"]]  # fmt: skip
+    assert key["Condition"]["StringEquals"]["kms:ViaService"].startswith("s3.")

@@ -81,6 +81,8 @@ def environment(aws: AwsClients) -> Environment:
             handoff.RETENTION_HOURS: "96",
             handoff.REPLICATION_FACTOR: "1",
             handoff.REGION: REGION,
+            handoff.GLUE_DATABASE: "tablecast",
+            handoff.COMPACT_EVERY: "1 day",
         },
     )
     return Environment(ENVIRONMENT, BUCKET, driver["InstanceId"], f"s3://{BUCKET}/artifacts")

@@ -1,0 +1,128 @@
+"""What the live job (``tablecast run``) does with its output's table, beside each batch's commit.
+
+- :func:`prepare`, before the first batch: with ``--glue-database``, the
+  output is catalogued in Glue (``<output>/_iceberg/catalog.json``), its
+  table created if it is not there and caught up with the ledger. Every
+  start does it again and changes nothing that is already so, so the
+  deployed job makes the table on the day of deployment.
+- :class:`ScheduledCompaction`, with ``--compact-every``: wraps the sink's
+  ``foreachBatch`` function. After a batch is committed (ledger entry and
+  table snapshot), when the period has passed since the last scheduled
+  compaction (``_tablecast/compacted.json``, kept across restarts), it
+  compacts the closed days (before today, UTC; :mod:`app.table.compact`).
+  Spark runs ``foreachBatch`` for one batch at a time, so a compaction never
+  overlaps a batch's commit; the next batch waits for it. The first batch
+  after a start finishes a compaction that a kill interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from app.errors import ConfigurationError
+from app.sink.ledger import CONTROL_DIR
+from app.storage import Location, resolve
+from app.table import commit as table_commit
+from app.table import compact as table_compact
+from app.table.catalog import TABLE_NAME, config_for, glue_config, save_config, threads_released
+
+log = logging.getLogger(__name__)
+
+LAST_RUN_FILE = posixpath.join(CONTROL_DIR, "compacted.json")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableSettings:
+    """``tablecast run``'s options for the output's table."""
+
+    glue_database: str = ""  # catalogue the output in this Glue database ("": as it is)
+    glue_table: str = TABLE_NAME
+    region: str = ""  # Glue's, with glue_database
+    compact_every_s: float = 0.0  # 0: the job never compacts by itself
+    compact_target_bytes: int = table_compact.DEFAULT_TARGET_BYTES
+
+
+def prepare(output: str, settings: TableSettings) -> None:
+    """Catalogue the output as the settings say, and make its table, before the first batch."""
+    location = resolve(output)
+    if settings.glue_database:
+        if not settings.region:
+            raise ConfigurationError("--glue-database needs --region (or AWS_REGION)")
+        config = glue_config(location, database=settings.glue_database,
+                             region=settings.region, table=settings.glue_table)  # fmt: skip
+        if config_for(location) != config:
+            save_config(location, config)
+            log.info("output %s catalogued as %s in Glue", location.uri, config.table)
+        with threads_released():
+            table_commit.catch_up(location)  # creates the table when it is not there
+    if settings.compact_every_s and config_for(location) is None:
+        raise ConfigurationError(
+            f"--compact-every needs the Iceberg table of {location.uri}: give --glue-database "
+            "(or run `tablecast table --output ... --glue-database DATABASE` once)"
+        )
+
+
+def scheduled(
+    sink: Callable[[Any, int], None], output: str, settings: TableSettings
+) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function: the sink, and compaction on the settings' schedule."""
+    if not settings.compact_every_s:
+        return sink
+    return ScheduledCompaction(sink=sink, output=output, every_s=settings.compact_every_s,
+                               target_bytes=settings.compact_target_bytes)  # fmt: skip
+
+
+def last_run(location: Location) -> datetime | None:
+    path = location.child(LAST_RUN_FILE)
+    if not location.exists(path):
+        return None
+    return datetime.fromisoformat(orjson.loads(location.read_bytes(path))["at"])
+
+
+@dataclass
+class ScheduledCompaction:
+    sink: Callable[[Any, int], None]
+    output: str
+    every_s: float
+    target_bytes: int = table_compact.DEFAULT_TARGET_BYTES
+    steps: table_compact.CompactionSteps | None = None  # tests inject crashes
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    runs: int = field(default=0, init=False)  # compactions this process ran
+    _started: bool = field(default=False, init=False)
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.sink(frame, batch_id)
+        self.after_batch()
+
+    def after_batch(self) -> None:
+        location = resolve(self.output)
+        if not self._started:
+            self._started = True
+            with threads_released():
+                table_compact.finish_interrupted(location)
+        now = self.clock()
+        last = last_run(location)
+        if last is not None and (now - last).total_seconds() < self.every_s:
+            return
+        try:
+            report = table_compact.compact(
+                location, before=now.date(), target_bytes=self.target_bytes, steps=self.steps
+            )
+        except Exception:
+            # Compaction is upkeep: the stream goes on, and the next period tries again
+            # (a compaction a failure interrupted is finished first).
+            log.exception("scheduled compaction of %s failed; next try in %.0f s",
+                          location.uri, self.every_s)  # fmt: skip
+        else:
+            self.runs += 1
+            log.info("scheduled compaction of %s: %d files into %d (%d rows)", location.uri,
+                     report.inputs, report.outputs, report.rows)  # fmt: skip
+        location.write_bytes_atomic(location.child(LAST_RUN_FILE),
+                                    orjson.dumps({"at": now.isoformat()}))  # fmt: skip
