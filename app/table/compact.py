@@ -222,18 +222,16 @@ def compact(
 
 
 def finish_interrupted(location: Location) -> int:
-    """Finish the compactions a crash interrupted after their rewrite was recorded (only
-    those: a correction's record is its own command's to finish); forget the history of
-    those it interrupted before. Returns how many were finished."""
-    open_ = [r for r in rewrite_mod.open_rewrites(location) if r.kind == KIND]
-    for rewrite in open_:
-        log.warning("finishing compaction %s of %s, interrupted before", rewrite.key,
-                    location.uri)  # fmt: skip
-        rewrite_mod.carry_out(location, rewrite)
+    """Before a compaction: finish every rewrite whose owner died, a compaction's or a
+    recompute's (:func:`app.sink.rewrite.finish_open`: refuses, in one line, to start beside
+    one whose owner is still at work, such as the live job's scheduled compaction beside
+    ``tablecast compact``); forget the history of compactions a crash interrupted before
+    their rewrite record. Returns how many compactions were finished."""
+    finished = rewrite_mod.finish_open(location)
     if not rewrite_mod.open_rewrites(location):
         _forget_never_carried_out(location)
-    location.delete_dir(location.child(STAGING_DIR))
-    return len(open_)
+        location.delete_dir(location.child(STAGING_DIR))
+    return sum(1 for rewrite in finished if rewrite.kind == KIND)
 
 
 def _forget_never_carried_out(location: Location) -> None:

@@ -11,8 +11,11 @@
   compaction (``_tablecast/compacted.json``, kept across restarts), it
   compacts the closed days (before today, UTC; :mod:`app.table.compact`).
   Spark runs ``foreachBatch`` for one batch at a time, so a compaction never
-  overlaps a batch's commit; the next batch waits for it. The first batch
-  after a start finishes a compaction that a kill interrupted.
+  overlaps a batch's commit; the next batch waits for it. A compaction that a
+  kill interrupted is finished once its lease runs out, by the next batch's
+  commit (:func:`app.sink.rewrite.finish_abandoned`) or the next compaction;
+  a compaction due while another rewrite is running (``tablecast compact``,
+  a recompute) is left for the next period, with one line in the log.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, TablecastError
 from app.sink.ledger import CONTROL_DIR
 from app.storage import Location, resolve
 from app.table import commit as table_commit
@@ -95,7 +98,6 @@ class ScheduledCompaction:
     steps: table_compact.CompactionSteps | None = None  # tests inject crashes
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     runs: int = field(default=0, init=False)  # compactions this process ran
-    _started: bool = field(default=False, init=False)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         self.sink(frame, batch_id)
@@ -103,10 +105,6 @@ class ScheduledCompaction:
 
     def after_batch(self) -> None:
         location = resolve(self.output)
-        if not self._started:
-            self._started = True
-            with threads_released():
-                table_compact.finish_interrupted(location)
         now = self.clock()
         last = last_run(location)
         if last is not None and (now - last).total_seconds() < self.every_s:
@@ -115,9 +113,13 @@ class ScheduledCompaction:
             report = table_compact.compact(
                 location, before=now.date(), target_bytes=self.target_bytes, steps=self.steps
             )
-        except Exception:
+        except TablecastError as exc:
             # Compaction is upkeep: the stream goes on, and the next period tries again
-            # (a compaction a failure interrupted is finished first).
+            # (a compaction a failure interrupted is finished first; one whose owner is
+            # still at work, a `tablecast compact` or a recompute, is left to it).
+            log.warning("scheduled compaction of %s not done: %s; next try in %.0f s",
+                        location.uri, exc, self.every_s)  # fmt: skip
+        except Exception:
             log.exception("scheduled compaction of %s failed; next try in %.0f s",
                           location.uri, self.every_s)  # fmt: skip
         else:

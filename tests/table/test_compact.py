@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from app import cli
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, OutputStateError
+from app.sink import rewrite as rewrite_mod
 from app.storage import resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
@@ -103,6 +104,11 @@ def test_compaction_after_a_crash_before_retiring_finishes_it(
     monkeypatch.undo()
     assert verify.compare(expected, table_rows(output)).ok
     assert verify.compare(expected, verify.read_output(output)).duplicates > 0  # not retired
+    # Its process died holding the rewrite's lease: a rerun waits for the lease to run out.
+    with pytest.raises(OutputStateError, match="is in progress"):
+        table_compact.compact(resolve(output))
+    later = rewrite_mod._now() + rewrite_mod.LEASE_SECONDS + 1
+    monkeypatch.setattr(rewrite_mod, "_now", lambda: later)
     table_compact.compact(resolve(output))
     _assert_exact(expected, output)
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from app import cli
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, OutputStateError
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table import commit as table_commit
@@ -124,6 +124,37 @@ def test_a_job_killed_during_its_compaction_finishes_it_at_the_first_batch_after
     restarted(None, 0)
     _assert_exact(expected, output)
     assert len(_compactions(output)) >= 1
+    assert_follows_ledger(output)
+
+
+class CompactBesideIt(table_compact.CompactionSteps):
+    """While this compaction holds its rewrite's lease (its merged files published, their
+    inputs not yet retired), the live job's schedule and `tablecast compact` try theirs."""
+
+    def __init__(self, output: str, clock: Clock) -> None:
+        self.output, self.clock = output, clock
+        self.refusal = ""
+
+    def published(self) -> None:
+        scheduled = ScheduledCompaction(sink=lambda frame, batch: None, output=self.output,
+                                        every_s=60, clock=self.clock)  # fmt: skip
+        scheduled(None, 1)  # the stream goes on: nothing raised, nothing compacted
+        assert scheduled.runs == 0
+        with pytest.raises(OutputStateError) as refused:
+            table_compact.compact(resolve(self.output), before=self.clock().date())
+        self.refusal = str(refused.value)
+
+
+def test_a_compaction_never_starts_beside_a_running_one(expected: pa.Table, tmp_path: Path) -> None:
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, _cuts(expected, 8))
+    table_commit.catch_up(resolve(output))
+    beside = CompactBesideIt(output, Clock(T0))
+    report = table_compact.compact(resolve(output), before=T0.date(), steps=beside)
+    assert report.inputs > report.outputs
+    assert "is in progress" in beside.refusal and "\n" not in beside.refusal
+    assert len(_compactions(output)) == 1
+    _assert_exact(expected, output)
     assert_follows_ledger(output)
 
 
