@@ -65,7 +65,7 @@ class ExpiryNotice(Construct):
                 "scheduler.amazonaws.com", source_account=account
             ),
         )
-        IamRolePolicy(
+        policy = IamRolePolicy(
             self,
             "policy",
             name="publish-expiry-notice",
@@ -88,4 +88,6 @@ class ExpiryNotice(Construct):
             start_date=declared.first_notice,
             flexible_time_window=SchedulerScheduleFlexibleTimeWindow(mode="OFF"),
             target=SchedulerScheduleTarget(arn=topic_arn, role_arn=role.arn, input=self.message),
+            # Never a schedule whose role may not publish yet.
+            depends_on=[policy],
         )
