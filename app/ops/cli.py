@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -140,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="commit a transaction every N messages [no transactions]",
     )
 
+    pipelines = commands.add_parser(
+        "pipelines", help="list the declared test pipelines: age, expiry, owner, cost per hour"
+    )
+    pipelines.add_argument(
+        "--settings", type=Path, help="deployment settings [$TABLECAST_SETTINGS]"
+    )
+    pipelines.add_argument("--prices", type=Path, help="price table [infra/prices.toml]")
+    pipelines.add_argument("--today", type=date.fromisoformat, help=argparse.SUPPRESS)
+
     archive = commands.add_parser("archive", help="copy Kafka into the raw archive")
     _kafka(archive)
     archive.add_argument("--archive", help="archive URI [the environment's archive-uri]")
@@ -218,6 +227,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _produce(args)
     if args.command == "archive":
         return _archive(args)
+    if args.command == "pipelines":
+        return _pipelines(args)
     raise AssertionError(args.command)
 
 
@@ -412,4 +423,20 @@ def _archive(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, request_stop)
             run = copier.follow(stop)
     _say(run.lines()[0])
+    return 0
+
+
+def _pipelines(args: argparse.Namespace) -> int:
+    from app.ops import pipelines
+    from infra.config.test_pipelines import destroy_command
+
+    listing = pipelines.list_pipelines(
+        pipelines.settings_path(args.settings, os.environ),
+        today=args.today or datetime.now(UTC).date(),
+        prices=pipelines.load_prices(args.prices or pipelines.PRICES),
+    )
+    for line in listing.lines():
+        _say(line)
+    for name in listing.expired:
+        _say(f"expired: {name}; destroy it with {destroy_command(name)}")
     return 0
