@@ -73,7 +73,7 @@ class ExpiryNotice(Construct):
             policy=policy_json(
                 [
                     allow("PublishToTheAlarmTopic", ["sns:Publish"], [topic_arn]),
-                    # The topic is encrypted: publishing needs its key.
+                    # The topic and the schedule are encrypted with this key.
                     allow("UseTheTopicsKey", ["kms:Decrypt", "kms:GenerateDataKey"], [key_arn]),
                 ]
             ),
@@ -87,6 +87,8 @@ class ExpiryNotice(Construct):
             schedule_expression=SCHEDULE,
             start_date=declared.first_notice,
             flexible_time_window=SchedulerScheduleFlexibleTimeWindow(mode="OFF"),
+            # The message at rest under the topic's key, which the role may decrypt.
+            kms_key_arn=key_arn,
             target=SchedulerScheduleTarget(arn=topic_arn, role_arn=role.arn, input=self.message),
             # Never a schedule whose role may not publish yet.
             depends_on=[policy],

@@ -131,6 +131,7 @@ def check_applied(env: SynthesizedEnvironment, endpoint: str) -> None:
     )
     assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     assert schedule["State"] == "ENABLED"
+    assert schedule["KmsKeyArn"].startswith(f"arn:aws:kms:{config.region}:{MOTO_ACCOUNT}:key/")
     target = schedule["Target"]
     assert target["Arn"] == topic_arn
     assert destroy_command(config.name) in target["Input"]

@@ -204,6 +204,7 @@ def test_the_owner_is_notified_from_the_pipelines_own_topic_at_expiry_and_daily_
     assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
     (key_id,) = monitoring.resources("aws_kms_key")
     assert topic["kms_master_key_id"] == f"${{aws_kms_key.{key_id}.arn}}"
+    assert schedule["kms_key_arn"] == topic["kms_master_key_id"]
     (policy,) = monitoring.resources("aws_iam_role_policy").values()
     statements = json.loads(policy["policy"])["Statement"]
     assert {s["Sid"]: (s["Action"], s["Resource"]) for s in statements} == {
