@@ -459,7 +459,15 @@ def _archive(args: argparse.Namespace) -> int:
 
 def _pipelines(args: argparse.Namespace) -> int:
     from app.ops import pipelines
-    from infra.config.test_pipelines import destroy_command
+
+    try:
+        from infra.config.test_pipelines import destroy_command
+    except ModuleNotFoundError:
+        # The job's wheel (on a node) holds app/ only.
+        raise ConfigurationError(
+            "pipelines reads infra/'s configuration: run it from a checkout "
+            "(scripts/tablecast_ops.py)"
+        ) from None
 
     listing = pipelines.list_pipelines(
         pipelines.settings_path(args.settings, os.environ),

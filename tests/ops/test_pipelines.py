@@ -130,3 +130,24 @@ def test_the_repositorys_price_table_prices_every_declared_type_and_has_its_date
     out = capsys.readouterr().out
     assert out.splitlines()[1].split()[0] == "resync-exp"
     assert f"prices as of {prices.as_of}" in out
+
+
+def test_it_runs_from_a_checkout_and_says_so_where_infra_is_missing(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.ops.conftest import PROJECT
+
+    argv = ["pipelines", "--settings", str(TESTING_SETTINGS)]
+    script = [sys.executable, str(PROJECT / "scripts" / "tablecast_ops.py"), *argv]
+    done = subprocess.run(script, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].startswith("resync-exp ")
+    # As on a node: the job's wheel holds app/ only.
+    module = [sys.executable, "-m", "app.ops", *argv]
+    done = subprocess.run(module, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 64
+    assert done.stderr == (
+        "tablecast-ops pipelines: pipelines reads infra/'s configuration: run it from a "
+        "checkout (scripts/tablecast_ops.py)\n"
+    )
