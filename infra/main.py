@@ -2,8 +2,9 @@
 
 ``python -m infra.main`` writes ``cdktf.out/stacks/tablecast-<env>-<component>/cdk.tf.json``
 (or under ``$CDKTF_OUTDIR``, which the cdktf CLI sets), for every environment
-or those named in ``$TABLECAST_ENVIRONMENTS`` (comma-separated), with the
-deployment settings of the file ``$TABLECAST_SETTINGS`` names. Anything
+and every test pipeline that file declares, or those named in
+``$TABLECAST_ENVIRONMENTS`` (comma-separated), with the deployment settings
+of the file ``$TABLECAST_SETTINGS`` names. Anything
 invalid or missing stops it with a one-line message and exit status 2.
 """
 
@@ -21,6 +22,7 @@ from infra.config.settings import (
     DeploymentSettings,
     load_settings,
 )
+from infra.config.test_pipelines import pipeline_configs
 from infra.stacks import EnvironmentStacks, build_environment
 
 ENVIRONMENTS_VARIABLE = "TABLECAST_ENVIRONMENTS"
@@ -46,6 +48,33 @@ def chosen_environments(environ: Mapping[str, str]) -> list[str] | None:
     return [name.strip() for name in named.split(",") if name.strip()] if named else None
 
 
+def configure_all(
+    path: Path | None,
+    settings: Mapping[str, DeploymentSettings],
+    chosen: list[str] | None,
+    environments: Mapping[str, EnvironmentFactory] = ENVIRONMENTS,
+) -> list[EnvironmentConfig]:
+    """The chosen environments and the test pipelines the settings file declares (all: None).
+
+    Every test pipeline's network is checked against every environment that has
+    settings and against every other test pipeline, chosen or not.
+    """
+    declared = (
+        []
+        if path is None
+        else pipeline_configs(
+            path,
+            settings,
+            configure(settings, [n for n in environments if n in settings], environments),
+        )
+    )
+    if chosen is None:
+        return [*configure(settings, None, environments), *declared]
+    by_name = {config.name: config for config in declared}
+    fixed = configure(settings, [name for name in chosen if name not in by_name], environments)
+    return [*fixed, *(by_name[name] for name in chosen if name in by_name)]
+
+
 def main(
     environments: Mapping[str, EnvironmentFactory] = ENVIRONMENTS,
     outdir: str | None = None,
@@ -58,7 +87,7 @@ def main(
     """
     try:
         path, settings = settings_from(environ)
-        configs = configure(settings, chosen_environments(environ), environments)
+        configs = configure_all(path, settings, chosen_environments(environ), environments)
     except ConfigError as error:
         print(f"infra: invalid configuration: {error}", file=sys.stderr)
         return 2

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from app import handoff
 from app.errors import ConfigurationError, TablecastError
 from app.local.image import StagedImage, stage
+from app.local.run_command import RunCommandAgent
 from app.local.servers import FAKE_CREDENTIALS, LOOPBACK, Server, start_broker, start_moto
 from app.local.supervisor import Supervisor
 from app.local.units import render
@@ -59,6 +60,7 @@ from app.ops.cli import KAFKA_AUTH_VARIABLE, ONE_MESSAGE_PER_BATCH_VARIABLE
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_ssm import SSMClient
@@ -88,6 +90,7 @@ class AwsClients:
     ssm: SSMClient
     sns: SNSClient
     cloudwatch: CloudWatchClient
+    ec2: EC2Client
 
     @classmethod
     def for_endpoint(cls, env: Mapping[str, str]) -> AwsClients:
@@ -104,6 +107,7 @@ class AwsClients:
             ssm=session.client("ssm", endpoint_url=endpoint),
             sns=session.client("sns", endpoint_url=endpoint),
             cloudwatch=session.client("cloudwatch", endpoint_url=endpoint),
+            ec2=session.client("ec2", endpoint_url=endpoint),
         )
 
 
@@ -156,11 +160,14 @@ class LocalPipeline:
 
     paths: Paths
     progress: Progress = print
+    environment: str = ENVIRONMENT
+    """The environment it stands in for: the sandbox, or a test pipeline of testing.toml."""
     aws: Server | None = None
     kafka: Server | None = None
     supervisor: Supervisor | None = None
     values: dict[str, str] = field(default_factory=dict)  # the hand-off as written to SSM
     image: StagedImage | None = None
+    agent: RunCommandAgent | None = None
 
     # -- bring up ---------------------------------------------------------
 
@@ -218,22 +225,35 @@ class LocalPipeline:
         from infra.config import layout
         from infra.config.handoff import handoff_values
 
-        config = sandbox_config()
+        config = self.config()
         bucket = layout.bucket_name(config.resource_prefix, config.deployment.account_id,
                                     config.region)  # fmt: skip
+        clients = self.clients()
         values = handoff_values(config=config, bootstrap_brokers_iam=self.kafka.address,
                                 bucket_name=bucket, driver_private_ip=LOOPBACK,
-                                driver_instance_id="i-00000000local")  # fmt: skip
+                                driver_instance_id=self._driver_instance(clients))  # fmt: skip
         values.update(self._substitutions())
-        clients = self.clients()
         clients.s3.create_bucket(
             Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": config.region}
         )
         clients.sns.create_topic(Name=f"{config.resource_prefix}-alarms")
         for name, value in values.items():
-            clients.ssm.put_parameter(Name=handoff.parameter_name(ENVIRONMENT, name),
+            clients.ssm.put_parameter(Name=handoff.parameter_name(self.environment, name),
                                       Value=value, Type="String", Overwrite=True)  # fmt: skip
         self.values = values
+
+    def _driver_instance(self, clients: AwsClients) -> str:
+        """The driver node as moto's EC2 knows it, tagged as infra tags it: the tools find
+        it by the tag and send it Run Commands, which :class:`RunCommandAgent` runs here."""
+        image = clients.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        name = handoff.driver_name(self.environment)
+        (instance,) = clients.ec2.run_instances(
+            ImageId=image, MinCount=1, MaxCount=1,
+            TagSpecifications=[{"ResourceType": "instance",
+                                "Tags": [{"Key": "Name", "Value": name}]}],
+        )["Instances"]  # fmt: skip
+        instance_id: str = instance["InstanceId"]
+        return instance_id
 
     def _substitutions(self) -> dict[str, str]:
         """The hand-off values that cannot be AWS's on one machine."""
@@ -244,7 +264,7 @@ class LocalPipeline:
         }
 
     def _topics(self) -> None:
-        self.ops(["topics", "create", "--environment", ENVIRONMENT, "--partitions",
+        self.ops(["topics", "create", "--environment", self.environment, "--partitions",
                   str(PARTITIONS), *TOPICS])  # fmt: skip
 
     def _spark(self) -> None:
@@ -277,7 +297,8 @@ class LocalPipeline:
         wheel = build_wheel(PROJECT, self.paths.root / "dist")
         clients = self.clients()
         upload_wheel(clients.s3, self.values[handoff.ARTIFACTS_URI], wheel, replace=True)
-        write_job_version(clients.ssm, ENVIRONMENT, wheel.version, wheel.sha256)
+        write_job_version(clients.ssm, self.environment, wheel.version, wheel.sha256)
+        self.values[handoff.JOB_VERSION] = wheel.version
 
     def _services(self) -> None:
         self._start_unit("tablecast-job")
@@ -291,6 +312,10 @@ class LocalPipeline:
         _wait(installed, 120, "run-job installing the job's wheel",
               self.paths.logs / "tablecast-job.log")  # fmt: skip
         self._start_unit("tablecast-archiver")
+        assert self.supervisor is not None
+        self.agent = RunCommandAgent(self.clients().ssm, self.values[handoff.DRIVER_INSTANCE_ID],
+                                     self.supervisor)  # fmt: skip
+        self.agent.start()
 
     def _start_unit(self, name: str) -> None:
         assert self.supervisor is not None
@@ -308,7 +333,7 @@ class LocalPipeline:
     def node_env(self) -> dict[str, str]:
         """node.env's and image.env's variables, as node-bootstrap writes them on a node."""
         return {
-            "TABLECAST_ENV": ENVIRONMENT,
+            "TABLECAST_ENV": self.environment,
             "TABLECAST_DRIVER_HOST": LOOPBACK,
             "SPARK_LOCAL_IP": LOOPBACK,
             "TABLECAST_ZONE_ID": ZONE_ID,
@@ -355,8 +380,12 @@ class LocalPipeline:
         }
 
     def region(self) -> str:
-        region: str = sandbox_config().region
+        region: str = self.config().region
         return region
+
+    def config(self) -> Any:
+        """infra's configuration of the environment, with the throwaway testing settings."""
+        return environment_config(self.environment)
 
     def clients(self) -> AwsClients:
         """Clients of the stand-in AWS (moto's server)."""
@@ -375,6 +404,9 @@ class LocalPipeline:
     # -- tear down --------------------------------------------------------
 
     def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+            self.agent = None
         if self.supervisor is not None:
             self.supervisor.stop_all()
             self.supervisor = None
@@ -388,7 +420,7 @@ class LocalPipeline:
         assert self.aws is not None and self.kafka is not None
         env = {**self.aws_env(), KAFKA_AUTH_VARIABLE: "none", ONE_MESSAGE_PER_BATCH_VARIABLE: "1"}
         self.paths.state.write_text(json.dumps({
-            "pid": os.getpid(), "environment": ENVIRONMENT, "aws": env["AWS_ENDPOINT_URL"],
+            "pid": os.getpid(), "environment": self.environment, "aws": env["AWS_ENDPOINT_URL"],
             "kafka": self.kafka.address, "spark": f"spark://{LOOPBACK}:{SPARK_PORTS[0]}",
             "output": self.values[handoff.OUTPUT_URI], "archive": self.values[handoff.ARCHIVE_URI],
             "logs": str(self.paths.logs),
@@ -400,12 +432,23 @@ class LocalPipeline:
         )
 
 
-def sandbox_config() -> Any:
-    """infra's throwaway environment, with the throwaway settings (no account is real)."""
+def environment_config(name: str = ENVIRONMENT) -> Any:
+    """infra's throwaway environment or a test pipeline testing.toml declares, with the
+    throwaway settings (no account is real)."""
     from infra.config.environments import ENVIRONMENTS
     from infra.config.settings import TESTING_SETTINGS, load_settings
+    from infra.config.test_pipelines import pipeline_configs
 
-    return ENVIRONMENTS[ENVIRONMENT](load_settings(TESTING_SETTINGS)[ENVIRONMENT])
+    settings = load_settings(TESTING_SETTINGS)
+    if name == ENVIRONMENT:
+        return ENVIRONMENTS[ENVIRONMENT](settings[ENVIRONMENT])
+    declared = {config.name: config for config in pipeline_configs(TESTING_SETTINGS, settings)}
+    if name not in declared:
+        raise ConfigurationError(
+            f"environment {name!r}: the pipeline on one machine stands in for {ENVIRONMENT} or "
+            f"a test pipeline of {TESTING_SETTINGS.name} ({', '.join(declared) or 'none'})"
+        )
+    return declared[name]
 
 
 def ensure_locked_venv(path: Path, lock: Path, progress: Progress) -> None:
@@ -467,7 +510,7 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str, log: Path)
 # -- the commands ------------------------------------------------------------
 
 
-def up(root: Path) -> int:
+def up(root: Path, environment: str = ENVIRONMENT) -> int:
     """Start the pipeline in the background (``serve``) and wait until it is up."""
     paths = Paths(root.resolve())
     if paths.state.exists():
@@ -476,7 +519,8 @@ def up(root: Path) -> int:
     log = paths.logs / "pipeline.log"
     with log.open("ab") as out:
         server = subprocess.Popen([sys.executable, "-m", "app.local.pipeline", "serve",
-                                   "--root", str(root)], stdout=out, stderr=subprocess.STDOUT,
+                                   "--root", str(root), "--environment", environment],
+                                  stdout=out, stderr=subprocess.STDOUT,
                                   start_new_session=True, cwd=PROJECT)  # fmt: skip
     shown = 0
     while not paths.state.exists():
@@ -495,7 +539,7 @@ def up(root: Path) -> int:
     return 0
 
 
-def serve(root: Path) -> int:
+def serve(root: Path, environment: str = ENVIRONMENT) -> int:
     """Run the pipeline until SIGTERM (what ``up`` starts in the background)."""
     stopping = False
 
@@ -504,7 +548,8 @@ def serve(root: Path) -> int:
         stopping = True
 
     signal.signal(signal.SIGTERM, request_stop)
-    pipeline = LocalPipeline(Paths(root.resolve()), progress=lambda line: print(line, flush=True))
+    pipeline = LocalPipeline(Paths(root.resolve()), progress=lambda line: print(line, flush=True),
+                             environment=environment)  # fmt: skip
     pipeline.start()
     try:
         while not stopping:
@@ -537,14 +582,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["up", "down", "serve", "demo"])
     parser.add_argument("--root", type=Path, default=Path(".pipeline"))
+    parser.add_argument(
+        "--environment", default=ENVIRONMENT,
+        help=f"what it stands in for: {ENVIRONMENT} or a test pipeline of testing.toml",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            return up(args.root)
+            return up(args.root, args.environment)
         if args.command == "down":
             return down(args.root)
         if args.command == "serve":
-            return serve(args.root)
+            return serve(args.root, args.environment)
         from app.local.demo import demo
 
         return demo(args.root)

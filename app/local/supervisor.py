@@ -126,6 +126,12 @@ class Supervisor:
             return
         _terminate(service.process, service.spec.stop_timeout_s)
 
+    def restart(self, name: str) -> None:
+        """Stop a service and start it again, as ``systemctl restart`` does."""
+        service = self.services[name]
+        self.stop(name)
+        self.start(service.spec, service.env)
+
     def stop_all(self) -> None:
         self._stopping.set()
         self._watcher.join()

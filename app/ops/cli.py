@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -140,6 +140,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="commit a transaction every N messages [no transactions]",
     )
 
+    run = commands.add_parser(
+        "test-run", help="deploy, publish a load, wait until caught up, verify exactly, report"
+    )
+    _kafka(run)
+    run_artifact = run.add_mutually_exclusive_group()
+    run_artifact.add_argument(
+        "--wheel", type=Path, help="deploy this wheel instead of building one"
+    )
+    run_artifact.add_argument("--version", help="deploy a version already uploaded")
+    run.add_argument("--project", type=Path, default=_PROJECT, help="the project to build")
+    run.add_argument("--topics", type=_positive, default=3, help="topics <prefix>0..N-1 [3]")
+    run.add_argument("--prefix", default="sensor-")
+    run.add_argument("--partitions", type=_positive, default=2, help="per topic [2]")
+    run.add_argument("--sessions", type=_positive, default=24)
+    run.add_argument("--updates", type=int, default=100, help="updates per session [100]")
+    run.add_argument("--resync-every", type=int, default=25)
+    run.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
+    run.add_argument("--seed", type=int, default=7)
+    run.add_argument(
+        "--timeout", type=_seconds, default=600.0, help="to catch up after publishing [10 minutes]"
+    )
+    run.add_argument(
+        "--one-message-per-batch",
+        action="store_true",
+        default=os.environ.get(ONE_MESSAGE_PER_BATCH_VARIABLE) == "1",
+        help=argparse.SUPPRESS,
+    )
+    _heartbeat(run)
+
+    pipelines = commands.add_parser(
+        "pipelines", help="list the declared test pipelines: age, expiry, owner, cost per hour"
+    )
+    pipelines.add_argument(
+        "--settings", type=Path, help="deployment settings [$TABLECAST_SETTINGS]"
+    )
+    pipelines.add_argument("--prices", type=Path, help="price table [infra/prices.toml]")
+    pipelines.add_argument("--today", type=date.fromisoformat, help=argparse.SUPPRESS)
+
     archive = commands.add_parser("archive", help="copy Kafka into the raw archive")
     _kafka(archive)
     archive.add_argument("--archive", help="archive URI [the environment's archive-uri]")
@@ -218,6 +256,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _produce(args)
     if args.command == "archive":
         return _archive(args)
+    if args.command == "pipelines":
+        return _pipelines(args)
+    if args.command == "test-run":
+        return _test_run(args)
     raise AssertionError(args.command)
 
 
@@ -412,4 +454,102 @@ def _archive(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, request_stop)
             run = copier.follow(stop)
     _say(run.lines()[0])
+    return 0
+
+
+def _pipelines(args: argparse.Namespace) -> int:
+    from app.ops import pipelines
+
+    try:
+        from infra.config.test_pipelines import destroy_command
+    except ModuleNotFoundError:
+        # The job's wheel (on a node) holds app/ only.
+        raise ConfigurationError(
+            "pipelines reads infra/'s configuration: run it from a checkout "
+            "(scripts/tablecast_ops.py)"
+        ) from None
+
+    listing = pipelines.list_pipelines(
+        pipelines.settings_path(args.settings, os.environ),
+        today=args.today or datetime.now(UTC).date(),
+        prices=pipelines.load_prices(args.prices or pipelines.PRICES),
+    )
+    for line in listing.lines():
+        _say(line)
+    for name in listing.expired:
+        _say(f"expired: {name}; destroy it with {destroy_command(name)}")
+    return 0
+
+
+# Shared environments: a test run's load must never reach their topics.
+_NOT_FOR_TEST_RUNS = ("dev", "staging", "prod")
+
+
+def _test_run(args: argparse.Namespace) -> int:
+    from app.ops import deploy, test_run, topics, wheel
+
+    if not args.environment:
+        raise ConfigurationError("name the test pipeline with --environment")
+    if args.environment in _NOT_FOR_TEST_RUNS:
+        raise ConfigurationError(
+            f"{args.environment} is a shared environment: test-run publishes generated load and "
+            "deploys the working tree, so it runs on the sandbox or a test pipeline only"
+        )
+    found = _handoff(args)
+    assert found is not None
+    clients = AwsClients.create(args.region)
+    endpoint = _endpoint(args, found)
+    load = test_run.Load(
+        topics=args.topics,
+        prefix=args.prefix,
+        partitions=args.partitions,
+        sessions=args.sessions,
+        updates=args.updates,
+        resync_every=args.resync_every,
+        rate=args.rate,
+        seed=args.seed,
+        one_message_per_batch=args.one_message_per_batch,
+    )
+    # The load's topics, with the environment's retention and replication.
+    policy = topics.TopicPolicy(found.retention_hours, found.replication_factor, args.partitions)
+    topics.Topics(endpoint).create(load.topic_names, policy, topic_pattern=found.topic_pattern)
+
+    def deploy_job() -> str:
+        built: wheel.Wheel | None = None
+        if args.version is None:
+            built = (
+                wheel.read_wheel(args.wheel)
+                if args.wheel is not None
+                else wheel.build_wheel(args.project, args.project / "dist")
+            )
+        report = deploy.deploy(
+            clients,
+            args.environment,
+            wheel=built,
+            version=args.version,
+            # A test pipeline runs the working tree: its wheel replaces one of the same version.
+            replace=True,
+            commit=deploy.git_commit(args.project) if built is not None else "",
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            poll_s=args.poll,
+        )
+        return (
+            f"tablecast {report.version} ({report.artifact_uri}), heartbeat at "
+            f"{report.heartbeat.timestamp.isoformat(timespec='seconds')}"
+        )
+
+    target = test_run.Target(
+        environment=args.environment,
+        endpoint=endpoint,
+        topic_pattern=found.topic_pattern,
+        output_uri=found.s3_uri(handoff.OUTPUT_URI),
+        archive_uri=found.archive_uri,
+    )
+    report = test_run.run(target, load, deploy=deploy_job, timeout_s=args.timeout, progress=_say)
+    _say("")
+    for line in report.lines():
+        _say(line)
+    if not report.exact:
+        _say(report.verified)
+        return 1
     return 0

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from app import handoff
 from infra.config import parsing
 from infra.config.addressing import SubnetPlan, plan_subnets
+from infra.config.declared import DeclaredPipeline
 from infra.config.errors import ConfigError
 from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings, EndpointKind
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
@@ -109,6 +110,9 @@ class EnvironmentConfig:
     """Age at which ``archive/`` objects move to GLACIER_IR; after the STANDARD_IA move."""
     noncurrent_version_days: int = 30
     """Days S3 keeps an overwritten or deleted object's previous version."""
+    test_pipeline: DeclaredPipeline | None = None
+    """Set for a test pipeline declared in the deployment settings (owner, expiry, purpose):
+    its stacks are tagged with them and its owner is notified from the expiry date on."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -194,6 +198,11 @@ class EnvironmentConfig:
     def stack_name(self, component: str) -> str:
         """``tablecast-<env>-<component>``: one environment is deployed without touching another."""
         return f"tablecast-{self.name}-{component}"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags of every resource beyond the project's: a test pipeline's owner, expiry, purpose."""
+        return self.test_pipeline.tags if self.test_pipeline is not None else {}
 
     @property
     def resource_prefix(self) -> str:
@@ -386,6 +395,8 @@ def _check_deployment(config: EnvironmentConfig) -> None:
         raise _problem(config, "deployment", "no deployment settings: " + _how_to_supply(config))
     if config.throwaway and config.is_production:
         raise _problem(config, "throwaway", "a production environment is never throwaway")
+    if config.test_pipeline is not None and not config.throwaway:
+        raise _problem(config, "throwaway", "a test pipeline is always throwaway")
     if not config.throwaway:
         if settings.state_backend is None:
             raise _problem(

@@ -33,6 +33,8 @@ SETTINGS_VARIABLE = "TABLECAST_SETTINGS"
 """Environment variable naming the operator's settings file."""
 TESTING_SETTINGS = Path(__file__).resolve().parents[1] / "settings" / "testing.toml"
 """Throwaway settings for tests and CI: never deployable (account ``000000000000``)."""
+TEST_PIPELINES_TABLE = "test_pipelines"
+"""The table that declares test pipelines rather than an environment's settings."""
 HOW_TO_SUPPLY = (
     f"set {SETTINGS_VARIABLE} to a TOML file with a [{{environment}}] table "
     "(account_id, alarm_endpoints, state_backend, spark_image_id; see docs/infra.md, "
@@ -174,9 +176,20 @@ def load_settings(path: Path) -> dict[str, DeploymentSettings]:
 
     Raises ``ConfigError`` naming the file, the environment and the key that is wrong.
     """
+    document = read_document(path)
+    return {
+        name: parse_settings(name, table, source=str(path))
+        for name, table in document.items()
+        # Test pipelines are declared under their own table (infra/config/test_pipelines.py).
+        if isinstance(table, dict) and name != TEST_PIPELINES_TABLE
+    }
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """The settings file as TOML; ``ConfigError`` when it is missing or not TOML."""
     try:
         with path.open("rb") as handle:
-            document = tomllib.load(handle)
+            return tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(
             environment="*", field=SETTINGS_VARIABLE, problem=f"{path} does not exist"
@@ -185,11 +198,6 @@ def load_settings(path: Path) -> dict[str, DeploymentSettings]:
         raise ConfigError(
             environment="*", field=SETTINGS_VARIABLE, problem=f"{path} is not TOML: {exc}"
         ) from None
-    return {
-        name: parse_settings(name, table, source=str(path))
-        for name, table in document.items()
-        if isinstance(table, dict)
-    }
 
 
 def parse_settings(

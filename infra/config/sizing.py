@@ -9,6 +9,8 @@ TARGET_DISK_FRACTION = 0.70
 MSK_MAX_VOLUME_GIB = 16384
 MIB_PER_GIB = 1024
 SECONDS_PER_HOUR = 3600
+ROOT_VOLUME_GIB = 50
+"""Every Spark node's root volume (it holds the NameNode's second name directory)."""
 
 
 def required_broker_volume_gib(

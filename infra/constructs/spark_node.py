@@ -11,8 +11,7 @@ from constructs import Construct
 
 from infra.cdk import TerraformResourceLifecycle
 from infra.config import layout
-
-ROOT_VOLUME_GIB = 50
+from infra.config.sizing import ROOT_VOLUME_GIB
 
 
 class SparkNode(Construct):

@@ -33,6 +33,7 @@ class EnvironmentStack(TerraformStack):
                         "Environment": config.name,
                         "Stack": self.stack_name,
                         "ManagedBy": CDK,
+                        **config.tags,
                     }
                 )
             ],

@@ -11,9 +11,11 @@ from constructs import Construct
 from app import metric_names
 from infra.config import EnvironmentConfig, layout
 from infra.config.settings import EndpointKind
+from infra.config.test_pipelines import destroy_command
 from infra.constructs import EncryptionKey, TopicAlarms
 from infra.constructs.alarm_specs import AT_LEAST, GREATER, LESS, AlarmSpec, Metric, Missing
 from infra.constructs.dashboard import EC2_NAMESPACE, MSK_NAMESPACE, dashboard_body
+from infra.constructs.expiry_notice import ExpiryNotice
 from infra.stacks.base import EnvironmentStack
 
 DISK_USED_PERCENT = 85
@@ -458,6 +460,19 @@ class MonitoringStack(EnvironmentStack):
                     protocol=endpoint.kind.value,
                     endpoint=endpoint.address,
                 )
+        if config.test_pipeline is not None:
+            # The owner is one of the endpoints subscribed above.
+            self.expiry_notice: ExpiryNotice | None = ExpiryNotice(
+                self,
+                "expiry-notice",
+                name=config.name,
+                declared=config.test_pipeline,
+                topic_arn=self.topic_arn,
+                key_arn=key.arn,
+                destroy=destroy_command(config.name),
+            )
+        else:
+            self.expiry_notice = None
         existing_topics = [e.address for e in endpoints if e.kind is EndpointKind.TOPIC]
         self._alarms = TopicAlarms(
             self, name_prefix=prefix, topic_arns=[self.topic_arn, *existing_topics]

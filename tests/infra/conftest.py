@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from infra.config import ENVIRONMENTS, DeploymentSettings, EnvironmentConfig
-from infra.config.environments import configure
 from infra.config.settings import TESTING_SETTINGS, load_settings
+from infra.config.test_pipelines import load_test_pipelines
+from infra.main import configure_all
 from infra.testing import SynthesizedEnvironment, synthesize
+
+DECLARED_PIPELINES = [table.name for table in load_test_pipelines(TESTING_SETTINGS)]
+"""The test pipelines testing.toml declares: synthesized and checked like every environment."""
 
 
 @pytest.fixture(scope="session")
@@ -22,8 +26,9 @@ def testing_settings() -> dict[str, DeploymentSettings]:
 
 @pytest.fixture(scope="session")
 def configs(testing_settings: dict[str, DeploymentSettings]) -> dict[str, EnvironmentConfig]:
-    """Every configured environment, by name."""
-    return {config.name: config for config in configure(testing_settings)}
+    """Every configured environment and declared test pipeline, by name."""
+    configs = configure_all(TESTING_SETTINGS, testing_settings, None)
+    return {config.name: config for config in configs}
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +45,7 @@ def synthesized(
     return synthesize(list(configs.values()), outdir)
 
 
-@pytest.fixture(scope="session", params=sorted(ENVIRONMENTS))
+@pytest.fixture(scope="session", params=[*sorted(ENVIRONMENTS), *DECLARED_PIPELINES])
 def env(
     request: pytest.FixtureRequest, synthesized: dict[str, SynthesizedEnvironment]
 ) -> SynthesizedEnvironment:

@@ -47,11 +47,14 @@ def valid(**changes: Any) -> EnvironmentConfig:
 
 
 def test_every_defined_environment_is_valid(configs: dict[str, EnvironmentConfig]) -> None:
-    assert set(configs) == {"dev", "staging", "prod", "sandbox"}
+    assert set(configs) == {"dev", "staging", "prod", "sandbox", "resync-exp"}
     for name, config in configs.items():
         assert config.name == name
-    # Only the sandbox may keep local state and page nobody.
-    assert [name for name, config in configs.items() if config.throwaway] == ["sandbox"]
+    # Only the sandbox and test pipelines may keep local state and page nobody.
+    assert [name for name, config in configs.items() if config.throwaway] == [
+        "sandbox",
+        "resync-exp",
+    ]
 
 
 def test_a_team_can_add_an_environment() -> None:

@@ -91,6 +91,7 @@ def test_hdfs_keeps_three_copies_where_three_workers_allow(
         "staging": 3,
         "prod": 3,
         "sandbox": 1,
+        "resync-exp": 2,
     }
 
 

@@ -29,8 +29,9 @@ def test_cross_stack_reads_use_the_same_backend(env: SynthesizedEnvironment) -> 
             assert remote["backend"] == expected
 
 
-def test_only_the_sandbox_is_throwaway(env: SynthesizedEnvironment) -> None:
-    assert env.config.throwaway is (env.config.name == "sandbox")
+def test_only_the_sandbox_and_test_pipelines_are_throwaway(env: SynthesizedEnvironment) -> None:
+    expected = env.config.name == "sandbox" or env.config.test_pipeline is not None
+    assert env.config.throwaway is expected
     if env.config.is_production:
         assert not env.config.throwaway
 

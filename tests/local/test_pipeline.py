@@ -17,14 +17,18 @@ is (nothing is timed; the stream waits for the job):
 
 The supervisor starts the service again as systemd would (the test waits
 for that), the job and the archiver catch up, and ``tablecast verify``
-checks the output in S3: no row missing, none twice. ``make pipeline-demo``
-covers the untroubled run.
+checks the output in S3: no row missing, none twice. The module's pipeline
+stands in for the test pipeline ``resync-exp`` of ``infra/settings/testing.toml``
+(``make pipeline-demo`` runs the sandbox's, untroubled), and its last test runs
+``tablecast-ops test-run -e resync-exp`` against it, end to end.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ from app import handoff
 from app.engine.store import STATE_DIR
 from app.local.demo import publish, verify, wait_until_caught_up
 from app.local.pipeline import LocalPipeline, Paths
+from app.ops.cli import ONE_MESSAGE_PER_BATCH_VARIABLE
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from tests.fixture_processes import owned_by_fixture
@@ -47,13 +52,14 @@ UPDATES = 40
 FIRST_PART = 60  # messages out when the stream waits for the job's first batch of it
 KILL_AT = 160  # messages out when the stream waits for a batch of them to kill
 STEP_TIMEOUT_S = 300.0  # how long the job may take to get to a hold before the test gives up
+TEST_PIPELINE = "resync-exp"  # declared in infra/settings/testing.toml
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPipeline]:
     # The executors' venv is built once per lock (make pipeline-demo's); the rest is ours.
     paths = Paths(tmp_path_factory.mktemp("pipeline"), Path(".pipeline/image-venv").resolve())
-    started = LocalPipeline(paths, progress=lambda line: None)
+    started = LocalPipeline(paths, progress=lambda line: None, environment=TEST_PIPELINE)
     saved = dict(os.environ)
     started.start()
     os.environ.update(started.aws_env())
@@ -174,3 +180,37 @@ def test_the_job_killed_mid_stream_is_restarted_and_the_output_stays_exact(
     pipeline: LocalPipeline,
 ) -> None:
     kill_mid_stream(pipeline, "tablecast-job", seed=32)
+
+
+def test_test_run_deploys_publishes_waits_until_caught_up_and_verifies_exactly(
+    pipeline: LocalPipeline,
+) -> None:
+    """``tablecast-ops test-run`` as an operator runs it, against the pipeline standing in
+    for the test pipeline: the deploy's Run Command restarts the job (run-job installs the
+    version again), then the loop of ``make pipeline-demo``."""
+    assert pipeline.agent is not None and pipeline.supervisor is not None
+    (wheel,) = (pipeline.paths.root / "dist").glob("tablecast-*.whl")
+    before = len(Ledger(resolve(pipeline.values[handoff.OUTPUT_URI])).entries())
+    env = {**pipeline.service_env(), ONE_MESSAGE_PER_BATCH_VARIABLE: "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "app.ops", "test-run", "-e", TEST_PIPELINE, "--wheel", str(wheel),
+         "--topics", "2", "--partitions", "2", "--sessions", "6", "--updates", "20",
+         "--resync-every", "8", "--heartbeat-timeout", "5 minutes", "--poll", "2s",
+         "--timeout", "7 minutes"],
+        env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    for service in ("tablecast-job", "tablecast-archiver"):
+        restarted = pipeline.supervisor.pid(service)
+        if restarted is not None:
+            owned_by_fixture(restarted)  # the module's pipeline stops it
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = dict(line.split(":", 1) for line in done.stdout.splitlines()[-9:] if ":" in line)
+    assert report["environment"].strip() == TEST_PIPELINE
+    assert report["result"].strip() == "EXACT"
+    assert report["verify"].strip().startswith("OK"), done.stdout
+    assert report["deployed"].strip().startswith("tablecast ")
+    assert "heartbeat at" in report["deployed"]
+    # The deploy's Run Command restarted the job and the archiver here, as on a node.
+    assert pipeline.agent.restarted == ["tablecast-job", "tablecast-archiver"]
+    assert "of 6 sessions" in report["load"]
+    assert len(Ledger(resolve(pipeline.values[handoff.OUTPUT_URI])).entries()) > before

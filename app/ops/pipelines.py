@@ -1,0 +1,195 @@
+"""``tablecast-ops pipelines``: every declared test pipeline, its age, expiry, owner and cost.
+
+Test pipelines are declared in the deployment settings (``$TABLECAST_SETTINGS``,
+``[test_pipelines.<name>]``; see ``infra/config/test_pipelines.py``). The cost
+is an estimate per hour from the instance, broker and volume sizes of its
+configuration and the price table ``infra/prices.toml`` (its date is printed).
+Runs from a checkout: it reads ``infra/``'s configuration, not AWS.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from infra.config import EnvironmentConfig
+
+PRICES = Path(__file__).resolve().parents[2] / "infra" / "prices.toml"
+HOURS_PER_MONTH = 730  # AWS prices storage per GiB-month of 730 hours
+
+
+class PriceTableError(ConfigurationError):
+    """The price table lacks a type a pipeline uses, or is malformed."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"price table {path}: {problem}", path=str(path))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriceTable:
+    """On-demand prices of one region, as of one date."""
+
+    as_of: date
+    region: str
+    currency: str
+    ec2_per_hour: Mapping[str, float]
+    msk_broker_per_hour: Mapping[str, float]
+    msk_storage_per_gib_month: float
+    ebs_per_gib_month: float
+    path: Path
+
+    def ec2(self, instance_type: str) -> float:
+        return self._price(self.ec2_per_hour, instance_type, "ec2_per_hour")
+
+    def broker(self, instance_type: str) -> float:
+        return self._price(self.msk_broker_per_hour, instance_type, "msk_broker_per_hour")
+
+    def _price(self, table: Mapping[str, float], instance_type: str, name: str) -> float:
+        if instance_type not in table:
+            raise PriceTableError(self.path, f"no price for {instance_type} in [{name}]: add it")
+        return table[instance_type]
+
+
+def load_prices(path: Path = PRICES) -> PriceTable:
+    """The price table; :class:`PriceTableError` naming what is missing or wrong."""
+    try:
+        doc: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PriceTableError(path, str(exc)) from None
+    try:
+        storage = doc["storage_per_gib_month"]
+        table = PriceTable(
+            as_of=doc["as_of"],
+            region=str(doc["region"]),
+            currency=str(doc["currency"]),
+            ec2_per_hour={k: float(v) for k, v in doc["ec2_per_hour"].items()},
+            msk_broker_per_hour={k: float(v) for k, v in doc["msk_broker_per_hour"].items()},
+            msk_storage_per_gib_month=float(storage["msk"]),
+            ebs_per_gib_month=float(storage["ebs_gp3"]),
+            path=path,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PriceTableError(path, f"malformed ({exc!r})") from None
+    if type(table.as_of) is not date:
+        raise PriceTableError(path, f"as_of {table.as_of!r} is not a date")
+    return table
+
+
+def hourly_cost(config: EnvironmentConfig, prices: PriceTable) -> float:
+    """Estimated on-demand cost per hour: nodes, brokers, and their storage."""
+    from infra.config.sizing import ROOT_VOLUME_GIB
+
+    if config.region != prices.region:
+        raise PriceTableError(prices.path, f"prices are for {prices.region}, not {config.region}")
+    nodes = config.spark_worker_count + 1
+    compute = prices.ec2(config.driver_instance_type) + config.spark_worker_count * prices.ec2(
+        config.spark_worker_instance_type
+    )
+    brokers = config.broker_count * prices.broker(config.broker_instance_type)
+    msk_gib = config.broker_count * config.effective_broker_volume_gib
+    ebs_gib = nodes * (ROOT_VOLUME_GIB + config.spark_data_volume_gib)
+    storage = (
+        msk_gib * prices.msk_storage_per_gib_month + ebs_gib * prices.ebs_per_gib_month
+    ) / HOURS_PER_MONTH
+    return compute + brokers + storage
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineRow:
+    """One declared test pipeline as the listing shows it."""
+
+    name: str
+    owner: str
+    purpose: str
+    created: date
+    expires: date
+    age_days: int
+    hourly_cost: float
+
+    def expiry(self, today: date) -> str:
+        days = (self.expires - today).days
+        if days > 0:
+            return f"{self.expires} (in {days} d)"
+        return f"{self.expires} (EXPIRED {-days} d ago)" if days else f"{self.expires} (today)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineListing:
+    rows: Sequence[PipelineRow]
+    today: date
+    prices: PriceTable
+    settings: Path
+
+    def lines(self) -> list[str]:
+        if not self.rows:
+            return [f"no test pipelines declared in {self.settings}"]
+        header = ("name", "owner", "age", "expires", f"{self.prices.currency}/h", "purpose")
+        table = [header] + [
+            (row.name, row.owner, f"{row.age_days} d", row.expiry(self.today),
+             f"{row.hourly_cost:.2f}", row.purpose)
+            for row in self.rows
+        ]  # fmt: skip
+        widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
+        out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)) + "  "
+               + line[-1] for line in table]  # fmt: skip
+        total = sum(row.hourly_cost for row in self.rows)
+        out.append(
+            f"{len(self.rows)} test pipeline(s), about {total:.2f} {self.prices.currency}/h "
+            f"together (on-demand, {self.prices.region}, prices as of {self.prices.as_of}, "
+            f"{self.prices.path.name})"
+        )
+        return out
+
+    @property
+    def expired(self) -> list[str]:
+        return [row.name for row in self.rows if row.expires <= self.today]
+
+
+def list_pipelines(settings: Path, *, today: date, prices: PriceTable) -> PipelineListing:
+    """Every test pipeline ``settings`` declares, oldest first."""
+    from infra.config import ConfigError
+    from infra.config.settings import load_settings
+    from infra.config.test_pipelines import pipeline_configs
+
+    try:
+        configs = pipeline_configs(settings, load_settings(settings))
+    except ConfigError as exc:
+        raise ConfigurationError(f"invalid configuration: {exc}") from None
+    rows = []
+    for config in configs:
+        declared = config.test_pipeline
+        assert declared is not None
+        rows.append(
+            PipelineRow(
+                name=config.name,
+                owner=declared.owner.address,
+                purpose=declared.purpose,
+                created=declared.created,
+                expires=declared.expires,
+                age_days=max(0, (today - declared.created).days),
+                hourly_cost=hourly_cost(config, prices),
+            )
+        )
+    rows.sort(key=lambda row: (row.created, row.name))
+    return PipelineListing(rows=rows, today=today, prices=prices, settings=settings)
+
+
+def settings_path(given: Path | None, environ: Mapping[str, str]) -> Path:
+    """``--settings``, else ``$TABLECAST_SETTINGS``; one line when neither is there."""
+    from infra.config.settings import SETTINGS_VARIABLE
+
+    if given is not None:
+        return given
+    named = environ.get(SETTINGS_VARIABLE, "").strip()
+    if not named:
+        raise ConfigurationError(
+            f"name the deployment settings with --settings or {SETTINGS_VARIABLE}"
+        )
+    return Path(named)

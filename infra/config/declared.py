@@ -1,0 +1,45 @@
+"""A test pipeline as the deployment settings declare it: who owns it, until when, and why.
+
+Kept apart from its parsing (``infra/config/test_pipelines.py``) so that
+:class:`infra.config.model.EnvironmentConfig` can carry it without a cycle.
+"""
+
+from dataclasses import dataclass
+from datetime import date
+
+from infra.config.settings import AlarmEndpoint
+
+EXPIRY_NOTICE_HOUR_UTC = 9
+"""The owner is told at 09:00 UTC on the expiry date, and every day after."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeclaredPipeline:
+    """The facts of one declared test pipeline that are not the environment's shape."""
+
+    owner: AlarmEndpoint
+    """Who is notified at expiry (an email address or an https:// URL), subscribed to the
+    pipeline's own alarm topic."""
+    purpose: str
+    """One line: what the pipeline is for."""
+    created: date
+    """When it was declared; its age counts from this day."""
+    expires: date
+    """From this day on the owner is notified daily until it is destroyed."""
+    source: str
+    """The settings file it is declared in, for messages."""
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags every resource of its stacks carries (the provider's default tags)."""
+        return {
+            "Owner": self.owner.address,
+            "Expires": self.expires.isoformat(),
+            "Purpose": self.purpose,
+            "TestPipeline": "true",
+        }
+
+    @property
+    def first_notice(self) -> str:
+        """The first notification's moment, as EventBridge Scheduler's ``start_date`` takes it."""
+        return f"{self.expires.isoformat()}T{EXPIRY_NOTICE_HOUR_UTC:02d}:00:00Z"
