@@ -568,4 +568,5 @@ def test_a_sign_in_refused_to_a_range_read_is_named_in_one_line_as_the_planners_
                                   "the brokers refused the sign-in: ")  # fmt: skip
         assert "SASL SCRAM authentication failed" in message and "\n" not in message
         assert refused.value.exit_code == 5
-        assert not any(kafka_source._CONSUMERS._idle.values())  # the refused consumer is closed
+        pooled = (endpoint, Isolation.READ_COMMITTED)
+        assert not kafka_source._CONSUMERS._idle.get(pooled)  # the refused consumer is closed
