@@ -104,7 +104,8 @@ def test_run_job_installs_the_wheel_whose_hash_is_recorded(
     assert "--no-deps" in (tmp_path / "pip.log").read_text()
 
 
-def submitted(aws: dict[str, str], tmp_path: Path, options: dict[str, str]) -> list[str]:
+def submitted(aws: dict[str, str], tmp_path: Path, options: dict[str, str],
+              node: dict[str, str] | None = None) -> list[str]:  # fmt: skip
     """What run-job hands spark-submit when SSM also holds ``options`` (the job's Kafka options).
 
     pip and the installed version are stand-ins that succeed; spark-submit records its
@@ -127,7 +128,8 @@ def submitted(aws: dict[str, str], tmp_path: Path, options: dict[str, str]) -> l
     spark_submit.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > {arguments}\n")
     spark_submit.chmod(0o755)
     env.pop("TABLECAST_KAFKA_AUTH", None)  # a node's environment: SSM says
-    done = run_job(env)
+    env.pop("TABLECAST_PRELOAD_DIR", None)
+    done = run_job(env | (node or {}))
     assert done.returncode == 0, done.stderr
     return arguments.read_bytes().decode().split("\0")[:-1]
 
@@ -199,3 +201,22 @@ def test_without_kafka_options_run_job_passes_the_iam_brokers_and_the_pattern(
                    "--starting-offsets", "--topics", "--min-offsets-per-trigger",
                    "--max-trigger-delay"):  # fmt: skip
         assert option not in names, option
+
+
+DAEMON = "spark.python.daemon.module=tablecast_preload"
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_run_job_names_the_preloading_python_daemon_only_where_the_image_installed_it(
+    installed: bool, aws: dict[str, str], tmp_path: Path
+) -> None:
+    from app.local.image import stage
+
+    image = stage(tmp_path / "image")
+    where = image.path("/opt/tablecast/python") if installed else tmp_path / "none"
+    argv = submitted(aws, tmp_path, {}, {"TABLECAST_PRELOAD_DIR": str(where)})
+    if installed:
+        assert argv[argv.index("--conf") + 1] == DAEMON
+        assert argv.index("--conf") < argv.index("run")
+    else:
+        assert DAEMON not in argv
