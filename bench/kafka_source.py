@@ -26,11 +26,14 @@ process's CPU, librdkafka's threads included), and the prefetch: what
 librdkafka fetched of the partition (its statistics' ``rxmsgs`` and
 ``rxbytes``, key and value bytes) against what the range used, with more
 records on the broker past the range's end. Then a new worker's first task
-(``--cold-task-runs``): in a fresh process, the imports, then the engine's
-task over 20,000 records a new consumer reads, with the partition's state
-(the first half's) loaded after the records, as before the overlap, or
-while they come, as Spark's task does: when the first and last batches
-came, when the state's load began and ended, and the task's time.
+(``--cold-task-runs``): a process forked, as Spark's daemon forks a worker,
+from a fresh parent that imported nothing or, as ``tablecast_preload``'s
+daemon, the workers' libraries; in it the imports (PySpark's worker, the
+source, the engine), then the engine's task over 20,000 records a new
+consumer reads, with the partition's state (the first half's) loaded after
+the records, as before the overlap, or while they come, as Spark's task
+does: when the first and last batches came, when the state's load began and
+ended, and the task's time.
 Figures, not assertions: run ``make bench`` (or ``python -m bench.kafka_source``
 from the repository's root, which holds the tests' tansu launcher).
 """
@@ -186,24 +189,46 @@ def measure_partition(broker: KafkaEndpoint, topic: str, count: int) -> None:
           flush=True)  # fmt: skip
 
 
-def cold_task_main(servers: str, topic: str, work: str, overlap: str) -> None:
+# A new Python worker as Spark's daemon makes it: a parent that imported nothing
+# (pyspark.daemon) or the workers' libraries (tablecast_preload) forks the worker,
+# which imports what it needs and runs the cold task, timed from the fork.
+FORKED_COLD_TASK = """
+import os, sys, time
+if sys.argv[1] == "yes":
+    import tablecast_preload
+    tablecast_preload.preload()
+pid = os.fork()
+if pid == 0:
+    forked = time.perf_counter()
+    from bench.kafka_source import cold_task_main
+    cold_task_main(*sys.argv[2:], forked_at=forked)
+    sys.stdout.flush()
+    os._exit(0)
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def cold_task_main(servers: str, topic: str, work: str, overlap: str,
+                   forked_at: float | None = None) -> None:  # fmt: skip
     """A new Python worker's first task, as Spark runs it; prints JSON figures.
 
-    Imports the source and the engine, then runs the engine's task over a range that
+    Imports PySpark's worker, the source and the engine (timed from ``forked_at``,
+    the worker's fork, when given), then runs the engine's task over a range that
     a new consumer reads from the brokers, loading the partition's state from ``work``
     (written by :func:`prepare_cold_task`). ``overlap`` "yes": as Spark's task of the
     batch's first partition, which loads its state while the records come; "no": as
     a task that loads it after its last record (the code before the overlap).
     """
-    started = time.perf_counter()
+    started = time.perf_counter() if forked_at is None else forked_at
+    import pyspark.worker  # noqa: F401  (a forked worker's first import)
     from pyspark import TaskContext
 
     from app.contract.offsets import TopicPartition
     from app.engine import task as task_mod
     from app.sources.kafka import KafkaRange
 
-    imported = time.perf_counter() - started
     pa.array([b""], pa.binary())  # pyarrow's first conversion imports pandas: a worker's too
+    imported = time.perf_counter() - started
     plan = _cold_plan(work)
     tp = TopicPartition(topic, 0)
     events: dict[str, float] = {}
@@ -233,7 +258,7 @@ def cold_task_main(servers: str, topic: str, work: str, overlap: str) -> None:
     done = time.perf_counter()
     relative = {name: at - begin for name, at in events.items()}
     print(json.dumps({"imported_s": imported, "task_s": done - begin, "rows": len(rows),
-                      **relative}), flush=True)  # fmt: skip
+                      "total_s": done - started, **relative}), flush=True)  # fmt: skip
 
 
 def _cold_plan(work: str) -> Any:
@@ -277,38 +302,49 @@ def prepare_cold_task(broker: KafkaEndpoint, topic: str, count: int, work: Path)
                                                 "digest": version.digest, "end": end}))  # fmt: skip
 
 
+# The cold task's variants: (name, state loaded while the records come, daemon preloads).
+COLD_VARIANTS = (
+    ("state after the records", "no", "no"),
+    ("state while they come", "yes", "no"),
+    ("and a preloading daemon", "yes", "yes"),
+)
+
+
 def measure_cold_task(broker: KafkaEndpoint, topic: str, count: int, runs: int) -> None:
-    """A new worker's first task, without and with the state's early load; prints figures."""
+    """A new worker's first task: with and without the early load, and the preload."""
     with tempfile.TemporaryDirectory() as work:
         prepare_cold_task(broker, topic, count, Path(work))
         state_bytes = sum(
             f.stat().st_size for f in (Path(work) / "state").rglob("*") if f.is_file()
         )
-        figures: dict[str, list[dict[str, float]]] = {"no": [], "yes": []}
+        figures: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in COLD_VARIANTS}
         for _ in range(runs):
-            for overlap in ("no", "yes"):
+            for name, overlap, preload in COLD_VARIANTS:
                 done = subprocess.run(
-                    [sys.executable, "-m", "bench.kafka_source", "--cold-task",
+                    [sys.executable, "-c", FORKED_COLD_TASK, preload,
                      broker.bootstrap_servers, topic, work, overlap],
                     capture_output=True, text=True, check=False,
                 )  # fmt: skip
                 if done.returncode != 0:
                     raise SystemExit(f"the cold task failed: {done.stderr.strip()[-2000:]}")
-                figures[overlap].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"a new worker's first task: {figures['no'][0]['rows']:,} report rows, a range of "
+                figures[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first = figures[COLD_VARIANTS[0][0]][0]
+    print(f"a new worker's first task: {first['rows']:,} report rows, a range of "
           f"20,000 records, a state of {state_bytes:,} bytes, median of {runs} runs each "
-          "(seconds from the task's start):")  # fmt: skip
-    print(f"  {'state loaded':22} {'imports':>8} {'1st batch':>9} {'last batch':>10} "
-          f"{'load from':>9} {'load to':>8} {'task':>7}")  # fmt: skip
-    for overlap, name in (("no", "after the records"), ("yes", "while they come")):
-        runs_of = figures[overlap]
+          "(seconds; imports and the end from the worker's fork, the rest from the task's "
+          "start):")  # fmt: skip
+    print(f"  {'worker':24} {'imports':>8} {'1st batch':>9} {'last batch':>10} "
+          f"{'load from':>9} {'load to':>8} {'task':>7} {'end':>7}")  # fmt: skip
+    for name, _, _ in COLD_VARIANTS:
+        runs_of = figures[name]
 
         def median(key: str, of: list[dict[str, float]] = runs_of) -> float:
             return sorted(r[key] for r in of)[len(of) // 2]
 
-        print(f"  {name:22} {median('imported_s'):>8.3f} {median('first_batch'):>9.3f} "
+        print(f"  {name:24} {median('imported_s'):>8.3f} {median('first_batch'):>9.3f} "
               f"{median('last_batch'):>10.3f} {median('load_start'):>9.3f} "
-              f"{median('load_end'):>8.3f} {median('task_s'):>7.3f}")  # fmt: skip
+              f"{median('load_end'):>8.3f} {median('task_s'):>7.3f} "
+              f"{median('total_s'):>7.3f}", flush=True)  # fmt: skip
 
 
 def read_main(source: str, location: str, checkpoint: str) -> None:

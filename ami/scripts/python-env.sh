@@ -31,8 +31,9 @@ grep -Eq "^pyspark==${spark_version//./\\.}([[:space:]\\]|$)" "${LOCK}" ||
   --require-hashes --requirement "${LOCK}"
 # /opt/tablecast/python (node-files.sh installs ami/files/python there) on the
 # venv's path: Spark's Python daemon, tablecast_preload, which imports the
-# workers' libraries before it forks them. Not part of the venv's packages, so
-# the job's wheel (which run-job installs on the driver) never replaces it.
+# workers' libraries before it forks them. It is the image's, not the job's: the
+# worker nodes never install the wheel (on the driver, the wheel's copy of the
+# same module comes first).
 site_packages="$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 printf '%s\n' /opt/tablecast/python >"${site_packages}/tablecast-preload.pth"
 
