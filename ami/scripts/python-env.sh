@@ -31,9 +31,8 @@ grep -Eq "^pyspark==${spark_version//./\\.}([[:space:]\\]|$)" "${LOCK}" ||
   --require-hashes --requirement "${LOCK}"
 # /opt/tablecast/python (node-files.sh installs ami/files/python there) on the
 # venv's path: Spark's Python daemon, tablecast_preload, which imports the
-# workers' libraries before it forks them. It is the image's, not the job's: the
-# worker nodes never install the wheel (on the driver, the wheel's copy of the
-# same module comes first).
+# workers' libraries before it forks them. It is the image's, not the job's
+# (the wheel tablecast-ops deploy builds holds the app package only).
 site_packages="$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 printf '%s\n' /opt/tablecast/python >"${site_packages}/tablecast-preload.pth"
 

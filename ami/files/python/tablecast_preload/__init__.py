@@ -14,9 +14,9 @@ client's librdkafka threads do not survive it). A library that fails to
 import is skipped; the worker imports it itself and fails there, in the
 task's own error, so the daemon always starts.
 
-Installed outside the job's wheel's reach on the image
-(``/opt/tablecast/python``, on the venv's path through a ``.pth``); beside
-the ``app`` package in the wheel, for local runs.
+The image installs it into ``/opt/tablecast/python``, on the venv's path
+through a ``.pth``; an install of the checkout carries it beside ``app``, for
+local runs (the wheel ``tablecast-ops deploy`` builds holds ``app`` only).
 """
 
 from __future__ import annotations
