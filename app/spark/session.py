@@ -85,8 +85,8 @@ def spark_session(master: str | None = None) -> Any:
     return spark
 
 
-def preload_daemon(conf: Any) -> bool:
-    """Name :data:`PRELOAD_MODULE` as the Python daemon where every worker can import it.
+def preload_daemon(conf: Any, module: str = PRELOAD_MODULE) -> bool:
+    """Name ``module`` as the Python daemon where every worker can import it.
 
     A daemon module the executors' Python cannot import would fail every task,
     so it is named only in local mode with this very interpreter as the
@@ -95,14 +95,18 @@ def preload_daemon(conf: Any) -> bool:
     before (run-job's, a user's) is kept. Returns whether the daemon preloads.
     """
     if conf.contains(DAEMON_MODULE_KEY):
-        return bool(conf.get(DAEMON_MODULE_KEY) == PRELOAD_MODULE)
+        return bool(conf.get(DAEMON_MODULE_KEY) == module)
     if not conf.get("spark.master", "").startswith("local"):
         return False  # the executors' interpreter is another machine's
     if os.environ.get("PYSPARK_PYTHON") != sys.executable:
         return False
-    if importlib.util.find_spec(f"{PRELOAD_MODULE}.__main__") is None:
+    # find_spec of a submodule imports its package, and raises when there is none.
+    if (
+        importlib.util.find_spec(module) is None
+        or importlib.util.find_spec(f"{module}.__main__") is None
+    ):
         return False
-    conf.set(DAEMON_MODULE_KEY, PRELOAD_MODULE)
+    conf.set(DAEMON_MODULE_KEY, module)
     return True
 
 

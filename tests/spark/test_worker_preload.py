@@ -66,3 +66,14 @@ def test_the_daemon_is_named_only_where_the_workers_python_imports_it(
     assert preload_daemon(conf) is named
     expected = PRELOAD_MODULE if named else settings.get(DAEMON_MODULE_KEY)
     assert conf.get(DAEMON_MODULE_KEY) == expected
+
+
+def test_a_preload_this_interpreter_cannot_import_is_not_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyspark import SparkConf
+
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    conf = SparkConf(loadDefaults=False).set("spark.master", "local[2]")
+    assert preload_daemon(conf, module="no_such_preload_here") is False
+    assert not conf.contains(DAEMON_MODULE_KEY)
