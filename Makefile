@@ -33,8 +33,8 @@ demo: setup
 	$(BIN)/python -m app.tools.demo
 
 lint: setup
-	$(BIN)/ruff check app infra scripts tests bench
-	$(BIN)/ruff format --check app infra scripts tests bench
+	$(BIN)/ruff check app infra scripts tests bench ami/files/python
+	$(BIN)/ruff format --check app infra scripts tests bench ami/files/python
 
 typecheck: setup
 	$(BIN)/mypy

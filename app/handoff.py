@@ -56,6 +56,35 @@ ALL: Final = (
     GLUE_DATABASE,
     COMPACT_EVERY,
 )
+"""The parameters of every environment."""
+
+# How the job (and the archiver) read Kafka (infra/config/kafka_job.py), `tablecast
+# run`'s options of the same names. Each is written only where the environment sets it
+# otherwise than the job's default (SSM keeps no empty value): run-job passes what it finds.
+KAFKA_AUTH: Final = "kafka-auth"  # tls or scram [iam]
+BOOTSTRAP_BROKERS_TLS: Final = "bootstrap-brokers-tls"  # with kafka-auth tls
+BOOTSTRAP_BROKERS_SASL_SCRAM: Final = "bootstrap-brokers-sasl-scram"  # with kafka-auth scram
+KAFKA_SECRET_ARN: Final = "kafka-secret-arn"  # with kafka-auth scram
+KAFKA_ISOLATION_LEVEL: Final = "kafka-isolation-level"  # read_uncommitted [read_committed]
+KAFKA_OPTIONS: Final = "kafka-options"  # a JSON list of "key=value", --kafka-option each
+STARTING_OFFSETS: Final = "starting-offsets"  # latest or a time [earliest]
+TOPICS: Final = "topics"  # --topics: names separated by commas [the topic pattern's]
+MIN_OFFSETS_PER_TRIGGER: Final = "min-offsets-per-trigger"
+MAX_TRIGGER_DELAY: Final = "max-trigger-delay"
+
+KAFKA_OPTIONAL: Final = (
+    KAFKA_AUTH,
+    BOOTSTRAP_BROKERS_TLS,
+    BOOTSTRAP_BROKERS_SASL_SCRAM,
+    KAFKA_SECRET_ARN,
+    KAFKA_ISOLATION_LEVEL,
+    KAFKA_OPTIONS,
+    STARTING_OFFSETS,
+    TOPICS,
+    MIN_OFFSETS_PER_TRIGGER,
+    MAX_TRIGGER_DELAY,
+)
+"""The parameters of the environments that set them."""
 
 
 # Kafka consumer groups the job and its tools may use (`tablecast run

@@ -25,7 +25,15 @@ read speed of one partition (messages a second of wall clock and of the
 process's CPU, librdkafka's threads included), and the prefetch: what
 librdkafka fetched of the partition (its statistics' ``rxmsgs`` and
 ``rxbytes``, key and value bytes) against what the range used, with more
-records on the broker past the range's end.
+records on the broker past the range's end. Then a new worker's first task
+(``--cold-task-runs``): a process forked, as Spark's daemon forks a worker,
+from a fresh parent that imported nothing or, as ``tablecast_preload``'s
+daemon, the workers' libraries; in it the imports (PySpark's worker, the
+source, the engine), then the engine's task over 20,000 records a new
+consumer reads, with the partition's state (the first half's) loaded after
+the records, as before the overlap, or while they come, as Spark's task
+does: when the first and last batches came, when the state's load began and
+ended, and the task's time.
 Figures, not assertions: run ``make bench`` (or ``python -m bench.kafka_source``
 from the repository's root, which holds the tests' tansu launcher).
 """
@@ -181,6 +189,164 @@ def measure_partition(broker: KafkaEndpoint, topic: str, count: int) -> None:
           flush=True)  # fmt: skip
 
 
+# A new Python worker as Spark's daemon makes it: a parent that imported nothing
+# (pyspark.daemon) or the workers' libraries (tablecast_preload) forks the worker,
+# which imports what it needs and runs the cold task, timed from the fork.
+FORKED_COLD_TASK = """
+import os, sys, time
+if sys.argv[1] == "yes":
+    import tablecast_preload
+    tablecast_preload.preload()
+pid = os.fork()
+if pid == 0:
+    forked = time.perf_counter()
+    from bench.kafka_source import cold_task_main
+    cold_task_main(*sys.argv[2:], forked_at=forked)
+    sys.stdout.flush()
+    os._exit(0)
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def cold_task_main(servers: str, topic: str, work: str, overlap: str,
+                   forked_at: float | None = None) -> None:  # fmt: skip
+    """A new Python worker's first task, as Spark runs it; prints JSON figures.
+
+    Imports PySpark's worker, the source and the engine (timed from ``forked_at``,
+    the worker's fork, when given), then runs the engine's task over a range that
+    a new consumer reads from the brokers, loading the partition's state from ``work``
+    (written by :func:`prepare_cold_task`). ``overlap`` "yes": as Spark's task of the
+    batch's first partition, which loads its state while the records come; "no": as
+    a task that loads it after its last record (the code before the overlap).
+    """
+    started = time.perf_counter() if forked_at is None else forked_at
+    import pyspark.worker  # noqa: F401  (a forked worker's first import)
+    from pyspark import TaskContext
+
+    from app.contract.offsets import TopicPartition
+    from app.engine import task as task_mod
+    from app.sources.kafka import KafkaRange
+
+    pa.array([b""], pa.binary())  # pyarrow's first conversion imports pandas: a worker's too
+    imported = time.perf_counter() - started
+    plan = _cold_plan(work)
+    tp = TopicPartition(topic, 0)
+    events: dict[str, float] = {}
+    load = task_mod.PartitionTask._load
+
+    def timed_load(self: Any, store: Any, at: TopicPartition, start: int) -> Any:
+        events["load_start"] = time.perf_counter()
+        try:
+            return load(self, store, at, start)
+        finally:
+            events["load_end"] = time.perf_counter()
+
+    task_mod.PartitionTask._load = timed_load  # type: ignore[method-assign,assignment]
+
+    def records() -> Any:
+        events["read_start"] = time.perf_counter()
+        for batch in KafkaRange(KafkaEndpoint(servers), tp, plan.start[tp], plan.end[tp]).read():
+            events.setdefault("first_batch", time.perf_counter())
+            yield batch
+        events["last_batch"] = time.perf_counter()
+
+    if overlap == "yes":
+        TaskContext(stageId=1, partitionId=0, attemptNumber=0, taskAttemptId=1, cpus=1,
+                    resources={}, localProperties={})  # fmt: skip
+    begin = time.perf_counter()
+    rows = [r for b in task_mod.PartitionTask(plan)(records()) for r in b.to_pylist()]
+    done = time.perf_counter()
+    relative = {name: at - begin for name, at in events.items()}
+    print(json.dumps({"imported_s": imported, "task_s": done - begin, "rows": len(rows),
+                      "total_s": done - started, **relative}), flush=True)  # fmt: skip
+
+
+def _cold_plan(work: str) -> Any:
+    from app.contract.offsets import TopicPartition
+    from app.contract.processor import TableProcessor
+    from app.engine.machine import Rules
+    from app.engine.state import StateVersion
+    from app.engine.task import BatchPlan
+
+    saved = json.loads((Path(work) / "plan.json").read_text())
+    tp = TopicPartition(saved["topic"], 0)
+    version = StateVersion(saved["offset"], saved["digest"])
+    return BatchPlan(
+        processor=TableProcessor(), rules=Rules(), state_root=str(Path(work) / "state"),
+        output_uri=str(Path(work) / "out"), staging_dir="_tablecast/staging/bench",
+        start={tp: saved["offset"]}, end={tp: saved["end"]}, versions={tp: version},
+    )  # fmt: skip
+
+
+def prepare_cold_task(broker: KafkaEndpoint, topic: str, count: int, work: Path) -> None:
+    """The state of the partition's first half, as the batch before the cold task saved it."""
+    from app.contract.offsets import TopicPartition
+    from app.contract.processor import TableProcessor
+    from app.engine.machine import Rules
+    from app.engine.reports import BatchOutcome
+    from app.engine.task import BatchPlan, PartitionTask
+    from app.sources.kafka import KafkaRange
+
+    tp = TopicPartition(topic, 0)
+    middle, end = count // 2, min(count, count // 2 + 20_000)
+    plan = BatchPlan(
+        processor=TableProcessor(), rules=Rules(), state_root=str(work / "state"),
+        output_uri=str(work / "out"), staging_dir="_tablecast/staging/first",
+        start={}, end={tp: middle}, versions={},
+    )  # fmt: skip
+    rows = PartitionTask(plan)(KafkaRange(broker, tp, 0, middle).read())
+    outcome = BatchOutcome.parse(r for b in rows for r in b.to_pylist())
+    version = outcome.partitions[tp].version
+    assert version is not None
+    (work / "plan.json").write_text(json.dumps({"topic": topic, "offset": version.offset,
+                                                "digest": version.digest, "end": end}))  # fmt: skip
+
+
+# The cold task's variants: (name, state loaded while the records come, daemon preloads).
+COLD_VARIANTS = (
+    ("state after the records", "no", "no"),
+    ("state while they come", "yes", "no"),
+    ("and a preloading daemon", "yes", "yes"),
+)
+
+
+def measure_cold_task(broker: KafkaEndpoint, topic: str, count: int, runs: int) -> None:
+    """A new worker's first task: with and without the early load, and the preload."""
+    with tempfile.TemporaryDirectory() as work:
+        prepare_cold_task(broker, topic, count, Path(work))
+        state_bytes = sum(
+            f.stat().st_size for f in (Path(work) / "state").rglob("*") if f.is_file()
+        )
+        figures: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in COLD_VARIANTS}
+        for _ in range(runs):
+            for name, overlap, preload in COLD_VARIANTS:
+                done = subprocess.run(
+                    [sys.executable, "-c", FORKED_COLD_TASK, preload,
+                     broker.bootstrap_servers, topic, work, overlap],
+                    capture_output=True, text=True, check=False,
+                )  # fmt: skip
+                if done.returncode != 0:
+                    raise SystemExit(f"the cold task failed: {done.stderr.strip()[-2000:]}")
+                figures[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first = figures[COLD_VARIANTS[0][0]][0]
+    print(f"a new worker's first task: {first['rows']:,} report rows, a range of "
+          f"20,000 records, a state of {state_bytes:,} bytes, median of {runs} runs each "
+          "(seconds; imports and the end from the worker's fork, the rest from the task's "
+          "start):")  # fmt: skip
+    print(f"  {'worker':24} {'imports':>8} {'1st batch':>9} {'last batch':>10} "
+          f"{'load from':>9} {'load to':>8} {'task':>7} {'end':>7}")  # fmt: skip
+    for name, _, _ in COLD_VARIANTS:
+        runs_of = figures[name]
+
+        def median(key: str, of: list[dict[str, float]] = runs_of) -> float:
+            return sorted(r[key] for r in of)[len(of) // 2]
+
+        print(f"  {name:24} {median('imported_s'):>8.3f} {median('first_batch'):>9.3f} "
+              f"{median('last_batch'):>10.3f} {median('load_start'):>9.3f} "
+              f"{median('load_end'):>8.3f} {median('task_s'):>7.3f} "
+              f"{median('total_s'):>7.3f}", flush=True)  # fmt: skip
+
+
 def read_main(source: str, location: str, checkpoint: str) -> None:
     """Two stateless reads of ``source`` (archive path or bootstrap servers); prints JSON.
 
@@ -300,7 +466,13 @@ def main() -> int:
                         "dearest case) instead of in ordinary batches")  # fmt: skip
     parser.add_argument("--read", nargs=3, metavar=("SOURCE", "LOCATION", "CHECKPOINT"))
     parser.add_argument("--partition-read", nargs=3, metavar=("SERVERS", "TOPIC", "COUNT"))
+    parser.add_argument("--cold-task", nargs=4, metavar=("SERVERS", "TOPIC", "WORK", "OVERLAP"))
+    parser.add_argument("--cold-task-runs", type=int, default=5,
+                        help="runs of the cold task each way (0: skip it)")  # fmt: skip
     args = parser.parse_args()
+    if args.cold_task:
+        cold_task_main(*args.cold_task)
+        return 0
     if args.read:
         read_main(*args.read)
         return 0
@@ -324,6 +496,8 @@ def main() -> int:
             one = replace(spec, topics=1, partitions=1, sessions=sessions)
             count = publish_partition(tansu.endpoint, one, "bench-partition")
             measure_partition(tansu.endpoint, "bench-partition", count)
+            if args.cold_task_runs:
+                measure_cold_task(tansu.endpoint, "bench-partition", count, args.cold_task_runs)
         if args.only_partition:
             return 0
         messages = publish_and_archive(tansu.endpoint, spec, OUT / "archive",

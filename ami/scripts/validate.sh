@@ -87,6 +87,13 @@ done
 # MSK's IAM signer come with the venv, and no Kafka jar is on the classpath.
 check "the Kafka client and MSK's IAM token signer import" "${VENV}/bin/python" -c \
   'import confluent_kafka, aws_msk_iam_sasl_signer.MSKAuthTokenProvider'
+# Spark's Python daemon (run-job names it): the venv imports the image's copy,
+# and it preloads every library it lists and none of the job's code.
+check "tablecast_preload imports from /opt/tablecast/python and preloads every library" \
+  "${VENV}/bin/python" -c 'import sys, tablecast_preload as p
+assert p.__file__.startswith("/opt/tablecast/python/"), p.__file__
+p.preload()
+sys.exit(1 if p.Preloaded.failed or p.Preloaded.app_imported else 0)'
 if find "${SPARK_DIR}/jars/" -maxdepth 1 -name '*kafka*.jar' | grep -q .; then
   fail "Kafka jars in ${SPARK_DIR}/jars: $(find "${SPARK_DIR}/jars/" -maxdepth 1 -name '*kafka*.jar' -printf '%f ')"
 else

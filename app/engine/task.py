@@ -8,7 +8,13 @@ with no shuffle. For its partition a task:
    source ever gives them otherwise, and refuses records outside the range);
 2. loads the state version the driver named, offset and digest (from the
    worker's cache when it holds that very version), after checking that its
-   records are those an earlier pass of the batch read;
+   records are those an earlier pass of the batch read. The load starts
+   before the first record arrives, on a thread (:class:`_EarlyLoad`): the
+   task knows its partition from its Spark partition's index
+   (:func:`~app.sources.stream.read_in_order`), so on a new Python worker
+   the state's read (on the cluster: libhdfs starting its JVM, then HDFS)
+   runs while the source's worker makes its consumer, signs in and fetches,
+   instead of after the last record;
 3. runs the :class:`~app.engine.machine.PartitionMachine` over the records,
    a slice at a time, staging output and quarantine files as they fill;
 4. saves the state at the range's end (not when a strict run found a
@@ -27,7 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +58,7 @@ from app.engine.store import StateCache, StateStore
 from app.errors import DataLossError, StateError, TablecastError
 from app.sink.writer import QUARANTINE_DIR, stage_table
 from app.sources.records import served_counts
+from app.sources.stream import read_in_order
 from app.spark.code import check_code, code_digest
 from app.storage import Location, resolve
 
@@ -89,16 +97,39 @@ class PartitionTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         check_code(self.plan.code_digest)
-        by_tp: dict[TopicPartition, list[pa.RecordBatch]] = {}
-        for batch in batches:
-            for tp, part in _split_by_partition(batch):
-                by_tp.setdefault(tp, []).append(part)
-        for tp in sorted(by_tp):
-            rows = self._run(tp, pa.Table.from_batches(by_tp[tp]))
-            if rows:
-                yield to_batch(rows)
+        early = self._load_early(_spark_partition())
+        try:
+            by_tp: dict[TopicPartition, list[pa.RecordBatch]] = {}
+            for batch in batches:
+                for tp, part in _split_by_partition(batch):
+                    by_tp.setdefault(tp, []).append(part)
+            for tp in sorted(by_tp):
+                loaded, early = (
+                    (early, None) if early is not None and early.tp == tp else (None, early)
+                )
+                rows = self._run(tp, pa.Table.from_batches(by_tp[tp]), loaded)
+                if rows:
+                    yield to_batch(rows)
+        finally:
+            if early is not None:
+                early.wait()  # another partition's records came: its state is not used
 
-    def _run(self, tp: TopicPartition, records: pa.Table) -> list[dict[str, Any]]:
+    def _load_early(self, index: int | None) -> _EarlyLoad | None:
+        """Start loading the state of the partition Spark's ``index`` reads, if it has one."""
+        if index is None:
+            return None
+        order = read_in_order(self.plan.start, self.plan.end)
+        if not 0 <= index < len(order):
+            return None
+        tp = order[index]
+        start = self.plan.start[tp]
+        return _EarlyLoad(
+            tp, start, lambda: self._load(StateStore(self.plan.state_root), tp, start)
+        )
+
+    def _run(
+        self, tp: TopicPartition, records: pa.Table, early: _EarlyLoad | None = None
+    ) -> list[dict[str, Any]]:
         plan = self.plan
         reports = Reports(tp)
         if tp not in plan.end:
@@ -123,7 +154,12 @@ class PartitionTask:
                 topic=tp.topic, partition=tp.partition, offset=start,
             )  # fmt: skip
         store = StateStore(plan.state_root)
-        state, cache = self._load(store, tp, start)
+        if early is not None and early.start == start:
+            state, cache = early.result()
+        else:
+            if early is not None:
+                early.wait()
+            state, cache = self._load(store, tp, start)
         machine = PartitionMachine(plan.processor, plan.rules, plan.foreign.get(tp))
         location = resolve(plan.output_uri)
         result = PartitionResult(RowColumns(tp))
@@ -177,6 +213,48 @@ class PartitionTask:
         # A version older than the start: the partition had no records in between.
         state.offset = start
         return state, "hit" if cached is not None else "miss"
+
+
+class _EarlyLoad:
+    """One partition's state, loaded on a thread while the task waits for its records."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        start: int,
+        load: Callable[[], tuple[PartitionState[Any], str]],
+    ) -> None:
+        self.tp = tp
+        self.start = start
+        self._load = load
+        self._loaded: tuple[PartitionState[Any], str] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="tablecast-state-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._loaded = self._load()
+        except BaseException as exc:  # raised where the state is used, in the task
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> tuple[PartitionState[Any], str]:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._loaded is not None
+        return self._loaded
+
+
+def _spark_partition() -> int | None:
+    """The index of the Spark partition this task runs for; None outside a Spark task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.partitionId()
 
 
 def records_fingerprint(records: pa.Table) -> str:

@@ -25,7 +25,7 @@ The order of one partition's file:
    compaction), never one outside its range.
 5. The partition's next file starts at ``end``.
 
-It reads what the job's Kafka source reads by default (isolation level
+It reads what the job's Kafka source reads (its isolation level, by default
 ``read_committed``: no record of an aborted transaction; the same columns:
 :mod:`app.sources.kafka`), so the job sees the same records from either.
 
@@ -55,7 +55,7 @@ from app.errors import DataLossError
 from app.ops.errors import ArchiveConflictError, KafkaClientError
 from app.sources import archive
 from app.sources.kafka import KafkaBackend, KafkaColumns
-from app.sources.kafka_client import KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,9 @@ class ArchiverConfig:
     poll_s: float = 1.0
     group_id: str = "tablecast-archiver"
     """Only names the client to the brokers: the archiver commits no offsets."""
+    isolation: Isolation = Isolation.READ_COMMITTED
+    """The job's isolation level (the environment's ``kafka-isolation-level``): the archive
+    holds the records the job reads from Kafka, so the tiered source reads the same."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,19 @@ class _Buffer:
         return pa.Table.from_batches([self.columns.batch()])
 
 
+def consumer_settings(config: ArchiverConfig) -> dict[str, Any]:
+    """The archiver's consumer's librdkafka settings (beside its endpoint's)."""
+    return {
+        "group.id": config.group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        # Never skip offsets silently: out of range is data loss.
+        "auto.offset.reset": "error",
+        "enable.partition.eof": True,
+        "isolation.level": config.isolation.value,
+    }
+
+
 class Archiver:
     """Copies the pattern's topics into the archive, file by whole file."""
 
@@ -180,19 +196,7 @@ class Archiver:
         self._clock = clock
         self._timeout_s = timeout_s
         self._endpoint = endpoint
-        self._consumer = Consumer(
-            endpoint.config(
-                **{
-                    "group.id": config.group_id,
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    # Never skip offsets silently: out of range is data loss.
-                    "auto.offset.reset": "error",
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
-                }
-            )
-        )
+        self._consumer = Consumer(endpoint.config(**consumer_settings(config)))
         endpoint.prime(self._consumer)
         # Where each assigned partition's archive ends (None: no file yet).
         self._archived: dict[TopicPartition, int | None] = {}

@@ -27,7 +27,7 @@ from app.cli import parse_duration_ms
 from app.errors import ConfigurationError, TablecastError
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff
-from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
+from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
 
 DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN
@@ -182,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     _kafka(archive)
     archive.add_argument("--archive", help="archive URI [the environment's archive-uri]")
     archive.add_argument("--topic-pattern", help="[the environment's topic-pattern]")
+    archive.add_argument(
+        "--kafka-isolation-level",
+        choices=[i.value for i in Isolation],
+        help="[the job's: the environment's kafka-isolation-level, else read_committed]",
+    )
     archive.add_argument(
         "--follow",
         action="store_true",
@@ -426,6 +431,13 @@ def _archive(args: argparse.Namespace) -> int:
     from app.ops import archiver
 
     found = _handoff(args)
+    endpoint, isolation = _endpoint(args, found), Isolation.READ_COMMITTED
+    if found is not None:
+        # The environment's: it archives what the job reads, signed in as the job is
+        # (unless told otherwise).
+        job_endpoint, isolation = found.job_kafka()
+        if not (args.bootstrap_servers or args.kafka_auth or os.environ.get(KAFKA_AUTH_VARIABLE)):
+            endpoint = job_endpoint
     uri = args.archive or (found.archive_uri if found else None)
     if uri is None:
         raise ConfigurationError("without --environment, name --archive")
@@ -435,12 +447,13 @@ def _archive(args: argparse.Namespace) -> int:
         max_records=args.max_records,
         max_wait_s=args.max_wait,
         group_id=args.group_id,
+        isolation=Isolation(args.kafka_isolation_level or isolation),
     )
 
     def written(file: archiver.WrittenFile) -> None:
         _say(f"wrote {file.path} ({file.records:,} records)")
 
-    with archiver.Archiver(_endpoint(args, found), config, on_file=written) as copier:
+    with archiver.Archiver(endpoint, config, on_file=written) as copier:
         if not args.follow:
             run = copier.catch_up(timeout_s=args.timeout)
         else:

@@ -12,16 +12,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import StrEnum
+from typing import TYPE_CHECKING, TypeVar
+
+import orjson
 
 from app import handoff
 from app.errors import ConfigurationError
 from app.ops.errors import HandoffError
+from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint, parse_option
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ssm import SSMClient
 
+E = TypeVar("E", bound=StrEnum)
 _LIVE_STATES = ("pending", "running", "stopping", "stopped")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -68,6 +73,44 @@ class Handoff:
     @property
     def bootstrap_brokers(self) -> str:
         return self.value(handoff.BOOTSTRAP_BROKERS_IAM)
+
+    def job_kafka(self) -> tuple[KafkaEndpoint, Isolation]:
+        """How the job reads Kafka here (``KAFKA_OPTIONAL``; the job's defaults where unset).
+
+        The endpoint of its sign-in (IAM, or TLS or SCRAM on their own brokers), with
+        its client settings, and its isolation level: the archiver reads so too.
+        """
+        auth = self._choice(handoff.KAFKA_AUTH, KafkaAuth, KafkaAuth.IAM)
+        isolation = self._choice(handoff.KAFKA_ISOLATION_LEVEL, Isolation,
+                                 Isolation.READ_COMMITTED)  # fmt: skip
+        try:
+            listed = orjson.loads(self.values.get(handoff.KAFKA_OPTIONS) or "[]")
+            options = tuple(parse_option(str(option)) for option in listed)
+        except (orjson.JSONDecodeError, TypeError, ConfigurationError) as exc:
+            raise HandoffError(self.environment, handoff.KAFKA_OPTIONS,
+                               f"not a JSON list of key=value: {exc}") from None  # fmt: skip
+        brokers = {
+            KafkaAuth.TLS: handoff.BOOTSTRAP_BROKERS_TLS,
+            KafkaAuth.SCRAM: handoff.BOOTSTRAP_BROKERS_SASL_SCRAM,
+        }.get(auth, handoff.BOOTSTRAP_BROKERS_IAM)
+        endpoint = KafkaEndpoint(
+            self.value(brokers),
+            auth,
+            self.region,
+            secret_arn=self.value(handoff.KAFKA_SECRET_ARN) if auth is KafkaAuth.SCRAM else "",
+            options=options,
+        )
+        return endpoint, isolation
+
+    def _choice(self, name: str, kind: type[E], default: E) -> E:
+        text = self.values.get(name) or default.value
+        try:
+            return kind(text)
+        except ValueError:
+            choices = ", ".join(str(member.value) for member in kind)
+            raise HandoffError(
+                self.environment, name, f"{text!r} is not one of {choices}"
+            ) from None
 
     @property
     def artifacts_uri(self) -> str:

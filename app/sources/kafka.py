@@ -145,6 +145,7 @@ _STOP_CODES: Final = frozenset(
 # credential being rotated, a broker restarting): asked again until the
 # timeout, then reported in one line.
 _AUTH_CODES: Final = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+_REFUSED: Final = "the brokers refused the sign-in: "
 _NO_TOPIC_ID: Final = "AAAAAAAAAAAAAAAAAAAAAA"  # the zero UUID: a broker that has no topic IDs
 
 T = TypeVar("T")
@@ -283,7 +284,9 @@ class KafkaBackend:
         A refused sign-in is retried too (until the deadline); the line then
         says that the brokers refused it, and why.
         """
-        _SIGN_IN_REFUSED.pop(self.endpoint, None)
+        _admin(self.endpoint)
+        sign_in = _ADMIN_SIGN_INS[self.endpoint]
+        sign_in.refused = ""
         while True:
             try:
                 return call()
@@ -294,12 +297,7 @@ class KafkaBackend:
                 )
                 if not retriable or time.monotonic() + _RETRY_S >= deadline:
                     _admin(self.endpoint)  # serves the error callback
-                    refused = _SIGN_IN_REFUSED.pop(self.endpoint, None)
-                    why = (
-                        f"the brokers refused the sign-in: {refused}"
-                        if refused
-                        else (_error_text(exc))
-                    )
+                    why = f"{_REFUSED}{sign_in.refused}" if sign_in.refused else _error_text(exc)
                     raise SourceUnavailableError(
                         f"{self.description}: could not {what} within {self.timeout_s:g} s: {why}"
                     ) from None
@@ -321,6 +319,8 @@ class KafkaRange:
         """The range's records in offset order, ``BATCH_ROWS`` at a time (served by Kafka)."""
         # Step 1
         consumer = _CONSUMERS.take(self.endpoint, self.isolation)
+        if isinstance(consumer, _RangeConsumer):
+            consumer.sign_in.refused = ""  # a kept consumer's earlier refusal is not this read's
         try:
             for batch in self._batches(consumer):
                 yield served_by(batch, Tier.KAFKA)
@@ -360,6 +360,7 @@ class KafkaRange:
         try:
             metadata = consumer.list_topics(self.tp.topic, timeout=self.timeout_s)
         except KafkaException as exc:
+            self._check_signed_in(consumer)
             raise SourceUnavailableError(
                 f"{self.endpoint.description}: could not read the metadata of {self.tp} "
                 f"within {self.timeout_s:g} s: {_error_text(exc)}"
@@ -410,12 +411,29 @@ class KafkaRange:
                 break  # Step 3: the consumer passed the range without a record or an event
             now = time.monotonic()
             if now - last_progress > self.timeout_s:
+                self._check_signed_in(consumer)
                 raise SourceUnavailableError(self._stalled(next_offset, ended_at))
             if now >= next_check:  # nothing for a while: are the offsets still there?
                 self._check_still_held(consumer, where, next_offset, last_progress)
                 next_check = now + _RECHECK_S
         if len(columns):
             yield columns.batch()
+
+    def _check_signed_in(self, consumer: Any) -> None:
+        """One line naming the sign-in, if the brokers refused this read's consumer its own.
+
+        librdkafka asks again by itself until the read's timeout; the refusal
+        reaches only the consumer's error callback, served by consume().
+        """
+        sign_in = getattr(consumer, "sign_in", None)
+        if sign_in is None:
+            return
+        consumer.consume(num_messages=1, timeout=0)  # an unassigned or stalled consumer: no record
+        if sign_in.refused:
+            raise SourceUnavailableError(
+                f"{self.endpoint.description}: could not read {self.tp} within "
+                f"{self.timeout_s:g} s: {_REFUSED}{sign_in.refused}"
+            )
 
     def _check_order(self, offsets: list[int], next_offset: int) -> None:
         """One partition's records come in increasing offsets, from ``next_offset`` on."""
@@ -602,11 +620,37 @@ class _ConsumerPool:
             idle = self._idle.get((endpoint, isolation))
             if idle:
                 return idle.pop()
-        return _client(Consumer, endpoint, consumer_settings(isolation))
+        sign_in = _SignIn(endpoint)
+        consumer = _client(_RangeConsumer, endpoint,
+                           consumer_settings(isolation) | {"error_cb": sign_in})  # fmt: skip
+        consumer.sign_in = sign_in
+        return consumer
 
     def give_back(self, endpoint: KafkaEndpoint, isolation: Isolation, consumer: Any) -> None:
         with self._lock:
             self._idle.setdefault((endpoint, isolation), []).append(consumer)
+
+
+class _SignIn:
+    """A client's error callback: keeps the last sign-in the brokers refused, logs the rest."""
+
+    __slots__ = ("endpoint", "refused")
+
+    def __init__(self, endpoint: KafkaEndpoint) -> None:
+        self.endpoint = endpoint
+        self.refused = ""
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() in _AUTH_CODES:
+            self.refused = error.str()
+        else:
+            log.info("%s: %s (the client retries)", self.endpoint.description, error.str())
+
+
+class _RangeConsumer(Consumer):
+    """A range reader's consumer, with its :class:`_SignIn` callback."""
+
+    sign_in: _SignIn
 
 
 def consumer_settings(isolation: Isolation) -> dict[str, Any]:
@@ -624,9 +668,9 @@ def consumer_settings(isolation: Isolation) -> dict[str, Any]:
 _CONSUMERS = _ConsumerPool()
 _ADMINS: dict[KafkaEndpoint, Any] = {}
 _ADMINS_LOCK = threading.Lock()
-# The last sign-in the brokers refused an admin client, by endpoint (librdkafka
-# reports it to the error callback only; the request itself just times out).
-_SIGN_IN_REFUSED: dict[KafkaEndpoint, str] = {}
+# The admin clients' error callbacks: librdkafka reports a refused sign-in to
+# the callback only, the request itself just times out.
+_ADMIN_SIGN_INS: dict[KafkaEndpoint, _SignIn] = {}
 
 
 def _error_text(exc: KafkaException) -> str:
@@ -639,21 +683,10 @@ def _admin(endpoint: KafkaEndpoint) -> Any:
     with _ADMINS_LOCK:
         admin = _ADMINS.get(endpoint)
         if admin is None:
-            admin = _ADMINS[endpoint] = _client(
-                AdminClient, endpoint, {"error_cb": _sign_in_recorder(endpoint)}
-            )
+            sign_in = _ADMIN_SIGN_INS[endpoint] = _SignIn(endpoint)
+            admin = _ADMINS[endpoint] = _client(AdminClient, endpoint, {"error_cb": sign_in})
     admin.poll(0)  # serves the token refresh and log callbacks
     return admin
-
-
-def _sign_in_recorder(endpoint: KafkaEndpoint) -> Callable[[KafkaError], None]:
-    def record(error: KafkaError) -> None:
-        if error.code() in _AUTH_CODES:
-            _SIGN_IN_REFUSED[endpoint] = error.str()
-        else:
-            log.info("%s: %s (the client retries)", endpoint.description, error.str())
-
-    return record
 
 
 def _client(kind: Callable[[dict[str, Any]], Any], endpoint: KafkaEndpoint,

@@ -246,13 +246,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = offsets_mod.from_json(start)
         finish = offsets_mod.from_json(end)
         parts: list[InputPartition] = []
-        for tp in sorted(finish):
-            first = begin.get(tp, finish[tp])  # a partition new in this batch reads nothing yet
-            if finish[tp] > first:
-                if self._cached is None:  # a batch redone after a restart: list once
-                    self._listing()
-                reader = self.backend.reader(tp, first, finish[tp])
-                parts.append(RangePartition(tp, first, finish[tp], reader))
+        for tp in read_in_order(begin, finish):
+            if self._cached is None:  # a batch redone after a restart: list once
+                self._listing()
+            reader = self.backend.reader(tp, begin[tp], finish[tp])
+            parts.append(RangePartition(tp, begin[tp], finish[tp], reader))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -261,6 +259,17 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: offsets live in Spark's checkpoint, never in the backend."""
+
+
+def read_in_order(start: Mapping[TopicPartition, int],
+                  end: Mapping[TopicPartition, int]) -> list[TopicPartition]:  # fmt: skip
+    """The partitions a micro-batch reads, in the order of its Spark partitions.
+
+    Those with offsets from ``start`` to ``end``; a partition new in the batch
+    (not in ``start``) reads nothing yet. The engine's task knows its
+    partition by this order before the first record arrives.
+    """
+    return [tp for tp in sorted(end) if end[tp] > start.get(tp, end[tp])]
 
 
 def _identities(bounds: Mapping[TopicPartition, Bounds]) -> Identities:

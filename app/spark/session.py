@@ -7,11 +7,14 @@ launched here with its standard output and error going to a log file
 (:func:`spark_log_path`), so that a person at a terminal sees tablecast's
 lines and nothing of log4j, the JVM or the Python workers; an error names
 the file. Against a cluster, the session ships the job's own code to the
-executors (:mod:`app.spark.code`).
+executors (:mod:`app.spark.code`). Where the executors' Python can import it,
+Spark forks the Python workers from ``tablecast_preload``'s daemon, which has
+imported their libraries already (:func:`preload_daemon`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -24,6 +27,10 @@ from app.spark import code
 
 APP_NAME = "tablecast"
 LOG_ENV = "TABLECAST_SPARK_LOG"
+# Spark's Python daemon with the workers' libraries imported (ami/files/python);
+# the image installs it on every node and run-job names it; never part of ``app``.
+PRELOAD_MODULE = "tablecast_preload"
+DAEMON_MODULE_KEY = "spark.python.daemon.module"
 
 
 class _JvmLog:
@@ -69,12 +76,38 @@ def spark_session(master: str | None = None) -> Any:
         conf.set("spark.ui.enabled", "false")
         if "TABLECAST_DRIVER_MEMORY" in os.environ:  # else Spark's default (1g): enough
             conf.set("spark.driver.memory", os.environ["TABLECAST_DRIVER_MEMORY"])
+    preload_daemon(conf)
     if SparkContext._active_spark_context is None and not under_submit:
         SparkContext(conf=conf, gateway=_launch_gateway(conf))
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     code.ship(spark)
     return spark
+
+
+def preload_daemon(conf: Any, module: str = PRELOAD_MODULE) -> bool:
+    """Name ``module`` as the Python daemon where every worker can import it.
+
+    A daemon module the executors' Python cannot import would fail every task,
+    so it is named only in local mode with this very interpreter as the
+    workers' and the module importable here. On the image, run-job names it
+    (``--conf``) because the image installs it on every node; a setting made
+    before (run-job's, a user's) is kept. Returns whether the daemon preloads.
+    """
+    if conf.contains(DAEMON_MODULE_KEY):
+        return bool(conf.get(DAEMON_MODULE_KEY) == module)
+    if not conf.get("spark.master", "").startswith("local"):
+        return False  # the executors' interpreter is another machine's
+    if os.environ.get("PYSPARK_PYTHON") != sys.executable:
+        return False
+    # find_spec of a submodule imports its package, and raises when there is none.
+    if (
+        importlib.util.find_spec(module) is None
+        or importlib.util.find_spec(f"{module}.__main__") is None
+    ):
+        return False
+    conf.set(DAEMON_MODULE_KEY, module)
+    return True
 
 
 def _launch_gateway(conf: Any) -> Any:

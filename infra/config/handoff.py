@@ -5,7 +5,10 @@ on one machine (``app/local``) writes the very same values without importing
 the CDK.
 """
 
+import orjson
+
 from app import handoff, metric_names
+from app.sources.kafka_client import Isolation, KafkaAuth
 from infra.config import layout
 from infra.config.model import EnvironmentConfig
 
@@ -20,8 +23,13 @@ def handoff_values(
     bucket_name: str,
     driver_private_ip: str,
     driver_instance_id: str,
+    bootstrap_brokers: str = "",
 ) -> dict[str, str]:
-    """The value of every name in ``app.handoff.ALL``, in that order."""
+    """The value of every name in ``app.handoff.ALL``, in that order, then the environment's
+    Kafka options (:func:`kafka_job_values`).
+
+    :param bootstrap_brokers: the brokers of ``config.kafka.auth`` when it is not IAM.
+    """
     values = {
         handoff.BOOTSTRAP_BROKERS_IAM: bootstrap_brokers_iam,
         handoff.BUCKET: bucket_name,
@@ -43,4 +51,32 @@ def handoff_values(
         handoff.GLUE_DATABASE: layout.GLUE_DATABASE,
         handoff.COMPACT_EVERY: config.compact_every,
     }
-    return {name: values[name] for name in handoff.ALL}
+    return {name: values[name] for name in handoff.ALL} | kafka_job_values(
+        config, bootstrap_brokers
+    )
+
+
+def kafka_job_values(config: EnvironmentConfig, bootstrap_brokers: str) -> dict[str, str]:
+    """The Kafka options the environment sets otherwise than the job's defaults, by name."""
+    kafka = config.kafka
+    values: dict[str, str] = {}
+    if kafka.auth != KafkaAuth.IAM:
+        values[handoff.KAFKA_AUTH] = str(kafka.auth)
+        if kafka.auth == KafkaAuth.TLS:
+            values[handoff.BOOTSTRAP_BROKERS_TLS] = bootstrap_brokers
+        else:
+            values[handoff.BOOTSTRAP_BROKERS_SASL_SCRAM] = bootstrap_brokers
+            values[handoff.KAFKA_SECRET_ARN] = kafka.secret_arn
+    if kafka.isolation_level != Isolation.READ_COMMITTED:
+        values[handoff.KAFKA_ISOLATION_LEVEL] = str(kafka.isolation_level)
+    if kafka.options:
+        values[handoff.KAFKA_OPTIONS] = orjson.dumps(list(kafka.options)).decode()
+    if kafka.starting_offsets != "earliest":
+        values[handoff.STARTING_OFFSETS] = kafka.starting_offsets
+    if kafka.topics:
+        values[handoff.TOPICS] = ",".join(kafka.topics)
+    if kafka.min_offsets_per_trigger:
+        values[handoff.MIN_OFFSETS_PER_TRIGGER] = str(kafka.min_offsets_per_trigger)
+    if kafka.max_trigger_delay:
+        values[handoff.MAX_TRIGGER_DELAY] = kafka.max_trigger_delay
+    return values

@@ -3,12 +3,14 @@
 import ipaddress
 import re
 from dataclasses import dataclass, fields
+from dataclasses import field as default_field
 
 from app import handoff
 from infra.config import parsing
 from infra.config.addressing import SubnetPlan, plan_subnets
 from infra.config.declared import DeclaredPipeline
 from infra.config.errors import ConfigError
+from infra.config.kafka_job import KafkaJobSettings
 from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings, EndpointKind
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
 from infra.config.versions import versions
@@ -113,6 +115,8 @@ class EnvironmentConfig:
     test_pipeline: DeclaredPipeline | None = None
     """Set for a test pipeline declared in the deployment settings (owner, expiry, purpose):
     its stacks are tagged with them and its owner is notified from the expiry date on."""
+    kafka: KafkaJobSettings = default_field(default_factory=KafkaJobSettings)
+    """How the job and the archiver read Kafka: sign-in, isolation, options (`tablecast run`'s)."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -340,6 +344,9 @@ def _check_kafka(config: EnvironmentConfig) -> None:
         parsing.topic_prefix(config.topic_pattern)
     except ValueError as exc:
         raise _problem(config, "topic_pattern", str(exc)) from None
+    problem = config.kafka.problem(region=config.region, topic_pattern=config.topic_pattern)
+    if problem is not None:
+        raise _problem(config, *problem)
 
 
 def _check_spark(config: EnvironmentConfig) -> None:

@@ -89,6 +89,8 @@ def node_statements(
     metric_namespaces: Sequence[str],
     log_group_arns: Sequence[str],
     archiver_role_arn: str | None = None,
+    kafka_secret_arn: str = "",
+    kafka_secret_key_arn: str = "",
 ) -> list[Statement]:
     """Every statement of the inline policy of ``kind``'s role.
 
@@ -98,6 +100,10 @@ def node_statements(
         the CloudWatch agent's (the archiver publishes none).
     :param log_group_arns: the log groups the nodes' CloudWatch agent writes to.
     :param archiver_role_arn: the archiver's role, which the driver assumes for it.
+    :param kafka_secret_arn: the secret of the SCRAM sign-in, if the job signs in so:
+        every role reads Kafka (the driver plans, the workers' tasks read ranges, the
+        archiver copies), so each may read exactly this secret.
+    :param kafka_secret_key_arn: the secret's KMS key, used through Secrets Manager only.
     """
     parameters = f"arn:{partition}:ssm:{region}:{account}:parameter{handoff.PREFIX}/{environment}"
     access = BUCKET_ACCESS[kind]
@@ -130,6 +136,7 @@ def node_statements(
             {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
         ),
         *consume_statements(kafka),
+        *kafka_secret_statements(region, kafka_secret_arn, kafka_secret_key_arn),
     ]
     if kind is NodeKind.ARCHIVER:
         # It reads the hand-off (brokers, archive); its logs and its node are the driver's.
@@ -164,6 +171,23 @@ def node_statements(
         # The output's Iceberg table: the sink and the recomputes commit on the driver.
         *iceberg_job_statements(region=region, account=account, partition=partition),
     ]
+
+
+def kafka_secret_statements(region: str, secret_arn: str, key_arn: str) -> list[Statement]:
+    """Reading the SCRAM sign-in's secret (none without one)."""
+    if not secret_arn:
+        return []
+    statements = [allow("ReadKafkaSecret", ["secretsmanager:GetSecretValue"], [secret_arn])]
+    if key_arn:
+        statements.append(
+            allow(
+                "DecryptKafkaSecret",
+                ["kms:Decrypt"],
+                [key_arn],
+                {"StringEquals": {"kms:ViaService": f"secretsmanager.{region}.amazonaws.com"}},
+            )
+        )
+    return statements
 
 
 def _handoff_reads(parameters: str) -> Statement:

@@ -61,6 +61,7 @@ def build_environment(scope: Construct, config: EnvironmentConfig) -> Environmen
         bucket_name=storage.bucket_name,
         driver_private_ip=spark.driver_private_ip,
         driver_instance_id=spark.driver_instance_id,
+        bootstrap_brokers=kafka.bootstrap_brokers,
     )
     return EnvironmentStacks(
         network=network,

@@ -33,6 +33,16 @@ DESCRIPTIONS = {
     handoff.REGION: "AWS region of the environment",
     handoff.GLUE_DATABASE: "Glue database of the output's Iceberg table (run --glue-database)",
     handoff.COMPACT_EVERY: "How often the job compacts closed days (run --compact-every)",
+    handoff.KAFKA_AUTH: "How the job and the archiver sign in to MSK (--kafka-auth)",
+    handoff.BOOTSTRAP_BROKERS_TLS: "MSK bootstrap brokers for TLS clients (port 9094)",
+    handoff.BOOTSTRAP_BROKERS_SASL_SCRAM: "MSK bootstrap brokers for SCRAM clients (port 9096)",
+    handoff.KAFKA_SECRET_ARN: "Secrets Manager secret of the SCRAM sign-in (--kafka-secret-arn)",
+    handoff.KAFKA_ISOLATION_LEVEL: "Which records the job and the archiver read",
+    handoff.KAFKA_OPTIONS: "librdkafka settings of the job's clients (--kafka-option each)",
+    handoff.STARTING_OFFSETS: "Where a fresh checkpoint starts (--starting-offsets)",
+    handoff.TOPICS: "The job's topics by name (--topics), instead of the pattern",
+    handoff.MIN_OFFSETS_PER_TRIGGER: "Offsets a batch waits for (--min-offsets-per-trigger)",
+    handoff.MAX_TRIGGER_DELAY: "The longest a batch waits for them (--max-trigger-delay)",
 }
 
 
@@ -48,6 +58,7 @@ class HandoffStack(EnvironmentStack):
         bucket_name: str,
         driver_private_ip: str,
         driver_instance_id: str,
+        bootstrap_brokers: str = "",
     ) -> None:
         """Write the parameters.
 
@@ -56,6 +67,8 @@ class HandoffStack(EnvironmentStack):
         :param bucket_name: the pipeline's bucket (the storage stack's).
         :param driver_private_ip: the driver node's address (the spark stack's).
         :param driver_instance_id: the driver node's instance id (the spark stack's).
+        :param bootstrap_brokers: the brokers of the environment's Kafka sign-in when it is
+            not IAM (the kafka stack's).
         """
         super().__init__(scope, config=config, component="handoff")
         self.values = handoff_values(
@@ -64,6 +77,7 @@ class HandoffStack(EnvironmentStack):
             bucket_name=bucket_name,
             driver_private_ip=driver_private_ip,
             driver_instance_id=driver_instance_id,
+            bootstrap_brokers=bootstrap_brokers,
         )
         for name, value in self.values.items():
             parameter = SsmParameter(

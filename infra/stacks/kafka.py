@@ -34,8 +34,10 @@ from cdktf_cdktf_provider_aws.msk_cluster import (
     MskClusterLoggingInfoBrokerLogsCloudwatchLogs,
 )
 from cdktf_cdktf_provider_aws.msk_configuration import MskConfiguration
+from cdktf_cdktf_provider_aws.msk_scram_secret_association import MskScramSecretAssociation
 from constructs import Construct
 
+from app.sources.kafka_client import KafkaAuth
 from infra.cdk import TerraformOutput, TerraformResourceLifecycle
 from infra.config import EnvironmentConfig, layout
 from infra.config.broker_settings import server_properties
@@ -123,9 +125,13 @@ class KafkaStack(EnvironmentStack):
                     )
                 ),
             ),
+            # IAM always (the operator's tools sign in with it); the job's other
+            # sign-in beside it when the environment names one (config.kafka).
             client_authentication=MskClusterClientAuthentication(
-                sasl=MskClusterClientAuthenticationSasl(iam=True),
-                unauthenticated=False,
+                sasl=MskClusterClientAuthenticationSasl(
+                    iam=True, scram=True if config.kafka.auth == KafkaAuth.SCRAM else None
+                ),
+                unauthenticated=config.kafka.auth == KafkaAuth.TLS,
             ),
             encryption_info=MskClusterEncryptionInfo(
                 encryption_at_rest_kms_key_arn=key.arn,
@@ -157,6 +163,18 @@ class KafkaStack(EnvironmentStack):
         self.cluster_name: str = self.cluster.cluster_name
         self.cluster_uuid: str = self.cluster.cluster_uuid
         self.bootstrap_brokers_iam: str = self.cluster.bootstrap_brokers_sasl_iam
+        # The brokers of the job's sign-in when it is not IAM ("" with IAM).
+        self.bootstrap_brokers: str = ""
+        if config.kafka.auth == KafkaAuth.TLS:
+            self.bootstrap_brokers = self.cluster.bootstrap_brokers_tls
+        elif config.kafka.auth == KafkaAuth.SCRAM:
+            self.bootstrap_brokers = self.cluster.bootstrap_brokers_sasl_scram
+            MskScramSecretAssociation(
+                self,
+                "scram-secret",
+                cluster_arn=self.cluster.arn,
+                secret_arn_list=[config.kafka.secret_arn],
+            )
         self._storage_autoscaling()
         self._access(
             KafkaResources(

@@ -228,6 +228,8 @@ class SparkStack(EnvironmentStack):
                         metric_namespaces=(metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE),
                         log_group_arns=log_group_arns,
                         archiver_role_arn=roles[NodeKind.ARCHIVER].arn,
+                        kafka_secret_arn=config.kafka.secret_arn,
+                        kafka_secret_key_arn=config.kafka.secret_key_arn,
                     )
                 ),
             )

@@ -135,3 +135,26 @@ def test_the_archiver_gets_its_own_roles_credentials(image: StagedImage, tmp_pat
     assert printed["Version"] == 1
     assert printed["AccessKeyId"] != "testing" and printed["SessionToken"]
     assert printed["Expiration"].startswith("20")
+
+
+PRELOAD_DIR = "/opt/tablecast/python"  # python-env.sh's .pth puts it on the venv's path
+
+
+def test_the_image_holds_the_python_daemons_preload_on_the_venvs_path(
+    image: StagedImage,
+) -> None:
+    import subprocess
+    import sys
+
+    staged = image.path(PRELOAD_DIR)
+    assert (staged / "tablecast_preload" / "__main__.py").is_file()
+    python_env = Path(__file__).resolve().parents[2] / "ami" / "scripts" / "python-env.sh"
+    assert f"printf '%s\\n' {PRELOAD_DIR} >" in python_env.read_text(encoding="utf-8")
+    # Imported from the image's copy, it preloads the workers' libraries and no job code.
+    probe = ("import sys, tablecast_preload as p; print(p.__file__); p.preload(); "
+             "print(p.Preloaded.failed, 'app' in sys.modules)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, cwd="/", env={"PYTHONPATH": str(staged)})  # fmt: skip
+    where, outcome = done.stdout.strip().splitlines()
+    assert where.startswith(str(staged))
+    assert outcome == "() False"

@@ -133,13 +133,13 @@ def test_run_job_submits_the_cli_in_client_mode() -> None:
         "--deploy-mode client",
         '--py-files "${py_files}"',
         '"${DRIVER_PY}" run',
-        '--bootstrap-servers "${setting[bootstrap-brokers-iam]}"',
+        '--bootstrap-servers "${brokers}"',  # the IAM brokers unless kafka-auth says
         '--archive "${setting[archive-uri]}"',  # a catch-up past Kafka's retention
         '--kafka-auth "${KAFKA_AUTH}"',
         '--kafka-client-rack "${TABLECAST_ZONE_ID}"',
         '--output "${setting[output-uri]}"',
         '--checkpoint "${setting[checkpoint-uri]}"',
-        '--topic-pattern "${setting[topic-pattern]}"',
+        '"${topics[@]}"',  # --topic-pattern, or the environment's --topics
         '--trigger "${setting[trigger]}"',
         "--metrics cloudwatch",
         '--environment "${TABLECAST_ENV}"',
@@ -148,7 +148,7 @@ def test_run_job_submits_the_cli_in_client_mode() -> None:
     assert "setpriv --reuid=" in " ".join(text.split()), "spark-submit must not run as root"
     # On a node none of the overrides is set: the image's own values.
     for default in ('TABLECAST_VENV:-/opt/tablecast/venv', 'TABLECAST_RUN_AS_USER:-spark',
-                    'TABLECAST_SPARK_MASTER_PORT:-7077', 'TABLECAST_KAFKA_AUTH:-iam',
+                    'TABLECAST_SPARK_MASTER_PORT:-7077', 'setting[kafka-auth]:-iam',
                     'TABLECAST_DRIVER_PY:-/opt/tablecast/bin/tablecast-driver.py'):  # fmt: skip
         assert default in text, default
 

@@ -103,3 +103,121 @@ def test_run_job_installs_the_wheel_whose_hash_is_recorded(
     # It went on to pip (which the stand-in refuses with 7): the hash matched.
     assert done.returncode == 7, done.stderr
     assert "--no-deps" in (tmp_path / "pip.log").read_text()
+
+
+def submitted(aws: dict[str, str], tmp_path: Path, options: dict[str, str],
+              node: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+    """What run-job hands spark-submit when SSM also holds ``options`` (the job's Kafka options).
+
+    pip and the installed version are stand-ins that succeed; spark-submit records its
+    arguments.
+    """
+    env = prepare(aws, tmp_path, recorded_sha256=None)
+    ssm = boto3.session.Session(
+        region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    ).client("ssm", endpoint_url=aws["AWS_ENDPOINT_URL"])
+    for name, value in options.items():
+        ssm.put_parameter(Name=handoff.parameter_name("t", name), Value=value, Type="String")
+    python = Path(env["TABLECAST_VENV"]) / "bin" / "python"
+    python.write_text(
+        f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then exit 0; fi\n'
+        f'if [ "$1" = "-c" ]; then echo {VERSION}; exit 0; fi\nexec {sys.executable} "$@"\n'
+    )
+    arguments = tmp_path / "spark-submit.args"
+    spark_submit = Path(env["SPARK_HOME"]) / "bin" / "spark-submit"
+    spark_submit.parent.mkdir(parents=True)
+    spark_submit.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > {arguments}\n")
+    spark_submit.chmod(0o755)
+    env.pop("TABLECAST_KAFKA_AUTH", None)  # a node's environment: SSM says
+    env.pop("TABLECAST_PRELOAD_DIR", None)
+    done = run_job(env | (node or {}))
+    assert done.returncode == 0, done.stderr
+    return arguments.read_bytes().decode().split("\0")[:-1]
+
+
+def job_options(argv: list[str]) -> list[tuple[str, str]]:
+    """``tablecast run``'s options as (name, value) pairs, in order."""
+    run = argv[argv.index("run") + 1 :]
+    pairs = []
+    for index, word in enumerate(run):
+        if word.startswith("--") and index + 1 < len(run) and not run[index + 1].startswith("--"):
+            pairs.append((word, run[index + 1]))
+    return pairs
+
+
+def test_the_environments_kafka_options_reach_tablecast_run(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    secret = "arn:aws:secretsmanager:eu-west-1:000000000000:secret:AmazonMSK_t-AbCdEf"
+    options = {
+        handoff.KAFKA_AUTH: "scram",
+        handoff.BOOTSTRAP_BROKERS_SASL_SCRAM: "b-1:9096,b-2:9096",
+        handoff.KAFKA_SECRET_ARN: secret,
+        handoff.KAFKA_ISOLATION_LEVEL: "read_uncommitted",
+        handoff.KAFKA_OPTIONS: '["fetch.max.bytes=1048576", "client.id=tablecast, plant 7"]',
+        handoff.STARTING_OFFSETS: "2026-11-23T06:00:00",
+        handoff.TOPICS: "s-a,s-b",
+        handoff.MIN_OFFSETS_PER_TRIGGER: "10000",
+        handoff.MAX_TRIGGER_DELAY: "5 minutes",
+    }
+    argv = submitted(aws, tmp_path, options)
+    given = job_options(argv)
+    for pair in [
+        ("--bootstrap-servers", "b-1:9096,b-2:9096"),
+        ("--kafka-auth", "scram"),
+        ("--kafka-secret-arn", secret),
+        ("--kafka-isolation-level", "read_uncommitted"),
+        ("--starting-offsets", "2026-11-23T06:00:00"),
+        ("--topics", "s-a,s-b"),
+        ("--min-offsets-per-trigger", "10000"),
+        ("--max-trigger-delay", "5 minutes"),
+    ]:
+        assert pair in given, pair
+    assert [v for k, v in given if k == "--kafka-option"] == [
+        "fetch.max.bytes=1048576",
+        "client.id=tablecast, plant 7",
+    ]
+    assert "--topic-pattern" not in dict(given)  # --topics instead: argparse takes one
+    # `tablecast run` takes them as given.
+    from app.cli import build_parser
+
+    parsed = build_parser().parse_args(argv[argv.index("run") :])
+    assert parsed.kafka_option == ["fetch.max.bytes=1048576", "client.id=tablecast, plant 7"]
+    assert (parsed.kafka_auth, parsed.kafka_secret_arn, parsed.topics) == (
+        "scram",
+        secret,
+        "s-a,s-b",
+    )
+
+
+def test_without_kafka_options_run_job_passes_the_iam_brokers_and_the_pattern(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    given = job_options(submitted(aws, tmp_path, {}))
+    assert ("--bootstrap-servers", "b-1:9098") in given
+    assert ("--kafka-auth", "iam") in given
+    assert ("--topic-pattern", "^s-.+") in given
+    names = {name for name, _ in given}
+    for option in ("--kafka-secret-arn", "--kafka-isolation-level", "--kafka-option",
+                   "--starting-offsets", "--topics", "--min-offsets-per-trigger",
+                   "--max-trigger-delay"):  # fmt: skip
+        assert option not in names, option
+
+
+DAEMON = "spark.python.daemon.module=tablecast_preload"
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_run_job_names_the_preloading_python_daemon_only_where_the_image_installed_it(
+    installed: bool, aws: dict[str, str], tmp_path: Path
+) -> None:
+    from app.local.image import stage
+
+    image = stage(tmp_path / "image")
+    where = image.path("/opt/tablecast/python") if installed else tmp_path / "none"
+    argv = submitted(aws, tmp_path, {}, {"TABLECAST_PRELOAD_DIR": str(where)})
+    if installed:
+        assert argv[argv.index("--conf") + 1] == DAEMON
+        assert argv.index("--conf") < argv.index("run")
+    else:
+        assert DAEMON not in argv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -164,3 +165,43 @@ def test_a_strict_violation_saves_no_state(tmp_path: Path) -> None:
     resync = run(plan(tmp_path, None, last, None, mode=IntegrityMode.RESYNC),
                  records(uri, 0, last))  # fmt: skip
     assert resync.quarantined >= 1 and resync.partitions[TP].end == last
+
+
+def test_a_spark_task_starts_loading_its_state_before_its_first_record_arrives(
+    tmp_path: Path, capture: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a new worker the state's read overlaps the source's consumer, sign-in and fetch.
+
+    The stand-in source gives its first record only once the task has asked for its state
+    (the worker's cache counts the asking), or after 10 s: a task that loads its state
+    only after its records have come asks too late.
+    """
+    import time
+
+    from pyspark import TaskContext
+
+    uri, last = capture
+    version = saved(run(plan(tmp_path, None, 60, None), records(uri, 0, 60)))
+    cache = StateCache(8)
+    monkeypatch.setattr(task_mod, "_CACHE", cache)  # a new worker: nothing cached
+    asked_before_the_first_record: list[bool] = []
+
+    def source() -> Iterator[pa.RecordBatch]:
+        deadline = time.monotonic() + 10
+        while not cache.misses and time.monotonic() < deadline:
+            time.sleep(0.01)
+        asked_before_the_first_record.append(cache.misses == 1)
+        yield from records(uri, 60, last)
+
+    TaskContext._setTaskContext(None)
+    # As Spark's Python worker makes it for the task of the micro-batch's first partition.
+    TaskContext(stageId=1, partitionId=0, attemptNumber=0, taskAttemptId=1, cpus=1,
+                resources={}, localProperties={})  # fmt: skip
+    try:
+        p = plan(tmp_path, 60, last, version)
+        outcome = BatchOutcome.parse(r for b in PartitionTask(p)(source()) for r in b.to_pylist())
+    finally:
+        TaskContext._setTaskContext(None)
+    assert asked_before_the_first_record == [True]
+    assert outcome.partitions[TP].cache == "miss" and outcome.partitions[TP].end == last
+    assert saved(outcome).offset == last and (cache.hits, cache.misses) == (0, 1)

@@ -9,8 +9,10 @@ brokers, and the options that carry the settings to Spark's workers.
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -500,12 +502,14 @@ def test_topics_by_name_read_exactly_those(broker: KafkaEndpoint) -> None:
     assert sorted({tp.topic for tp in backend.bounds()}) == ["kb26-a", "kb26-b"]
 
 
-def test_a_refused_sign_in_is_asked_again_until_the_timeout_then_named_in_one_line(
-    tmp_path: Path,
-) -> None:
-    """tansu requiring authentication refuses an unknown SCRAM user: as a credential being
-    rotated would be, until the timeout (a user cannot be added to a running tansu that
-    requires authentication, so the refusal here never ends)."""
+@contextlib.contextmanager
+def _refusing_sign_in(tmp_path: Path) -> Iterator[KafkaEndpoint]:
+    """tansu requiring authentication, and an endpoint whose SCRAM user it does not know.
+
+    It refuses the user as a credential being rotated would be, until the timeout (a user
+    cannot be added to a running tansu that requires authentication, so the refusal here
+    never ends).
+    """
     import socket
     import subprocess
 
@@ -530,15 +534,39 @@ def test_a_refused_sign_in_is_asked_again_until_the_timeout_then_named_in_one_li
                 time.sleep(0.1)
         scram = (("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanisms", "SCRAM-SHA-512"),
                  ("sasl.username", "nobody"), ("sasl.password", "wrong"))  # fmt: skip
-        endpoint = KafkaEndpoint(address, options=scram)
+        yield KafkaEndpoint(address, options=scram)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_a_refused_sign_in_is_asked_again_until_the_timeout_then_named_in_one_line(
+    tmp_path: Path,
+) -> None:
+    with _refusing_sign_in(tmp_path) as endpoint:
         started = time.monotonic()
         with pytest.raises(SourceUnavailableError) as refused:
             KafkaBackend(endpoint, "^kb28-.+", timeout_s=3).bounds()
         assert time.monotonic() - started >= 2.5  # asked again, not given up at the first
         message = str(refused.value)
-        assert message.startswith(f"Kafka at {address}: could not list the topics within 3 s: "
+        assert message.startswith(f"{endpoint.description}: could not list the topics within "
+                                  "3 s: the brokers refused the sign-in: ")  # fmt: skip
+        assert "SASL SCRAM authentication failed" in message and "\n" not in message
+
+
+def test_a_sign_in_refused_to_a_range_read_is_named_in_one_line_as_the_planners_is(
+    tmp_path: Path,
+) -> None:
+    """A task's consumer refused its sign-in until the timeout: the line says so and why
+    (exit 5, as the planner's), not that the brokers gave no record."""
+    tp = TopicPartition("kb29-a", 0)
+    with _refusing_sign_in(tmp_path) as endpoint:
+        with pytest.raises(SourceUnavailableError) as refused:
+            _read(KafkaRange(endpoint, tp, 0, 5, timeout_s=3))
+        message = str(refused.value)
+        assert message.startswith(f"{endpoint.description}: could not read {tp} within 3 s: "
                                   "the brokers refused the sign-in: ")  # fmt: skip
         assert "SASL SCRAM authentication failed" in message and "\n" not in message
-    finally:
-        process.kill()
-        process.wait(timeout=10)
+        assert refused.value.exit_code == 5
+        pooled = (endpoint, Isolation.READ_COMMITTED)
+        assert not kafka_source._CONSUMERS._idle.get(pooled)  # the refused consumer is closed

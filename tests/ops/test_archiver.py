@@ -273,3 +273,38 @@ def test_the_cli_produces_and_archives_with_explicit_brokers(
     assert "published 18 messages of 3 sessions to" in out
     assert "archived 18 records in" in out and "from 2 partitions" in out
     assert count(tmp_path / "archive") == 18
+
+
+def test_the_archiver_reads_as_the_environments_job_does() -> None:
+    """Signed in, configured and isolated as the hand-off's Kafka options say (the job's)."""
+    from app import handoff
+    from app.ops import archiver
+    from app.ops.environment import Handoff
+    from app.ops.errors import HandoffError
+    from app.sources.kafka_client import Isolation, KafkaAuth
+
+    secret = "arn:aws:secretsmanager:eu-west-1:000000000000:secret:AmazonMSK_t-AbCdEf"
+    base = {handoff.BOOTSTRAP_BROKERS_IAM: "b-1:9098", handoff.REGION: "eu-west-1"}
+    found = Handoff("t", base | {
+        handoff.KAFKA_AUTH: "scram", handoff.BOOTSTRAP_BROKERS_SASL_SCRAM: "b-1:9096",
+        handoff.KAFKA_SECRET_ARN: secret, handoff.KAFKA_ISOLATION_LEVEL: "read_uncommitted",
+        handoff.KAFKA_OPTIONS: '["fetch.max.bytes=1048576"]',
+    })  # fmt: skip
+    endpoint, isolation = found.job_kafka()
+    assert endpoint == KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, "eu-west-1", secret_arn=secret,
+                                     options=(("fetch.max.bytes", "1048576"),))  # fmt: skip
+    assert isolation is Isolation.READ_UNCOMMITTED
+    settings = archiver.consumer_settings(ArchiverConfig("archive", isolation=isolation))
+    assert settings["isolation.level"] == "read_uncommitted"
+    # Without them: the job's defaults.
+    assert Handoff("t", base).job_kafka() == (
+        KafkaEndpoint("b-1:9098", KafkaAuth.IAM, "eu-west-1"),
+        Isolation.READ_COMMITTED,
+    )
+    assert archiver.consumer_settings(ArchiverConfig("archive"))["isolation.level"] == (
+        "read_committed"
+    )
+    with pytest.raises(HandoffError, match="kafka-auth: 'kerberos' is not one of"):
+        Handoff("t", base | {handoff.KAFKA_AUTH: "kerberos"}).job_kafka()
+    with pytest.raises(HandoffError, match="bootstrap-brokers-tls: missing"):
+        Handoff("t", base | {handoff.KAFKA_AUTH: "tls"}).job_kafka()

@@ -41,4 +41,9 @@ install_node_files() {
   install -m 0644 "${owner[@]}" "${files}/journald/10-tablecast.conf" "${root}/etc/systemd/journald.conf.d/"
   install -m 0644 "${owner[@]}" "${files}/logrotate/tablecast" "${root}/etc/logrotate.d/"
   install -m 0644 "${owner[@]}" "${files}/aws/archiver.config" "${root}/etc/tablecast/archiver-aws.config"
+  # Spark's Python daemon with the workers' libraries imported; the venv finds
+  # it through python-env.sh's .pth, and run-job names it when it is here.
+  require_file "${files}/python/tablecast_preload/__init__.py" "${files}/python/tablecast_preload/__main__.py"
+  install -d -m 0755 "${owner[@]}" "${root}/opt/tablecast/python/tablecast_preload"
+  install -m 0644 "${owner[@]}" "${files}"/python/tablecast_preload/*.py "${root}/opt/tablecast/python/tablecast_preload/"
 }
