@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app import cli, handoff
-from app.local.pipeline import sandbox_config
+from app.local.pipeline import environment_config
 from app.table.live import TableSettings
 from infra.config.handoff import handoff_values
 from infra.config.layout import GLUE_DATABASE
@@ -51,7 +51,7 @@ def test_run_job_passes_the_glue_database_and_the_compaction_period_to_the_job(
 
 
 def test_infra_hands_the_job_its_glue_database_and_a_daily_compaction() -> None:
-    config = sandbox_config()
+    config = environment_config()
     values = handoff_values(config=config, bootstrap_brokers_iam="b:9098", bucket_name="b",
                             driver_private_ip="10.0.0.1", driver_instance_id="i-1")  # fmt: skip
     assert values[handoff.GLUE_DATABASE] == GLUE_DATABASE
