@@ -4,6 +4,7 @@ The environments get the throwaway deployment settings of
 ``infra/settings/testing.toml``, as ``make synth`` on a fresh clone does.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from infra.config import ENVIRONMENTS, DeploymentSettings, EnvironmentConfig
 from infra.config.environments import configure
 from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.testing import SynthesizedEnvironment, synthesize
+from tests.infra.moto_apply import moto_server
+from tests.infra.terraform import Mirror, Terraform
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +50,22 @@ def env(
     """Each environment in turn: tests that take it run once per environment."""
     name: str = request.param
     return synthesized[name]
+
+
+@pytest.fixture(scope="session")
+def mirror() -> Mirror:
+    """The offline hashicorp/aws provider mirror (fails clearly without one)."""
+    return Mirror.find()
+
+
+@pytest.fixture(scope="session")
+def terraform(mirror: Mirror, tmp_path_factory: pytest.TempPathFactory) -> Terraform:
+    """Terraform with the offline CLI configuration."""
+    return Terraform.offline(mirror, tmp_path_factory.mktemp("terraform"))
+
+
+@pytest.fixture
+def moto(tmp_path: Path) -> Iterator[str]:
+    """A moto server of the test's own, on loopback; its endpoint."""
+    with moto_server(tmp_path / "moto.log") as endpoint:
+        yield endpoint
