@@ -10,7 +10,7 @@ CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: lock setup demo test infra-checks lint typecheck unit synth checkov terraform-check packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
+.PHONY: lock setup demo test infra-checks lint typecheck unit synth checkov terraform-check terraform-stacks terraform-prod packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
 
 setup: $(STAMP)
 
@@ -56,11 +56,23 @@ infra-checks: synth checkov terraform-check packer-validate shellcheck
 
 # Real Terraform, offline: `terraform validate` of every synthesized stack with
 # the provider from the machine's mirror (/opt/tf-plugins, or
-# TABLECAST_TF_MIRROR), and apply then destroy of the sandbox against moto on
-# loopback (tests/infra/test_infra_terraform.py says what moto cannot apply).
+# TABLECAST_TF_MIRROR); every documented cdktf command with the real CLI,
+# which deploys the sandbox to moto on loopback and destroys it; and the
+# production environment applied to moto, rolled and destroyed
+# (tests/infra/moto_apply.py says what moto cannot apply). The production
+# apply runs beside the rest: both mostly wait on the provider's polling.
+# The CLI comes from npm (its cache) at versions.toml's [cdktf] version.
 terraform-check: setup
 	@command -v terraform >/dev/null || { echo "terraform-check: no terraform binary (Terraform >= 1.10 is needed)" >&2; exit 1; }
-	$(BIN)/pytest -q -p no:logging -m terraform tests/infra
+	@command -v npx >/dev/null || { echo "terraform-check: no npx (Node.js >= 20 runs cdktf-cli)" >&2; exit 1; }
+	npx --yes cdktf-cli@$$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("versions.toml", "rb"))["cdktf"]["version"])') --version >/dev/null
+	$(MAKE) --no-print-directory -j2 --output-sync=target terraform-stacks terraform-prod
+
+terraform-stacks: setup
+	$(BIN)/pytest -q -p no:logging -m terraform tests/infra --ignore=tests/infra/test_infra_terraform_prod.py
+
+terraform-prod: setup
+	$(BIN)/pytest -q -p no:logging -m terraform tests/infra/test_infra_terraform_prod.py
 
 # Deployment settings (docs/infra.md): the operator's file when TABLECAST_SETTINGS
 # names one, otherwise the throwaway testing settings, so that `make synth` and

@@ -4,6 +4,7 @@ The environments get the throwaway deployment settings of
 ``infra/settings/testing.toml``, as ``make synth`` on a fresh clone does.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.config.test_pipelines import load_test_pipelines
 from infra.main import configure_all
 from infra.testing import SynthesizedEnvironment, synthesize
+from tests.infra.moto_apply import moto_server
+from tests.infra.terraform import Mirror, Terraform
 
 DECLARED_PIPELINES = [table.name for table in load_test_pipelines(TESTING_SETTINGS)]
 """The test pipelines testing.toml declares: synthesized and checked like every environment."""
@@ -52,3 +55,22 @@ def env(
     """Each environment in turn: tests that take it run once per environment."""
     name: str = request.param
     return synthesized[name]
+
+
+@pytest.fixture(scope="session")
+def mirror() -> Mirror:
+    """The offline hashicorp/aws provider mirror (fails clearly without one)."""
+    return Mirror.find()
+
+
+@pytest.fixture(scope="session")
+def terraform(mirror: Mirror, tmp_path_factory: pytest.TempPathFactory) -> Terraform:
+    """Terraform with the offline CLI configuration."""
+    return Terraform.offline(mirror, tmp_path_factory.mktemp("terraform"))
+
+
+@pytest.fixture
+def moto(tmp_path: Path) -> Iterator[str]:
+    """A moto server of the test's own, on loopback; its endpoint."""
+    with moto_server(tmp_path / "moto.log") as endpoint:
+        yield endpoint

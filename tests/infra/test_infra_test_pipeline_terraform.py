@@ -23,6 +23,7 @@ import pytest
 from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.config.test_pipelines import destroy_command, pipeline_configs
 from infra.testing import SynthesizedEnvironment, synthesize
+from tests.infra.moto_apply import MOTO_ACCOUNT, client
 from tests.infra.terraform import (
     Mirror,
     Terraform,
@@ -32,17 +33,8 @@ from tests.infra.terraform import (
     stand_in_state,
     write_override,
 )
-from tests.infra.test_infra_terraform import (
-    MOTO_ACCOUNT,
-    client,
-    mirror,
-    moto,
-    terraform,
-)
 
 pytestmark = pytest.mark.terraform
-# Fixtures shared with the sandbox's checks (imported, so pytest finds them here).
-__all__ = ["mirror", "moto", "terraform"]
 
 _REFERENCE = re.compile(
     r"data\.terraform_remote_state\.(?P<state>[^.]+)\.outputs\.(?P<output>[^}]+)\}"
