@@ -80,8 +80,10 @@ def run_job_submit_options(wheel: Path, master_url: str) -> list[str]:
     words = shlex.split(line)[1 : shlex.split(line).index("${DRIVER_PY}")]
     values = {"${py_files}": str(wheel), "${TABLECAST_ENV}": "test",
               "spark://${TABLECAST_DRIVER_HOST}:${MASTER_PORT}": master_url}  # fmt: skip
+    # ${spark_conf[@]}: empty, as run-job leaves it where the image's preloading daemon is
+    # not installed (this worker's venv has none).
     filled = [values.get(word, re.sub(r"^tablecast-\$\{TABLECAST_ENV\}$", "tablecast-test", word))
-              for word in words]  # fmt: skip
+              for word in words if word != "${spark_conf[@]}"]  # fmt: skip
     assert not [w for w in filled if "${" in w], filled
     return filled
 
