@@ -75,7 +75,11 @@ DIFFED = "spark"
 """The stack the looped ``diff`` form runs for: the one that reads most other stacks."""
 _COMMAND = re.compile(r"npx cdktf-cli@(?P<version>[^\s`]+) (?P<arguments>[^#\n`]+)")
 _LOOP = re.compile(r"^\s*for (?P<name>\w+) in (?P<values>[^;]+); do\b")
-_ENVIRONMENT = re.compile(r"^tablecast-(dev|staging|prod|sandbox)-")
+# An environment's name or a test pipeline's (docs/operations.md shows `<name>` and an
+# example), before a stack's component, `*` or the loop's variable.
+_ENVIRONMENT = re.compile(
+    r"^tablecast-(?:<name>|[a-z][a-z0-9-]*)-(?=(?:\*|\$\w+|" + "|".join(COMPONENTS) + r")$)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
