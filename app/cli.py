@@ -21,7 +21,7 @@ from app import defaults, handoff, logs
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.logs import LogFormat
-from app.metrics.publisher import SinkKind
+from app.metrics.publisher import PublisherKind
 from app.sources import archive
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint, parse_option
 from app.sources.starting import StartingPosition
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", default=None, help="Spark master [local[2]]")
     run.add_argument("--log-format", choices=[f.value for f in LogFormat], default="text",
                      help="text, or JSON lines (on the cluster) [text]")  # fmt: skip
-    run.add_argument("--metrics", choices=[k.value for k in SinkKind], default="none",
+    run.add_argument("--metrics", choices=[k.value for k in PublisherKind], default="none",
                      help="where per-batch metrics go: cloudwatch (on AWS), log (JSON lines) "
                      "or none [none]")  # fmt: skip
     run.add_argument("--environment", default="local",
@@ -378,22 +378,22 @@ def _run(args: argparse.Namespace) -> int:
     )
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
-    from app.metrics.publisher import make_sink
+    from app.metrics.publisher import make_publisher
 
     console = Console()
-    sink = make_sink(SinkKind(args.metrics), environment=args.environment, region=args.region,
-                     write=console.line)  # fmt: skip
+    publisher = make_publisher(PublisherKind(args.metrics), environment=args.environment,
+                               region=args.region, write=console.line)  # fmt: skip
     committer = _group_committer(args)  # a refused group costs no JVM start
     spark = spark_session(args.master)
     display = ProgressDisplay(console)
-    listener = MetricsListener(sink, [display.on_metrics] + ([committer] if committer else []))
+    listener = MetricsListener(publisher, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
         job.run(spark, config, display.on_report, listener=listener)
         finished = True
     finally:
-        stats = sink.close()  # bounded: what CloudWatch does not take in time is dropped
-        display.finish(sink.description, stats, finished=finished)
+        stats = publisher.close()  # bounded: what CloudWatch does not take in time is dropped
+        display.finish(publisher.description, stats, finished=finished)
         if committer is not None:
             group = committer.close()
             console.line(

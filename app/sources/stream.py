@@ -296,7 +296,7 @@ class TablecastSource(DataSource):
     """``spark.readStream.format("tablecast")``; options name the backend.
 
     Options: ``backend`` (``archive``, ``kafka`` or ``tiered``) and the backend's own
-    (see :func:`app.sources.backends.from_options`), ``topicPattern``,
+    (see :func:`app.sources.backend_options.from_options`), ``topicPattern``,
     ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelayMs``,
     ``startingOffsets`` (``{"topic:partition": n}``, a repair's), ``startingPosition``
     (:class:`~app.sources.starting.StartingPosition`, for a fresh checkpoint).
@@ -310,7 +310,7 @@ class TablecastSource(DataSource):
         return SPARK_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        from app.sources.backends import from_options
+        from app.sources.backend_options import from_options
 
         options = self.options
         return OffsetStreamReader(

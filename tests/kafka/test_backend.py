@@ -27,7 +27,7 @@ from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
 from app.sources import kafka as kafka_source
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
-from app.sources.backends import archive_options, common_options, from_options, kafka_options
+from app.sources.backend_options import archive_options, common_options, from_options, kafka_options
 from app.sources.kafka import KafkaBackend, KafkaRange
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.sources.records import SOURCE_SCHEMA

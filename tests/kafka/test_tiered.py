@@ -25,14 +25,14 @@ from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
 from app.metrics.listener import batch_metrics
 from app.metrics.progress import batch_line
-from app.metrics.publisher import CloudWatchSink, LogSink
+from app.metrics.publisher import CloudWatchPublisher, LogPublisher
 from app.ops.archiver import Archiver, ArchiverConfig
 from app.ops.produce import LoadSpec, publish
 from app.sink.commit import BatchReport
 from app.sources import archive
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
-from app.sources.backends import common_options, from_options, tiered_options
+from app.sources.backend_options import common_options, from_options, tiered_options
 from app.sources.kafka import KafkaBackend
 from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import SCHEMA, SERVED_BY, SOURCE_SCHEMA, no_headers
@@ -138,15 +138,15 @@ def test_a_job_reading_both_publishes_the_records_each_tier_served() -> None:
         def put_metric_data(self, **call: Any) -> None:
             calls.append(call)
 
-    sink = CloudWatchSink(environment="prod", client=CloudWatch())  # type: ignore[arg-type]
-    sink.publish(by_source)
-    assert sink.close().sent == 2
+    publisher = CloudWatchPublisher(environment="prod", client=CloudWatch())  # type: ignore[arg-type]
+    publisher.publish(by_source)
+    assert publisher.close().sent == 2
     assert [d["Dimensions"] for d in calls[0]["MetricData"]] == [
         [{"Name": "Environment", "Value": "prod"}, {"Name": "Source", "Value": tier}]
         for tier in ("archive", "kafka")
     ]
     lines: list[str] = []
-    LogSink(environment="prod", write=lines.append).publish(metrics.datums(at))
+    LogPublisher(environment="prod", write=lines.append).publish(metrics.datums(at))
     logged = orjson.loads(lines[0])["metrics"]
     assert logged["RecordsServed"] == {"archive": 39.0, "kafka": 0.0}
     assert logged["InputMessages"] == 39.0
