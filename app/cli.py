@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +27,12 @@ from app.sources import archive
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint, parse_option
 from app.sources.starting import StartingPosition
 from app.spark.session import spark_log_path, spark_session
+from app.storage import resolve
 from app.tools import generate as gen
 
+# Each command imports its own modules when it runs, not here: pyspark, pyiceberg,
+# duckdb and confluent-kafka cost seconds that `--help`, `generate` or a mistyped
+# option should not pay.
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.run import RecomputeReport
@@ -333,7 +338,12 @@ def _keep_traceback(command: str, exc: BaseException) -> Path:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from app.sink import crash_points
     from app.spark import job
+
+    # Test seam: a test that starts `tablecast run` as a process names the commit step
+    # to die at in the environment (app.sink.crash_points); unset, the run dies nowhere.
+    crash_points.install_from_environment()
 
     source: job.Source
     if not args.archive and not args.bootstrap_servers:
@@ -622,7 +632,6 @@ def _table_settings(args: argparse.Namespace) -> TableSettings:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from app.storage import resolve
     from app.table import catalog as table_catalog
 
     location = resolve(args.output)
@@ -646,9 +655,6 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from datetime import date
-
-    from app.storage import resolve
     from app.table import compact as table_compact
 
     try:
