@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -88,14 +88,43 @@ _SPARK_TIMESTAMP_TYPES: Final = np.full(
 _SPARK_TIMESTAMP_TYPES[TIMESTAMP_CREATE_TIME] = 0
 _SPARK_TIMESTAMP_TYPES[TIMESTAMP_LOG_APPEND_TIME] = 1
 _TIMESTAMP_TYPE: Final = SCHEMA.field("timestamp").type
+
+
+class RangeMessage(Protocol):
+    """A message as a range read takes it from its consumer (librdkafka's ``Message``)."""
+
+    def error(self) -> KafkaError | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+    def headers(self) -> object: ...  # a consumer's: a list of (name, bytes | None), or None
+
+
+class RangeConsumer(Protocol):
+    """What a range read asks of its consumer (librdkafka's ``Consumer``)."""
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> Sequence[RangeMessage]: ...
+    def assign(self, partitions: list[KafkaPartition]) -> None: ...
+    def unassign(self) -> None: ...
+    def position(self, partitions: list[KafkaPartition]) -> list[KafkaPartition]: ...
+    def get_watermark_offsets(
+        self, partition: KafkaPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]: ...
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+    def close(self) -> None: ...
+
+
 # librdkafka's accessors, mapped over whole consume() batches (typed as a
 # consumer's records give them: bytes, a record's offset, headers as a list).
-_ERROR: Final = cast("Callable[[Any], Any]", Message.error)
-_KEY: Final = cast("Callable[[Any], bytes | None]", Message.key)
-_VALUE: Final = cast("Callable[[Any], bytes | None]", Message.value)
-_OFFSET: Final = cast("Callable[[Any], int]", Message.offset)
-_TIMESTAMP: Final = cast("Callable[[Any], tuple[int, int]]", Message.timestamp)
-_HEADERS: Final = cast("Callable[[Any], list[tuple[str, bytes | None]] | None]", Message.headers)
+_ERROR: Final = cast("Callable[[RangeMessage], KafkaError | None]", Message.error)
+_KEY: Final = cast("Callable[[RangeMessage], bytes | None]", Message.key)
+_VALUE: Final = cast("Callable[[RangeMessage], bytes | None]", Message.value)
+_OFFSET: Final = cast("Callable[[RangeMessage], int]", Message.offset)
+_TIMESTAMP: Final = cast("Callable[[RangeMessage], tuple[int, int]]", Message.timestamp)
+_HEADERS: Final = cast(
+    "Callable[[RangeMessage], list[tuple[str, bytes | None]] | None]", Message.headers
+)
 _FIRST: Final = operator.itemgetter(0)
 _SECOND: Final = operator.itemgetter(1)
 # librdkafka prefetches up to 100,000 messages or 64 MiB of a partition, and
@@ -358,7 +387,7 @@ class KafkaRange:
             _CONSUMERS.give_back(self.endpoint, self.isolation, consumer, self.fetch_wait_ms)
         return int(low) if low >= 0 else None  # librdkafka's "invalid offset" is negative
 
-    def _batches(self, consumer: Any) -> Iterator[pa.RecordBatch]:
+    def _batches(self, consumer: RangeConsumer) -> Iterator[pa.RecordBatch]:
         where = KafkaPartition(self.tp.topic, self.tp.partition)
         # A consumer new to a topic learns its leader from a later, rate-limited
         # metadata refresh (about a second, measured); asked first, the fetch
@@ -425,7 +454,7 @@ class KafkaRange:
         if len(columns):
             yield columns.batch()
 
-    def _check_signed_in(self, consumer: Any) -> None:
+    def _check_signed_in(self, consumer: RangeConsumer) -> None:
         """One line naming the sign-in, if the brokers refused this read's consumer its own.
 
         librdkafka asks again by itself until the read's timeout; the refusal
@@ -471,11 +500,11 @@ class KafkaRange:
                 **self._facts(), first_missing=self.start, last_missing=self.end - 1,
             )  # fmt: skip
 
-    def _on_error(self, message: Any, error: Any) -> int | None:
+    def _on_error(self, message: RangeMessage, error: KafkaError) -> int | None:
         """Where the partition ends (an end-of-partition event), or None; raise what is fatal."""
         code = error.code()
         if code == KafkaError._PARTITION_EOF:
-            return int(message.offset())
+            return _OFFSET(message)  # an event's offset: where the partition ends
         if code in _DATA_LOSS_CODES:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} offset {self.start} is no "
@@ -492,7 +521,7 @@ class KafkaRange:
         return None
 
     def _check_still_held(
-        self, consumer: Any, where: Any, next_offset: int, last_progress: float
+        self, consumer: RangeConsumer, where: KafkaPartition, next_offset: int, last_progress: float
     ) -> None:
         """Data loss if the brokers no longer hold ``[next_offset, end)``.
 
@@ -561,7 +590,7 @@ class KafkaColumns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def extend(self, messages: Sequence[Any], offsets: list[int]) -> None:
+    def extend(self, messages: Sequence[RangeMessage], offsets: list[int]) -> None:
         """Append ``messages`` (records, no events) whose offsets are ``offsets``."""
         self.keys += map(_KEY, messages)
         self.values += map(_VALUE, messages)
@@ -618,19 +647,19 @@ class _ConsumerPool:
     """
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[KafkaEndpoint, Isolation, int | None], list[Any]] = {}
+        self._idle: dict[tuple[KafkaEndpoint, Isolation, int | None], list[RangeConsumer]] = {}
         self._lock = threading.Lock()
 
     def take(
         self, endpoint: KafkaEndpoint, isolation: Isolation, fetch_wait_ms: int | None = None
-    ) -> Any:
+    ) -> RangeConsumer:
         with self._lock:
             idle = self._idle.get((endpoint, isolation, fetch_wait_ms))
             if idle:
                 return idle.pop()
         sign_in = _SignIn(endpoint)
         settings = consumer_settings(isolation, fetch_wait_ms) | {"error_cb": sign_in}
-        consumer = _client(_RangeConsumer, endpoint, settings)
+        consumer: _RangeConsumer = _client(_RangeConsumer, endpoint, settings)
         consumer.sign_in = sign_in
         return consumer
 
@@ -638,7 +667,7 @@ class _ConsumerPool:
         self,
         endpoint: KafkaEndpoint,
         isolation: Isolation,
-        consumer: Any,
+        consumer: RangeConsumer,
         fetch_wait_ms: int | None = None,
     ) -> None:
         with self._lock:
