@@ -186,7 +186,7 @@ def put(broker: StoredBroker, topic: str, count: int) -> TopicPartition:
 def archive_of(broker: StoredBroker, root: Path, tp: TopicPartition,
                files: list[tuple[int, int]]) -> None:  # fmt: skip
     """Archive files of the records Kafka holds now, as the archiver writes them."""
-    held = read(KafkaBackend(broker.endpoint, tp.topic, timeout_s=10).reader(tp, 0, files[-1][1]))
+    held = read(stored_kafka(broker, tp.topic).reader(tp, 0, files[-1][1]))
     records = held.select(SCHEMA.names)
     for start, end in files:
         archive.write_file(resolve(str(root)), tp, start, end, records.slice(start, end - start))
