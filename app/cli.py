@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +22,17 @@ from app import defaults, handoff, logs
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.logs import LogFormat
-from app.metrics.publisher import SinkKind
+from app.metrics.publisher import PublisherKind
 from app.sources import archive
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint, parse_option
 from app.sources.starting import StartingPosition
 from app.spark.session import spark_log_path, spark_session
+from app.storage import resolve
 from app.tools import generate as gen
 
+# Each command imports its own modules when it runs, not here: pyspark, pyiceberg,
+# duckdb and confluent-kafka cost seconds that `--help`, `generate` or a mistyped
+# option should not pay.
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.run import RecomputeReport
@@ -120,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", default=None, help="Spark master [local[2]]")
     run.add_argument("--log-format", choices=[f.value for f in LogFormat], default="text",
                      help="text, or JSON lines (on the cluster) [text]")  # fmt: skip
-    run.add_argument("--metrics", choices=[k.value for k in SinkKind], default="none",
+    run.add_argument("--metrics", choices=[k.value for k in PublisherKind], default="none",
                      help="where per-batch metrics go: cloudwatch (on AWS), log (JSON lines) "
                      "or none [none]")  # fmt: skip
     run.add_argument("--environment", default="local",
@@ -333,7 +338,12 @@ def _keep_traceback(command: str, exc: BaseException) -> Path:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from app.sink import crash_points
     from app.spark import job
+
+    # Test seam: a test that starts `tablecast run` as a process names the commit step
+    # to die at in the environment (app.sink.crash_points); unset, the run dies nowhere.
+    crash_points.install_from_environment()
 
     source: job.Source
     if not args.archive and not args.bootstrap_servers:
@@ -378,22 +388,22 @@ def _run(args: argparse.Namespace) -> int:
     )
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
-    from app.metrics.publisher import make_sink
+    from app.metrics.publisher import make_publisher
 
     console = Console()
-    sink = make_sink(SinkKind(args.metrics), environment=args.environment, region=args.region,
-                     write=console.line)  # fmt: skip
+    publisher = make_publisher(PublisherKind(args.metrics), environment=args.environment,
+                               region=args.region, write=console.line)  # fmt: skip
     committer = _group_committer(args)  # a refused group costs no JVM start
     spark = spark_session(args.master)
     display = ProgressDisplay(console)
-    listener = MetricsListener(sink, [display.on_metrics] + ([committer] if committer else []))
+    listener = MetricsListener(publisher, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
         job.run(spark, config, display.on_report, listener=listener)
         finished = True
     finally:
-        stats = sink.close()  # bounded: what CloudWatch does not take in time is dropped
-        display.finish(sink.description, stats, finished=finished)
+        stats = publisher.close()  # bounded: what CloudWatch does not take in time is dropped
+        display.finish(publisher.description, stats, finished=finished)
         if committer is not None:
             group = committer.close()
             console.line(
@@ -622,7 +632,6 @@ def _table_settings(args: argparse.Namespace) -> TableSettings:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from app.storage import resolve
     from app.table import catalog as table_catalog
 
     location = resolve(args.output)
@@ -646,9 +655,6 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from datetime import date
-
-    from app.storage import resolve
     from app.table import compact as table_compact
 
     try:

@@ -224,12 +224,13 @@ def _rows(path: Path) -> int:
 
 def copy_main(archive: str, output: str, checkpoint: str) -> None:
     """The stateless baseline: same source, Spark's own Parquet sink."""
-    from app.sources import backends, stream
+    from app.sources import backend_options, stream
     from app.spark.session import spark_session
 
     spark = spark_session("local[2]")
     spark.dataSource.register(stream.TablecastSource)
-    options = backends.common_options("^sensor-.+", 0, None) | backends.archive_options(archive)
+    options = backend_options.common_options("^sensor-.+", 0, None)
+    options |= backend_options.archive_options(archive)
     frame = spark.readStream.format(stream.FORMAT).options(**options).load()
     query = (
         frame.writeStream.format("parquet")

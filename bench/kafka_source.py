@@ -354,15 +354,15 @@ def read_main(source: str, location: str, checkpoint: str) -> None:
     connections), as a job's first micro-batch does; the second runs on warm
     workers, as every later micro-batch of a running job does.
     """
-    from app.sources import backends, stream
+    from app.sources import backend_options, stream
     from app.spark.session import spark_session
 
     spark = spark_session("local[2]")
     spark.dataSource.register(stream.TablecastSource)
-    options = backends.common_options(PATTERN, 0, None) | (
-        backends.archive_options(location)
+    options = backend_options.common_options(PATTERN, 0, None) | (
+        backend_options.archive_options(location)
         if source == "archive"
-        else backends.kafka_options(KafkaEndpoint(location))
+        else backend_options.kafka_options(KafkaEndpoint(location))
     )
     figures: dict[str, float] = {}
     for run in ("cold", "warm"):

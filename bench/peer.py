@@ -130,16 +130,16 @@ def run_peer(archive: str, output: str, checkpoint: str, max_offsets: int, code:
     """The peer, until it has caught up (available-now); ``code``: a key of :data:`PEERS`."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from app.sources import backends, stream
+    from app.sources import backend_options, stream
     from app.spark.session import spark_session
 
     spark = spark_session("local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "4")
     spark.dataSource.register(stream.TablecastSource)
-    options = backends.common_options("^sensor-.+", max_offsets, None)
+    options = backend_options.common_options("^sensor-.+", max_offsets, None)
     frame = (
         spark.readStream.format(stream.FORMAT)
-        .options(**(options | backends.archive_options(archive)))
+        .options(**(options | backend_options.archive_options(archive)))
         .load()
     )
     events = frame.groupBy("key").applyInPandasWithState(

@@ -28,8 +28,8 @@ and a ``watermark.json`` (``{"low": ..., "high": ...}``) beside them, and:
   1, the first listed winning a tie; moto's times have whole seconds, so the
   newest batch must be rewritten a second later (:meth:`StoredBroker.settle`).
 - A fetch reads only as long as its ``fetch.wait.max.ms``: the job's 10 ms
-  reads nothing from S3; ``TABLECAST_KAFKA_FETCH_WAIT_MS`` (:data:`FETCH_WAIT`)
-  raises it for the job's consumers.
+  reads nothing from S3; :data:`FETCH_WAIT_MS`, installed with
+  :func:`app.sources.broker_quirks.fetch_wait`, raises it for the job's consumers.
 - A fetch from an offset whose batches were deleted answers the next batch
   that exists, without an error (Kafka answers OFFSET_OUT_OF_RANGE).
 """
@@ -53,7 +53,7 @@ from app.sources.kafka_client import KafkaEndpoint
 from tests.fixture_processes import owned_by_fixture
 
 # The job's fetch wait against a broker that keeps its log in S3 (see above).
-FETCH_WAIT = {"TABLECAST_KAFKA_FETCH_WAIT_MS": "500"}
+FETCH_WAIT_MS = 500
 
 
 def tansu_binary() -> str:

@@ -7,6 +7,7 @@
 - :mod:`app.engine.segments`: where output files begin and end (named by offsets).
 - :mod:`app.engine.task`: the executor half, run by ``mapInArrow``.
 - :mod:`app.engine.driver`: the driver half: plans each micro-batch's tasks, settles rule 6.
-- :mod:`app.engine.local`: the engine in one process, over whole partitions (``verify``).
+- :mod:`app.engine.in_process`: the engine in one process, over whole partitions (``verify``).
 - :mod:`app.engine.reports`: what tasks tell the driver.
+- :mod:`app.engine.gc_pause`: Python's cyclic garbage collector paused while the engine works.
 """

@@ -176,8 +176,7 @@ class PartitionMachine(Generic[StateT]):
             except (AttributeError, UnicodeDecodeError):  # no key, or not UTF-8
                 session, bad_key = _session_of(key)
             if bad_key is not None:
-                violation = Violation(tp.topic, tp.partition, offset, session, Rule.ENVELOPE,
-                                      "a valid key", bad_key)  # fmt: skip
+                violation = _violation(tp, offset, session, Rule.ENVELOPE, "a valid key", bad_key)
                 if not self._on_violation(result, state, session, None, offset, seen,
                                           values[i], violation):  # fmt: skip
                     break
@@ -193,10 +192,9 @@ class PartitionMachine(Generic[StateT]):
             try:
                 message = parse_envelope(session, values[i])
             except EnvelopeError as exc:
-                violation = Violation(
-                    tp.topic, tp.partition, offset, session, Rule.ENVELOPE, "a valid envelope",
-                    str(exc),
-                )  # fmt: skip
+                violation = _violation(
+                    tp, offset, session, Rule.ENVELOPE, "a valid envelope", str(exc)
+                )
                 if current is None:
                     result.claims.append(Claim(session, offset, False))
             else:
@@ -240,14 +238,8 @@ class PartitionMachine(Generic[StateT]):
             try:
                 current.user, changes = self.processor.apply(current.user, message)
             except ProcessorViolation as exc:
-                tp = state.tp
-                return Violation(
-                    tp.topic, tp.partition, offset, session, exc.rule, exc.expected, exc.got
-                ), 0  # fmt: skip
-            current.last_seq = seq
-            current.last_offset = offset
-            current.last_ts = ts
-            current.seen_ms = seen
+                return _violation(state.tp, offset, session, exc.rule, exc.expected, exc.got), 0
+            current.advance(seq, offset, ts, seen)
             return None, result.rows.emit(offset, session, seq, kind, ts, changes)
 
         tp = state.tp
@@ -276,15 +268,15 @@ class PartitionMachine(Generic[StateT]):
         if current is None:
             if not snapshot or (message.seq != 0 and session not in self.rules.adopt):
                 result.claims.append(Claim(session, offset, False))
-                return Violation(
-                    tp.topic, tp.partition, offset, session, Rule.FIRST_MESSAGE,
+                return _violation(
+                    tp, offset, session, Rule.FIRST_MESSAGE,
                     "a snapshot with seq 0 to open the session",
                     f"{message.type.value} with seq {message.seq}",
                 ), 0  # fmt: skip
             user = None
         elif current.closed and not reopening:
-            return Violation(
-                tp.topic, tp.partition, offset, session, Rule.AFTER_END,
+            return _violation(
+                tp, offset, session, Rule.AFTER_END,
                 f"nothing after the end message with seq {current.last_seq}",
                 f"{message.type.value} with seq {message.seq}",
             ), 0  # fmt: skip
@@ -293,8 +285,8 @@ class PartitionMachine(Generic[StateT]):
             and message.seq != current.last_seq + 1
             and not (snapshot and current.last_seq < 0)
         ):
-            return Violation(
-                tp.topic, tp.partition, offset, session, Rule.SEQUENCE,
+            return _violation(
+                tp, offset, session, Rule.SEQUENCE,
                 f"seq {current.last_seq + 1}", f"seq {message.seq}",
             ), 0  # fmt: skip
         else:
@@ -308,22 +300,17 @@ class PartitionMachine(Generic[StateT]):
             except ProcessorViolation as exc:
                 if current is None:
                     result.claims.append(Claim(session, offset, False))
-                return Violation(
-                    tp.topic, tp.partition, offset, session, exc.rule, exc.expected, exc.got
-                ), 0  # fmt: skip
+                return _violation(tp, offset, session, exc.rule, exc.expected, exc.got), 0
             if current is None and self.rules.adopt.get(session) == offset:
                 changes = NO_CHANGES  # published before the repair that adopted this session
         if current is None:
-            current = SessionState(session, message.seq, offset, message.ts, seen)
+            current = SessionState.opened(session, message.seq, offset, message.ts, seen)
             state.sessions[session] = current
             result.claims.append(Claim(session, offset, True))
         elif reopening:
             result.claims.append(Claim(session, offset, True))
             current.quarantine = None
-        current.last_seq = message.seq
-        current.last_offset = offset
-        current.last_ts = message.ts
-        current.seen_ms = seen
+        current.advance(message.seq, offset, message.ts, seen)
         current.closed = message.type is MessageType.END
         current.user = user
         rows = result.rows.emit(offset, session, message.seq, message.type, message.ts,
@@ -351,7 +338,7 @@ class PartitionMachine(Generic[StateT]):
         )
         current = state.sessions.get(session)
         if current is None:
-            current = SessionState(session, -1, offset, seen, seen)
+            current = SessionState.quarantined_at(session, offset, seen)
             state.sessions[session] = current
         current.seen_ms = seen
         if current.quarantine is None:
@@ -382,10 +369,23 @@ def _session_of(key: bytes | None) -> tuple[str, str | None]:
         return repr(key), f"key is not UTF-8: {exc.reason}"
 
 
-def _rule_6(tp: TopicPartition, offset: int, session: str, owner: TopicPartition) -> Violation:
+def _violation(
+    tp: TopicPartition, offset: int, session: str, rule: Rule, expected: str, got: str
+) -> Violation:
+    """The violation of ``rule`` by the message at ``offset`` of ``tp``."""
     return Violation(
-        tp.topic, tp.partition, offset, session, Rule.ONE_PARTITION, str(owner), str(tp)
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=offset,
+        session=session,
+        rule=rule,
+        expected=expected,
+        got=got,
     )
+
+
+def _rule_6(tp: TopicPartition, offset: int, session: str, owner: TopicPartition) -> Violation:
+    return _violation(tp, offset, session, Rule.ONE_PARTITION, str(owner), str(tp))
 
 
 def _quarantined(

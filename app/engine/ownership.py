@@ -44,8 +44,9 @@ class Trespass:
 
     def violation(self) -> Violation:
         return Violation(
-            self.tp.topic, self.tp.partition, self.offset, self.session, Rule.ONE_PARTITION,
-            str(self.owner), str(self.tp),
+            topic=self.tp.topic, partition=self.tp.partition, offset=self.offset,
+            session=self.session, rule=Rule.ONE_PARTITION, expected=str(self.owner),
+            got=str(self.tp),
         )  # fmt: skip
 
 

@@ -157,8 +157,11 @@ class BatchOutcome:
                                                 kind is ReportKind.QUARANTINE_FILE))  # fmt: skip
             elif kind is ReportKind.VIOLATION:
                 d = orjson.loads(r["detail"])
-                outcome.violations.append(Violation(tp.topic, tp.partition, r["offset"],
-                    r["session"], Rule(d["rule"]), d["expected"], d["got"]))  # fmt: skip
+                outcome.violations.append(Violation(
+                    topic=tp.topic, partition=tp.partition, offset=r["offset"],
+                    session=r["session"], rule=Rule(d["rule"]), expected=d["expected"],
+                    got=d["got"],
+                ))  # fmt: skip
             elif kind is ReportKind.TRACE:
                 d = orjson.loads(r["detail"])
                 event = TraceEvent(r["offset"], r["session"], d["seq"], d["type"], d["rows"],

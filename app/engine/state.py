@@ -22,8 +22,12 @@ class SessionState(Generic[StateT]):
 
     session: str
     last_seq: int  # -1 while quarantined before any valid message
-    last_offset: int  # -1 until the session's first message is applied
-    last_ts: int  # the envelope's ts of the last applied message (ms)
+    # The offset of the last message applied; quarantined before any: the offset that
+    # quarantined it.
+    last_offset: int
+    # The envelope's ts of the last message applied (ms); quarantined before any: the
+    # record timestamp of the message that quarantined it.
+    last_ts: int
     seen_ms: int  # the record timestamp of the session's last message: its idle clock
     closed: bool = False  # an `end` arrived; kept so that rule 5 can be enforced
     quarantine: str | None = None  # resync mode: why the session awaits a snapshot
@@ -31,6 +35,25 @@ class SessionState(Generic[StateT]):
     # every message of it here is quarantined, snapshots included.
     owner: TopicPartition | None = None
     user: StateT | None = None  # the processor's state
+
+    @classmethod
+    def opened(
+        cls, session: str, seq: int, offset: int, ts: int, seen: int
+    ) -> SessionState[StateT]:
+        """A session opened by the message at ``offset`` (envelope ``ts``, record time ``seen``)."""
+        return cls(session=session, last_seq=seq, last_offset=offset, last_ts=ts, seen_ms=seen)
+
+    @classmethod
+    def quarantined_at(cls, session: str, offset: int, seen: int) -> SessionState[StateT]:
+        """A session whose first message, at ``offset``, broke a rule (resync mode)."""
+        return cls(session=session, last_seq=-1, last_offset=offset, last_ts=seen, seen_ms=seen)
+
+    def advance(self, seq: int, offset: int, ts: int, seen: int) -> None:
+        """The message at ``offset`` (``seq``, envelope ``ts``, record time ``seen``) applied."""
+        self.last_seq = seq
+        self.last_offset = offset
+        self.last_ts = ts
+        self.seen_ms = seen
 
     @property
     def established(self) -> bool:

@@ -135,9 +135,10 @@ def decode(data: bytes, processor: Processor[Any], where: str) -> PartitionState
         *columns, strict=True
     ):
         state.sessions[session] = SessionState(
-            session, seq, offset, ts, seen, closed, quarantine,
-            None if owner is None else parse_key(owner),
-            None if user is None else decode_user(user),
+            session=session, last_seq=seq, last_offset=offset, last_ts=ts, seen_ms=seen,
+            closed=closed, quarantine=quarantine,
+            owner=None if owner is None else parse_key(owner),
+            user=None if user is None else decode_user(user),
         )  # fmt: skip
     return state
 

@@ -6,7 +6,7 @@ offsets. The job's sink reports what it wrote and the size and session count
 of the partitions' state (:class:`app.sink.commit.BatchReport`) from inside
 the batch, so before Spark's event for the same batch arrives. The listener
 merges the two by batch id into one :class:`BatchMetrics`, publishes it
-through a :class:`~app.metrics.publisher.MetricsSink` and hands it to its
+through a :class:`~app.metrics.publisher.MetricsPublisher` and hands it to its
 observers (the progress display).
 
 A job that reads Kafka and the archive (:mod:`app.sources.tiered`) also
@@ -19,7 +19,7 @@ offsets come from the source (``latestOffset``, which it reports from Kafka
 and from the archive alike) and the processed ones from ``endOffset``.
 
 The listener runs on Spark's listener thread. Nothing in it blocks for
-long or raises into Spark: a sink only queues, and a failing observer is
+long or raises into Spark: a publisher only queues, and a failing observer is
 logged and skipped.
 """
 
@@ -40,7 +40,7 @@ from app import metric_names as names
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.errors import IntegrityViolationError
-from app.metrics.publisher import Datum, MetricsSink, Unit, now
+from app.metrics.publisher import Datum, MetricsPublisher, Unit, now
 from app.sink.commit import BatchReport
 
 __all__ = ["BatchMetrics", "Lag", "MetricsListener", "batch_metrics", "records_behind"]
@@ -172,12 +172,12 @@ class MetricsListener(StreamingQueryListener):
 
     def __init__(
         self,
-        sink: MetricsSink,
+        publisher: MetricsPublisher,
         observers: Sequence[Observer] = (),
         clock: Callable[[], datetime] = now,
     ) -> None:
         super().__init__()
-        self.sink = sink
+        self.publisher = publisher
         self.observers = tuple(observers)
         self.clock = clock
         self._dispatch_lock = threading.Lock()
@@ -217,7 +217,7 @@ class MetricsListener(StreamingQueryListener):
         """
         if isinstance(failure, IntegrityViolationError):
             at = self.clock()
-            self.sink.publish([Datum(names.INTEGRITY_VIOLATIONS, 1.0, Unit.COUNT, at)])
+            self.publisher.publish([Datum(names.INTEGRITY_VIOLATIONS, 1.0, Unit.COUNT, at)])
         if self._run_id is None:  # the query never started: no event will come
             return False
         return self._terminated.wait(timeout_s)
@@ -261,7 +261,7 @@ class MetricsListener(StreamingQueryListener):
             report = self._reports.pop(int(progress["batchId"]), None)
         metrics = batch_metrics(progress, report, self.tiers)
         self.batches += 1
-        self.sink.publish(metrics.datums(self.clock()))
+        self.publisher.publish(metrics.datums(self.clock()))
         for observer in self.observers:
             try:
                 observer(metrics)
@@ -270,7 +270,7 @@ class MetricsListener(StreamingQueryListener):
 
     def _idle(self) -> None:
         at = self.clock()
-        self.sink.publish(
+        self.publisher.publish(
             [
                 Datum(names.HEARTBEAT, 1.0, Unit.COUNT, at),
                 Datum(names.RECORDS_BEHIND, 0.0, Unit.COUNT, at),

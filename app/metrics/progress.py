@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from app.metrics.listener import BatchMetrics, Lag
-from app.metrics.publisher import SinkStats
+from app.metrics.publisher import PublishStats
 from app.sink.commit import BatchReport
 
 __all__ = ["Console", "ProgressDisplay", "RunTotals"]
@@ -117,7 +117,7 @@ class ProgressDisplay:
             else:
                 self.console.line(batch_line(metrics))
 
-    def finish(self, sink: str, stats: SinkStats, *, finished: bool = True) -> None:
+    def finish(self, sink: str, stats: PublishStats, *, finished: bool = True) -> None:
         """End the status line and print the run's summary (``finished``: no failure)."""
         self.console.end_status()
         elapsed = self.clock() - self.started
@@ -159,7 +159,7 @@ def status_line(totals: RunTotals, elapsed_s: float) -> str:
 
 
 def summary_lines(
-    totals: RunTotals, elapsed_s: float, sink: str, stats: SinkStats, *, finished: bool = True
+    totals: RunTotals, elapsed_s: float, sink: str, stats: PublishStats, *, finished: bool = True
 ) -> list[str]:
     rate = totals.messages / elapsed_s if elapsed_s > 0 else 0.0
     lines = [

@@ -1,12 +1,12 @@
 """Where the job's metrics go: CloudWatch, JSON log lines, or nowhere.
 
-A sink receives :class:`Datum` values from the driver (the streaming query
+A publisher receives :class:`Datum` values from the driver (the streaming query
 listener's thread) and must never hold that thread up or raise into it: a
 slow or unreachable CloudWatch costs metrics, never a micro-batch.
-:class:`CloudWatchSink` therefore only puts datums on a bounded queue; a
+:class:`CloudWatchPublisher` therefore only puts datums on a bounded queue; a
 background thread drains it in ``PutMetricData`` calls of up to
 :data:`MAX_DATUMS_PER_CALL` datums. A datum that finds the queue full, or
-whose call fails, is counted as dropped (:class:`SinkStats`).
+whose call fails, is counted as dropped (:class:`PublishStats`).
 
 Every datum carries the ``Environment`` dimension (and its own, such as
 ``Source``) and goes to the namespace in :mod:`app.metric_names`, the module
@@ -39,16 +39,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_DATUMS_PER_CALL",
-    "CloudWatchSink",
+    "CloudWatchPublisher",
     "Datum",
-    "LogSink",
-    "MetricsSink",
-    "NullSink",
-    "SinkKind",
-    "SinkStats",
+    "LogPublisher",
+    "MetricsPublisher",
+    "NullPublisher",
+    "PublishStats",
+    "PublisherKind",
     "Timeouts",
     "Unit",
-    "make_sink",
+    "make_publisher",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Unit(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Datum:
-    """One value of one metric at one time; sinks add namespace and the Environment."""
+    """One value of one metric at one time; publishers add namespace and the Environment."""
 
     name: str
     value: float
@@ -77,8 +77,8 @@ class Datum:
 
 
 @dataclass(frozen=True, slots=True)
-class SinkStats:
-    """What a sink did with the datums it was given."""
+class PublishStats:
+    """What a publisher did with the datums it was given."""
 
     accepted: int = 0  # handed to publish()
     sent: int = 0  # delivered (CloudWatch acknowledged, or the line written)
@@ -86,7 +86,7 @@ class SinkStats:
     failed_calls: int = 0
 
 
-class MetricsSink(Protocol):
+class MetricsPublisher(Protocol):
     """What the listener publishes through. ``publish`` never blocks or raises."""
 
     @property
@@ -94,12 +94,12 @@ class MetricsSink(Protocol):
 
     def publish(self, datums: Sequence[Datum]) -> None: ...
 
-    def stats(self) -> SinkStats: ...
+    def stats(self) -> PublishStats: ...
 
-    def close(self, timeout_s: float = 5.0) -> SinkStats: ...
+    def close(self, timeout_s: float = 5.0) -> PublishStats: ...
 
 
-class SinkKind(StrEnum):
+class PublisherKind(StrEnum):
     """``tablecast run --metrics``."""
 
     CLOUDWATCH = "cloudwatch"
@@ -107,7 +107,7 @@ class SinkKind(StrEnum):
     NONE = "none"
 
 
-class NullSink:
+class NullPublisher:
     """Discards everything (``--metrics none``)."""
 
     description = "none"
@@ -118,14 +118,14 @@ class NullSink:
     def publish(self, datums: Sequence[Datum]) -> None:
         self._accepted += len(datums)
 
-    def stats(self) -> SinkStats:
-        return SinkStats(accepted=self._accepted)
+    def stats(self) -> PublishStats:
+        return PublishStats(accepted=self._accepted)
 
-    def close(self, timeout_s: float = 5.0) -> SinkStats:
+    def close(self, timeout_s: float = 5.0) -> PublishStats:
         return self.stats()
 
 
-class LogSink:
+class LogPublisher:
     """One JSON line per publish call (``--metrics log``, the laptop's default).
 
     ``write`` receives each line without its newline; by default it goes to
@@ -144,7 +144,7 @@ class LogSink:
         self.namespace = namespace
         self._write = write or _stderr_line
         self._lock = threading.Lock()
-        self._stats = SinkStats()
+        self._stats = PublishStats()
 
     @property
     def description(self) -> str:
@@ -172,18 +172,18 @@ class LogSink:
     def _count(self, **add: int) -> None:
         with self._lock:
             s = self._stats
-            self._stats = SinkStats(
+            self._stats = PublishStats(
                 s.accepted + add.get("accepted", 0),
                 s.sent + add.get("sent", 0),
                 s.dropped + add.get("dropped", 0),
                 s.failed_calls + add.get("failed_calls", 0),
             )
 
-    def stats(self) -> SinkStats:
+    def stats(self) -> PublishStats:
         with self._lock:
             return self._stats
 
-    def close(self, timeout_s: float = 5.0) -> SinkStats:
+    def close(self, timeout_s: float = 5.0) -> PublishStats:
         return self.stats()
 
 
@@ -203,7 +203,7 @@ class _Stop:
 _STOP: Final = _Stop()
 
 
-class CloudWatchSink:
+class CloudWatchPublisher:
     """Batched, asynchronous PutMetricData with the ``Environment`` dimension."""
 
     def __init__(
@@ -252,11 +252,11 @@ class CloudWatchSink:
             self._accepted += len(datums)
             self._dropped += dropped
 
-    def stats(self) -> SinkStats:
+    def stats(self) -> PublishStats:
         with self._lock:
-            return SinkStats(self._accepted, self._sent, self._dropped, self._failed_calls)
+            return PublishStats(self._accepted, self._sent, self._dropped, self._failed_calls)
 
-    def close(self, timeout_s: float = 5.0) -> SinkStats:
+    def close(self, timeout_s: float = 5.0) -> PublishStats:
         """Send what is queued within ``timeout_s``; count the rest as dropped."""
         deadline = time.monotonic() + timeout_s
         self._closed = True
@@ -347,21 +347,21 @@ class CloudWatchSink:
         }
 
 
-def make_sink(
-    kind: SinkKind,
+def make_publisher(
+    kind: PublisherKind,
     *,
     environment: str,
     region: str | None = None,
     write: Callable[[str], None] | None = None,
-) -> MetricsSink:
-    """The sink ``tablecast run --metrics KIND`` publishes through."""
+) -> MetricsPublisher:
+    """The publisher ``tablecast run --metrics KIND`` publishes through."""
     if not environment.strip():
         raise ConfigurationError("--environment must not be empty")
-    if kind is SinkKind.CLOUDWATCH:
-        return CloudWatchSink(environment=environment, region=region)
-    if kind is SinkKind.LOG:
-        return LogSink(environment=environment, write=write)
-    return NullSink()
+    if kind is PublisherKind.CLOUDWATCH:
+        return CloudWatchPublisher(environment=environment, region=region)
+    if kind is PublisherKind.LOG:
+        return LogPublisher(environment=environment, write=write)
+    return NullPublisher()
 
 
 def now() -> datetime:

@@ -9,4 +9,7 @@ place, recording what was done beside the ledger (:mod:`app.recompute.run`).
 
 - :mod:`app.recompute.replay`: ``tablecast replay``, a window of time.
 - :mod:`app.recompute.correct`: ``tablecast correct``, what one job version published.
+- :mod:`app.recompute.plan`: which offset ranges to recompute, and where to read from.
+- :mod:`app.recompute.task`: the executor half, one task per partition.
+- :mod:`app.recompute.run`: the driver half: run the tasks, publish, record.
 """

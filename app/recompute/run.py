@@ -52,6 +52,7 @@ from app.sink.writer import visible_files
 from app.spark import worker_errors
 from app.spark.code import JobVersion, job_version
 from app.storage import Location, resolve
+from app.table import commit as table_commit
 from app.table import compact as table_compact
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,8 @@ def recompute(
     staging = location.child(plan.staging_dir)
 
     # Step 1
-    rewrite_mod.finish_open(location)  # a crashed rewrite's staging may be this one's
+    # A crashed rewrite's staging may be this one's:
+    rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite)
     location.delete_dir(staging)
     results = _run_tasks(spark, plan, works, progress)
 
@@ -167,7 +169,7 @@ def recompute(
     table_compact.refuse_compacted(location, blocks)  # their names are gone (app.table)
     rewrite, published = _rewrite(location, plan.staging_dir, results, key)
     rewrite = dataclasses.replace(rewrite, kind=str(kind), note=selector)
-    rewrite_mod.carry_out(location, rewrite, steps)
+    rewrite_mod.carry_out(location, rewrite, steps, snapshot=table_commit.snapshot_rewrite)
     publishing = (started, time.monotonic())
 
     # Step 4

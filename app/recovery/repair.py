@@ -50,6 +50,8 @@ from app.sources import archive
 from app.sources.backend import Bounds
 from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import typed_records
+from app.spark.checkpoint import CheckpointLog
+from app.spark.session import spark_session
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 
@@ -158,7 +160,8 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
     # Step 4
     moved = move_checkpoint_aside(checkpoint_uri)
     # Step 5
-    if rewrite_mod.finish_open(location):  # a crashed rewrite changed which files hold rows
+    # A crashed rewrite changed which files hold rows:
+    if rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite):
         files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
     else:
         files = list(plan.files_to_rewrite)
@@ -166,6 +169,7 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
     rewrite_mod.carry_out(
         location,
         dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
+        snapshot=table_commit.snapshot_rewrite,
     )
     pending = ledger.pending()
     if pending is not None:  # a crashed batch's files, beyond the head: offsets the run redoes
@@ -199,9 +203,6 @@ def move_checkpoint_aside(uri: str) -> str | None:
         target = f"{path}.{suffix}"
         os.rename(path, target)
         return target
-    from app.spark.checkpoint import CheckpointLog
-    from app.spark.session import spark_session
-
     log = CheckpointLog(spark_session(), uri)
     return log.move_aside(suffix) if log.exists() else None
 
@@ -270,7 +271,7 @@ def _rewrite(
 
 def kafka_reader(endpoint: KafkaEndpoint, topic_pattern: str) -> RecordReader:
     """Read a partition from Kafka's earliest retained offset, with the job's range reader."""
-    from app.sources.kafka import KafkaBackend
+    from app.sources.kafka import KafkaBackend  # confluent-kafka: only for a repair from Kafka
 
     backend = KafkaBackend(endpoint, topic_pattern)
     listed: dict[TopicPartition, Bounds] = {}

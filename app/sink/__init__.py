@@ -4,6 +4,8 @@
 - :mod:`app.sink.ledger`: the output's own record of the offsets it holds.
 - :mod:`app.sink.writer`: staging a partition's rows as hidden files (in the tasks).
 - :mod:`app.sink.guard`: the start-up check that output and checkpoint agree.
+- :mod:`app.sink.rewrite`: published files rewritten under new names, the old retired.
+- :mod:`app.sink.crash_points`: where tests make the commit die on purpose (a test seam).
 
 Replay and corrections publish with their own steps (:mod:`app.recompute.run`).
 """

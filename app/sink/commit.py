@@ -45,22 +45,19 @@ the redo clears the pending list a crash before step 8 left. At no step is a
 visible file broken or empty.
 
 Each decision is logged: published, recognised as published before, refused
-(output and checkpoint disagree, or a strict violation). For tests,
-``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>][:<batch>]`` kills the driver
-with SIGKILL right after that step (of that batch, or of any), or inside
-step 6 after its first ``files`` publishes: see :class:`CrashPoint`.
+(output and checkpoint disagree, or a strict violation). After each step,
+and inside step 6 after each publish, the sink calls its step hook
+(:data:`StepHook`): nothing, unless a test installed one
+(:func:`install_step_hook`; :mod:`app.sink.crash_points` kills the driver
+there).
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
-import re
-import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
@@ -68,7 +65,6 @@ from app.engine.driver import RETAIN_VERSIONS, EngineDriver, States
 from app.engine.machine import IntegrityMode
 from app.engine.reports import BatchOutcome
 from app.errors import (
-    ConfigurationError,
     IntegrityViolationError,
     OutputStateError,
     TablecastError,
@@ -83,73 +79,28 @@ from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
-CRASH_ENV = "TABLECAST_CRASH_AFTER_STEP"
-CRASH_MODE_ENV = "TABLECAST_CRASH_MODE"
 STEPS = 8
 PUBLISH_STEP = 6
 
 
-class CrashMode(enum.Enum):
-    """How the sink dies at its crash point."""
+class StepHook(Protocol):
+    """Called after each step of a batch, and inside step 6 after each publish (``files``)."""
 
-    SIGKILL = "sigkill"
-    """The driver's process, as a power cut or the OOM killer would: the real thing."""
-    RAISE = "raise"
-    """:class:`SimulatedCrash` out of ``foreachBatch``: the query fails with nothing
-    cleaned up (the sink has no cleanup on any error), and a test resumes in the
-    same process and SparkSession, without paying a JVM's start-up per case."""
+    def __call__(self, step: int, batch_id: int, files: int | None = None) -> None: ...
 
 
-class SimulatedCrash(Exception):
-    """Raised at a :class:`CrashPoint` whose mode is :attr:`CrashMode.RAISE`."""
+# The hook sinks made from now on call: only tests install one (app.sink.crash_points).
+_step_hook: StepHook | None = None
 
 
-@dataclass(frozen=True)
-class CrashPoint:
-    """Where the sink dies on purpose: right after ``step`` of batch ``batch`` (None: any).
+def install_step_hook(hook: StepHook | None) -> None:
+    """The step hook of every sink made from now on (None: none)."""
+    global _step_hook  # noqa: PLW0603 (a test seam: one per process)
+    _step_hook = hook
 
-    Only tests set it, to reach every step of the protocol instead of random
-    moments: ``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>][:<batch>]`` and
-    ``TABLECAST_CRASH_MODE=sigkill|raise`` (default ``sigkill``), read once
-    when the sink is made. ``files`` (step 6 only) dies inside the step,
-    after that many files were published. Unset, as in production, the hook
-    does nothing.
-    """
 
-    step: int
-    batch: int | None = None
-    mode: CrashMode = CrashMode.SIGKILL
-    files: int | None = None  # inside step 6: after this many publishes
-
-    @classmethod
-    def from_environment(cls) -> CrashPoint | None:
-        text = os.environ.get(CRASH_ENV, "").strip()
-        if not text:
-            return None
-        match = re.fullmatch(r"(\d+)(?:\.(\d+))?(?::(\d+))?", text)
-        if (
-            match is None
-            or not 1 <= int(match.group(1)) <= STEPS
-            or (match.group(2) is not None and int(match.group(1)) != PUBLISH_STEP)
-        ):
-            raise ConfigurationError(
-                f"{CRASH_ENV}={text!r} must be <step>[.<files>][:<batch>] with a step from 1 "
-                f"to {STEPS} (.<files> for step {PUBLISH_STEP} only)"
-            )
-        files, batch = match.group(2), match.group(3)
-        mode_text = os.environ.get(CRASH_MODE_ENV, CrashMode.SIGKILL.value).strip()
-        try:
-            mode = CrashMode(mode_text)
-        except ValueError:
-            known = "|".join(m.value for m in CrashMode)
-            raise ConfigurationError(f"{CRASH_MODE_ENV}={mode_text!r} must be {known}") from None
-        return cls(
-            int(match.group(1)), None if batch is None else int(batch), mode,
-            None if files is None else int(files),
-        )  # fmt: skip
-
-    def reached(self, step: int, batch_id: int, files: int | None = None) -> bool:
-        return step == self.step and self.batch in (None, batch_id) and files == self.files
+def _installed_step_hook() -> StepHook | None:
+    return _step_hook
 
 
 @dataclass(frozen=True)
@@ -181,7 +132,7 @@ class ExactlyOnceSink:
     engine: EngineDriver
     mode: IntegrityMode
     on_batch: Callable[[BatchReport], None] | None = None
-    crash_after: CrashPoint | None = field(default_factory=CrashPoint.from_environment)
+    step_hook: StepHook | None = field(default_factory=_installed_step_hook)
     # Why the last batch failed, when it is ours: Spark's query fails with its
     # own exception, and the job raises this one instead (the CLI's one line).
     failure: TablecastError | None = field(default=None, init=False)
@@ -195,14 +146,8 @@ class ExactlyOnceSink:
             raise
 
     def _step_done(self, step: int, batch_id: int, files: int | None = None) -> None:
-        """The crash hook: die like a SIGKILL of the job, without any cleanup."""
-        if self.crash_after is not None and self.crash_after.reached(step, batch_id, files):
-            where = f"{step}" if files is None else f"{step}.{files}"
-            if self.crash_after.mode is CrashMode.RAISE:
-                raise SimulatedCrash(f"{CRASH_ENV}: crashed after step {where} of batch {batch_id}")
-            log.warning("%s: killing the driver after step %s of batch %d", CRASH_ENV, where,
-                        batch_id)  # fmt: skip
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.step_hook is not None:
+            self.step_hook(step, batch_id, files)
 
     def _commit(self, frame: Any, batch_id: int) -> None:
         location = resolve(self.output_uri)
@@ -328,7 +273,8 @@ class ExactlyOnceSink:
         ledger.clear_pending()
         clear_staging()
         self.engine.committed(outcome, states)
-        rewrite_mod.finish_abandoned(location)  # a recompute that died mid-rewrite
+        # A recompute that died mid-rewrite:
+        rewrite_mod.finish_abandoned(location, snapshot=table_commit.snapshot_rewrite)
         log.info("batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
                  batch_id, number, len(files), outcome.rows, offsets_mod.describe(begins),
                  offsets_mod.describe(end))  # fmt: skip

@@ -27,6 +27,7 @@ from app.sink.ledger import Ledger, LedgerEntry, retire_unledgered
 from app.sink.writer import visible_files
 from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
+from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
     # Files staged by a run that died are never published; a redo stages anew.
     location.delete_dir(location.child(ledger_mod.STAGING_DIR))
     # A rewrite whose process died shows its blocks twice until someone finishes it.
-    rewrite_mod.finish_abandoned(location)
+    rewrite_mod.finish_abandoned(location, snapshot=table_commit.snapshot_rewrite)
     head = ledger.head()
     _retire_pending(ledger, head, checkpoint)
     adopt = ledger.adopted_sessions()

@@ -11,8 +11,9 @@ reader's open handle. A rewrite (``tablecast correct``, ``replay``,
    staged files with their new names and the names to retire.
 2. Publish each staged file under its new name (no name that exists is
    written: a crashed attempt's copy is kept), then commit the output's
-   Iceberg table one overwrite snapshot (:mod:`app.table.commit`), where the
-   output keeps one.
+   Iceberg table one overwrite snapshot, where the output keeps one: the
+   caller's :class:`TableSnapshot` (:func:`app.table.commit.snapshot_rewrite`;
+   the table builds on this module, never the other way).
 3. Retire the old names.
 4. Remove the record.
 
@@ -59,13 +60,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 import orjson
 
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
 from app.storage import Location
-from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,12 @@ class Rewrite:
             owner=doc.get("owner", ""),
             lease_until=float(doc.get("lease_until", 0.0)),
         )
+
+
+class TableSnapshot(Protocol):
+    """The output's table told of a rewrite's new names and retired ones (end of step 2)."""
+
+    def __call__(self, location: Location, rewrite: Rewrite) -> None: ...
 
 
 class RewriteSteps:
@@ -185,38 +192,44 @@ def _read(location: Location, key: str) -> Rewrite | None:
         return None  # finished (step 4) meanwhile
 
 
-def carry_out(location: Location, rewrite: Rewrite, steps: RewriteSteps | None = None) -> None:
+def carry_out(
+    location: Location,
+    rewrite: Rewrite,
+    steps: RewriteSteps | None = None,
+    *,
+    snapshot: TableSnapshot,
+) -> None:
     """Steps 1 to 4."""
     steps = steps or RewriteSteps()
     lease = _Lease(location, dataclasses.replace(rewrite, owner=_new_owner()))
     # Step 1
     lease.write(_now() + LEASE_SECONDS)
-    _steps_2_to_4(lease, steps, recorded=True)
+    _steps_2_to_4(lease, steps, snapshot, recorded=True)
 
 
-def _steps_2_to_4(lease: _Lease, steps: RewriteSteps, recorded: bool = False) -> None:
+def _steps_2_to_4(
+    lease: _Lease, steps: RewriteSteps, snapshot: TableSnapshot, recorded: bool = False
+) -> None:
     try:
         if recorded:
             steps.recorded()
-        _finish(lease, steps)
+        _finish(lease, steps, snapshot)
     except BaseException:
         lease.give_up()
         raise
 
 
-def _finish(lease: _Lease, steps: RewriteSteps) -> None:
+def _finish(lease: _Lease, steps: RewriteSteps, snapshot: TableSnapshot) -> None:
     location, rewrite = lease.location, lease.rewrite
     # Step 2
     for staged, visible in rewrite.publish:
         lease.renew()
         _publish(location, rewrite, staged, visible)
     lease.renew()
-    # The Iceberg table's one overwrite snapshot (app.table), before any old name goes:
-    # its readers see the old files or the new, and never a retired one. Done again
+    # The Iceberg table's one overwrite snapshot, before any old name goes: its
+    # readers see the old files or the new, and never a retired one. Done again
     # when a crashed rewrite is finished (the same content; one more snapshot).
-    table_commit.commit_rewrite(location, written=[new for _, new in rewrite.publish],
-                                removed=list(rewrite.retire), kind=rewrite.kind,
-                                note=rewrite.note or rewrite.key)  # fmt: skip
+    snapshot(location, rewrite)
     steps.published()
     lease.renew()
     # Step 3
@@ -272,18 +285,20 @@ def _take(location: Location, rewrite: Rewrite) -> _Lease | None:
     return lease
 
 
-def _finish_one(location: Location, rewrite: Rewrite) -> bool:
+def _finish_one(location: Location, rewrite: Rewrite, snapshot: TableSnapshot) -> bool:
     log.warning("finishing rewrite %s of %s, interrupted before (%s): %d files to publish, "
                 "%d names to retire", rewrite.key, location.uri, rewrite.describe_lease(),
                 len(rewrite.publish), len(rewrite.retire))  # fmt: skip
     lease = _take(location, rewrite)
     if lease is None:
         return False
-    _steps_2_to_4(lease, RewriteSteps())
+    _steps_2_to_4(lease, RewriteSteps(), snapshot)
     return True
 
 
-def finish_open(location: Location, now: float | None = None) -> list[Rewrite]:
+def finish_open(
+    location: Location, now: float | None = None, *, snapshot: TableSnapshot
+) -> list[Rewrite]:
     """Before a rewriting command: finish every rewrite whose owner died (steps 2 to 4);
     the ones finished. One that is running refuses the command (raises)."""
     now = _now() if now is None else now
@@ -297,10 +312,12 @@ def finish_open(location: Location, now: float | None = None) -> list[Rewrite]:
             "ends, or, if its process is gone, until its lease runs out, and run again",
             output=location.uri, rewrite=first.key,
         )  # fmt: skip
-    return [r for r in found if _finish_one(location, r)]
+    return [r for r in found if _finish_one(location, r, snapshot)]
 
 
-def finish_abandoned(location: Location, now: float | None = None) -> list[Rewrite]:
+def finish_abandoned(
+    location: Location, now: float | None = None, *, snapshot: TableSnapshot
+) -> list[Rewrite]:
     """For the live job: finish every rewrite whose owner died; leave running ones to their
     owners. A rewrite that cannot finish is logged, and the job goes on: its old names stay
     visible (no row is lost) until the recompute runs again."""
@@ -312,7 +329,7 @@ def finish_abandoned(location: Location, now: float | None = None) -> list[Rewri
                      location.uri, rewrite.describe_lease())  # fmt: skip
             continue
         try:
-            if _finish_one(location, rewrite):
+            if _finish_one(location, rewrite, snapshot):
                 finished.append(rewrite)
         except OutputStateError as exc:
             log.error("%s", exc)

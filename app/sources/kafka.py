@@ -33,13 +33,12 @@ import bisect
 import itertools
 import logging
 import operator
-import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -89,14 +88,43 @@ _SPARK_TIMESTAMP_TYPES: Final = np.full(
 _SPARK_TIMESTAMP_TYPES[TIMESTAMP_CREATE_TIME] = 0
 _SPARK_TIMESTAMP_TYPES[TIMESTAMP_LOG_APPEND_TIME] = 1
 _TIMESTAMP_TYPE: Final = SCHEMA.field("timestamp").type
+
+
+class RangeMessage(Protocol):
+    """A message as a range read takes it from its consumer (librdkafka's ``Message``)."""
+
+    def error(self) -> KafkaError | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+    def headers(self) -> object: ...  # a consumer's: a list of (name, bytes | None), or None
+
+
+class RangeConsumer(Protocol):
+    """What a range read asks of its consumer (librdkafka's ``Consumer``)."""
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> Sequence[RangeMessage]: ...
+    def assign(self, partitions: list[KafkaPartition]) -> None: ...
+    def unassign(self) -> None: ...
+    def position(self, partitions: list[KafkaPartition]) -> list[KafkaPartition]: ...
+    def get_watermark_offsets(
+        self, partition: KafkaPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]: ...
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+    def close(self) -> None: ...
+
+
 # librdkafka's accessors, mapped over whole consume() batches (typed as a
 # consumer's records give them: bytes, a record's offset, headers as a list).
-_ERROR: Final = cast("Callable[[Any], Any]", Message.error)
-_KEY: Final = cast("Callable[[Any], bytes | None]", Message.key)
-_VALUE: Final = cast("Callable[[Any], bytes | None]", Message.value)
-_OFFSET: Final = cast("Callable[[Any], int]", Message.offset)
-_TIMESTAMP: Final = cast("Callable[[Any], tuple[int, int]]", Message.timestamp)
-_HEADERS: Final = cast("Callable[[Any], list[tuple[str, bytes | None]] | None]", Message.headers)
+_ERROR: Final = cast("Callable[[RangeMessage], KafkaError | None]", Message.error)
+_KEY: Final = cast("Callable[[RangeMessage], bytes | None]", Message.key)
+_VALUE: Final = cast("Callable[[RangeMessage], bytes | None]", Message.value)
+_OFFSET: Final = cast("Callable[[RangeMessage], int]", Message.offset)
+_TIMESTAMP: Final = cast("Callable[[RangeMessage], tuple[int, int]]", Message.timestamp)
+_HEADERS: Final = cast(
+    "Callable[[RangeMessage], list[tuple[str, bytes | None]] | None]", Message.headers
+)
 _FIRST: Final = operator.itemgetter(0)
 _SECOND: Final = operator.itemgetter(1)
 # librdkafka prefetches up to 100,000 messages or 64 MiB of a partition, and
@@ -124,13 +152,8 @@ _CONSUMER_SETTINGS: Final = {
     # At a partition's end the broker holds a fetch this long before it says
     # there is nothing more: a range whose last offsets hold no record learns
     # its end so. The source never waits for new records; short costs nothing.
-    # (A broker that serves no fetch that quickly, as tansu keeping its log in
-    # S3 in the tests, needs more: _FETCH_WAIT_VARIABLE.)
     "fetch.wait.max.ms": 10,
 }
-# An environment variable that overrides fetch.wait.max.ms, in milliseconds
-# (read when a consumer is made, so that a job's tasks see the driver's).
-_FETCH_WAIT_VARIABLE: Final = "TABLECAST_KAFKA_FETCH_WAIT_MS"
 _DATA_LOSS_CODES: Final = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 # librdkafka recovers from other errors by itself (they are reported for
 # information); these it cannot.
@@ -159,6 +182,9 @@ class KafkaBackend:
     topic_pattern: str
     timeout_s: float = DEFAULT_TIMEOUT_S
     isolation: Isolation = Isolation.READ_COMMITTED
+    # None: the source's fetch wait. A test broker's longer one (app.sources.broker_quirks),
+    # which each range takes to its task.
+    fetch_wait_ms: int | None = field(default=None, kw_only=True)
 
     @property
     def description(self) -> str:
@@ -252,7 +278,15 @@ class KafkaBackend:
         return {tp: at[tp] if at[tp] >= 0 else latest[tp] for tp in partitions}
 
     def reader(self, tp: TopicPartition, start: int, end: int) -> KafkaRange:
-        return KafkaRange(self.endpoint, tp, start, end, self.timeout_s, self.isolation)
+        return KafkaRange(
+            endpoint=self.endpoint,
+            tp=tp,
+            start=start,
+            end=end,
+            timeout_s=self.timeout_s,
+            isolation=self.isolation,
+            fetch_wait_ms=self.fetch_wait_ms,
+        )
 
     def _offsets(
         self,
@@ -314,11 +348,12 @@ class KafkaRange:
     end: int
     timeout_s: float = DEFAULT_TIMEOUT_S
     isolation: Isolation = Isolation.READ_COMMITTED
+    fetch_wait_ms: int | None = field(default=None, kw_only=True)  # see KafkaBackend
 
     def read(self) -> Iterator[pa.RecordBatch]:
         """The range's records in offset order, ``BATCH_ROWS`` at a time (served by Kafka)."""
         # Step 1
-        consumer = _CONSUMERS.take(self.endpoint, self.isolation)
+        consumer = _CONSUMERS.take(self.endpoint, self.isolation, self.fetch_wait_ms)
         if isinstance(consumer, _RangeConsumer):
             consumer.sign_in.refused = ""  # a kept consumer's earlier refusal is not this read's
         try:
@@ -329,7 +364,7 @@ class KafkaRange:
             raise
         # Step 4
         consumer.unassign()
-        _CONSUMERS.give_back(self.endpoint, self.isolation, consumer)
+        _CONSUMERS.give_back(self.endpoint, self.isolation, consumer, self.fetch_wait_ms)
 
     def earliest(self) -> int | None:
         """The partition's earliest offset on the brokers now; None if they do not say in time.
@@ -337,7 +372,7 @@ class KafkaRange:
         Asked from a task, just before it reads: retention may have moved
         since the micro-batch was planned (:mod:`app.sources.tiered`).
         """
-        consumer = _CONSUMERS.take(self.endpoint, self.isolation)
+        consumer = _CONSUMERS.take(self.endpoint, self.isolation, self.fetch_wait_ms)
         try:
             low, _ = consumer.get_watermark_offsets(
                 KafkaPartition(self.tp.topic, self.tp.partition),
@@ -349,10 +384,10 @@ class KafkaRange:
                      self.endpoint.description, _error_text(exc))  # fmt: skip
             return None
         finally:
-            _CONSUMERS.give_back(self.endpoint, self.isolation, consumer)
+            _CONSUMERS.give_back(self.endpoint, self.isolation, consumer, self.fetch_wait_ms)
         return int(low) if low >= 0 else None  # librdkafka's "invalid offset" is negative
 
-    def _batches(self, consumer: Any) -> Iterator[pa.RecordBatch]:
+    def _batches(self, consumer: RangeConsumer) -> Iterator[pa.RecordBatch]:
         where = KafkaPartition(self.tp.topic, self.tp.partition)
         # A consumer new to a topic learns its leader from a later, rate-limited
         # metadata refresh (about a second, measured); asked first, the fetch
@@ -419,7 +454,7 @@ class KafkaRange:
         if len(columns):
             yield columns.batch()
 
-    def _check_signed_in(self, consumer: Any) -> None:
+    def _check_signed_in(self, consumer: RangeConsumer) -> None:
         """One line naming the sign-in, if the brokers refused this read's consumer its own.
 
         librdkafka asks again by itself until the read's timeout; the refusal
@@ -465,11 +500,11 @@ class KafkaRange:
                 **self._facts(), first_missing=self.start, last_missing=self.end - 1,
             )  # fmt: skip
 
-    def _on_error(self, message: Any, error: Any) -> int | None:
+    def _on_error(self, message: RangeMessage, error: KafkaError) -> int | None:
         """Where the partition ends (an end-of-partition event), or None; raise what is fatal."""
         code = error.code()
         if code == KafkaError._PARTITION_EOF:
-            return int(message.offset())
+            return _OFFSET(message)  # an event's offset: where the partition ends
         if code in _DATA_LOSS_CODES:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} offset {self.start} is no "
@@ -486,7 +521,7 @@ class KafkaRange:
         return None
 
     def _check_still_held(
-        self, consumer: Any, where: Any, next_offset: int, last_progress: float
+        self, consumer: RangeConsumer, where: KafkaPartition, next_offset: int, last_progress: float
     ) -> None:
         """Data loss if the brokers no longer hold ``[next_offset, end)``.
 
@@ -555,7 +590,7 @@ class KafkaColumns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def extend(self, messages: Sequence[Any], offsets: list[int]) -> None:
+    def extend(self, messages: Sequence[RangeMessage], offsets: list[int]) -> None:
         """Append ``messages`` (records, no events) whose offsets are ``offsets``."""
         self.keys += map(_KEY, messages)
         self.values += map(_VALUE, messages)
@@ -603,7 +638,7 @@ def _headers_column(headers: list[list[tuple[str, bytes | None]] | None]) -> pa.
 
 
 class _ConsumerPool:
-    """This process's idle consumers, by endpoint, reused across micro-batches.
+    """This process's idle consumers, by endpoint and settings, reused across micro-batches.
 
     Spark reuses its Python workers between tasks, so a consumer made for one
     range keeps its connections (and, on MSK, its signed-in sessions) for the
@@ -612,23 +647,31 @@ class _ConsumerPool:
     """
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[KafkaEndpoint, Isolation], list[Any]] = {}
+        self._idle: dict[tuple[KafkaEndpoint, Isolation, int | None], list[RangeConsumer]] = {}
         self._lock = threading.Lock()
 
-    def take(self, endpoint: KafkaEndpoint, isolation: Isolation) -> Any:
+    def take(
+        self, endpoint: KafkaEndpoint, isolation: Isolation, fetch_wait_ms: int | None = None
+    ) -> RangeConsumer:
         with self._lock:
-            idle = self._idle.get((endpoint, isolation))
+            idle = self._idle.get((endpoint, isolation, fetch_wait_ms))
             if idle:
                 return idle.pop()
         sign_in = _SignIn(endpoint)
-        consumer = _client(_RangeConsumer, endpoint,
-                           consumer_settings(isolation) | {"error_cb": sign_in})  # fmt: skip
+        settings = consumer_settings(isolation, fetch_wait_ms) | {"error_cb": sign_in}
+        consumer: _RangeConsumer = _client(_RangeConsumer, endpoint, settings)
         consumer.sign_in = sign_in
         return consumer
 
-    def give_back(self, endpoint: KafkaEndpoint, isolation: Isolation, consumer: Any) -> None:
+    def give_back(
+        self,
+        endpoint: KafkaEndpoint,
+        isolation: Isolation,
+        consumer: RangeConsumer,
+        fetch_wait_ms: int | None = None,
+    ) -> None:
         with self._lock:
-            self._idle.setdefault((endpoint, isolation), []).append(consumer)
+            self._idle.setdefault((endpoint, isolation, fetch_wait_ms), []).append(consumer)
 
 
 class _SignIn:
@@ -653,12 +696,14 @@ class _RangeConsumer(Consumer):
     sign_in: _SignIn
 
 
-def consumer_settings(isolation: Isolation) -> dict[str, Any]:
-    """A range reader's librdkafka settings (beside its endpoint's)."""
+def consumer_settings(isolation: Isolation, fetch_wait_ms: int | None = None) -> dict[str, Any]:
+    """A range reader's librdkafka settings (beside its endpoint's).
+
+    ``fetch_wait_ms``: a test broker's longer fetch wait (:mod:`app.sources.broker_quirks`).
+    """
     settings: dict[str, Any] = dict(_CONSUMER_SETTINGS)
-    wait_ms = os.environ.get(_FETCH_WAIT_VARIABLE, "")
-    if wait_ms:
-        settings["fetch.wait.max.ms"] = int(wait_ms)
+    if fetch_wait_ms is not None:
+        settings["fetch.wait.max.ms"] = fetch_wait_ms
     # The records the planner planned: under read_committed it plans up to the
     # last stable offset, and the brokers leave aborted transactions out.
     settings["isolation.level"] = isolation.value

@@ -44,7 +44,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -59,6 +58,7 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Identities, Offsets, TopicPartition
 from app.errors import DataLossError
 from app.sources.backend import Backend, Bounds, RangeReader
+from app.sources.backend_options import from_options
 from app.sources.records import SPARK_DDL
 from app.sources.starting import StartingPosition, StartKind
 
@@ -296,7 +296,7 @@ class TablecastSource(DataSource):
     """``spark.readStream.format("tablecast")``; options name the backend.
 
     Options: ``backend`` (``archive``, ``kafka`` or ``tiered``) and the backend's own
-    (see :func:`app.sources.backends.from_options`), ``topicPattern``,
+    (see :func:`app.sources.backend_options.from_options`), ``topicPattern``,
     ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelayMs``,
     ``startingOffsets`` (``{"topic:partition": n}``, a repair's), ``startingPosition``
     (:class:`~app.sources.starting.StartingPosition`, for a fresh checkpoint).
@@ -310,8 +310,6 @@ class TablecastSource(DataSource):
         return SPARK_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        from app.sources.backends import from_options
-
         options = self.options
         return OffsetStreamReader(
             from_options(options),
@@ -322,7 +320,3 @@ class TablecastSource(DataSource):
             max_trigger_delay_s=int(options.get("maxTriggerDelayMs", "0")) / 1000
             or DEFAULT_MAX_TRIGGER_DELAY_S,
         )
-
-
-def starting_offsets_option(offsets: Offsets) -> str:
-    return orjson.dumps(offsets_mod.to_archive_json(offsets)).decode()

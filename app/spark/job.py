@@ -26,7 +26,7 @@ from app.errors import ConfigurationError
 from app.metrics.listener import MetricsListener
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
-from app.sources import backends, stream
+from app.sources import backend_options, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import Tier
@@ -114,7 +114,7 @@ class JobConfig:
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
     spark.dataSource.register(stream.TablecastSource)
-    options = backends.common_options(
+    options = backend_options.common_options(
         config.topic_pattern, config.max_offsets_per_trigger, starting,
         starting_position=config.starting_position,
         min_offsets_per_trigger=config.min_offsets_per_trigger,
@@ -122,11 +122,13 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     )  # fmt: skip
     source = config.source
     if isinstance(source, ArchiveSource):
-        options |= backends.archive_options(source.uri)
+        options |= backend_options.archive_options(source.uri)
     elif isinstance(source, KafkaSource):
-        options |= backends.kafka_options(source.endpoint, source.timeout_s, source.isolation)
+        options |= backend_options.kafka_options(
+            source.endpoint, source.timeout_s, source.isolation
+        )
     else:
-        options |= backends.tiered_options(
+        options |= backend_options.tiered_options(
             source.kafka.endpoint, source.archive.uri, source.kafka.timeout_s,
             source.kafka.isolation,
         )  # fmt: skip

@@ -36,7 +36,8 @@ from app.contract.offsets import Offsets
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
-from app.sink.writer import QUARANTINE_DIR
+from app.sink.rewrite import Rewrite
+from app.sink.writer import QUARANTINE_DIR, visible_files
 from app.storage import Location
 from app.table.catalog import (
     TableConfig,
@@ -170,8 +171,6 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
 
 
 def _visible_data(location: Location) -> set[str]:
-    from app.sink.writer import visible_files
-
     return {data_path(location, f) for f in visible_files(location) if _is_data(f)}
 
 
@@ -220,6 +219,18 @@ def overwrite(
                 snapshot.delete_data_file(data_file)
             for data_file in added:
                 snapshot.append_data_file(data_file)
+
+
+def snapshot_rewrite(location: Location, rewrite: Rewrite) -> None:
+    """The overwrite snapshot of a rewrite of :mod:`app.sink.rewrite` (its step 2): its new
+    names replace the names it retires (a :class:`~app.sink.rewrite.TableSnapshot`)."""
+    commit_rewrite(
+        location,
+        written=[new for _, new in rewrite.publish],
+        removed=list(rewrite.retire),
+        kind=rewrite.kind,
+        note=rewrite.note or rewrite.key,
+    )
 
 
 def commit_rewrite(

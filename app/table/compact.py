@@ -209,7 +209,7 @@ def compact(
             note=f"{sum(len(g.inputs) for g in groups)} files into {len(groups)}",
         )
         # Step 5
-        rewrite_mod.carry_out(location, rewrite, steps)
+        rewrite_mod.carry_out(location, rewrite, steps, snapshot=table_commit.snapshot_rewrite)
     # Step 6
     location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
@@ -227,7 +227,7 @@ def finish_interrupted(location: Location) -> int:
     one whose owner is still at work, such as the live job's scheduled compaction beside
     ``tablecast compact``); forget the history of compactions a crash interrupted before
     their rewrite record. Returns how many compactions were finished."""
-    finished = rewrite_mod.finish_open(location)
+    finished = rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite)
     if not rewrite_mod.open_rewrites(location):
         _forget_never_carried_out(location)
         location.delete_dir(location.child(STAGING_DIR))

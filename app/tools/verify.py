@@ -1,7 +1,7 @@
 """Recompute the expected output from the archive and compare it with a dataset.
 
 The expectation comes from the same partition engine the job runs
-(:func:`app.engine.local.run_partitions`), fed each topic-partition's whole
+(:func:`app.engine.in_process.run_partitions`), fed each topic-partition's whole
 history at once, without Spark. The comparison is DuckDB's multiset
 difference over the contract's columns, so duplicates count as well as
 missing rows.
@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.processor import TableProcessor
-from app.engine.local import run_partitions
+from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.output import OUTPUT_COLUMNS, OUTPUT_SCHEMA, QuarantinedRecord
 from app.errors import ConfigurationError, Violation

@@ -3,7 +3,7 @@
 The Spark tests compare the job with ``verify``, which runs the same engine:
 a mistake shared by both would pass there. Here every expectation is written
 out by hand from the contract's text, and the messages are run through the
-real engine (:func:`app.engine.local.run_partitions`: the partition machine
+real engine (:func:`app.engine.in_process.run_partitions`: the partition machine
 and the table processor, rule 6 settled across partitions as the driver
 does). Row order within one message is not part of the contract, so rows are
 compared as sorted lists; across messages they follow the offsets.
@@ -20,7 +20,7 @@ import pytest
 
 from app.contract.offsets import TopicPartition
 from app.contract.processor import TableProcessor
-from app.engine.local import LocalOutcome, run_partitions
+from app.engine.in_process import InProcessOutcome, run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.errors import Rule
 
@@ -51,7 +51,7 @@ def out(offset: int, session: str, seq: int, kind: str, at: int, row_id: str,
             row_id, value, status, deleted)  # fmt: skip
 
 
-def run(records: list[Record], mode: IntegrityMode = IntegrityMode.STRICT) -> LocalOutcome:
+def run(records: list[Record], mode: IntegrityMode = IntegrityMode.STRICT) -> InProcessOutcome:
     partitions = sorted({TopicPartition(TOPIC, p) for p, _, _, _ in records})
 
     def read(tp: TopicPartition) -> Iterator[RecordColumns]:
@@ -66,7 +66,7 @@ def run(records: list[Record], mode: IntegrityMode = IntegrityMode.STRICT) -> Lo
     return run_partitions(partitions, read, TableProcessor(), Rules(mode))
 
 
-def rows(outcome: LocalOutcome) -> list[Row]:
+def rows(outcome: InProcessOutcome) -> list[Row]:
     table = outcome.rows()
     found = [cast(Row, tuple(d.values())) for d in table.to_pylist()]
     offsets = [(row[1], row[2]) for row in found]
@@ -74,11 +74,11 @@ def rows(outcome: LocalOutcome) -> list[Row]:
     return sorted(found)
 
 
-def violations(outcome: LocalOutcome) -> list[tuple[int, int, str, Rule]]:
+def violations(outcome: InProcessOutcome) -> list[tuple[int, int, str, Rule]]:
     return [(v.partition, v.offset, v.session, v.rule) for v in outcome.violations]
 
 
-def quarantined(outcome: LocalOutcome) -> list[tuple[int, str, str]]:
+def quarantined(outcome: InProcessOutcome) -> list[tuple[int, str, str]]:
     """(offset, session, the reason's rule) of each record set aside in resync mode."""
     return [(q.offset, q.session, q.reason.split(":")[0]) for q in outcome.quarantined]
 

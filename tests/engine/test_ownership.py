@@ -9,7 +9,7 @@ import orjson
 
 from app.contract.offsets import TopicPartition
 from app.contract.processor import TableProcessor
-from app.engine.local import run_partitions
+from app.engine.in_process import run_partitions
 from app.engine.machine import Claim, Drop, IntegrityMode, PartitionMachine, RecordColumns, Rules
 from app.engine.ownership import Foreign, Registry, settle
 from app.engine.state import PartitionState

@@ -27,7 +27,7 @@ from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
 from app.sources import kafka as kafka_source
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
-from app.sources.backends import archive_options, common_options, from_options, kafka_options
+from app.sources.backend_options import archive_options, common_options, from_options, kafka_options
 from app.sources.kafka import KafkaBackend, KafkaRange
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.sources.records import SOURCE_SCHEMA
@@ -141,7 +141,7 @@ def test_consumers_are_kept_between_ranges_and_dropped_after_a_failure(
     # An endpoint of its own, so that this test alone uses its pool entry.
     endpoint = KafkaEndpoint(broker.bootstrap_servers, client_rack="kb5-reuse")
     idle = kafka_source._CONSUMERS._idle  # the process's pool (private: no public view needed)
-    pooled = (endpoint, Isolation.READ_COMMITTED)  # by endpoint and isolation
+    pooled = (endpoint, Isolation.READ_COMMITTED, None)  # by endpoint and settings
     assert _read(KafkaRange(endpoint, tp, 0, 3)).num_rows == 3
     [first] = idle[pooled]
     assert _read(KafkaRange(endpoint, tp, 3, 6)).num_rows == 3
@@ -568,5 +568,5 @@ def test_a_sign_in_refused_to_a_range_read_is_named_in_one_line_as_the_planners_
                                   "the brokers refused the sign-in: ")  # fmt: skip
         assert "SASL SCRAM authentication failed" in message and "\n" not in message
         assert refused.value.exit_code == 5
-        pooled = (endpoint, Isolation.READ_COMMITTED)
+        pooled = (endpoint, Isolation.READ_COMMITTED, None)
         assert not kafka_source._CONSUMERS._idle.get(pooled)  # the refused consumer is closed

@@ -8,7 +8,6 @@ from the records the broker held before (by the archiver, for the job).
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -25,14 +24,14 @@ from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
 from app.metrics.listener import batch_metrics
 from app.metrics.progress import batch_line
-from app.metrics.publisher import CloudWatchSink, LogSink
+from app.metrics.publisher import CloudWatchPublisher, LogPublisher
 from app.ops.archiver import Archiver, ArchiverConfig
 from app.ops.produce import LoadSpec, publish
 from app.sink.commit import BatchReport
-from app.sources import archive
+from app.sources import archive, broker_quirks
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
-from app.sources.backends import common_options, from_options, tiered_options
+from app.sources.backend_options import common_options, from_options, tiered_options
 from app.sources.kafka import KafkaBackend
 from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import SCHEMA, SERVED_BY, SOURCE_SCHEMA, no_headers
@@ -43,7 +42,7 @@ from app.tools.generate import CaptureSpec
 from tests.kafka.helpers import produce
 from tests.ops.kafka_helpers import create_topics
 from tests.spark.helpers import assert_exact, ledger_end
-from tests.tansu import FETCH_WAIT, StoredBroker, stored_broker
+from tests.tansu import FETCH_WAIT_MS, StoredBroker, stored_broker
 
 KAFKA, LAKE = "Kafka at k:9092", "the archive /lake"
 
@@ -138,15 +137,15 @@ def test_a_job_reading_both_publishes_the_records_each_tier_served() -> None:
         def put_metric_data(self, **call: Any) -> None:
             calls.append(call)
 
-    sink = CloudWatchSink(environment="prod", client=CloudWatch())  # type: ignore[arg-type]
-    sink.publish(by_source)
-    assert sink.close().sent == 2
+    publisher = CloudWatchPublisher(environment="prod", client=CloudWatch())  # type: ignore[arg-type]
+    publisher.publish(by_source)
+    assert publisher.close().sent == 2
     assert [d["Dimensions"] for d in calls[0]["MetricData"]] == [
         [{"Name": "Environment", "Value": "prod"}, {"Name": "Source", "Value": tier}]
         for tier in ("archive", "kafka")
     ]
     lines: list[str] = []
-    LogSink(environment="prod", write=lines.append).publish(metrics.datums(at))
+    LogPublisher(environment="prod", write=lines.append).publish(metrics.datums(at))
     logged = orjson.loads(lines[0])["metrics"]
     assert logged["RecordsServed"] == {"archive": 39.0, "kafka": 0.0}
     assert logged["InputMessages"] == 39.0
@@ -159,18 +158,20 @@ def test_a_job_reading_both_publishes_the_records_each_tier_served() -> None:
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredBroker]:
-    """tansu with its log in S3, whose consumers wait long enough for it (FETCH_WAIT)."""
-    saved = {name: os.environ.get(name) for name in FETCH_WAIT}
-    os.environ.update(FETCH_WAIT)  # read when a consumer is made
-    try:
-        with stored_broker(tmp_path_factory.mktemp("tansu-s3") / "tansu.log") as broker:
-            yield broker
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    """tansu with its log in S3; the jobs started meanwhile wait long enough for it.
+
+    (Backends made here are given FETCH_WAIT_MS themselves.)
+    """
+    with (
+        broker_quirks.fetch_wait(FETCH_WAIT_MS),
+        stored_broker(tmp_path_factory.mktemp("tansu-s3") / "tansu.log") as broker,
+    ):
+        yield broker
+
+
+def stored_kafka(broker: StoredBroker, pattern: str) -> KafkaBackend:
+    """The stored broker as a backend, with the fetch wait it needs (FETCH_WAIT_MS)."""
+    return KafkaBackend(broker.endpoint, pattern, timeout_s=10, fetch_wait_ms=FETCH_WAIT_MS)
 
 
 def put(broker: StoredBroker, topic: str, count: int) -> TopicPartition:
@@ -185,7 +186,7 @@ def put(broker: StoredBroker, topic: str, count: int) -> TopicPartition:
 def archive_of(broker: StoredBroker, root: Path, tp: TopicPartition,
                files: list[tuple[int, int]]) -> None:  # fmt: skip
     """Archive files of the records Kafka holds now, as the archiver writes them."""
-    held = read(KafkaBackend(broker.endpoint, tp.topic, timeout_s=10).reader(tp, 0, files[-1][1]))
+    held = read(stored_kafka(broker, tp.topic).reader(tp, 0, files[-1][1]))
     records = held.select(SCHEMA.names)
     for start, end in files:
         archive.write_file(resolve(str(root)), tp, start, end, records.slice(start, end - start))
@@ -210,7 +211,7 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     only = TopicPartition("tt1-old", 0)
     archive.write_file(resolve(str(tmp_path)), only, 0, 3, stand_in(only, 0, 3))
     stored.expire({tp: 30})
-    kafka = KafkaBackend(stored.endpoint, "^tt1-.+", timeout_s=10)
+    kafka = stored_kafka(stored, "^tt1-.+")
     held = {t: Bounds(b.earliest, b.latest) for t, b in kafka.bounds().items()}
     assert held == {tp: Bounds(30, 60)}  # Kafka lost offsets 0 to 29
     backend = TieredBackend(kafka, ArchiveBackend(str(tmp_path), "^tt1-.+"))
@@ -264,7 +265,7 @@ def test_only_offsets_that_neither_tier_holds_are_data_loss(
     # A hole in the archive's files (10 to 19) and a gap before Kafka's earliest (40).
     archive_of(stored, tmp_path, tp, [(0, 10), (20, 30)])
     stored.expire({tp: 40})
-    backend = TieredBackend(KafkaBackend(stored.endpoint, "^tt2-.+", timeout_s=10),
+    backend = TieredBackend(stored_kafka(stored, "^tt2-.+"),
                             ArchiveBackend(str(tmp_path), "^tt2-.+"))  # fmt: skip
     stream = OffsetStreamReader(backend, max_offsets=0, starting={})
     # Nothing reaches Kafka: from its earliest.
@@ -309,7 +310,7 @@ def test_offsets_retention_drops_after_planning_are_read_from_the_archive(
     tp = put(stored, "tt3-a", 40)
     archive_of(stored, tmp_path, tp, [(0, 15), (15, 30)])
     stored.expire({tp: 10})
-    backend = TieredBackend(KafkaBackend(stored.endpoint, "^tt3-.+", timeout_s=10),
+    backend = TieredBackend(stored_kafka(stored, "^tt3-.+"),
                             ArchiveBackend(str(tmp_path), "^tt3-.+"))  # fmt: skip
     backend.bounds()
     planned = backend.reader(tp, 0, 40)
@@ -362,19 +363,11 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
     }
 
     output = tmp_path / "out"
-    # Spark starts the source's Python workers with the environment it was
-    # registered with (app.spark.job.source_frame), in a daemon of their own.
-    environment = spark.sparkContext.environment
-    environment.update(FETCH_WAIT)
-    try:
-        code = cli.main(["run", "--bootstrap-servers", stored.endpoint.bootstrap_servers,
-                         "--archive", str(lake), "--topic-pattern", pattern,
-                         "--output", str(output), "--checkpoint", str(tmp_path / "ckpt"),
-                         "--trigger", "available-now", "--max-offsets-per-trigger", "40",
-                         "--metrics", "log", "--kafka-timeout", "20s"])  # fmt: skip
-    finally:
-        for name in FETCH_WAIT:
-            environment.pop(name, None)
+    code = cli.main(["run", "--bootstrap-servers", stored.endpoint.bootstrap_servers,
+                     "--archive", str(lake), "--topic-pattern", pattern,
+                     "--output", str(output), "--checkpoint", str(tmp_path / "ckpt"),
+                     "--trigger", "available-now", "--max-offsets-per-trigger", "40",
+                     "--metrics", "log", "--kafka-timeout", "20s"])  # fmt: skip
     stdout = capsys.readouterr().out
     assert code == 0
 

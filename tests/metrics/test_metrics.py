@@ -38,15 +38,15 @@ from app.metrics.listener import BatchMetrics, Lag, MetricsListener, batch_metri
 from app.metrics.progress import Console, ProgressDisplay
 from app.metrics.publisher import (
     MAX_DATUMS_PER_CALL,
-    CloudWatchSink,
+    CloudWatchPublisher,
     Datum,
-    LogSink,
-    NullSink,
-    SinkKind,
-    SinkStats,
+    LogPublisher,
+    NullPublisher,
+    PublisherKind,
+    PublishStats,
     Timeouts,
     Unit,
-    make_sink,
+    make_publisher,
 )
 from app.recovery.inspect import SessionView, StateSnapshot, format_session, format_summary
 from app.sink.commit import BatchReport
@@ -187,7 +187,7 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
 
 
 class Lines:
-    """A LogSink's output, parsed."""
+    """A LogPublisher's output, parsed."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -206,7 +206,7 @@ def log_lines() -> Lines:
 
 def listener_with(lines: Lines) -> tuple[MetricsListener, list[BatchMetrics]]:
     seen: list[BatchMetrics] = []
-    listener = MetricsListener(LogSink(environment="test", write=lines.write), [seen.append],
+    listener = MetricsListener(LogPublisher(environment="test", write=lines.write), [seen.append],
                                clock=lambda: T0)  # fmt: skip
     return listener, seen
 
@@ -284,7 +284,7 @@ def test_a_failing_observer_does_not_stop_publishing(log_lines: Lines) -> None:
     def broken(metrics: BatchMetrics) -> None:
         raise RuntimeError("display gone")
 
-    listener = MetricsListener(LogSink(environment="t", write=log_lines.write), [broken])
+    listener = MetricsListener(LogPublisher(environment="t", write=log_lines.write), [broken])
     run_id = str(uuid.uuid4())
     listener.bind(run_id)
     listener.onQueryProgress(progress_event(0, run_id))
@@ -292,40 +292,40 @@ def test_a_failing_observer_does_not_stop_publishing(log_lines: Lines) -> None:
     assert len(log_lines.lines) == 2
 
 
-# -- sinks ------------------------------------------------------------------------
+# -- publishers ----------------------------------------------------------------
 
 
 def datums(n: int, name: str = metric_names.INPUT_MESSAGES) -> list[Datum]:
     return [Datum(name, float(i), Unit.COUNT, T0 + timedelta(seconds=i)) for i in range(n)]
 
 
-def test_the_log_sink_writes_one_json_line_per_publish(log_lines: Lines) -> None:
-    sink = LogSink(environment="dev", write=log_lines.write)
-    sink.publish([Datum(metric_names.HEARTBEAT, 1, Unit.COUNT, T0),
+def test_the_log_publisher_writes_one_json_line_per_publish(log_lines: Lines) -> None:
+    publisher = LogPublisher(environment="dev", write=log_lines.write)
+    publisher.publish([Datum(metric_names.HEARTBEAT, 1, Unit.COUNT, T0),
                   Datum(metric_names.ROWS_WRITTEN, 12, Unit.COUNT, T0)])  # fmt: skip
-    sink.publish([])
+    publisher.publish([])
     [line] = log_lines.lines
     doc = orjson.loads(line)
     assert doc == {
         "time": "2026-01-01T00:00:00.000+00:00", "event": "metrics", "namespace": "Tablecast",
         "Environment": "dev", "metrics": {"Heartbeat": 1.0, "RowsWritten": 12.0},
     }  # fmt: skip
-    assert sink.close() == SinkStats(accepted=2, sent=2)
+    assert publisher.close() == PublishStats(accepted=2, sent=2)
 
 
-def test_a_log_sink_that_cannot_write_drops_and_does_not_raise() -> None:
+def test_a_log_publisher_that_cannot_write_drops_and_does_not_raise() -> None:
     def closed(line: str) -> None:
         raise BrokenPipeError
 
-    sink = LogSink(environment="dev", write=closed)
-    sink.publish(datums(3))
-    assert sink.stats() == SinkStats(accepted=3, dropped=3, failed_calls=1)
+    publisher = LogPublisher(environment="dev", write=closed)
+    publisher.publish(datums(3))
+    assert publisher.stats() == PublishStats(accepted=3, dropped=3, failed_calls=1)
 
 
-def test_the_null_sink_takes_everything() -> None:
-    sink = NullSink()
-    sink.publish(datums(4))
-    assert sink.close() == SinkStats(accepted=4)
+def test_the_null_publisher_takes_everything() -> None:
+    publisher = NullPublisher()
+    publisher.publish(datums(4))
+    assert publisher.close() == PublishStats(accepted=4)
 
 
 @pytest.fixture
@@ -347,12 +347,12 @@ def test_cloudwatch_gets_batched_calls_with_the_environment_dimension(aws: None)
         "provide-client-params.cloudwatch.PutMetricData",
         lambda params, **_: calls.append(len(params["MetricData"])),
     )
-    sink = CloudWatchSink(environment="staging", client=client)
+    publisher = CloudWatchPublisher(environment="staging", client=client)
     now = datetime.now(UTC).replace(microsecond=0)
     batch = [Datum(metric_names.INPUT_MESSAGES, 1.0, Unit.COUNT, now)] * 2500
-    sink.publish(batch)
-    stats = sink.close(timeout_s=30)
-    assert stats == SinkStats(accepted=2500, sent=2500)
+    publisher.publish(batch)
+    stats = publisher.close(timeout_s=30)
+    assert stats == PublishStats(accepted=2500, sent=2500)
     # However the drain thread met the queue: no call above the API's limit, none wasted.
     assert sum(calls) == 2500 and max(calls) <= MAX_DATUMS_PER_CALL and len(calls) >= 3
     [metric] = client.list_metrics(Namespace=metric_names.NAMESPACE)["Metrics"]
@@ -404,14 +404,14 @@ def black_hole() -> Iterator[str]:
 
 
 def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str) -> None:
-    sink = CloudWatchSink(environment="prod", endpoint_url=black_hole, region="eu-west-1",
-                          capacity=100, timeouts=Timeouts(1.0, 2.0, 1))  # fmt: skip
+    publisher = CloudWatchPublisher(environment="prod", endpoint_url=black_hole, region="eu-west-1",
+                                    capacity=100, timeouts=Timeouts(1.0, 2.0, 1))  # fmt: skip
     started = time.monotonic()
     for _ in range(50):
-        sink.publish(datums(100))
+        publisher.publish(datums(100))
     publishing = time.monotonic() - started
     closing_started = time.monotonic()
-    stats = sink.close(timeout_s=0.3)
+    stats = publisher.close(timeout_s=0.3)
     closing = time.monotonic() - closing_started
     # A publisher that waited for the hung call would take its 2 s read timeout at least;
     # the margins below that are for a loaded machine, not for speed.
@@ -420,30 +420,30 @@ def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str
     assert stats.accepted == 5000
     assert stats.sent == 0
     assert stats.dropped == 5000  # queue overflow, the hung call, what was left at close
-    sink.publish(datums(5))  # after close: dropped, not raised
-    assert sink.stats().dropped == 5005
+    publisher.publish(datums(5))  # after close: dropped, not raised
+    assert publisher.stats().dropped == 5005
 
 
 def test_an_unreachable_cloudwatch_costs_only_metrics(aws: None) -> None:
-    sink = CloudWatchSink(environment="prod", region="eu-west-1",
-                          endpoint_url=f"http://127.0.0.1:{closed_port()}",
-                          timeouts=Timeouts(0.5, 0.5, 1))  # fmt: skip
+    publisher = CloudWatchPublisher(environment="prod", region="eu-west-1",
+                                    endpoint_url=f"http://127.0.0.1:{closed_port()}",
+                                    timeouts=Timeouts(0.5, 0.5, 1))  # fmt: skip
     for _ in range(3):
-        sink.publish(datums(12))
+        publisher.publish(datums(12))
         time.sleep(0.05)
-    stats = sink.close(timeout_s=5)
+    stats = publisher.close(timeout_s=5)
     assert stats.accepted == stats.dropped == 36
     assert stats.sent == 0 and stats.failed_calls >= 1
 
 
-def test_make_sink_chooses_by_kind(aws: None) -> None:
-    assert isinstance(make_sink(SinkKind.NONE, environment="x"), NullSink)
-    assert isinstance(make_sink(SinkKind.LOG, environment="x"), LogSink)
-    cloudwatch = make_sink(SinkKind.CLOUDWATCH, environment="x", region="eu-west-1")
-    assert isinstance(cloudwatch, CloudWatchSink)
+def test_make_publisher_chooses_by_kind(aws: None) -> None:
+    assert isinstance(make_publisher(PublisherKind.NONE, environment="x"), NullPublisher)
+    assert isinstance(make_publisher(PublisherKind.LOG, environment="x"), LogPublisher)
+    cloudwatch = make_publisher(PublisherKind.CLOUDWATCH, environment="x", region="eu-west-1")
+    assert isinstance(cloudwatch, CloudWatchPublisher)
     cloudwatch.close(timeout_s=1)
     with pytest.raises(ConfigurationError, match="--environment"):
-        make_sink(SinkKind.LOG, environment=" ")
+        make_publisher(PublisherKind.LOG, environment=" ")
 
 
 def test_cloudwatch_without_a_region_is_a_configuration_error(
@@ -453,7 +453,7 @@ def test_cloudwatch_without_a_region_is_a_configuration_error(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     with pytest.raises(ConfigurationError, match="--region"):
-        make_sink(SinkKind.CLOUDWATCH, environment="prod")
+        make_publisher(PublisherKind.CLOUDWATCH, environment="prod")
 
 
 # -- progress display ------------------------------------------------------------
@@ -485,7 +485,7 @@ def test_plain_progress_is_a_line_per_batch_and_a_summary() -> None:
     display.on_metrics(metrics(0))
     display.on_metrics(metrics(1, lag=Lag(0, None, 0), quarantined=3, published=False))
     clock.now += 4.0
-    display.finish("log", SinkStats(accepted=24, sent=24))
+    display.finish("log", PublishStats(accepted=24, sent=24))
     assert out.getvalue().splitlines() == [
         "trace sensor-0:0@3 session s: applied",
         "batch 0: 30 messages (15/s), 94 rows in 4 files, behind 58 (worst sensor-0:0: 58), "
@@ -508,7 +508,7 @@ def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines() -> None:
     display.on_metrics(metrics(0))
     console.line('{"event":"metrics"}')
     display.on_metrics(metrics(1))
-    display.finish("cloudwatch", SinkStats(accepted=24, sent=20, dropped=4, failed_calls=1),
+    display.finish("cloudwatch", PublishStats(accepted=24, sent=20, dropped=4, failed_calls=1),
                    finished=False)  # fmt: skip
     text = out.getvalue()
     behind = "behind 58 (worst sensor-0:0: 58)"

@@ -10,7 +10,7 @@ import pytest
 
 from app.contract import offsets as offsets_mod
 from app.sink import ledger as ledger_mod
-from app.sink.commit import CRASH_ENV, CRASH_MODE_ENV, CrashMode
+from app.sink.crash_points import CrashMode, CrashPoint, crashing
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.tools.generate import CaptureSpec
@@ -21,17 +21,17 @@ SPEC = CaptureSpec(topics=1, partitions=2, sessions=3, updates=8, seed=11)
 
 @pytest.mark.spark
 def test_a_redo_after_a_crash_after_step_7_clears_the_pending_list(
-    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
     write_capture(archive, SPEC)
     # The only batch (0) dies after its ledger entry, before step 8 and Spark's commit.
     # In this process, as tests/sink/test_commit_steps.py crashes every step.
-    with monkeypatch.context() as env:
-        env.setenv(CRASH_ENV, "7:0")
-        env.setenv(CRASH_MODE_ENV, CrashMode.RAISE.value)
-        with pytest.raises(Exception, match="crashed after step 7 of batch 0"):
-            run_job(spark, archive, output, checkpoint)
+    with (
+        crashing(CrashPoint(step=7, batch=0, mode=CrashMode.RAISE)),
+        pytest.raises(Exception, match="crashed after step 7 of batch 0"),
+    ):
+        run_job(spark, archive, output, checkpoint)
     ledger = Ledger(resolve(str(output)))
     head = ledger.head()
     assert head is not None and not (checkpoint / "commits" / "0").exists()

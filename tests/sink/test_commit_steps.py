@@ -2,17 +2,20 @@
 
 Beside the SIGKILLs at random moments (``tests/spark/test_exactly_once.py``),
 which may miss a step, each case here crashes the sink at one step
-(``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>]:<batch>``). At that instant a
+(:class:`~app.sink.crash_points.CrashPoint`). At that instant a
 reader must see whole files, no row twice, and exactly the rows of the
 batches published so far; after a plain run the output must be exactly the
 expected output and the ledger must hold each batch once.
 
 Two ways to crash, for CI's time: in this process
-(``TABLECAST_CRASH_MODE=raise``: the query fails out of ``foreachBatch`` and
-nothing is cleaned up, as the sink cleans up nothing on any error), where
-the cases share one SparkSession and the resume keeps the warm Python
-workers; and a real SIGKILL of ``tablecast run``, resumed cold by a new
-process, as one chain of runs each killed at the next step of a later batch.
+(:attr:`~app.sink.crash_points.CrashMode.RAISE`, installed by
+:func:`~app.sink.crash_points.crashing`: the query fails out of
+``foreachBatch`` and nothing is cleaned up, as the sink cleans up nothing on
+any error), where the cases share one SparkSession and the resume keeps the
+warm Python workers; and a real SIGKILL of ``tablecast run``
+(``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>]:<batch>``), resumed cold by a
+new process, as one chain of runs each killed at the next step of a later
+batch.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
-from app.sink.commit import CRASH_ENV, CRASH_MODE_ENV, STEPS, CrashMode, CrashPoint
+from app.sink.commit import STEPS
+from app.sink.crash_points import CRASH_ENV, CRASH_MODE_ENV, CrashMode, CrashPoint, crashing
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table.catalog import threads_released
@@ -78,16 +82,13 @@ def _visible_files(output: Path) -> set[str]:
     return found
 
 
-def _crash_in_process(
-    spark: Any, archive: Path, output: Path, checkpoint: Path, step: int,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+def _crash_in_process(spark: Any, archive: Path, output: Path, checkpoint: Path, step: int) -> None:
     """The job, in this process, until its sink fails after ``step`` of ``CRASH_BATCH``."""
-    with monkeypatch.context() as env:
-        env.setenv(CRASH_ENV, f"{step}:{CRASH_BATCH}")
-        env.setenv(CRASH_MODE_ENV, CrashMode.RAISE.value)
-        with pytest.raises(Exception) as failure:
-            run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    with (
+        crashing(CrashPoint(step=step, batch=CRASH_BATCH, mode=CrashMode.RAISE)),
+        pytest.raises(Exception) as failure,
+    ):
+        run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
     assert f"crashed after step {step} of batch {CRASH_BATCH}" in str(failure.value)
 
 
@@ -193,10 +194,10 @@ def _resume_and_check(
 @pytest.mark.parametrize("step", range(1, STEPS + 1))
 def test_a_crash_after_each_commit_step_resumes_exactly(
     step: int, archive: Path, spark: Any, tmp_path: Path,
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    _crash_in_process(spark, archive, output, checkpoint, step, monkeypatch)
+    _crash_in_process(spark, archive, output, checkpoint, step)
     _assert_at_crash(archive, output, checkpoint, step)
     _resume_and_check(spark, archive, output, checkpoint, step, caplog)
 
@@ -289,7 +290,7 @@ def test_sigkilled_inside_each_commit_step_in_turn_every_cold_resume_is_exact(
 @pytest.mark.spark
 @pytest.mark.parametrize("step", range(1, STEPS + 1))
 def test_a_checkpoint_lost_after_each_step_of_the_first_batch(
-    step: int, archive: Path, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    step: int, archive: Path, spark: Any, tmp_path: Path
 ) -> None:
     """The checkpoint goes after a crash in batch 0; the next run cuts its batches otherwise.
 
@@ -298,11 +299,11 @@ def test_a_checkpoint_lost_after_each_step_of_the_first_batch(
     publishes. After it (7, 8), the start is refused and names `tablecast repair`.
     """
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    with monkeypatch.context() as env:
-        env.setenv(CRASH_ENV, f"{step}:0")
-        env.setenv(CRASH_MODE_ENV, CrashMode.RAISE.value)
-        with pytest.raises(Exception, match=f"crashed after step {step} of batch 0"):
-            run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
+    with (
+        crashing(CrashPoint(step=step, batch=0, mode=CrashMode.RAISE)),
+        pytest.raises(Exception, match=f"crashed after step {step} of batch 0"),
+    ):
+        run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
     shutil.rmtree(checkpoint)
     if step >= 7:
         with pytest.raises(OutputStateError, match="tablecast repair"):

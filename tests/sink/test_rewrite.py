@@ -27,6 +27,7 @@ from app.sink.rewrite import Rewrite, RewriteSteps
 from app.sink.writer import visible_files
 from app.spark.checkpoint import CheckpointLog
 from app.storage import Location, resolve
+from app.table.commit import snapshot_rewrite
 from tests.sink import test_guard
 
 _BLOCK = "part-t-0-00000000000000000000-00000000000000000010-000"
@@ -99,27 +100,28 @@ def test_a_rewrite_crashed_after_a_step_is_finished_by_the_next_run(
 ) -> None:
     rewrite = _prepare(output)
     with pytest.raises(Crash):
-        rewrite_mod.carry_out(output, rewrite, CrashAfter(step))
+        rewrite_mod.carry_out(output, rewrite, CrashAfter(step), snapshot=snapshot_rewrite)
     seen = set(_visible(output))
     # Old names are still visible (step 2: beside the new one, its block twice).
     assert set(OLD) <= seen
     assert (rewrite.publish[0][1] in seen) == (step == 2)
     assert [r.key for r in rewrite_mod.open_rewrites(output)] == ["r1"]
 
-    assert [r.key for r in rewrite_mod.finish_open(output)] == ["r1"]
+    assert [r.key for r in rewrite_mod.finish_open(output, snapshot=snapshot_rewrite)] == ["r1"]
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
     assert rewrite_mod.open_rewrites(output) == []
-    assert rewrite_mod.finish_open(output) == []  # nothing left to finish
+    # Nothing left to finish:
+    assert rewrite_mod.finish_open(output, snapshot=snapshot_rewrite) == []
 
 
 def test_no_published_name_is_written_twice(output: Location) -> None:
 
     rewrite = _prepare(output)
     with pytest.raises(Crash):
-        rewrite_mod.carry_out(output, rewrite, CrashAfter(2))
+        rewrite_mod.carry_out(output, rewrite, CrashAfter(2), snapshot=snapshot_rewrite)
     # The crashed attempt published the new name; finishing must not copy it again.
     output.write_bytes_atomic(output.child(STAGED), b"new")
-    rewrite_mod.finish_open(output)
+    rewrite_mod.finish_open(output, snapshot=snapshot_rewrite)
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
     if not output.is_local:  # S3: one version of the key (moto keeps each write)
         import os
@@ -138,10 +140,10 @@ def test_a_rewrite_whose_staged_file_is_gone_keeps_the_old_names_and_says_so(
 ) -> None:
     rewrite = _prepare(output)
     with pytest.raises(Crash):
-        rewrite_mod.carry_out(output, rewrite, CrashAfter(1))
+        rewrite_mod.carry_out(output, rewrite, CrashAfter(1), snapshot=snapshot_rewrite)
     output.delete_file(output.child(STAGED))
     with pytest.raises(OutputStateError) as refused:
-        rewrite_mod.finish_open(output)
+        rewrite_mod.finish_open(output, snapshot=snapshot_rewrite)
     assert "\n" not in str(refused.value) and "r1" in str(refused.value)
     assert set(_visible(output)) == set(OLD)  # nothing retired: no row lost
 
@@ -150,13 +152,14 @@ _KILLED_AFTER_PUBLISHING = """
 import os, signal, sys
 from app.sink import rewrite as rewrite_mod
 from app.storage import resolve
+from app.table.commit import snapshot_rewrite
 
 class Die(rewrite_mod.RewriteSteps):
     def published(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)  # between publishing and retiring
 
 rewrite = rewrite_mod.Rewrite.from_json(sys.stdin.buffer.read())
-rewrite_mod.carry_out(resolve(sys.argv[1]), rewrite, Die())
+rewrite_mod.carry_out(resolve(sys.argv[1]), rewrite, Die(), snapshot=snapshot_rewrite)
 """
 
 
@@ -175,16 +178,17 @@ def test_a_sigkilled_rewrite_is_left_to_its_owner_until_its_lease_runs_out(
     the live job leaves the record, and another rewrite refuses to start beside it."""
     rewrite = _prepare(output)
     _sigkilled_after_publishing(output, rewrite)
-    assert rewrite_mod.finish_abandoned(output) == []
+    assert rewrite_mod.finish_abandoned(output, snapshot=snapshot_rewrite) == []
     assert [r.key for r in rewrite_mod.open_rewrites(output)] == ["r1"]
     assert set(OLD) <= set(_visible(output))  # left as the owner may still be at work
     with pytest.raises(OutputStateError) as refused:
-        rewrite_mod.finish_open(output)
+        rewrite_mod.finish_open(output, snapshot=snapshot_rewrite)
     message = str(refused.value)
     assert "\n" not in message and "r1" in message and "in progress" in message
 
     later = time.time() + rewrite_mod.LEASE_SECONDS + 1  # the lease ran out: the owner is gone
-    assert [r.key for r in rewrite_mod.finish_abandoned(output, now=later)] == ["r1"]
+    finished = rewrite_mod.finish_abandoned(output, now=later, snapshot=snapshot_rewrite)
+    assert [r.key for r in finished] == ["r1"]
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
     assert rewrite_mod.open_rewrites(output) == []
 
@@ -194,10 +198,11 @@ def test_a_rewrite_that_failed_with_an_error_is_anyones_to_finish_at_once(
 ) -> None:
     rewrite = _prepare(output)
     with pytest.raises(Crash):
-        rewrite_mod.carry_out(output, rewrite, CrashAfter(2))
+        rewrite_mod.carry_out(output, rewrite, CrashAfter(2), snapshot=snapshot_rewrite)
     (record,) = rewrite_mod.open_rewrites(output)
     assert not record.running(time.time())  # given up by its owner on the error
-    assert [r.key for r in rewrite_mod.finish_abandoned(output)] == ["r1"]
+    finished = rewrite_mod.finish_abandoned(output, snapshot=snapshot_rewrite)
+    assert [r.key for r in finished] == ["r1"]
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
 
 
@@ -221,7 +226,7 @@ def test_a_running_rewrite_keeps_its_lease_while_it_works(
             (current,) = rewrite_mod.open_rewrites(output)
             seen.append(current)
 
-    rewrite_mod.carry_out(output, rewrite, Slow())
+    rewrite_mod.carry_out(output, rewrite, Slow(), snapshot=snapshot_rewrite)
     first, later = seen
     assert later.owner == first.owner and later.lease_until > first.lease_until
     assert rewrite_mod.open_rewrites(output) == []
@@ -244,7 +249,8 @@ def test_two_processes_finishing_one_record_at_once_publish_each_name_once(
     later = time.time() + rewrite_mod.LEASE_SECONDS + 1
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Location, "move", move_raced)
-        assert [r.key for r in rewrite_mod.finish_abandoned(output, now=later)] == ["r1"]
+        finished = rewrite_mod.finish_abandoned(output, now=later, snapshot=snapshot_rewrite)
+        assert [r.key for r in finished] == ["r1"]
     assert _visible(output) == {new: b"new"}
 
 
@@ -257,7 +263,8 @@ def test_the_live_job_finishes_a_rewrite_whose_owner_died_before_it_starts(
     output = resolve(str(tmp_path / "out"))
     rewrite = _prepare(output)
     with pytest.raises(Crash):
-        rewrite_mod.carry_out(output, rewrite, CrashAfter(2))  # an error: the lease given up
+        # An error: the lease given up.
+        rewrite_mod.carry_out(output, rewrite, CrashAfter(2), snapshot=snapshot_rewrite)
     assert set(OLD) | {rewrite.publish[0][1]} == set(_visible(output))
     end = {TopicPartition("t", 0): 10}
     Ledger(output).append(LedgerEntry(0, ledger_mod.BATCH, end, checkpoint_id=test_guard.QUERY,

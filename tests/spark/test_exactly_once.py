@@ -20,7 +20,7 @@ import pytest
 
 from app.errors import OutputStateError
 from app.sink import rewrite as rewrite_mod
-from app.sink.commit import CRASH_ENV
+from app.sink.crash_points import CRASH_ENV
 from app.sink.ledger import Ledger
 from app.sink.writer import visible_files
 from app.storage import resolve

@@ -25,11 +25,11 @@ from moto.server import ThreadedMotoServer
 from app import cli, metric_names
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Table, TableProcessor
-from app.engine.local import run_partitions
+from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.state import SessionState
 from app.metrics.listener import BatchMetrics, MetricsListener
-from app.metrics.publisher import CloudWatchSink, Timeouts
+from app.metrics.publisher import CloudWatchPublisher, Timeouts
 from app.recovery.inspect import read_state
 from app.sink.commit import BatchReport
 from app.sources import archive
@@ -234,11 +234,11 @@ def test_an_unreachable_cloudwatch_costs_metrics_and_nothing_else(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     spec = CaptureSpec(topics=1, partitions=2, sessions=4, updates=30, records_per_file=40, seed=4)
     capture = write_capture(tmp_path / "archive", spec)
-    sink = CloudWatchSink(environment=ENVIRONMENT, region=REGION,
-                          endpoint_url=f"http://127.0.0.1:{closed_port()}",
-                          timeouts=Timeouts(0.5, 0.5, 1))  # fmt: skip
+    publisher = CloudWatchPublisher(environment=ENVIRONMENT, region=REGION,
+                                    endpoint_url=f"http://127.0.0.1:{closed_port()}",
+                                    timeouts=Timeouts(0.5, 0.5, 1))  # fmt: skip
     seen: list[BatchMetrics] = []
-    listener = MetricsListener(sink, [seen.append])
+    listener = MetricsListener(publisher, [seen.append])
     reports: list[BatchReport] = []
     config = JobConfig(
         source=ArchiveSource(str(tmp_path / "archive")),
@@ -249,7 +249,7 @@ def test_an_unreachable_cloudwatch_costs_metrics_and_nothing_else(
     )
     run(spark, config, reports.append, listener=listener)
     closing = time.monotonic()
-    stats = sink.close(timeout_s=2)
+    stats = publisher.close(timeout_s=2)
     assert time.monotonic() - closing < 3
 
     assert_exact(tmp_path / "archive", tmp_path / "out")

@@ -12,7 +12,7 @@ import pytest
 from app import cli
 from app.recompute.correct import correct
 from app.recompute.replay import replay
-from app.sink.commit import CRASH_ENV, CRASH_MODE_ENV, CrashMode
+from app.sink.crash_points import CrashMode, CrashPoint, crashing
 from app.spark.code import job_version
 from app.tools.generate import CaptureSpec
 from tests.readers import read_everywhere
@@ -40,11 +40,11 @@ def test_run_redo_correct_replay_and_repair_leave_a_dataset_every_reader_opens(
     job_version.cache_clear()
     shutil.rmtree(archive)
     copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 120)
-    with monkeypatch.context() as env:
-        env.setenv(CRASH_ENV, "6")
-        env.setenv(CRASH_MODE_ENV, CrashMode.RAISE.value)
-        with pytest.raises(Exception, match="crashed after step 6"):
-            run_job(spark, archive, out, ckpt, max_offsets_per_trigger=40)
+    with (
+        crashing(CrashPoint(step=6, mode=CrashMode.RAISE)),
+        pytest.raises(Exception, match="crashed after step 6"),
+    ):
+        run_job(spark, archive, out, ckpt, max_offsets_per_trigger=40)
     run_job(spark, archive, out, ckpt, max_offsets_per_trigger=40)  # redoes that batch
     read_everywhere(out)
 

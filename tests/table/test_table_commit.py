@@ -2,7 +2,7 @@
 
 The crash cases reuse the sink's step-by-step machinery
 (``tests/sink/test_commit_steps.py``): the sink fails right after each of
-the protocol's steps of batch 1 (``TABLECAST_CRASH_MODE=raise``, one shared
+the protocol's steps of batch 1 (``CrashMode.RAISE``, one shared
 SparkSession), then a plain run resumes. After step 7 the ledger holds the
 batch and the table does not yet: the resumed run commits it once.
 """
@@ -65,10 +65,10 @@ def test_a_run_commits_one_append_snapshot_per_batch(
 @pytest.mark.spark
 @pytest.mark.parametrize("step", range(1, STEPS + 1))
 def test_a_crash_after_each_commit_step_commits_each_batch_once(
-    step: int, archive: Path, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    step: int, archive: Path, spark: Any, tmp_path: Path
 ) -> None:
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    _crash_in_process(spark, archive, output, checkpoint, step, monkeypatch)
+    _crash_in_process(spark, archive, output, checkpoint, step)
     # At the crash: the table holds whole batches only, never more than the ledger.
     held = table_commit.position(load_table(output))
     head = Ledger(resolve(str(output))).head()

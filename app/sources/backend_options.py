@@ -12,14 +12,15 @@ from collections.abc import Mapping
 
 import orjson
 
+from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
 from app.errors import ConfigurationError
+from app.sources import broker_quirks
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend
 from app.sources.kafka import DEFAULT_TIMEOUT_S, KafkaBackend
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.sources.starting import StartingPosition
-from app.sources.stream import starting_offsets_option
 from app.sources.tiered import TieredBackend
 
 ARCHIVE = "archive"
@@ -51,6 +52,11 @@ def common_options(
     return options
 
 
+def starting_offsets_option(offsets: Offsets) -> str:
+    """``startingOffsets``: a repair's offsets, ``{"topic:partition": n}``."""
+    return orjson.dumps(offsets_mod.to_archive_json(offsets)).decode()
+
+
 def archive_options(uri: str) -> dict[str, str]:
     return {"backend": ARCHIVE, "path": uri}
 
@@ -75,6 +81,9 @@ def kafka_options(
         options["secretArn"] = endpoint.secret_arn
     if endpoint.options:
         options["kafkaOptions"] = orjson.dumps(dict(endpoint.options)).decode()
+    fetch_wait_ms = broker_quirks.installed_fetch_wait_ms()
+    if fetch_wait_ms is not None:  # a test's broker (the planner runs in another process)
+        options["fetchWaitMs"] = str(fetch_wait_ms)
     return options
 
 
@@ -117,4 +126,11 @@ def _kafka(options: Mapping[str, str]) -> KafkaBackend:
     )
     timeout_s = int(options.get("timeoutMs", str(round(DEFAULT_TIMEOUT_S * 1000)))) / 1000
     isolation = Isolation(options.get("isolationLevel", Isolation.READ_COMMITTED))
-    return KafkaBackend(endpoint, options["topicPattern"], timeout_s, isolation)
+    fetch_wait_ms = int(options["fetchWaitMs"]) if "fetchWaitMs" in options else None
+    return KafkaBackend(
+        endpoint=endpoint,
+        topic_pattern=options["topicPattern"],
+        timeout_s=timeout_s,
+        isolation=isolation,
+        fetch_wait_ms=fetch_wait_ms,
+    )

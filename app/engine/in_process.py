@@ -35,7 +35,7 @@ PartitionReader = Callable[[TopicPartition], Iterable[RecordColumns]]
 
 
 @dataclass
-class LocalOutcome:
+class InProcessOutcome:
     """Every partition's result of one run over whole partitions."""
 
     results: dict[TopicPartition, PartitionResult] = field(default_factory=dict)
@@ -69,11 +69,11 @@ def run_partitions(
     read: PartitionReader,
     processor: Processor[Any],
     rules: Rules,
-) -> LocalOutcome:
+) -> InProcessOutcome:
     """Run every partition from an empty state; rule 6 settled across them."""
 
-    def run_pass(foreign: Foreign) -> LocalOutcome:
-        outcome = LocalOutcome()
+    def run_pass(foreign: Foreign) -> InProcessOutcome:
+        outcome = InProcessOutcome()
         for tp in partitions:
             machine = PartitionMachine(processor, rules, foreign.get(tp))
             state: PartitionState[Any] = PartitionState.empty(tp, 0)

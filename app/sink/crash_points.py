@@ -1,0 +1,117 @@
+"""Test seam: where the sink's commit dies on purpose, to reach every step of the protocol.
+
+Random moments rarely hit a given step; a :class:`CrashPoint` does, every
+time. It is installed into the commit protocol's step hook
+(:func:`app.sink.commit.install_step_hook`) by a test (:func:`crashing`, in
+its own process), or, for a test that starts ``tablecast run`` as a process,
+by the command line from the environment (:func:`install_from_environment`):
+``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>][:<batch>]`` and
+``TABLECAST_CRASH_MODE=sigkill|raise`` (default ``sigkill``). Nothing in the
+protocol reads them; unset, as in production, nothing is installed and the
+hook does nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from app.errors import ConfigurationError
+from app.sink.commit import PUBLISH_STEP, STEPS, install_step_hook
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "TABLECAST_CRASH_AFTER_STEP"
+CRASH_MODE_ENV = "TABLECAST_CRASH_MODE"
+
+
+class CrashMode(enum.Enum):
+    """How the sink dies at its crash point."""
+
+    SIGKILL = "sigkill"
+    """The driver's process, as a power cut or the OOM killer would: the real thing."""
+    RAISE = "raise"
+    """:class:`SimulatedCrash` out of ``foreachBatch``: the query fails with nothing
+    cleaned up (the sink has no cleanup on any error), and a test resumes in the
+    same process and SparkSession, without paying a JVM's start-up per case."""
+
+
+class SimulatedCrash(Exception):
+    """Raised at a :class:`CrashPoint` whose mode is :attr:`CrashMode.RAISE`."""
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """Where the sink dies: right after ``step`` of batch ``batch`` (None: any).
+
+    ``files`` (step 6 only) dies inside the step, after that many files were
+    published.
+    """
+
+    step: int
+    batch: int | None = None
+    mode: CrashMode = CrashMode.SIGKILL
+    files: int | None = None  # inside step 6: after this many publishes
+
+    @classmethod
+    def from_environment(cls) -> CrashPoint | None:
+        text = os.environ.get(CRASH_ENV, "").strip()
+        if not text:
+            return None
+        match = re.fullmatch(r"(\d+)(?:\.(\d+))?(?::(\d+))?", text)
+        if (
+            match is None
+            or not 1 <= int(match.group(1)) <= STEPS
+            or (match.group(2) is not None and int(match.group(1)) != PUBLISH_STEP)
+        ):
+            raise ConfigurationError(
+                f"{CRASH_ENV}={text!r} must be <step>[.<files>][:<batch>] with a step from 1 "
+                f"to {STEPS} (.<files> for step {PUBLISH_STEP} only)"
+            )
+        files, batch = match.group(2), match.group(3)
+        mode_text = os.environ.get(CRASH_MODE_ENV, CrashMode.SIGKILL.value).strip()
+        try:
+            mode = CrashMode(mode_text)
+        except ValueError:
+            known = "|".join(m.value for m in CrashMode)
+            raise ConfigurationError(f"{CRASH_MODE_ENV}={mode_text!r} must be {known}") from None
+        return cls(
+            step=int(match.group(1)),
+            batch=None if batch is None else int(batch),
+            mode=mode,
+            files=None if files is None else int(files),
+        )
+
+    def reached(self, step: int, batch_id: int, files: int | None = None) -> bool:
+        return step == self.step and self.batch in (None, batch_id) and files == self.files
+
+    def __call__(self, step: int, batch_id: int, files: int | None = None) -> None:
+        """The step hook: die like a SIGKILL of the job, without any cleanup, if reached."""
+        if not self.reached(step, batch_id, files):
+            return
+        where = f"{step}" if files is None else f"{step}.{files}"
+        if self.mode is CrashMode.RAISE:
+            raise SimulatedCrash(f"{CRASH_ENV}: crashed after step {where} of batch {batch_id}")
+        log.warning("%s: killing the driver after step %s of batch %d", CRASH_ENV, where, batch_id)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextmanager
+def crashing(point: CrashPoint) -> Iterator[CrashPoint]:
+    """Sinks made inside the block die at ``point``; none made after it do."""
+    install_step_hook(point)
+    try:
+        yield point
+    finally:
+        install_step_hook(None)
+
+
+def install_from_environment() -> None:
+    """``tablecast run`` dies where :data:`CRASH_ENV` says, or nowhere when it is unset."""
+    install_step_hook(CrashPoint.from_environment())
