@@ -165,6 +165,7 @@ class BatchReport:
     bytes: int
     violations: int
     trace: tuple[str, ...] = ()
+    messages: int = 0  # records the tasks read (the job's source gives Spark ranges, not records)
     state_bytes: int = 0
     sessions: int = 0
     # Records read per tier that served them ("archive", "kafka"): which
@@ -357,6 +358,7 @@ class ExactlyOnceSink:
             bytes=outcome.bytes if published else 0,
             violations=outcome.violation_count,
             trace=trace,
+            messages=outcome.messages,
             state_bytes=sum(self.engine.state_bytes.values()),
             sessions=sum(self.engine.sessions.values()),
             served=outcome.served,

@@ -1,10 +1,11 @@
 """The streaming query: a source, the partition engine, the exactly-once sink.
 
-Spark reads each micro-batch's offset ranges, one Spark partition per
+Spark plans each micro-batch's offset ranges, one Spark partition per
 topic-partition, and checkpoints the offsets; ``foreachBatch`` hands the
 batch to the sink (:class:`ExactlyOnceSink`), which runs the engine's
-partition tasks over it (``mapInArrow``: each range is processed by the task
-that read it, with no shuffle) and publishes what they staged.
+partition tasks over it (``mapInArrow``: each task reads its range where it
+processes it, :mod:`app.sources.ranges`, with no shuffle) and publishes what
+they staged.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from app.errors import ConfigurationError
 from app.metrics.listener import MetricsListener
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
-from app.sources import backends, stream
+from app.sources import backends, ranges, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import Tier
@@ -130,6 +131,8 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
             source.kafka.endpoint, source.archive.uri, source.kafka.timeout_s,
             source.kafka.isolation,
         )  # fmt: skip
+    # Ranges, not records: each task reads the range it processes (app.sources.ranges).
+    options[ranges.DELIVER_OPTION] = ranges.RANGES
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
