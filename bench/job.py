@@ -1,19 +1,28 @@
-"""Benchmark: the job on local Spark, against a stateless copy and a naive peer.
+"""Benchmark: the job on local Spark, against a stateless copy, two peers and a floor.
 
-Every run is its own process on ``local[2]``, JVM start included, and its
-peak memory is that of the whole process tree (driver JVM and Python
-workers), sampled from /proc. Figures, not assertions: ``make bench``.
+Every run is its own process on ``local[2]``, JVM start included; its peak
+memory and CPU time (core-seconds) are those of the whole process tree
+(driver JVM and Python workers), sampled from /proc. Figures, not
+assertions: ``make bench``.
 
-1. On the bench's capture (400 sessions, snapshots of 100 to 200 rows,
-   1,875 updates each: 750,800 messages, 2,005,182 output rows):
+1. On the heavy capture (:data:`HEAVY`: 764,400 messages, 400 sessions of
+   200-row tables with a resync every 55 messages, 6.7 output rows a
+   message; ``--archive`` reuses one already written):
+   - idle: the job over an empty archive (JVM, session, query): what a run
+     costs before its batches;
    - copy: the same source straight into Spark's Parquet sink, no state
      (the I/O floor);
-   - job:  ``tablecast run --trigger available-now``;
+   - job: ``tablecast run --trigger available-now``;
    - replay: ``tablecast replay`` of every range the job published, from
      the archive, replacing its files in place;
-   - peer: ``groupBy(key).applyInPandasWithState`` with JSON state and
-     Spark's file sink (bench/peer.py), with naive per-message code, and
-     again with the job's own per-message code (only the structure differs).
+   - peers (bench/peer.py), as a skilled PySpark 4 user writes them:
+     ``groupBy(key).applyInPandasWithState`` with JSON state and Spark's
+     file sink, with naive per-message code and again with the job's own
+     (only the structure differs), and ``transformWithState`` on the
+     RocksDB state store with the session as one JSON ``ValueState``;
+   - floor (bench/floor.py): one plain Python process doing the same
+     parsing, state and writing; the job's batches (its core-seconds less
+     the idle run's) are compared with the floor's core-seconds.
 2. The same traffic from 40 long sessions and from 10,000 sessions live at
    once (about 750k messages each): the job's messages per second.
 3. A capture of about 5M messages in one available-now run, batches

@@ -13,16 +13,19 @@ Two versions of the per-message code:
   writes it;
 - ``engine``: the job's own envelope parser and table processor, so that
   only the structure (shuffle, state store, file sink) differs from the job.
+
+And Spark 4's ``transformWithState`` (:data:`TWS`, Row-based, on the
+RocksDB state store it requires) with the naive code: the session's
+sequence and table as one JSON ``ValueState``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pandas as pd
-
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
@@ -105,15 +108,17 @@ class NaiveSessionProcessor(StatefulProcessor):
         self.stored = handle.getValueState("session", STATE_DDL)
 
     def handleInputRows(  # noqa: N802 (PySpark's names)
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues  # noqa: N803
+        self,
+        key: Any,
+        rows: Iterator[pd.DataFrame] | Iterator[Row],  # Rows: transformWithState's
+        timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[Row]:
         session = key[0].decode() if isinstance(key[0], bytes | bytearray) else str(key[0])
+        in_rows = cast(Iterator[Row], rows)
         current = self.stored.get() if self.stored.exists() else None
-        stored: dict[str, Any] = (
-            orjson.loads(current[0]) if current else {"seq": -1, "table": None}
-        )
+        stored: dict[str, Any] = orjson.loads(current[0]) if current else {"seq": -1, "table": None}
         records = sorted(
-            ((r["topic"], r["partition"], r["offset"], bytes(r["value"])) for r in rows),
+            ((r["topic"], r["partition"], r["offset"], bytes(r["value"])) for r in in_rows),
             key=lambda record: record[2],
         )
         last_seq, table, out = apply_naively(session, stored["seq"], stored["table"], records)
