@@ -34,6 +34,8 @@ from app.sources.records import Tier
 from app.sources.starting import StartingPosition
 from app.spark.checkpoint import CheckpointLog
 from app.spark.worker_errors import worker_error
+from app.storage import resolve
+from app.table import catalog as table_catalog
 from app.table import live as table_live
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,7 @@ def run(
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint)
     table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
+    table_catalog.open_in_background(resolve(config.output))  # while the query starts
     processor = processor or TableProcessor()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
