@@ -13,15 +13,25 @@ Two versions of the per-message code:
   writes it;
 - ``engine``: the job's own envelope parser and table processor, so that
   only the structure (shuffle, state store, file sink) differs from the job.
+
+And Spark 4's ``transformWithState`` (:data:`TWS`, Row-based, on the
+RocksDB state store it requires) with the naive code: the session's
+sequence and table as one JSON ``ValueState``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pandas as pd
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
 
 from app.contract.envelope import MessageType, parse_envelope
 from app.contract.processor import Table, TableProcessor
@@ -33,21 +43,18 @@ OUTPUT_DDL = (
 STATE_DDL = "state string"
 
 
-def update_session_naively(
-    key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: Any
-) -> Iterator[pd.DataFrame]:
-    session = key[0].decode() if isinstance(key[0], bytes | bytearray) else str(key[0])
-    stored: dict[str, Any] = (
-        orjson.loads(state.get[0]) if state.exists else {"seq": -1, "table": None}
-    )
-    last_seq: int = stored["seq"]
-    table: dict[str, Any] | None = stored["table"]
-    frame = pd.concat(list(frames)).sort_values("offset")
+def apply_naively(
+    session: str, last_seq: int, table: dict[str, Any] | None,
+    records: list[tuple[str, int, int, bytes]],
+) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]]]:  # fmt: skip
+    """One session's records (topic, partition, offset, value), in offset order, applied.
+
+    Plain ``orjson.loads`` and dicts, as a team new to the problem writes it;
+    both naive peers run it, so that only their Spark operator differs.
+    """
     out: list[dict[str, Any]] = []
-    for topic, partition, offset, value in zip(
-        frame["topic"], frame["partition"], frame["offset"], frame["value"], strict=True
-    ):
-        doc = orjson.loads(bytes(value))
+    for topic, partition, offset, value in records:
+        doc = orjson.loads(value)
         if doc["session"] != session or doc["seq"] != last_seq + 1:
             raise ValueError(f"{session}: expected seq {last_seq + 1}, got {doc['seq']}")
         last_seq = doc["seq"]
@@ -72,8 +79,55 @@ def update_session_naively(
         for row in doc["rows"]:
             out.append({**base, "row_id": row["id"], "value": row["value"],
                         "status": row["status"], "deleted": False})  # fmt: skip
+    return last_seq, table, out
+
+
+def update_session_naively(
+    key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    session = key[0].decode() if isinstance(key[0], bytes | bytearray) else str(key[0])
+    stored: dict[str, Any] = (
+        orjson.loads(state.get[0]) if state.exists else {"seq": -1, "table": None}
+    )
+    frame = pd.concat(list(frames)).sort_values("offset")
+    records = [
+        (topic, partition, offset, bytes(value))
+        for topic, partition, offset, value in zip(
+            frame["topic"], frame["partition"], frame["offset"], frame["value"], strict=True
+        )
+    ]
+    last_seq, table, out = apply_naively(session, stored["seq"], stored["table"], records)
     state.update((orjson.dumps({"seq": last_seq, "table": table}).decode(),))
     yield pd.DataFrame(out, columns=OUTPUT_DDL_NAMES)
+
+
+class NaiveSessionProcessor(StatefulProcessor):
+    """``transformWithState`` (Spark 4's Row-based API): the session as one JSON ValueState."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.stored = handle.getValueState("session", STATE_DDL)
+
+    def handleInputRows(  # noqa: N802 (PySpark's names)
+        self,
+        key: Any,
+        rows: Iterator[pd.DataFrame] | Iterator[Row],  # Rows: transformWithState's
+        timerValues: TimerValues,  # noqa: N803
+    ) -> Iterator[Row]:
+        session = key[0].decode() if isinstance(key[0], bytes | bytearray) else str(key[0])
+        in_rows = cast(Iterator[Row], rows)
+        current = self.stored.get() if self.stored.exists() else None
+        stored: dict[str, Any] = orjson.loads(current[0]) if current else {"seq": -1, "table": None}
+        records = sorted(
+            ((r["topic"], r["partition"], r["offset"], bytes(r["value"])) for r in in_rows),
+            key=lambda record: record[2],
+        )
+        last_seq, table, out = apply_naively(session, stored["seq"], stored["table"], records)
+        self.stored.update((orjson.dumps({"seq": last_seq, "table": table}).decode(),))
+        for row in out:
+            yield Row(**row)
+
+    def close(self) -> None:
+        pass
 
 
 def update_session_with_engine_code(
@@ -124,10 +178,17 @@ OUTPUT_DDL_NAMES = [part.strip().split(" ")[0] for part in OUTPUT_DDL.split(",")
 
 
 PEERS = {"naive": update_session_naively, "engine": update_session_with_engine_code}
+TWS = "transform-with-state"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 def run_peer(archive: str, output: str, checkpoint: str, max_offsets: int, code: str) -> None:
-    """The peer, until it has caught up (available-now); ``code``: a key of :data:`PEERS`."""
+    """The peer, until it has caught up (available-now).
+
+    ``code``: a key of :data:`PEERS` (``applyInPandasWithState``), or
+    :data:`TWS` (``transformWithState`` on the RocksDB state store, as Spark 4
+    requires it).
+    """
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from app.sources import backend_options, stream
@@ -142,9 +203,15 @@ def run_peer(archive: str, output: str, checkpoint: str, max_offsets: int, code:
         .options(**(options | backend_options.archive_options(archive)))
         .load()
     )
-    events = frame.groupBy("key").applyInPandasWithState(
-        PEERS[code], OUTPUT_DDL, STATE_DDL, "Append", GroupStateTimeout.NoTimeout
-    )
+    if code == TWS:
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        events = frame.groupBy("key").transformWithState(
+            NaiveSessionProcessor(), OUTPUT_DDL, "Append", "None"
+        )
+    else:
+        events = frame.groupBy("key").applyInPandasWithState(
+            PEERS[code], OUTPUT_DDL, STATE_DDL, "Append", GroupStateTimeout.NoTimeout
+        )
     query = (
         events.writeStream.format("parquet")
         .option("path", output)

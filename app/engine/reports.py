@@ -200,6 +200,11 @@ class BatchOutcome:
         return sum(f.rows for f in self.files if not f.quarantine)
 
     @property
+    def messages(self) -> int:
+        """The records the tasks read and applied, over every partition of the batch."""
+        return sum(s.messages for s in self.partitions.values())
+
+    @property
     def violation_count(self) -> int:
         """Every violation of the batch (:attr:`violations` holds a sample of each partition's)."""
         return max(len(self.violations), sum(s.violations for s in self.partitions.values()))

@@ -1,11 +1,14 @@
 """The executor half of the engine: one task per topic-partition range.
 
 Spark runs :class:`PartitionTask` with ``mapInArrow`` over a micro-batch's
-records, so it runs in the task that read them, one per topic-partition,
-with no shuffle. For its partition a task:
+ranges, one task per topic-partition, with no shuffle. For its partition a
+task:
 
-1. takes the records of the range, in offset order (it sorts them if a
-   source ever gives them otherwise, and refuses records outside the range);
+1. reads the records of the range with the reader the driver planned
+   (:mod:`app.sources.ranges`: the records go from the archive or Kafka
+   straight into the worker that processes them; a source that gives
+   records is taken as it is), in offset order (it sorts them if a source
+   ever gives them otherwise, and refuses records outside the range);
 2. loads the state version the driver named, offset and digest (from the
    worker's cache when it holds that very version), after checking that its
    records are those an earlier pass of the batch read. The load starts
@@ -57,6 +60,7 @@ from app.engine.state import PartitionState, StateVersion
 from app.engine.store import StateCache, StateStore
 from app.errors import DataLossError, StateError, TablecastError
 from app.sink.writer import QUARANTINE_DIR, stage_table
+from app.sources import ranges
 from app.sources.records import served_counts
 from app.sources.stream import read_in_order
 from app.spark.code import check_code, code_digest
@@ -100,7 +104,7 @@ class PartitionTask:
         early = self._load_early(_spark_partition())
         try:
             by_tp: dict[TopicPartition, list[pa.RecordBatch]] = {}
-            for batch in batches:
+            for batch in _records(batches):
                 for tp, part in _split_by_partition(batch):
                     by_tp.setdefault(tp, []).append(part)
             for tp in sorted(by_tp):
@@ -296,6 +300,21 @@ def stage_segment(
     result.rows = RowColumns(result.rows.tp)
     result.quarantined = []
     return staged
+
+
+def _records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The records of the task's input: records as given, or each range's as its reader reads them.
+
+    The job's source gives ranges (:mod:`app.sources.ranges`): the records
+    are read here, in the worker that processes them, and never pass
+    through Spark's JVM.
+    """
+    for batch in batches:
+        if ranges.is_ranges(batch):
+            for planned in ranges.planned(batch):
+                yield from planned.reader.read()
+        else:
+            yield batch
 
 
 def _split_by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:

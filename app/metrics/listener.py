@@ -127,6 +127,10 @@ def batch_metrics(
 ) -> BatchMetrics:
     """Merge Spark's progress (its JSON form, parsed) with the sink's report.
 
+    The messages are the report's: the job's source gives Spark one row per
+    range (:mod:`app.sources.ranges`), so Spark's ``numInputRows`` counts
+    ranges; it stands only where no report came (a source that gives records).
+
     ``tiers``: the source tiers whose records are counted apart (each one,
     0 included), for a job that reads Kafka and the archive.
     """
@@ -149,6 +153,7 @@ def batch_metrics(
         return metrics
     return replace(
         metrics,
+        input_messages=report.messages,
         rows_written=report.rows,
         output_files=report.files,
         output_bytes=report.bytes,

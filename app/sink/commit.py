@@ -20,8 +20,8 @@ A micro-batch is committed in these steps (``foreachBatch`` on the driver):
    partition's rows under ``_tablecast/staging/<key>/`` (hidden), saves its
    partition's state at the range's end (named by offset and digest), and
    reports files, violations, trace lines and the sessions it claimed; the
-   driver settles rule 6 across partitions (in resync mode over the batch's
-   records persisted once, so that every pass reads the same).
+   driver settles rule 6 across partitions (in resync mode a later pass
+   reads each range again and must read the records the first pass read).
 4. Strict mode with a violation: delete the staging directory and fail;
    nothing of the batch becomes visible.
 5. Write ``pending.json`` listing the files about to appear. If a pending
@@ -116,6 +116,7 @@ class BatchReport:
     bytes: int
     violations: int
     trace: tuple[str, ...] = ()
+    messages: int = 0  # records the tasks read (the job's source gives Spark ranges, not records)
     state_bytes: int = 0
     sessions: int = 0
     # Records read per tier that served them ("archive", "kafka"): which
@@ -187,17 +188,12 @@ class ExactlyOnceSink:
             location.delete_dir(location.child(staging))
 
         clear_staging()
-        # Resync mode may run the tasks more than once (rule 6): every pass must read the
-        # same records, not the source again (retention or compaction in between).
-        source = frame.persist() if self.mode is IntegrityMode.RESYNC else frame
-        try:
-            outcome = self.engine.run_batch(
-                lambda task, ddl: source.mapInArrow(task, ddl).collect(),
-                start, end, staging, clear_staging,
-            )  # fmt: skip
-        finally:
-            if source is not frame:
-                source.unpersist()
+        # Resync mode may run the tasks more than once (rule 6): each pass reads its ranges
+        # again, and a later pass that reads other records than the first fails the batch.
+        outcome = self.engine.run_batch(
+            lambda task, ddl: frame.mapInArrow(task, ddl).collect(),
+            start, end, staging, clear_staging,
+        )  # fmt: skip
         files = [f.path for f in outcome.files]
         self._step_done(3, batch_id)
 
@@ -303,6 +299,7 @@ class ExactlyOnceSink:
             bytes=outcome.bytes if published else 0,
             violations=outcome.violation_count,
             trace=trace,
+            messages=outcome.messages,
             state_bytes=sum(self.engine.state_bytes.values()),
             sessions=sum(self.engine.sessions.values()),
             served=outcome.served,

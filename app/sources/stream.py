@@ -56,7 +56,8 @@ from pyspark.sql.types import StructType
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Identities, Offsets, TopicPartition
-from app.errors import DataLossError
+from app.errors import ConfigurationError, DataLossError
+from app.sources import ranges
 from app.sources.backend import Backend, Bounds, RangeReader
 from app.sources.backend_options import from_options
 from app.sources.records import SPARK_DDL
@@ -97,8 +98,10 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         min_offsets: int = 0,
         max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S,
         clock: Callable[[], float] = time.monotonic,
+        deliver: str = ranges.RECORDS,
     ) -> None:
         self.backend = backend
+        self.deliver = deliver
         self.max_offsets = max_offsets
         self.starting = starting
         self.starting_position = starting_position
@@ -255,7 +258,12 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        yield from partition.reader.read()
+        if self.deliver == ranges.RANGES:  # the task that processes the range reads it
+            yield ranges.PlannedRange(
+                partition.tp, partition.start, partition.end, partition.reader
+            ).to_batch()
+        else:
+            yield from partition.reader.read()
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: offsets live in Spark's checkpoint, never in the backend."""
@@ -299,7 +307,9 @@ class TablecastSource(DataSource):
     (see :func:`app.sources.backend_options.from_options`), ``topicPattern``,
     ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelayMs``,
     ``startingOffsets`` (``{"topic:partition": n}``, a repair's), ``startingPosition``
-    (:class:`~app.sources.starting.StartingPosition`, for a fresh checkpoint).
+    (:class:`~app.sources.starting.StartingPosition`, for a fresh checkpoint),
+    ``deliver`` (``records``, the default, or ``ranges``: one row per range,
+    read where it is processed, :mod:`app.sources.ranges`).
     """
 
     @classmethod
@@ -307,7 +317,16 @@ class TablecastSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SPARK_DDL
+        return ranges.SPARK_DDL if self._deliver() == ranges.RANGES else SPARK_DDL
+
+    def _deliver(self) -> str:
+        deliver = self.options.get(ranges.DELIVER_OPTION, ranges.RECORDS)
+        if deliver not in (ranges.RECORDS, ranges.RANGES):
+            raise ConfigurationError(
+                f"the tablecast source's option {ranges.DELIVER_OPTION} is {deliver!r}: "
+                f"it must be {ranges.RECORDS} or {ranges.RANGES}"
+            )
+        return deliver
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         options = self.options
@@ -319,4 +338,5 @@ class TablecastSource(DataSource):
             min_offsets=int(options.get("minOffsetsPerTrigger", "0")),
             max_trigger_delay_s=int(options.get("maxTriggerDelayMs", "0")) / 1000
             or DEFAULT_MAX_TRIGGER_DELAY_S,
+            deliver=self._deliver(),
         )

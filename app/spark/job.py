@@ -1,10 +1,11 @@
 """The streaming query: a source, the partition engine, the exactly-once sink.
 
-Spark reads each micro-batch's offset ranges, one Spark partition per
+Spark plans each micro-batch's offset ranges, one Spark partition per
 topic-partition, and checkpoints the offsets; ``foreachBatch`` hands the
 batch to the sink (:class:`ExactlyOnceSink`), which runs the engine's
-partition tasks over it (``mapInArrow``: each range is processed by the task
-that read it, with no shuffle) and publishes what they staged.
+partition tasks over it (``mapInArrow``: each task reads its range where it
+processes it, :mod:`app.sources.ranges`, with no shuffle) and publishes what
+they staged.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ from app.errors import ConfigurationError
 from app.metrics.listener import MetricsListener
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
-from app.sources import backend_options, stream
+from app.sources import backend_options, ranges, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import Tier
 from app.sources.starting import StartingPosition
 from app.spark.checkpoint import CheckpointLog
 from app.spark.worker_errors import worker_error
+from app.storage import resolve
+from app.table import catalog as table_catalog
 from app.table import live as table_live
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,8 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
             source.kafka.endpoint, source.archive.uri, source.kafka.timeout_s,
             source.kafka.isolation,
         )  # fmt: skip
+    # Ranges, not records: each task reads the range it processes (app.sources.ranges).
+    options[ranges.DELIVER_OPTION] = ranges.RANGES
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
@@ -150,6 +155,7 @@ def run(
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint)
     table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
+    table_catalog.open_in_background(resolve(config.output))  # while the query starts
     processor = processor or TableProcessor()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import posixpath
 import threading
@@ -33,6 +34,8 @@ from app.storage import Location
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
 
 TABLE_DIR = "_iceberg"
 CONFIG_FILE = posixpath.join(TABLE_DIR, "catalog.json")
@@ -160,9 +163,39 @@ def _catalog(name: str, frozen: tuple[tuple[str, str], ...]) -> Catalog:
     return load_catalog(name, **with_endpoint(dict(frozen)))
 
 
+_opening = threading.Lock()  # one opening of a catalog at a time: the others then share it
+
+
 def catalog(config: TableConfig) -> Catalog:
     """The catalog (kept per process: an SQL catalog holds an engine, Glue a client)."""
-    return _catalog(config.name, tuple(sorted(config.catalog.items())))
+    with _opening:
+        return _catalog(config.name, tuple(sorted(config.catalog.items())))
+
+
+def open_in_background(location: Location) -> threading.Thread | None:
+    """Open the output's catalog on a thread, so that the first batch's commit finds it open.
+
+    Opening it first imports pyiceberg and SQLAlchemy (or boto3), about a
+    second of the driver's time, which the job's first batch would otherwise
+    spend after its tasks; the job starts this before its query. A failure
+    here is left to the commit, which opens the catalog again and reports it.
+    None when the output keeps no table.
+    """
+    config = config_for(location)
+    if config is None:
+        return None
+
+    def run() -> None:
+        try:
+            if location.is_local:  # the SQLite file's directory, before the catalog opens it
+                location.fs.create_dir(location.child(TABLE_DIR), recursive=True)
+            catalog(config)
+        except Exception as exc:  # the commit opens it again and reports what is wrong
+            log.debug("opening the catalog of %s early failed: %s", location.uri, exc)
+
+    thread = threading.Thread(target=run, name="tablecast-catalog-open", daemon=True)
+    thread.start()
+    return thread
 
 
 def table_exists(location: Location, config: TableConfig) -> bool:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from app.contract.offsets import TopicPartition
 from app.contract.processor import TableProcessor
@@ -20,7 +22,9 @@ from app.engine.state import StateVersion
 from app.engine.store import StateCache, StateStore
 from app.engine.task import BatchPlan, PartitionTask
 from app.errors import TablecastError
-from app.sources import archive
+from app.sources import archive, ranges
+from app.sources.archive import ArchiveBackend
+from app.sources.stream import OffsetStreamReader
 from app.storage import resolve
 from app.tools import generate as gen
 from app.tools.verify import expected_output
@@ -98,6 +102,28 @@ def test_two_ranges_produce_the_expected_rows_and_state(
     order = [("offset", "ascending"), ("row_id", "ascending"), ("deleted", "ascending")]
     expected = expected_output(uri, "^sensor-.+").rows
     assert staged_rows(tmp_path).sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
+
+
+def test_a_task_given_the_sources_ranges_reads_them_and_stages_what_records_stage(
+    tmp_path: Path, capture: tuple[str, int]
+) -> None:
+    uri, last = capture
+    by_records = run(plan(tmp_path, 0, last, None), records(uri, 0, last))
+    given = digests(tmp_path / "out") | digests(tmp_path / "ckpt")
+    shutil.rmtree(tmp_path / "out")
+    shutil.rmtree(tmp_path / "ckpt")
+    # What the job's source gives Spark: one row per range, the planned reader inside.
+    reader = OffsetStreamReader(ArchiveBackend(uri, "^sensor-.+"), max_offsets=0, starting={},
+                                deliver=ranges.RANGES)  # fmt: skip
+    start = reader.initialOffset()
+    parts = reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))
+    rows = [batch for part in parts for batch in reader.read(part)]
+    assert [b.num_rows for b in rows] == [1] and rows[0].schema == ranges.SCHEMA
+    by_ranges = run(plan(tmp_path, 0, last, None), rows)
+    # The same summary, with the tier that served the records (the reader adds it).
+    assert by_ranges.partitions[TP] == replace(by_records.partitions[TP], served={"archive": last})
+    assert by_ranges.messages == last == by_records.messages
+    assert digests(tmp_path / "out") | digests(tmp_path / "ckpt") == given
 
 
 def clear_staging(tmp_path: Path) -> None:

@@ -119,9 +119,9 @@ def test_tablecast_run_takes_kafka_and_the_archive_together_and_refuses_bad_comb
 def test_a_job_reading_both_publishes_the_records_each_tier_served() -> None:
     """RecordsServed: one datum per tier (0 included), with the Source dimension."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    progress = {"batchId": 4, "numInputRows": 39, "batchDuration": 1000, "sources": []}
+    progress = {"batchId": 4, "numInputRows": 1, "batchDuration": 1000, "sources": []}  # a range
     report = BatchReport(batch_id=4, end={}, published=True, files=2, rows=185, quarantined=0,
-                         bytes=9000, violations=0, served={"archive": 39})  # fmt: skip
+                         bytes=9000, violations=0, messages=39, served={"archive": 39})  # fmt: skip
     assert batch_metrics(progress, report).served == {}  # one source: nothing by tier
     metrics = batch_metrics(progress, report, ("archive", "kafka"))
     assert metrics.served == {"archive": 39, "kafka": 0}

@@ -123,11 +123,12 @@ def report(batch_id: int, **fields: Any) -> BatchReport:
 
 
 def test_batch_metrics_merge_progress_with_the_report() -> None:
+    # Spark's rows are the source's: two ranges; the messages are those the tasks read.
     progress = progress_json(
         3, str(uuid.uuid4()), end={"sensor-0:0": 50, "sensor-0:1": 75},
-        latest={"sensor-0:0": 60, "sensor-0:1": 88}, rows=25, duration_ms=2500,
+        latest={"sensor-0:0": 60, "sensor-0:1": 88}, rows=2, duration_ms=2500,
     )  # fmt: skip
-    m = batch_metrics(progress, report(3, sessions=7, state_bytes=1000))
+    m = batch_metrics(progress, report(3, sessions=7, state_bytes=1000, messages=25))
     assert (m.batch_id, m.input_messages, m.duration_ms) == (3, 25, 2500)
     assert (m.sessions_in_state, m.state_bytes) == (7, 1000)
     assert m.end == {TP0: 50, TP1: 75}

@@ -10,10 +10,10 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.contract.offsets import TopicPartition
-from app.errors import ArchiveLayoutError, DataLossError
-from app.sources import archive, records
+from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
+from app.sources import archive, ranges, records
 from app.sources.archive import ArchiveBackend, ArchiveRange
-from app.sources.stream import OffsetStreamReader, RangePartition
+from app.sources.stream import OffsetStreamReader, RangePartition, TablecastSource
 from app.storage import resolve
 
 
@@ -308,7 +308,6 @@ def test_a_trigger_lists_the_archive_once(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_a_fresh_checkpoint_starts_at_the_latest_offsets_when_asked(tmp_path: Path) -> None:
-    from app.errors import ConfigurationError
     from app.sources.starting import StartingPosition
 
     _write(tmp_path, A0, 0, 10)
@@ -368,3 +367,11 @@ def test_archives_written_before_headers_read_as_records_without_headers(tmp_pat
 
 def _write_table(root: Path, tp: TopicPartition, start: int, end: int, table: pa.Table) -> None:
     archive.write_file(resolve(str(root)), tp, start, end, table)
+
+
+def test_the_source_delivers_records_or_ranges_and_refuses_anything_else(tmp_path: Path) -> None:
+    options = {"backend": "archive", "path": str(tmp_path), "topicPattern": "^sensor-.+"}
+    assert TablecastSource(options).schema() == records.SPARK_DDL
+    assert TablecastSource(options | {"deliver": "ranges"}).schema() == ranges.SPARK_DDL
+    with pytest.raises(ConfigurationError, match="option deliver is 'rows': it must be"):
+        TablecastSource(options | {"deliver": "rows"}).schema()

@@ -154,3 +154,17 @@ def test_glue_catalogues_an_s3_output(
     found = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
     assert found["Parameters"]["table_type"].upper() == "ICEBERG"
     assert found["Parameters"]["metadata_location"].startswith("s3://lake/out/_iceberg/table/")
+
+
+def test_the_catalog_opened_on_a_thread_is_the_one_the_first_commit_uses(tmp_path: Path) -> None:
+    location = resolve(str(tmp_path / "out"))
+    config = catalog_mod.config_for(location)
+    assert config is not None  # a local output: SQLite beside it
+    catalog_mod._catalog.cache_clear()
+    opening = catalog_mod.open_in_background(location)
+    assert opening is not None
+    opened = catalog_mod.catalog(config)  # waits for the thread's opening, never opens twice
+    opening.join(timeout=30)
+    assert not opening.is_alive()
+    assert catalog_mod._catalog.cache_info().misses == 1
+    assert catalog_mod.catalog(config) is opened
