@@ -1,4 +1,9 @@
-"""``make pipeline-demo``: bring the pipeline up, feed it, check it, tear it down.
+"""The pipeline on one machine exercised: a load published, caught up, verified.
+
+The pieces of ``tablecast-ops test-run`` (:mod:`app.ops.test_run`) pointed
+at the pipeline on this machine (the tests drive them one by one), and
+``make pipeline-demo``, the whole loop: bring the pipeline up, feed it,
+check it, tear it down.
 
 1. Everything comes up (:class:`app.local.pipeline.LocalPipeline`), the
    working tree's wheel deployed as the image's units run it.
@@ -20,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app import handoff
-from app.local.pipeline import PARTITIONS, TOPICS, LocalPipeline, Paths
+from app.local.pipeline import PARTITIONS, TOPICS, LocalPipeline, Paths, say
+from app.local.stand_in import StandIn
 from app.ops import produce, test_run
 from app.ops.test_run import Positions
 from app.sources.kafka_client import KafkaEndpoint
@@ -91,9 +97,9 @@ def verify(pipeline: LocalPipeline) -> tuple[bool, str]:
     return test_run.verify(local_target(pipeline))
 
 
-def demo(root: Path) -> int:
+def demo(root: Path, stand_in: StandIn) -> int:
     """The test-run loop (:func:`app.ops.test_run.run`) on the pipeline it brings up."""
-    pipeline = LocalPipeline(Paths(root.resolve()), progress=lambda line: print(line, flush=True))
+    pipeline = LocalPipeline(Paths(root.resolve()), stand_in, progress=say)
     started = time.monotonic()
     pipeline.start()
     os.environ.update(pipeline.aws_env())  # this process reads S3 (moto) too
