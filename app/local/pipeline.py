@@ -310,6 +310,11 @@ class LocalPipeline:
             spec = replace(spec, argv=(*spec.argv, "--max-wait", ARCHIVE_MAX_WAIT))
         self.supervisor.start(spec, self.service_env())
 
+    def raise_if_failing(self) -> None:
+        """Stop waiting on a service that keeps failing (:meth:`Supervisor.raise_if_failing`)."""
+        if self.supervisor is not None:
+            self.supervisor.raise_if_failing()
+
     # -- what the services see -------------------------------------------
 
     def node_env(self) -> dict[str, str]:
