@@ -110,13 +110,13 @@ shellcheck: setup
 # The production topology on loopback (app/local/pipeline.py): Kafka (tansu),
 # AWS (moto), Spark, the job and the archiver from the image's own units.
 pipeline-demo: setup
-	$(BIN)/python -m app.local.pipeline demo
+	$(BIN)/python scripts/local_pipeline.py demo
 
 pipeline-up: setup
-	$(BIN)/python -m app.local.pipeline up
+	$(BIN)/python scripts/local_pipeline.py up
 
 pipeline-down: setup
-	$(BIN)/python -m app.local.pipeline down
+	$(BIN)/python scripts/local_pipeline.py down
 
 bench: setup
 	$(BIN)/python -m bench.engine

@@ -18,7 +18,7 @@ from tests.tansu import running_broker
 pytest_plugins = ["tests.leaks"]
 
 # moto's servers log each request at INFO through werkzeug, whose handler keeps
-# the stream of the test that made it: later tests' output got "Logging error".
+# the stream of the test that made it: later tests' output would get "Logging error".
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

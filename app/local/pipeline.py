@@ -1,6 +1,6 @@
 """The whole pipeline on one machine: the production topology on loopback.
 
-``make pipeline-demo`` (``python -m app.local.pipeline demo``) brings up what
+``make pipeline-demo`` (``scripts/local_pipeline.py demo``) brings up what
 ``infra/`` and the AMI build in AWS, with a real component in each role,
 produces sessions, waits until the job has caught up, checks the output with
 ``tablecast verify``, prints a summary and tears everything down.
@@ -10,7 +10,7 @@ produces sessions, waits until the job has caught up, checks the output with
 |---|---|---|
 | Kafka | MSK | tansu on a loopback port, topics made by ``tablecast-ops topics create`` |
 | AWS APIs | S3, SSM, CloudWatch, SNS | moto's server on a loopback port |
-| hand-off | infra's hand-off stack | the same values (``infra/config/handoff.py``) |
+| hand-off | infra's hand-off stack | the same values, passed in (``infra/config/stand_in.py``) |
 | Spark | the image's master and worker units | the same units, staged as the image installs them |
 | job | ``tablecast-job.service`` runs ``run-job`` | the same unit, the same script |
 | archiver | ``tablecast-archiver.service`` | the same unit |
@@ -30,7 +30,6 @@ its unit's command in ``_start_unit``).
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import hashlib
 import json
@@ -43,30 +42,34 @@ import sys
 import sysconfig
 import time
 import venv
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
+
+import boto3
 
 from app import handoff
 from app.errors import ConfigurationError, TablecastError
 from app.local.image import StagedImage, stage
+from app.local.processes import LOOPBACK, poll_until, start_logged
 from app.local.run_command import RunCommandAgent
-from app.local.servers import FAKE_CREDENTIALS, LOOPBACK, Server, start_broker, start_moto
+from app.local.servers import FAKE_CREDENTIALS, Server, start_broker, start_moto
+from app.local.spark_cluster import master_ready, spark_home
+from app.local.stand_in import StandIn
 from app.local.supervisor import Supervisor
 from app.local.units import render
+from app.ops.aws import AwsClients
 from app.ops.cli import KAFKA_AUTH_VARIABLE, ONE_MESSAGE_PER_BATCH_VARIABLE
+from app.ops.deploy import upload_wheel
+from app.ops.environment import write_job_version
+from app.ops.wheel import build_wheel
 
 if TYPE_CHECKING:
-    from mypy_boto3_cloudwatch import CloudWatchClient
-    from mypy_boto3_ec2 import EC2Client
-    from mypy_boto3_s3 import S3Client
-    from mypy_boto3_sns import SNSClient
-    from mypy_boto3_ssm import SSMClient
+    from mypy_boto3_s3.literals import BucketLocationConstraintType
 
 PROJECT = Path(__file__).resolve().parents[2]
-ENVIRONMENT = "sandbox"  # infra's throwaway environment
 ZONE_ID = "euw1-az1"
 TRIGGER = "5 seconds"
 ARCHIVE_MAX_WAIT = "5 seconds"  # a node's archiver lets a record wait a minute for its file
@@ -78,37 +81,15 @@ PARTITIONS = 2
 Progress = Callable[[str], None]
 
 
+def say(line: str) -> None:
+    """Progress on standard output, as it comes."""
+    print(line, flush=True)
+
+
 class PipelineError(TablecastError):
     """The pipeline on this machine could not be brought up, or did not catch up."""
 
     exit_code = 1
-
-
-@dataclass(frozen=True)
-class AwsClients:
-    s3: S3Client
-    ssm: SSMClient
-    sns: SNSClient
-    cloudwatch: CloudWatchClient
-    ec2: EC2Client
-
-    @classmethod
-    def for_endpoint(cls, env: Mapping[str, str]) -> AwsClients:
-        import boto3
-
-        session = boto3.session.Session(
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-            region_name=env["AWS_REGION"],
-        )
-        endpoint = env["AWS_ENDPOINT_URL"]
-        return cls(
-            s3=session.client("s3", endpoint_url=endpoint),
-            ssm=session.client("ssm", endpoint_url=endpoint),
-            sns=session.client("sns", endpoint_url=endpoint),
-            cloudwatch=session.client("cloudwatch", endpoint_url=endpoint),
-            ec2=session.client("ec2", endpoint_url=endpoint),
-        )
 
 
 @dataclass(frozen=True)
@@ -159,15 +140,19 @@ class LocalPipeline:
     """Everything running: the stand-ins, the services, and how to reach them."""
 
     paths: Paths
-    progress: Progress = print
-    environment: str = ENVIRONMENT
+    stand_in: StandIn
     """The environment it stands in for: the sandbox, or a test pipeline of testing.toml."""
+    progress: Progress = print
     aws: Server | None = None
     kafka: Server | None = None
     supervisor: Supervisor | None = None
     values: dict[str, str] = field(default_factory=dict)  # the hand-off as written to SSM
     image: StagedImage | None = None
     agent: RunCommandAgent | None = None
+
+    @property
+    def environment(self) -> str:
+        return self.stand_in.environment
 
     # -- bring up ---------------------------------------------------------
 
@@ -222,21 +207,22 @@ class LocalPipeline:
 
     def _kafka_and_handoff(self) -> None:
         self.kafka = start_broker(self.paths.logs / "kafka.log")
-        from infra.config import layout
-        from infra.config.handoff import handoff_values
-
-        config = self.config()
-        bucket = layout.bucket_name(config.resource_prefix, config.deployment.account_id,
-                                    config.region)  # fmt: skip
         clients = self.clients()
-        values = handoff_values(config=config, bootstrap_brokers_iam=self.kafka.address,
-                                bucket_name=bucket, driver_private_ip=LOOPBACK,
-                                driver_instance_id=self._driver_instance(clients))  # fmt: skip
+        values = self.stand_in.handoff_values(
+            bootstrap_brokers_iam=self.kafka.address,
+            driver_private_ip=LOOPBACK,
+            driver_instance_id=self._driver_instance(clients),
+        )
         values.update(self._substitutions())
         clients.s3.create_bucket(
-            Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": config.region}
+            Bucket=self.stand_in.bucket,
+            # infra's environments name the region by its code, as S3 takes it.
+            CreateBucketConfiguration={
+                "LocationConstraint": cast("BucketLocationConstraintType", self.region())
+            },
         )
-        clients.sns.create_topic(Name=f"{config.resource_prefix}-alarms")
+        sns = self._session().client("sns", endpoint_url=self.aws_env()["AWS_ENDPOINT_URL"])
+        sns.create_topic(Name=self.stand_in.alarm_topic)
         for name, value in values.items():
             clients.ssm.put_parameter(Name=handoff.parameter_name(self.environment, name),
                                       Value=value, Type="String", Overwrite=True)  # fmt: skip
@@ -286,14 +272,10 @@ class LocalPipeline:
         self.supervisor = Supervisor(self.paths.logs, cwd=Path("/"))
         for unit in ("spark-master", "spark-worker"):
             self._start_unit(unit)
-        _wait(lambda: _master_has_worker(SPARK_PORTS[1]), 90, "the Spark worker registering",
+        _wait(lambda: master_ready(SPARK_PORTS[1]), 90, "the Spark worker registering",
               self.paths.logs / "spark-worker.log")  # fmt: skip
 
     def _deploy(self) -> None:
-        from app.ops.deploy import upload_wheel
-        from app.ops.environment import write_job_version
-        from app.ops.wheel import build_wheel
-
         wheel = build_wheel(PROJECT, self.paths.root / "dist")
         clients = self.clients()
         upload_wheel(clients.s3, self.values[handoff.ARTIFACTS_URI], wheel, replace=True)
@@ -328,6 +310,11 @@ class LocalPipeline:
             spec = replace(spec, argv=(*spec.argv, "--max-wait", ARCHIVE_MAX_WAIT))
         self.supervisor.start(spec, self.service_env())
 
+    def raise_if_failing(self) -> None:
+        """Stop waiting on a service that keeps failing (:meth:`Supervisor.raise_if_failing`)."""
+        if self.supervisor is not None:
+            self.supervisor.raise_if_failing()
+
     # -- what the services see -------------------------------------------
 
     def node_env(self) -> dict[str, str]:
@@ -346,8 +333,6 @@ class LocalPipeline:
         On the AMI every node has its venv at the same path, and run-job installs
         the job's wheel in the driver node's: here they are two directories.
         """
-        from app.local.spark_cluster import spark_home
-
         venv_dir = self.paths.driver_venv if node == "driver" else self.paths.image_venv
         return {
             "/opt/spark": str(spark_home()),
@@ -362,8 +347,6 @@ class LocalPipeline:
                 "AWS_REGION": self.region(), "AWS_DEFAULT_REGION": self.region()}  # fmt: skip
 
     def service_env(self) -> dict[str, str]:
-        from app.local.spark_cluster import spark_home
-
         return {
             **os.environ,
             **self.node_env(),
@@ -380,16 +363,18 @@ class LocalPipeline:
         }
 
     def region(self) -> str:
-        region: str = self.config().region
-        return region
-
-    def config(self) -> Any:
-        """infra's configuration of the environment, with the throwaway testing settings."""
-        return environment_config(self.environment)
+        return self.stand_in.region
 
     def clients(self) -> AwsClients:
         """Clients of the stand-in AWS (moto's server)."""
-        return AwsClients.for_endpoint(self.aws_env())
+        return AwsClients.of(self._session(), self.aws_env()["AWS_ENDPOINT_URL"])
+
+    def _session(self) -> boto3.session.Session:
+        return boto3.session.Session(
+            aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=self.region(),
+        )
 
     def ops(self, argv: list[str], check: bool = True) -> str:
         """``tablecast-ops ARGV`` as an operator on the driver node runs it."""
@@ -432,25 +417,6 @@ class LocalPipeline:
         )
 
 
-def environment_config(name: str = ENVIRONMENT) -> Any:
-    """infra's throwaway environment or a test pipeline testing.toml declares, with the
-    throwaway settings (no account is real)."""
-    from infra.config.environments import ENVIRONMENTS
-    from infra.config.settings import TESTING_SETTINGS, load_settings
-    from infra.config.test_pipelines import pipeline_configs
-
-    settings = load_settings(TESTING_SETTINGS)
-    if name == ENVIRONMENT:
-        return ENVIRONMENTS[ENVIRONMENT](settings[ENVIRONMENT])
-    declared = {config.name: config for config in pipeline_configs(TESTING_SETTINGS, settings)}
-    if name not in declared:
-        raise ConfigurationError(
-            f"environment {name!r}: the pipeline on one machine stands in for {ENVIRONMENT} or "
-            f"a test pipeline of {TESTING_SETTINGS.name} ({', '.join(declared) or 'none'})"
-        )
-    return declared[name]
-
-
 def ensure_locked_venv(path: Path, lock: Path, progress: Progress) -> None:
     """A venv holding exactly ``lock`` (with hashes); rebuilt only when the lock changes."""
     digest = hashlib.sha256(lock.read_bytes()).hexdigest()
@@ -488,40 +454,22 @@ def _require_free(port: int) -> None:
             ) from None
 
 
-def _master_has_worker(ui_port: int) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as answer:
-            doc = json.load(answer)
-    except (OSError, ValueError):  # not up yet; while starting, the UI may answer a page, not JSON
-        return False
-    return any(w.get("state") == "ALIVE" for w in doc.get("workers", []))
-
-
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise PipelineError(f"timed out after {timeout_s:.0f} s waiting for {what}; see {log}")
-        time.sleep(0.5)
+    if not poll_until(condition, timeout_s=timeout_s):
+        raise PipelineError(f"timed out after {timeout_s:.0f} s waiting for {what}; see {log}")
 
 
 # -- the commands ------------------------------------------------------------
 
 
-def up(root: Path, environment: str = ENVIRONMENT) -> int:
-    """Start the pipeline in the background (``serve``) and wait until it is up."""
+def up(root: Path, serve_command: Sequence[str]) -> int:
+    """Start the pipeline in the background (``serve_command``, which runs :func:`serve`)
+    and wait until it is up."""
     paths = Paths(root.resolve())
     if paths.state.exists():
         raise ConfigurationError(f"{paths.state} exists: the pipeline is up (make pipeline-down)")
-    paths.logs.mkdir(parents=True, exist_ok=True)
     log = paths.logs / "pipeline.log"
-    with log.open("ab") as out:
-        server = subprocess.Popen([sys.executable, "-m", "app.local.pipeline", "serve",
-                                   "--root", str(root), "--environment", environment],
-                                  stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True, cwd=PROJECT)  # fmt: skip
+    server = start_logged(serve_command, log, cwd=PROJECT)
     shown = 0
     while not paths.state.exists():
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -539,7 +487,7 @@ def up(root: Path, environment: str = ENVIRONMENT) -> int:
     return 0
 
 
-def serve(root: Path, environment: str = ENVIRONMENT) -> int:
+def serve(root: Path, stand_in: StandIn) -> int:
     """Run the pipeline until SIGTERM (what ``up`` starts in the background)."""
     stopping = False
 
@@ -548,8 +496,7 @@ def serve(root: Path, environment: str = ENVIRONMENT) -> int:
         stopping = True
 
     signal.signal(signal.SIGTERM, request_stop)
-    pipeline = LocalPipeline(Paths(root.resolve()), progress=lambda line: print(line, flush=True),
-                             environment=environment)  # fmt: skip
+    pipeline = LocalPipeline(Paths(root.resolve()), stand_in, progress=say)
     pipeline.start()
     try:
         while not stopping:
@@ -570,37 +517,7 @@ def down(root: Path) -> int:
     except ProcessLookupError:
         paths.state.unlink(missing_ok=True)
         return 0
-    deadline = time.monotonic() + 180
-    while paths.state.exists() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    poll_until(lambda: not paths.state.exists(), timeout_s=180)
     print("down: every service stopped" if not paths.state.exists() else
           f"the pipeline (pid {pid}) did not stop in time; see {paths.logs}")  # fmt: skip
     return 0 if not paths.state.exists() else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pipeline", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["up", "down", "serve", "demo"])
-    parser.add_argument("--root", type=Path, default=Path(".pipeline"))
-    parser.add_argument(
-        "--environment", default=ENVIRONMENT,
-        help=f"what it stands in for: {ENVIRONMENT} or a test pipeline of testing.toml",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "up":
-            return up(args.root, args.environment)
-        if args.command == "down":
-            return down(args.root)
-        if args.command == "serve":
-            return serve(args.root, args.environment)
-        from app.local.demo import demo
-
-        return demo(args.root)
-    except TablecastError as exc:
-        print(f"pipeline {args.command}: {exc}", file=sys.stderr)
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,18 +11,15 @@ until stopped.
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import TablecastError
+from app.local.processes import LOOPBACK, free_port, poll_until, start_logged, stop_group
 
-LOOPBACK = "127.0.0.1"
 # Credentials moto accepts; any others would do. Region: infra's environments'.
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
@@ -31,13 +28,6 @@ class ServerError(TablecastError):
     """A stand-in service did not start."""
 
     exit_code = 1
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -54,31 +44,29 @@ class Server:
         return f"{LOOPBACK}:{self.port}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process, timeout_s=10)
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection((LOOPBACK, port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
 
 
 def _start(name: str, argv: list[str], port: int, log: Path, timeout_s: float = 30.0) -> Server:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
+    process = start_logged(argv, log)
     server = Server(name, port, process, log)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.create_connection((LOOPBACK, port), timeout=0.5).close()
-            return server
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                server.stop()
-                raise ServerError(f"{name} did not start on {LOOPBACK}:{port}; see {log}") from None
-            time.sleep(0.1)
+    if not poll_until(
+        lambda: _accepts(port),
+        timeout_s=timeout_s,
+        poll_s=0.1,
+        gave_up=lambda: process.poll() is not None,
+    ):
+        server.stop()
+        raise ServerError(f"{name} did not start on {LOOPBACK}:{port}; see {log}")
+    return server
 
 
 def tansu_binary() -> str:

@@ -12,20 +12,17 @@ dependencies and not the job's package.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import signal
-import socket
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.errors import TablecastError
-
-LOOPBACK = "127.0.0.1"
+from app.local.processes import LOOPBACK, free_port, poll_until, start_logged, stop_group
 
 
 class ClusterError(TablecastError):
@@ -35,17 +32,12 @@ class ClusterError(TablecastError):
 
 
 def spark_home() -> Path:
-    """The Spark distribution inside the pyspark package (bin/, jars/)."""
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """The Spark distribution inside the pyspark package (bin/, jars/), found without
+    importing it."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise ClusterError("no pyspark in this Python: run `make setup`")
+    return Path(spec.origin).parent
 
 
 @dataclass(frozen=True)
@@ -96,25 +88,15 @@ class StandaloneCluster:
                                "--work-dir", str(work), self.master_url])  # fmt: skip
 
     def _start(self, name: str, arguments: list[str]) -> None:
-        self.log(name).parent.mkdir(parents=True, exist_ok=True)
-        with self.log(name).open("ab") as log:
-            self.processes[name] = subprocess.Popen(
-                [str(spark_home() / "bin" / "spark-class"), *arguments],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-                start_new_session=True,  # the JVM and its children: one group to stop
-            )  # fmt: skip
+        # The JVM and its children (the executors): one group to stop.
+        argv = [str(spark_home() / "bin" / "spark-class"), *arguments]
+        self.processes[name] = start_logged(argv, self.log(name), env=self.env())
 
     def stop(self, name: str) -> None:
         """Stop one service and every process it started (executors included)."""
         process = self.processes.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            stop_group(process, timeout_s=15)
 
     def stop_all(self) -> None:
         for name in ("worker", "master"):
@@ -122,37 +104,48 @@ class StandaloneCluster:
 
     def status(self) -> MasterStatus:
         """The master's own view (its web UI's JSON): status, workers, applications."""
-        url = f"http://{LOOPBACK}:{self.master_ui_port}/json/"
-        with urllib.request.urlopen(url, timeout=2) as response:
-            doc: dict[str, Any] = json.load(response)
-        return MasterStatus(
-            status=str(doc.get("status")),
-            alive_workers=sum(1 for w in doc.get("workers", []) if w.get("state") == "ALIVE"),
-            active_apps=tuple(str(a["id"]) for a in doc.get("activeapps", [])),
-            completed_apps=tuple(str(a["id"]) for a in doc.get("completedapps", [])),
-        )
+        return master_status(self.master_ui_port)
 
     def wait_until_ready(self, workers: int = 1, timeout_s: float = 90.0) -> None:
         """Until the master is alive with ``workers`` alive workers registered."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for name, process in self.processes.items():
-                if process.poll() is not None:
-                    raise ClusterError(
-                        f"the Spark {name} exited with {process.returncode}; see {self.log(name)}"
-                    )
-            try:
-                status = self.status()
-                if status.status == "ALIVE" and status.alive_workers >= workers:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
+
+        def exited() -> bool:
+            return any(process.poll() is not None for process in self.processes.values())
+
+        if poll_until(
+            lambda: master_ready(self.master_ui_port, workers), timeout_s=timeout_s, gave_up=exited
+        ):
+            return
+        for name, process in self.processes.items():
+            if process.poll() is not None:
                 raise ClusterError(
-                    f"the Spark master at {self.master_url} had no {workers} worker(s) alive "
-                    f"within {timeout_s:.0f} s; see {self.log('master')} and {self.log('worker')}"
+                    f"the Spark {name} exited with {process.returncode}; see {self.log(name)}"
                 )
-            time.sleep(0.5)
+        raise ClusterError(
+            f"the Spark master at {self.master_url} had no {workers} worker(s) alive "
+            f"within {timeout_s:.0f} s; see {self.log('master')} and {self.log('worker')}"
+        )
+
+
+def master_status(ui_port: int) -> MasterStatus:
+    """A master's own view (its web UI's JSON on ``ui_port``): status, workers, applications."""
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as response:
+        doc: dict[str, Any] = json.load(response)
+    return MasterStatus(
+        status=str(doc.get("status")),
+        alive_workers=sum(1 for w in doc.get("workers", []) if w.get("state") == "ALIVE"),
+        active_apps=tuple(str(a["id"]) for a in doc.get("activeapps", [])),
+        completed_apps=tuple(str(a["id"]) for a in doc.get("completedapps", [])),
+    )
+
+
+def master_ready(ui_port: int, workers: int = 1) -> bool:
+    """Whether the master on ``ui_port`` leads with ``workers`` alive workers registered."""
+    try:
+        status = master_status(ui_port)
+    except (OSError, ValueError):  # not up yet; while starting, the UI may answer a page, not JSON
+        return False
+    return status.status == "ALIVE" and status.alive_workers >= workers
 
 
 def start_cluster(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import TablecastError
+from app.local.processes import start_logged, stop_group
 from app.local.units import ServiceSpec
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,9 @@ class Supervisor:
         with service.log_path.open("ab") as out:
             out.write(f"=== {time.strftime('%H:%M:%S')} start {' '.join(service.spec.argv)}\n"
                       .encode())  # fmt: skip
-            out.flush()
-            service.process = subprocess.Popen(
-                service.spec.argv, stdout=out, stderr=subprocess.STDOUT, env=dict(service.env),
-                start_new_session=True, cwd=self.cwd,
-            )  # fmt: skip
+        service.process = start_logged(
+            service.spec.argv, service.log_path, env=service.env, cwd=self.cwd
+        )
         service.starts += 1
         service.restart_at = None
 
@@ -124,7 +123,7 @@ class Supervisor:
             service = self.services.pop(name, None)
         if service is None or service.process is None:
             return
-        _terminate(service.process, service.spec.stop_timeout_s)
+        stop_group(service.process, service.spec.stop_timeout_s)
 
     def restart(self, name: str) -> None:
         """Stop a service and start it again, as ``systemctl restart`` does."""
@@ -137,16 +136,3 @@ class Supervisor:
         self._watcher.join()
         for name in reversed(list(self.services)):
             self.stop(name)
-
-
-def _terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass

@@ -24,10 +24,14 @@ class AwsClients:
     @classmethod
     def create(cls, region: str | None = None) -> AwsClients:
         """Clients for ``region`` (or the default region of the AWS configuration)."""
-        session = boto3.session.Session(region_name=region)
+        return cls.of(boto3.session.Session(region_name=region))
+
+    @classmethod
+    def of(cls, session: boto3.session.Session, endpoint_url: str | None = None) -> AwsClients:
+        """Clients of ``session``, at ``endpoint_url`` where a server stands in for AWS."""
         return cls(
-            ssm=session.client("ssm"),
-            s3=session.client("s3"),
-            cloudwatch=session.client("cloudwatch"),
-            ec2=session.client("ec2"),
+            ssm=session.client("ssm", endpoint_url=endpoint_url),
+            s3=session.client("s3", endpoint_url=endpoint_url),
+            cloudwatch=session.client("cloudwatch", endpoint_url=endpoint_url),
+            ec2=session.client("ec2", endpoint_url=endpoint_url),
         )

@@ -551,14 +551,13 @@ def _test_run(args: argparse.Namespace) -> int:
             f"{report.heartbeat.timestamp.isoformat(timespec='seconds')}"
         )
 
-    target = test_run.Target(
-        environment=args.environment,
-        endpoint=endpoint,
-        topic_pattern=found.topic_pattern,
-        output_uri=found.s3_uri(handoff.OUTPUT_URI),
-        archive_uri=found.archive_uri,
+    report = test_run.run(
+        test_run.Target.of(found, endpoint),
+        load,
+        deploy=deploy_job,
+        timeout_s=args.timeout,
+        progress=_say,
     )
-    report = test_run.run(target, load, deploy=deploy_job, timeout_s=args.timeout, progress=_say)
     _say("")
     for line in report.lines():
         _say(line)

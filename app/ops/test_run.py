@@ -2,7 +2,7 @@
 
 The loop ``tablecast-ops test-run -e NAME`` runs against an environment (a
 test pipeline on AWS, or the pipeline on one machine standing in for one),
-and ``make pipeline-demo`` runs on one machine (``app/local/demo.py``):
+and ``make pipeline-demo`` runs on one machine (``app/local/exercise.py``):
 
 1. deploy: the caller's step (``tablecast-ops deploy``'s, or the local
    pipeline's own at start-up), which returns what it did;
@@ -25,9 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from app import handoff
 from app.contract.offsets import Offsets
 from app.errors import TablecastError
 from app.ops import produce
+from app.ops.environment import Handoff
 from app.sources.kafka_client import KafkaEndpoint
 from app.tools.generate import CaptureSpec
 
@@ -79,6 +81,20 @@ class Target:
     archive_uri: str
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     """The environment ``tablecast verify`` runs in (AWS credentials, endpoints)."""
+
+    @classmethod
+    def of(
+        cls, found: Handoff, endpoint: KafkaEndpoint, env: Mapping[str, str] | None = None
+    ) -> Target:
+        """The environment's test run as its hand-off names it, its brokers at ``endpoint``."""
+        return cls(
+            environment=found.environment,
+            endpoint=endpoint,
+            topic_pattern=found.topic_pattern,
+            output_uri=found.s3_uri(handoff.OUTPUT_URI),
+            archive_uri=found.archive_uri,
+            env=dict(os.environ) if env is None else env,
+        )
 
 
 @dataclass(frozen=True)

@@ -4,5 +4,5 @@
 - :mod:`app.tools.verify`: the expected output recomputed from the archive, compared
   with a dataset (``tablecast verify``).
 - :mod:`app.tools.archive_demo`: ``make demo``, the job on its embedded default, over the
-  raw archive (``make pipeline-demo`` is :mod:`app.local.demo`).
+  raw archive (``make pipeline-demo`` is :mod:`app.local.exercise`).
 """

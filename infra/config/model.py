@@ -64,7 +64,7 @@ class EnvironmentConfig:
     spark_worker_count: int
     """Spark worker (and HDFS DataNode) instances, at least one."""
     spark_worker_instance_type: str
-    """EC2 type of the workers: EBS-only, not burstable (cluster placement group)."""
+    """EC2 type of the workers: EBS-only (the EC2 recover action needs it), not burstable."""
     driver_instance_type: str
     """EC2 type of the driver node (Spark master, HDFS NameNode, the job's service)."""
     retention_hours: int = DEFAULT_RETENTION_HOURS
@@ -390,7 +390,7 @@ def _ec2_type_problem(instance_type: str) -> str | None:
         return f"{instance_type!r} is not an EC2 instance type"
     family, _generation, attributes, _size = match.groups()
     if family == "t":
-        return f"{instance_type!r} is burstable: cluster placement groups do not take t* types"
+        return f"{instance_type!r} is burstable: the Spark nodes take no t* types"
     if family in _INSTANCE_STORE_FAMILIES or "d" in attributes:
         return f"{instance_type!r} has instance store: the EC2 recover action needs EBS-only types"
     return None

@@ -257,20 +257,19 @@ def stand_in_cluster(
     )
 
 
-@contextmanager
-def applied(
+def prepared(
     config: EnvironmentConfig,
     *,
     endpoint: str,
     mirror: Mirror,
     terraform: Terraform,
-    workdir: Path,
+    outdir: Path,
+    states: Path,
     fixed_addresses: bool = True,
-) -> Iterator[MotoDeployment]:
-    """Synthesize ``config``, apply its stacks to moto wave by wave, yield, destroy them all."""
-    outdir = workdir / "cdktf.out"
+) -> MotoDeployment:
+    """``config`` synthesized into ``outdir``, its Kafka cluster stood in for in moto, its
+    states to be kept in ``states`` (made here): ready for overrides and applies."""
     (env,) = synthesize([config], outdir).values()
-    states = workdir / "states"
     states.mkdir()
     deployment = MotoDeployment(
         env=env,
@@ -283,6 +282,29 @@ def applied(
         fixed_addresses=fixed_addresses,
     )
     stand_in_cluster(config, endpoint, deployment.stack("kafka"), deployment.stand_in)
+    return deployment
+
+
+@contextmanager
+def applied(
+    config: EnvironmentConfig,
+    *,
+    endpoint: str,
+    mirror: Mirror,
+    terraform: Terraform,
+    workdir: Path,
+    fixed_addresses: bool = True,
+) -> Iterator[MotoDeployment]:
+    """Synthesize ``config``, apply its stacks to moto wave by wave, yield, destroy them all."""
+    deployment = prepared(
+        config,
+        endpoint=endpoint,
+        mirror=mirror,
+        terraform=terraform,
+        outdir=workdir / "cdktf.out",
+        states=workdir / "states",
+        fixed_addresses=fixed_addresses,
+    )
     with ThreadPoolExecutor(max_workers=3) as pool:
 
         def each(action: Callable[[str], object], components: Sequence[str]) -> None:

@@ -39,6 +39,11 @@ with location.fs.open_input_stream(location.path) as back:
 """
 
 
+def _policy(*statements: dict[str, object]) -> str:
+    """An IAM policy document of ``statements``."""
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
 @pytest.fixture
 def enforcing_moto(tmp_path: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
     """moto with the instance's user and the archiver's role; IAM enforced from then on.
@@ -52,51 +57,32 @@ def enforcing_moto(tmp_path: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
         iam = client(endpoint, "iam")
         role = iam.create_role(
             RoleName="archiver",
-            AssumeRolePolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"AWS": "*"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
+            AssumeRolePolicyDocument=_policy(
+                {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}
             ),
         )["Role"]["Arn"]
         iam.put_role_policy(
             RoleName="archiver",
             PolicyName="archive",
-            PolicyDocument=json.dumps(
+            PolicyDocument=_policy(
                 {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Action": ["s3:PutObject", "s3:GetObject"],
-                            "Resource": f"arn:aws:s3:::{BUCKET}/{layout.ARCHIVE_PREFIX}/*",
-                        },
-                        {
-                            "Effect": "Allow",
-                            "Action": "s3:ListBucket",
-                            "Resource": f"arn:aws:s3:::{BUCKET}",
-                        },
-                    ],
-                }
+                    "Effect": "Allow",
+                    "Action": ["s3:PutObject", "s3:GetObject"],
+                    "Resource": f"arn:aws:s3:::{BUCKET}/{layout.ARCHIVE_PREFIX}/*",
+                },
+                {
+                    "Effect": "Allow",
+                    "Action": "s3:ListBucket",
+                    "Resource": f"arn:aws:s3:::{BUCKET}",
+                },
             ),
         )
         iam.create_user(UserName="instance")
         iam.put_user_policy(
             UserName="instance",
             PolicyName="assume-archiver",
-            PolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": role}
-                    ],
-                }
+            PolicyDocument=_policy(
+                {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": role}
             ),
         )
         key = iam.create_access_key(UserName="instance")["AccessKey"]

@@ -39,16 +39,15 @@ import pytest
 from app import handoff
 from infra.config.environments import sandbox
 from infra.config.settings import load_settings
-from infra.testing import SynthesizedEnvironment, synthesize
+from infra.testing import SynthesizedEnvironment
 from tests.infra.moto_apply import (
     AGAIN,
     COMPONENTS,
     MOTO_ACCOUNT,
     NOT_IN_MOTO,
-    MotoDeployment,
     client,
     node_image,
-    stand_in_cluster,
+    prepared,
 )
 from tests.infra.terraform import Mirror, Terraform, targets_except
 from tests.test_versions import pin
@@ -164,20 +163,14 @@ def test_every_documented_cdktf_form_runs_against_the_sandbox_in_moto(
     assert npx is not None, "no npx on the PATH (Node.js 20 runs cdktf-cli)"
     settings = project / "settings.toml"
     config = sandbox(load_settings(settings)[ENVIRONMENT])
-    outdir = project / "cdktf.out"
-    (env,) = synthesize([config], outdir).values()
-    states = tmp_path / "states"
-    states.mkdir()
-    deployment = MotoDeployment(
-        env=env,
-        outdir=outdir,
-        states=states,
-        stand_in=states / "kafka-stand-in.tfstate",
+    deployment = prepared(
+        config,
         endpoint=moto,
         mirror=mirror,
         terraform=terraform,
+        outdir=project / "cdktf.out",
+        states=tmp_path / "states",
     )
-    stand_in_cluster(config, moto, deployment.stack("kafka"), deployment.stand_in)
     targets: list[str] = []
     left_out: set[str] = set()
     for component in COMPONENTS:
@@ -225,7 +218,7 @@ def test_every_documented_cdktf_form_runs_against_the_sandbox_in_moto(
     try:
         for form in FORMS:
             if form[0] == "destroy":
-                check_applied(env, moto)
+                check_applied(deployment.env, moto)
             output = cdktf(*form)
             deployed = form[0] != "destroy"
             if form[0] == "diff":
@@ -238,7 +231,7 @@ def test_every_documented_cdktf_form_runs_against_the_sandbox_in_moto(
         if deployed:
             for component in reversed(COMPONENTS):
                 deployment.destroy(component)
-    check_destroyed(env, moto)
+    check_destroyed(deployment.env, moto)
 
 
 def check_applied(env: SynthesizedEnvironment, endpoint: str) -> None:

@@ -1,6 +1,6 @@
 """The pipeline on one machine, hit where it hurts: the worker, then the job, killed mid-stream.
 
-One pipeline for the module (``app.local.pipeline``: tansu, moto, Spark's
+One pipeline for the module (:mod:`app.local.pipeline`: tansu, moto, Spark's
 master and worker, the job and the archiver from the image's units). Each
 test publishes one stream of capture sessions and holds it twice, so that
 the kill lands mid-stream and mid-batch however fast or loaded the machine
@@ -38,11 +38,12 @@ import pytest
 
 from app import handoff
 from app.engine.store import STATE_DIR
-from app.local.demo import publish, verify, wait_until_caught_up
+from app.local.exercise import publish, verify, wait_until_caught_up
 from app.local.pipeline import LocalPipeline, Paths
 from app.ops.cli import ONE_MESSAGE_PER_BATCH_VARIABLE
 from app.sink.ledger import Ledger
 from app.storage import resolve
+from infra.config.stand_in import stand_in
 from tests.fixture_processes import owned_by_fixture
 
 # 8 sessions reach all six topic-partitions: 336 messages, and every session
@@ -59,7 +60,7 @@ TEST_PIPELINE = "resync-exp"  # declared in infra/settings/testing.toml
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPipeline]:
     # The executors' venv is built once per lock (make pipeline-demo's); the rest is ours.
     paths = Paths(tmp_path_factory.mktemp("pipeline"), Path(".pipeline/image-venv").resolve())
-    started = LocalPipeline(paths, progress=lambda line: None, environment=TEST_PIPELINE)
+    started = LocalPipeline(paths, stand_in(TEST_PIPELINE), progress=lambda line: None)
     saved = dict(os.environ)
     started.start()
     os.environ.update(started.aws_env())

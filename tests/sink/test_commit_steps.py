@@ -44,16 +44,9 @@ from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import verify
-from app.tools.generate import CaptureSpec
+from tests.sink.commit_steps_harness import CRASH_BATCH, MAX_OFFSETS, SPEC, crash_in_process
 from tests.spark.helpers import assert_exact, expected_rows, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger
-
-# Two partitions of unequal backlog (44 and 88 records), resync snapshots
-# (rows deleted by a snapshot), three batches of at most 50 offsets.
-SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, records_per_file=40,
-                   resync_every=8, seed=5)  # fmt: skip
-MAX_OFFSETS = 50
-CRASH_BATCH = 1  # the second batch: the ledger already has a head to check against
 
 
 @pytest.fixture(scope="module")
@@ -80,16 +73,6 @@ def _visible_files(output: Path) -> set[str]:
         pq.read_metadata(path)  # raises on a broken file
         found.add(relative.as_posix())
     return found
-
-
-def _crash_in_process(spark: Any, archive: Path, output: Path, checkpoint: Path, step: int) -> None:
-    """The job, in this process, until its sink fails after ``step`` of ``CRASH_BATCH``."""
-    with (
-        crashing(CrashPoint(step=step, batch=CRASH_BATCH, mode=CrashMode.RAISE)),
-        pytest.raises(Exception) as failure,
-    ):
-        run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
-    assert f"crashed after step {step} of batch {CRASH_BATCH}" in str(failure.value)
 
 
 def _cli_run(archive: Path, output: Path, checkpoint: Path, crash: str | None = None,
@@ -197,7 +180,7 @@ def test_a_crash_after_each_commit_step_resumes_exactly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    _crash_in_process(spark, archive, output, checkpoint, step)
+    crash_in_process(spark, archive, output, checkpoint, step)
     _assert_at_crash(archive, output, checkpoint, step)
     _resume_and_check(spark, archive, output, checkpoint, step, caplog)
 

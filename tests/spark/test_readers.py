@@ -13,11 +13,10 @@ from app import cli
 from app.recompute.correct import correct
 from app.recompute.replay import replay
 from app.sink.crash_points import CrashMode, CrashPoint, crashing
-from app.spark.code import job_version
 from app.tools.generate import CaptureSpec
 from tests.readers import read_everywhere
+from tests.spark.faulty_version import FAULTY, FIXED, as_version, run_faulty
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
-from tests.spark.test_recompute import DroppingProcessor
 
 SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=40, records_per_file=30,
                    resync_every=10, concurrent=1, seed=12)  # fmt: skip
@@ -29,15 +28,11 @@ def test_run_redo_correct_replay_and_repair_leave_a_dataset_every_reader_opens(
 ) -> None:
     full, archive, out, ckpt = (tmp_path / n for n in ("full", "archive", "out", "ckpt"))
     write_capture(full, SPEC)
-    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 60)
 
     # run (a faulty version, to be corrected below), then a batch redone after step 6
-    monkeypatch.setenv("TABLECAST_JOB_VERSION", "9.9.9-faulty")
-    job_version.cache_clear()
-    run_job(spark, archive, out, ckpt, processor=DroppingProcessor(), max_offsets_per_trigger=40)
+    run_faulty(spark, full, archive, out, ckpt, monkeypatch, below=60, max_offsets=40)
     read_everywhere(out)
-    monkeypatch.setenv("TABLECAST_JOB_VERSION", "9.9.10")
-    job_version.cache_clear()
+    as_version(monkeypatch, FIXED)
     shutil.rmtree(archive)
     copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 120)
     with (
@@ -49,7 +44,7 @@ def test_run_redo_correct_replay_and_repair_leave_a_dataset_every_reader_opens(
     read_everywhere(out)
 
     # correct the faulty version's ranges, replay everything
-    correct(spark, str(archive), str(out), version="9.9.9-faulty")
+    correct(spark, str(archive), str(out), version=FAULTY)
     read_everywhere(out)
     replay(spark, str(archive), str(out), 0, 4_102_444_800_000, topic_pattern=PATTERN)
     read_everywhere(out)

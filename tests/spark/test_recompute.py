@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -15,8 +14,6 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from app.contract.envelope import Envelope, MessageType
-from app.contract.processor import Changes, Table, TableProcessor
 from app.engine.machine import IntegrityMode
 from app.errors import ArchiveLayoutError, ConfigurationError
 from app.recompute.correct import correct
@@ -24,16 +21,12 @@ from app.recompute.replay import replay
 from app.recompute.run import CORRECTION, REPLAY, RecomputeReport, records
 from app.sink.rewrite import RewriteSteps
 from app.sink.writer import visible_files
-from app.spark.code import job_version
 from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import CaptureSpec, Fault
 from tests.readers import read_everywhere
-from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
-
-SPEC = CaptureSpec(topics=2, partitions=2, sessions=10, updates=80, resync_every=20,
-                   records_per_file=60, seed=6)  # fmt: skip
-PATTERN = "^sensor-.+"
+from tests.spark.faulty_version import FAULTY, FIXED, PATTERN, SPEC, run_faulty, run_fixed
+from tests.spark.helpers import assert_exact, run_job, write_capture
 
 
 def _digests(output: Path) -> dict[str, str]:
@@ -122,21 +115,6 @@ def test_a_replay_into_a_new_output_equals_the_live_rows_of_its_ranges(
         assert comparison.duplicates == 0 and len(replayed) > 0
 
 
-class DroppingProcessor(TableProcessor):
-    """A faulty version: forgets the upserted rows of every fifth update."""
-
-    def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
-        table, changes = super().apply(state, message)
-        if message.type is MessageType.UPDATE and message.seq % 5 == 2:
-            return table, Changes(changes.deleted, ())
-        return table, changes
-
-
-def _as_version(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
-    monkeypatch.setenv("TABLECAST_JOB_VERSION", version)
-    job_version.cache_clear()
-
-
 def _keys(table: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(
         table["topic"], pc.cast(table["partition"], "string"),
@@ -176,17 +154,12 @@ def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_missing
 ) -> None:
     full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
     write_capture(full, SPEC)
-    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 180)
-    _as_version(monkeypatch, "9.9.9-faulty")
-    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=150,
-            processor=DroppingProcessor())  # fmt: skip
+    ckpt = tmp_path / "ckpt"
+    run_faulty(spark, full, archive, out, ckpt, monkeypatch, below=180, max_offsets=150)
     with pytest.raises(ConfigurationError, match="still runs it"):
-        correct(spark, str(archive), str(out), version="9.9.9-faulty")
+        correct(spark, str(archive), str(out), version=FAULTY)
 
-    _as_version(monkeypatch, "9.9.10")
-    shutil.rmtree(archive)
-    shutil.copytree(full, archive)
-    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=150)
+    run_fixed(spark, full, archive, out, ckpt, monkeypatch, max_offsets=150)
     faulty = verify.compare(verify.expected_output(str(archive), PATTERN).rows,
                             verify.read_output(str(out)))  # fmt: skip
     assert faulty.missing > 0 and faulty.unexpected == 0  # the faulty version's loss
@@ -195,7 +168,7 @@ def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_missing
 
     reader = PollingReader(out)
     reader.start()
-    report = correct(spark, str(archive), str(out), version="9.9.9-faulty",
+    report = correct(spark, str(archive), str(out), version=FAULTY,
                      steps=ReadMidRewrite(reader))  # fmt: skip
     reader.stop.set()
     reader.join()
@@ -203,8 +176,8 @@ def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_missing
     assert isinstance(report, RecomputeReport)
     assert_exact(archive, out)
     read_everywhere(out)
-    assert report.record.kind == CORRECTION and report.record.selector == "version 9.9.9-faulty"
-    assert report.record.job.version == "9.9.10"
+    assert report.record.kind == CORRECTION and report.record.selector == f"version {FAULTY}"
+    assert report.record.job.version == FIXED
     # Rewritten files got new names; the old names were retired, never overwritten.
     assert report.record.removed and not set(report.record.removed) & set(report.record.published)
     assert set(report.record.removed) <= files_before
@@ -222,7 +195,7 @@ def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_missing
         if began >= last:
             assert len(keys) == len(pc.unique(keys))
     # Again: the same files, the same output.
-    again = correct(spark, str(archive), str(out), version="9.9.9-faulty")
+    again = correct(spark, str(archive), str(out), version=FAULTY)
     assert isinstance(again, RecomputeReport)
     assert again.record.published == report.record.published and not again.record.removed
     assert_exact(archive, out)
@@ -267,15 +240,10 @@ def test_a_correction_that_crashed_before_retiring_leaves_no_row_twice_after_the
     full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
     write_capture(full, CaptureSpec(topics=1, partitions=2, sessions=4, updates=30,
                                     records_per_file=30, seed=3))  # fmt: skip
-    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 60)
-    _as_version(monkeypatch, "9.9.9-faulty")
-    run_job(spark, archive, out, tmp_path / "ckpt", processor=DroppingProcessor())
-    _as_version(monkeypatch, "9.9.10")
-    shutil.rmtree(archive)
-    shutil.copytree(full, archive)
-    run_job(spark, archive, out, tmp_path / "ckpt")
+    run_faulty(spark, full, archive, out, tmp_path / "ckpt", monkeypatch, below=60)
+    run_fixed(spark, full, archive, out, tmp_path / "ckpt", monkeypatch)
     with pytest.raises(SimulatedRewriteCrash):
-        correct(spark, str(archive), str(out), version="9.9.9-faulty",
+        correct(spark, str(archive), str(out), version=FAULTY,
                 steps=CrashAfterPublishing())  # fmt: skip
     table = verify.read_output(str(out))
     assert len(table) > len(pc.unique(_keys(table)))  # both names visible: rows twice

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.catalog import load_catalog
 
-from app.contract.offsets import Offsets
+from app.contract.offsets import Offsets, TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger
@@ -102,3 +102,17 @@ def publish_batches(output: str, rows: pa.Table, cuts: list[Offsets]) -> None:
             )
         )  # fmt: skip
         start = dict(end)
+
+
+def cuts(rows: pa.Table, batches: int) -> list[Offsets]:
+    """End offsets of ``batches`` batches over the rows' partitions, back to back."""
+    ends = {
+        TopicPartition(t, p): o + 1
+        for t, p, o in zip(
+            rows["topic"].to_pylist(),
+            rows["partition"].to_pylist(),
+            rows["offset"].to_pylist(),
+            strict=True,
+        )
+    }
+    return [{tp: end * (i + 1) // batches for tp, end in ends.items()} for i in range(batches)]

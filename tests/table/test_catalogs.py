@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from app import cli
-from app.contract.offsets import Offsets, TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
 from app.storage import resolve
 from app.table import catalog as catalog_mod
@@ -22,7 +20,7 @@ from app.table import commit as table_commit
 from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
-from tests.table.helpers import assert_follows_ledger, publish_batches, table_rows
+from tests.table.helpers import assert_follows_ledger, cuts, publish_batches, table_rows
 
 SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, records_per_file=40,
                    resync_every=8, seed=5)  # fmt: skip
@@ -35,20 +33,6 @@ def expected(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
     return verify.expected_output(str(archive), "^sensor-.+").rows
 
 
-def _cuts(rows: pa.Table, batches: int) -> list[Offsets]:
-    """End offsets of ``batches`` batches over the rows' partitions, back to back."""
-    ends = {
-        TopicPartition(t, p): o + 1
-        for t, p, o in zip(
-            rows["topic"].to_pylist(),
-            rows["partition"].to_pylist(),
-            rows["offset"].to_pylist(),
-            strict=True,
-        )
-    }
-    return [{tp: end * (i + 1) // batches for tp, end in ends.items()} for i in range(batches)]
-
-
 def _table_json(output: str, *extra: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     assert cli.main(["table", "--output", output, *extra]) == 0
     printed: dict[str, Any] = json.loads(capsys.readouterr().out)
@@ -59,7 +43,7 @@ def test_table_prints_what_load_catalog_needs(
     expected: pa.Table, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 3))
+    publish_batches(output, expected, cuts(expected, 3))
     assert table_commit.catch_up(resolve(output)) == 3
     printed = _table_json(output, capsys=capsys)
     assert printed["table"] == "tablecast.output" and printed["catalog"]["type"] == "sql"
@@ -84,7 +68,7 @@ def test_concurrent_commits_on_the_sql_catalog_commit_each_batch_once(
     """Four committers race for the same entries: the catalog's swap lets one win each
     snapshot; the others reload, find the entry held, and commit nothing again."""
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 6))
+    publish_batches(output, expected, cuts(expected, 6))
     catalog_mod.open_table(resolve(output), catalog_mod.local_config(resolve(output)))
     errors: list[BaseException] = []
 
@@ -105,41 +89,13 @@ def test_concurrent_commits_on_the_sql_catalog_commit_each_batch_once(
     assert comparison.ok, comparison.report()
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    """A moto server (S3 and Glue) on loopback with bucket ``lake``."""
-    import urllib.request
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    urllib.request.urlopen(
-        urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-    ).close()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
-           "TABLECAST_S3_ENDPOINT": endpoint}  # fmt: skip
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="lake")
-    try:
-        yield env
-    finally:
-        catalog_mod._catalog.cache_clear()  # its clients point at this server
-        server.stop()
-
-
 def test_glue_catalogues_an_s3_output(
     expected: pa.Table, aws: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     import boto3
 
     output = "s3://lake/out"
-    publish_batches(output, expected, _cuts(expected, 2))
+    publish_batches(output, expected, cuts(expected, 2))
     printed = _table_json(output, "--glue-database", "tablecast", capsys=capsys)
     assert printed == {
         "name": "tablecast",

@@ -16,8 +16,7 @@ from app.table import compact as table_compact
 from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
-from tests.table.helpers import load_table, publish_batches, table_files, table_rows
-from tests.table.test_catalogs import _cuts
+from tests.table.helpers import cuts, load_table, publish_batches, table_files, table_rows
 
 SPEC = CaptureSpec(topics=2, partitions=2, sessions=8, updates=30, records_per_file=40,
                    resync_every=8, seed=7)  # fmt: skip
@@ -40,7 +39,7 @@ def test_compaction_merges_small_files_in_one_snapshot(
     expected: pa.Table, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     table_commit.catch_up(resolve(output))
     before = table_files(output)
     snapshots = {s.snapshot_id for s in load_table(output).snapshots()}
@@ -79,7 +78,7 @@ def verify_files(output: str) -> list[str]:
 
 def test_a_small_target_keeps_groups_under_it(expected: pa.Table, tmp_path: Path) -> None:
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     table_commit.catch_up(resolve(output))
     sizes = {f.file_path: f.file_size_in_bytes for f in
              table_commit.data_files(load_table(output))}  # fmt: skip
@@ -97,7 +96,7 @@ def test_compaction_after_a_crash_before_retiring_finishes_it(
     """A crash after the replace snapshot, before the inputs were deleted: a rerun deletes
     them; plain readers are exact again, the table never stopped being exact."""
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 4))
+    publish_batches(output, expected, cuts(expected, 4))
     location = resolve(output)
     monkeypatch.setattr(location.__class__, "delete_file", lambda self, path: None)
     table_compact.compact(location)
@@ -164,7 +163,7 @@ def test_a_crash_at_each_step_of_a_compaction_is_finished_exactly(
     from datetime import date
 
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     location = resolve(output)
     table_commit.catch_up(location)
     with pytest.raises(Crashed):
@@ -199,7 +198,7 @@ def test_a_crash_before_the_merge_is_recorded_shows_plain_readers_no_merged_file
     from datetime import date
 
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     location = resolve(output)
     write = location.__class__.write_bytes_atomic
 
@@ -251,7 +250,7 @@ def test_the_compaction_snapshot_changes_no_row(expected: pa.Table, tmp_path: Pa
     from datetime import date
 
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     steps = ReadBothSnapshots(output)
     table_compact.compact(resolve(output), before=date(2100, 1, 1), steps=steps)
     for when in ("before", "after"):

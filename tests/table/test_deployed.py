@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from app import cli, handoff
-from app.local.pipeline import environment_config
 from app.table.live import TableSettings
 from infra.config.handoff import handoff_values
 from infra.config.layout import GLUE_DATABASE
+from infra.config.stand_in import environment_config
 from tests.ami.test_ami_run_job import VERSION, aws, prepare, run_job  # noqa: F401 (fixture)
 
 

@@ -20,11 +20,16 @@ from app.table import live as table_live
 from app.table.live import ScheduledCompaction, TableSettings
 from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.sink.test_commit_steps import MAX_OFFSETS
-from tests.sink.test_commit_steps import SPEC as JOB_SPEC
+from tests.sink.commit_steps_harness import MAX_OFFSETS
+from tests.sink.commit_steps_harness import SPEC as JOB_SPEC
 from tests.spark.helpers import assert_exact, run_job, write_capture
-from tests.table.helpers import assert_follows_ledger, load_table, publish_batches, table_rows
-from tests.table.test_catalogs import _cuts, aws  # noqa: F401  (the moto fixture)
+from tests.table.helpers import (
+    assert_follows_ledger,
+    cuts,
+    load_table,
+    publish_batches,
+    table_rows,
+)
 
 SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, records_per_file=40,
                    resync_every=8, seed=11)  # fmt: skip
@@ -65,7 +70,7 @@ def test_the_schedule_compacts_once_per_period_after_the_batch(
     expected: pa.Table, tmp_path: Path
 ) -> None:
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     batches: list[int] = []
     clock = Clock(T0)
 
@@ -108,7 +113,7 @@ def test_a_job_killed_during_its_compaction_finishes_it_at_the_first_batch_after
     expected: pa.Table, tmp_path: Path
 ) -> None:
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     table_commit.catch_up(resolve(output))
     clock = Clock(T0)
     killed = ScheduledCompaction(sink=lambda frame, batch: None, output=output, every_s=3600,
@@ -147,7 +152,7 @@ class CompactBesideIt(table_compact.CompactionSteps):
 
 def test_a_compaction_never_starts_beside_a_running_one(expected: pa.Table, tmp_path: Path) -> None:
     output = str(tmp_path / "out")
-    publish_batches(output, expected, _cuts(expected, 8))
+    publish_batches(output, expected, cuts(expected, 8))
     table_commit.catch_up(resolve(output))
     beside = CompactBesideIt(output, Clock(T0))
     report = table_compact.compact(resolve(output), before=T0.date(), steps=beside)
@@ -191,14 +196,14 @@ def test_a_run_compacts_between_batches_on_its_schedule_and_stays_exact(
     assert_exact(archive, output)
 
 
-def test_compacting_needs_a_table(aws: dict[str, str]) -> None:  # noqa: F811
+def test_compacting_needs_a_table(aws: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match="--compact-every needs the Iceberg table"):
         table_live.prepare("s3://lake/out", TableSettings(compact_every_s=60))
 
 
 def test_the_job_path_creates_the_glue_table_idempotently(
     expected: pa.Table,
-    aws: dict[str, str],  # noqa: F811
+    aws: dict[str, str],
 ) -> None:
     """``tablecast run --glue-database`` before its first batch: infra made the database;
     the job catalogues the output, makes the table, catches it up; a restart changes nothing."""
@@ -207,7 +212,7 @@ def test_the_job_path_creates_the_glue_table_idempotently(
     glue = boto3.client("glue", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1")
     glue.create_database(DatabaseInput={"Name": "tablecast"})  # what infra/ creates
     output = "s3://lake/out"
-    publish_batches(output, expected, _cuts(expected, 2))
+    publish_batches(output, expected, cuts(expected, 2))
     args = cli.build_parser().parse_args(
         ["run", "--archive", "x", "--output", output, "--checkpoint", "c",
          "--glue-database", "tablecast", "--compact-every", "1 day"]

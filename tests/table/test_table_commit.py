@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from app.contract.offsets import Offsets
+from app.errors import OutputStateError
 from app.sink.commit import STEPS
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table import commit as table_commit
 from app.tools import verify
-from app.tools.generate import CaptureSpec
-from tests.sink.test_commit_steps import CRASH_BATCH, MAX_OFFSETS, SPEC, _crash_in_process
+from tests.sink.commit_steps_harness import MAX_OFFSETS, SPEC, crash_in_process
 from tests.spark.helpers import expected_rows, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger, load_table, table_rows
 
@@ -68,7 +68,7 @@ def test_a_crash_after_each_commit_step_commits_each_batch_once(
     step: int, archive: Path, spark: Any, tmp_path: Path
 ) -> None:
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    _crash_in_process(spark, archive, output, checkpoint, step)
+    crash_in_process(spark, archive, output, checkpoint, step)
     # At the crash: the table holds whole batches only, never more than the ledger.
     held = table_commit.position(load_table(output))
     head = Ledger(resolve(str(output))).head()
@@ -119,10 +119,5 @@ def test_a_table_disagreeing_with_the_ledger_is_refused(
     head = ledger.head()
     assert head is not None
     ledger.location.delete_file(ledger._entry_path(head.number))  # the ledger lost its head
-    from app.errors import OutputStateError
-
     with pytest.raises(OutputStateError, match=r"Iceberg table .* holds ledger entry"):
         table_commit.catch_up(resolve(str(output)))
-
-
-_ = CaptureSpec, CRASH_BATCH

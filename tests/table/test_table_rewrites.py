@@ -21,11 +21,9 @@ from app.table import commit as table_commit
 from app.table.catalog import threads_released
 from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
-from tests.spark.test_recompute import SPEC, DroppingProcessor, _as_version
+from tests.spark.faulty_version import FAULTY, PATTERN, SPEC, run_faulty, run_fixed
+from tests.spark.helpers import assert_exact, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger, load_table, table_files, table_rows
-
-PATTERN = "^sensor-.+"
 
 
 def _assert_table_is_the_output(output: Path) -> None:
@@ -92,21 +90,16 @@ def test_a_correction_is_one_overwrite_snapshot_and_a_polling_reader_sees_old_or
 ) -> None:
     full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
     write_capture(full, SPEC)
-    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 180)
-    _as_version(monkeypatch, "9.9.9-faulty")
-    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=150,
-            processor=DroppingProcessor())  # fmt: skip
-    _as_version(monkeypatch, "9.9.10")
-    shutil.rmtree(archive)
-    shutil.copytree(full, archive)
-    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=150)
+    ckpt = tmp_path / "ckpt"
+    run_faulty(spark, full, archive, out, ckpt, monkeypatch, below=180, max_offsets=150)
+    run_fixed(spark, full, archive, out, ckpt, monkeypatch, max_offsets=150)
     faulty = _keys(table_rows(out))
     before = _snapshot_ids(out)
 
     poller = SnapshotPoller(out)
     poller.start()
     try:
-        correct(spark, str(archive), str(out), version="9.9.9-faulty")
+        correct(spark, str(archive), str(out), version=FAULTY)
     finally:
         poller.stop.set()
         poller.join()

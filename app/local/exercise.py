@@ -1,4 +1,9 @@
-"""``make pipeline-demo``: bring the pipeline up, feed it, check it, tear it down.
+"""The pipeline on one machine exercised: a load published, caught up, verified.
+
+The pieces of ``tablecast-ops test-run`` (:mod:`app.ops.test_run`) pointed
+at the pipeline on this machine (the tests drive them one by one), and
+``make pipeline-demo``, the whole loop: bring the pipeline up, feed it,
+check it, tear it down.
 
 1. Everything comes up (:class:`app.local.pipeline.LocalPipeline`), the
    working tree's wheel deployed as the image's units run it.
@@ -20,8 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app import handoff
-from app.local.pipeline import PARTITIONS, TOPICS, LocalPipeline, Paths
+from app.local.pipeline import PARTITIONS, TOPICS, LocalPipeline, Paths, say
+from app.local.stand_in import StandIn
 from app.ops import produce, test_run
+from app.ops.environment import Handoff
 from app.ops.test_run import Positions
 from app.sources.kafka_client import KafkaEndpoint
 
@@ -36,14 +43,8 @@ __all__ = ["Positions", "demo", "local_target", "publish", "verify", "wait_until
 def local_target(pipeline: LocalPipeline) -> test_run.Target:
     """The pipeline on this machine as a test run sees it: its hand-off, tansu, moto."""
     assert pipeline.kafka is not None
-    return test_run.Target(
-        environment=pipeline.environment,
-        endpoint=KafkaEndpoint(pipeline.kafka.address),
-        topic_pattern=pipeline.values[handoff.TOPIC_PATTERN],
-        output_uri=pipeline.values[handoff.OUTPUT_URI],
-        archive_uri=pipeline.values[handoff.ARCHIVE_URI],
-        env=pipeline.service_env(),
-    )
+    found = Handoff(pipeline.environment, pipeline.values)
+    return test_run.Target.of(found, KafkaEndpoint(pipeline.kafka.address), pipeline.service_env())
 
 
 def demo_load(*, sessions: int = SESSIONS, updates: int = UPDATES, seed: int = 7,
@@ -78,11 +79,9 @@ def wait_until_caught_up(
     pipeline: LocalPipeline, timeout_s: float = CATCH_UP_TIMEOUT_S
 ) -> Positions:
     """Until the job and the archiver reach every partition's end; progress on the way."""
-    supervisor = pipeline.supervisor
     return test_run.wait_until_caught_up(
         local_target(pipeline), timeout_s=timeout_s, progress=pipeline.progress,
-        check=supervisor.raise_if_failing if supervisor is not None else lambda: None,
-        where=str(pipeline.paths.logs),
+        check=pipeline.raise_if_failing, where=str(pipeline.paths.logs),
     )  # fmt: skip
 
 
@@ -91,22 +90,20 @@ def verify(pipeline: LocalPipeline) -> tuple[bool, str]:
     return test_run.verify(local_target(pipeline))
 
 
-def demo(root: Path) -> int:
+def demo(root: Path, stand_in: StandIn) -> int:
     """The test-run loop (:func:`app.ops.test_run.run`) on the pipeline it brings up."""
-    pipeline = LocalPipeline(Paths(root.resolve()), progress=lambda line: print(line, flush=True))
+    pipeline = LocalPipeline(Paths(root.resolve()), stand_in, progress=say)
     started = time.monotonic()
     pipeline.start()
     os.environ.update(pipeline.aws_env())  # this process reads S3 (moto) too
     try:
-        supervisor = pipeline.supervisor
         report = test_run.run(
             local_target(pipeline), demo_load(),
             # The pipeline deployed the working tree's wheel as it came up.
             deploy=lambda: f"tablecast {pipeline.values[handoff.JOB_VERSION]} "
             "(the working tree's wheel, deployed as the pipeline came up)",
             progress=pipeline.progress,
-            check=supervisor.raise_if_failing if supervisor is not None else lambda: None,
-            where=str(pipeline.paths.logs),
+            check=pipeline.raise_if_failing, where=str(pipeline.paths.logs),
         )  # fmt: skip
         status = pipeline.ops(["status", "--environment", pipeline.environment], check=False)
         print("\n=== pipeline demo summary")
