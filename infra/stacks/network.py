@@ -67,8 +67,9 @@ class NetworkStack(EnvironmentStack):
             self.broker_subnet_ids.append(subnet.id)
         # A Spark subnet in every zone, used or not: moving Spark to another
         # zone (the deployment settings' spark_zone) creates and moves no subnet.
-        # The first zone's keeps the id of the one Spark subnet there used to be,
-        # so that no running cluster's subnet is replaced.
+        # The first zone's keeps the construct id "spark" (the first zone's
+        # subnet of every deployed environment), so that no running cluster's
+        # subnet is replaced.
         spark_subnet_ids = {
             zone: self._subnet(
                 "spark" if index == 0 else f"spark-{zone}", zone, cidr, name=f"spark-{zone}"
