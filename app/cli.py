@@ -39,12 +39,24 @@ if TYPE_CHECKING:
     from app.table.live import TableSettings
 
 _UNITS_MS = {
-    "ms": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
-    "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-}  # fmt: skip
+    "ms": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "sec": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
+}
 
 
 def parse_duration_ms(text: str) -> int:
@@ -69,30 +81,57 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the streaming job")
-    run.add_argument("--archive", help="read the raw archive (local path or s3://); with "
-                     "--bootstrap-servers, for the offsets Kafka no longer holds")  # fmt: skip
+    run.add_argument(
+        "--archive",
+        help="read the raw archive (local path or s3://); with "
+        "--bootstrap-servers, for the offsets Kafka no longer holds",
+    )
     run.add_argument("--bootstrap-servers", help="read Kafka (HOST:PORT,...)")
-    run.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none",
-                     help="with --bootstrap-servers: none (plaintext), iam (MSK: IAM over "
-                     "TLS, tokens signed in --region), tls (TLS only) or scram (SASL/SCRAM "
-                     "over TLS, the secret of --kafka-secret-arn) [none]")  # fmt: skip
-    run.add_argument("--kafka-secret-arn", default="", metavar="ARN",
-                     help="with --kafka-auth scram: the Secrets Manager secret holding the "
-                     "user name and password (read in --region)")  # fmt: skip
-    run.add_argument("--kafka-isolation-level", choices=[i.value for i in Isolation],
-                     default=Isolation.READ_COMMITTED.value,
-                     help="with --bootstrap-servers: read_committed (batches end at the last "
-                     "stable offset; aborted transactions are not read) or read_uncommitted "
-                     "[read_committed]")  # fmt: skip
-    run.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                     help="with --bootstrap-servers: a librdkafka setting for every client "
-                     "of the source (not one the source sets itself); repeatable")  # fmt: skip
-    run.add_argument("--kafka-client-rack", default="", metavar="ZONE_ID",
-                     help="with --bootstrap-servers: this node's availability zone id "
-                     "(librdkafka's client.rack), to fetch from a replica in its zone")  # fmt: skip
-    run.add_argument("--kafka-timeout", default="30s", metavar="DURATION",
-                     help="with --bootstrap-servers: the longest a request to the brokers, "
-                     "or a read without a record, may take before the run fails [30s]")  # fmt: skip
+    run.add_argument(
+        "--kafka-auth",
+        choices=[a.value for a in KafkaAuth],
+        default="none",
+        help="with --bootstrap-servers: none (plaintext), iam (MSK: IAM over "
+        "TLS, tokens signed in --region), tls (TLS only) or scram (SASL/SCRAM "
+        "over TLS, the secret of --kafka-secret-arn) [none]",
+    )
+    run.add_argument(
+        "--kafka-secret-arn",
+        default="",
+        metavar="ARN",
+        help="with --kafka-auth scram: the Secrets Manager secret holding the "
+        "user name and password (read in --region)",
+    )
+    run.add_argument(
+        "--kafka-isolation-level",
+        choices=[i.value for i in Isolation],
+        default=Isolation.READ_COMMITTED.value,
+        help="with --bootstrap-servers: read_committed (batches end at the last "
+        "stable offset; aborted transactions are not read) or read_uncommitted "
+        "[read_committed]",
+    )
+    run.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --bootstrap-servers: a librdkafka setting for every client "
+        "of the source (not one the source sets itself); repeatable",
+    )
+    run.add_argument(
+        "--kafka-client-rack",
+        default="",
+        metavar="ZONE_ID",
+        help="with --bootstrap-servers: this node's availability zone id "
+        "(librdkafka's client.rack), to fetch from a replica in its zone",
+    )
+    run.add_argument(
+        "--kafka-timeout",
+        default="30s",
+        metavar="DURATION",
+        help="with --bootstrap-servers: the longest a request to the brokers, "
+        "or a read without a record, may take before the run fails [30s]",
+    )
     run.add_argument("--output", required=True, help="output dataset (local path or s3://)")
     run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
     run.add_argument(
@@ -102,64 +141,121 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
     topics = run.add_mutually_exclusive_group()
-    topics.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN,
-                        help="read the topics whose whole name this regular expression "
-                        f"matches [{defaults.TOPIC_PATTERN}]")  # fmt: skip
-    topics.add_argument("--topics", default=None, metavar="A,B",
-                        help="read these topics (instead of --topic-pattern)")  # fmt: skip
-    run.add_argument("--starting-offsets", default="earliest", metavar="WHERE",
-                     help="where a fresh checkpoint starts: earliest, latest, or a time "
-                     "(ISO 8601, UTC, or milliseconds since the epoch; with Kafka) "
-                     "[earliest]")  # fmt: skip
-    run.add_argument("--max-offsets-per-trigger", type=_positive,
-                     default=defaults.MAX_OFFSETS_PER_TRIGGER)  # fmt: skip
-    run.add_argument("--min-offsets-per-trigger", type=_positive, default=None, metavar="N",
-                     help="wait for at least N new offsets before a batch, at most "
-                     "--max-trigger-delay (Spark's minOffsetsPerTrigger)")  # fmt: skip
-    run.add_argument("--max-trigger-delay", default=defaults.MAX_TRIGGER_DELAY,
-                     metavar="DURATION", help="with --min-offsets-per-trigger: the longest a "
-                     f"batch waits [{defaults.MAX_TRIGGER_DELAY}]")  # fmt: skip
-    run.add_argument("--session-timeout", default=defaults.SESSION_TIMEOUT)
-    run.add_argument("--trace", action="append", default=[], metavar="SESSION",
-                     help="log every message of this session as it is applied")  # fmt: skip
-    run.add_argument("--master", default=None, help="Spark master [local[2]]")
-    run.add_argument("--log-format", choices=[f.value for f in LogFormat], default="text",
-                     help="text, or JSON lines (on the cluster) [text]")  # fmt: skip
-    run.add_argument("--metrics", choices=[k.value for k in PublisherKind], default="none",
-                     help="where per-batch metrics go: cloudwatch (on AWS), log (JSON lines) "
-                     "or none [none]")  # fmt: skip
-    run.add_argument("--environment", default="local",
-                     help="the metrics' Environment dimension [local]")  # fmt: skip
-    run.add_argument("--region", default=None,
-                     help="CloudWatch's region, and MSK's with --kafka-auth iam "
-                     "[AWS_REGION]")  # fmt: skip
-    run.add_argument("--glue-database", default="", metavar="DATABASE",
-                     help="catalogue the output's Iceberg table in this Glue database "
-                     "(created before the first batch if missing; in --region)")  # fmt: skip
-    run.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
-    run.add_argument("--compact-every", default="", metavar="DURATION",
-                     help="between batches, compact the closed days once per DURATION "
-                     "(e.g. '1 day'), or 'off'; needs the output's table [off]")  # fmt: skip
-    run.add_argument("--compact-target-size", default="128MiB",
-                     help="with --compact-every: merged files' size [128MiB]")  # fmt: skip
+    topics.add_argument(
+        "--topic-pattern",
+        default=defaults.TOPIC_PATTERN,
+        help="read the topics whose whole name this regular expression "
+        f"matches [{defaults.TOPIC_PATTERN}]",
+    )
+    topics.add_argument(
+        "--topics",
+        default=None,
+        metavar="A,B",
+        help="read these topics (instead of --topic-pattern)",
+    )
     run.add_argument(
-        "--consumer-group", default=None, metavar="NAME",
+        "--starting-offsets",
+        default="earliest",
+        metavar="WHERE",
+        help="where a fresh checkpoint starts: earliest, latest, or a time "
+        "(ISO 8601, UTC, or milliseconds since the epoch; with Kafka) "
+        "[earliest]",
+    )
+    run.add_argument(
+        "--max-offsets-per-trigger", type=_positive, default=defaults.MAX_OFFSETS_PER_TRIGGER
+    )
+    run.add_argument(
+        "--min-offsets-per-trigger",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="wait for at least N new offsets before a batch, at most "
+        "--max-trigger-delay (Spark's minOffsetsPerTrigger)",
+    )
+    run.add_argument(
+        "--max-trigger-delay",
+        default=defaults.MAX_TRIGGER_DELAY,
+        metavar="DURATION",
+        help="with --min-offsets-per-trigger: the longest a "
+        f"batch waits [{defaults.MAX_TRIGGER_DELAY}]",
+    )
+    run.add_argument("--session-timeout", default=defaults.SESSION_TIMEOUT)
+    run.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="SESSION",
+        help="log every message of this session as it is applied",
+    )
+    run.add_argument("--master", default=None, help="Spark master [local[2]]")
+    run.add_argument(
+        "--log-format",
+        choices=[f.value for f in LogFormat],
+        default="text",
+        help="text, or JSON lines (on the cluster) [text]",
+    )
+    run.add_argument(
+        "--metrics",
+        choices=[k.value for k in PublisherKind],
+        default="none",
+        help="where per-batch metrics go: cloudwatch (on AWS), log (JSON lines) or none [none]",
+    )
+    run.add_argument(
+        "--environment", default="local", help="the metrics' Environment dimension [local]"
+    )
+    run.add_argument(
+        "--region",
+        default=None,
+        help="CloudWatch's region, and MSK's with --kafka-auth iam [AWS_REGION]",
+    )
+    run.add_argument(
+        "--glue-database",
+        default="",
+        metavar="DATABASE",
+        help="catalogue the output's Iceberg table in this Glue database "
+        "(created before the first batch if missing; in --region)",
+    )
+    run.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
+    run.add_argument(
+        "--compact-every",
+        default="",
+        metavar="DURATION",
+        help="between batches, compact the closed days once per DURATION "
+        "(e.g. '1 day'), or 'off'; needs the output's table [off]",
+    )
+    run.add_argument(
+        "--compact-target-size",
+        default="128MiB",
+        help="with --compact-every: merged files' size [128MiB]",
+    )
+    run.add_argument(
+        "--consumer-group",
+        default=None,
+        metavar="NAME",
         help="with --bootstrap-servers: also commit each batch's end offsets to this Kafka "
         "consumer group, for MSK's lag metrics (never read back)",
-    )  # fmt: skip
+    )
 
     inspect = commands.add_parser(
         "inspect", help="print the sessions' state that a checkpoint holds"
     )
     inspect.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
-    inspect.add_argument("--output", required=True,
-                         help="the output the checkpoint writes: its ledger names the state "
-                         "version of each batch")  # fmt: skip
+    inspect.add_argument(
+        "--output",
+        required=True,
+        help="the output the checkpoint writes: its ledger names the state version of each batch",
+    )
     inspect.add_argument("--session", default=None, help="print this session's table in full")
-    inspect.add_argument("--at-batch", type=int, default=None, metavar="N",
-                         help="the state after batch N [the last committed batch]")  # fmt: skip
-    inspect.add_argument("--limit", type=_positive, default=50,
-                         help="sessions listed in the summary [50]")  # fmt: skip
+    inspect.add_argument(
+        "--at-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the state after batch N [the last committed batch]",
+    )
+    inspect.add_argument(
+        "--limit", type=_positive, default=50, help="sessions listed in the summary [50]"
+    )
     inspect.add_argument("--master", default=None, help="Spark master [local[2]]")
 
     generate = commands.add_parser("generate", help="write a sample capture as a raw archive")
@@ -170,15 +266,24 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--rows-min", type=_positive, default=5)
     generate.add_argument("--rows-max", type=_positive, default=20)
     generate.add_argument("--updates", type=int, default=40)
-    generate.add_argument("--resync-every", type=int, default=0,
-                          help="emit a resync snapshot every N messages of a session")  # fmt: skip
-    generate.add_argument("--concurrent-sessions", type=_positive, default=4,
-                          help="sessions active at once in a partition")  # fmt: skip
+    generate.add_argument(
+        "--resync-every",
+        type=int,
+        default=0,
+        help="emit a resync snapshot every N messages of a session",
+    )
+    generate.add_argument(
+        "--concurrent-sessions",
+        type=_positive,
+        default=4,
+        help="sessions active at once in a partition",
+    )
     generate.add_argument("--records-per-file", type=_positive, default=500)
     generate.add_argument("--prefix", default="sensor-")
     generate.add_argument("--seed", type=int, default=7)
-    generate.add_argument("--fault", action="append", default=[],
-                          choices=[f.value for f in gen.Fault])  # fmt: skip
+    generate.add_argument(
+        "--fault", action="append", default=[], choices=[f.value for f in gen.Fault]
+    )
 
     repair = commands.add_parser(
         "repair", help="realign output and checkpoint: restart from the last snapshots"
@@ -187,10 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
     repair_source.add_argument("--archive", help="read message headers from the raw archive")
     repair_source.add_argument("--bootstrap-servers", help="read message headers from Kafka")
     repair.add_argument("--kafka-auth", choices=[a.value for a in KafkaAuth], default="none")
-    repair.add_argument("--kafka-secret-arn", default="", metavar="ARN",
-                        help="with --kafka-auth scram: the Secrets Manager secret")  # fmt: skip
-    repair.add_argument("--region", default=None, help="MSK's region for --kafka-auth iam "
-                        "[AWS_REGION]")  # fmt: skip
+    repair.add_argument(
+        "--kafka-secret-arn",
+        default="",
+        metavar="ARN",
+        help="with --kafka-auth scram: the Secrets Manager secret",
+    )
+    repair.add_argument(
+        "--region", default=None, help="MSK's region for --kafka-auth iam [AWS_REGION]"
+    )
     repair.add_argument("--output", required=True)
     repair.add_argument("--checkpoint", required=True)
     repair.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
@@ -229,18 +339,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``table`` and ``compact``: the output's Iceberg table (app/table/)."""
-    table = commands.add_parser("table", help="print the output's Iceberg catalog and table "
-                                "(JSON for pyiceberg's load_catalog)")  # fmt: skip
+    table = commands.add_parser(
+        "table",
+        help="print the output's Iceberg catalog and table (JSON for pyiceberg's load_catalog)",
+    )
     table.add_argument("--output", required=True)
-    table.add_argument("--glue-database", help="catalogue the table in this Glue database "
-                       "(written beside the output; needed once for an s3:// output)")  # fmt: skip
+    table.add_argument(
+        "--glue-database",
+        help="catalogue the table in this Glue database "
+        "(written beside the output; needed once for an s3:// output)",
+    )
     table.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
     table.add_argument("--region", default=None, help="Glue's region [AWS_REGION]")
-    compact = commands.add_parser("compact", help="merge the small files of closed days "
-                                  "(one replace snapshot of the Iceberg table)")  # fmt: skip
+    compact = commands.add_parser(
+        "compact",
+        help="merge the small files of closed days (one replace snapshot of the Iceberg table)",
+    )
     compact.add_argument("--output", required=True)
-    compact.add_argument("--before", default=None, metavar="DAY",
-                         help="compact days before this one (YYYY-MM-DD) [today, UTC]")  # fmt: skip
+    compact.add_argument(
+        "--before",
+        default=None,
+        metavar="DAY",
+        help="compact days before this one (YYYY-MM-DD) [today, UTC]",
+    )
     compact.add_argument("--target-size", default="128MiB", help="merged files' size [128MiB]")
 
 
@@ -249,13 +370,16 @@ def _recompute_options(command: argparse.ArgumentParser) -> None:
     # The live job's rules come from its ledger; these confirm them (another value is
     # refused) or stand in for ledger entries older than that record.
     command.add_argument(
-        "--integrity", choices=[m.value for m in IntegrityMode], default=None,
+        "--integrity",
+        choices=[m.value for m in IntegrityMode],
+        default=None,
         help="the live job's --integrity [from the ledger; else strict]",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--session-timeout", default=None,
+        "--session-timeout",
+        default=None,
         help=f"the live job's --session-timeout [from the ledger; else {defaults.SESSION_TIMEOUT}]",
-    )  # fmt: skip
+    )
     command.add_argument("--master", default=None, help="Spark master [local[2]]")
 
 
@@ -295,8 +419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a bug, or a failure nothing above knows: one line, details kept
         where = _keep_traceback(args.command, exc)
-        print(f"tablecast {args.command}: unexpected error {root_cause(exc)} "
-              f"(traceback in {where})", file=sys.stderr)  # fmt: skip
+        print(
+            f"tablecast {args.command}: unexpected error {root_cause(exc)} (traceback in {where})",
+            file=sys.stderr,
+        )
         return UNEXPECTED_EXIT_CODE
     raise AssertionError(args.command)
 
@@ -351,9 +477,11 @@ def _run(args: argparse.Namespace) -> int:
             "give --bootstrap-servers (Kafka), --archive (the raw archive), or both (Kafka, "
             "and the archive for the offsets Kafka no longer holds)"
         )
-    for given, name in ((args.kafka_client_rack, "--kafka-client-rack"),
-                        (args.kafka_option, "--kafka-option"),
-                        (args.kafka_secret_arn, "--kafka-secret-arn")):  # fmt: skip
+    for given, name in (
+        (args.kafka_client_rack, "--kafka-client-rack"),
+        (args.kafka_option, "--kafka-option"),
+        (args.kafka_secret_arn, "--kafka-secret-arn"),
+    ):
         if given and not args.bootstrap_servers:
             raise ConfigurationError(f"{name} needs --bootstrap-servers")
     starting_position = StartingPosition.parse(args.starting_offsets)
@@ -364,8 +492,7 @@ def _run(args: argparse.Namespace) -> int:
         timeout_s = parse_duration_ms(args.kafka_timeout) / 1000
         if timeout_s <= 0:
             raise ConfigurationError(f"--kafka-timeout {args.kafka_timeout!r} must be positive")
-        kafka = job.KafkaSource(_endpoint(args), timeout_s,
-                                Isolation(args.kafka_isolation_level))  # fmt: skip
+        kafka = job.KafkaSource(_endpoint(args), timeout_s, Isolation(args.kafka_isolation_level))
         kafka.endpoint.config()  # IAM without its signer or region fails here, before Spark
         # Both: Kafka, and the archive for the offsets Kafka no longer holds.
         source = job.TieredSource(kafka, job.ArchiveSource(args.archive)) if args.archive else kafka
@@ -391,8 +518,12 @@ def _run(args: argparse.Namespace) -> int:
     from app.metrics.publisher import make_publisher
 
     console = Console()
-    publisher = make_publisher(PublisherKind(args.metrics), environment=args.environment,
-                               region=args.region, write=console.line)  # fmt: skip
+    publisher = make_publisher(
+        PublisherKind(args.metrics),
+        environment=args.environment,
+        region=args.region,
+        write=console.line,
+    )
     committer = _group_committer(args)  # a refused group costs no JVM start
     spark = spark_session(args.master)
     display = ProgressDisplay(console)
@@ -563,10 +694,15 @@ def _replay(args: argparse.Namespace) -> int:
     since, until = replay.parse_time(args.since), replay.parse_time(args.until)
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
     report = replay.replay(
-        spark_session(args.master), args.archive, args.output, since, until,
-        topic_pattern=_pattern(args.topic_pattern), **_recompute_rules(args),
+        spark_session(args.master),
+        args.archive,
+        args.output,
+        since,
+        until,
+        topic_pattern=_pattern(args.topic_pattern),
+        **_recompute_rules(args),
         progress=_Progress("replaying partitions").update,
-    )  # fmt: skip
+    )
     _print_recompute(report)
     return 0
 
@@ -584,20 +720,27 @@ def _correct(args: argparse.Namespace) -> int:
     from app.recompute import correct
 
     if args.dry_run:
-        planned = correct.plan_correction(args.archive, args.output, version=args.version,
-                                          commit=args.commit)  # fmt: skip
+        planned = correct.plan_correction(
+            args.archive, args.output, version=args.version, commit=args.commit
+        )
         for work in planned.works:
             ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
-            print(f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
-                  f"recompute {ranges}")  # fmt: skip
+            print(
+                f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
+                f"recompute {ranges}"
+            )
         print("dry run: nothing was changed")
         return 0
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
     report = correct.correct(
-        spark_session(args.master), args.archive, args.output,
-        version=args.version, commit=args.commit, **_recompute_rules(args),
+        spark_session(args.master),
+        args.archive,
+        args.output,
+        version=args.version,
+        commit=args.commit,
+        **_recompute_rules(args),
         progress=_Progress("correcting partitions").update,
-    )  # fmt: skip
+    )
     _print_recompute(report)
     return 0
 
@@ -624,11 +767,14 @@ def _table_settings(args: argparse.Namespace) -> TableSettings:
         raise ConfigurationError(f"--compact-every {args.compact_every!r} must be positive")
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     return TableSettings(
-        glue_database=args.glue_database, glue_table=args.glue_table, region=region or "",
+        glue_database=args.glue_database,
+        glue_table=args.glue_table,
+        region=region or "",
         compact_every_s=every_s,
-        compact_target_bytes=table_compact.parse_size(args.compact_target_size,
-                                                      option="--compact-target-size"),
-    )  # fmt: skip
+        compact_target_bytes=table_compact.parse_size(
+            args.compact_target_size, option="--compact-target-size"
+        ),
+    )
 
 
 def _table(args: argparse.Namespace) -> int:
@@ -639,8 +785,9 @@ def _table(args: argparse.Namespace) -> int:
         region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if not region:
             raise ConfigurationError("--glue-database needs --region (or AWS_REGION)")
-        config = table_catalog.glue_config(location, database=args.glue_database,
-                                           region=region, table=args.glue_table)  # fmt: skip
+        config = table_catalog.glue_config(
+            location, database=args.glue_database, region=region, table=args.glue_table
+        )
         table_catalog.save_config(location, config)
     found = table_catalog.config_for(location)
     if found is None:
@@ -663,8 +810,10 @@ def _compact(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"--before {args.before!r} is not a day like 2026-01-31") from None
     target = table_compact.parse_size(args.target_size)
     report = table_compact.compact(resolve(args.output), before=before, target_bytes=target)
-    print(f"compacted {report.inputs:,} files into {report.outputs:,} ({report.rows:,} rows, "
-          f"{report.bytes_before:,} bytes into {report.bytes_after:,})")  # fmt: skip
+    print(
+        f"compacted {report.inputs:,} files into {report.outputs:,} ({report.rows:,} rows, "
+        f"{report.bytes_before:,} bytes into {report.bytes_after:,})"
+    )
     return 0
 
 

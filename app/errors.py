@@ -175,20 +175,29 @@ class IntegrityViolationError(TablecastError):
 
     def __init__(self, violation: Violation) -> None:
         super().__init__(
-            violation.describe(), topic=violation.topic, partition=violation.partition,
-            offset=violation.offset, session=violation.session, rule=int(violation.rule),
-            expected=violation.expected, got=violation.got,
-        )  # fmt: skip
+            violation.describe(),
+            topic=violation.topic,
+            partition=violation.partition,
+            offset=violation.offset,
+            session=violation.session,
+            rule=int(violation.rule),
+            expected=violation.expected,
+            got=violation.got,
+        )
         self.violation = violation
 
     @classmethod
     def from_facts(cls, message: str, facts: Mapping[str, str | int]) -> Self:
         """The violation again from its facts (its message is made from them)."""
         violation = Violation(
-            topic=str(facts["topic"]), partition=int(facts["partition"]),
-            offset=int(facts["offset"]), session=str(facts["session"]),
-            rule=Rule(int(facts["rule"])), expected=str(facts["expected"]), got=str(facts["got"]),
-        )  # fmt: skip
+            topic=str(facts["topic"]),
+            partition=int(facts["partition"]),
+            offset=int(facts["offset"]),
+            session=str(facts["session"]),
+            rule=Rule(int(facts["rule"])),
+            expected=str(facts["expected"]),
+            got=str(facts["got"]),
+        )
         return cls(violation)
 
 

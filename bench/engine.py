@@ -29,8 +29,15 @@ class Partition:
 
 
 def capture(sessions: int, updates: int, rows_min: int, rows_max: int) -> list[Partition]:
-    spec = gen.CaptureSpec(topics=8, partitions=4, sessions=sessions, rows_min=rows_min,
-                           rows_max=rows_max, updates=updates, seed=1)  # fmt: skip
+    spec = gen.CaptureSpec(
+        topics=8,
+        partitions=4,
+        sessions=sessions,
+        rows_min=rows_min,
+        rows_max=rows_max,
+        updates=updates,
+        seed=1,
+    )
     made = gen.generate(spec)
     partitions = []
     for tp, messages in sorted(made.partitions.items()):
@@ -85,8 +92,10 @@ def main() -> int:
     print(f"  apply (parse, validate, rules, processor): {messages / apply_s:>9,.0f} messages/s")
     print(f"  output rows as Arrow:                      {messages / table_s:>9,.0f} messages/s")
     print(f"  encode the partitions' states:             {messages / encode_s:>9,.0f} messages/s")
-    print(f"  all of it:                                 {messages / total:>9,.0f} messages/s "
-          "(target >= 40,000)")  # fmt: skip
+    print(
+        f"  all of it:                                 {messages / total:>9,.0f} messages/s "
+        "(target >= 40,000)"
+    )
     return 0
 
 

@@ -49,9 +49,16 @@ PYTHON = sys.executable
 # The heavy capture: 400 sessions of 200-row tables, a resync every 55 messages,
 # 764,400 messages over 4 topics x 2 partitions, about 6.3 output rows a message.
 HEAVY = gen.CaptureSpec(
-    topics=4, partitions=2, sessions=400, rows_min=200, rows_max=200, updates=1909,
-    resync_every=55, records_per_file=50_000, seed=1,
-)  # fmt: skip
+    topics=4,
+    partitions=2,
+    sessions=400,
+    rows_min=200,
+    rows_max=200,
+    updates=1909,
+    resync_every=55,
+    records_per_file=50_000,
+    seed=1,
+)
 
 
 @dataclass(frozen=True)
@@ -129,22 +136,40 @@ def write(name: str, spec: gen.CaptureSpec) -> tuple[str, int]:
     capture = gen.generate(spec)
     archive = str(OUT / name / "archive")
     gen.write_archive(capture, archive, spec)
-    print(f"{name}: {capture.messages:,} messages of {spec.sessions:,} sessions generated in "
-          f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+    print(
+        f"{name}: {capture.messages:,} messages of {spec.sessions:,} sessions generated in "
+        f"{time.monotonic() - started:.0f} s",
+        flush=True,
+    )
     return archive, capture.messages
 
 
 def job(name: str, archive: str, max_offsets: int) -> Measured:
-    return measure([PYTHON, "-m", "app", "run", "--archive", archive,
-                    "--output", str(OUT / name / "job"),
-                    "--checkpoint", str(OUT / name / "job-checkpoint"),
-                    "--trigger", "available-now",
-                    "--max-offsets-per-trigger", str(max_offsets)])  # fmt: skip
+    return measure(
+        [
+            PYTHON,
+            "-m",
+            "app",
+            "run",
+            "--archive",
+            archive,
+            "--output",
+            str(OUT / name / "job"),
+            "--checkpoint",
+            str(OUT / name / "job-checkpoint"),
+            "--trigger",
+            "available-now",
+            "--max-offsets-per-trigger",
+            str(max_offsets),
+        ]
+    )
 
 
 def row(label: str, messages: int, m: Measured) -> str:
-    return (f"{label:<44} {m.seconds:>8.1f} {messages / m.seconds:>11,.0f} "
-            f"{m.cpu_seconds:>9.1f} {m.peak_rss_bytes / 2**30:>7.2f} GiB")  # fmt: skip
+    return (
+        f"{label:<44} {m.seconds:>8.1f} {messages / m.seconds:>11,.0f} "
+        f"{m.cpu_seconds:>9.1f} {m.peak_rss_bytes / 2**30:>7.2f} GiB"
+    )
 
 
 HEADER = f"{'run':<44} {'seconds':>8} {'messages/s':>11} {'core-s':>9} {'peak memory':>11}"
@@ -161,8 +186,11 @@ def main() -> int:
     )
     parser.add_argument("--copy", nargs=3, metavar=("ARCHIVE", "OUTPUT", "CHECKPOINT"))
     parser.add_argument("--peer", nargs=4, metavar=("CODE", "ARCHIVE", "OUTPUT", "CHECKPOINT"))
-    parser.add_argument("--archive", help="the runs' capture: an archive already written "
-                        "with the heavy spec (skips generating it)")  # fmt: skip
+    parser.add_argument(
+        "--archive",
+        help="the runs' capture: an archive already written "
+        "with the heavy spec (skips generating it)",
+    )
     args = parser.parse_args()
     if args.copy:
         copy_main(*args.copy)
@@ -186,18 +214,50 @@ def main() -> int:
         empty.mkdir(parents=True)
         # JVM, session and query start with nothing to read: what a run costs before batches.
         idle = job("runs-empty", str(empty), 1_000_000)
-        copy = measure([PYTHON, "-m", "bench.job", "--copy", archive, str(d / "copy"),
-                        str(d / "copy-checkpoint")])  # fmt: skip
+        copy = measure(
+            [
+                PYTHON,
+                "-m",
+                "bench.job",
+                "--copy",
+                archive,
+                str(d / "copy"),
+                str(d / "copy-checkpoint"),
+            ]
+        )
         ours = job("runs", archive, 1_000_000)
         # Every range the job published, recomputed from the archive and replaced in place.
-        replayed = measure([PYTHON, "-m", "app", "replay", "--archive", archive,
-                            "--output", str(d / "job"), "--since", "1970-01-01T00:00:00Z",
-                            "--until", "2100-01-01T00:00:00Z"])  # fmt: skip
+        replayed = measure(
+            [
+                PYTHON,
+                "-m",
+                "app",
+                "replay",
+                "--archive",
+                archive,
+                "--output",
+                str(d / "job"),
+                "--since",
+                "1970-01-01T00:00:00Z",
+                "--until",
+                "2100-01-01T00:00:00Z",
+            ]
+        )
         peers = {
-            code: measure([PYTHON, "-m", "bench.job", "--peer", code, archive,
-                           str(d / f"peer-{code}"), str(d / f"peer-{code}-checkpoint")])
+            code: measure(
+                [
+                    PYTHON,
+                    "-m",
+                    "bench.job",
+                    "--peer",
+                    code,
+                    archive,
+                    str(d / f"peer-{code}"),
+                    str(d / f"peer-{code}-checkpoint"),
+                ]
+            )
             for code in ("naive", "engine", TWS)
-        }  # fmt: skip
+        }
         floor = measure([PYTHON, "-m", "bench.floor", archive, str(d / "floor")])
         from app.tools import verify
 
@@ -212,8 +272,10 @@ def main() -> int:
         print(row("peer: transformWithState, RocksDB", messages, peers[TWS]))
         print(row("floor: one plain Python process", messages, floor))
         counts = ", ".join(f"peer {c} {_rows(d / f'peer-{c}'):,}" for c in peers)
-        print(f"output rows: job {rows:,} ({rows / messages:.1f} a message), {counts}, "
-              f"floor {_rows(d / 'floor'):,}")  # fmt: skip
+        print(
+            f"output rows: job {rows:,} ({rows / messages:.1f} a message), {counts}, "
+            f"floor {_rows(d / 'floor'):,}"
+        )
         best_peer = min(peers["naive"].seconds, peers[TWS].seconds)
         batches_cpu = ours.cpu_seconds - idle.cpu_seconds
         print(
@@ -227,11 +289,27 @@ def main() -> int:
         )
 
     if "sessions" in parts:
-        few = gen.CaptureSpec(topics=8, partitions=4, sessions=40, rows_min=10, rows_max=20,
-                              updates=18_750, records_per_file=50_000, seed=2)  # fmt: skip
-        many = gen.CaptureSpec(topics=8, partitions=4, sessions=10_000, rows_min=10,
-                               rows_max=20, updates=73, concurrent=10_000,
-                               records_per_file=50_000, seed=3)  # fmt: skip
+        few = gen.CaptureSpec(
+            topics=8,
+            partitions=4,
+            sessions=40,
+            rows_min=10,
+            rows_max=20,
+            updates=18_750,
+            records_per_file=50_000,
+            seed=2,
+        )
+        many = gen.CaptureSpec(
+            topics=8,
+            partitions=4,
+            sessions=10_000,
+            rows_min=10,
+            rows_max=20,
+            updates=73,
+            concurrent=10_000,
+            records_per_file=50_000,
+            seed=3,
+        )
         results = {}
         for name, spec in (("sessions-40", few), ("sessions-10000", many)):
             archive, messages = write(name, spec)
@@ -241,21 +319,43 @@ def main() -> int:
             print(row(f"job, {name.split('-')[1]} live sessions", messages, m))
         (m40, r40), (m10k, r10k) = results["sessions-40"], results["sessions-10000"]
         ratio = (m10k / r10k.seconds) / (m40 / r40.seconds)
-        print(f"10,000 sessions at {ratio:.2f} of 40 sessions' throughput (target >= 0.90)",
-              flush=True)  # fmt: skip
+        print(
+            f"10,000 sessions at {ratio:.2f} of 40 sessions' throughput (target >= 0.90)",
+            flush=True,
+        )
 
     if "big" in parts:
         spec = gen.CaptureSpec(
-            topics=8, partitions=4, sessions=args.big_sessions, rows_min=10, rows_max=40,
-            updates=1875, records_per_file=100_000, seed=4,
-        )  # fmt: skip
+            topics=8,
+            partitions=4,
+            sessions=args.big_sessions,
+            rows_min=10,
+            rows_max=40,
+            updates=1875,
+            records_per_file=100_000,
+            seed=4,
+        )
         archive, messages = write("big", spec)
         env = {k: v for k, v in os.environ.items() if k != "TABLECAST_DRIVER_MEMORY"}
-        m = measure([PYTHON, "-m", "app", "run", "--archive", archive,
-                     "--output", str(OUT / "big" / "job"),
-                     "--checkpoint", str(OUT / "big" / "job-checkpoint"),
-                     "--trigger", "available-now", "--max-offsets-per-trigger", "500000"],
-                    env=env)  # fmt: skip
+        m = measure(
+            [
+                PYTHON,
+                "-m",
+                "app",
+                "run",
+                "--archive",
+                archive,
+                "--output",
+                str(OUT / "big" / "job"),
+                "--checkpoint",
+                str(OUT / "big" / "job-checkpoint"),
+                "--trigger",
+                "available-now",
+                "--max-offsets-per-trigger",
+                "500000",
+            ],
+            env=env,
+        )
         batches = sum(1 for line in m.stdout.splitlines() if line.startswith("batch "))
         print(HEADER)
         print(row(f"job, {messages:,} messages", messages, m))

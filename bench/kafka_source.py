@@ -109,11 +109,15 @@ def partition_main(bootstrap_servers: str, topic: str, count: int) -> None:
         kafka._CONSUMERS.take(endpoint, Isolation.READ_COMMITTED)
         table = pa.Table.from_batches(batches)
         after = fetched()
-        used = sum(pc.sum(pc.binary_length(table.column(c))).as_py() or 0
-                   for c in ("key", "value"))  # fmt: skip
-        return {"rows": table.num_rows, "wall_s": wall, "cpu_s": cpu, "used_bytes": used,
-                "fetched_msgs": after["msgs"] - before["msgs"],
-                "fetched_bytes": after["bytes"] - before["bytes"]}  # fmt: skip
+        used = sum(pc.sum(pc.binary_length(table.column(c))).as_py() or 0 for c in ("key", "value"))
+        return {
+            "rows": table.num_rows,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "used_bytes": used,
+            "fetched_msgs": after["msgs"] - before["msgs"],
+            "fetched_bytes": after["bytes"] - before["bytes"],
+        }
 
     small = min(1000, count // 8)
     figures = {
@@ -135,13 +139,21 @@ def publish_partition(broker: KafkaEndpoint, spec: gen.CaptureSpec, topic: str) 
     Topics(broker).create([topic], TopicPolicy(72, 1, 1), topic_pattern=None)
     # Batches of 64 KiB, as a producer that lingers a little makes them (librdkafka
     # caps them at 1 MB): a fetch returns whole batches, the prefetch bound is finer.
-    producer = Producer(broker.config(**{"linger.ms": 20, "batch.size": 65_536,
-                                         "queue.buffering.max.messages": 1_000_000}))  # fmt: skip
+    producer = Producer(
+        broker.config(
+            **{"linger.ms": 20, "batch.size": 65_536, "queue.buffering.max.messages": 1_000_000}
+        )
+    )
     count = 0
     for messages in gen.generate(spec).partitions.values():
         for message in messages:
-            producer.produce(topic, key=message.session.encode(), value=message.value,
-                             partition=0, timestamp=message.ts)  # fmt: skip
+            producer.produce(
+                topic,
+                key=message.session.encode(),
+                value=message.value,
+                partition=0,
+                timestamp=message.ts,
+            )
             count += 1
             producer.poll(0)
     assert producer.flush(60) == 0
@@ -162,31 +174,51 @@ print(time.perf_counter() - started)
 
 def measure_partition(broker: KafkaEndpoint, topic: str, count: int) -> None:
     """The range reader alone, in a fresh process; prints its figures."""
-    imported = float(subprocess.run([sys.executable, "-c", IMPORT], capture_output=True,
-                                    text=True, check=True).stdout)  # fmt: skip
+    imported = float(
+        subprocess.run(
+            [sys.executable, "-c", IMPORT], capture_output=True, text=True, check=True
+        ).stdout
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "bench.kafka_source", "--partition-read",
-         broker.bootstrap_servers, topic, str(count)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.kafka_source",
+            "--partition-read",
+            broker.bootstrap_servers,
+            topic,
+            str(count),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"the partition read failed: {done.stderr.strip()[-2000:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"range reader alone, one partition of {count:,} records "
-          f"(a new process imports the source in {imported:.2f} s):")  # fmt: skip
-    print(f"  {'read':6} {'records':>9} {'wall s':>7} {'msg/s':>9} {'cpu s':>7} {'msg/cpu-s':>10} "
-          f"{'fetched':>9} {'fetched MB':>10} {'used MB':>8} {'fetched/used':>12}")  # fmt: skip
+    print(
+        f"range reader alone, one partition of {count:,} records "
+        f"(a new process imports the source in {imported:.2f} s):"
+    )
+    print(
+        f"  {'read':6} {'records':>9} {'wall s':>7} {'msg/s':>9} {'cpu s':>7} {'msg/cpu-s':>10} "
+        f"{'fetched':>9} {'fetched MB':>10} {'used MB':>8} {'fetched/used':>12}"
+    )
     for name in ("cold", "warm", "long"):
         f = figures[name]
-        print(f"  {name:6} {f['rows']:>9,} {f['wall_s']:>7.3f} {f['rows'] / f['wall_s']:>9,.0f} "
-              f"{f['cpu_s']:>7.3f} {f['rows'] / max(f['cpu_s'], 1e-9):>10,.0f} "
-              f"{f['fetched_msgs']:>9,} {f['fetched_bytes'] / 1e6:>10.2f} "
-              f"{f['used_bytes'] / 1e6:>8.2f} "
-              f"{f['fetched_bytes'] / max(f['used_bytes'], 1):>12.2f}")  # fmt: skip
+        print(
+            f"  {name:6} {f['rows']:>9,} {f['wall_s']:>7.3f} {f['rows'] / f['wall_s']:>9,.0f} "
+            f"{f['cpu_s']:>7.3f} {f['rows'] / max(f['cpu_s'], 1e-9):>10,.0f} "
+            f"{f['fetched_msgs']:>9,} {f['fetched_bytes'] / 1e6:>10.2f} "
+            f"{f['used_bytes'] / 1e6:>8.2f} "
+            f"{f['fetched_bytes'] / max(f['used_bytes'], 1):>12.2f}"
+        )
     cold, warm = figures["cold"], figures["warm"]
-    print(f"  a cold task's cost: {cold['wall_s'] - warm['wall_s']:.3f} s more than a warm one "
-          f"for {cold['rows']:,} records, and {imported:.2f} s of imports in a new worker",
-          flush=True)  # fmt: skip
+    print(
+        f"  a cold task's cost: {cold['wall_s'] - warm['wall_s']:.3f} s more than a warm one "
+        f"for {cold['rows']:,} records, and {imported:.2f} s of imports in a new worker",
+        flush=True,
+    )
 
 
 # A new Python worker as Spark's daemon makes it: a parent that imported nothing
@@ -208,8 +240,9 @@ sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """
 
 
-def cold_task_main(servers: str, topic: str, work: str, overlap: str,
-                   forked_at: float | None = None) -> None:  # fmt: skip
+def cold_task_main(
+    servers: str, topic: str, work: str, overlap: str, forked_at: float | None = None
+) -> None:
     """A new Python worker's first task, as Spark runs it; prints JSON figures.
 
     Imports PySpark's worker, the source and the engine (timed from ``forked_at``,
@@ -251,14 +284,31 @@ def cold_task_main(servers: str, topic: str, work: str, overlap: str,
         events["last_batch"] = time.perf_counter()
 
     if overlap == "yes":
-        TaskContext(stageId=1, partitionId=0, attemptNumber=0, taskAttemptId=1, cpus=1,
-                    resources={}, localProperties={})  # fmt: skip
+        TaskContext(
+            stageId=1,
+            partitionId=0,
+            attemptNumber=0,
+            taskAttemptId=1,
+            cpus=1,
+            resources={},
+            localProperties={},
+        )
     begin = time.perf_counter()
     rows = [r for b in task_mod.PartitionTask(plan)(records()) for r in b.to_pylist()]
     done = time.perf_counter()
     relative = {name: at - begin for name, at in events.items()}
-    print(json.dumps({"imported_s": imported, "task_s": done - begin, "rows": len(rows),
-                      "total_s": done - started, **relative}), flush=True)  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "imported_s": imported,
+                "task_s": done - begin,
+                "rows": len(rows),
+                "total_s": done - started,
+                **relative,
+            }
+        ),
+        flush=True,
+    )
 
 
 def _cold_plan(work: str) -> Any:
@@ -272,10 +322,15 @@ def _cold_plan(work: str) -> Any:
     tp = TopicPartition(saved["topic"], 0)
     version = StateVersion(saved["offset"], saved["digest"])
     return BatchPlan(
-        processor=TableProcessor(), rules=Rules(), state_root=str(Path(work) / "state"),
-        output_uri=str(Path(work) / "out"), staging_dir="_tablecast/staging/bench",
-        start={tp: saved["offset"]}, end={tp: saved["end"]}, versions={tp: version},
-    )  # fmt: skip
+        processor=TableProcessor(),
+        rules=Rules(),
+        state_root=str(Path(work) / "state"),
+        output_uri=str(Path(work) / "out"),
+        staging_dir="_tablecast/staging/bench",
+        start={tp: saved["offset"]},
+        end={tp: saved["end"]},
+        versions={tp: version},
+    )
 
 
 def prepare_cold_task(broker: KafkaEndpoint, topic: str, count: int, work: Path) -> None:
@@ -290,16 +345,22 @@ def prepare_cold_task(broker: KafkaEndpoint, topic: str, count: int, work: Path)
     tp = TopicPartition(topic, 0)
     middle, end = count // 2, min(count, count // 2 + 20_000)
     plan = BatchPlan(
-        processor=TableProcessor(), rules=Rules(), state_root=str(work / "state"),
-        output_uri=str(work / "out"), staging_dir="_tablecast/staging/first",
-        start={}, end={tp: middle}, versions={},
-    )  # fmt: skip
+        processor=TableProcessor(),
+        rules=Rules(),
+        state_root=str(work / "state"),
+        output_uri=str(work / "out"),
+        staging_dir="_tablecast/staging/first",
+        start={},
+        end={tp: middle},
+        versions={},
+    )
     rows = PartitionTask(plan)(KafkaRange(broker, tp, 0, middle).read())
     outcome = BatchOutcome.parse(r for b in rows for r in b.to_pylist())
     version = outcome.partitions[tp].version
     assert version is not None
-    (work / "plan.json").write_text(json.dumps({"topic": topic, "offset": version.offset,
-                                                "digest": version.digest, "end": end}))  # fmt: skip
+    (work / "plan.json").write_text(
+        json.dumps({"topic": topic, "offset": version.offset, "digest": version.digest, "end": end})
+    )
 
 
 # The cold task's variants: (name, state loaded while the records come, daemon preloads).
@@ -321,30 +382,47 @@ def measure_cold_task(broker: KafkaEndpoint, topic: str, count: int, runs: int) 
         for _ in range(runs):
             for name, overlap, preload in COLD_VARIANTS:
                 done = subprocess.run(
-                    [sys.executable, "-c", FORKED_COLD_TASK, preload,
-                     broker.bootstrap_servers, topic, work, overlap],
-                    capture_output=True, text=True, check=False,
-                )  # fmt: skip
+                    [
+                        sys.executable,
+                        "-c",
+                        FORKED_COLD_TASK,
+                        preload,
+                        broker.bootstrap_servers,
+                        topic,
+                        work,
+                        overlap,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
                 if done.returncode != 0:
                     raise SystemExit(f"the cold task failed: {done.stderr.strip()[-2000:]}")
                 figures[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     first = figures[COLD_VARIANTS[0][0]][0]
-    print(f"a new worker's first task: {first['rows']:,} report rows, a range of "
-          f"20,000 records, a state of {state_bytes:,} bytes, median of {runs} runs each "
-          "(seconds; imports and the end from the worker's fork, the rest from the task's "
-          "start):")  # fmt: skip
-    print(f"  {'worker':24} {'imports':>8} {'1st batch':>9} {'last batch':>10} "
-          f"{'load from':>9} {'load to':>8} {'task':>7} {'end':>7}")  # fmt: skip
+    print(
+        f"a new worker's first task: {first['rows']:,} report rows, a range of "
+        f"20,000 records, a state of {state_bytes:,} bytes, median of {runs} runs each "
+        "(seconds; imports and the end from the worker's fork, the rest from the task's "
+        "start):"
+    )
+    print(
+        f"  {'worker':24} {'imports':>8} {'1st batch':>9} {'last batch':>10} "
+        f"{'load from':>9} {'load to':>8} {'task':>7} {'end':>7}"
+    )
     for name, _, _ in COLD_VARIANTS:
         runs_of = figures[name]
 
         def median(key: str, of: list[dict[str, float]] = runs_of) -> float:
             return sorted(r[key] for r in of)[len(of) // 2]
 
-        print(f"  {name:24} {median('imported_s'):>8.3f} {median('first_batch'):>9.3f} "
-              f"{median('last_batch'):>10.3f} {median('load_start'):>9.3f} "
-              f"{median('load_end'):>8.3f} {median('task_s'):>7.3f} "
-              f"{median('total_s'):>7.3f}", flush=True)  # fmt: skip
+        print(
+            f"  {name:24} {median('imported_s'):>8.3f} {median('first_batch'):>9.3f} "
+            f"{median('last_batch'):>10.3f} {median('load_start'):>9.3f} "
+            f"{median('load_end'):>8.3f} {median('task_s'):>7.3f} "
+            f"{median('total_s'):>7.3f}",
+            flush=True,
+        )
 
 
 def read_main(source: str, location: str, checkpoint: str) -> None:
@@ -392,10 +470,19 @@ def measure(source: str, location: str, work: Path) -> Measured:
     """Both reads of one source, in a process of its own."""
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "bench.kafka_source", "--read", source, location,
-         str(work / f"{source}-ckpt")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.kafka_source",
+            "--read",
+            source,
+            location,
+            str(work / f"{source}-ckpt"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     elapsed = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"the {source} read failed: {done.stderr.strip()[-2000:]}")
@@ -412,14 +499,26 @@ def publish_batched(broker: KafkaEndpoint, spec: gen.CaptureSpec) -> int:
     from confluent_kafka import Producer
 
     capture = gen.generate(spec)
-    batched = Producer(broker.config(**{"linger.ms": 20, "compression.type": "lz4",
-                                        "queue.buffering.max.messages": 1_000_000}))  # fmt: skip
+    batched = Producer(
+        broker.config(
+            **{
+                "linger.ms": 20,
+                "compression.type": "lz4",
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+    )
     single = Producer(broker.config(**{"linger.ms": 0, "batch.num.messages": 1}))
     for producer, messages_of in ((batched, slice(None, -1)), (single, slice(-1, None))):
         for tp, messages in capture.partitions.items():
             for message in messages[messages_of]:
-                producer.produce(tp.topic, key=message.session.encode(), value=message.value,
-                                 partition=tp.partition, timestamp=message.ts)  # fmt: skip
+                producer.produce(
+                    tp.topic,
+                    key=message.session.encode(),
+                    value=message.value,
+                    partition=tp.partition,
+                    timestamp=message.ts,
+                )
                 producer.poll(0)
         assert producer.flush(120) == 0
     return capture.messages
@@ -440,14 +539,20 @@ def publish_and_archive(
         messages = publish(broker, LoadSpec(spec, one_message_per_batch=True)).messages
     else:
         messages = publish_batched(broker, spec)
-    print(f"published {messages:,} messages to tansu in {time.monotonic() - started:.1f} s "
-          f"({'one per batch' if one_per_batch else 'in batches'})", flush=True)  # fmt: skip
+    print(
+        f"published {messages:,} messages to tansu in {time.monotonic() - started:.1f} s "
+        f"({'one per batch' if one_per_batch else 'in batches'})",
+        flush=True,
+    )
     started = time.monotonic()
     config = ArchiverConfig(archive_uri=str(archive), topic_pattern=PATTERN, max_wait_s=3600)
     with Archiver(broker, config) as archiver:
         archived = archiver.catch_up(timeout_s=3600)
-    print(f"archived {archived.records:,} records in {len(archived.files)} files in "
-          f"{time.monotonic() - started:.1f} s", flush=True)  # fmt: skip
+    print(
+        f"archived {archived.records:,} records in {len(archived.files)} files in "
+        f"{time.monotonic() - started:.1f} s",
+        flush=True,
+    )
     return messages
 
 
@@ -457,18 +562,29 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=1875)
     parser.add_argument("--rows-min", type=int, default=100)
     parser.add_argument("--rows-max", type=int, default=200)
-    parser.add_argument("--partition-messages", type=int, default=300_000,
-                        help="records of the one-partition read (0: skip it)")  # fmt: skip
-    parser.add_argument("--only-partition", action="store_true",
-                        help="only the one-partition read, not the Spark reads")  # fmt: skip
-    parser.add_argument("--one-message-per-batch", action="store_true",
-                        help="publish the Spark reads' topics one message a batch (tansu's "
-                        "dearest case) instead of in ordinary batches")  # fmt: skip
+    parser.add_argument(
+        "--partition-messages",
+        type=int,
+        default=300_000,
+        help="records of the one-partition read (0: skip it)",
+    )
+    parser.add_argument(
+        "--only-partition",
+        action="store_true",
+        help="only the one-partition read, not the Spark reads",
+    )
+    parser.add_argument(
+        "--one-message-per-batch",
+        action="store_true",
+        help="publish the Spark reads' topics one message a batch (tansu's "
+        "dearest case) instead of in ordinary batches",
+    )
     parser.add_argument("--read", nargs=3, metavar=("SOURCE", "LOCATION", "CHECKPOINT"))
     parser.add_argument("--partition-read", nargs=3, metavar=("SERVERS", "TOPIC", "COUNT"))
     parser.add_argument("--cold-task", nargs=4, metavar=("SERVERS", "TOPIC", "WORK", "OVERLAP"))
-    parser.add_argument("--cold-task-runs", type=int, default=5,
-                        help="runs of the cold task each way (0: skip it)")  # fmt: skip
+    parser.add_argument(
+        "--cold-task-runs", type=int, default=5, help="runs of the cold task each way (0: skip it)"
+    )
     args = parser.parse_args()
     if args.cold_task:
         cold_task_main(*args.cold_task)
@@ -486,9 +602,15 @@ def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
     spec = gen.CaptureSpec(
-        topics=8, partitions=4, sessions=args.sessions, rows_min=args.rows_min,
-        rows_max=args.rows_max, updates=args.updates, prefix=PREFIX, seed=1,
-    )  # fmt: skip
+        topics=8,
+        partitions=4,
+        sessions=args.sessions,
+        rows_min=args.rows_min,
+        rows_max=args.rows_max,
+        updates=args.updates,
+        prefix=PREFIX,
+        seed=1,
+    )
     with tempfile.TemporaryDirectory() as logs, running_broker(Path(logs) / "tansu.log") as tansu:
         if args.partition_messages:
             # The same kind of records, as many as the option asks, in one partition.
@@ -500,21 +622,28 @@ def main() -> int:
                 measure_cold_task(tansu.endpoint, "bench-partition", count, args.cold_task_runs)
         if args.only_partition:
             return 0
-        messages = publish_and_archive(tansu.endpoint, spec, OUT / "archive",
-                                       one_per_batch=args.one_message_per_batch)  # fmt: skip
+        messages = publish_and_archive(
+            tansu.endpoint, spec, OUT / "archive", one_per_batch=args.one_message_per_batch
+        )
         before = tansu.cpu_seconds()
         results = {"kafka": measure("kafka", tansu.endpoint.bootstrap_servers, OUT)}
         broker_cpu_s = tansu.cpu_seconds() - before
         results["archive"] = measure("archive", str(OUT / "archive"), OUT)
-    print(f"{'source':8} {'messages':>9} {'first s':>8} {'messages/s':>11} "
-          f"{'again s':>8} {'messages/s':>11} {'process s':>10}")  # fmt: skip
+    print(
+        f"{'source':8} {'messages':>9} {'first s':>8} {'messages/s':>11} "
+        f"{'again s':>8} {'messages/s':>11} {'process s':>10}"
+    )
     for name, m in results.items():
-        print(f"{name:8} {m.rows:>9,} {m.cold_s:>8.1f} {m.rows / m.cold_s:>11,.0f} "
-              f"{m.warm_s:>8.1f} {m.rows / m.warm_s:>11,.0f} {m.process_s:>10.1f}")  # fmt: skip
+        print(
+            f"{name:8} {m.rows:>9,} {m.cold_s:>8.1f} {m.rows / m.cold_s:>11,.0f} "
+            f"{m.warm_s:>8.1f} {m.rows / m.warm_s:>11,.0f} {m.process_s:>10.1f}"
+        )
     kafka, archive = results["kafka"], results["archive"]
     if kafka.rows != messages or archive.rows != messages:
-        print(f"warning: read {kafka.rows:,} (kafka) and {archive.rows:,} (archive) of "
-              f"{messages:,} messages")  # fmt: skip
+        print(
+            f"warning: read {kafka.rows:,} (kafka) and {archive.rows:,} (archive) of "
+            f"{messages:,} messages"
+        )
     print(
         f"ratio kafka/archive speed: first read {archive.cold_s / kafka.cold_s:.2f}, "
         f"again {archive.warm_s / kafka.warm_s:.2f}"

@@ -44,9 +44,11 @@ STATE_DDL = "state string"
 
 
 def apply_naively(
-    session: str, last_seq: int, table: dict[str, Any] | None,
+    session: str,
+    last_seq: int,
+    table: dict[str, Any] | None,
     records: list[tuple[str, int, int, bytes]],
-) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]]]:  # fmt: skip
+) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]]]:
     """One session's records (topic, partition, offset, value), in offset order, applied.
 
     Plain ``orjson.loads`` and dicts, as a team new to the problem writes it;
@@ -58,8 +60,15 @@ def apply_naively(
         if doc["session"] != session or doc["seq"] != last_seq + 1:
             raise ValueError(f"{session}: expected seq {last_seq + 1}, got {doc['seq']}")
         last_seq = doc["seq"]
-        base = {"topic": topic, "partition": partition, "offset": offset, "session": session,
-                "seq": doc["seq"], "type": doc["type"], "ts_ms": doc["ts"]}  # fmt: skip
+        base = {
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "session": session,
+            "seq": doc["seq"],
+            "type": doc["type"],
+            "ts_ms": doc["ts"],
+        }
         if doc["type"] == "end":
             table = None
             continue
@@ -77,8 +86,15 @@ def apply_naively(
         for row_id in gone:
             out.append({**base, "row_id": row_id, "value": None, "status": None, "deleted": True})
         for row in doc["rows"]:
-            out.append({**base, "row_id": row["id"], "value": row["value"],
-                        "status": row["status"], "deleted": False})  # fmt: skip
+            out.append(
+                {
+                    **base,
+                    "row_id": row["id"],
+                    "value": row["value"],
+                    "status": row["status"],
+                    "deleted": False,
+                }
+            )
     return last_seq, table, out
 
 

@@ -32,8 +32,9 @@ def read_everywhere(output: Path) -> pa.Table:
     con = duckdb.connect()
     try:
         glob = str(output / "date=*" / "*.parquet")
-        con.execute(f"CREATE VIEW duck AS SELECT * FROM read_parquet('{glob}', "
-                    "hive_partitioning=true)")  # fmt: skip
+        con.execute(
+            f"CREATE VIEW duck AS SELECT * FROM read_parquet('{glob}', hive_partitioning=true)"
+        )
         con.register("arrow_rows", table.select(list(OUTPUT_COLUMNS)))
         found = con.execute(
             f"SELECT (SELECT count(*) FROM duck), (SELECT count(*) FROM "

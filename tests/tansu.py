@@ -93,13 +93,18 @@ def running_broker(log_path: Path) -> Iterator[Broker]:
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [
-                tansu_binary(), "broker",
-                "--listener-url", f"tcp://{address}",
-                "--advertised-listener-url", f"tcp://{address}",
-                "--storage-engine", "memory://tansu/",
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                f"tcp://{address}",
+                "--advertised-listener-url",
+                f"tcp://{address}",
+                "--storage-engine",
+                "memory://tansu/",
             ],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     with _listening(process, port, log_path):
         yield Broker(KafkaEndpoint(address), process.pid)
 
@@ -145,9 +150,14 @@ class StoredBroker:
         self.s3 = client  # boto3's S3 client of the moto server
         self.port = free_port()
         self.endpoint = KafkaEndpoint(f"127.0.0.1:{self.port}")
-        self._env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing",
-                     "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                     "AWS_ENDPOINT": s3_url, "AWS_ALLOW_HTTP": "true"}  # fmt: skip
+        self._env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT": s3_url,
+            "AWS_ALLOW_HTTP": "true",
+        }
         self._running: Any = None
 
     def start(self) -> None:
@@ -155,13 +165,19 @@ class StoredBroker:
         with self.log_path.open("ab") as log:
             process = subprocess.Popen(
                 [
-                    tansu_binary(), "broker",
-                    "--listener-url", f"tcp://{address}",
-                    "--advertised-listener-url", f"tcp://{address}",
-                    "--storage-engine", f"s3://{self.bucket}/",
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    f"tcp://{address}",
+                    "--advertised-listener-url",
+                    f"tcp://{address}",
+                    "--storage-engine",
+                    f"s3://{self.bucket}/",
                 ],
-                stdout=log, stderr=subprocess.STDOUT, env=self._env,
-            )  # fmt: skip
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+            )
         owned_by_fixture(process.pid)  # a test may restart it (expire); the fixture stops it
         # Killed when stopped: every record it acknowledged is in S3 already.
         self._running = _listening(process, self.port, self.log_path, kill=True)
@@ -178,8 +194,7 @@ class StoredBroker:
     def batches(self, tp: TopicPartition) -> list[int]:
         """The offsets of the partition's stored record batches, in order."""
         prefix = self._prefix(tp) + "records/"
-        pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
-                                                                  Prefix=prefix)  # fmt: skip
+        pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
         return sorted(int(key[len(prefix) :].split(".")[0]) for key in keys)
 
@@ -190,8 +205,12 @@ class StoredBroker:
             offsets = self.batches(tp)
             if offsets:
                 key = f"{self._prefix(tp)}records/{offsets[-1]:020d}.batch"
-                self.s3.copy_object(Bucket=self.bucket, Key=key, MetadataDirective="REPLACE",
-                                    CopySource={"Bucket": self.bucket, "Key": key})  # fmt: skip
+                self.s3.copy_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    MetadataDirective="REPLACE",
+                    CopySource={"Bucket": self.bucket, "Key": key},
+                )
 
     def expire(self, before: dict[TopicPartition, int]) -> None:
         """What retention does: each partition loses its offsets before ``before[tp]``.
@@ -204,13 +223,18 @@ class StoredBroker:
             prefix = self._prefix(tp)
             for offset in self.batches(tp):
                 if offset < first_kept:
-                    self.s3.delete_object(Bucket=self.bucket,
-                                          Key=f"{prefix}records/{offset:020d}.batch")  # fmt: skip
+                    self.s3.delete_object(
+                        Bucket=self.bucket, Key=f"{prefix}records/{offset:020d}.batch"
+                    )
             key = prefix + "watermark.json"
             watermark = json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
             watermark["low"] = first_kept
-            self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(watermark).encode(),
-                               ContentType="application/json")  # fmt: skip
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=json.dumps(watermark).encode(),
+                ContentType="application/json",
+            )
         self.start()
 
 
@@ -226,9 +250,12 @@ def stored_broker(log_path: Path) -> Iterator[StoredBroker]:
         host, port = server.get_host_and_port()
         url = f"http://{host}:{port}"
         client = boto3.client(
-            "s3", endpoint_url=url, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing",
-        )  # fmt: skip
+            "s3",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         client.create_bucket(Bucket="tansu")
         broker = StoredBroker(log_path, url, "tansu", client)
         broker.start()

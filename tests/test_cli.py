@@ -78,11 +78,15 @@ def test_verify_refuses_a_missing_or_empty_archive_or_output(
     (tmp_path / "out").mkdir()
     missing = str(tmp_path / "nope")
     cases = [
-        (["--archive", missing, "--output", str(tmp_path / "out")],
-         f"tablecast verify: output {tmp_path / 'out'} holds no Parquet file: nothing to verify"),
-        (["--archive", missing, "--output", missing],
-         f"tablecast verify: output {missing} does not exist"),
-    ]  # fmt: skip
+        (
+            ["--archive", missing, "--output", str(tmp_path / "out")],
+            f"tablecast verify: output {tmp_path / 'out'} holds no Parquet file: nothing to verify",
+        ),
+        (
+            ["--archive", missing, "--output", missing],
+            f"tablecast verify: output {missing} does not exist",
+        ),
+    ]
     for argv, message in cases:
         assert _cli_error(["verify", *argv], capsys) == (64, message)
     # With an output that holds rows, the archive is checked too.
@@ -102,17 +106,42 @@ def test_a_mistyped_archive_is_refused_before_anything_is_created(
 ) -> None:
     missing = str(tmp_path / "archvie")
     for argv in (
-        ["run", "--archive", missing, "--output", str(tmp_path / "o"), "--checkpoint",
-         str(tmp_path / "c")],
-        ["replay", "--archive", missing, "--output", str(tmp_path / "o"), "--since",
-         "2026-01-01T00:00:00Z", "--until", "2026-01-02T00:00:00Z"],
-        ["repair", "--archive", missing, "--output", str(tmp_path / "o"), "--checkpoint",
-         str(tmp_path / "c"), "--dry-run"],
+        [
+            "run",
+            "--archive",
+            missing,
+            "--output",
+            str(tmp_path / "o"),
+            "--checkpoint",
+            str(tmp_path / "c"),
+        ],
+        [
+            "replay",
+            "--archive",
+            missing,
+            "--output",
+            str(tmp_path / "o"),
+            "--since",
+            "2026-01-01T00:00:00Z",
+            "--until",
+            "2026-01-02T00:00:00Z",
+        ],
+        [
+            "repair",
+            "--archive",
+            missing,
+            "--output",
+            str(tmp_path / "o"),
+            "--checkpoint",
+            str(tmp_path / "c"),
+            "--dry-run",
+        ],
         ["correct", "--archive", missing, "--output", str(tmp_path / "o"), "--version", "1.0"],
-    ):  # fmt: skip
+    ):
         assert _cli_error(argv, capsys) == (
-            64, f"tablecast {argv[0]}: archive {missing} does not exist"
-        )  # fmt: skip
+            64,
+            f"tablecast {argv[0]}: archive {missing} does not exist",
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -134,8 +163,19 @@ def an_output(root: Path) -> str:
 def test_a_consumer_group_outside_the_granted_names_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = cli.main(["run", "--bootstrap-servers", "127.0.0.1:1", "--output", "o", "--checkpoint",
-                     "c", "--consumer-group", "analytics"])  # fmt: skip
+    code = cli.main(
+        [
+            "run",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--output",
+            "o",
+            "--checkpoint",
+            "c",
+            "--consumer-group",
+            "analytics",
+        ]
+    )
     assert code == 64
     assert capsys.readouterr().err.strip() == (
         "tablecast run: --consumer-group 'analytics' must start with 'tablecast-' (the only "
@@ -148,17 +188,27 @@ def test_a_correction_needs_an_output_with_a_ledger(
 ) -> None:
     (tmp_path / "archive").mkdir()
     output = tmp_path / "out"
-    argv = ["correct", "--archive", str(tmp_path / "archive"), "--output", str(output),
-            "--commit", "abc1234", "--dry-run"]  # fmt: skip
+    argv = [
+        "correct",
+        "--archive",
+        str(tmp_path / "archive"),
+        "--output",
+        str(output),
+        "--commit",
+        "abc1234",
+        "--dry-run",
+    ]
     assert _cli_error(argv, capsys) == (64, f"tablecast correct: output {output} does not exist")
     output.mkdir()
     assert _cli_error(argv, capsys) == (
-        64, f"tablecast correct: output {output} has no ledger: nothing was published there"
-    )  # fmt: skip
+        64,
+        f"tablecast correct: output {output} has no ledger: nothing was published there",
+    )
     short = [*argv[:-3], "--commit", "abc", "--dry-run"]
     assert _cli_error(short, capsys) == (
-        64, "tablecast correct: --commit 'abc': give at least 7 hex digits"
-    )  # fmt: skip
+        64,
+        "tablecast correct: --commit 'abc': give at least 7 hex digits",
+    )
 
 
 def test_the_cli_module_stays_light() -> None:
@@ -166,10 +216,13 @@ def test_the_cli_module_stays_light() -> None:
     import subprocess
     import sys
 
-    probe = ("import sys, app.cli; print(sorted(m for m in ('pyspark', 'pandas', 'duckdb') "
-             "if m in sys.modules))")  # fmt: skip
-    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                           check=True).stdout.strip()  # fmt: skip
+    probe = (
+        "import sys, app.cli; print(sorted(m for m in ('pyspark', 'pandas', 'duckdb') "
+        "if m in sys.modules))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert found == "[]"
 
 
@@ -177,8 +230,9 @@ def test_the_command_lines_defaults_are_the_jobs() -> None:
     from app import defaults
     from app.spark.job import JobConfig
 
-    args = cli.build_parser().parse_args(["run", "--archive", "a", "--output", "o",
-                                          "--checkpoint", "c"])  # fmt: skip
+    args = cli.build_parser().parse_args(
+        ["run", "--archive", "a", "--output", "o", "--checkpoint", "c"]
+    )
     config = JobConfig(source=None, output="o", checkpoint="c")  # type: ignore[arg-type]
     assert cli.parse_duration_ms(args.session_timeout) == config.session_timeout_ms
     assert args.max_offsets_per_trigger == config.max_offsets_per_trigger
@@ -194,23 +248,25 @@ def test_the_kafka_source_options_of_run_are_refused_in_one_line_when_wrong(
     kafka = ["--bootstrap-servers", "127.0.0.1:9"]
     cases = {
         ("--kafka-option", "group.id=mine"): "--kafka-option group.id: the source sets "
-                                             "group.id itself",
-        ("--kafka-option", "isolation.level=read_uncommitted"):
-            "--kafka-option isolation.level: the source sets isolation.level itself "
-            "(use --kafka-isolation-level)",
+        "group.id itself",
+        (
+            "--kafka-option",
+            "isolation.level=read_uncommitted",
+        ): "--kafka-option isolation.level: the source sets isolation.level itself "
+        "(use --kafka-isolation-level)",
         ("--kafka-option", "sasl.password=x"): "--kafka-option sasl.password: the source sets "
-                                               "sasl.password itself",
+        "sasl.password itself",
         ("--kafka-option", "fetch.min.bytes"): "--kafka-option 'fetch.min.bytes' is not key=value",
         ("--topics", "sensor-1,bad name"): "--topics 'sensor-1,bad name': give Kafka topic names "
-                                           "separated by commas ('bad name' is not one)",
+        "separated by commas ('bad name' is not one)",
         ("--starting-offsets", "yesterday"): "--starting-offsets 'yesterday' is neither earliest, "
-                                             "latest, milliseconds since the epoch nor an ISO "
-                                             "8601 time",
+        "latest, milliseconds since the epoch nor an ISO "
+        "8601 time",
         ("--kafka-auth", "scram"): "--kafka-auth scram needs --kafka-secret-arn (the cluster's "
-                                   "Secrets Manager secret)",
+        "Secrets Manager secret)",
         ("--max-trigger-delay", "soon"): "duration 'soon' is not like '1 hour', '30 minutes' or "
-                                         "'90s'",
-    }  # fmt: skip
+        "'90s'",
+    }
     for args, message in cases.items():
         assert _cli_error(["run", *kafka, *args, *paths], capsys) == (
             64,
@@ -228,8 +284,11 @@ def test_topics_by_name_become_a_pattern_of_exactly_them() -> None:
     import re
 
     pattern = cli.topic_pattern("sensor-1, sensor.2,sensor-1", "ignored")
-    assert [t for t in ("sensor-1", "sensor.2", "sensor-12", "sensorx2", "sensor-")
-            if re.fullmatch(pattern, t)] == ["sensor-1", "sensor.2"]  # fmt: skip
+    assert [
+        t
+        for t in ("sensor-1", "sensor.2", "sensor-12", "sensorx2", "sensor-")
+        if re.fullmatch(pattern, t)
+    ] == ["sensor-1", "sensor.2"]
     assert cli.topic_pattern(None, "^s-.+") == "^s-.+"
 
 
@@ -246,8 +305,9 @@ def test_msk_tls_and_scram_sign_in_settings(monkeypatch: pytest.MonkeyPatch) -> 
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "testing")
-    tls = KafkaEndpoint("b-1:9094", KafkaAuth.TLS, options=(("ssl.endpoint.identification"
-                                                            ".algorithm", "https"),))  # fmt: skip
+    tls = KafkaEndpoint(
+        "b-1:9094", KafkaAuth.TLS, options=(("ssl.endpoint.identification.algorithm", "https"),)
+    )
     settings = tls.config()
     assert (settings["security.protocol"], settings["ssl.ca.location"]) == ("SSL", "probe")
     assert settings["ssl.endpoint.identification.algorithm"] == "https"
@@ -261,13 +321,15 @@ def test_msk_tls_and_scram_sign_in_settings(monkeypatch: pytest.MonkeyPatch) -> 
         scram = KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, region="eu-west-1", secret_arn=arn)
         settings = scram.config()
         assert (settings["security.protocol"], settings["sasl.mechanisms"]) == (
-            "SASL_SSL", "SCRAM-SHA-512"
-        )  # fmt: skip
+            "SASL_SSL",
+            "SCRAM-SHA-512",
+        )
         assert (settings["sasl.username"], settings["sasl.password"]) == ("job", "s3cret")
         for kind in (Consumer, AdminClient):  # librdkafka takes them for every client
             kind(scram.config(**({"group.id": "t"} if kind is Consumer else {})))
-        missing = KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, region="eu-west-1",
-                                secret_arn="AmazonMSK_missing")  # fmt: skip
+        missing = KafkaEndpoint(
+            "b-1:9096", KafkaAuth.SCRAM, region="eu-west-1", secret_arn="AmazonMSK_missing"
+        )
         unread = "--kafka-secret-arn AmazonMSK_missing: could not read the secret in eu-west-1"
         with pytest.raises(ConfigurationError, match=unread):
             missing.config()

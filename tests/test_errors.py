@@ -26,20 +26,29 @@ from app.spark.code import CodeMismatchError
 VIOLATION = Violation("sensor-1", 3, 42, "s-9", Rule.SEQUENCE, "seq 5", "seq 7")
 # One of each error a worker (a task, or the source's reader) can raise.
 RAISED_IN_WORKERS: list[TablecastError] = [
-    DataLossError("data loss in the archive: topic sensor-1 partition 3 offsets 10 to 19 are "
-                  "missing", source="the archive", topic="sensor-1", partition=3,
-                  first_missing=10, last_missing=19, path="/a/sensor-1/3/x.parquet"),
-    ArchiveLayoutError("archive file /a/x is not sorted by offset", path="/a/x", topic="t",
-                       partition=0),
+    DataLossError(
+        "data loss in the archive: topic sensor-1 partition 3 offsets 10 to 19 are missing",
+        source="the archive",
+        topic="sensor-1",
+        partition=3,
+        first_missing=10,
+        last_missing=19,
+        path="/a/sensor-1/3/x.parquet",
+    ),
+    ArchiveLayoutError(
+        "archive file /a/x is not sorted by offset", path="/a/x", topic="t", partition=0
+    ),
     StateError("state file /s/1.state fails its checksum: it is damaged"),
     SourceUnavailableError("Kafka at b:9092: could not list the topics within 3 s: timed out"),
     ConfigurationError("unknown source backend 'x'"),
     OutputStateError("refused", output="/o", checkpoint="/c", batch=4),
     TablecastError("the source gave the same offset twice in one micro-batch"),
     IntegrityViolationError(VIOLATION),
-    CodeMismatchError("this executor imported tablecast code 0123456789ab from /w, the driver "
-                      "runs ba9876543210: remove it"),
-]  # fmt: skip
+    CodeMismatchError(
+        "this executor imported tablecast code 0123456789ab from /w, the driver "
+        "runs ba9876543210: remove it"
+    ),
+]
 
 
 def _worker_traceback(error: TablecastError, *, only_exception: bool = False) -> str:

@@ -19,18 +19,30 @@ def _line(record: logging.LogRecord) -> dict[str, object]:
 def test_an_errors_facts_become_fields_of_its_json_line() -> None:
     error = DataLossError(
         "data loss in the archive: topic s partition 2 offsets 10 to 19 are missing",
-        source="the archive", topic="s", partition=2, first_missing=10, last_missing=19,
-        path="/a/s/2/x.parquet", level="a fact named like a field", logger="neither",
-    )  # fmt: skip
-    record = logging.LogRecord("tablecast", logging.ERROR, __file__, 1, "tablecast run: %s",
-                               (error,), None)  # fmt: skip
+        source="the archive",
+        topic="s",
+        partition=2,
+        first_missing=10,
+        last_missing=19,
+        path="/a/s/2/x.parquet",
+        level="a fact named like a field",
+        logger="neither",
+    )
+    record = logging.LogRecord(
+        "tablecast", logging.ERROR, __file__, 1, "tablecast run: %s", (error,), None
+    )
     record.__dict__[logs.FACTS] = error.facts  # what logging's extra= does
     doc = _line(record)
-    assert {k: doc[k] for k in ("topic", "partition", "first_missing", "last_missing", "path",
-                                "source")} == {
-        "topic": "s", "partition": 2, "first_missing": 10, "last_missing": 19,
-        "path": "/a/s/2/x.parquet", "source": "the archive",
-    }  # fmt: skip
+    assert {
+        k: doc[k] for k in ("topic", "partition", "first_missing", "last_missing", "path", "source")
+    } == {
+        "topic": "s",
+        "partition": 2,
+        "first_missing": 10,
+        "last_missing": 19,
+        "path": "/a/s/2/x.parquet",
+        "source": "the archive",
+    }
     # The line's own fields stay what they are.
     assert doc["message"] == f"tablecast run: {error}"
     assert (doc["level"], doc["logger"]) == ("ERROR", "tablecast")

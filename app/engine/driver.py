@@ -155,8 +155,9 @@ class EngineDriver:
                 raise DataLossError(
                     f"the source gave {'no' if tp in first else 'new'} records for {tp.key()} "
                     "in a later pass of the micro-batch: it changed between passes",
-                    topic=tp.topic, partition=tp.partition,
-                )  # fmt: skip
+                    topic=tp.topic,
+                    partition=tp.partition,
+                )
             return outcome
 
         return settle(run_pass, registry, self.rules.mode is IntegrityMode.STRICT)

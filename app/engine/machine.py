@@ -177,8 +177,9 @@ class PartitionMachine(Generic[StateT]):
                 session, bad_key = _session_of(key)
             if bad_key is not None:
                 violation = _violation(tp, offset, session, Rule.ENVELOPE, "a valid key", bad_key)
-                if not self._on_violation(result, state, session, None, offset, seen,
-                                          values[i], violation):  # fmt: skip
+                if not self._on_violation(
+                    result, state, session, None, offset, seen, values[i], violation
+                ):
                     break
                 continue
 
@@ -198,17 +199,20 @@ class PartitionMachine(Generic[StateT]):
                 if current is None:
                     result.claims.append(Claim(session, offset, False))
             else:
-                violation, rows = self._apply(result, state, current, session, message, offset,
-                                              seen, values[i])  # fmt: skip
+                violation, rows = self._apply(
+                    result, state, current, session, message, offset, seen, values[i]
+                )
             if session in traced:
-                result.trace.append(_trace(offset, session, message, sessions.get(session),
-                                           rows, violation))  # fmt: skip
+                result.trace.append(
+                    _trace(offset, session, message, sessions.get(session), rows, violation)
+                )
             if violation is not None:
                 if strict:
                     result.violations.append(violation)
                     break
-                self._on_violation(result, state, session, message, offset, seen, values[i],
-                                   violation)  # fmt: skip
+                self._on_violation(
+                    result, state, session, message, offset, seen, values[i], violation
+                )
         state.clock_ms = clock
         if not strict or not result.violations:
             self._expire(state, result, offsets[-1] + 1 if len(offsets) else state.offset)
@@ -245,19 +249,33 @@ class PartitionMachine(Generic[StateT]):
         tp = state.tp
         snapshot = kind is MessageType.SNAPSHOT
         if current is not None and current.owner is not None:
-            result.quarantined.append(_quarantined(
-                tp, offset, session, message, seen, value,
-                f"rule 6: the session belongs to {current.owner}",
-            ))  # fmt: skip
+            result.quarantined.append(
+                _quarantined(
+                    tp,
+                    offset,
+                    session,
+                    message,
+                    seen,
+                    value,
+                    f"rule 6: the session belongs to {current.owner}",
+                )
+            )
             current.seen_ms = seen
             return None, 0
         reopening = False
         if current is not None and current.quarantine is not None:
             if not snapshot:
-                result.quarantined.append(_quarantined(
-                    tp, offset, session, message, seen, value,
-                    f"awaiting a snapshot: {current.quarantine}",
-                ))  # fmt: skip
+                result.quarantined.append(
+                    _quarantined(
+                        tp,
+                        offset,
+                        session,
+                        message,
+                        seen,
+                        value,
+                        f"awaiting a snapshot: {current.quarantine}",
+                    )
+                )
                 current.seen_ms = seen
                 return None, 0
             reopening = True  # a snapshot re-establishes the session
@@ -269,26 +287,36 @@ class PartitionMachine(Generic[StateT]):
             if not snapshot or (message.seq != 0 and session not in self.rules.adopt):
                 result.claims.append(Claim(session, offset, False))
                 return _violation(
-                    tp, offset, session, Rule.FIRST_MESSAGE,
+                    tp,
+                    offset,
+                    session,
+                    Rule.FIRST_MESSAGE,
                     "a snapshot with seq 0 to open the session",
                     f"{message.type.value} with seq {message.seq}",
-                ), 0  # fmt: skip
+                ), 0
             user = None
         elif current.closed and not reopening:
             return _violation(
-                tp, offset, session, Rule.AFTER_END,
+                tp,
+                offset,
+                session,
+                Rule.AFTER_END,
                 f"nothing after the end message with seq {current.last_seq}",
                 f"{message.type.value} with seq {message.seq}",
-            ), 0  # fmt: skip
+            ), 0
         elif (
             not reopening
             and message.seq != current.last_seq + 1
             and not (snapshot and current.last_seq < 0)
         ):
             return _violation(
-                tp, offset, session, Rule.SEQUENCE,
-                f"seq {current.last_seq + 1}", f"seq {message.seq}",
-            ), 0  # fmt: skip
+                tp,
+                offset,
+                session,
+                Rule.SEQUENCE,
+                f"seq {current.last_seq + 1}",
+                f"seq {message.seq}",
+            ), 0
         else:
             user = current.user
 
@@ -313,8 +341,7 @@ class PartitionMachine(Generic[StateT]):
         current.advance(message.seq, offset, message.ts, seen)
         current.closed = message.type is MessageType.END
         current.user = user
-        rows = result.rows.emit(offset, session, message.seq, message.type, message.ts,
-                                changes)  # fmt: skip
+        rows = result.rows.emit(offset, session, message.seq, message.type, message.ts, changes)
         return None, rows
 
     def _on_violation(

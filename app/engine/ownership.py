@@ -44,10 +44,14 @@ class Trespass:
 
     def violation(self) -> Violation:
         return Violation(
-            topic=self.tp.topic, partition=self.tp.partition, offset=self.offset,
-            session=self.session, rule=Rule.ONE_PARTITION, expected=str(self.owner),
+            topic=self.tp.topic,
+            partition=self.tp.partition,
+            offset=self.offset,
+            session=self.session,
+            rule=Rule.ONE_PARTITION,
+            expected=str(self.owner),
             got=str(self.tp),
-        )  # fmt: skip
+        )
 
 
 # One partition's claims and drops of a batch, in the order they happened there.
@@ -96,8 +100,9 @@ class Registry:
                     continue
                 owner = owners.get(event.session)
                 if owner is not None and owner != tp:
-                    found.setdefault((tp, event.session),
-                                     Trespass(event.session, tp, event.offset, owner))  # fmt: skip
+                    found.setdefault(
+                        (tp, event.session), Trespass(event.session, tp, event.offset, owner)
+                    )
                 elif event.established:
                     owners[event.session] = tp
                     first.setdefault(event.session, tp)
@@ -106,8 +111,9 @@ class Registry:
         for tp, claim in unowned:
             owner = first.get(claim.session)
             if owner is not None and owner != tp:
-                found.setdefault((tp, claim.session),
-                                 Trespass(claim.session, tp, claim.offset, owner))  # fmt: skip
+                found.setdefault(
+                    (tp, claim.session), Trespass(claim.session, tp, claim.offset, owner)
+                )
         return sorted(found.values(), key=lambda t: (t.tp, t.offset))
 
     def apply(
@@ -158,8 +164,9 @@ def settle(run_pass: Callable[[Foreign], OutcomeT], registry: Registry, strict: 
         if strict:
             outcome.violations = _with_trespasses(outcome.violations, trespasses)
             return outcome
-        log.info("rule 6: %d sessions in a second partition; running the batch again",
-                 len(trespasses))  # fmt: skip
+        log.info(
+            "rule 6: %d sessions in a second partition; running the batch again", len(trespasses)
+        )
         foreign = _foreign(trespasses, foreign)
     raise AssertionError(f"rule 6 did not settle in {MAX_PASSES} passes")
 

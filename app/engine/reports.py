@@ -106,13 +106,21 @@ class Reports:
 
     def violation(self, v: Violation) -> None:
         detail = {"rule": int(v.rule), "expected": v.expected, "got": v.got}
-        self._add(ReportKind.VIOLATION, offset=v.offset, session=v.session,
-                  detail=orjson.dumps(detail).decode())  # fmt: skip
+        self._add(
+            ReportKind.VIOLATION,
+            offset=v.offset,
+            session=v.session,
+            detail=orjson.dumps(detail).decode(),
+        )
 
     def trace(self, t: TraceEvent) -> None:
         detail = {"seq": t.seq, "type": t.type, "rows": t.rows, "outcome": t.outcome}
-        self._add(ReportKind.TRACE, offset=t.offset, session=t.session,
-                  detail=orjson.dumps(detail).decode())  # fmt: skip
+        self._add(
+            ReportKind.TRACE,
+            offset=t.offset,
+            session=t.session,
+            detail=orjson.dumps(detail).decode(),
+        )
 
     def claim(self, c: Claim) -> None:
         self._add(ReportKind.CLAIM, offset=c.offset, session=c.session, rows=int(c.established))
@@ -122,11 +130,23 @@ class Reports:
 
     def partition(self, s: PartitionSummary) -> None:
         detail = orjson.dumps(
-            {"sessions": s.sessions, "cache": s.cache, "served": dict(s.served),
-             "digest": s.digest, "records": s.records, "violations": s.violations}
-        ).decode()  # fmt: skip
-        self._add(ReportKind.PARTITION, offset=s.end, rows=s.messages, bytes=s.state_bytes,
-                  path=str(s.start), detail=detail)  # fmt: skip
+            {
+                "sessions": s.sessions,
+                "cache": s.cache,
+                "served": dict(s.served),
+                "digest": s.digest,
+                "records": s.records,
+                "violations": s.violations,
+            }
+        ).decode()
+        self._add(
+            ReportKind.PARTITION,
+            offset=s.end,
+            rows=s.messages,
+            bytes=s.state_bytes,
+            path=str(s.start),
+            detail=detail,
+        )
 
 
 def to_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -153,19 +173,27 @@ class BatchOutcome:
             kind = ReportKind(r["kind"])
             tp = TopicPartition(r["topic"], r["partition"])
             if kind in (ReportKind.OUTPUT_FILE, ReportKind.QUARANTINE_FILE):
-                outcome.files.append(StagedFile(r["path"], r["rows"], r["bytes"],
-                                                kind is ReportKind.QUARANTINE_FILE))  # fmt: skip
+                outcome.files.append(
+                    StagedFile(r["path"], r["rows"], r["bytes"], kind is ReportKind.QUARANTINE_FILE)
+                )
             elif kind is ReportKind.VIOLATION:
                 d = orjson.loads(r["detail"])
-                outcome.violations.append(Violation(
-                    topic=tp.topic, partition=tp.partition, offset=r["offset"],
-                    session=r["session"], rule=Rule(d["rule"]), expected=d["expected"],
-                    got=d["got"],
-                ))  # fmt: skip
+                outcome.violations.append(
+                    Violation(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=r["offset"],
+                        session=r["session"],
+                        rule=Rule(d["rule"]),
+                        expected=d["expected"],
+                        got=d["got"],
+                    )
+                )
             elif kind is ReportKind.TRACE:
                 d = orjson.loads(r["detail"])
-                event = TraceEvent(r["offset"], r["session"], d["seq"], d["type"], d["rows"],
-                                   d["outcome"])  # fmt: skip
+                event = TraceEvent(
+                    r["offset"], r["session"], d["seq"], d["type"], d["rows"], d["outcome"]
+                )
                 outcome.trace.append((tp, event))
             elif kind is ReportKind.CLAIM:
                 outcome.claims.setdefault(tp, []).append(

@@ -135,11 +135,16 @@ def decode(data: bytes, processor: Processor[Any], where: str) -> PartitionState
         *columns, strict=True
     ):
         state.sessions[session] = SessionState(
-            session=session, last_seq=seq, last_offset=offset, last_ts=ts, seen_ms=seen,
-            closed=closed, quarantine=quarantine,
+            session=session,
+            last_seq=seq,
+            last_offset=offset,
+            last_ts=ts,
+            seen_ms=seen,
+            closed=closed,
+            quarantine=quarantine,
             owner=None if owner is None else parse_key(owner),
             user=None if user is None else decode_user(user),
-        )  # fmt: skip
+        )
     return state
 
 
@@ -214,9 +219,12 @@ class StateStore:
         return StateError(
             f"state of {tp.key()} version {version.offset} ({path}) {what}; restore it, or run "
             "`tablecast repair` to rebuild the partitions' state from the source",
-            topic=tp.topic, partition=tp.partition, version=version.offset,
-            digest=version.digest, path=path,
-        )  # fmt: skip
+            topic=tp.topic,
+            partition=tp.partition,
+            version=version.offset,
+            digest=version.digest,
+            path=path,
+        )
 
     def read(self, tp: TopicPartition, version: StateVersion) -> bytes:
         """The file of exactly ``version``: present, whole, with the digest it is known by."""

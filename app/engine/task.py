@@ -155,8 +155,10 @@ class PartitionTask:
                 f"the source gave other records for {tp.key()} offsets {start} to {end - 1} than "
                 "in the micro-batch's first pass: it changed between passes (retention or "
                 "compaction); the batch is redone from the source",
-                topic=tp.topic, partition=tp.partition, offset=start,
-            )  # fmt: skip
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=start,
+            )
         store = StateStore(plan.state_root)
         if early is not None and early.start == start:
             state, cache = early.result()
@@ -191,12 +193,18 @@ class PartitionTask:
         for drop in result.dropped:
             reports.dropped(drop)
         summary = PartitionSummary(
-            tp=tp, start=start, end=-1 if saved is None else saved.offset,
-            messages=result.messages, sessions=len(state.sessions), state_bytes=size,
-            cache=cache, served=served_counts(records),
-            digest="" if saved is None else saved.digest, records=read,
+            tp=tp,
+            start=start,
+            end=-1 if saved is None else saved.offset,
+            messages=result.messages,
+            sessions=len(state.sessions),
+            state_bytes=size,
+            cache=cache,
+            served=served_counts(records),
+            digest="" if saved is None else saved.digest,
+            records=read,
             violations=len(result.violations),
-        )  # fmt: skip
+        )
         reports.partition(summary)
         return reports.rows
 
@@ -209,9 +217,12 @@ class PartitionTask:
         if version.offset > start:
             raise StateError(
                 f"state of {tp.key()} version {version.offset} is past the micro-batch's start "
-                f"{start}", topic=tp.topic, partition=tp.partition, version=version.offset,
+                f"{start}",
+                topic=tp.topic,
+                partition=tp.partition,
+                version=version.offset,
                 path=store.uri(tp, version),
-            )  # fmt: skip
+            )
         cached = _CACHE.take(self.plan.state_root, tp, version)
         state = cached if cached is not None else store.load(tp, version, self.plan.processor)
         # A version older than the start: the partition had no records in between.

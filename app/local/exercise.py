@@ -47,15 +47,28 @@ def local_target(pipeline: LocalPipeline) -> test_run.Target:
     return test_run.Target.of(found, KafkaEndpoint(pipeline.kafka.address), pipeline.service_env())
 
 
-def demo_load(*, sessions: int = SESSIONS, updates: int = UPDATES, seed: int = 7,
-              run_id: str = "", rate: float = 0.0) -> test_run.Load:  # fmt: skip
+def demo_load(
+    *,
+    sessions: int = SESSIONS,
+    updates: int = UPDATES,
+    seed: int = 7,
+    run_id: str = "",
+    rate: float = 0.0,
+) -> test_run.Load:
     """Sessions with resync snapshots over the pipeline's topics."""
     return test_run.Load(
-        topics=len(TOPICS), prefix="sensor-", partitions=PARTITIONS, sessions=sessions,
-        updates=updates, resync_every=RESYNC_EVERY, rate=rate, seed=seed, run_id=run_id,
+        topics=len(TOPICS),
+        prefix="sensor-",
+        partitions=PARTITIONS,
+        sessions=sessions,
+        updates=updates,
+        resync_every=RESYNC_EVERY,
+        rate=rate,
+        seed=seed,
+        run_id=run_id,
         # tansu answers ListOffsets with the last batch's first offset + 1.
         one_message_per_batch=True,
-    )  # fmt: skip
+    )
 
 
 def publish(
@@ -71,8 +84,9 @@ def publish(
 ) -> produce.ProduceReport:
     """The load generator (``progress`` holds the stream while it runs)."""
     load = demo_load(sessions=sessions, updates=updates, seed=seed, run_id=run_id, rate=rate)
-    return test_run.publish(local_target(pipeline), load, progress=progress,
-                            progress_every=progress_every)  # fmt: skip
+    return test_run.publish(
+        local_target(pipeline), load, progress=progress, progress_every=progress_every
+    )
 
 
 def wait_until_caught_up(
@@ -80,9 +94,12 @@ def wait_until_caught_up(
 ) -> Positions:
     """Until the job and the archiver reach every partition's end; progress on the way."""
     return test_run.wait_until_caught_up(
-        local_target(pipeline), timeout_s=timeout_s, progress=pipeline.progress,
-        check=pipeline.raise_if_failing, where=str(pipeline.paths.logs),
-    )  # fmt: skip
+        local_target(pipeline),
+        timeout_s=timeout_s,
+        progress=pipeline.progress,
+        check=pipeline.raise_if_failing,
+        where=str(pipeline.paths.logs),
+    )
 
 
 def verify(pipeline: LocalPipeline) -> tuple[bool, str]:
@@ -98,13 +115,17 @@ def demo(root: Path, stand_in: StandIn) -> int:
     os.environ.update(pipeline.aws_env())  # this process reads S3 (moto) too
     try:
         report = test_run.run(
-            local_target(pipeline), demo_load(),
+            local_target(pipeline),
+            demo_load(),
             # The pipeline deployed the working tree's wheel as it came up.
-            deploy=lambda: f"tablecast {pipeline.values[handoff.JOB_VERSION]} "
-            "(the working tree's wheel, deployed as the pipeline came up)",
+            deploy=lambda: (
+                f"tablecast {pipeline.values[handoff.JOB_VERSION]} "
+                "(the working tree's wheel, deployed as the pipeline came up)"
+            ),
             progress=pipeline.progress,
-            check=pipeline.raise_if_failing, where=str(pipeline.paths.logs),
-        )  # fmt: skip
+            check=pipeline.raise_if_failing,
+            where=str(pipeline.paths.logs),
+        )
         status = pipeline.ops(["status", "--environment", pipeline.environment], check=False)
         print("\n=== pipeline demo summary")
         for line in report.lines():
@@ -115,8 +136,10 @@ def demo(root: Path, stand_in: StandIn) -> int:
         print(f"logs:        {pipeline.paths.logs} (one file per process)")
         print(f"in all:      {time.monotonic() - started:.0f} s")
         if not report.exact:
-            print("pipeline demo: the output is NOT what the archive implies (see above)",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                "pipeline demo: the output is NOT what the archive implies (see above)",
+                file=sys.stderr,
+            )
             return 1
         return 0
     finally:

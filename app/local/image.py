@@ -54,9 +54,12 @@ def stage(root: Path, ami: Path = AMI) -> StagedImage:
     )
     done = subprocess.run(
         ["bash", "-c", script, "stage-image", str(lib), str(ami / "files"), str(root)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        raise ConfigurationError(f"staging the image's files into {root} failed: "
-                                 f"{done.stderr.strip()[-300:]}")  # fmt: skip
+        raise ConfigurationError(
+            f"staging the image's files into {root} failed: {done.stderr.strip()[-300:]}"
+        )
     return StagedImage(root=root)

@@ -224,8 +224,12 @@ class LocalPipeline:
         sns = self._session().client("sns", endpoint_url=self.aws_env()["AWS_ENDPOINT_URL"])
         sns.create_topic(Name=self.stand_in.alarm_topic)
         for name, value in values.items():
-            clients.ssm.put_parameter(Name=handoff.parameter_name(self.environment, name),
-                                      Value=value, Type="String", Overwrite=True)  # fmt: skip
+            clients.ssm.put_parameter(
+                Name=handoff.parameter_name(self.environment, name),
+                Value=value,
+                Type="String",
+                Overwrite=True,
+            )
         self.values = values
 
     def _driver_instance(self, clients: AwsClients) -> str:
@@ -234,10 +238,13 @@ class LocalPipeline:
         image = clients.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
         name = handoff.driver_name(self.environment)
         (instance,) = clients.ec2.run_instances(
-            ImageId=image, MinCount=1, MaxCount=1,
-            TagSpecifications=[{"ResourceType": "instance",
-                                "Tags": [{"Key": "Name", "Value": name}]}],
-        )["Instances"]  # fmt: skip
+            ImageId=image,
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[
+                {"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": name}]}
+            ],
+        )["Instances"]
         instance_id: str = instance["InstanceId"]
         return instance_id
 
@@ -250,8 +257,17 @@ class LocalPipeline:
         }
 
     def _topics(self) -> None:
-        self.ops(["topics", "create", "--environment", self.environment, "--partitions",
-                  str(PARTITIONS), *TOPICS])  # fmt: skip
+        self.ops(
+            [
+                "topics",
+                "create",
+                "--environment",
+                self.environment,
+                "--partitions",
+                str(PARTITIONS),
+                *TOPICS,
+            ]
+        )
 
     def _spark(self) -> None:
         for port in SPARK_PORTS:
@@ -272,8 +288,12 @@ class LocalPipeline:
         self.supervisor = Supervisor(self.paths.logs, cwd=Path("/"))
         for unit in ("spark-master", "spark-worker"):
             self._start_unit(unit)
-        _wait(lambda: master_ready(SPARK_PORTS[1]), 90, "the Spark worker registering",
-              self.paths.logs / "spark-worker.log")  # fmt: skip
+        _wait(
+            lambda: master_ready(SPARK_PORTS[1]),
+            90,
+            "the Spark worker registering",
+            self.paths.logs / "spark-worker.log",
+        )
 
     def _deploy(self) -> None:
         wheel = build_wheel(PROJECT, self.paths.root / "dist")
@@ -291,19 +311,29 @@ class LocalPipeline:
             done = subprocess.run(probe, capture_output=True, check=False, cwd="/")
             return done.returncode == 0
 
-        _wait(installed, 120, "run-job installing the job's wheel",
-              self.paths.logs / "tablecast-job.log")  # fmt: skip
+        _wait(
+            installed,
+            120,
+            "run-job installing the job's wheel",
+            self.paths.logs / "tablecast-job.log",
+        )
         self._start_unit("tablecast-archiver")
         assert self.supervisor is not None
-        self.agent = RunCommandAgent(self.clients().ssm, self.values[handoff.DRIVER_INSTANCE_ID],
-                                     self.supervisor)  # fmt: skip
+        self.agent = RunCommandAgent(
+            self.clients().ssm, self.values[handoff.DRIVER_INSTANCE_ID], self.supervisor
+        )
         self.agent.start()
 
     def _start_unit(self, name: str) -> None:
         assert self.supervisor is not None
         node = "worker" if name == "spark-worker" else "driver"
-        spec = render(name, self.node_env(), self.path_map(node), restart_sec_cap=RESTART_SEC_CAP,
-                      units=self.staged().units)  # fmt: skip
+        spec = render(
+            name,
+            self.node_env(),
+            self.path_map(node),
+            restart_sec_cap=RESTART_SEC_CAP,
+            units=self.staged().units,
+        )
         if name == "tablecast-archiver":
             # As the trigger: the archive keeps up within seconds, and "caught up"
             # (the job's output and the archive at Kafka's end) comes that soon.
@@ -343,8 +373,12 @@ class LocalPipeline:
 
     def aws_env(self) -> dict[str, str]:
         assert self.aws is not None
-        return {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": f"http://{self.aws.address}",
-                "AWS_REGION": self.region(), "AWS_DEFAULT_REGION": self.region()}  # fmt: skip
+        return {
+            **FAKE_CREDENTIALS,
+            "AWS_ENDPOINT_URL": f"http://{self.aws.address}",
+            "AWS_REGION": self.region(),
+            "AWS_DEFAULT_REGION": self.region(),
+        }
 
     def service_env(self) -> dict[str, str]:
         return {
@@ -378,8 +412,14 @@ class LocalPipeline:
 
     def ops(self, argv: list[str], check: bool = True) -> str:
         """``tablecast-ops ARGV`` as an operator on the driver node runs it."""
-        done = subprocess.run([sys.executable, "-m", "app.ops", *argv], env=self.service_env(),
-                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "app.ops", *argv],
+            env=self.service_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         with (self.paths.logs / "ops.log").open("a") as log:
             log.write(f"$ tablecast-ops {' '.join(argv)}\n{done.stdout}{done.stderr}")
         if check and done.returncode != 0:
@@ -404,12 +444,22 @@ class LocalPipeline:
     def _write_state(self) -> None:
         assert self.aws is not None and self.kafka is not None
         env = {**self.aws_env(), KAFKA_AUTH_VARIABLE: "none", ONE_MESSAGE_PER_BATCH_VARIABLE: "1"}
-        self.paths.state.write_text(json.dumps({
-            "pid": os.getpid(), "environment": self.environment, "aws": env["AWS_ENDPOINT_URL"],
-            "kafka": self.kafka.address, "spark": f"spark://{LOOPBACK}:{SPARK_PORTS[0]}",
-            "output": self.values[handoff.OUTPUT_URI], "archive": self.values[handoff.ARCHIVE_URI],
-            "logs": str(self.paths.logs),
-        }, indent=2), encoding="utf-8")  # fmt: skip
+        self.paths.state.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "environment": self.environment,
+                    "aws": env["AWS_ENDPOINT_URL"],
+                    "kafka": self.kafka.address,
+                    "spark": f"spark://{LOOPBACK}:{SPARK_PORTS[0]}",
+                    "output": self.values[handoff.OUTPUT_URI],
+                    "archive": self.values[handoff.ARCHIVE_URI],
+                    "logs": str(self.paths.logs),
+                },
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
         self.paths.env_file.write_text(
             "# source this file to point tablecast-ops, tablecast and pyarrow at the pipeline\n"
             + "".join(f"export {k}={v}\n" for k, v in env.items()),
@@ -427,18 +477,30 @@ def ensure_locked_venv(path: Path, lock: Path, progress: Progress) -> None:
     shutil.rmtree(path, ignore_errors=True)
     venv.create(path, with_pip=True)
     done = subprocess.run(
-        [str(path / "bin" / "python"), "-m", "pip", "install", "--quiet",
-         "--disable-pip-version-check", "--require-hashes", "-r", str(lock)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            str(path / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--require-hashes",
+            "-r",
+            str(lock),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise PipelineError(f"pip install -r {lock} failed: {done.stderr.strip()[-500:]}")
     stamp.write_text(digest, encoding="utf-8")
 
 
 def _site(venv_dir: Path) -> Path:
-    return Path(sysconfig.get_paths(vars={"base": str(venv_dir),
-                                          "platbase": str(venv_dir)})["purelib"])  # fmt: skip
+    return Path(
+        sysconfig.get_paths(vars={"base": str(venv_dir), "platbase": str(venv_dir)})["purelib"]
+    )
 
 
 def _require_free(port: int) -> None:
@@ -480,10 +542,14 @@ def up(root: Path, serve_command: Sequence[str]) -> int:
             raise PipelineError(f"the pipeline did not come up; see {log}")
         time.sleep(0.5)
     state = json.loads(paths.state.read_text())
-    print(f"up: Kafka {state['kafka']}, AWS {state['aws']}, Spark {state['spark']} "
-          f"(master's UI on http://{LOOPBACK}:{SPARK_PORTS[1]})")  # fmt: skip
-    print(f"logs in {state['logs']}; `source {paths.env_file}` to use the tools; "
-          "`make pipeline-down` stops it all")  # fmt: skip
+    print(
+        f"up: Kafka {state['kafka']}, AWS {state['aws']}, Spark {state['spark']} "
+        f"(master's UI on http://{LOOPBACK}:{SPARK_PORTS[1]})"
+    )
+    print(
+        f"logs in {state['logs']}; `source {paths.env_file}` to use the tools; "
+        "`make pipeline-down` stops it all"
+    )
     return 0
 
 
@@ -518,6 +584,9 @@ def down(root: Path) -> int:
         paths.state.unlink(missing_ok=True)
         return 0
     poll_until(lambda: not paths.state.exists(), timeout_s=180)
-    print("down: every service stopped" if not paths.state.exists() else
-          f"the pipeline (pid {pid}) did not stop in time; see {paths.logs}")  # fmt: skip
+    print(
+        "down: every service stopped"
+        if not paths.state.exists()
+        else f"the pipeline (pid {pid}) did not stop in time; see {paths.logs}"
+    )
     return 0 if not paths.state.exists() else 1

@@ -29,8 +29,9 @@ RESTARTS = {
 class RunCommandAgent:
     """Polls the driver's Run Commands and restarts the services they name."""
 
-    def __init__(self, ssm: SSMClient, instance_id: str, supervisor: Supervisor,
-                 poll_s: float = 0.5) -> None:  # fmt: skip
+    def __init__(
+        self, ssm: SSMClient, instance_id: str, supervisor: Supervisor, poll_s: float = 0.5
+    ) -> None:
         self._ssm = ssm
         self._instance_id = instance_id
         self._supervisor = supervisor

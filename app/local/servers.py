@@ -84,9 +84,21 @@ def start_broker(log: Path, port: int | None = None) -> Server:
     """tansu on loopback, storing in memory."""
     port = port or free_port()
     address = f"{LOOPBACK}:{port}"
-    return _start("kafka", [tansu_binary(), "broker", "--listener-url", f"tcp://{address}",
-                            "--advertised-listener-url", f"tcp://{address}",
-                            "--storage-engine", "memory://tansu/"], port, log)  # fmt: skip
+    return _start(
+        "kafka",
+        [
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            f"tcp://{address}",
+            "--advertised-listener-url",
+            f"tcp://{address}",
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        port,
+        log,
+    )
 
 
 def start_moto(log: Path, port: int | None = None) -> Server:

@@ -71,21 +71,47 @@ class StandaloneCluster:
 
     def env(self) -> dict[str, str]:
         """The environment of a spark-submit against this cluster (as on the driver node)."""
-        return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(self.conf_dir),
-                "SPARK_LOCAL_IP": LOOPBACK}  # fmt: skip
+        return {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_CONF_DIR": str(self.conf_dir),
+            "SPARK_LOCAL_IP": LOOPBACK,
+        }
 
     def start_master(self) -> None:
-        self._start("master", ["org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
-                               "--port", str(self.master_port),
-                               "--webui-port", str(self.master_ui_port)])  # fmt: skip
+        self._start(
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(self.master_port),
+                "--webui-port",
+                str(self.master_ui_port),
+            ],
+        )
 
     def start_worker(self, cores: int = 2, memory: str = "2g") -> None:
         work = self.root / "work"
         work.mkdir(parents=True, exist_ok=True)
-        self._start("worker", ["org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK,
-                               "--cores", str(cores), "--memory", memory,
-                               "--webui-port", str(self.worker_ui_port),
-                               "--work-dir", str(work), self.master_url])  # fmt: skip
+        self._start(
+            "worker",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                LOOPBACK,
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--webui-port",
+                str(self.worker_ui_port),
+                "--work-dir",
+                str(work),
+                self.master_url,
+            ],
+        )
 
     def _start(self, name: str, arguments: list[str]) -> None:
         # The JVM and its children (the executors): one group to stop.

@@ -66,8 +66,9 @@ class Supervisor:
 
     def _launch(self, service: Service) -> None:
         with service.log_path.open("ab") as out:
-            out.write(f"=== {time.strftime('%H:%M:%S')} start {' '.join(service.spec.argv)}\n"
-                      .encode())  # fmt: skip
+            out.write(
+                f"=== {time.strftime('%H:%M:%S')} start {' '.join(service.spec.argv)}\n".encode()
+            )
         service.process = start_logged(
             service.spec.argv, service.log_path, env=service.env, cwd=self.cwd
         )
@@ -89,8 +90,12 @@ class Supervisor:
             if code != 0 and service.spec.restart_on_failure:
                 service.failures.append(code)
                 service.restart_at = now + service.spec.restart_sec
-                log.info("%s failed (%s); restarting in %.0f s", service.spec.name, code,
-                         service.spec.restart_sec)  # fmt: skip
+                log.info(
+                    "%s failed (%s); restarting in %.0f s",
+                    service.spec.name,
+                    code,
+                    service.spec.restart_sec,
+                )
         if service.process is None and service.restart_at is not None and now >= service.restart_at:
             self._launch(service)
 

@@ -125,8 +125,9 @@ class GroupCommitter:
         self._add(failed=1)
         failures = self.stats().failed
         if failures == 1 or failures % 100 == 0:
-            log.warning("consumer group %s: commit failed (%d so far): %s",
-                        self.group, failures, reason)  # fmt: skip
+            log.warning(
+                "consumer group %s: commit failed (%d so far): %s", self.group, failures, reason
+            )
 
     def _add(self, requested: int = 0, committed: int = 0, failed: int = 0) -> None:
         with self._lock:

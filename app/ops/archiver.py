@@ -132,9 +132,11 @@ def retention_check(tp: TopicPartition, archive_end: int, log_start: int) -> Non
         raise DataLossError(
             f"data loss: {tp} offsets {archive_end} to {log_start - 1} left the brokers "
             "(retention) before they were archived",
-            topic=tp.topic, partition=tp.partition, first_missing=archive_end,
+            topic=tp.topic,
+            partition=tp.partition,
+            first_missing=archive_end,
             last_missing=log_start - 1,
-        )  # fmt: skip
+        )
 
 
 class _Buffer:

@@ -152,12 +152,16 @@ def git_commit(project: Path) -> str:
     try:
         head = subprocess.run(
             ["git", "-C", str(project), "rev-parse", "HEAD"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         changes = subprocess.run(
             ["git", "-C", str(project), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
     return head + ("+dirty" if changes else "")

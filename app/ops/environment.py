@@ -81,14 +81,14 @@ class Handoff:
         its client settings, and its isolation level: the archiver reads so too.
         """
         auth = self._choice(handoff.KAFKA_AUTH, KafkaAuth, KafkaAuth.IAM)
-        isolation = self._choice(handoff.KAFKA_ISOLATION_LEVEL, Isolation,
-                                 Isolation.READ_COMMITTED)  # fmt: skip
+        isolation = self._choice(handoff.KAFKA_ISOLATION_LEVEL, Isolation, Isolation.READ_COMMITTED)
         try:
             listed = orjson.loads(self.values.get(handoff.KAFKA_OPTIONS) or "[]")
             options = tuple(parse_option(str(option)) for option in listed)
         except (orjson.JSONDecodeError, TypeError, ConfigurationError) as exc:
-            raise HandoffError(self.environment, handoff.KAFKA_OPTIONS,
-                               f"not a JSON list of key=value: {exc}") from None  # fmt: skip
+            raise HandoffError(
+                self.environment, handoff.KAFKA_OPTIONS, f"not a JSON list of key=value: {exc}"
+            ) from None
         brokers = {
             KafkaAuth.TLS: handoff.BOOTSTRAP_BROKERS_TLS,
             KafkaAuth.SCRAM: handoff.BOOTSTRAP_BROKERS_SASL_SCRAM,

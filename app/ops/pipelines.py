@@ -132,13 +132,23 @@ class PipelineListing:
             return [f"no test pipelines declared in {self.settings}"]
         header = ("name", "owner", "age", "expires", f"{self.prices.currency}/h", "purpose")
         table = [header] + [
-            (row.name, row.owner, f"{row.age_days} d", row.expiry(self.today),
-             f"{row.hourly_cost:.2f}", row.purpose)
+            (
+                row.name,
+                row.owner,
+                f"{row.age_days} d",
+                row.expiry(self.today),
+                f"{row.hourly_cost:.2f}",
+                row.purpose,
+            )
             for row in self.rows
-        ]  # fmt: skip
+        ]
         widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
-        out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)) + "  "
-               + line[-1] for line in table]  # fmt: skip
+        out = [
+            "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False))
+            + "  "
+            + line[-1]
+            for line in table
+        ]
         total = sum(row.hourly_cost for row in self.rows)
         out.append(
             f"{len(self.rows)} test pipeline(s), about {total:.2f} {self.prices.currency}/h "

@@ -114,8 +114,10 @@ class Positions:
 
     def line(self) -> str:
         total = sum(self.kafka.values())
-        return (f"job at {sum(self.output.values()):,}, archive at "
-                f"{sum(self.archive.values()):,} of {total:,} offsets")  # fmt: skip
+        return (
+            f"job at {sum(self.output.values()):,}, archive at "
+            f"{sum(self.archive.values()):,} of {total:,} offsets"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,14 +172,19 @@ def publish(
     """The load, as :func:`app.ops.produce.publish` sends it (``progress`` holds the stream)."""
     spec = produce.LoadSpec(
         capture=CaptureSpec(
-            topics=load.topics, partitions=load.partitions, sessions=load.sessions,
-            updates=load.updates, resync_every=load.resync_every, prefix=load.prefix,
-            seed=load.seed, start_ms=int(time.time() * 1000),
+            topics=load.topics,
+            partitions=load.partitions,
+            sessions=load.sessions,
+            updates=load.updates,
+            resync_every=load.resync_every,
+            prefix=load.prefix,
+            seed=load.seed,
+            start_ms=int(time.time() * 1000),
         ),
         run_id=load.run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
         rate=load.rate,
         one_message_per_batch=load.one_message_per_batch,
-    )  # fmt: skip
+    )
     return produce.publish(target.endpoint, spec, progress=progress, progress_every=progress_every)
 
 
@@ -229,10 +236,22 @@ def wait_until_caught_up(
 def verify(target: Target) -> tuple[bool, str]:
     """``tablecast verify`` of the output against the archive."""
     done = subprocess.run(
-        [sys.executable, "-m", "app", "verify", "--archive", target.archive_uri,
-         "--output", target.output_uri],
-        env=dict(target.env), capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "verify",
+            "--archive",
+            target.archive_uri,
+            "--output",
+            target.output_uri,
+        ],
+        env=dict(target.env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     return done.returncode == 0, (done.stdout + done.stderr).strip()
 
 

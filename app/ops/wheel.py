@@ -89,9 +89,17 @@ def build_wheel(project: Path, out_dir: Path) -> Wheel:
         (staging / "app" / COMMIT_FILE).write_text(commit + "\n", encoding="utf-8")
         built = Path(staging_dir) / "dist"
         command = [
-            sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-            "--disable-pip-version-check", "--wheel-dir", str(built), str(staging),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(built),
+            str(staging),
+        ]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         wheels = sorted(built.glob("*.whl"))
         if result.returncode != 0 or len(wheels) != 1:

@@ -87,8 +87,12 @@ def plan_correction(
         )
     topics = sorted({r.tp.topic for r in every})
     index = archive.scan(location, "|".join(re.escape(t) for t in topics))
-    return Correction(selector, plan_mod.works(chosen, every, index), ledger.adopted_sessions(),
-                      plan_mod.recorded_rules(chosen, every))  # fmt: skip
+    return Correction(
+        selector,
+        plan_mod.works(chosen, every, index),
+        ledger.adopted_sessions(),
+        plan_mod.recorded_rules(chosen, every),
+    )
 
 
 def correct(

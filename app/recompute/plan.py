@@ -191,8 +191,9 @@ def live_rules(
     """The rules to recompute with: the live job's; an option that contradicts them is
     refused (the rows would differ from what the live job published)."""
     if recorded is None:
-        return Rules(mode or IntegrityMode.STRICT, timeout_ms or defaults.SESSION_TIMEOUT_MS,
-                     dict(adopt))  # fmt: skip
+        return Rules(
+            mode or IntegrityMode.STRICT, timeout_ms or defaults.SESSION_TIMEOUT_MS, dict(adopt)
+        )
     if mode is not None and mode is not recorded.mode:
         raise ConfigurationError(
             f"--integrity {mode.value} differs from the live job's integrity "

@@ -122,8 +122,9 @@ def records(location: Location) -> list[RecomputeRecord]:
     names = sorted(
         i.base_name for i in location.list_dir(directory) if i.base_name.endswith(".json")
     )
-    return [RecomputeRecord.from_json(location.read_bytes(posixpath.join(directory, n)))
-            for n in names]  # fmt: skip
+    return [
+        RecomputeRecord.from_json(location.read_bytes(posixpath.join(directory, n))) for n in names
+    ]
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,9 @@ def recompute(
     results = _run_tasks(spark, plan, works, progress)
 
     # Step 2
-    violations = sorted((v for r in results for v in r.violations),
-                        key=lambda v: (v.topic, v.partition, v.offset))  # fmt: skip
+    violations = sorted(
+        (v for r in results for v in r.violations), key=lambda v: (v.topic, v.partition, v.offset)
+    )
     if violations and plan.rules.mode is IntegrityMode.STRICT:
         location.delete_dir(staging)
         raise IntegrityViolationError(violations[0])
@@ -184,13 +186,18 @@ def recompute(
     )
     # Microseconds: the same recompute run twice in one second is recorded twice.
     stamp = re.sub(r"[^0-9T]", "", record.written_at.split("+")[0])
-    location.write_bytes_atomic(location.child(RECORDS_DIR, f"{stamp}-{key}.json"),
-                                record.to_json())  # fmt: skip
+    location.write_bytes_atomic(
+        location.child(RECORDS_DIR, f"{stamp}-{key}.json"), record.to_json()
+    )
     location.delete_dir(staging)
     log.info(
-        "%s %s: %d files published under new names, %d kept, %d removed", kind, selector,
-        len(rewrite.publish), len(published) - len(rewrite.publish), len(rewrite.retire),
-    )  # fmt: skip
+        "%s %s: %d files published under new names, %d kept, %d removed",
+        kind,
+        selector,
+        len(rewrite.publish),
+        len(published) - len(rewrite.publish),
+        len(rewrite.retire),
+    )
     return RecomputeReport(record, len(works), publishing)
 
 
@@ -218,10 +225,13 @@ def _rewrite(
         staged = posixpath.join(staging_dir, relative)
         slot = (posixpath.dirname(relative), rewrite_mod.block_of(relative))
         same = next(
-            (p for p in current.get(slot, [])
-             if location.same_bytes(location.child(staged), location.child(p))),
+            (
+                p
+                for p in current.get(slot, [])
+                if location.same_bytes(location.child(staged), location.child(p))
+            ),
             None,
-        )  # fmt: skip
+        )
         if same is not None:
             kept.append(same)
         elif not current.get(slot):  # nothing of the block there: its plain name is new
@@ -249,8 +259,9 @@ def _run_tasks(
     stop = threading.Event()
     watcher = None
     if progress is not None:
-        watcher = threading.Thread(target=_watch, args=(context, len(ordered), progress, stop),
-                                   daemon=True)  # fmt: skip
+        watcher = threading.Thread(
+            target=_watch, args=(context, len(ordered), progress, stop), daemon=True
+        )
         watcher.start()
     try:
         with worker_errors.rebuilt():  # a task's, raised in an executor

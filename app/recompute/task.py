@@ -97,8 +97,9 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
                     done.messages, done.violations = result.messages, list(result.violations)
                     return done
             if plan.window_ms is not None and block is not None and not wanted:
-                wanted = _in_window(records.slice(segment.lo, segment.hi - segment.lo),
-                                    plan.window_ms)  # fmt: skip
+                wanted = _in_window(
+                    records.slice(segment.lo, segment.hi - segment.lo), plan.window_ms
+                )
     finish_block()
     done.messages, done.violations = result.messages, list(result.violations)
     return done

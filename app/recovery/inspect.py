@@ -99,8 +99,9 @@ def read_state(
     head = Ledger(resolve(output)).head()
     loaded_next = head.states if head is not None and head.states is not None else {}
     for tp in sorted(recorded if recorded is not None else end):
-        version = recorded[tp] if recorded is not None else _newest_at(store, log, batch_id, tp,
-                                                                       end[tp])  # fmt: skip
+        version = (
+            recorded[tp] if recorded is not None else _newest_at(store, log, batch_id, tp, end[tp])
+        )
         if version is None:
             continue  # no record of the partition was processed by then
         try:
@@ -141,9 +142,10 @@ def _recorded_versions(
     entry older than recorded versions)."""
     query = log.query_id()
     found = [
-        e for e in Ledger(resolve(output)).entries()
+        e
+        for e in Ledger(resolve(output)).entries()
         if e.kind is ledger_mod.BATCH and e.checkpoint_id == query and e.batch_id == batch_id
-    ]  # fmt: skip
+    ]
     if not found:
         raise ConfigurationError(
             f"output {output} has no ledger entry of batch {batch_id} of checkpoint {log.uri} "
@@ -225,9 +227,16 @@ def format_summary(snapshot: StateSnapshot) -> str:
     for view in snapshot.sessions:
         s = view.state
         cells.append(
-            (s.session, view.status, view.tp.topic, str(view.tp.partition), str(s.last_seq),
-             str(s.last_offset), str(view.rows))
-        )  # fmt: skip
+            (
+                s.session,
+                view.status,
+                view.tp.topic,
+                str(view.tp.partition),
+                str(s.last_seq),
+                str(s.last_offset),
+                str(view.rows),
+            )
+        )
     lines.extend(_columns(cells, right={3, 4, 5, 6}))
     if len(snapshot.sessions) < snapshot.total:
         lines.append(

@@ -114,8 +114,10 @@ def archive_reader(uri: str, topic_pattern: str) -> RecordReader:
         if tp not in index.files:
             raise DataLossError(
                 f"the archive holds nothing of {tp}, which the output holds",
-                source="the archive", topic=tp.topic, partition=tp.partition,
-            )  # fmt: skip
+                source="the archive",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
         first = index.earliest(tp)
         yield from archive.iter_records(location, index.covering(tp, first, end), first, end)
 
@@ -136,9 +138,12 @@ def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
             point = restart_point(headers(read(tp, committed)), committed)
         except CannotRebuildError as exc:
             raise OutputStateError(
-                f"cannot repair {tp}: {exc}", output=output_uri, topic=tp.topic,
-                partition=tp.partition, **exc.facts,
-            ) from None  # fmt: skip
+                f"cannot repair {tp}: {exc}",
+                output=output_uri,
+                topic=tp.topic,
+                partition=tp.partition,
+                **exc.facts,
+            ) from None
         end[tp] = point.offset
         partitions.append(PartitionPlan(tp, committed, point, 0))
     kept = {p.tp: set(p.restart.adopt.values()) for p in partitions}
@@ -230,9 +235,11 @@ def _rows_at_or_after(
     files: list[str] = []
     for relative in visible_files(location):
         table = pq.read_table(
-            location.child(relative), filesystem=location.fs,
-            columns=["topic", "partition", "offset"], partitioning=None,
-        )  # fmt: skip
+            location.child(relative),
+            filesystem=location.fs,
+            columns=["topic", "partition", "offset"],
+            partitioning=None,
+        )
         dropped = table.filter(pc.invert(_keep_mask(table, end, kept)))
         if len(dropped):
             files.append(relative)
@@ -282,8 +289,10 @@ def kafka_reader(endpoint: KafkaEndpoint, topic_pattern: str) -> RecordReader:
         if tp not in listed:
             raise DataLossError(
                 f"{endpoint.description} holds nothing of {tp}, which the output holds",
-                source=endpoint.description, topic=tp.topic, partition=tp.partition,
-            )  # fmt: skip
+                source=endpoint.description,
+                topic=tp.topic,
+                partition=tp.partition,
+            )
         for batch in backend.reader(tp, listed[tp].earliest, end).read():
             yield from typed_records(batch)
 

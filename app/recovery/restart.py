@@ -64,8 +64,9 @@ class CannotRebuildError(TablecastError):
         super().__init__(
             f"session {session!r} has no snapshot at or before offset {offset} in the source: "
             "it cannot be rebuilt (its start is beyond retention)",
-            session=session, offset=offset,
-        )  # fmt: skip
+            session=session,
+            offset=offset,
+        )
         self.session = session
 
 

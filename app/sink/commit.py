@@ -159,8 +159,9 @@ class ExactlyOnceSink:
         if end is None:
             raise OutputStateError(
                 f"checkpoint {self.checkpoint.uri} has no offsets for batch {batch_id}",
-                checkpoint=self.checkpoint.uri, batch=batch_id,
-            )  # fmt: skip
+                checkpoint=self.checkpoint.uri,
+                batch=batch_id,
+            )
         start = (self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None) or {}
         self._step_done(1, batch_id)
 
@@ -192,18 +193,24 @@ class ExactlyOnceSink:
         # again, and a later pass that reads other records than the first fails the batch.
         outcome = self.engine.run_batch(
             lambda task, ddl: frame.mapInArrow(task, ddl).collect(),
-            start, end, staging, clear_staging,
-        )  # fmt: skip
+            start,
+            end,
+            staging,
+            clear_staging,
+        )
         files = [f.path for f in outcome.files]
         self._step_done(3, batch_id)
 
         # Step 4
         if outcome.violations and self.mode is IntegrityMode.STRICT:
             clear_staging()
-            log.info("batch %d (%s to %s) not published: %s", batch_id,
-                        offsets_mod.describe(_range_starts(start, end, outcome)),
-                        offsets_mod.describe(end),
-                        outcome.violations[0].describe())  # fmt: skip
+            log.info(
+                "batch %d (%s to %s) not published: %s",
+                batch_id,
+                offsets_mod.describe(_range_starts(start, end, outcome)),
+                offsets_mod.describe(end),
+                outcome.violations[0].describe(),
+            )
             raise IntegrityViolationError(outcome.violations[0])
         self._step_done(4, batch_id)
         if already_published and head is not None:
@@ -215,9 +222,14 @@ class ExactlyOnceSink:
             recorded = head.states if head.states is not None else self.engine.states_after(outcome)
             self.engine.committed(outcome, recorded)
             table_commit.catch_up(location)  # the Iceberg table follows the ledger (app.table)
-            log.info("batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
-                     "a restart, not publishing again", batch_id, offsets_mod.describe(end),
-                     head.number, head.batch_id)  # fmt: skip
+            log.info(
+                "batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
+                "a restart, not publishing again",
+                batch_id,
+                offsets_mod.describe(end),
+                head.number,
+                head.batch_id,
+            )
             self._report(self._batch_report(batch_id, end, outcome, published=False))
             return
 
@@ -227,8 +239,12 @@ class ExactlyOnceSink:
             stale = set(previous.files) - set(files)
             for relative in stale:
                 location.delete_file(location.child(relative))
-            log.info("batch %d: a crashed attempt's pending list found; %d of its files "
-                     "not staged again were deleted", batch_id, len(stale))  # fmt: skip
+            log.info(
+                "batch %d: a crashed attempt's pending list found; %d of its files "
+                "not staged again were deleted",
+                batch_id,
+                len(stale),
+            )
         elif previous is not None and (
             head is None or previous.end_key != offsets_mod.fingerprint(head.end)
         ):
@@ -271,9 +287,15 @@ class ExactlyOnceSink:
         self.engine.committed(outcome, states)
         # A recompute that died mid-rewrite:
         rewrite_mod.finish_abandoned(location, snapshot=table_commit.snapshot_rewrite)
-        log.info("batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
-                 batch_id, number, len(files), outcome.rows, offsets_mod.describe(begins),
-                 offsets_mod.describe(end))  # fmt: skip
+        log.info(
+            "batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
+            batch_id,
+            number,
+            len(files),
+            outcome.rows,
+            offsets_mod.describe(begins),
+            offsets_mod.describe(end),
+        )
         self._step_done(8, batch_id)
         self._report(self._batch_report(batch_id, end, outcome, published=True))
 

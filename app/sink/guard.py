@@ -68,8 +68,12 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
                     output_uri,
                     checkpoint.uri,
                 )
-            log.info("start: checkpoint %s and output %s are both new; reading from the "
-                     "earliest offsets", checkpoint.uri, output_uri)  # fmt: skip
+            log.info(
+                "start: checkpoint %s and output %s are both new; reading from the "
+                "earliest offsets",
+                checkpoint.uri,
+                output_uri,
+            )
             return StartPlan(None, adopt)
         if head.kind == ledger_mod.REPAIR:
             return _from_repair(head.end, adopt, checkpoint.uri)
@@ -84,8 +88,12 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
     committed = checkpoint.last_committed()
     if head is None:
         if committed is None:
-            log.info("start: output %s is empty and checkpoint %s committed nothing (its first "
-                     "batch died before publishing)", output_uri, checkpoint.uri)  # fmt: skip
+            log.info(
+                "start: output %s is empty and checkpoint %s committed nothing (its first "
+                "batch died before publishing)",
+                output_uri,
+                checkpoint.uri,
+            )
             return StartPlan(None, adopt)  # died in its first batch, before publishing
         raise _refused(
             f"output {output_uri} is empty but checkpoint {checkpoint.uri} has committed "
@@ -112,14 +120,23 @@ def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
     elif head.end in (committed_end, planned_end):
         # Equal to the planned batch: published, then died before Spark's commit.
         if head.end == committed_end:
-            log.info("start: output %s ends at %s, as checkpoint %s's committed batch %s does",
-                     output_uri, offsets_mod.describe(head.end), checkpoint.uri,
-                     committed)  # fmt: skip
+            log.info(
+                "start: output %s ends at %s, as checkpoint %s's committed batch %s does",
+                output_uri,
+                offsets_mod.describe(head.end),
+                checkpoint.uri,
+                committed,
+            )
         else:
-            log.info("start: output %s ends at %s, as checkpoint %s's planned batch %s does: "
-                     "published, then the run died before Spark's commit; the redo publishes "
-                     "nothing", output_uri, offsets_mod.describe(head.end), checkpoint.uri,
-                     planned)  # fmt: skip
+            log.info(
+                "start: output %s ends at %s, as checkpoint %s's planned batch %s does: "
+                "published, then the run died before Spark's commit; the redo publishes "
+                "nothing",
+                output_uri,
+                offsets_mod.describe(head.end),
+                checkpoint.uri,
+                planned,
+            )
         return StartPlan(None, adopt)
     raise _refused(
         f"output {output_uri} ends at {offsets_mod.describe(head.end)} but checkpoint "
@@ -145,8 +162,12 @@ def _retire_pending(ledger: Ledger, head: LedgerEntry | None, checkpoint: Checkp
 
 
 def _from_repair(end: Offsets, adopt: dict[str, int], checkpoint_uri: str) -> StartPlan:
-    log.info("start: checkpoint %s begins at the last repair's offsets %s (%d adopted sessions)",
-             checkpoint_uri, offsets_mod.describe(end), len(adopt))  # fmt: skip
+    log.info(
+        "start: checkpoint %s begins at the last repair's offsets %s (%d adopted sessions)",
+        checkpoint_uri,
+        offsets_mod.describe(end),
+        len(adopt),
+    )
     return StartPlan(end, adopt)
 
 

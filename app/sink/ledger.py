@@ -120,8 +120,12 @@ class LedgerEntry:
             "batch_id": self.batch_id,
             "adopt": dict(sorted(self.adopt.items())),
             "written_at": self.written_at,
-            "job": None if self.job is None else {
-                "version": self.job.version, "commit": self.job.commit, "code": self.job.code,
+            "job": None
+            if self.job is None
+            else {
+                "version": self.job.version,
+                "commit": self.job.commit,
+                "code": self.job.code,
             },
             "start": offsets_mod.to_archive_json(self.start),
             "rules": None if self.rules is None else self.rules.to_json(),
@@ -129,11 +133,13 @@ class LedgerEntry:
                 tp.key(): {s: o.key() for s, o in sorted(sessions.items())}
                 for tp, sessions in sorted(self.foreign.items())
             },
-            "states": None if self.states is None else {
+            "states": None
+            if self.states is None
+            else {
                 tp.key(): {"offset": v.offset, "digest": v.digest}
                 for tp, v in sorted(self.states.items())
             },
-        }  # fmt: skip
+        }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
     @classmethod
@@ -157,11 +163,13 @@ class LedgerEntry:
                 offsets_mod.parse_key(tp): {s: offsets_mod.parse_key(o) for s, o in found.items()}
                 for tp, found in (doc.get("foreign") or {}).items()
             },
-            states=None if doc.get("states") is None else {
+            states=None
+            if doc.get("states") is None
+            else {
                 parse_key(key): StateVersion(int(v["offset"]), str(v["digest"]))
                 for key, v in doc["states"].items()
             },
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -232,7 +240,11 @@ def retire_unledgered(location: Location, pending: Pending, keep: set[str]) -> l
         location.delete_file(location.child(relative))
     if retired:
         shown = ", ".join(retired[:5]) + (" ..." if len(retired) > 5 else "")
-        log.warning("retired %d visible files that no ledger entry holds (published by a batch "
-                    "that never completed, pending list %s): %s", len(retired), pending.end_key,
-                    shown)  # fmt: skip
+        log.warning(
+            "retired %d visible files that no ledger entry holds (published by a batch "
+            "that never completed, pending list %s): %s",
+            len(retired),
+            pending.end_key,
+            shown,
+        )
     return retired

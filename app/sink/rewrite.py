@@ -100,9 +100,15 @@ class Rewrite:
     lease_until: float = 0.0  # seconds since the epoch; 0: given up (its owner failed)
 
     def to_json(self) -> bytes:
-        doc = {"key": self.key, "publish": [list(p) for p in self.publish],
-               "retire": list(self.retire), "kind": self.kind, "note": self.note,
-               "owner": self.owner, "lease_until": self.lease_until}  # fmt: skip
+        doc = {
+            "key": self.key,
+            "publish": [list(p) for p in self.publish],
+            "retire": list(self.retire),
+            "kind": self.kind,
+            "note": self.note,
+            "owner": self.owner,
+            "lease_until": self.lease_until,
+        }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
     def running(self, now: float) -> bool:
@@ -164,8 +170,9 @@ class _Lease:
 
     def write(self, until: float) -> None:
         self.rewrite = dataclasses.replace(self.rewrite, lease_until=until)
-        self.location.write_bytes_atomic(_record_path(self.location, self.rewrite.key),
-                                         self.rewrite.to_json())  # fmt: skip
+        self.location.write_bytes_atomic(
+            _record_path(self.location, self.rewrite.key), self.rewrite.to_json()
+        )
 
     def renew(self) -> None:
         """A new lease once half of it is used, unless the record is gone or another
@@ -261,14 +268,17 @@ def _publish(location: Location, rewrite: Rewrite, staged: str, visible: str) ->
             f"{staged} is gone and {visible} was never published; the names it would "
             f"retire stay (remove {posixpath.join(REWRITES_DIR, rewrite.key)}.json and "
             "run the recompute again)",
-            output=location.uri, rewrite=rewrite.key, path=staged,
-        )  # fmt: skip
+            output=location.uri,
+            rewrite=rewrite.key,
+            path=staged,
+        )
 
 
 def open_rewrites(location: Location) -> list[Rewrite]:
     directory = location.child(REWRITES_DIR)
-    names = sorted(i.base_name for i in location.list_dir(directory)
-                   if i.base_name.endswith(".json"))  # fmt: skip
+    names = sorted(
+        i.base_name for i in location.list_dir(directory) if i.base_name.endswith(".json")
+    )
     found = (_read(location, n.removesuffix(".json")) for n in names)
     return [r for r in found if r is not None]
 
@@ -279,16 +289,23 @@ def _take(location: Location, rewrite: Rewrite) -> _Lease | None:
     lease.write(_now() + LEASE_SECONDS)
     current = _read(location, rewrite.key)
     if current is None or current.owner != lease.rewrite.owner:
-        log.info("rewrite %s of %s: taken over by another process; left to it", rewrite.key,
-                 location.uri)  # fmt: skip
+        log.info(
+            "rewrite %s of %s: taken over by another process; left to it", rewrite.key, location.uri
+        )
         return None
     return lease
 
 
 def _finish_one(location: Location, rewrite: Rewrite, snapshot: TableSnapshot) -> bool:
-    log.warning("finishing rewrite %s of %s, interrupted before (%s): %d files to publish, "
-                "%d names to retire", rewrite.key, location.uri, rewrite.describe_lease(),
-                len(rewrite.publish), len(rewrite.retire))  # fmt: skip
+    log.warning(
+        "finishing rewrite %s of %s, interrupted before (%s): %d files to publish, "
+        "%d names to retire",
+        rewrite.key,
+        location.uri,
+        rewrite.describe_lease(),
+        len(rewrite.publish),
+        len(rewrite.retire),
+    )
     lease = _take(location, rewrite)
     if lease is None:
         return False
@@ -310,8 +327,9 @@ def finish_open(
             f"rewrite {first.key} of {location.uri} is in progress ({first.describe_lease()}; "
             f"its record: {posixpath.join(REWRITES_DIR, first.key)}.json): wait until it "
             "ends, or, if its process is gone, until its lease runs out, and run again",
-            output=location.uri, rewrite=first.key,
-        )  # fmt: skip
+            output=location.uri,
+            rewrite=first.key,
+        )
     return [r for r in found if _finish_one(location, r, snapshot)]
 
 
@@ -325,8 +343,12 @@ def finish_abandoned(
     finished: list[Rewrite] = []
     for rewrite in open_rewrites(location):
         if rewrite.running(now):
-            log.info("rewrite %s of %s is in progress (%s): left to its owner", rewrite.key,
-                     location.uri, rewrite.describe_lease())  # fmt: skip
+            log.info(
+                "rewrite %s of %s is in progress (%s): left to its owner",
+                rewrite.key,
+                location.uri,
+                rewrite.describe_lease(),
+            )
             continue
         try:
             if _finish_one(location, rewrite, snapshot):

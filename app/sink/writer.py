@@ -47,9 +47,15 @@ def write_data_file(location: Location, path: str, table: pa.Table, quarantine: 
     """
     schema = file_schema(quarantine)
     rows = table.select(schema.names).cast(schema)
-    location.write_whole(path, lambda out: pq.write_table(
-        rows, out, compression=COMPRESSION, row_group_size=ROW_GROUP_SIZE,
-    ))  # fmt: skip
+    location.write_whole(
+        path,
+        lambda out: pq.write_table(
+            rows,
+            out,
+            compression=COMPRESSION,
+            row_group_size=ROW_GROUP_SIZE,
+        ),
+    )
     return int(location.fs.get_file_info(path).size)
 
 

@@ -67,9 +67,12 @@ class ArchiveIndex:
             raise DataLossError(
                 f"data loss in the archive: {tp} offsets from {start} are needed but "
                 f"the earliest file starts at {first}",
-                source="the archive", topic=tp.topic, partition=tp.partition, offset=start,
+                source="the archive",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=start,
                 **({"earliest": found[0].start} if found else {}),
-            )  # fmt: skip
+            )
         _check_continuous(tp, found)  # an index listed with holes=True may have them
         return found
 
@@ -123,8 +126,9 @@ def scan(location: Location, topic_pattern: str, *, holes: bool = False) -> Arch
             if not part_info.base_name.isdigit():
                 raise ArchiveLayoutError(
                     f"archive directory {part_info.path} is not a partition number",
-                    path=part_info.path, topic=topic,
-                )  # fmt: skip
+                    path=part_info.path,
+                    topic=topic,
+                )
             tp = TopicPartition(topic, int(part_info.base_name))
             files = _partition_files(location, tp, part_info.path, holes)
             if files:
@@ -150,8 +154,11 @@ def claim_identity(location: Location, index: ArchiveIndex, topic: str, identity
             f"data loss in {where}: topic {topic} holds the records of topic ID {held} but "
             f"Kafka's topic {topic} is {identity} (deleted and created again): archive it "
             f"under another archive, or move {location.child(topic)} aside",
-            source=where, topic=topic, identity=identity, previous_identity=held,
-        )  # fmt: skip
+            source=where,
+            topic=topic,
+            identity=identity,
+            previous_identity=held,
+        )
     if identity and not held:
         write_identity(location, topic, identity)
         index.identities[topic] = identity
@@ -183,22 +190,29 @@ def _partition_files(
             raise ArchiveLayoutError(
                 f"archive file {info.path} is not named <start>-<end>.parquet "
                 "with 20-digit offsets",
-                path=info.path, topic=tp.topic, partition=tp.partition,
-            )  # fmt: skip
+                path=info.path,
+                topic=tp.topic,
+                partition=tp.partition,
+            )
         start, end = int(match.group(1)), int(match.group(2))
         if end <= start:
             raise ArchiveLayoutError(
                 f"archive file {info.path} ends at or before its start",
-                path=info.path, topic=tp.topic, partition=tp.partition,
-            )  # fmt: skip
+                path=info.path,
+                topic=tp.topic,
+                partition=tp.partition,
+            )
         files.append(ArchiveFile(tp, start, end, info.path))
     files.sort(key=lambda f: f.start)
     for previous, current in itertools.pairwise(files):
         if current.start < previous.end:
             raise ArchiveLayoutError(
                 f"archive files {previous.path} and {current.path} overlap ({tp})",
-                path=current.path, overlaps=previous.path, topic=tp.topic, partition=tp.partition,
-            )  # fmt: skip
+                path=current.path,
+                overlaps=previous.path,
+                topic=tp.topic,
+                partition=tp.partition,
+            )
     if not holes:
         _check_continuous(tp, files)
     return files
@@ -212,9 +226,13 @@ def _check_continuous(tp: TopicPartition, files: list[ArchiveFile]) -> None:
                 f"data loss in the archive: {tp} offsets {previous.end} to "
                 f"{current.start - 1} are missing between {posixpath.basename(previous.path)} "
                 f"and {posixpath.basename(current.path)}",
-                source="the archive", topic=tp.topic, partition=tp.partition,
-                first_missing=previous.end, last_missing=current.start - 1, path=current.path,
-            )  # fmt: skip
+                source="the archive",
+                topic=tp.topic,
+                partition=tp.partition,
+                first_missing=previous.end,
+                last_missing=current.start - 1,
+                path=current.path,
+            )
 
 
 def read_range(
@@ -256,8 +274,11 @@ def _conform(table: pa.Table, archive_file: ArchiveFile) -> pa.Table:
 
 
 def _file_facts(archive_file: ArchiveFile) -> dict[str, str | int]:
-    return {"path": archive_file.path, "topic": archive_file.tp.topic,
-            "partition": archive_file.tp.partition}  # fmt: skip
+    return {
+        "path": archive_file.path,
+        "topic": archive_file.tp.topic,
+        "partition": archive_file.tp.partition,
+    }
 
 
 def write_file(

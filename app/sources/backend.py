@@ -50,9 +50,13 @@ class Bounds:
             else f"holds none of it (its next offset is {self.latest})"
         )
         facts: dict[str, str | int] = {
-            "source": where, "topic": tp.topic, "partition": tp.partition, "offset": first,
-            "earliest": self.earliest, "latest": self.latest,
-        }  # fmt: skip
+            "source": where,
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "offset": first,
+            "earliest": self.earliest,
+            "latest": self.latest,
+        }
         gone = ""
         if first < self.earliest:
             gone = f": offsets {first} to {self.earliest - 1} are gone"

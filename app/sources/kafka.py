@@ -235,8 +235,12 @@ class KafkaBackend:
         latest = self._offsets(partitions, OffsetSpec.latest(), "latest")  # type: ignore[no-untyped-call]
         stable: dict[TopicPartition, int] = {}
         if self.isolation is Isolation.READ_COMMITTED:
-            stable = self._offsets(partitions, OffsetSpec.latest(), "last stable",  # type: ignore[no-untyped-call]
-                                   IsolationLevel.READ_COMMITTED)  # fmt: skip
+            stable = self._offsets(
+                partitions,
+                OffsetSpec.latest(),
+                "last stable",  # type: ignore[no-untyped-call]
+                IsolationLevel.READ_COMMITTED,
+            )
         return {
             tp: Bounds(
                 earliest[tp], latest[tp], stable=stable.get(tp), identity=identities[tp.topic]
@@ -309,8 +313,9 @@ class KafkaBackend:
             }
 
         deadline = time.monotonic() + self.timeout_s
-        return self._call(f"list the {which} offsets of {len(partitions)} partitions",
-                          deadline, ask)  # fmt: skip
+        return self._call(
+            f"list the {which} offsets of {len(partitions)} partitions", deadline, ask
+        )
 
     def _call(self, what: str, deadline: float, call: Callable[[], T]) -> T:
         """``call``, again while its error is retriable and time is left; else one line.
@@ -380,8 +385,12 @@ class KafkaRange:
                 cached=False,
             )
         except KafkaException as exc:
-            log.info("the earliest offset of %s from %s: %s", self.tp,
-                     self.endpoint.description, _error_text(exc))  # fmt: skip
+            log.info(
+                "the earliest offset of %s from %s: %s",
+                self.tp,
+                self.endpoint.description,
+                _error_text(exc),
+            )
             return None
         finally:
             _CONSUMERS.give_back(self.endpoint, self.isolation, consumer, self.fetch_wait_ms)
@@ -497,8 +506,10 @@ class KafkaRange:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} is gone but offsets "
                 f"{self.start} to {self.end - 1} were not read yet",
-                **self._facts(), first_missing=self.start, last_missing=self.end - 1,
-            )  # fmt: skip
+                **self._facts(),
+                first_missing=self.start,
+                last_missing=self.end - 1,
+            )
 
     def _on_error(self, message: RangeMessage, error: KafkaError) -> int | None:
         """Where the partition ends (an end-of-partition event), or None; raise what is fatal."""
@@ -510,14 +521,20 @@ class KafkaRange:
                 f"data loss in {self.endpoint.description}: {self.tp} offset {self.start} is no "
                 f"longer on the brokers ({error.str()}): retention or deletion dropped it, or "
                 "the topic was recreated",
-                **self._facts(), offset=self.start, kafka_error=error.str(),
-            )  # fmt: skip
+                **self._facts(),
+                offset=self.start,
+                kafka_error=error.str(),
+            )
         if error.fatal() or code in _STOP_CODES:
             raise SourceUnavailableError(
                 f"{self.endpoint.description}: reading {self.tp}: {error.str()}"
             )
-        log.info("reading %s from %s: %s (the client retries)", self.tp,
-                 self.endpoint.description, error.str())  # fmt: skip
+        log.info(
+            "reading %s from %s: %s (the client retries)",
+            self.tp,
+            self.endpoint.description,
+            error.str(),
+        )
         return None
 
     def _check_still_held(
@@ -540,20 +557,27 @@ class KafkaRange:
                 f"data loss in {self.endpoint.description}: {self.tp} must continue at offset "
                 f"{next_offset} but its earliest offset is {low}: retention or deletion dropped "
                 "the rest, or the topic was recreated",
-                **self._facts(), offset=next_offset, earliest=low,
-            )  # fmt: skip
+                **self._facts(),
+                offset=next_offset,
+                earliest=low,
+            )
         if high < self.end:
             raise DataLossError(
                 f"data loss in {self.endpoint.description}: {self.tp} ends at offset {high} "
                 f"but the micro-batch reads it up to {self.end - 1}: records were lost on the "
                 "brokers, or the topic was recreated",
-                **self._facts(), first_missing=high, last_missing=self.end - 1,
-            )  # fmt: skip
+                **self._facts(),
+                first_missing=high,
+                last_missing=self.end - 1,
+            )
 
     def _facts(self) -> dict[str, str | int]:
         """What every data loss error of this range names."""
-        return {"source": self.endpoint.description, "topic": self.tp.topic,
-                "partition": self.tp.partition}  # fmt: skip
+        return {
+            "source": self.endpoint.description,
+            "topic": self.tp.topic,
+            "partition": self.tp.partition,
+        }
 
     def _stalled(self, next_offset: int, ended_at: int | None) -> str:
         if ended_at is not None:  # a follower behind its leader, or offsets lost on the brokers
@@ -618,8 +642,13 @@ class KafkaColumns:
             schema=SCHEMA,
         )
         self.keys, self.values, self.offsets, self.millis, self.kinds, self.headers = (
-            [], [], [], [], [], []
-        )  # fmt: skip
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
         return batch
 
 
@@ -734,8 +763,9 @@ def _admin(endpoint: KafkaEndpoint) -> Any:
     return admin
 
 
-def _client(kind: Callable[[dict[str, Any]], Any], endpoint: KafkaEndpoint,
-            settings: dict[str, Any]) -> Any:  # fmt: skip
+def _client(
+    kind: Callable[[dict[str, Any]], Any], endpoint: KafkaEndpoint, settings: dict[str, Any]
+) -> Any:
     try:
         client = kind(endpoint.config(**settings))
     except KafkaException as exc:

@@ -76,13 +76,26 @@ class Isolation(StrEnum):
 # skips offsets, reads what its planner planned): never an operator's option.
 OWNED_SETTINGS: Final = frozenset(
     {
-        "bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.mechanisms",
-        "sasl.mechanism", "sasl.username", "sasl.password", "sasl.oauthbearer.config",
-        "oauth_cb", "logger", "client.rack", "group.id", "group.instance.id",
-        "enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset",
-        "enable.partition.eof", "isolation.level",
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "security.protocol",
+        "sasl.mechanisms",
+        "sasl.mechanism",
+        "sasl.username",
+        "sasl.password",
+        "sasl.oauthbearer.config",
+        "oauth_cb",
+        "logger",
+        "client.rack",
+        "group.id",
+        "group.instance.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "auto.offset.reset",
+        "enable.partition.eof",
+        "isolation.level",
     }
-)  # fmt: skip
+)
 # Owned settings with an option of their own.
 _OPTION_FOR: Final = {
     "isolation.level": "--kafka-isolation-level",
@@ -213,8 +226,9 @@ def _msk_token_callback(region: str) -> Any:
 def scram_credentials(secret_arn: str, region: str) -> tuple[str, str]:
     """The user name and password of MSK's SCRAM secret (read once per process)."""
     if not secret_arn:
-        raise ConfigurationError("--kafka-auth scram needs --kafka-secret-arn (the cluster's "
-                                 "Secrets Manager secret)")  # fmt: skip
+        raise ConfigurationError(
+            "--kafka-auth scram needs --kafka-secret-arn (the cluster's Secrets Manager secret)"
+        )
     if not region:
         raise ConfigurationError(
             "--kafka-auth scram needs the AWS region (--region, or AWS_REGION in the environment)"

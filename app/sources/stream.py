@@ -130,13 +130,18 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start = {tp: max(b.earliest, b.readable) for tp, b in bounds.items()}
         elif kind is StartKind.TIMESTAMP:
             at = self.backend.offsets_at(self.starting_position.timestamp_ms)
-            start = {tp: max(b.earliest, min(at.get(tp, b.earliest), b.readable))
-                     for tp, b in bounds.items()}  # fmt: skip
+            start = {
+                tp: max(b.earliest, min(at.get(tp, b.earliest), b.readable))
+                for tp, b in bounds.items()
+            }
         else:
             start = {tp: b.earliest for tp, b in bounds.items()}
         if kind is not StartKind.EARLIEST and not self.starting:
-            log.info("a fresh checkpoint starts at %s: %s", self.starting_position,
-                     offsets_mod.describe(start))  # fmt: skip
+            log.info(
+                "a fresh checkpoint starts at %s: %s",
+                self.starting_position,
+                offsets_mod.describe(start),
+            )
         start.update(self.starting)
         return offsets_mod.to_source_json(start, _identities(bounds))
 
@@ -173,8 +178,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"identity was {was}, is {identity}): the checkpoint's offsets belong to the "
                     "deleted topic; restore it, or start a new run with a new --output and "
                     "--checkpoint",
-                    source=where, topic=topic, identity=identity, previous_identity=was,
-                )  # fmt: skip
+                    source=where,
+                    topic=topic,
+                    identity=identity,
+                    previous_identity=was,
+                )
 
     def _without_departed(self, bounds: Mapping[TopicPartition, Bounds], begin: Offsets) -> Offsets:
         """``begin`` without the topics that left: no longer matched, or deleted once read.
@@ -189,14 +197,22 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic in sorted(gone):
             parts = {tp: first for tp, first in begin.items() if tp.topic == topic}
             if not self.backend.matches(topic):
-                log.warning("topic %s no longer matches the source's topics: it is no longer "
-                            "read (its offsets were %s)", topic,
-                            offsets_mod.describe(parts))  # fmt: skip
-            elif all(tp in self._seen and first >= self._seen[tp].readable
-                     for tp, first in parts.items()):  # fmt: skip
-                log.warning("topic %s is gone from %s after it was read to its end (%s): it is "
-                            "no longer read", topic, self.backend.description,
-                            offsets_mod.describe(parts))  # fmt: skip
+                log.warning(
+                    "topic %s no longer matches the source's topics: it is no longer "
+                    "read (its offsets were %s)",
+                    topic,
+                    offsets_mod.describe(parts),
+                )
+            elif all(
+                tp in self._seen and first >= self._seen[tp].readable for tp, first in parts.items()
+            ):
+                log.warning(
+                    "topic %s is gone from %s after it was read to its end (%s): it is "
+                    "no longer read",
+                    topic,
+                    self.backend.description,
+                    offsets_mod.describe(parts),
+                )
             else:
                 continue
             for tp in parts:
@@ -226,8 +242,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise DataLossError(
                     f"data loss in {where}: {tp} is gone but offsets from {begin[tp]} were "
                     "not read yet",
-                    source=where, topic=tp.topic, partition=tp.partition, offset=begin[tp],
-                )  # fmt: skip
+                    source=where,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=begin[tp],
+                )
         ranges: dict[TopicPartition, tuple[int, int]] = {}
         for tp, first in begin.items():
             b = bounds[tp]
@@ -269,8 +288,9 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: offsets live in Spark's checkpoint, never in the backend."""
 
 
-def read_in_order(start: Mapping[TopicPartition, int],
-                  end: Mapping[TopicPartition, int]) -> list[TopicPartition]:  # fmt: skip
+def read_in_order(
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
+) -> list[TopicPartition]:
     """The partitions a micro-batch reads, in the order of its Spark partitions.
 
     Those with offsets from ``start`` to ``end``; a partition new in the batch

@@ -76,20 +76,39 @@ class TieredBounds(Bounds):
 
     @classmethod
     def of(
-        cls, kafka: Bounds | None, archive: tuple[Bounds, ...], kafka_name: str,
-        archive_name: str, identity: str = "",
-    ) -> TieredBounds:  # fmt: skip
+        cls,
+        kafka: Bounds | None,
+        archive: tuple[Bounds, ...],
+        kafka_name: str,
+        archive_name: str,
+        identity: str = "",
+    ) -> TieredBounds:
         """``identity``: the archive's, for a partition Kafka does not have."""
         if kafka is None:
             last = archive[-1]  # a partition is listed by at least one tier
-            return cls(last.earliest, last.latest, None, archive, kafka_name, archive_name,
-                       identity=identity)  # fmt: skip
+            return cls(
+                last.earliest,
+                last.latest,
+                None,
+                archive,
+                kafka_name,
+                archive_name,
+                identity=identity,
+            )
         earliest = kafka.earliest
         for run in archive:
             if run.earliest <= kafka.earliest <= run.latest:
                 earliest = run.earliest
-        return cls(earliest, kafka.latest, kafka, archive, kafka_name, archive_name,
-                   stable=kafka.stable, identity=kafka.identity or identity)  # fmt: skip
+        return cls(
+            earliest,
+            kafka.latest,
+            kafka,
+            archive,
+            kafka_name,
+            archive_name,
+            stable=kafka.stable,
+            identity=kafka.identity or identity,
+        )
 
     def data_loss(self, where: str, tp: TopicPartition, first: int) -> DataLossError:
         held = f"{self.kafka_name} {self._kafka_holds()} and {self.archive_name} " + (
@@ -97,21 +116,30 @@ class TieredBounds(Bounds):
         )
         text = f"data loss in {where}: {tp} must continue at offset {first} but {held}"
         facts: dict[str, str | int] = {
-            "source": where, "topic": tp.topic, "partition": tp.partition, "offset": first,
-            "earliest": self.earliest, "latest": self.latest,
-        }  # fmt: skip
+            "source": where,
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "offset": first,
+            "earliest": self.earliest,
+            "latest": self.latest,
+        }
         if first > self.latest:
             return DataLossError(text, **facts)
         lo, hi = self.missing_from(first)
         return DataLossError(
             f"{text}: offsets {lo} to {hi - 1} are in neither",
-            **facts, first_missing=lo, last_missing=hi - 1,
-        )  # fmt: skip
+            **facts,
+            first_missing=lo,
+            last_missing=hi - 1,
+        )
 
     def missing_from(self, first: int) -> tuple[int, int]:
         """The first offsets at or after ``first`` that neither tier holds: ``[lo, hi)``."""
-        held = sorted((b.earliest, b.latest) for b in (*self.archive, self.kafka)
-                      if b is not None and b.latest > b.earliest)  # fmt: skip
+        held = sorted(
+            (b.earliest, b.latest)
+            for b in (*self.archive, self.kafka)
+            if b is not None and b.latest > b.earliest
+        )
         lo = first
         for begin, finish in held:
             if begin <= lo < finish:
@@ -129,8 +157,9 @@ class TieredBounds(Bounds):
     def _archive_holds(self) -> str:
         if not self.archive:
             return "holds none of it"
-        return "holds offsets " + " and ".join(f"{r.earliest} to {r.latest - 1}"
-                                               for r in self.archive)  # fmt: skip
+        return "holds offsets " + " and ".join(
+            f"{r.earliest} to {r.latest - 1}" for r in self.archive
+        )
 
 
 @dataclass
@@ -166,17 +195,27 @@ class TieredBackend:
         kafka_ids = {tp.topic: b.identity for tp, b in kafka.items() if b.identity}
         for topic, identity in sorted(index.identities.items()):
             if kafka_ids.get(topic, identity) != identity:  # another topic's records
-                log.warning("%s holds topic %s of identity %s, %s has %s: the archive's files "
-                            "serve none of its offsets", self.archive.description, topic,
-                            identity, self.kafka.description, kafka_ids[topic])  # fmt: skip
+                log.warning(
+                    "%s holds topic %s of identity %s, %s has %s: the archive's files "
+                    "serve none of its offsets",
+                    self.archive.description,
+                    topic,
+                    identity,
+                    self.kafka.description,
+                    kafka_ids[topic],
+                )
                 index.files = {tp: f for tp, f in index.files.items() if tp.topic != topic}
         self._listing.kafka, self._listing.index = kafka, index
         return {
-            tp: TieredBounds.of(kafka.get(tp), runs(index.files.get(tp, [])),
-                                self.kafka.description, self.archive.description,
-                                index.identities.get(tp.topic, ""))
+            tp: TieredBounds.of(
+                kafka.get(tp),
+                runs(index.files.get(tp, [])),
+                self.kafka.description,
+                self.archive.description,
+                index.identities.get(tp.topic, ""),
+            )
             for tp in sorted(set(kafka) | set(index.files))
-        }  # fmt: skip
+        }
 
     def reader(self, tp: TopicPartition, start: int, end: int) -> TieredRange:
         """The archive up to Kafka's earliest offset (as last listed), then Kafka."""
@@ -187,8 +226,9 @@ class TieredBackend:
         in_kafka = kafka.get(tp)
         split = end if in_kafka is None else min(end, max(start, in_kafka.earliest))
         # As far as the archive could serve from start, should retention move on.
-        run = next((r for r in runs(index.files.get(tp, [])) if r.earliest <= start < r.latest),
-                   None)  # fmt: skip
+        run = next(
+            (r for r in runs(index.files.get(tp, [])) if r.earliest <= start < r.latest), None
+        )
         reach = max(split, start if run is None else min(end, run.latest))
         archive = None
         if reach > start:  # the archive's files must hold [start, split): data loss if not

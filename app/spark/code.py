@@ -103,8 +103,11 @@ def package_zip(directory: Path | None = None) -> Path:
 def shipped_by_submit(conf: Any) -> list[str]:
     """The tablecast archives spark-submit already ships (run-job's ``--py-files``)."""
     files = conf.get("spark.submit.pyFiles", "") or ""
-    return [os.path.basename(f) for f in files.split(",") if f and
-            os.path.basename(f).startswith("tablecast-")]  # fmt: skip
+    return [
+        os.path.basename(f)
+        for f in files.split(",")
+        if f and os.path.basename(f).startswith("tablecast-")
+    ]
 
 
 def ships_itself(conf: Any) -> bool:
@@ -172,10 +175,16 @@ def checkout_commit(root: Path) -> str | None:
         return None
     git = ["git", "-C", str(root)]
     try:
-        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip()  # fmt: skip
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", "app"], capture_output=True,
-                               text=True, check=True, timeout=10).stdout  # fmt: skip
+        head = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "app"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head}-dirty" if dirty.strip() else head

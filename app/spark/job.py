@@ -118,11 +118,13 @@ class JobConfig:
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
     spark.dataSource.register(stream.TablecastSource)
     options = backend_options.common_options(
-        config.topic_pattern, config.max_offsets_per_trigger, starting,
+        config.topic_pattern,
+        config.max_offsets_per_trigger,
+        starting,
         starting_position=config.starting_position,
         min_offsets_per_trigger=config.min_offsets_per_trigger,
         max_trigger_delay_s=config.max_trigger_delay_s,
-    )  # fmt: skip
+    )
     source = config.source
     if isinstance(source, ArchiveSource):
         options |= backend_options.archive_options(source.uri)
@@ -132,9 +134,11 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
         )
     else:
         options |= backend_options.tiered_options(
-            source.kafka.endpoint, source.archive.uri, source.kafka.timeout_s,
+            source.kafka.endpoint,
+            source.archive.uri,
+            source.kafka.timeout_s,
             source.kafka.isolation,
-        )  # fmt: skip
+        )
     # Ranges, not records: each task reads the range it processes (app.sources.ranges).
     options[ranges.DELIVER_OPTION] = ranges.RANGES
     return spark.readStream.format(stream.FORMAT).options(**options).load()

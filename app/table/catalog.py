@@ -237,9 +237,11 @@ def _create(found: Catalog, config: TableConfig) -> None:
         TableProperties.COMMIT_NUM_RETRIES: "0",
     }
     transaction = found.create_table_transaction(
-        config.table, schema=OUTPUT_SCHEMA, location=config.location or None,
+        config.table,
+        schema=OUTPUT_SCHEMA,
+        location=config.location or None,
         properties=properties,
-    )  # fmt: skip
+    )
     with transaction.update_spec() as spec:
         spec.add_field("ts", DayTransform(), PARTITION_FIELD)
     # The files carry no Iceberg field ids: columns are matched by name.

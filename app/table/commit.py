@@ -142,8 +142,9 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
             raise OutputStateError(
                 f"the Iceberg table of {location.uri} holds ledger entry {held.entry} ending at "
                 f"{offsets_mod.describe(held.end)}, which the output's ledger does not",
-                output=location.uri, entry=held.entry,
-            )  # fmt: skip
+                output=location.uri,
+                entry=held.entry,
+            )
         todo = [n for n in numbers if n > held.entry]
     else:
         todo = numbers
@@ -160,8 +161,11 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
         if entry.kind is ledger_mod.BATCH:
             paths = [data_path(location, f) for f in entry.files if _is_data(f)]
             with table.transaction() as transaction:
-                transaction.add_files(paths, snapshot_properties=_entry_properties(entry, "batch"),
-                                      check_duplicate_files=False)  # fmt: skip
+                transaction.add_files(
+                    paths,
+                    snapshot_properties=_entry_properties(entry, "batch"),
+                    check_duplicate_files=False,
+                )
         else:
             # A repair commits its own snapshot before its entry; one made while the
             # output had no table is reconciled with what is visible.
@@ -190,8 +194,13 @@ def _reconcile(location: Location, table: Table, props: dict[str, str]) -> None:
     }
     gone = set(current) - visible
     new = visible - set(current)
-    overwrite(location, table, remove=[current[p] for p in sorted(gone | changed)],
-               add=sorted(new | changed), props=props)  # fmt: skip
+    overwrite(
+        location,
+        table,
+        remove=[current[p] for p in sorted(gone | changed)],
+        add=sorted(new | changed),
+        props=props,
+    )
 
 
 def _fs_path(location: Location, path: str) -> str:
@@ -206,9 +215,13 @@ def data_files(table: Table) -> list[DataFile]:
 
 
 def overwrite(
-    location: Location, table: Table, *, remove: Sequence[DataFile], add: Sequence[str],
+    location: Location,
+    table: Table,
+    *,
+    remove: Sequence[DataFile],
+    add: Sequence[str],
     props: dict[str, str],
-) -> None:  # fmt: skip
+) -> None:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     with table.transaction() as transaction:
@@ -275,8 +288,13 @@ def commit_rewrite(
             if attempt == COMMIT_ATTEMPTS:
                 raise
             continue
-        log.info("table %s: %s committed (%d files in, %d out)", table.name(), kind, len(add),
-                 len(remove))  # fmt: skip
+        log.info(
+            "table %s: %s committed (%d files in, %d out)",
+            table.name(),
+            kind,
+            len(add),
+            len(remove),
+        )
         return True
     return False
 

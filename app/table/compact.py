@@ -66,8 +66,15 @@ RECORDS_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "compactions")
 KIND = "compaction"  # the rewrite's kind, and the snapshot's tablecast.kind
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024
 _EPOCH = date(1970, 1, 1)
-_UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb": 1000**2,
-          "gb": 1000**3}  # fmt: skip
+_UNITS = {
+    "b": 1,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+}
 
 
 def parse_size(text: str, *, option: str = "--target-size") -> int:
@@ -105,10 +112,15 @@ class CompactionRecord:
 
     def to_json(self) -> bytes:
         return orjson.dumps(
-            {"day": self.day, "inputs": list(self.inputs), "output": self.output,
-             "rows": self.rows, "written_at": self.written_at},
+            {
+                "day": self.day,
+                "inputs": list(self.inputs),
+                "output": self.output,
+                "rows": self.rows,
+                "written_at": self.written_at,
+            },
             option=orjson.OPT_INDENT_2,
-        )  # fmt: skip
+        )
 
     @classmethod
     def from_json(cls, data: bytes) -> CompactionRecord:
@@ -128,10 +140,12 @@ class CompactionReport:
 
 def records(location: Location) -> list[CompactionRecord]:
     directory = location.child(RECORDS_DIR)
-    names = sorted(i.base_name for i in location.list_dir(directory)
-                   if i.base_name.endswith(".json"))  # fmt: skip
-    return [CompactionRecord.from_json(location.read_bytes(posixpath.join(directory, n)))
-            for n in names]  # fmt: skip
+    names = sorted(
+        i.base_name for i in location.list_dir(directory) if i.base_name.endswith(".json")
+    )
+    return [
+        CompactionRecord.from_json(location.read_bytes(posixpath.join(directory, n))) for n in names
+    ]
 
 
 def refuse_compacted(location: Location, blocks: set[str]) -> None:
@@ -143,8 +157,9 @@ def refuse_compacted(location: Location, blocks: set[str]) -> None:
                 raise ConfigurationError(
                     f"{location.uri}/{relative} was compacted into {record.output} on "
                     f"{record.written_at}: recomputing a compacted day is not supported",
-                    output=location.uri, file=relative,
-                )  # fmt: skip
+                    output=location.uri,
+                    file=relative,
+                )
 
 
 class CompactionSteps(rewrite_mod.RewriteSteps):
@@ -197,8 +212,9 @@ def compact(
         # Step 4
         stamp = datetime.now(UTC).isoformat()
         for group in groups:
-            record = CompactionRecord(group.day.isoformat(), group.inputs, group.output,
-                                      rows[group.digest], stamp)  # fmt: skip
+            record = CompactionRecord(
+                group.day.isoformat(), group.inputs, group.output, rows[group.digest], stamp
+            )
             location.write_bytes_atomic(_record_path(location, group), record.to_json())
         steps.planned()
         rewrite = rewrite_mod.Rewrite(
@@ -214,9 +230,13 @@ def compact(
     location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
     report = CompactionReport(
-        groups=len(groups), inputs=sum(len(g.inputs) for g in groups), outputs=len(groups),
-        rows=sum(rows.values()), bytes_before=sum(g.bytes for g in groups), bytes_after=after,
-    )  # fmt: skip
+        groups=len(groups),
+        inputs=sum(len(g.inputs) for g in groups),
+        outputs=len(groups),
+        rows=sum(rows.values()),
+        bytes_before=sum(g.bytes for g in groups),
+        bytes_after=after,
+    )
     log.info("compacted %d files into %d (%d rows)", report.inputs, report.outputs, report.rows)
     return report
 
@@ -286,13 +306,18 @@ def _relative(location: Location, path: str) -> str:
 
 
 def _write(location: Location, group: Group, staged_relative: str) -> int:
-    tables = [pq.read_table(location.child(r), filesystem=location.fs, schema=OUTPUT_SCHEMA,
-                            partitioning=None) for r in group.inputs]  # fmt: skip
+    tables = [
+        pq.read_table(
+            location.child(r), filesystem=location.fs, schema=OUTPUT_SCHEMA, partitioning=None
+        )
+        for r in group.inputs
+    ]
     merged = pa.concat_tables(tables).sort_by(
         [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
     )
     staged = location.child(staged_relative)
     location.fs.create_dir(posixpath.dirname(staged), recursive=True)
-    pq.write_table(merged, staged, filesystem=location.fs, compression="snappy",
-                   row_group_size=256 * 1024)  # fmt: skip
+    pq.write_table(
+        merged, staged, filesystem=location.fs, compression="snappy", row_group_size=256 * 1024
+    )
     return len(merged)

@@ -58,8 +58,12 @@ def prepare(output: str, settings: TableSettings) -> None:
     if settings.glue_database:
         if not settings.region:
             raise ConfigurationError("--glue-database needs --region (or AWS_REGION)")
-        config = glue_config(location, database=settings.glue_database,
-                             region=settings.region, table=settings.glue_table)  # fmt: skip
+        config = glue_config(
+            location,
+            database=settings.glue_database,
+            region=settings.region,
+            table=settings.glue_table,
+        )
         if config_for(location) != config:
             save_config(location, config)
             log.info("output %s catalogued as %s in Glue", location.uri, config.table)
@@ -78,8 +82,12 @@ def scheduled(
     """The ``foreachBatch`` function: the sink, and compaction on the settings' schedule."""
     if not settings.compact_every_s:
         return sink
-    return ScheduledCompaction(sink=sink, output=output, every_s=settings.compact_every_s,
-                               target_bytes=settings.compact_target_bytes)  # fmt: skip
+    return ScheduledCompaction(
+        sink=sink,
+        output=output,
+        every_s=settings.compact_every_s,
+        target_bytes=settings.compact_target_bytes,
+    )
 
 
 def last_run(location: Location) -> datetime | None:
@@ -117,14 +125,25 @@ class ScheduledCompaction:
             # Compaction is upkeep: the stream goes on, and the next period tries again
             # (a compaction a failure interrupted is finished first; one whose owner is
             # still at work, a `tablecast compact` or a recompute, is left to it).
-            log.warning("scheduled compaction of %s not done: %s; next try in %.0f s",
-                        location.uri, exc, self.every_s)  # fmt: skip
+            log.warning(
+                "scheduled compaction of %s not done: %s; next try in %.0f s",
+                location.uri,
+                exc,
+                self.every_s,
+            )
         except Exception:
-            log.exception("scheduled compaction of %s failed; next try in %.0f s",
-                          location.uri, self.every_s)  # fmt: skip
+            log.exception(
+                "scheduled compaction of %s failed; next try in %.0f s", location.uri, self.every_s
+            )
         else:
             self.runs += 1
-            log.info("scheduled compaction of %s: %d files into %d (%d rows)", location.uri,
-                     report.inputs, report.outputs, report.rows)  # fmt: skip
-        location.write_bytes_atomic(location.child(LAST_RUN_FILE),
-                                    orjson.dumps({"at": now.isoformat()}))  # fmt: skip
+            log.info(
+                "scheduled compaction of %s: %d files into %d (%d rows)",
+                location.uri,
+                report.inputs,
+                report.outputs,
+                report.rows,
+            )
+        location.write_bytes_atomic(
+            location.child(LAST_RUN_FILE), orjson.dumps({"at": now.isoformat()})
+        )

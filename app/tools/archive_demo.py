@@ -20,18 +20,44 @@ def main() -> int:
     archive, output, checkpoint = (DEMO_DIR / n for n in ("archive", "output", "checkpoint"))
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     steps: list[tuple[str, list[str]]] = [
-        ("1/3 generate a sample capture", [
-            "generate", "--archive", str(archive), "--topics", "3", "--partitions", "2",
-            "--sessions", "24", "--updates", "150", "--resync-every", "50",
-            "--records-per-file", "400",
-        ]),
-        ("2/3 run the job on local Spark (available-now)", [
-            "run", "--archive", str(archive), "--output", str(output),
-            "--checkpoint", str(checkpoint), "--trigger", "available-now",
-            "--max-offsets-per-trigger", "1500",
-        ]),
+        (
+            "1/3 generate a sample capture",
+            [
+                "generate",
+                "--archive",
+                str(archive),
+                "--topics",
+                "3",
+                "--partitions",
+                "2",
+                "--sessions",
+                "24",
+                "--updates",
+                "150",
+                "--resync-every",
+                "50",
+                "--records-per-file",
+                "400",
+            ],
+        ),
+        (
+            "2/3 run the job on local Spark (available-now)",
+            [
+                "run",
+                "--archive",
+                str(archive),
+                "--output",
+                str(output),
+                "--checkpoint",
+                str(checkpoint),
+                "--trigger",
+                "available-now",
+                "--max-offsets-per-trigger",
+                "1500",
+            ],
+        ),
         ("3/3 verify the output", ["verify", "--archive", str(archive), "--output", str(output)]),
-    ]  # fmt: skip
+    ]
     for title, argv in steps:
         print(f"\n== {title}: tablecast {' '.join(argv)}", flush=True)
         code = cli.main(argv)

@@ -39,18 +39,28 @@ GLUE_READ_ACTIONS = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
 GLUE_COMMIT_ACTIONS = ("glue:CreateTable", "glue:UpdateTable")
 # A query's life in one workgroup: start, follow, fetch, stop, list one's own.
 ATHENA_QUERY_ACTIONS = (
-    "athena:BatchGetQueryExecution", "athena:GetQueryExecution", "athena:GetQueryResults",
-    "athena:GetQueryResultsStream", "athena:GetWorkGroup", "athena:ListQueryExecutions",
-    "athena:StartQueryExecution", "athena:StopQueryExecution",
-)  # fmt: skip
+    "athena:BatchGetQueryExecution",
+    "athena:GetQueryExecution",
+    "athena:GetQueryResults",
+    "athena:GetQueryResultsStream",
+    "athena:GetWorkGroup",
+    "athena:ListQueryExecutions",
+    "athena:StartQueryExecution",
+    "athena:StopQueryExecution",
+)
 # Browsing the default catalog's metadata (the console's table list, DESCRIBE).
 ATHENA_METADATA_ACTIONS = (
-    "athena:GetDatabase", "athena:GetTableMetadata", "athena:ListDatabases",
+    "athena:GetDatabase",
+    "athena:GetTableMetadata",
+    "athena:ListDatabases",
     "athena:ListTableMetadata",
-)  # fmt: skip
+)
 RESULTS_OBJECT_ACTIONS = (
-    "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListMultipartUploadParts", "s3:PutObject",
-)  # fmt: skip
+    "s3:AbortMultipartUpload",
+    "s3:GetObject",
+    "s3:ListMultipartUploadParts",
+    "s3:PutObject",
+)
 
 
 class IcebergCatalog(Construct):
@@ -80,9 +90,11 @@ class IcebergCatalog(Construct):
         """
         super().__init__(scope, id_)
         self.database = GlueCatalogDatabase(
-            self, "database", name=DATABASE,
+            self,
+            "database",
+            name=DATABASE,
             description=f"{prefix}: the output as an Iceberg table (tablecast table)",
-        )  # fmt: skip
+        )
         self.workgroup = AthenaWorkgroup(
             self,
             "workgroup",
@@ -111,11 +123,15 @@ class IcebergCatalog(Construct):
             "(attach to analysts' roles)",
             policy=policy_json(
                 reader_statements(
-                    workgroup=prefix, bucket_arn=bucket_arn, kms_key_arn=kms_key_arn,
-                    region=region, account=account, partition=partition,
+                    workgroup=prefix,
+                    bucket_arn=bucket_arn,
+                    kms_key_arn=kms_key_arn,
+                    region=region,
+                    account=account,
+                    partition=partition,
                 )
             ),
-        )  # fmt: skip
+        )
         TerraformOutput(
             self,
             "athena_reader_policy_arn",
@@ -136,31 +152,49 @@ def job_statements(*, region: str, account: str, partition: str) -> list[Stateme
 
 
 def reader_statements(
-    *, workgroup: str, bucket_arn: str, kms_key_arn: str, region: str, account: str,
+    *,
+    workgroup: str,
+    bucket_arn: str,
+    kms_key_arn: str,
+    region: str,
+    account: str,
     partition: str,
-) -> list[Statement]:  # fmt: skip
+) -> list[Statement]:
     """What an Athena reader of the output's table may do, and nothing more."""
     glue = f"arn:{partition}:glue:{region}:{account}"
     athena = f"arn:{partition}:athena:{region}:{account}"
     output, results = layout.OUTPUT_PREFIX, RESULTS_PREFIX
     return [
         allow("QueryInTheWorkgroup", ATHENA_QUERY_ACTIONS, [f"{athena}:workgroup/{workgroup}"]),
-        allow("BrowseTheCatalog", ATHENA_METADATA_ACTIONS,
-              [f"{athena}:datacatalog/AwsDataCatalog"]),
-        allow("ReadOutputTableCatalog", GLUE_READ_ACTIONS,
-              [f"{glue}:catalog", f"{glue}:database/{DATABASE}",
-               f"{glue}:table/{DATABASE}/{TABLE}"]),
-        allow("ListOutputAndResults", ["s3:ListBucket"], [bucket_arn],
-              {"StringLike": {"s3:prefix": [output, f"{output}/*", results, f"{results}/*"]}}),
-        allow("BucketMetadata", ["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
-              [bucket_arn]),
+        allow(
+            "BrowseTheCatalog", ATHENA_METADATA_ACTIONS, [f"{athena}:datacatalog/AwsDataCatalog"]
+        ),
+        allow(
+            "ReadOutputTableCatalog",
+            GLUE_READ_ACTIONS,
+            [f"{glue}:catalog", f"{glue}:database/{DATABASE}", f"{glue}:table/{DATABASE}/{TABLE}"],
+        ),
+        allow(
+            "ListOutputAndResults",
+            ["s3:ListBucket"],
+            [bucket_arn],
+            {"StringLike": {"s3:prefix": [output, f"{output}/*", results, f"{results}/*"]}},
+        ),
+        allow(
+            "BucketMetadata",
+            ["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+            [bucket_arn],
+        ),
         # The table's data and metadata files are all under output/ (the table's
         # location is output/_iceberg/table; its data files are the output's own).
         allow("ReadOutput", ["s3:GetObject"], [f"{bucket_arn}/{output}/*"]),
         allow("ReadWriteResults", RESULTS_OBJECT_ACTIONS, [f"{bucket_arn}/{results}/*"]),
         # The bucket's objects and the workgroup's results are SSE-KMS with the pipeline key;
         # Athena reads and writes them through S3 with the reader's own rights.
-        allow("UsePipelineDataKeyThroughS3", ["kms:Decrypt", "kms:GenerateDataKey"],
-              [kms_key_arn],
-              {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}}),
-    ]  # fmt: skip
+        allow(
+            "UsePipelineDataKeyThroughS3",
+            ["kms:Decrypt", "kms:GenerateDataKey"],
+            [kms_key_arn],
+            {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+        ),
+    ]

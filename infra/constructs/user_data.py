@@ -29,10 +29,14 @@ def node_environment(
     archiver_role_arn: str | None = None,
 ) -> dict[str, str]:
     """The variables written to ``/etc/tablecast/node.env``, in order."""
-    archiver = {} if archiver_role_arn is None else {
-        # The driver's archiver service assumes it (ami/files/bin/archiver-credentials).
-        "TABLECAST_ARCHIVER_ROLE_ARN": archiver_role_arn,
-    }  # fmt: skip
+    archiver = (
+        {}
+        if archiver_role_arn is None
+        else {
+            # The driver's archiver service assumes it (ami/files/bin/archiver-credentials).
+            "TABLECAST_ARCHIVER_ROLE_ARN": archiver_role_arn,
+        }
+    )
     return {
         "TABLECAST_ENV": environment,
         "TABLECAST_ROLE": role.value,

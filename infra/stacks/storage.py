@@ -54,9 +54,15 @@ class StorageStack(EnvironmentStack):
         self.key_arn = self.key.arn
         # The output's Iceberg table in Glue, and Athena's workgroup for it.
         partition = DataAwsPartition(self, "partition").partition
-        self.iceberg = IcebergCatalog(self, "iceberg", prefix=prefix, bucket_name=self.bucket.name,
-                                      kms_key_arn=self.key.arn,
-                                      force_destroy=not config.is_production,
-                                      bucket_arn=self.bucket.arn, region=config.region,
-                                      account=account,
-                                      partition=partition)  # fmt: skip
+        self.iceberg = IcebergCatalog(
+            self,
+            "iceberg",
+            prefix=prefix,
+            bucket_name=self.bucket.name,
+            kms_key_arn=self.key.arn,
+            force_destroy=not config.is_production,
+            bucket_arn=self.bucket.arn,
+            region=config.region,
+            account=account,
+            partition=partition,
+        )

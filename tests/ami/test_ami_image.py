@@ -58,9 +58,13 @@ def test_every_program_a_unit_timer_or_the_bootstrap_runs_is_in_the_image(
             runs.setdefault(program, unit.name)
     # The user data runs the bootstrap; the image's programs run each other.
     user_data = node_user_data(
-        environment="prod", role=NodeRole.DRIVER, driver_host="10.0.0.1",
-        region="eu-west-1", zone_id="euw1-az1", hdfs_replication=2,
-    )  # fmt: skip
+        environment="prod",
+        role=NodeRole.DRIVER,
+        driver_host="10.0.0.1",
+        region="eu-west-1",
+        zone_id="euw1-az1",
+        hdfs_replication=2,
+    )
     for program in IMAGE_PROGRAM.findall(user_data):
         runs.setdefault(program, "user data")
     for installed in sorted(path for path in image.root.rglob("*") if path.is_file()):
@@ -115,19 +119,37 @@ def test_the_archiver_gets_its_own_roles_credentials(image: StagedImage, tmp_pat
     server.start()
     try:
         endpoint = f"http://127.0.0.1:{server.get_host_and_port()[1]}"
-        base = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_ENDPOINT_URL": endpoint}  # fmt: skip
+        base = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_ENDPOINT_URL": endpoint,
+        }
         iam = boto3.client(
-            "iam", region_name="eu-west-1", endpoint_url=endpoint,
-            aws_access_key_id="testing", aws_secret_access_key="testing",
-        )  # fmt: skip
+            "iam",
+            region_name="eu-west-1",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         role = iam.create_role(RoleName="tablecast-dev-archiver", AssumeRolePolicyDocument="{}")
         # The instance's profile would be the driver's role; the archiver's must not leak in.
-        env = {**os.environ, **base, "TABLECAST_PYTHON": sys.executable, "AWS_REGION": "eu-west-1",
-               "TABLECAST_ARCHIVER_ROLE_ARN": role["Role"]["Arn"],
-               "AWS_PROFILE": "archiver", "AWS_CONFIG_FILE": str(tmp_path / "none")}  # fmt: skip
-        done = subprocess.run([str(image.bin / "archiver-credentials")], env=env,
-                              capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+        env = {
+            **os.environ,
+            **base,
+            "TABLECAST_PYTHON": sys.executable,
+            "AWS_REGION": "eu-west-1",
+            "TABLECAST_ARCHIVER_ROLE_ARN": role["Role"]["Arn"],
+            "AWS_PROFILE": "archiver",
+            "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        }
+        done = subprocess.run(
+            [str(image.bin / "archiver-credentials")],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr
@@ -151,10 +173,18 @@ def test_the_image_holds_the_python_daemons_preload_on_the_venvs_path(
     python_env = Path(__file__).resolve().parents[2] / "ami" / "scripts" / "python-env.sh"
     assert f"printf '%s\\n' {PRELOAD_DIR} >" in python_env.read_text(encoding="utf-8")
     # Imported from the image's copy, it preloads the workers' libraries and no job code.
-    probe = ("import sys, tablecast_preload as p; print(p.__file__); p.preload(); "
-             "print(p.Preloaded.failed, 'app' in sys.modules)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True, cwd="/", env={"PYTHONPATH": str(staged)})  # fmt: skip
+    probe = (
+        "import sys, tablecast_preload as p; print(p.__file__); p.preload(); "
+        "print(p.Preloaded.failed, 'app' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+        env={"PYTHONPATH": str(staged)},
+    )
     where, outcome = done.stdout.strip().splitlines()
     assert where.startswith(str(staged))
     assert outcome == "() False"

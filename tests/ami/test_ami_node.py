@@ -147,9 +147,13 @@ def test_run_job_submits_the_cli_in_client_mode() -> None:
         assert part in command, part
     assert "setpriv --reuid=" in " ".join(text.split()), "spark-submit must not run as root"
     # On a node none of the overrides is set: the image's own values.
-    for default in ('TABLECAST_VENV:-/opt/tablecast/venv', 'TABLECAST_RUN_AS_USER:-spark',
-                    'TABLECAST_SPARK_MASTER_PORT:-7077', 'setting[kafka-auth]:-iam',
-                    'TABLECAST_DRIVER_PY:-/opt/tablecast/bin/tablecast-driver.py'):  # fmt: skip
+    for default in (
+        "TABLECAST_VENV:-/opt/tablecast/venv",
+        "TABLECAST_RUN_AS_USER:-spark",
+        "TABLECAST_SPARK_MASTER_PORT:-7077",
+        "setting[kafka-auth]:-iam",
+        "TABLECAST_DRIVER_PY:-/opt/tablecast/bin/tablecast-driver.py",
+    ):
         assert default in text, default
 
 
@@ -562,8 +566,10 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
     import shutil
 
     printed = json.loads(result.stdout)
-    used = max(100.0 * shutil.disk_usage(p).used / shutil.disk_usage(p).total
-               for p in (tmp_path, Path("/")))  # fmt: skip
+    used = max(
+        100.0 * shutil.disk_usage(p).used / shutil.disk_usage(p).total
+        for p in (tmp_path, Path("/"))
+    )
     assert abs(printed.pop("HdfsNameDirsUsedPercent") - used) < 1.0
     assert 125 <= printed.pop("HdfsMinutesSinceCheckpoint") < 127
     assert printed == {
@@ -580,8 +586,9 @@ def test_hdfs_health_reads_the_namenodes_jmx(tmp_path: Path) -> None:
 def test_the_data_volume_is_mounted_by_label_whatever_volume_holds_it(tmp_path: Path) -> None:
     """A replaced volume (new, or from a snapshot) has another UUID: fstab names the label."""
     fstab = tmp_path / "fstab"
-    fstab.write_text("UUID=aaa / ext4 defaults 0 1\n"
-                     "UUID=old-volume /data xfs defaults,noatime,nofail 0 2\n")  # fmt: skip
+    fstab.write_text(
+        "UUID=aaa / ext4 defaults 0 1\nUUID=old-volume /data xfs defaults,noatime,nofail 0 2\n"
+    )
     env = write_node_env(tmp_path) | {"TABLECAST_FSTAB": str(fstab)}
     for _ in range(2):  # every boot
         result = bash(f'source "{NODE_BOOTSTRAP}"\nensure_fstab', env)
@@ -602,9 +609,13 @@ def test_node_bootstrap_runs_on_every_boot_not_only_the_first(tmp_path: Path) ->
     assert "ConditionPathExists=/etc/tablecast/node.env" in boot.splitlines()
     assert "WantedBy=multi-user.target" in boot.splitlines()
     user_data = node_user_data(
-        environment="prod", role=NodeRole.WORKER, driver_host="10.0.0.1",
-        region="eu-west-1", zone_id="euw1-az1", hdfs_replication=2,
-    )  # fmt: skip
+        environment="prod",
+        role=NodeRole.WORKER,
+        driver_host="10.0.0.1",
+        region="eu-west-1",
+        zone_id="euw1-az1",
+        hdfs_replication=2,
+    )
     # The first boot's user data starts the same unit (after writing node.env).
     assert user_data.rstrip().endswith("systemctl start tablecast-bootstrap.service")
     node_files = (NODE_BOOTSTRAP.parents[2] / "scripts" / "node-files.sh").read_text("utf-8")

@@ -34,44 +34,66 @@ def aws() -> Iterator[dict[str, str]]:
     # Servers in one process share moto's state: start from nothing.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
     try:
-        yield {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_ENDPOINT_URL": endpoint,
-               "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION}  # fmt: skip
+        yield {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+        }
     finally:
         server.stop()
 
 
 def prepare(aws: dict[str, str], tmp_path: Path, recorded_sha256: str | None) -> dict[str, str]:
     """SSM's hand-off, a wheel in artifacts/, and a venv whose pip records its calls."""
-    session = boto3.session.Session(region_name=REGION, aws_access_key_id="testing",
-                                    aws_secret_access_key="testing")  # fmt: skip
+    session = boto3.session.Session(
+        region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     s3 = session.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"])
     ssm = session.client("ssm", endpoint_url=aws["AWS_ENDPOINT_URL"])
     s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     wheel = b"PK\x05\x06" + bytes(18)  # an empty zip: pip is never reached in these tests
     s3.put_object(Bucket=BUCKET, Key=f"artifacts/tablecast-{VERSION}-py3-none-any.whl", Body=wheel)
-    values = {handoff.BOOTSTRAP_BROKERS_IAM: "b-1:9098", handoff.OUTPUT_URI: f"s3://{BUCKET}/output",
-              handoff.ARCHIVE_URI: f"s3://{BUCKET}/archive", handoff.CHECKPOINT_URI: "hdfs://h/c",
-              handoff.TOPIC_PATTERN: "^s-.+", handoff.TRIGGER: "1 minute",
-              handoff.METRIC_NAMESPACE: "Tablecast", handoff.JOB_VERSION: VERSION,
-              handoff.ARTIFACTS_URI: f"s3://{BUCKET}/artifacts", handoff.REGION: REGION,
-              handoff.JOB_WHEEL_SHA256: recorded_sha256 or sha256(wheel),
-              handoff.GLUE_DATABASE: "tablecast", handoff.COMPACT_EVERY: "1 day"}  # fmt: skip
+    values = {
+        handoff.BOOTSTRAP_BROKERS_IAM: "b-1:9098",
+        handoff.OUTPUT_URI: f"s3://{BUCKET}/output",
+        handoff.ARCHIVE_URI: f"s3://{BUCKET}/archive",
+        handoff.CHECKPOINT_URI: "hdfs://h/c",
+        handoff.TOPIC_PATTERN: "^s-.+",
+        handoff.TRIGGER: "1 minute",
+        handoff.METRIC_NAMESPACE: "Tablecast",
+        handoff.JOB_VERSION: VERSION,
+        handoff.ARTIFACTS_URI: f"s3://{BUCKET}/artifacts",
+        handoff.REGION: REGION,
+        handoff.JOB_WHEEL_SHA256: recorded_sha256 or sha256(wheel),
+        handoff.GLUE_DATABASE: "tablecast",
+        handoff.COMPACT_EVERY: "1 day",
+    }
     for name, value in values.items():
         ssm.put_parameter(Name=handoff.parameter_name("t", name), Value=value, Type="String")
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     # The venv's python is this one; "pip install" is recorded and refused.
     python = venv / "bin" / "python"
-    python.write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then echo "$@" >> {tmp_path}/pip.log;'
-                      f' exit 7; fi\nexec {sys.executable} "$@"\n')  # fmt: skip
+    python.write_text(
+        f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then echo "$@" >> {tmp_path}/pip.log;'
+        f' exit 7; fi\nexec {sys.executable} "$@"\n'
+    )
     python.chmod(0o755)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    return {**os.environ, **aws, "TABLECAST_ENV": "t", "TABLECAST_DRIVER_HOST": "127.0.0.1",
-            "SPARK_HOME": str(tmp_path / "spark"), "TABLECAST_ZONE_ID": "euw1-az1",
-            "TABLECAST_VENV": str(venv), "TABLECAST_WHEEL_DIR": str(wheels),
-            "TABLECAST_RUN_AS_USER": getpass.getuser()}  # fmt: skip
+    return {
+        **os.environ,
+        **aws,
+        "TABLECAST_ENV": "t",
+        "TABLECAST_DRIVER_HOST": "127.0.0.1",
+        "SPARK_HOME": str(tmp_path / "spark"),
+        "TABLECAST_ZONE_ID": "euw1-az1",
+        "TABLECAST_VENV": str(venv),
+        "TABLECAST_WHEEL_DIR": str(wheels),
+        "TABLECAST_RUN_AS_USER": getpass.getuser(),
+    }
 
 
 def sha256(data: bytes) -> str:
@@ -79,8 +101,14 @@ def sha256(data: bytes) -> str:
 
 
 def run_job(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(FILES / "bin" / "run-job")], env=env, capture_output=True,
-                          text=True, check=False, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [str(FILES / "bin" / "run-job")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def test_run_job_refuses_a_wheel_whose_hash_is_not_the_recorded_one(
@@ -105,8 +133,9 @@ def test_run_job_installs_the_wheel_whose_hash_is_recorded(
     assert "--no-deps" in (tmp_path / "pip.log").read_text()
 
 
-def submitted(aws: dict[str, str], tmp_path: Path, options: dict[str, str],
-              node: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+def submitted(
+    aws: dict[str, str], tmp_path: Path, options: dict[str, str], node: dict[str, str] | None = None
+) -> list[str]:
     """What run-job hands spark-submit when SSM also holds ``options`` (the job's Kafka options).
 
     pip and the installed version are stand-ins that succeed; spark-submit records its
@@ -198,9 +227,15 @@ def test_without_kafka_options_run_job_passes_the_iam_brokers_and_the_pattern(
     assert ("--kafka-auth", "iam") in given
     assert ("--topic-pattern", "^s-.+") in given
     names = {name for name, _ in given}
-    for option in ("--kafka-secret-arn", "--kafka-isolation-level", "--kafka-option",
-                   "--starting-offsets", "--topics", "--min-offsets-per-trigger",
-                   "--max-trigger-delay"):  # fmt: skip
+    for option in (
+        "--kafka-secret-arn",
+        "--kafka-isolation-level",
+        "--kafka-option",
+        "--starting-offsets",
+        "--topics",
+        "--min-offsets-per-trigger",
+        "--max-trigger-delay",
+    ):
         assert option not in names, option
 
 

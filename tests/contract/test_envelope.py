@@ -94,10 +94,16 @@ def test_key_must_be_present_and_utf8() -> None:
 
 
 _JSON_ANY = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False),
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False, allow_infinity=False),
     st.sampled_from(["s1", "s2", "snapshot", "update", "end", "a", ""]),
-    st.just([]), st.just({}), st.just(["a"]), st.just([1]),
-)  # fmt: skip
+    st.just([]),
+    st.just({}),
+    st.just(["a"]),
+    st.just([1]),
+)
 _MAYBE = st.one_of(_JSON_ANY, st.just(_DROP))
 _ROW = st.fixed_dictionaries(
     {},

@@ -35,20 +35,41 @@ Row = tuple[str, int, int, str, int, str, datetime, str, float | None, str | Non
 
 def envelope(session: str, seq: int, kind: str, at: int, **fields: Any) -> bytes:
     """A message as a producer writes it; ``at``: milliseconds after T0."""
-    return json.dumps({"session": session, "seq": seq, "type": kind, "ts": T0_MS + at,
-                       **fields}).encode()  # fmt: skip
+    return json.dumps(
+        {"session": session, "seq": seq, "type": kind, "ts": T0_MS + at, **fields}
+    ).encode()
 
 
 def r(row_id: str, value: float | None, status: str | None) -> dict[str, Any]:
     return {"id": row_id, "value": value, "status": status}
 
 
-def out(offset: int, session: str, seq: int, kind: str, at: int, row_id: str,
-        value: float | None, status: str | None, deleted: bool = False,
-        partition: int = 0) -> Row:  # fmt: skip
+def out(
+    offset: int,
+    session: str,
+    seq: int,
+    kind: str,
+    at: int,
+    row_id: str,
+    value: float | None,
+    status: str | None,
+    deleted: bool = False,
+    partition: int = 0,
+) -> Row:
     """One expected output row, column by column as CONTRACT.md section 3 lists them."""
-    return (TOPIC, partition, offset, session, seq, kind, T0 + timedelta(milliseconds=at),
-            row_id, value, status, deleted)  # fmt: skip
+    return (
+        TOPIC,
+        partition,
+        offset,
+        session,
+        seq,
+        kind,
+        T0 + timedelta(milliseconds=at),
+        row_id,
+        value,
+        status,
+        deleted,
+    )
 
 
 def run(records: list[Record], mode: IntegrityMode = IntegrityMode.STRICT) -> InProcessOutcome:
@@ -87,11 +108,26 @@ def quarantined(outcome: InProcessOutcome) -> list[tuple[int, str, str]]:
 
 
 def test_a_snapshot_produces_one_row_per_table_row() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[
-            r("a", 1.5, "ok"), r("b", None, "warming"), r("c", 2, None),
-        ])),
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (
+                0,
+                0,
+                "s1",
+                envelope(
+                    "s1",
+                    0,
+                    "snapshot",
+                    0,
+                    rows=[
+                        r("a", 1.5, "ok"),
+                        r("b", None, "warming"),
+                        r("c", 2, None),
+                    ],
+                ),
+            ),
+        ]
+    )
     assert violations(outcome) == []
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.5, "ok"),
@@ -101,14 +137,39 @@ def test_a_snapshot_produces_one_row_per_table_row() -> None:
 
 
 def test_a_snapshot_deletes_the_rows_the_table_held_that_it_lacks() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[
-            r("a", 1, "ok"), r("b", 2, "ok"), r("c", 3, "ok"),
-        ])),
-        (0, 1, "s1", envelope("s1", 1, "snapshot", 10, rows=[r("b", 20, "hot"), r("d", 4, "ok")])),
-        # Nothing changed: the snapshot still produces every row of the table, deletes none.
-        (0, 2, "s1", envelope("s1", 2, "snapshot", 20, rows=[r("b", 20, "hot"), r("d", 4, "ok")])),
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (
+                0,
+                0,
+                "s1",
+                envelope(
+                    "s1",
+                    0,
+                    "snapshot",
+                    0,
+                    rows=[
+                        r("a", 1, "ok"),
+                        r("b", 2, "ok"),
+                        r("c", 3, "ok"),
+                    ],
+                ),
+            ),
+            (
+                0,
+                1,
+                "s1",
+                envelope("s1", 1, "snapshot", 10, rows=[r("b", 20, "hot"), r("d", 4, "ok")]),
+            ),
+            # Nothing changed: the snapshot still produces every row of the table, deletes none.
+            (
+                0,
+                2,
+                "s1",
+                envelope("s1", 2, "snapshot", 20, rows=[r("b", 20, "hot"), r("d", 4, "ok")]),
+            ),
+        ]
+    )
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.0, "ok"),
         out(0, "s1", 0, "snapshot", 0, "b", 2.0, "ok"),
@@ -123,11 +184,13 @@ def test_a_snapshot_deletes_the_rows_the_table_held_that_it_lacks() -> None:
 
 
 def test_an_empty_snapshot_deletes_every_row() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok"), r("b", 2, None)])),
-        (0, 1, "s1", envelope("s1", 1, "snapshot", 5, rows=[])),
-        (0, 2, "s1", envelope("s1", 2, "update", 6, rows=[r("a", 9, "back")])),
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok"), r("b", 2, None)])),
+            (0, 1, "s1", envelope("s1", 1, "snapshot", 5, rows=[])),
+            (0, 2, "s1", envelope("s1", 2, "update", 6, rows=[r("a", 9, "back")])),
+        ]
+    )
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.0, "ok"),
         out(0, "s1", 0, "snapshot", 0, "b", 2.0, None),
@@ -138,20 +201,41 @@ def test_an_empty_snapshot_deletes_every_row() -> None:
 
 
 def test_an_update_produces_its_inserted_replaced_and_deleted_rows() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[
-            r("a", 1, "ok"), r("b", 2, "ok"), r("c", 3, "ok"),
-        ])),
-        # a replaced whole (its status becomes null, not kept), d inserted, b deleted.
-        (0, 1, "s1", envelope("s1", 1, "update", 1, rows=[r("a", 10, None), r("d", 4, "new")],
-                              deleted=["b"])),
-        # Only deletions; "deleted" is optional and "rows" may be empty.
-        (0, 2, "s1", envelope("s1", 2, "update", 2, rows=[], deleted=["c", "d"])),
-        (0, 3, "s1", envelope("s1", 3, "update", 3, rows=[r("b", 5, "again")])),
-        (0, 4, "s1", envelope("s1", 4, "update", 4, rows=[])),  # no change: no row
-        # The table now holds a and b: a resync snapshot with only b deletes a.
-        (0, 5, "s1", envelope("s1", 5, "snapshot", 5, rows=[r("b", 5, "again")])),
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (
+                0,
+                0,
+                "s1",
+                envelope(
+                    "s1",
+                    0,
+                    "snapshot",
+                    0,
+                    rows=[
+                        r("a", 1, "ok"),
+                        r("b", 2, "ok"),
+                        r("c", 3, "ok"),
+                    ],
+                ),
+            ),
+            # a replaced whole (its status becomes null, not kept), d inserted, b deleted.
+            (
+                0,
+                1,
+                "s1",
+                envelope(
+                    "s1", 1, "update", 1, rows=[r("a", 10, None), r("d", 4, "new")], deleted=["b"]
+                ),
+            ),
+            # Only deletions; "deleted" is optional and "rows" may be empty.
+            (0, 2, "s1", envelope("s1", 2, "update", 2, rows=[], deleted=["c", "d"])),
+            (0, 3, "s1", envelope("s1", 3, "update", 3, rows=[r("b", 5, "again")])),
+            (0, 4, "s1", envelope("s1", 4, "update", 4, rows=[])),  # no change: no row
+            # The table now holds a and b: a resync snapshot with only b deletes a.
+            (0, 5, "s1", envelope("s1", 5, "snapshot", 5, rows=[r("b", 5, "again")])),
+        ]
+    )
     assert violations(outcome) == []
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.0, "ok"),
@@ -169,12 +253,14 @@ def test_an_update_produces_its_inserted_replaced_and_deleted_rows() -> None:
 
 
 def test_end_produces_no_rows_and_drops_the_sessions_state() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok")])),
-        (0, 1, "s1", envelope("s1", 1, "end", 1)),
-        (0, 2, "s2", envelope("s2", 0, "snapshot", 2, rows=[r("a", 7, "ok")])),
-        (0, 3, "s2", envelope("s2", 1, "end", 3, rows=[])),  # "rows" absent or empty
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok")])),
+            (0, 1, "s1", envelope("s1", 1, "end", 1)),
+            (0, 2, "s2", envelope("s2", 0, "snapshot", 2, rows=[r("a", 7, "ok")])),
+            (0, 3, "s2", envelope("s2", 1, "end", 3, rows=[])),  # "rows" absent or empty
+        ]
+    )
     assert violations(outcome) == []
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.0, "ok"),
@@ -187,25 +273,45 @@ def test_end_produces_no_rows_and_drops_the_sessions_state() -> None:
 
 def test_every_row_names_its_message_and_the_producers_ts() -> None:
     # Keys other than the contract's are ignored, in the envelope and in rows.
-    value = json.dumps({
-        "session": "s9", "seq": 0, "type": "snapshot", "ts": T0_MS + 42, "source": "x",
-        "rows": [{"id": "a", "value": -0.5, "status": "ok", "unit": "C"}],
-    }).encode()  # fmt: skip
+    value = json.dumps(
+        {
+            "session": "s9",
+            "seq": 0,
+            "type": "snapshot",
+            "ts": T0_MS + 42,
+            "source": "x",
+            "rows": [{"id": "a", "value": -0.5, "status": "ok", "unit": "C"}],
+        }
+    ).encode()
     outcome = run([(3, 1234, "s9", value)])
-    assert rows(outcome) == [(TOPIC, 3, 1234, "s9", 0, "snapshot",
-                              datetime(2026, 1, 5, 12, 0, 0, 42000, tzinfo=UTC), "a", -0.5, "ok",
-                              False)]  # fmt: skip
+    assert rows(outcome) == [
+        (
+            TOPIC,
+            3,
+            1234,
+            "s9",
+            0,
+            "snapshot",
+            datetime(2026, 1, 5, 12, 0, 0, 42000, tzinfo=UTC),
+            "a",
+            -0.5,
+            "ok",
+            False,
+        )
+    ]
     assert outcome.rows().schema.field("ts").type.tz == "UTC"
 
 
 def test_sessions_of_a_partition_are_rebuilt_each_on_its_own() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok")])),
-        (0, 1, "s2", envelope("s2", 0, "snapshot", 1, rows=[r("a", 100, "ok")])),
-        (0, 2, "s1", envelope("s1", 1, "update", 2, rows=[], deleted=["a"])),
-        (0, 3, "s2", envelope("s2", 1, "snapshot", 3, rows=[r("b", 200, "ok")])),
-        (0, 4, "s1", envelope("s1", 2, "update", 4, rows=[r("b", 2, "ok")])),
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok")])),
+            (0, 1, "s2", envelope("s2", 0, "snapshot", 1, rows=[r("a", 100, "ok")])),
+            (0, 2, "s1", envelope("s1", 1, "update", 2, rows=[], deleted=["a"])),
+            (0, 3, "s2", envelope("s2", 1, "snapshot", 3, rows=[r("b", 200, "ok")])),
+            (0, 4, "s1", envelope("s1", 2, "update", 4, rows=[r("b", 2, "ok")])),
+        ]
+    )
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.0, "ok"),
         out(1, "s2", 0, "snapshot", 1, "a", 100.0, "ok"),
@@ -232,15 +338,23 @@ def test_rule_1_an_end_cannot_open_a_session() -> None:
 
 
 def test_rule_2_in_resync_mode_the_session_waits_for_a_snapshot() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok"), r("b", 2, "ok")])),
-        (0, 1, "s1", envelope("s1", 1, "update", 1, rows=[r("a", 10, "ok")])),
-        (0, 2, "s1", envelope("s1", 3, "update", 2, rows=[r("a", 30, "ok")])),  # gap
-        (0, 3, "s1", envelope("s1", 4, "update", 3, rows=[r("a", 40, "ok")])),  # still waiting
-        (0, 4, "s2", envelope("s2", 0, "snapshot", 4, rows=[r("z", 0, "ok")])),  # not affected
-        (0, 5, "s1", envelope("s1", 5, "snapshot", 5, rows=[r("b", 50, "ok")])),  # re-established
-        (0, 6, "s1", envelope("s1", 6, "update", 6, rows=[r("c", 60, "ok")])),
-    ], IntegrityMode.RESYNC)  # fmt: skip
+    outcome = run(
+        [
+            (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok"), r("b", 2, "ok")])),
+            (0, 1, "s1", envelope("s1", 1, "update", 1, rows=[r("a", 10, "ok")])),
+            (0, 2, "s1", envelope("s1", 3, "update", 2, rows=[r("a", 30, "ok")])),  # gap
+            (0, 3, "s1", envelope("s1", 4, "update", 3, rows=[r("a", 40, "ok")])),  # still waiting
+            (0, 4, "s2", envelope("s2", 0, "snapshot", 4, rows=[r("z", 0, "ok")])),  # not affected
+            (
+                0,
+                5,
+                "s1",
+                envelope("s1", 5, "snapshot", 5, rows=[r("b", 50, "ok")]),
+            ),  # re-established
+            (0, 6, "s1", envelope("s1", 6, "update", 6, rows=[r("c", 60, "ok")])),
+        ],
+        IntegrityMode.RESYNC,
+    )
     assert quarantined(outcome) == [(2, "s1", "rule 2"), (3, "s1", "awaiting a snapshot")]
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.0, "ok"),
@@ -255,12 +369,14 @@ def test_rule_2_in_resync_mode_the_session_waits_for_a_snapshot() -> None:
 
 
 def test_rule_3_a_snapshot_with_seq_above_0_replaces_the_whole_table() -> None:
-    outcome = run([
-        (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok"), r("b", 2, "ok")])),
-        (0, 1, "s1", envelope("s1", 1, "update", 1, rows=[r("c", 3, "ok")])),
-        (0, 2, "s1", envelope("s1", 2, "snapshot", 2, rows=[r("d", 4, "ok")])),
-        (0, 3, "s1", envelope("s1", 3, "update", 3, rows=[], deleted=["d"])),
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (0, 0, "s1", envelope("s1", 0, "snapshot", 0, rows=[r("a", 1, "ok"), r("b", 2, "ok")])),
+            (0, 1, "s1", envelope("s1", 1, "update", 1, rows=[r("c", 3, "ok")])),
+            (0, 2, "s1", envelope("s1", 2, "snapshot", 2, rows=[r("d", 4, "ok")])),
+            (0, 3, "s1", envelope("s1", 3, "update", 3, rows=[], deleted=["d"])),
+        ]
+    )
     assert violations(outcome) == []
     assert rows(outcome) == [
         out(0, "s1", 0, "snapshot", 0, "a", 1.0, "ok"),
@@ -304,8 +420,9 @@ def test_rule_4_an_update_may_not_delete_a_row_not_in_the_table() -> None:
     ids=["update", "snapshot", "snapshot-seq-0", "end"],
 )
 def test_rule_5_after_end_any_message_violates(later: bytes) -> None:
-    outcome = run([(0, 0, "s1", SNAP_A), (0, 1, "s1", envelope("s1", 1, "end", 1)),
-                   (0, 2, "s1", later)])  # fmt: skip
+    outcome = run(
+        [(0, 0, "s1", SNAP_A), (0, 1, "s1", envelope("s1", 1, "end", 1)), (0, 2, "s1", later)]
+    )
     assert violations(outcome) == [(0, 2, "s1", Rule.AFTER_END)]
 
 
@@ -340,9 +457,18 @@ def test_rule_6_a_session_stays_in_one_topic_partition() -> None:
         ("s1", envelope("s1", "1", "update", 1, rows=[])),  # type: ignore[arg-type]
         ("s1", envelope("s2", 1, "update", 1, rows=[])),
     ],
-    ids=["not-json", "not-an-object", "no-ts", "value-a-string", "row-lacks-status",
-         "deleted-not-an-array", "unknown-type", "seq-a-string", "session-differs-from-key"],
-)  # fmt: skip
+    ids=[
+        "not-json",
+        "not-an-object",
+        "no-ts",
+        "value-a-string",
+        "row-lacks-status",
+        "deleted-not-an-array",
+        "unknown-type",
+        "seq-a-string",
+        "session-differs-from-key",
+    ],
+)
 def test_rule_7_a_value_that_breaks_the_envelope_violates(key: str, value: bytes) -> None:
     outcome = run([(0, 0, "s1", SNAP_A), (0, 1, key, value)])
     assert violations(outcome) == [(0, 1, "s1", Rule.ENVELOPE)]
@@ -352,9 +478,11 @@ def test_rule_7_a_value_that_breaks_the_envelope_violates(key: str, value: bytes
 
 
 def test_strict_reports_the_first_violation_of_a_partition() -> None:
-    outcome = run([
-        (0, 0, "s1", SNAP_A),
-        (0, 1, "s1", envelope("s1", 5, "update", 1, rows=[])),  # rule 2
-        (0, 2, "s2", envelope("s2", 0, "update", 2, rows=[])),  # rule 1, never reached
-    ])  # fmt: skip
+    outcome = run(
+        [
+            (0, 0, "s1", SNAP_A),
+            (0, 1, "s1", envelope("s1", 5, "update", 1, rows=[])),  # rule 2
+            (0, 2, "s2", envelope("s2", 0, "update", 2, rows=[])),  # rule 1, never reached
+        ]
+    )
     assert violations(outcome) == [(0, 1, "s1", Rule.SEQUENCE)]

@@ -32,8 +32,14 @@ SESSION = "s1"
 class Rec:
     """One record: key, value, offset and Kafka timestamp."""
 
-    def __init__(self, offset: int, key: str | None = SESSION, value: bytes | None = None,
-                 seen: int | None = None, **doc: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        offset: int,
+        key: str | None = SESSION,
+        value: bytes | None = None,
+        seen: int | None = None,
+        **doc: Any,
+    ) -> None:
         self.offset = offset
         self.key = None if key is None else key.encode()
         self.seen = 1000 + offset if seen is None else seen
@@ -46,8 +52,13 @@ def snap(offset: int, seq: int, rows: dict[str, float], **kw: Any) -> Rec:
     return Rec(offset, seq=seq, type="snapshot", rows=docs, **kw)
 
 
-def upd(offset: int, seq: int, rows: dict[str, float] | None = None,
-        deleted: list[str] | None = None, **kw: Any) -> Rec:  # fmt: skip
+def upd(
+    offset: int,
+    seq: int,
+    rows: dict[str, float] | None = None,
+    deleted: list[str] | None = None,
+    **kw: Any,
+) -> Rec:
     docs = [{"id": k, "value": v, "status": "ok"} for k, v in (rows or {}).items()]
     return Rec(offset, seq=seq, type="update", rows=docs, deleted=deleted or [], **kw)
 
@@ -57,8 +68,12 @@ def end(offset: int, seq: int, **kw: Any) -> Rec:
 
 
 def columns(records: list[Rec]) -> RecordColumns:
-    return RecordColumns([r.key for r in records], [r.value for r in records],
-                         [r.offset for r in records], [r.seen for r in records])  # fmt: skip
+    return RecordColumns(
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.offset for r in records],
+        [r.seen for r in records],
+    )
 
 
 def run(
@@ -84,10 +99,13 @@ def test_a_clean_session_produces_the_contract_rows() -> None:
     )
     assert result.violations == []
     assert rows_of(result) == [
-        (0, "a", 1.0, False), (0, "b", 2.0, False),
-        (1, "a", None, True), (1, "c", 3.0, False),
-        (2, "b", None, True), (2, "c", 4.0, False),  # the resync drops b
-    ]  # fmt: skip
+        (0, "a", 1.0, False),
+        (0, "b", 2.0, False),
+        (1, "a", None, True),
+        (1, "c", 3.0, False),
+        (2, "b", None, True),
+        (2, "c", 4.0, False),  # the resync drops b
+    ]
     session = state.sessions[SESSION]
     assert session.closed and session.user is None and session.last_seq == 3
 
@@ -95,11 +113,21 @@ def test_a_clean_session_produces_the_contract_rows() -> None:
 def test_every_output_row_carries_its_message_and_position() -> None:
     result, _ = run([snap(7, 0, {"a": 1.5})])
     table = result.rows.to_table()
-    assert table.to_pylist() == [{
-        "topic": "sensor-1", "partition": 0, "offset": 7, "session": SESSION, "seq": 0,
-        "type": "snapshot", "ts": table["ts"][0].as_py(), "row_id": "a", "value": 1.5,
-        "status": "ok", "deleted": False,
-    }]  # fmt: skip
+    assert table.to_pylist() == [
+        {
+            "topic": "sensor-1",
+            "partition": 0,
+            "offset": 7,
+            "session": SESSION,
+            "seq": 0,
+            "type": "snapshot",
+            "ts": table["ts"][0].as_py(),
+            "row_id": "a",
+            "value": 1.5,
+            "status": "ok",
+            "deleted": False,
+        }
+    ]
     assert table["ts"].type == pa.timestamp("ms", tz="UTC")
     assert table["ts"].cast(pa.int64()).to_pylist() == [1007]
 
@@ -146,8 +174,11 @@ def test_rule_6_a_session_that_belongs_elsewhere_violates_here() -> None:
     result = machine.run(PartitionState.empty(TP, 0), columns([snap(0, 0, {"a": 1})]))
     v = result.violations[0]
     assert (v.rule, v.offset, v.expected, v.got) == (
-        Rule.ONE_PARTITION, 0, "topic sensor-1 partition 1", "topic sensor-1 partition 0"
-    )  # fmt: skip
+        Rule.ONE_PARTITION,
+        0,
+        "topic sensor-1 partition 1",
+        "topic sensor-1 partition 0",
+    )
 
 
 def test_rule_7_invalid_values_and_keys_are_located() -> None:
@@ -168,9 +199,11 @@ def test_strict_mode_stops_at_the_first_violation() -> None:
 
 def test_sessions_of_a_partition_interleave_independently() -> None:
     records = [
-        snap(0, 0, {"a": 1}), snap(1, 0, {"x": 1}, key="s2"),
-        upd(2, 1, {"a": 2}), upd(3, 1, {"x": 2}, key="s2"),
-    ]  # fmt: skip
+        snap(0, 0, {"a": 1}),
+        snap(1, 0, {"x": 1}, key="s2"),
+        upd(2, 1, {"a": 2}),
+        upd(3, 1, {"x": 2}, key="s2"),
+    ]
     result, state = run(records)
     assert result.violations == []
     assert set(state.sessions) == {SESSION, "s2"}
@@ -179,19 +212,22 @@ def test_sessions_of_a_partition_interleave_independently() -> None:
 
 def test_resync_quarantines_until_a_snapshot_re_establishes_the_session() -> None:
     records = [
-        snap(0, 0, {"a": 1, "b": 2}), upd(1, 1, {"a": 3}),
+        snap(0, 0, {"a": 1, "b": 2}),
+        upd(1, 1, {"a": 3}),
         upd(2, 5, {"a": 9}),  # gap: quarantined
         upd(3, 6, {"a": 10}),  # awaiting a snapshot: quarantined
         snap(4, 7, {"b": 7}),  # re-establishes; a is dropped
         upd(5, 8, {"b": 8}),
-    ]  # fmt: skip
+    ]
     result, state = run(records, IntegrityMode.RESYNC)
     assert [q.offset for q in result.quarantined] == [2, 3]
     assert "rule 2" in result.quarantined[0].reason
     assert "awaiting a snapshot" in result.quarantined[1].reason
     assert [(o, r, d) for o, r, _, d in rows_of(result) if o >= 4] == [
-        (4, "a", True), (4, "b", False), (5, "b", False)
-    ]  # fmt: skip
+        (4, "a", True),
+        (4, "b", False),
+        (5, "b", False),
+    ]
     assert state.sessions[SESSION].quarantine is None
     assert result.claims == [Claim(SESSION, 0, True), Claim(SESSION, 4, True)]
 
@@ -204,8 +240,9 @@ def test_resync_session_that_starts_badly_waits_for_any_snapshot() -> None:
 
 
 def test_resync_quarantines_every_message_of_a_foreign_session_snapshots_included() -> None:
-    machine = PartitionMachine(TableProcessor(), Rules(IntegrityMode.RESYNC),
-                               foreign={SESSION: OTHER})  # fmt: skip
+    machine = PartitionMachine(
+        TableProcessor(), Rules(IntegrityMode.RESYNC), foreign={SESSION: OTHER}
+    )
     state: PartitionState[Table] = PartitionState.empty(TP, 0)
     result = machine.run(state, columns([snap(0, 0, {"a": 1}), upd(1, 1), snap(2, 2, {"a": 2})]))
     assert [q.offset for q in result.quarantined] == [0, 1, 2]
@@ -230,11 +267,11 @@ def test_adopted_sessions_may_begin_with_a_resync_snapshot() -> None:
 
 
 def test_traced_sessions_report_every_message() -> None:
-    result, _ = run([snap(0, 0, {"a": 1, "b": 1}), upd(1, 1, {"a": 2})],
-                    trace=frozenset({SESSION}))  # fmt: skip
+    result, _ = run([snap(0, 0, {"a": 1, "b": 1}), upd(1, 1, {"a": 2})], trace=frozenset({SESSION}))
     assert [(t.offset, t.seq, t.rows, t.outcome) for t in result.trace] == [
-        (0, 0, 2, "applied"), (1, 1, 1, "applied")
-    ]  # fmt: skip
+        (0, 0, 2, "applied"),
+        (1, 1, 1, "applied"),
+    ]
 
 
 def test_an_idle_session_expires_on_the_partitions_own_clock() -> None:

@@ -26,9 +26,13 @@ def test_a_session_owned_elsewhere_is_a_trespass_at_its_first_message_here() -> 
     assert [(t.session, t.tp, t.offset, t.owner) for t in found] == [("s", B, 40, A)]
     v = found[0].violation()
     assert (v.rule, v.topic, v.partition, v.offset, v.expected, v.got) == (
-        Rule.ONE_PARTITION, "sensor-1", 1, 40, "topic sensor-1 partition 0",
+        Rule.ONE_PARTITION,
+        "sensor-1",
+        1,
+        40,
+        "topic sensor-1 partition 0",
         "topic sensor-1 partition 1",
-    )  # fmt: skip
+    )
 
 
 def test_the_owner_itself_may_claim_its_session_again() -> None:
@@ -97,11 +101,35 @@ def test_resync_settling_runs_again_with_the_trespassers_foreign() -> None:
 def _expiring_in_one_range(tp: TopicPartition) -> tuple[list[Claim], list[Any]]:
     """Run the real machine: session "s" opens, then idles out in the same range."""
     records = [
-        (b"s", orjson.dumps({"session": "s", "seq": 0, "type": "snapshot", "ts": 0,
-                             "rows": [{"id": "a", "value": 1, "status": "ok"}]}), 0, 1_000),
-        (b"t", orjson.dumps({"session": "t", "seq": 0, "type": "snapshot", "ts": 0,
-                             "rows": [{"id": "a", "value": 1, "status": "ok"}]}), 1, 90_000),
-    ]  # fmt: skip
+        (
+            b"s",
+            orjson.dumps(
+                {
+                    "session": "s",
+                    "seq": 0,
+                    "type": "snapshot",
+                    "ts": 0,
+                    "rows": [{"id": "a", "value": 1, "status": "ok"}],
+                }
+            ),
+            0,
+            1_000,
+        ),
+        (
+            b"t",
+            orjson.dumps(
+                {
+                    "session": "t",
+                    "seq": 0,
+                    "type": "snapshot",
+                    "ts": 0,
+                    "rows": [{"id": "a", "value": 1, "status": "ok"}],
+                }
+            ),
+            1,
+            90_000,
+        ),
+    ]
     keys, values, offsets, stamps = (list(c) for c in zip(*records, strict=True))
     machine = PartitionMachine(TableProcessor(), Rules(timeout_ms=10_000))
     result = machine.run(PartitionState.empty(tp, 0), RecordColumns(keys, values, offsets, stamps))
@@ -133,8 +161,13 @@ def test_the_reference_releases_a_session_that_expired_before_another_partition_
     # verify's single pass over whole partitions: A opens "s" and it expires there;
     # B opens a session of the same id afterwards: no rule 6 violation.
     def snapshot(session: str, offset: int, seen: int) -> tuple[bytes, bytes, int, int]:
-        doc = {"session": session, "seq": 0, "type": "snapshot", "ts": seen,
-               "rows": [{"id": "a", "value": 1, "status": "ok"}]}  # fmt: skip
+        doc = {
+            "session": session,
+            "seq": 0,
+            "type": "snapshot",
+            "ts": seen,
+            "rows": [{"id": "a", "value": 1, "status": "ok"}],
+        }
         return session.encode(), orjson.dumps(doc), offset, seen
 
     data = {

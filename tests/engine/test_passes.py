@@ -72,21 +72,26 @@ class Workers:
         rows: list[dict[str, Any]] = []
         for tp in sorted(self.records):
             rows += [r for b in task(iter([self.records[tp]])) for r in b.to_pylist()]
-        self.loads.append({
-            f"{r['topic']}:{r['partition']}": orjson.loads(r["detail"])["cache"]
-            for r in rows if r["kind"] == "partition"
-        })  # fmt: skip
+        self.loads.append(
+            {
+                f"{r['topic']}:{r['partition']}": orjson.loads(r["detail"])["cache"]
+                for r in rows
+                if r["kind"] == "partition"
+            }
+        )
         self.after_pass(rows)
         return rows
 
 
 def _driver(tmp_path: Path, mode: IntegrityMode = IntegrityMode.RESYNC) -> EngineDriver:
-    return EngineDriver(TableProcessor(), Rules(mode=mode), str(tmp_path / "ckpt" / "state"),
-                        str(tmp_path / "out"))  # fmt: skip
+    return EngineDriver(
+        TableProcessor(), Rules(mode=mode), str(tmp_path / "ckpt" / "state"), str(tmp_path / "out")
+    )
 
 
-def _batch(driver: EngineDriver, workers: Workers, start: Offsets, end: Offsets,
-           tmp_path: Path) -> BatchOutcome:  # fmt: skip
+def _batch(
+    driver: EngineDriver, workers: Workers, start: Offsets, end: Offsets, tmp_path: Path
+) -> BatchOutcome:
     driver.prepare(start, {})  # once per run: the first batch's
     staging = tmp_path / "out" / "_tablecast" / "staging" / "k"
 

@@ -20,8 +20,10 @@ def test_a_live_range_is_one_segment_per_block(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(segments, "OFFSETS_PER_FILE", 10)  # a small block for the test
     cut = plan_segments(offsets, [(100, 125)], TP)
     assert [(s.lo, s.hi, s.name[-3:] if s.name else None) for s in cut] == [
-        (0, 10, "000"), (10, 20, "001"), (20, 25, "002")
-    ]  # fmt: skip
+        (0, 10, "000"),
+        (10, 20, "001"),
+        (20, 25, "002"),
+    ]
 
 
 def test_records_outside_the_ranges_only_rebuild_state_and_skipped_offsets_are_no_matter() -> None:

@@ -24,9 +24,8 @@ def a_state(offset: int = 120) -> PartitionState[Table]:
         "open": SessionState("open", 4, 110, 8_000, 8_500, user=table),
         "closed": SessionState("closed", 9, 100, 7_000, 7_000, closed=True),
         "waiting": SessionState("waiting", -1, 111, 8_100, 8_100, quarantine="rule 2: seq 5"),
-        "foreign": SessionState("foreign", -1, 112, 8_200, 8_200, quarantine="rule 6",
-                                owner=OTHER),
-    }  # fmt: skip
+        "foreign": SessionState("foreign", -1, 112, 8_200, 8_200, quarantine="rule 6", owner=OTHER),
+    }
     return state
 
 

@@ -77,8 +77,11 @@ def staged_rows(tmp_path: Path) -> pa.Table:
 
 
 def digests(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def saved(outcome: BatchOutcome) -> StateVersion:
@@ -113,8 +116,9 @@ def test_a_task_given_the_sources_ranges_reads_them_and_stages_what_records_stag
     shutil.rmtree(tmp_path / "out")
     shutil.rmtree(tmp_path / "ckpt")
     # What the job's source gives Spark: one row per range, the planned reader inside.
-    reader = OffsetStreamReader(ArchiveBackend(uri, "^sensor-.+"), max_offsets=0, starting={},
-                                deliver=ranges.RANGES)  # fmt: skip
+    reader = OffsetStreamReader(
+        ArchiveBackend(uri, "^sensor-.+"), max_offsets=0, starting={}, deliver=ranges.RANGES
+    )
     start = reader.initialOffset()
     parts = reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))
     rows = [batch for part in parts for batch in reader.read(part)]
@@ -177,8 +181,9 @@ def test_records_outside_the_range_are_refused(tmp_path: Path, capture: tuple[st
 
 
 def test_a_strict_violation_saves_no_state(tmp_path: Path) -> None:
-    spec = gen.CaptureSpec(topics=1, partitions=1, sessions=2, updates=20, seed=3,
-                           faults=(gen.Fault.SEQ_GAP,))  # fmt: skip
+    spec = gen.CaptureSpec(
+        topics=1, partitions=1, sessions=2, updates=20, seed=3, faults=(gen.Fault.SEQ_GAP,)
+    )
     uri = str(tmp_path / "archive")
     capture = gen.generate(spec)
     gen.write_archive(capture, uri, spec)
@@ -188,8 +193,7 @@ def test_a_strict_violation_saves_no_state(tmp_path: Path) -> None:
     assert [(v.offset, int(v.rule)) for v in outcome.violations] == [(fault.offset, 2)]
     assert outcome.partitions[TP].end == -1
     assert StateStore(str(tmp_path / "ckpt" / "state")).versions(TP) == []
-    resync = run(plan(tmp_path, None, last, None, mode=IntegrityMode.RESYNC),
-                 records(uri, 0, last))  # fmt: skip
+    resync = run(plan(tmp_path, None, last, None, mode=IntegrityMode.RESYNC), records(uri, 0, last))
     assert resync.quarantined >= 1 and resync.partitions[TP].end == last
 
 
@@ -221,8 +225,15 @@ def test_a_spark_task_starts_loading_its_state_before_its_first_record_arrives(
 
     TaskContext._setTaskContext(None)
     # As Spark's Python worker makes it for the task of the micro-batch's first partition.
-    TaskContext(stageId=1, partitionId=0, attemptNumber=0, taskAttemptId=1, cpus=1,
-                resources={}, localProperties={})  # fmt: skip
+    TaskContext(
+        stageId=1,
+        partitionId=0,
+        attemptNumber=0,
+        taskAttemptId=1,
+        cpus=1,
+        resources={},
+        localProperties={},
+    )
     try:
         p = plan(tmp_path, 60, last, version)
         outcome = BatchOutcome.parse(r for b in PartitionTask(p)(source()) for r in b.to_pylist())

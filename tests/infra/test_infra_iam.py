@@ -51,8 +51,12 @@ def test_each_role_touches_only_its_prefixes_and_nobody_deletes_the_archive(
     env: SynthesizedEnvironment,
 ) -> None:
     access = {kind: object_access(role_statements(env, kind)) for kind in KINDS}
-    write = {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload",
-             "s3:ListMultipartUploadParts"}  # fmt: skip
+    write = {
+        "s3:GetObject",
+        "s3:PutObject",
+        "s3:AbortMultipartUpload",
+        "s3:ListMultipartUploadParts",
+    }
     assert access["driver"] == {
         "artifacts": {"s3:GetObject"},  # nodes only read artifacts/: the deploy tool writes
         "archive": {"s3:GetObject"},
@@ -78,8 +82,9 @@ def test_only_the_driver_becomes_the_archiver_and_workers_read_no_ssm(
     assert "ec2.amazonaws.com" not in roles["archiver-role"]["assume_role_policy"]
     become = role_statements(env, "driver")["BecomeTheArchiver"]
     assert (as_list(become["Action"]), as_list(become["Resource"])) == (
-        ["sts:AssumeRole"], ["${aws_iam_role.archiver-role.arn}"],
-    )  # fmt: skip
+        ["sts:AssumeRole"],
+        ["${aws_iam_role.archiver-role.arn}"],
+    )
     for kind in ("worker", "archiver"):
         actions = {a for st in role_statements(env, kind).values() for a in as_list(st["Action"])}
         assert "sts:AssumeRole" not in actions, kind

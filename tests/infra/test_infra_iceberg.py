@@ -41,8 +41,13 @@ def test_the_job_may_commit_its_table_and_nothing_else_in_glue(
         tables = [r for r in statement["Resource"] if ":table/" in r]
         assert all(r.endswith(f":table/{DATABASE}/{TABLE}") for r in tables)
     actions = {a for s in glue for a in s["Action"]}
-    assert actions == {"glue:GetDatabase", "glue:GetTable", "glue:GetTables",
-                       "glue:CreateTable", "glue:UpdateTable"}  # fmt: skip
+    assert actions == {
+        "glue:GetDatabase",
+        "glue:GetTable",
+        "glue:GetTables",
+        "glue:CreateTable",
+        "glue:UpdateTable",
+    }
 
 
 def test_athena_readers_get_a_least_privilege_managed_policy(
@@ -69,7 +74,10 @@ def test_athena_readers_get_a_least_privilege_managed_policy(
     assert "athena:StartQueryExecution" in statements["QueryInTheWorkgroup"]["Action"]
     # Glue: reads of the database and its one table.
     assert set(statements["ReadOutputTableCatalog"]["Action"]) == {
-        "glue:GetDatabase", "glue:GetTable", "glue:GetTables"}  # fmt: skip
+        "glue:GetDatabase",
+        "glue:GetTable",
+        "glue:GetTables",
+    }
     tables = [r for r in resources("ReadOutputTableCatalog") if ":table/" in r]
     assert tables and all(r.endswith(f":table/{DATABASE}/{TABLE}") for r in tables)
     # S3: the output read-only; athena-results/ read and write; nothing else of the bucket.
@@ -81,17 +89,28 @@ def test_athena_readers_get_a_least_privilege_managed_policy(
     }
     assert object_grants == {
         "/output/*": {"s3:GetObject"},
-        f"/{RESULTS_PREFIX}/*": {"s3:AbortMultipartUpload", "s3:GetObject",
-                                 "s3:ListMultipartUploadParts", "s3:PutObject"},
-    }  # fmt: skip
+        f"/{RESULTS_PREFIX}/*": {
+            "s3:AbortMultipartUpload",
+            "s3:GetObject",
+            "s3:ListMultipartUploadParts",
+            "s3:PutObject",
+        },
+    }
     listing = statements["ListOutputAndResults"]
     assert set(listing["Condition"]["StringLike"]["s3:prefix"]) == {
-        "output", "output/*", RESULTS_PREFIX, f"{RESULTS_PREFIX}/*"}  # fmt: skip
+        "output",
+        "output/*",
+        RESULTS_PREFIX,
+        f"{RESULTS_PREFIX}/*",
+    }
     writes = {a for s in statements.values() for a in s["Action"] if "Put" in a}
     assert writes == {"s3:PutObject"}
     # KMS: the pipeline key, through S3 only.
     key = statements["UsePipelineDataKeyThroughS3"]
     assert set(key["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey"}
-    assert key["Resource"] == [workgroup["configuration"]["result_configuration"][
-        "encryption_configuration"]["kms_key_arn"]]  # fmt: skip
+    assert key["Resource"] == [
+        workgroup["configuration"]["result_configuration"]["encryption_configuration"][
+            "kms_key_arn"
+        ]
+    ]
     assert key["Condition"]["StringEquals"]["kms:ViaService"].startswith("s3.")

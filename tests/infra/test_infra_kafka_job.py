@@ -67,8 +67,7 @@ def test_an_environment_with_the_jobs_defaults_writes_no_kafka_option_and_no_sec
         assert not any("secretsmanager:" in json.dumps(s) for s in statements.values())
     assert not env["kafka"].resources("aws_msk_scram_secret_association")
     (cluster,) = env["kafka"].resources("aws_msk_cluster").values()
-    assert cluster["client_authentication"] == {"sasl": {"iam": True},
-                                                "unauthenticated": False}  # fmt: skip
+    assert cluster["client_authentication"] == {"sasl": {"iam": True}, "unauthenticated": False}
 
 
 def test_the_kafka_options_reach_ssm_and_the_secret_is_granted_to_every_role_that_reads_kafka(
@@ -140,7 +139,9 @@ def test_tls_opens_the_clusters_tls_listener_to_clients_without_a_sign_in(
         "${aws_msk_cluster.cluster.bootstrap_brokers_tls}"
     )
     (cluster,) = env["kafka"].resources("aws_msk_cluster").values()
-    assert cluster["client_authentication"] == {"sasl": {"iam": True},
-                                                "unauthenticated": True}  # fmt: skip
-    assert not any("secretsmanager:" in json.dumps(s)
-                   for kind in KINDS for s in role_statements(env, kind).values())  # fmt: skip
+    assert cluster["client_authentication"] == {"sasl": {"iam": True}, "unauthenticated": True}
+    assert not any(
+        "secretsmanager:" in json.dumps(s)
+        for kind in KINDS
+        for s in role_statements(env, kind).values()
+    )

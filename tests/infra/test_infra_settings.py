@@ -163,11 +163,14 @@ def test_an_alarm_topic_in_another_region_fails_at_synth_in_one_line() -> None:
     """CloudWatch alarms publish only to topics of their own region (else apply fails)."""
     settings = parse_settings(
         "dev",
-        {"account_id": "000000000000", "spark_image_id": "ami-0123456789abcdef0",
-         "alarm_endpoints": ["arn:aws:sns:us-east-1:000000000000:pager"],
-         "state_backend": {"bucket": "state"}},
+        {
+            "account_id": "000000000000",
+            "spark_image_id": "ami-0123456789abcdef0",
+            "alarm_endpoints": ["arn:aws:sns:us-east-1:000000000000:pager"],
+            "state_backend": {"bucket": "state"},
+        },
         source="t.toml",
-    )  # fmt: skip
+    )
     with pytest.raises(ConfigError) as refused:
         dev(settings)
     message = str(refused.value)

@@ -220,9 +220,11 @@ def test_the_documented_roll_reapplies_every_stack_that_names_an_instance(
     naming = {
         component
         for component, stack in env.synthesized.items()
-        if re.search(r"aws_instance\.?[\w-]*?\.id\}|cross-stack-output-aws_instance[\w-]*id\}",
-                     stack.text) and component != "spark"
-    }  # fmt: skip
+        if re.search(
+            r"aws_instance\.?[\w-]*?\.id\}|cross-stack-output-aws_instance[\w-]*id\}", stack.text
+        )
+        and component != "spark"
+    }
     assert naming == {"monitoring", "handoff"}
     for stack in env.synthesized.values():
         assert not re.search(r'"i-[0-9a-f]{8,17}"', stack.text), "no instance id is written down"

@@ -57,8 +57,14 @@ def test_moving_spark_changes_no_broker_and_no_subnet(tmp_path: Path) -> None:
 
 
 def test_the_spark_zone_must_be_one_of_the_broker_zones() -> None:
-    settings = parse_settings("dev", {"account_id": "000000000000",
-                                      "spark_image_id": "ami-0123456789abcdef0",
-                                      "spark_zone": "eu-west-1c"}, source="t.toml")  # fmt: skip
+    settings = parse_settings(
+        "dev",
+        {
+            "account_id": "000000000000",
+            "spark_image_id": "ami-0123456789abcdef0",
+            "spark_zone": "eu-west-1c",
+        },
+        source="t.toml",
+    )
     with pytest.raises(ConfigError, match=r"spark_zone: 'eu-west-1c' is not one of the broker "):
         dev(settings)

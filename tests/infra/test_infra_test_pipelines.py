@@ -65,8 +65,15 @@ def test_the_declared_pipeline_has_the_sandboxs_shape_with_its_overrides(
     assert pipeline.spark_worker_count == 2 != sandbox.spark_worker_count
     assert pipeline.spark_worker_instance_type == "m7i.xlarge"
     assert pipeline.trigger_interval == "30 seconds"
-    for same in ("region", "availability_zones", "broker_count", "broker_instance_type",
-                 "driver_instance_type", "retention_hours", "spark_placement"):  # fmt: skip
+    for same in (
+        "region",
+        "availability_zones",
+        "broker_count",
+        "broker_instance_type",
+        "driver_instance_type",
+        "retention_hours",
+        "spark_placement",
+    ):
         assert getattr(pipeline, same) == getattr(sandbox, same), same
     assert pipeline.throwaway and not pipeline.is_production
     assert pipeline.deployment.account_id == sandbox.deployment.account_id

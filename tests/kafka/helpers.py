@@ -25,8 +25,7 @@ def produce(
     With ``transaction_every`` > 0, a transaction is committed after every that
     many messages: each commit marker takes an offset that holds no record.
     """
-    settings: dict[str, Any] = {"linger.ms": 0, "batch.num.messages": 1,
-                                "enable.idempotence": True}  # fmt: skip
+    settings: dict[str, Any] = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True}
     if transaction_every:
         settings["transactional.id"] = f"tests-{tp.topic}-{tp.partition}"
     producer = Producer(broker.config(**settings))
@@ -35,8 +34,9 @@ def produce(
     for index, value in enumerate(values):
         if transaction_every and index % transaction_every == 0:
             producer.begin_transaction()
-        producer.produce(tp.topic, key=b"k", value=value, partition=tp.partition,
-                         timestamp=timestamp_ms + index)  # fmt: skip
+        producer.produce(
+            tp.topic, key=b"k", value=value, partition=tp.partition, timestamp=timestamp_ms + index
+        )
         if transaction_every and (index + 1) % transaction_every == 0:
             producer.commit_transaction(30)
     if transaction_every and len(values) % transaction_every:

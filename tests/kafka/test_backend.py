@@ -57,9 +57,11 @@ def test_bounds_list_every_partition_the_pattern_matches_and_new_ones_later(
     backend = KafkaBackend(broker, "kb1-.+")
     bounds = backend.bounds()
     assert _held(bounds) == {
-        a0: Bounds(0, 5), a1: Bounds(0, 3),
-        TopicPartition("kb1-b", 0): Bounds(0, 0), TopicPartition("kb1-b", 1): Bounds(0, 0),
-    }  # fmt: skip
+        a0: Bounds(0, 5),
+        a1: Bounds(0, 3),
+        TopicPartition("kb1-b", 0): Bounds(0, 0),
+        TopicPartition("kb1-b", 1): Bounds(0, 0),
+    }
     # Each topic's ID, the same for all its partitions; no transaction: all is stable.
     assert bounds[a0].identity == bounds[a1].identity != bounds[TopicPartition("kb1-b", 0)].identity
     assert all(b.identity and b.stable == b.latest for b in bounds.values())
@@ -87,8 +89,9 @@ def test_the_checkpoints_offsets_are_the_archives_json(broker: KafkaEndpoint) ->
     assert _offsets(end) == {"kb2-a:0": 30, "kb2-a:1": 10}
     parts = reader.partitions(start, end)
     assert [(p.tp, p.start, p.end) for p in parts] == [  # type: ignore[attr-defined]
-        (TopicPartition("kb2-a", 0), 0, 30), (TopicPartition("kb2-a", 1), 0, 10)
-    ]  # fmt: skip
+        (TopicPartition("kb2-a", 0), 0, 30),
+        (TopicPartition("kb2-a", 1), 0, 10),
+    ]
     assert _read(parts[1].reader).column("value").to_pylist() == [b"w"] * 10  # type: ignore[attr-defined]
 
 
@@ -149,8 +152,10 @@ def test_consumers_are_kept_between_ranges_and_dropped_after_a_failure(
     with pytest.raises(DataLossError) as lost:
         _read(KafkaRange(endpoint, tp, 10, 12))  # offsets the partition never had
     assert {k: lost.value.facts[k] for k in ("source", "topic", "partition")} == {
-        "source": endpoint.description, "topic": "kb5-a", "partition": 0,
-    }  # fmt: skip
+        "source": endpoint.description,
+        "topic": "kb5-a",
+        "partition": 0,
+    }
     assert idle[pooled] == []  # the failed one was closed, not kept
 
 
@@ -176,22 +181,44 @@ def test_offsets_gone_from_the_brokers_are_data_loss_with_both_offsets(
     assert "topic kb6-a partition 0 must continue at offset 6" in message
     assert "holds offsets 0 to 1" in message and "\n" not in message
     where = backend.description
-    assert lost.value.facts == {"source": where, "topic": "kb6-a", "partition": 0, "offset": 6,
-                                "earliest": 0, "latest": 2}  # fmt: skip
+    assert lost.value.facts == {
+        "source": where,
+        "topic": "kb6-a",
+        "partition": 0,
+        "offset": 6,
+        "earliest": 0,
+        "latest": 2,
+    }
     restarted = OffsetStreamReader(backend, max_offsets=0, starting={})  # has seen neither
     with pytest.raises(DataLossError, match="topic kb6-b partition 0 is gone but offsets from 4"):
         restarted.latestOffset({"kb6-b:0": 4}, ReadAllAvailable())
     # Tasks planned before the topics were deleted (and one recreated) find them gone too.
-    with pytest.raises(DataLossError, match=r"topic kb6-a partition 0 ends at offset 2 but the "
-                                            r"micro-batch reads it up to 5") as lost:  # fmt: skip
+    with pytest.raises(
+        DataLossError,
+        match=r"topic kb6-a partition 0 ends at offset 2 but the "
+        r"micro-batch reads it up to 5",
+    ) as lost:
         _read(backend.reader(a, 4, 6))
-    assert lost.value.facts == {"source": where, "topic": "kb6-a", "partition": 0,
-                                "first_missing": 2, "last_missing": 5}  # fmt: skip
-    with pytest.raises(DataLossError, match=r"topic kb6-b partition 0 is gone but offsets 1 to 3 "
-                                            r"were not read yet") as lost:  # fmt: skip
+    assert lost.value.facts == {
+        "source": where,
+        "topic": "kb6-a",
+        "partition": 0,
+        "first_missing": 2,
+        "last_missing": 5,
+    }
+    with pytest.raises(
+        DataLossError,
+        match=r"topic kb6-b partition 0 is gone but offsets 1 to 3 "
+        r"were not read yet",
+    ) as lost:
         _read(backend.reader(b, 1, 4))
-    assert lost.value.facts == {"source": where, "topic": "kb6-b", "partition": 0,
-                                "first_missing": 1, "last_missing": 3}  # fmt: skip
+    assert lost.value.facts == {
+        "source": where,
+        "topic": "kb6-b",
+        "partition": 0,
+        "first_missing": 1,
+        "last_missing": 3,
+    }
 
 
 def test_unreachable_brokers_fail_in_one_line_within_the_timeout() -> None:
@@ -215,18 +242,26 @@ def test_unreachable_brokers_fail_in_one_line_within_the_timeout() -> None:
 
 
 def test_the_options_carry_every_setting_and_rebuild_the_same_backend() -> None:
-    endpoint = KafkaEndpoint("b-1:9098,b-2:9098", KafkaAuth.IAM, region="eu-west-1",
-                             client_rack="euw1-az2")  # fmt: skip
+    endpoint = KafkaEndpoint(
+        "b-1:9098,b-2:9098", KafkaAuth.IAM, region="eu-west-1", client_rack="euw1-az2"
+    )
     options = common_options("^sensor-.+", 1000, None) | kafka_options(endpoint, 12.5)
     assert options == {
-        "topicPattern": "^sensor-.+", "maxOffsetsPerTrigger": "1000", "backend": "kafka",
-        "bootstrapServers": "b-1:9098,b-2:9098", "kafkaAuth": "iam", "timeoutMs": "12500",
-        "region": "eu-west-1", "clientRack": "euw1-az2", "isolationLevel": "read_committed",
-    }  # fmt: skip
+        "topicPattern": "^sensor-.+",
+        "maxOffsetsPerTrigger": "1000",
+        "backend": "kafka",
+        "bootstrapServers": "b-1:9098,b-2:9098",
+        "kafkaAuth": "iam",
+        "timeoutMs": "12500",
+        "region": "eu-west-1",
+        "clientRack": "euw1-az2",
+        "isolationLevel": "read_committed",
+    }
     assert from_options(options) == KafkaBackend(endpoint, "^sensor-.+", 12.5)
     passed = (("fetch.min.bytes", "1024"),)
-    scram = KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, region="eu-west-1",
-                          secret_arn="AmazonMSK_job", options=passed)  # fmt: skip
+    scram = KafkaEndpoint(
+        "b-1:9096", KafkaAuth.SCRAM, region="eu-west-1", secret_arn="AmazonMSK_job", options=passed
+    )
     options = common_options("^s-.+", 0, None) | kafka_options(scram)
     assert (options["secretArn"], options["kafkaOptions"]) == (
         "AmazonMSK_job",
@@ -257,8 +292,9 @@ def test_iam_signs_in_with_oauthbearer_over_tls_with_tokens_of_the_region(
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "testing")  # signs locally; nothing is sent
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    endpoint = KafkaEndpoint("b-1.msk.example:9098", KafkaAuth.IAM, region="eu-west-1",
-                             client_rack="euw1-az1")  # fmt: skip
+    endpoint = KafkaEndpoint(
+        "b-1.msk.example:9098", KafkaAuth.IAM, region="eu-west-1", client_rack="euw1-az1"
+    )
     config = endpoint.config()
     assert (config["security.protocol"], config["sasl.mechanisms"]) == ("SASL_SSL", "OAUTHBEARER")
     token, expires_at = config["oauth_cb"]("")
@@ -283,13 +319,25 @@ def test_the_kafka_options_of_tablecast_run_are_checked_before_spark_starts(
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     paths = ["--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt")]
     cases = {
-        ("--archive", "lake", "--kafka-client-rack", "euw1-az1"):
-            "--kafka-client-rack needs --bootstrap-servers",
-        ("--bootstrap-servers", "b:9092", "--kafka-timeout", "0s"):
-            "--kafka-timeout '0s' must be positive",
-        ("--bootstrap-servers", "b:9098", "--kafka-auth", "iam"):
-            "MSK with IAM needs the AWS region (--region, or AWS_REGION in the environment)",
-    }  # fmt: skip
+        (
+            "--archive",
+            "lake",
+            "--kafka-client-rack",
+            "euw1-az1",
+        ): "--kafka-client-rack needs --bootstrap-servers",
+        (
+            "--bootstrap-servers",
+            "b:9092",
+            "--kafka-timeout",
+            "0s",
+        ): "--kafka-timeout '0s' must be positive",
+        (
+            "--bootstrap-servers",
+            "b:9098",
+            "--kafka-auth",
+            "iam",
+        ): "MSK with IAM needs the AWS region (--region, or AWS_REGION in the environment)",
+    }
     for args, message in cases.items():
         assert cli.main(["run", *args, *paths]) == 64
         assert capsys.readouterr().err == f"tablecast run: {message}\n"
@@ -303,8 +351,15 @@ def _offsets(doc: dict[str, object]) -> dict[str, object]:
 
 def _open_transaction(broker: KafkaEndpoint, tp: TopicPartition, count: int) -> Producer:
     """A producer with ``count`` records of ``tp`` in a transaction it has not ended."""
-    producer = Producer(broker.config(**{"transactional.id": f"tests-open-{tp.topic}",
-                                         "linger.ms": 0, "batch.num.messages": 1}))  # fmt: skip
+    producer = Producer(
+        broker.config(
+            **{
+                "transactional.id": f"tests-open-{tp.topic}",
+                "linger.ms": 0,
+                "batch.num.messages": 1,
+            }
+        )
+    )
     producer.init_transactions(30)
     producer.begin_transaction()
     for index in range(count):
@@ -330,8 +385,9 @@ def test_a_batch_is_planned_to_the_last_stable_offset_not_into_an_open_transacti
 
     uncommitted = OffsetStreamReader(
         KafkaBackend(broker, "^kb20-.+", isolation=Isolation.READ_UNCOMMITTED),
-        max_offsets=0, starting={},
-    )  # fmt: skip
+        max_offsets=0,
+        starting={},
+    )
     assert _offsets(uncommitted.latestOffset(start, ReadAllAvailable())) == {"kb20-a:0": 4}
     producer.commit_transaction(30)
     # The commit marker takes offset 4: the committed records are 0 to 3.
@@ -391,8 +447,10 @@ def test_a_topic_deleted_and_created_again_is_refused_as_data_loss_naming_it(
     with pytest.raises(DataLossError) as lost:
         restarted.latestOffset(read_up_to, ReadAllAvailable())
     message = str(lost.value)
-    assert message.startswith(f"data loss in Kafka at {broker.bootstrap_servers}: topic kb22-a "
-                              "was deleted and created again")  # fmt: skip
+    assert message.startswith(
+        f"data loss in Kafka at {broker.bootstrap_servers}: topic kb22-a "
+        "was deleted and created again"
+    )
     assert "start a new run with a new --output and --checkpoint" in message
     assert "\n" not in message
     assert lost.value.facts["topic"] == "kb22-a"
@@ -474,8 +532,12 @@ def test_a_fresh_checkpoint_starts_at_the_latest_offsets_or_at_a_time(
     produce(broker, a1, [b"y"] * 4, timestamp_ms=2_000_000)
 
     def first(where: str) -> dict[str, object]:
-        reader = OffsetStreamReader(KafkaBackend(broker, "^kb25-.+"), max_offsets=0, starting={},
-                                    starting_position=StartingPosition.parse(where))  # fmt: skip
+        reader = OffsetStreamReader(
+            KafkaBackend(broker, "^kb25-.+"),
+            max_offsets=0,
+            starting={},
+            starting_position=StartingPosition.parse(where),
+        )
         return _offsets(reader.initialOffset())
 
     assert first("earliest") == {"kb25-a:0": 0, "kb25-a:1": 0}
@@ -483,14 +545,17 @@ def test_a_fresh_checkpoint_starts_at_the_latest_offsets_or_at_a_time(
     # A time: each partition where the brokers' ListOffsets by timestamp puts it. (tansu
     # answers offset 0 for any time: this shows the request and its use, not the search.)
     admin = AdminClient(broker.config())
-    asked = admin.list_offsets({KafkaPartition("kb25-a", p): OffsetSpec.for_timestamp(1_000_006)
-                                for p in (0, 1)}, request_timeout=10)  # fmt: skip
+    asked = admin.list_offsets(
+        {KafkaPartition("kb25-a", p): OffsetSpec.for_timestamp(1_000_006) for p in (0, 1)},
+        request_timeout=10,
+    )
     answer = {f"kb25-a:{kp.partition}": f.result().offset for kp, f in asked.items()}
     assert first("1000006") == first("1970-01-01T00:16:40.006") == answer
     # A repair's offsets still win over the starting position.
     latest = StartingPosition.parse("latest")
-    repaired = OffsetStreamReader(KafkaBackend(broker, "^kb25-.+"), max_offsets=0,
-                                  starting={a0: 2}, starting_position=latest)  # fmt: skip
+    repaired = OffsetStreamReader(
+        KafkaBackend(broker, "^kb25-.+"), max_offsets=0, starting={a0: 2}, starting_position=latest
+    )
     assert _offsets(repaired.initialOffset()) == {"kb25-a:0": 2, "kb25-a:1": 4}
 
 
@@ -518,11 +583,20 @@ def _refusing_sign_in(tmp_path: Path) -> Iterator[KafkaEndpoint]:
     address = f"127.0.0.1:{free_port()}"
     with (tmp_path / "tansu.log").open("wb") as out:
         process = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", f"tcp://{address}",
-             "--advertised-listener-url", f"tcp://{address}",
-             "--storage-engine", "memory://tansu/", "--authentication"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                f"tcp://{address}",
+                "--advertised-listener-url",
+                f"tcp://{address}",
+                "--storage-engine",
+                "memory://tansu/",
+                "--authentication",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -532,8 +606,12 @@ def _refusing_sign_in(tmp_path: Path) -> Iterator[KafkaEndpoint]:
             except OSError:
                 assert time.monotonic() < deadline, (tmp_path / "tansu.log").read_text()
                 time.sleep(0.1)
-        scram = (("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanisms", "SCRAM-SHA-512"),
-                 ("sasl.username", "nobody"), ("sasl.password", "wrong"))  # fmt: skip
+        scram = (
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanisms", "SCRAM-SHA-512"),
+            ("sasl.username", "nobody"),
+            ("sasl.password", "wrong"),
+        )
         yield KafkaEndpoint(address, options=scram)
     finally:
         process.kill()
@@ -549,8 +627,10 @@ def test_a_refused_sign_in_is_asked_again_until_the_timeout_then_named_in_one_li
             KafkaBackend(endpoint, "^kb28-.+", timeout_s=3).bounds()
         assert time.monotonic() - started >= 2.5  # asked again, not given up at the first
         message = str(refused.value)
-        assert message.startswith(f"{endpoint.description}: could not list the topics within "
-                                  "3 s: the brokers refused the sign-in: ")  # fmt: skip
+        assert message.startswith(
+            f"{endpoint.description}: could not list the topics within "
+            "3 s: the brokers refused the sign-in: "
+        )
         assert "SASL SCRAM authentication failed" in message and "\n" not in message
 
 
@@ -564,8 +644,10 @@ def test_a_sign_in_refused_to_a_range_read_is_named_in_one_line_as_the_planners_
         with pytest.raises(SourceUnavailableError) as refused:
             _read(KafkaRange(endpoint, tp, 0, 5, timeout_s=3))
         message = str(refused.value)
-        assert message.startswith(f"{endpoint.description}: could not read {tp} within 3 s: "
-                                  "the brokers refused the sign-in: ")  # fmt: skip
+        assert message.startswith(
+            f"{endpoint.description}: could not read {tp} within 3 s: "
+            "the brokers refused the sign-in: "
+        )
         assert "SASL SCRAM authentication failed" in message and "\n" not in message
         assert refused.value.exit_code == 5
         pooled = (endpoint, Isolation.READ_COMMITTED, None)

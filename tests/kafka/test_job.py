@@ -46,40 +46,74 @@ class Loaded:
     messages: int
 
 
-def load(broker: KafkaEndpoint, archive: Path, spec: CaptureSpec, run_id: str,
-         transaction_size: int = 0) -> ProduceReport:  # fmt: skip
+def load(
+    broker: KafkaEndpoint, archive: Path, spec: CaptureSpec, run_id: str, transaction_size: int = 0
+) -> ProduceReport:
     """Publish a capture (creating its topics), then bring the archive up to date."""
     create_topics(broker, [f"{spec.prefix}{i}" for i in range(spec.topics)], spec.partitions)
-    report = publish(broker, LoadSpec(spec, run_id=run_id, transaction_size=transaction_size,
-                                      one_message_per_batch=True))  # fmt: skip
-    config = ArchiverConfig(archive_uri=str(archive), topic_pattern=f"^{spec.prefix}.+",
-                            max_records=100, max_wait_s=3600)  # fmt: skip
+    report = publish(
+        broker,
+        LoadSpec(
+            spec, run_id=run_id, transaction_size=transaction_size, one_message_per_batch=True
+        ),
+    )
+    config = ArchiverConfig(
+        archive_uri=str(archive),
+        topic_pattern=f"^{spec.prefix}.+",
+        max_records=100,
+        max_wait_s=3600,
+    )
     with Archiver(broker, config) as archiver:
         assert archiver.catch_up(timeout_s=60).caught_up
     return report
 
 
-def run_args(broker: KafkaEndpoint, pattern: str, output: Path, checkpoint: Path,
-             *extra: str) -> list[str]:  # fmt: skip
-    return ["run", "--bootstrap-servers", broker.bootstrap_servers, "--topic-pattern", pattern,
-            "--output", str(output), "--checkpoint", str(checkpoint),
-            "--trigger", "available-now", "--metrics", "none", *extra]  # fmt: skip
+def run_args(
+    broker: KafkaEndpoint, pattern: str, output: Path, checkpoint: Path, *extra: str
+) -> list[str]:
+    return [
+        "run",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic-pattern",
+        pattern,
+        "--output",
+        str(output),
+        "--checkpoint",
+        str(checkpoint),
+        "--trigger",
+        "available-now",
+        "--metrics",
+        "none",
+        *extra,
+    ]
 
 
 def sorted_rows(table: pa.Table) -> pa.Table:
-    return table.sort_by([("topic", "ascending"), ("partition", "ascending"),
-                          ("offset", "ascending"), ("row_id", "ascending")])  # fmt: skip
+    return table.sort_by(
+        [
+            ("topic", "ascending"),
+            ("partition", "ascending"),
+            ("offset", "ascending"),
+            ("row_id", "ascending"),
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
 def loaded(broker: KafkaEndpoint, tmp_path_factory: pytest.TempPathFactory) -> Loaded:
     """Two loads over two topics of two partitions, the first in transactions."""
     archive = tmp_path_factory.mktemp("k1") / "archive"
-    spec = CaptureSpec(topics=2, partitions=2, sessions=8, updates=30, resync_every=10,
-                       prefix="sensor-k1-", seed=3)  # fmt: skip
+    spec = CaptureSpec(
+        topics=2, partitions=2, sessions=8, updates=30, resync_every=10, prefix="sensor-k1-", seed=3
+    )
     first = load(broker, archive, spec, "one", transaction_size=16)
-    second = load(broker, archive, CaptureSpec(topics=2, partitions=2, sessions=4, updates=20,
-                                               prefix="sensor-k1-", seed=4), "two")  # fmt: skip
+    second = load(
+        broker,
+        archive,
+        CaptureSpec(topics=2, partitions=2, sessions=4, updates=20, prefix="sensor-k1-", seed=4),
+        "two",
+    )
     return Loaded("^sensor-k1-.+", archive, first.messages + second.messages)
 
 
@@ -89,9 +123,18 @@ def kafka_output(
 ) -> Path:
     """The job's output from Kafka, in several micro-batches, with a client rack set."""
     work = tmp_path_factory.mktemp("k1-run")
-    code = cli.main(run_args(broker, loaded.pattern, work / "out", work / "ckpt",
-                             "--max-offsets-per-trigger", "150",
-                             "--kafka-client-rack", "local-az1"))  # fmt: skip
+    code = cli.main(
+        run_args(
+            broker,
+            loaded.pattern,
+            work / "out",
+            work / "ckpt",
+            "--max-offsets-per-trigger",
+            "150",
+            "--kafka-client-rack",
+            "local-az1",
+        )
+    )
     assert code == 0
     return work / "out"
 
@@ -101,8 +144,17 @@ def test_the_load_generators_records_through_kafka_give_what_verify_expects(
 ) -> None:
     comparison = assert_exact(loaded.archive, kafka_output)
     assert comparison.expected_rows > loaded.messages  # snapshots give many rows each
-    code = cli.main(["verify", "--archive", str(loaded.archive), "--output", str(kafka_output),
-                     "--topic-pattern", loaded.pattern])  # fmt: skip
+    code = cli.main(
+        [
+            "verify",
+            "--archive",
+            str(loaded.archive),
+            "--output",
+            str(kafka_output),
+            "--topic-pattern",
+            loaded.pattern,
+        ]
+    )
     assert code == 0, capsys.readouterr().out
     # Transaction markers took offsets: the partitions' ends were offsets without a record.
     archived = verify.read_output(str(kafka_output))
@@ -112,8 +164,14 @@ def test_the_load_generators_records_through_kafka_give_what_verify_expects(
 def test_the_archivers_copy_through_the_archive_gives_the_same_rows(
     loaded: Loaded, kafka_output: Path, spark: Any, tmp_path: Path
 ) -> None:
-    run_job(spark, loaded.archive, tmp_path / "out", tmp_path / "ckpt",
-            topic_pattern=loaded.pattern, max_offsets_per_trigger=100)  # fmt: skip
+    run_job(
+        spark,
+        loaded.archive,
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        topic_pattern=loaded.pattern,
+        max_offsets_per_trigger=100,
+    )
     from_kafka = sorted_rows(verify.read_output(str(kafka_output)))
     from_archive = sorted_rows(verify.read_output(str(tmp_path / "out")))
     assert from_kafka.num_rows > 0
@@ -130,11 +188,19 @@ def test_a_topic_created_while_the_job_runs_is_read(
     broker: KafkaEndpoint, spark: Any, tmp_path: Path
 ) -> None:
     archive, output = tmp_path / "archive", tmp_path / "out"
-    load(broker, archive, CaptureSpec(topics=1, partitions=1, sessions=3, updates=10,
-                                      prefix="sensor-k2-"), "before")  # fmt: skip
-    config = JobConfig(source=KafkaSource(broker, timeout_s=15), output=str(output),
-                       checkpoint=str(tmp_path / "ckpt"), topic_pattern="^sensor-k2-.+",
-                       trigger=Trigger.parse("processing-time=1 second"))  # fmt: skip
+    load(
+        broker,
+        archive,
+        CaptureSpec(topics=1, partitions=1, sessions=3, updates=10, prefix="sensor-k2-"),
+        "before",
+    )
+    config = JobConfig(
+        source=KafkaSource(broker, timeout_s=15),
+        output=str(output),
+        checkpoint=str(tmp_path / "ckpt"),
+        topic_pattern="^sensor-k2-.+",
+        trigger=Trigger.parse("processing-time=1 second"),
+    )
     failures: list[BaseException] = []
 
     def job() -> None:
@@ -148,8 +214,14 @@ def test_a_topic_created_while_the_job_runs_is_read(
     try:
         wait_until_exact(archive, output, failures, "^sensor-k2-.+")
         # A second topic appears while the job runs; both get new sessions.
-        load(broker, archive, CaptureSpec(topics=2, partitions=1, sessions=4, updates=10,
-                                          prefix="sensor-k2-", seed=5), "after")  # fmt: skip
+        load(
+            broker,
+            archive,
+            CaptureSpec(
+                topics=2, partitions=1, sessions=4, updates=10, prefix="sensor-k2-", seed=5
+            ),
+            "after",
+        )
         comparison = wait_until_exact(archive, output, failures, "^sensor-k2-.+")
         assert {"sensor-k2-0", "sensor-k2-1"} <= {tp.topic for tp in ledger_end(output)}
         assert comparison.expected_rows > 0
@@ -160,8 +232,9 @@ def test_a_topic_created_while_the_job_runs_is_read(
     assert not failures, failures
 
 
-def wait_until_exact(archive: Path, output: Path, failures: list[BaseException],
-                     pattern: str, timeout_s: float = 90) -> verify.Comparison:  # fmt: skip
+def wait_until_exact(
+    archive: Path, output: Path, failures: list[BaseException], pattern: str, timeout_s: float = 90
+) -> verify.Comparison:
     expected = verify.expected_output(str(archive), pattern)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -177,11 +250,24 @@ def test_a_run_killed_mid_stream_and_restarted_leaves_every_row_once(
     broker: KafkaEndpoint, tmp_path: Path
 ) -> None:
     archive, output = tmp_path / "archive", tmp_path / "out"
-    load(broker, archive, CaptureSpec(topics=2, partitions=2, sessions=8, updates=40,
-                                      resync_every=12, prefix="sensor-k3-", seed=6),
-         "kill", transaction_size=25)  # fmt: skip
-    args = run_args(broker, "^sensor-k3-.+", output, tmp_path / "ckpt",
-                    "--max-offsets-per-trigger", "80")  # fmt: skip
+    load(
+        broker,
+        archive,
+        CaptureSpec(
+            topics=2,
+            partitions=2,
+            sessions=8,
+            updates=40,
+            resync_every=12,
+            prefix="sensor-k3-",
+            seed=6,
+        ),
+        "kill",
+        transaction_size=25,
+    )
+    args = run_args(
+        broker, "^sensor-k3-.+", output, tmp_path / "ckpt", "--max-offsets-per-trigger", "80"
+    )
     # Killed (the driver, its JVM and Python workers) somewhere after the first
     # published micro-batch, before the last.
     process = _cli(*args)
@@ -206,9 +292,12 @@ def test_a_topic_deleted_and_created_again_stops_the_run_with_one_line_and_exit_
 ) -> None:
     """Re-created with more records than the checkpoint's offsets: the run would resume in
     the middle of the new topic; its new topic ID refuses it."""
-    report = load(broker, tmp_path / "archive", CaptureSpec(topics=1, partitions=1, sessions=2,
-                                                            updates=4, prefix="sensor-k4-"),
-                  "loss")  # fmt: skip
+    report = load(
+        broker,
+        tmp_path / "archive",
+        CaptureSpec(topics=1, partitions=1, sessions=2, updates=4, prefix="sensor-k4-"),
+        "loss",
+    )
     args = run_args(broker, "^sensor-k4-.+", tmp_path / "out", tmp_path / "ckpt")
     assert cli.main(args) == 0
     delete_topics(broker, ["sensor-k4-0"])
@@ -229,9 +318,21 @@ def test_unreachable_brokers_end_the_run_with_one_line_and_exit_5(
 ) -> None:
     servers = f"127.0.0.1:{free_port()}"  # nothing listens there
     capfd.readouterr()
-    code = cli.main(["run", "--bootstrap-servers", servers, "--kafka-timeout", "3s",
-                     "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt"),
-                     "--trigger", "available-now"])  # fmt: skip
+    code = cli.main(
+        [
+            "run",
+            "--bootstrap-servers",
+            servers,
+            "--kafka-timeout",
+            "3s",
+            "--output",
+            str(tmp_path / "out"),
+            "--checkpoint",
+            str(tmp_path / "ckpt"),
+            "--trigger",
+            "available-now",
+        ]
+    )
     assert code == 5
     [line] = capfd.readouterr().err.splitlines()
     assert line.startswith(

@@ -31,8 +31,9 @@ class Fetched:
         self.tp = tp
         self.bytes: list[int] = []
         settings = kafka_source.consumer_settings(Isolation.READ_COMMITTED) | {
-            "statistics.interval.ms": 100, "stats_cb": self._on_stats,
-        }  # fmt: skip
+            "statistics.interval.ms": 100,
+            "stats_cb": self._on_stats,
+        }
         self.consumer: Any = Consumer(broker.config(**settings))
 
     def _on_stats(self, text: str) -> None:

@@ -48,8 +48,9 @@ KAFKA, LAKE = "Kafka at k:9092", "the archive /lake"
 
 
 def tiered(kafka: tuple[int, int] | None, *runs: tuple[int, int]) -> TieredBounds:
-    return TieredBounds.of(None if kafka is None else Bounds(*kafka),
-                           tuple(Bounds(*r) for r in runs), KAFKA, LAKE)  # fmt: skip
+    return TieredBounds.of(
+        None if kafka is None else Bounds(*kafka), tuple(Bounds(*r) for r in runs), KAFKA, LAKE
+    )
 
 
 def test_the_archive_extends_kafka_back_only_where_its_files_reach_kafkas_earliest() -> None:
@@ -76,9 +77,15 @@ def test_data_loss_names_both_tiers_and_the_offsets_neither_holds() -> None:
         "offsets 50 to 59 are in neither"
     )
     assert lost.facts == {
-        "source": where, "topic": "s-1", "partition": 0, "offset": 20, "earliest": 60,
-        "latest": 300, "first_missing": 50, "last_missing": 59,
-    }  # fmt: skip
+        "source": where,
+        "topic": "s-1",
+        "partition": 0,
+        "offset": 20,
+        "earliest": 60,
+        "latest": 300,
+        "first_missing": 50,
+        "last_missing": 59,
+    }
     lost = tiered((100, 300), (10, 90)).data_loss(where, tp, 5)
     assert str(lost).endswith(
         f"{KAFKA} holds offsets 100 to 299 and {LAKE} holds offsets 10 to 89: "
@@ -102,14 +109,28 @@ def test_tablecast_run_takes_kafka_and_the_archive_together_and_refuses_bad_comb
     missing = tmp_path / "no-such-archive"
     cases = {
         (): "give --bootstrap-servers (Kafka), --archive (the raw archive), or both (Kafka, "
-            "and the archive for the offsets Kafka no longer holds)",
-        ("--bootstrap-servers", "b:9092", "--archive", str(missing)):
-            f"archive {missing} does not exist",
-        ("--bootstrap-servers", "b:9092", "--archive", str(tmp_path), "--kafka-timeout", "0s"):
-            "--kafka-timeout '0s' must be positive",
-        ("--archive", str(tmp_path), "--kafka-client-rack", "euw1-az1"):
-            "--kafka-client-rack needs --bootstrap-servers",
-    }  # fmt: skip
+        "and the archive for the offsets Kafka no longer holds)",
+        (
+            "--bootstrap-servers",
+            "b:9092",
+            "--archive",
+            str(missing),
+        ): f"archive {missing} does not exist",
+        (
+            "--bootstrap-servers",
+            "b:9092",
+            "--archive",
+            str(tmp_path),
+            "--kafka-timeout",
+            "0s",
+        ): "--kafka-timeout '0s' must be positive",
+        (
+            "--archive",
+            str(tmp_path),
+            "--kafka-client-rack",
+            "euw1-az1",
+        ): "--kafka-client-rack needs --bootstrap-servers",
+    }
     for args, message in cases.items():
         assert cli.main(["run", *args, *paths]) == 64
         assert capsys.readouterr().err == f"tablecast run: {message}\n"
@@ -120,15 +141,26 @@ def test_a_job_reading_both_publishes_the_records_each_tier_served() -> None:
     """RecordsServed: one datum per tier (0 included), with the Source dimension."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
     progress = {"batchId": 4, "numInputRows": 1, "batchDuration": 1000, "sources": []}  # a range
-    report = BatchReport(batch_id=4, end={}, published=True, files=2, rows=185, quarantined=0,
-                         bytes=9000, violations=0, messages=39, served={"archive": 39})  # fmt: skip
+    report = BatchReport(
+        batch_id=4,
+        end={},
+        published=True,
+        files=2,
+        rows=185,
+        quarantined=0,
+        bytes=9000,
+        violations=0,
+        messages=39,
+        served={"archive": 39},
+    )
     assert batch_metrics(progress, report).served == {}  # one source: nothing by tier
     metrics = batch_metrics(progress, report, ("archive", "kafka"))
     assert metrics.served == {"archive": 39, "kafka": 0}
     by_source = [d for d in metrics.datums(at) if d.name == metric_names.RECORDS_SERVED]
     assert [(d.value, d.dimensions) for d in by_source] == [
-        (39.0, (("Source", "archive"),)), (0.0, (("Source", "kafka"),))
-    ]  # fmt: skip
+        (39.0, (("Source", "archive"),)),
+        (0.0, (("Source", "kafka"),)),
+    ]
     calls: list[Any] = []
 
     class CloudWatch:
@@ -149,8 +181,9 @@ def test_a_job_reading_both_publishes_the_records_each_tier_served() -> None:
     logged = orjson.loads(lines[0])["metrics"]
     assert logged["RecordsServed"] == {"archive": 39.0, "kafka": 0.0}
     assert logged["InputMessages"] == 39.0
-    assert batch_line(metrics).startswith("batch 4: 39 messages (39/s, 39 from archive, "
-                                          "0 from kafka), 185 rows in 2 files")  # fmt: skip
+    assert batch_line(metrics).startswith(
+        "batch 4: 39 messages (39/s, 39 from archive, 0 from kafka), 185 rows in 2 files"
+    )
 
 
 # -- against the broker --------------------------------------------------------
@@ -183,8 +216,9 @@ def put(broker: StoredBroker, topic: str, count: int) -> TopicPartition:
     return tp
 
 
-def archive_of(broker: StoredBroker, root: Path, tp: TopicPartition,
-               files: list[tuple[int, int]]) -> None:  # fmt: skip
+def archive_of(
+    broker: StoredBroker, root: Path, tp: TopicPartition, files: list[tuple[int, int]]
+) -> None:
     """Archive files of the records Kafka holds now, as the archiver writes them."""
     held = read(stored_kafka(broker, tp.topic).reader(tp, 0, files[-1][1]))
     records = held.select(SCHEMA.names)
@@ -198,8 +232,9 @@ def read(reader: object) -> pa.Table:
 
 
 def served(table: pa.Table) -> list[tuple[int, str]]:
-    return list(zip(table.column("offset").to_pylist(), table.column(SERVED_BY).to_pylist(),
-                    strict=True))  # fmt: skip
+    return list(
+        zip(table.column("offset").to_pylist(), table.column(SERVED_BY).to_pylist(), strict=True)
+    )
 
 
 def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
@@ -215,8 +250,10 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     held = {t: Bounds(b.earliest, b.latest) for t, b in kafka.bounds().items()}
     assert held == {tp: Bounds(30, 60)}  # Kafka lost offsets 0 to 29
     backend = TieredBackend(kafka, ArchiveBackend(str(tmp_path), "^tt1-.+"))
-    assert backend.description == f"Kafka at {stored.endpoint.bootstrap_servers} and the " \
-                                  f"archive {tmp_path}"  # fmt: skip
+    assert (
+        backend.description == f"Kafka at {stored.endpoint.bootstrap_servers} and the "
+        f"archive {tmp_path}"
+    )
     bounds = backend.bounds()
     assert {t: (b.earliest, b.latest) for t, b in bounds.items()} == {tp: (0, 60), only: (0, 3)}
 
@@ -243,8 +280,10 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     archive.write_identity(resolve(str(tmp_path)), "tt1-a", identity)
     archive.write_identity(resolve(str(tmp_path)), "tt1-old", "old-id")
     assert stream.latestOffset(start, ReadAllAvailable()) == {
-        "tt1-a:0": 60, "tt1-old:0": 3, "@topic-ids": {"tt1-a": identity, "tt1-old": "old-id"},
-    }  # fmt: skip
+        "tt1-a:0": 60,
+        "tt1-old:0": 3,
+        "@topic-ids": {"tt1-a": identity, "tt1-old": "old-id"},
+    }
     archive.write_identity(resolve(str(tmp_path)), "tt1-a", "another-topics-id")
     assert backend.bounds()[tp].earliest == 30
     with pytest.raises(DataLossError, match="tt1-a partition 0 must continue at offset 0"):
@@ -252,8 +291,9 @@ def test_offsets_kafka_lost_are_read_from_the_archive_the_rest_from_kafka(
     archive.write_identity(resolve(str(tmp_path)), "tt1-a", identity)
 
     # The options of `tablecast run --bootstrap-servers ... --archive ...` rebuild it.
-    options = common_options("^tt1-.+", 0, None) | tiered_options(stored.endpoint,
-                                                                   str(tmp_path), 10)  # fmt: skip
+    options = common_options("^tt1-.+", 0, None) | tiered_options(
+        stored.endpoint, str(tmp_path), 10
+    )
     assert options["backend"] == "tiered"
     assert from_options(options) == backend
 
@@ -265,8 +305,9 @@ def test_only_offsets_that_neither_tier_holds_are_data_loss(
     # A hole in the archive's files (10 to 19) and a gap before Kafka's earliest (40).
     archive_of(stored, tmp_path, tp, [(0, 10), (20, 30)])
     stored.expire({tp: 40})
-    backend = TieredBackend(stored_kafka(stored, "^tt2-.+"),
-                            ArchiveBackend(str(tmp_path), "^tt2-.+"))  # fmt: skip
+    backend = TieredBackend(
+        stored_kafka(stored, "^tt2-.+"), ArchiveBackend(str(tmp_path), "^tt2-.+")
+    )
     stream = OffsetStreamReader(backend, max_offsets=0, starting={})
     # Nothing reaches Kafka: from its earliest.
     assert stream.initialOffset()["tt2-a:0"] == 40
@@ -292,16 +333,17 @@ def stand_in(tp: TopicPartition, start: int, end: int) -> pa.Table:
     count = end - start
     return pa.table(
         {
-            "key": pa.array([b"k"] * count), "value": pa.array([b"archived"] * count),
-            "topic": pa.array([tp.topic] * count), "partition": pa.array([tp.partition] * count,
-                                                                         pa.int32()),
+            "key": pa.array([b"k"] * count),
+            "value": pa.array([b"archived"] * count),
+            "topic": pa.array([tp.topic] * count),
+            "partition": pa.array([tp.partition] * count, pa.int32()),
             "offset": pa.array(range(start, end), pa.int64()),
             "timestamp": pa.array([0] * count, pa.timestamp("us", "UTC")),
             "timestampType": pa.array([0] * count, pa.int32()),
             "headers": no_headers(count),
         },
         schema=SCHEMA,
-    )  # fmt: skip
+    )
 
 
 def test_offsets_retention_drops_after_planning_are_read_from_the_archive(
@@ -310,8 +352,9 @@ def test_offsets_retention_drops_after_planning_are_read_from_the_archive(
     tp = put(stored, "tt3-a", 40)
     archive_of(stored, tmp_path, tp, [(0, 15), (15, 30)])
     stored.expire({tp: 10})
-    backend = TieredBackend(stored_kafka(stored, "^tt3-.+"),
-                            ArchiveBackend(str(tmp_path), "^tt3-.+"))  # fmt: skip
+    backend = TieredBackend(
+        stored_kafka(stored, "^tt3-.+"), ArchiveBackend(str(tmp_path), "^tt3-.+")
+    )
     backend.bounds()
     planned = backend.reader(tp, 0, 40)
     assert planned.split == 10
@@ -333,16 +376,23 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
     so that neither tier alone has every record.
     """
     pattern = "^sensor-tt9-.+"
-    spec = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, resync_every=8,
-                       prefix="sensor-tt9-", seed=11)  # fmt: skip
+    spec = CaptureSpec(
+        topics=1,
+        partitions=2,
+        sessions=6,
+        updates=20,
+        resync_every=8,
+        prefix="sensor-tt9-",
+        seed=11,
+    )
     create_topics(stored.endpoint, ["sensor-tt9-0"], spec.partitions)
-    report = publish(stored.endpoint, LoadSpec(spec, run_id="catch-up",
-                                               one_message_per_batch=True))  # fmt: skip
+    report = publish(stored.endpoint, LoadSpec(spec, run_id="catch-up", one_message_per_batch=True))
     ends = {tp: last + 1 for tp, (_, last) in report.offsets.items()}
     stored.settle(sorted(ends))
     everything = tmp_path / "everything"
-    config = ArchiverConfig(archive_uri=str(everything), topic_pattern=pattern, max_records=20,
-                            max_wait_s=3600)  # fmt: skip
+    config = ArchiverConfig(
+        archive_uri=str(everything), topic_pattern=pattern, max_records=20, max_wait_s=3600
+    )
     with Archiver(stored.endpoint, config) as archiver:
         assert archiver.catch_up(timeout_s=60).caught_up
     lost = {tp: end // 2 for tp, end in ends.items()}
@@ -363,23 +413,54 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
     }
 
     output = tmp_path / "out"
-    code = cli.main(["run", "--bootstrap-servers", stored.endpoint.bootstrap_servers,
-                     "--archive", str(lake), "--topic-pattern", pattern,
-                     "--output", str(output), "--checkpoint", str(tmp_path / "ckpt"),
-                     "--trigger", "available-now", "--max-offsets-per-trigger", "40",
-                     "--metrics", "log", "--kafka-timeout", "20s"])  # fmt: skip
+    code = cli.main(
+        [
+            "run",
+            "--bootstrap-servers",
+            stored.endpoint.bootstrap_servers,
+            "--archive",
+            str(lake),
+            "--topic-pattern",
+            pattern,
+            "--output",
+            str(output),
+            "--checkpoint",
+            str(tmp_path / "ckpt"),
+            "--trigger",
+            "available-now",
+            "--max-offsets-per-trigger",
+            "40",
+            "--metrics",
+            "log",
+            "--kafka-timeout",
+            "20s",
+        ]
+    )
     stdout = capsys.readouterr().out
     assert code == 0
 
     comparison = assert_exact(everything, output)
     assert comparison.expected_rows > report.messages
     assert ledger_end(output) == ends
-    assert cli.main(["verify", "--archive", str(everything), "--output", str(output),
-                     "--topic-pattern", pattern]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "verify",
+                "--archive",
+                str(everything),
+                "--output",
+                str(output),
+                "--topic-pattern",
+                pattern,
+            ]
+        )
+        == 0
+    )
     assert "OK" in capsys.readouterr().out
     # Which tier served each batch: the metrics, and the progress lines.
-    batches = [orjson.loads(line)["metrics"] for line in stdout.splitlines()
-               if line.startswith("{")]  # fmt: skip
+    batches = [
+        orjson.loads(line)["metrics"] for line in stdout.splitlines() if line.startswith("{")
+    ]
     by_tier = [b["RecordsServed"] for b in batches]
     assert len(by_tier) >= 3 and all(set(s) == {"archive", "kafka"} for s in by_tier)
     assert sum(s["archive"] for s in by_tier) == sum(lost.values())
@@ -390,8 +471,10 @@ def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive
     first = int(by_tier[0]["archive"])
     assert f"batch 0: {first} messages (" in stdout
     assert f"/s, {first} from archive, 0 from kafka), " in stdout
-    assert (f"messages served: {sum(lost.values()):,} from archive, "
-            f"{report.messages - sum(lost.values()):,} from kafka") in stdout  # fmt: skip
+    assert (
+        f"messages served: {sum(lost.values()):,} from archive, "
+        f"{report.messages - sum(lost.values()):,} from kafka"
+    ) in stdout
 
 
 def test_the_archiver_keeps_each_topics_id_and_refuses_a_topic_created_again(

@@ -104,15 +104,18 @@ class Checkpoint:
         return set((self.path / STATE_DIR).glob("*/*/*.state"))
 
 
-def wait_for(pipeline: LocalPipeline, condition: Callable[[], bool], what: str,
-             poll_s: float) -> None:  # fmt: skip
+def wait_for(
+    pipeline: LocalPipeline, condition: Callable[[], bool], what: str, poll_s: float
+) -> None:
     assert pipeline.supervisor is not None
     deadline = time.monotonic() + STEP_TIMEOUT_S
     while not condition():
         pipeline.supervisor.raise_if_failing()
         if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {STEP_TIMEOUT_S:.0f} s waiting for {what}; "
-                        f"see {pipeline.paths.logs}")  # fmt: skip
+            pytest.fail(
+                f"gave up after {STEP_TIMEOUT_S:.0f} s waiting for {what}; "
+                f"see {pipeline.paths.logs}"
+            )
         time.sleep(poll_s)
 
 
@@ -129,13 +132,21 @@ def kill_mid_stream(pipeline: LocalPipeline, service: str, seed: int) -> None:
         # Runs on the producing thread after each message: the stream waits here.
         out = sent + 1
         if out == FIRST_PART:
-            wait_for(pipeline, lambda: batches(pipeline) > published,
-                     "the job to publish a batch of the stream", poll_s=0.5)  # fmt: skip
+            wait_for(
+                pipeline,
+                lambda: batches(pipeline) > published,
+                "the job to publish a batch of the stream",
+                poll_s=0.5,
+            )
             watched.append(checkpoint.planned())
         elif out >= KILL_AT and not killed_at:
             # A batch planned since reads messages the job has not published.
-            wait_for(pipeline, lambda: checkpoint.running() > watched[-1],
-                     "the job to run a batch of the stream's second part", poll_s=0.05)  # fmt: skip
+            wait_for(
+                pipeline,
+                lambda: checkpoint.running() > watched[-1],
+                "the job to run a batch of the stream's second part",
+                poll_s=0.05,
+            )
             batch = checkpoint.running()
             if batch >= 0:
                 before = checkpoint.states()
@@ -153,14 +164,19 @@ def kill_mid_stream(pipeline: LocalPipeline, service: str, seed: int) -> None:
             supervisor.kill(service, signal.SIGKILL)
             killed_at.append(out)
 
-    report = publish(pipeline, sessions=SESSIONS, updates=UPDATES, seed=seed, progress=hold,
-                     progress_every=1)  # fmt: skip
+    report = publish(
+        pipeline, sessions=SESSIONS, updates=UPDATES, seed=seed, progress=hold, progress_every=1
+    )
     assert killed_at, "no batch of the stream's second part was seen at work"
     assert report.messages > killed_at[0]  # the kill landed mid-stream
     # The restart comes RestartSec after the kill: waited for, not asserted at
     # a moment that could precede it.
-    wait_for(pipeline, lambda: supervisor.services[service].starts > starts,
-             f"the supervisor to start {service} again", poll_s=0.5)  # fmt: skip
+    wait_for(
+        pipeline,
+        lambda: supervisor.services[service].starts > starts,
+        f"the supervisor to start {service} again",
+        poll_s=0.5,
+    )
     restarted = supervisor.pid(service)
     assert restarted is not None
     owned_by_fixture(restarted)  # the module's pipeline stops it, as it stopped the first
@@ -194,12 +210,38 @@ def test_test_run_deploys_publishes_waits_until_caught_up_and_verifies_exactly(
     before = len(Ledger(resolve(pipeline.values[handoff.OUTPUT_URI])).entries())
     env = {**pipeline.service_env(), ONE_MESSAGE_PER_BATCH_VARIABLE: "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "app.ops", "test-run", "-e", TEST_PIPELINE, "--wheel", str(wheel),
-         "--topics", "2", "--partitions", "2", "--sessions", "6", "--updates", "20",
-         "--resync-every", "8", "--heartbeat-timeout", "5 minutes", "--poll", "2s",
-         "--timeout", "7 minutes"],
-        env=env, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app.ops",
+            "test-run",
+            "-e",
+            TEST_PIPELINE,
+            "--wheel",
+            str(wheel),
+            "--topics",
+            "2",
+            "--partitions",
+            "2",
+            "--sessions",
+            "6",
+            "--updates",
+            "20",
+            "--resync-every",
+            "8",
+            "--heartbeat-timeout",
+            "5 minutes",
+            "--poll",
+            "2s",
+            "--timeout",
+            "7 minutes",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     for service in ("tablecast-job", "tablecast-archiver"):
         restarted = pipeline.supervisor.pid(service)
         if restarted is not None:

@@ -16,8 +16,12 @@ from app.local.supervisor import Supervisor
 from app.local.units import ServiceSpec, read_unit, render
 
 NODE = {"TABLECAST_DRIVER_HOST": "127.0.0.1", "SPARK_LOCAL_IP": "127.0.0.1", "TABLECAST_ENV": "t"}
-PATHS = {"/opt/spark": "/x/spark", "/opt/tablecast/bin": "/x/bin", "/data": "/x/data",
-         "/opt/tablecast/venv": "/x/venv"}  # fmt: skip
+PATHS = {
+    "/opt/spark": "/x/spark",
+    "/opt/tablecast/bin": "/x/bin",
+    "/data": "/x/data",
+    "/opt/tablecast/venv": "/x/venv",
+}
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +33,15 @@ def test_the_images_units_render_with_this_machines_paths(image: StagedImage) ->
     units = image.units
     master = render("spark-master", NODE, PATHS, units=units)
     assert master.argv == (
-        "/x/spark/bin/spark-class", "org.apache.spark.deploy.master.Master",
-        "--host", "127.0.0.1", "--port", "7077", "--webui-port", "8080",
-    )  # fmt: skip
+        "/x/spark/bin/spark-class",
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "7077",
+        "--webui-port",
+        "8080",
+    )
     worker = render("spark-worker", NODE, PATHS, units=units)
     assert worker.argv[-3:] == ("--work-dir", "/x/data/spark/work", "spark://127.0.0.1:7077")
     job = render("tablecast-job", NODE, PATHS, restart_sec_cap=5, units=units)
@@ -50,8 +60,9 @@ def test_a_unit_needing_a_variable_this_machine_lacks_is_refused(image: StagedIm
 
 
 def spec(name: str, script: str, restart: bool = True) -> ServiceSpec:
-    return ServiceSpec(name, (sys.executable, "-c", script), restart, restart_sec=0.3,
-                       stop_timeout_s=2)  # fmt: skip
+    return ServiceSpec(
+        name, (sys.executable, "-c", script), restart, restart_sec=0.3, stop_timeout_s=2
+    )
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

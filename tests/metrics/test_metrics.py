@@ -116,8 +116,15 @@ def progress_json(
 
 
 def report(batch_id: int, **fields: Any) -> BatchReport:
-    values: dict[str, Any] = {"end": {}, "published": True, "files": 3, "rows": 90,
-                              "quarantined": 2, "bytes": 4096, "violations": 1}  # fmt: skip
+    values: dict[str, Any] = {
+        "end": {},
+        "published": True,
+        "files": 3,
+        "rows": 90,
+        "quarantined": 2,
+        "bytes": 4096,
+        "violations": 1,
+    }
     values.update(fields)
     return BatchReport(batch_id=batch_id, **values)
 
@@ -125,9 +132,13 @@ def report(batch_id: int, **fields: Any) -> BatchReport:
 def test_batch_metrics_merge_progress_with_the_report() -> None:
     # Spark's rows are the source's: two ranges; the messages are those the tasks read.
     progress = progress_json(
-        3, str(uuid.uuid4()), end={"sensor-0:0": 50, "sensor-0:1": 75},
-        latest={"sensor-0:0": 60, "sensor-0:1": 88}, rows=2, duration_ms=2500,
-    )  # fmt: skip
+        3,
+        str(uuid.uuid4()),
+        end={"sensor-0:0": 50, "sensor-0:1": 75},
+        latest={"sensor-0:0": 60, "sensor-0:1": 88},
+        rows=2,
+        duration_ms=2500,
+    )
     m = batch_metrics(progress, report(3, sessions=7, state_bytes=1000, messages=25))
     assert (m.batch_id, m.input_messages, m.duration_ms) == (3, 25, 2500)
     assert (m.sessions_in_state, m.state_bytes) == (7, 1000)
@@ -140,8 +151,12 @@ def test_batch_metrics_merge_progress_with_the_report() -> None:
 
 
 def test_kafka_offsets_are_understood_too() -> None:
-    progress = progress_json(0, str(uuid.uuid4()), end={"sensor-0": {"0": 5, "1": 9}},
-                             latest={"sensor-0": {"0": 5, "1": 12}})  # fmt: skip
+    progress = progress_json(
+        0,
+        str(uuid.uuid4()),
+        end={"sensor-0": {"0": 5, "1": 9}},
+        latest={"sensor-0": {"0": 5, "1": 12}},
+    )
     m = batch_metrics(progress, None)
     assert m.end == {TP0: 5, TP1: 9}
     assert m.lag == Lag(3, TP1, 3)
@@ -149,33 +164,49 @@ def test_kafka_offsets_are_understood_too() -> None:
 
 
 def test_a_source_without_latest_offsets_publishes_no_lag() -> None:
-    m = batch_metrics(progress_json(0, str(uuid.uuid4()), end={"sensor-0:0": 5}, latest=None),
-                      None)  # fmt: skip
+    m = batch_metrics(progress_json(0, str(uuid.uuid4()), end={"sensor-0:0": 5}, latest=None), None)
     assert m.lag is None
     names = {d.name for d in m.datums(T0)}
     assert metric_names.RECORDS_BEHIND not in names
     assert names == set(metric_names.ALL) - {
-        metric_names.RECORDS_BEHIND, metric_names.RECORDS_BEHIND_WORST_PARTITION
-    }  # fmt: skip
+        metric_names.RECORDS_BEHIND,
+        metric_names.RECORDS_BEHIND_WORST_PARTITION,
+    }
 
 
 def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
     m = BatchMetrics(
-        batch_id=0, started=T0, input_messages=25, duration_ms=2500, sessions_in_state=4,
-        state_bytes=8544, end={TP0: 25}, lag=Lag(63, TP0, 63), rows_written=94,
-        output_files=4, output_bytes=9000, violations=0, quarantined=0,
-    )  # fmt: skip
+        batch_id=0,
+        started=T0,
+        input_messages=25,
+        duration_ms=2500,
+        sessions_in_state=4,
+        state_bytes=8544,
+        end={TP0: 25},
+        lag=Lag(63, TP0, 63),
+        rows_written=94,
+        output_files=4,
+        output_bytes=9000,
+        violations=0,
+        quarantined=0,
+    )
     datums = {d.name: d for d in m.datums(T0)}
     assert set(datums) == set(metric_names.ALL)
     assert len(datums) == len(metric_names.ALL)
     expected = {
-        metric_names.HEARTBEAT: 1, metric_names.INPUT_MESSAGES: 25,
-        metric_names.ROWS_WRITTEN: 94, metric_names.BATCH_DURATION_MS: 2500,
-        metric_names.RECORDS_BEHIND: 63, metric_names.RECORDS_BEHIND_WORST_PARTITION: 63,
-        metric_names.SESSIONS_IN_STATE: 4, metric_names.STATE_BYTES: 8544,
-        metric_names.INTEGRITY_VIOLATIONS: 0, metric_names.QUARANTINED_MESSAGES: 0,
-        metric_names.OUTPUT_FILES: 4, metric_names.OUTPUT_BYTES: 9000,
-    }  # fmt: skip
+        metric_names.HEARTBEAT: 1,
+        metric_names.INPUT_MESSAGES: 25,
+        metric_names.ROWS_WRITTEN: 94,
+        metric_names.BATCH_DURATION_MS: 2500,
+        metric_names.RECORDS_BEHIND: 63,
+        metric_names.RECORDS_BEHIND_WORST_PARTITION: 63,
+        metric_names.SESSIONS_IN_STATE: 4,
+        metric_names.STATE_BYTES: 8544,
+        metric_names.INTEGRITY_VIOLATIONS: 0,
+        metric_names.QUARANTINED_MESSAGES: 0,
+        metric_names.OUTPUT_FILES: 4,
+        metric_names.OUTPUT_BYTES: 9000,
+    }
     assert {name: d.value for name, d in datums.items()} == expected
     assert datums[metric_names.BATCH_DURATION_MS].unit is Unit.MILLISECONDS
     assert datums[metric_names.STATE_BYTES].unit is Unit.BYTES
@@ -207,8 +238,9 @@ def log_lines() -> Lines:
 
 def listener_with(lines: Lines) -> tuple[MetricsListener, list[BatchMetrics]]:
     seen: list[BatchMetrics] = []
-    listener = MetricsListener(LogPublisher(environment="test", write=lines.write), [seen.append],
-                               clock=lambda: T0)  # fmt: skip
+    listener = MetricsListener(
+        LogPublisher(environment="test", write=lines.write), [seen.append], clock=lambda: T0
+    )
     return listener, seen
 
 
@@ -264,13 +296,18 @@ def test_an_idle_query_still_sends_a_heartbeat(log_lines: Lines) -> None:
     listener, seen = listener_with(log_lines)
     run_id = str(uuid.uuid4())
     listener.bind(run_id)
-    listener.onQueryIdle(QueryIdleEvent.fromJson(
-        {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
-    ))  # fmt: skip
+    listener.onQueryIdle(
+        QueryIdleEvent.fromJson(
+            {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
+        )
+    )
     assert log_lines.metrics() == [
-        {metric_names.HEARTBEAT: 1.0, metric_names.RECORDS_BEHIND: 0.0,
-         metric_names.RECORDS_BEHIND_WORST_PARTITION: 0.0}
-    ]  # fmt: skip
+        {
+            metric_names.HEARTBEAT: 1.0,
+            metric_names.RECORDS_BEHIND: 0.0,
+            metric_names.RECORDS_BEHIND_WORST_PARTITION: 0.0,
+        }
+    ]
     assert seen == []
 
 
@@ -302,15 +339,22 @@ def datums(n: int, name: str = metric_names.INPUT_MESSAGES) -> list[Datum]:
 
 def test_the_log_publisher_writes_one_json_line_per_publish(log_lines: Lines) -> None:
     publisher = LogPublisher(environment="dev", write=log_lines.write)
-    publisher.publish([Datum(metric_names.HEARTBEAT, 1, Unit.COUNT, T0),
-                  Datum(metric_names.ROWS_WRITTEN, 12, Unit.COUNT, T0)])  # fmt: skip
+    publisher.publish(
+        [
+            Datum(metric_names.HEARTBEAT, 1, Unit.COUNT, T0),
+            Datum(metric_names.ROWS_WRITTEN, 12, Unit.COUNT, T0),
+        ]
+    )
     publisher.publish([])
     [line] = log_lines.lines
     doc = orjson.loads(line)
     assert doc == {
-        "time": "2026-01-01T00:00:00.000+00:00", "event": "metrics", "namespace": "Tablecast",
-        "Environment": "dev", "metrics": {"Heartbeat": 1.0, "RowsWritten": 12.0},
-    }  # fmt: skip
+        "time": "2026-01-01T00:00:00.000+00:00",
+        "event": "metrics",
+        "namespace": "Tablecast",
+        "Environment": "dev",
+        "metrics": {"Heartbeat": 1.0, "RowsWritten": 12.0},
+    }
     assert publisher.close() == PublishStats(accepted=2, sent=2)
 
 
@@ -331,9 +375,13 @@ def test_the_null_publisher_takes_everything() -> None:
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_REGION": "eu-west-1",
-                        "AWS_DEFAULT_REGION": "eu-west-1"}.items():  # fmt: skip
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_REGION": "eu-west-1",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL_CLOUDWATCH", raising=False)
@@ -360,11 +408,14 @@ def test_cloudwatch_gets_batched_calls_with_the_environment_dimension(aws: None)
     assert metric["MetricName"] == metric_names.INPUT_MESSAGES
     assert metric["Dimensions"] == [{"Name": "Environment", "Value": "staging"}]
     stats_doc = client.get_metric_statistics(
-        Namespace=metric_names.NAMESPACE, MetricName=metric_names.INPUT_MESSAGES,
+        Namespace=metric_names.NAMESPACE,
+        MetricName=metric_names.INPUT_MESSAGES,
         Dimensions=[{"Name": "Environment", "Value": "staging"}],
-        StartTime=now - timedelta(minutes=5), EndTime=now + timedelta(minutes=5),
-        Period=600, Statistics=["Sum", "SampleCount"],
-    )  # fmt: skip
+        StartTime=now - timedelta(minutes=5),
+        EndTime=now + timedelta(minutes=5),
+        Period=600,
+        Statistics=["Sum", "SampleCount"],
+    )
     [point] = stats_doc["Datapoints"]
     assert point["Sum"] == 2500 and point["SampleCount"] == 2500
 
@@ -405,8 +456,13 @@ def black_hole() -> Iterator[str]:
 
 
 def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str) -> None:
-    publisher = CloudWatchPublisher(environment="prod", endpoint_url=black_hole, region="eu-west-1",
-                                    capacity=100, timeouts=Timeouts(1.0, 2.0, 1))  # fmt: skip
+    publisher = CloudWatchPublisher(
+        environment="prod",
+        endpoint_url=black_hole,
+        region="eu-west-1",
+        capacity=100,
+        timeouts=Timeouts(1.0, 2.0, 1),
+    )
     started = time.monotonic()
     for _ in range(50):
         publisher.publish(datums(100))
@@ -426,9 +482,12 @@ def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str
 
 
 def test_an_unreachable_cloudwatch_costs_only_metrics(aws: None) -> None:
-    publisher = CloudWatchPublisher(environment="prod", region="eu-west-1",
-                                    endpoint_url=f"http://127.0.0.1:{closed_port()}",
-                                    timeouts=Timeouts(0.5, 0.5, 1))  # fmt: skip
+    publisher = CloudWatchPublisher(
+        environment="prod",
+        region="eu-west-1",
+        endpoint_url=f"http://127.0.0.1:{closed_port()}",
+        timeouts=Timeouts(0.5, 0.5, 1),
+    )
     for _ in range(3):
         publisher.publish(datums(12))
         time.sleep(0.05)
@@ -462,10 +521,17 @@ def test_cloudwatch_without_a_region_is_a_configuration_error(
 
 def metrics(batch_id: int, **fields: Any) -> BatchMetrics:
     values: dict[str, Any] = {
-        "started": T0, "input_messages": 30, "duration_ms": 2000, "sessions_in_state": 4,
-        "state_bytes": 100, "end": {TP0: 30}, "lag": Lag(58, TP0, 58), "rows_written": 94,
-        "output_files": 4, "output_bytes": 2048,
-    }  # fmt: skip
+        "started": T0,
+        "input_messages": 30,
+        "duration_ms": 2000,
+        "sessions_in_state": 4,
+        "state_bytes": 100,
+        "end": {TP0: 30},
+        "lag": Lag(58, TP0, 58),
+        "rows_written": 94,
+        "output_files": 4,
+        "output_bytes": 2048,
+    }
     values.update(fields)
     return BatchMetrics(batch_id=batch_id, **values)
 
@@ -509,8 +575,9 @@ def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines() -> None:
     display.on_metrics(metrics(0))
     console.line('{"event":"metrics"}')
     display.on_metrics(metrics(1))
-    display.finish("cloudwatch", PublishStats(accepted=24, sent=20, dropped=4, failed_calls=1),
-                   finished=False)  # fmt: skip
+    display.finish(
+        "cloudwatch", PublishStats(accepted=24, sent=20, dropped=4, failed_calls=1), finished=False
+    )
     text = out.getvalue()
     behind = "behind 58 (worst sensor-0:0: 58)"
     first = f"batches 1 | 30 messages (15/s) | {behind} | 4 sessions | 94 rows"
@@ -527,9 +594,15 @@ def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines() -> None:
 
 
 def snapshot_of(*views: SessionView, total: int | None = None) -> StateSnapshot:
-    return StateSnapshot("/ck", 4, {TP0: 60}, views, total or len(views),
-                         sum(v.status == "closed" for v in views),
-                         sum(v.status == "quarantined" for v in views))  # fmt: skip
+    return StateSnapshot(
+        "/ck",
+        4,
+        {TP0: 60},
+        views,
+        total or len(views),
+        sum(v.status == "closed" for v in views),
+        sum(v.status == "quarantined" for v in views),
+    )
 
 
 def test_a_session_prints_its_table_and_position() -> None:

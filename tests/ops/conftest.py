@@ -49,9 +49,11 @@ class Environment:
 def put_handoff(clients: AwsClients, environment: str, values: dict[str, str]) -> None:
     for name, value in values.items():
         clients.ssm.put_parameter(
-            Name=handoff.parameter_name(environment, name), Value=value, Type="String",
+            Name=handoff.parameter_name(environment, name),
+            Value=value,
+            Type="String",
             Overwrite=True,
-        )  # fmt: skip
+        )
 
 
 @pytest.fixture

@@ -21,11 +21,15 @@ def read_back(
 ) -> dict[Tp, list[Any]]:
     """Every record of the topics' partitions, in offset order, until each partition's end."""
     consumer = Consumer(
-        broker.config(**{
-            "group.id": "tests-read-back", "enable.auto.commit": False,
-            "enable.partition.eof": True, "auto.offset.reset": "error",
-        })
-    )  # fmt: skip
+        broker.config(
+            **{
+                "group.id": "tests-read-back",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",
+            }
+        )
+    )
     wanted = [TopicPartition(t, p, OFFSET_BEGINNING) for t, n in topics.items() for p in range(n)]
     consumer.assign(wanted)
     records: dict[Tp, list[Any]] = {Tp(w.topic, w.partition): [] for w in wanted}

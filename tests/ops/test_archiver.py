@@ -56,11 +56,18 @@ def count(root: Path) -> int:
 def kafka_rows(records: list[Any]) -> list[tuple[Any, ...]]:
     """Kafka's records as the archive's columns (Spark's timestampType: CreateTime is 0)."""
     return [
-        (r.key(), r.value(), r.topic(), r.partition(), r.offset(),
-         pa.scalar(r.timestamp()[1] * 1000, pa.timestamp("us", tz="UTC")).as_py(), 0,
-         [{"key": k, "value": v} for k, v in r.headers() or []])
+        (
+            r.key(),
+            r.value(),
+            r.topic(),
+            r.partition(),
+            r.offset(),
+            pa.scalar(r.timestamp()[1] * 1000, pa.timestamp("us", tz="UTC")).as_py(),
+            0,
+            [{"key": k, "value": v} for k, v in r.headers() or []],
+        )
         for r in records
-    ]  # fmt: skip
+    ]
 
 
 # Headers as a producer sets them: in order, a key repeated, a value null; and none at all.
@@ -79,11 +86,16 @@ def test_headers_are_archived_and_read_back_by_every_backend(
     tp = TopicPartition(topic, 0)
     producer = Producer(broker.config(**{"linger.ms": 0, "batch.num.messages": 1}))
     for index, headers in enumerate(HEADERS * 2):
-        producer.produce(topic, key=b"k", value=b"v%d" % index, partition=0,
-                         headers=headers or None)  # fmt: skip
+        producer.produce(
+            topic, key=b"k", value=b"v%d" % index, partition=0, headers=headers or None
+        )
         producer.flush(10)  # one message per batch: tansu's end is then right
-    config = ArchiverConfig(archive_uri=str(tmp_path / "archive"), topic_pattern="^sensor-h1-.+",
-                            max_records=4, max_wait_s=3600)  # fmt: skip
+    config = ArchiverConfig(
+        archive_uri=str(tmp_path / "archive"),
+        topic_pattern="^sensor-h1-.+",
+        max_records=4,
+        max_wait_s=3600,
+    )
     with Archiver(broker, config) as archiver:
         assert archiver.catch_up(timeout_s=60).caught_up
 
@@ -91,8 +103,10 @@ def test_headers_are_archived_and_read_back_by_every_backend(
     files = archived(tmp_path / "archive", "^sensor-h1-.+")[tp]
     # The archive's files hold each record's headers in order, [] where it had none ...
     assert rows(files) == kafka_rows(read_back(broker, {topic: 1})[tp])
-    assert pa.concat_tables(pq.read_table(f.path) for f in files).column(
-        "headers").to_pylist() == expected  # fmt: skip
+    assert (
+        pa.concat_tables(pq.read_table(f.path) for f in files).column("headers").to_pylist()
+        == expected
+    )
     # ... and the source gives the same from the archive, from Kafka, and from both.
     kafka = KafkaBackend(broker, "^sensor-h1-.+", timeout_s=10)
     backends: dict[str, ArchiveBackend | KafkaBackend | TieredBackend] = {
@@ -114,9 +128,11 @@ def test_the_archive_continues_kafka_exactly_and_the_job_reproduces_it(
     topics = {"sensor-a1-0": 2, "sensor-a1-1": 2}
     create_topics(broker, list(topics), partitions=2)
     config = ArchiverConfig(
-        archive_uri=str(tmp_path / "archive"), topic_pattern="^sensor-a1-.+", max_records=40,
+        archive_uri=str(tmp_path / "archive"),
+        topic_pattern="^sensor-a1-.+",
+        max_records=40,
         max_wait_s=3600,
-    )  # fmt: skip
+    )
     capture = CaptureSpec(topics=2, partitions=2, sessions=6, updates=15, prefix="sensor-a1-")
     # First load in transactions: each commit marker takes an offset.
     publish(broker, LoadSpec(capture, run_id="one", transaction_size=25))
@@ -155,8 +171,10 @@ def test_a_second_writer_is_detected_before_an_overlap(
     broker: KafkaEndpoint, tmp_path: Path
 ) -> None:
     create_topics(broker, ["sensor-a2-0"], partitions=1)
-    publish(broker, LoadSpec(CaptureSpec(topics=1, partitions=1, sessions=1, updates=30,
-                                         prefix="sensor-a2-")))  # fmt: skip
+    publish(
+        broker,
+        LoadSpec(CaptureSpec(topics=1, partitions=1, sessions=1, updates=30, prefix="sensor-a2-")),
+    )
     location = resolve(str(tmp_path / "archive"))
     intruded: list[WrittenFile] = []
 
@@ -199,8 +217,12 @@ def test_offsets_that_left_the_brokers_before_archiving_are_data_loss() -> None:
         DataLossError, match="topic sensor-x partition 3 offsets 100 to 119"
     ) as lost:
         retention_check(tp, archive_end=100, log_start=120)
-    assert lost.value.facts == {"topic": "sensor-x", "partition": 3, "first_missing": 100,
-                                "last_missing": 119}  # fmt: skip
+    assert lost.value.facts == {
+        "topic": "sensor-x",
+        "partition": 3,
+        "first_missing": 100,
+        "last_missing": 119,
+    }
 
 
 def test_following_archives_new_records_and_new_topics_until_stopped(
@@ -208,9 +230,12 @@ def test_following_archives_new_records_and_new_topics_until_stopped(
 ) -> None:
     create_topics(broker, ["sensor-a4-0"], partitions=1)
     config = ArchiverConfig(
-        archive_uri=str(tmp_path / "archive"), topic_pattern="^sensor-a4-.+", max_wait_s=0.2,
-        refresh_s=0.2, poll_s=0.1,
-    )  # fmt: skip
+        archive_uri=str(tmp_path / "archive"),
+        topic_pattern="^sensor-a4-.+",
+        max_wait_s=0.2,
+        refresh_s=0.2,
+        poll_s=0.1,
+    )
     stop = threading.Event()
     runs: list[ArchiveRun] = []
     with Archiver(broker, config) as archiver:
@@ -242,8 +267,9 @@ def test_the_cli_produces_one_message_per_batch_for_tansu(
     create_topics(broker, ["sensor-c2-0", "sensor-c3-0"], partitions=1)
     servers = ["--bootstrap-servers", broker.bootstrap_servers]
     args = ["--sources", "1", "--sessions", "3", "--updates", "4", "--run-id", "b"]
-    assert main(["produce", *servers, "--prefix", "sensor-c2-", "--one-message-per-batch",
-                 *args]) == 0  # fmt: skip
+    assert (
+        main(["produce", *servers, "--prefix", "sensor-c2-", "--one-message-per-batch", *args]) == 0
+    )
     monkeypatch.setenv(ONE_MESSAGE_PER_BATCH_VARIABLE, "1")  # what the pipeline's env.sh sets
     assert main(["produce", *servers, "--prefix", "sensor-c3-", *args]) == 0
     for topic in ("sensor-c2-0", "sensor-c3-0"):
@@ -264,10 +290,40 @@ def test_the_cli_produces_and_archives_with_explicit_brokers(
 ) -> None:
     create_topics(broker, ["sensor-c1-0"], partitions=2)
     servers = ["--bootstrap-servers", broker.bootstrap_servers]
-    assert main(["produce", *servers, "--prefix", "sensor-c1-", "--sources", "1",
-                 "--sessions", "3", "--updates", "4", "--run-id", "cli"]) == 0  # fmt: skip
-    assert main(["archive", *servers, "--archive", str(tmp_path / "archive"),
-                 "--topic-pattern", "^sensor-c1-.+", "--timeout", "30s"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "produce",
+                *servers,
+                "--prefix",
+                "sensor-c1-",
+                "--sources",
+                "1",
+                "--sessions",
+                "3",
+                "--updates",
+                "4",
+                "--run-id",
+                "cli",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "archive",
+                *servers,
+                "--archive",
+                str(tmp_path / "archive"),
+                "--topic-pattern",
+                "^sensor-c1-.+",
+                "--timeout",
+                "30s",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     # 3 sessions of snapshot, 4 updates and end.
     assert "published 18 messages of 3 sessions to" in out
@@ -285,14 +341,25 @@ def test_the_archiver_reads_as_the_environments_job_does() -> None:
 
     secret = "arn:aws:secretsmanager:eu-west-1:000000000000:secret:AmazonMSK_t-AbCdEf"
     base = {handoff.BOOTSTRAP_BROKERS_IAM: "b-1:9098", handoff.REGION: "eu-west-1"}
-    found = Handoff("t", base | {
-        handoff.KAFKA_AUTH: "scram", handoff.BOOTSTRAP_BROKERS_SASL_SCRAM: "b-1:9096",
-        handoff.KAFKA_SECRET_ARN: secret, handoff.KAFKA_ISOLATION_LEVEL: "read_uncommitted",
-        handoff.KAFKA_OPTIONS: '["fetch.max.bytes=1048576"]',
-    })  # fmt: skip
+    found = Handoff(
+        "t",
+        base
+        | {
+            handoff.KAFKA_AUTH: "scram",
+            handoff.BOOTSTRAP_BROKERS_SASL_SCRAM: "b-1:9096",
+            handoff.KAFKA_SECRET_ARN: secret,
+            handoff.KAFKA_ISOLATION_LEVEL: "read_uncommitted",
+            handoff.KAFKA_OPTIONS: '["fetch.max.bytes=1048576"]',
+        },
+    )
     endpoint, isolation = found.job_kafka()
-    assert endpoint == KafkaEndpoint("b-1:9096", KafkaAuth.SCRAM, "eu-west-1", secret_arn=secret,
-                                     options=(("fetch.max.bytes", "1048576"),))  # fmt: skip
+    assert endpoint == KafkaEndpoint(
+        "b-1:9096",
+        KafkaAuth.SCRAM,
+        "eu-west-1",
+        secret_arn=secret,
+        options=(("fetch.max.bytes", "1048576"),),
+    )
     assert isolation is Isolation.READ_UNCOMMITTED
     settings = archiver.consumer_settings(ArchiverConfig("archive", isolation=isolation))
     assert settings["isolation.level"] == "read_uncommitted"

@@ -71,9 +71,13 @@ def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
 ) -> None:
     with DriverStandIn(REGION, environment.name, environment.driver) as driver:
         report = deploy.deploy(
-            aws, environment.name, wheel=job_wheel, commit="abc123", heartbeat_timeout_s=20,
+            aws,
+            environment.name,
+            wheel=job_wheel,
+            commit="abc123",
+            heartbeat_timeout_s=20,
             poll_s=0.05,
-        )  # fmt: skip
+        )
     key = f"artifacts/{job_wheel.name}"
     head = aws.s3.head_object(Bucket=environment.bucket, Key=key)
     assert head["Metadata"] == {"sha256": job_wheel.sha256, "git-commit": "abc123"}
@@ -116,12 +120,15 @@ def test_no_heartbeat_after_the_restart_fails_naming_the_wait(
     # A heartbeat from before the restart does not count.
     aws.cloudwatch.put_metric_data(
         Namespace=metric_names.NAMESPACE,
-        MetricData=[{
-            "MetricName": metric_names.HEARTBEAT, "Value": 1.0,
-            "Timestamp": datetime.now(UTC) - timedelta(minutes=5),
-            "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}],
-        }],
-    )  # fmt: skip
+        MetricData=[
+            {
+                "MetricName": metric_names.HEARTBEAT,
+                "Value": 1.0,
+                "Timestamp": datetime.now(UTC) - timedelta(minutes=5),
+                "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}],
+            }
+        ],
+    )
     with pytest.raises(HeartbeatTimeoutError) as failed:
         deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=0.5, poll_s=0.05)
     assert failed.value.environment == "dev"
@@ -154,8 +161,9 @@ def test_a_redeploy_of_a_wheel_without_a_recorded_hash_is_refused(
     key = f"artifacts/{job_wheel.name}"
     aws.s3.put_object(Bucket=environment.bucket, Key=key, Body=job_wheel.path.read_bytes())
     with pytest.raises(ArtifactMissingError, match="no SHA-256 recorded"):
-        deploy.deploy(aws, environment.name, version=job_wheel.version, heartbeat_timeout_s=1,
-                      poll_s=0.05)  # fmt: skip
+        deploy.deploy(
+            aws, environment.name, version=job_wheel.version, heartbeat_timeout_s=1, poll_s=0.05
+        )
     assert job_version(aws, environment) == "none"
     assert commands(aws, environment) == []
 
@@ -178,8 +186,10 @@ def test_cli_deploys_a_given_wheel_then_stops_and_starts_the_job(
 ) -> None:
     poll = ["--poll", "50ms", "--heartbeat-timeout", "20s"]
     with DriverStandIn(REGION, environment.name, environment.driver):
-        assert main(["--region", REGION, "deploy", "-e", "dev", "--wheel",
-                     str(job_wheel.path), *poll]) == 0  # fmt: skip
+        assert (
+            main(["--region", REGION, "deploy", "-e", "dev", "--wheel", str(job_wheel.path), *poll])
+            == 0
+        )
         assert main(["--region", REGION, "stop", "-e", "dev"]) == 0
         assert main(["--region", REGION, "start", "-e", "dev", *poll]) == 0
     out = capsys.readouterr().out
@@ -228,14 +238,19 @@ def test_a_rolled_driver_is_found_by_its_name_tag_not_the_handoffs_old_id(
     """After a roll the hand-off may still name the terminated driver; the tag names the new one."""
     image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     (new,) = aws.ec2.run_instances(
-        ImageId=image, MinCount=1, MaxCount=1,
-        TagSpecifications=[{
-            "ResourceType": "instance",
-            "Tags": [{"Key": "Name", "Value": handoff.driver_name(environment.name)}],
-        }],
-    )["Instances"]  # fmt: skip
+        ImageId=image,
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [{"Key": "Name", "Value": handoff.driver_name(environment.name)}],
+            }
+        ],
+    )["Instances"]
     aws.ec2.terminate_instances(InstanceIds=[environment.driver])
     with DriverStandIn(REGION, environment.name, new["InstanceId"]):
-        report = deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20,
-                               poll_s=0.05)  # fmt: skip
+        report = deploy.deploy(
+            aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
+        )
     assert report.restart.instance_id == new["InstanceId"]

@@ -12,9 +12,12 @@ from tests.ops.conftest import PROJECT
 def test_the_script_runs_from_any_directory(tmp_path: Path) -> None:
     script = PROJECT / "scripts" / "tablecast_ops.py"
     result = subprocess.run(
-        [sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, str(script), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         check=False,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     for command in ("deploy", "status", "start", "stop", "topics", "produce", "archive"):
         assert command in result.stdout
@@ -22,8 +25,11 @@ def test_the_script_runs_from_any_directory(tmp_path: Path) -> None:
 
 def test_the_module_runs_as_on_a_node() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "app.ops", "archive", "--help"], cwd=PROJECT,
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "app.ops", "archive", "--help"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "--follow" in result.stdout

@@ -68,10 +68,31 @@ def test_every_declared_pipeline_is_listed_oldest_first_with_age_expiry_owner_an
     assert [line.split()[0] for line in lines[1:3]] == ["early-exp", "late-exp"]
     early, late = (line.split() for line in lines[1:3])
     # The sandbox's shape: a driver and 1 worker of m7i.large, 2 brokers; 3 workers overridden.
-    assert early == ["early-exp", "al@tablecast-testing.net", "30", "d", "2026-11-25",
-                     "(EXPIRED", "6", "d", "ago)", "22.00", "first"]  # fmt: skip
-    assert late == ["late-exp", "bea@tablecast-testing.net", "11", "d", "2026-12-20",
-                    "(in", "19", "d)", "24.00", "second"]  # fmt: skip
+    assert early == [
+        "early-exp",
+        "al@tablecast-testing.net",
+        "30",
+        "d",
+        "2026-11-25",
+        "(EXPIRED",
+        "6",
+        "d",
+        "ago)",
+        "22.00",
+        "first",
+    ]
+    assert late == [
+        "late-exp",
+        "bea@tablecast-testing.net",
+        "11",
+        "d",
+        "2026-12-20",
+        "(in",
+        "19",
+        "d)",
+        "24.00",
+        "second",
+    ]
     assert "2 test pipeline(s), about 46.00 USD/h together" in lines[3]
     assert "prices as of 2026-01-02" in lines[3]
     assert lines[4] == (
@@ -87,9 +108,10 @@ def test_storage_is_priced_per_gib_month(
 
     argv = files(tmp_path, msk=730.0, ebs=730.0)  # 1 per GiB and hour
     early = next(
-        c for c in pipeline_configs(Path(argv[1]), load_settings(Path(argv[1])))
+        c
+        for c in pipeline_configs(Path(argv[1]), load_settings(Path(argv[1])))
         if c.name == "early-exp"
-    )  # fmt: skip
+    )
     gib = early.broker_count * early.effective_broker_volume_gib + (
         early.spark_worker_count + 1
     ) * (ROOT_VOLUME_GIB + early.spark_data_volume_gib)

@@ -15,10 +15,17 @@ from tests.ops.kafka_helpers import create_topics, read_back
 
 def test_sessions_are_published_in_the_envelope_keyed_and_in_order(broker: KafkaEndpoint) -> None:
     spec = LoadSpec(
-        CaptureSpec(topics=2, partitions=2, sessions=6, updates=12, resync_every=5,
-                    prefix="sensor-p1-", seed=3),
+        CaptureSpec(
+            topics=2,
+            partitions=2,
+            sessions=6,
+            updates=12,
+            resync_every=5,
+            prefix="sensor-p1-",
+            seed=3,
+        ),
         run_id="r1",
-    )  # fmt: skip
+    )
     create_topics(broker, ["sensor-p1-0", "sensor-p1-1"], partitions=2)
     report = publish(broker, spec)
     expected = plan(spec)
@@ -66,10 +73,17 @@ def test_the_rate_spreads_the_messages_over_time(broker: KafkaEndpoint) -> None:
 def test_injected_faults_are_reported_at_their_real_offsets(broker: KafkaEndpoint) -> None:
     faults = (Fault.SEQ_GAP, Fault.SESSION_MISMATCH, Fault.BAD_JSON)
     spec = LoadSpec(
-        CaptureSpec(topics=1, partitions=1, sessions=4, updates=6, prefix="sensor-p2-",
-                    faults=faults, seed=5),
+        CaptureSpec(
+            topics=1,
+            partitions=1,
+            sessions=4,
+            updates=6,
+            prefix="sensor-p2-",
+            faults=faults,
+            seed=5,
+        ),
         run_id="r2",
-    )  # fmt: skip
+    )
     create_topics(broker, ["sensor-p2-0"], partitions=1)
     report = publish(broker, spec)
     records = read_back(broker, {"sensor-p2-0": 1})[TopicPartition("sensor-p2-0", 0)]

@@ -24,11 +24,22 @@ def test_kafka_and_archive_readers_agree_and_so_do_the_restart_points(
     broker: KafkaEndpoint, tmp_path: Path
 ) -> None:
     create_topics(broker, ["sensor-r1-0"], partitions=2)
-    spec = CaptureSpec(topics=1, partitions=2, sessions=4, updates=30, resync_every=8,
-                       concurrent=1, prefix="sensor-r1-")  # fmt: skip
+    spec = CaptureSpec(
+        topics=1,
+        partitions=2,
+        sessions=4,
+        updates=30,
+        resync_every=8,
+        concurrent=1,
+        prefix="sensor-r1-",
+    )
     publish(broker, LoadSpec(spec, run_id="repair"))
-    config = ArchiverConfig(archive_uri=str(tmp_path / "archive"), topic_pattern="^sensor-r1-.+",
-                            max_records=50, max_wait_s=3600)  # fmt: skip
+    config = ArchiverConfig(
+        archive_uri=str(tmp_path / "archive"),
+        topic_pattern="^sensor-r1-.+",
+        max_records=50,
+        max_wait_s=3600,
+    )
     with Archiver(broker, config) as archiver:
         assert archiver.catch_up(timeout_s=60).caught_up
 

@@ -18,20 +18,28 @@ from tests.ops.conftest import REGION, Environment
 def put(aws: AwsClients, name: str, value: float, minutes_ago: float = 1.0) -> None:
     aws.cloudwatch.put_metric_data(
         Namespace=metric_names.NAMESPACE,
-        MetricData=[{
-            "MetricName": name, "Value": value,
-            "Timestamp": datetime.now(UTC) - timedelta(minutes=minutes_ago),
-            "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}],
-        }],
-    )  # fmt: skip
+        MetricData=[
+            {
+                "MetricName": name,
+                "Value": value,
+                "Timestamp": datetime.now(UTC) - timedelta(minutes=minutes_ago),
+                "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}],
+            }
+        ],
+    )
 
 
 def alarm(aws: AwsClients, name: str) -> None:
     aws.cloudwatch.put_metric_alarm(
-        AlarmName=name, Namespace=metric_names.NAMESPACE, MetricName=metric_names.RECORDS_BEHIND,
-        Statistic="Maximum", Period=300, EvaluationPeriods=3, Threshold=100_000,
+        AlarmName=name,
+        Namespace=metric_names.NAMESPACE,
+        MetricName=metric_names.RECORDS_BEHIND,
+        Statistic="Maximum",
+        Period=300,
+        EvaluationPeriods=3,
+        Threshold=100_000,
         ComparisonOperator="GreaterThanThreshold",
-    )  # fmt: skip
+    )
 
 
 def test_the_handoff_is_read_by_its_names(aws: AwsClients, environment: Environment) -> None:
@@ -46,9 +54,11 @@ def test_the_handoff_is_read_by_its_names(aws: AwsClients, environment: Environm
 def test_a_missing_or_bad_parameter_is_named(aws: AwsClients, environment: Environment) -> None:
     aws.ssm.delete_parameter(Name=handoff.parameter_name("dev", handoff.DRIVER_INSTANCE_ID))
     aws.ssm.put_parameter(
-        Name=handoff.parameter_name("dev", handoff.RETENTION_HOURS), Value="a week",
-        Type="String", Overwrite=True,
-    )  # fmt: skip
+        Name=handoff.parameter_name("dev", handoff.RETENTION_HOURS),
+        Value="a week",
+        Type="String",
+        Overwrite=True,
+    )
     found = read_handoff(aws.ssm, "dev")
     with pytest.raises(HandoffError) as missing:
         _ = found.driver_instance_id

@@ -68,8 +68,22 @@ def test_the_cli_takes_brokers_and_policy_from_the_ssm_handoff(
     # The environment's brokers are the loopback broker (plaintext: --kafka-auth none).
     put_handoff(aws, "dev", {"bootstrap-brokers-iam": broker.bootstrap_servers})
     base = ["--region", REGION, "topics"]
-    assert main([*base, "create", "-e", "dev", "--kafka-auth", "none", "--partitions", "2",
-                 "sensor-t3-x"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                *base,
+                "create",
+                "-e",
+                "dev",
+                "--kafka-auth",
+                "none",
+                "--partitions",
+                "2",
+                "sensor-t3-x",
+            ]
+        )
+        == 0
+    )
     assert main([*base, "list", "-e", "dev", "--kafka-auth", "none"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
@@ -77,6 +91,20 @@ def test_the_cli_takes_brokers_and_policy_from_the_ssm_handoff(
     )
     assert "sensor-t3-x  partitions=2  replication=1  retention=96 h  cleanup.policy=delete" in out
     # The environment's policy still refuses less than 72 hours.
-    assert main([*base, "create", "-e", "dev", "--kafka-auth", "none",
-                 "--retention-hours", "48", "sensor-t3-y"]) == 64  # fmt: skip
+    assert (
+        main(
+            [
+                *base,
+                "create",
+                "-e",
+                "dev",
+                "--kafka-auth",
+                "none",
+                "--retention-hours",
+                "48",
+                "sensor-t3-y",
+            ]
+        )
+        == 64
+    )
     assert "under the minimum of 72 h" in capsys.readouterr().err

@@ -15,8 +15,9 @@ A = TopicPartition("sensor-a", 0)
 B = TopicPartition("sensor-a", 1)
 
 
-def _batch(number: int, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
-           ) -> LedgerEntry:  # fmt: skip
+def _batch(
+    number: int, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+) -> LedgerEntry:
     return LedgerEntry(number=number, kind=BATCH, end=end, start=start)
 
 
@@ -82,8 +83,9 @@ def test_a_range_cut_by_a_repair_that_adopted_sessions_is_refused() -> None:
 def test_grid_ranges_name_the_same_offsets_the_same_way() -> None:
     grid = grid_ranges(A, 10, OFFSETS_PER_FILE + 5)
     assert [(r.start, r.end) for r in grid] == [
-        (0, OFFSETS_PER_FILE), (OFFSETS_PER_FILE, 2 * OFFSETS_PER_FILE),
-    ]  # fmt: skip
+        (0, OFFSETS_PER_FILE),
+        (OFFSETS_PER_FILE, 2 * OFFSETS_PER_FILE),
+    ]
     (work,) = works(grid[1:], grid, _index({A: OFFSETS_PER_FILE + 5}))
     # Read from the partition's first offset; the grid's end stops at the archive's.
     assert (work.begin, work.read_end) == (0, OFFSETS_PER_FILE + 5)

@@ -31,13 +31,25 @@ def _output_ending_at(output: Path, end: int) -> str:
 def _archive(root: Path, messages: list[tuple[str, int, str]]) -> str:
     """One file of ``A0`` holding ``(session, seq, type)`` messages from offset 0."""
     n = len(messages)
-    values = [orjson.dumps({"session": s, "seq": seq, "type": kind, "ts": 1, "rows": []})
-              for s, seq, kind in messages]  # fmt: skip
-    table = pa.table({
-        "key": [s.encode() for s, _, _ in messages], "value": values, "topic": [A0.topic] * n,
-        "partition": [A0.partition] * n, "offset": list(range(n)), "timestamp": [0] * n,
-        "timestampType": [0] * n,
-    }).append_column("headers", no_headers(n)).cast(SCHEMA)  # fmt: skip
+    values = [
+        orjson.dumps({"session": s, "seq": seq, "type": kind, "ts": 1, "rows": []})
+        for s, seq, kind in messages
+    ]
+    table = (
+        pa.table(
+            {
+                "key": [s.encode() for s, _, _ in messages],
+                "value": values,
+                "topic": [A0.topic] * n,
+                "partition": [A0.partition] * n,
+                "offset": list(range(n)),
+                "timestamp": [0] * n,
+                "timestampType": [0] * n,
+            }
+        )
+        .append_column("headers", no_headers(n))
+        .cast(SCHEMA)
+    )
     archive.write_file(resolve(str(root)), A0, 0, n, table)
     return str(root)
 
@@ -58,8 +70,9 @@ def test_a_session_without_a_snapshot_in_reach_refuses_the_repair_with_its_facts
     tmp_path: Path,
 ) -> None:
     # Session x's snapshot is gone from the archive: its updates cannot be rebuilt.
-    root = _archive(tmp_path / "archive", [("y", 0, "snapshot"), ("x", 4, "update"),
-                                           ("x", 5, "update")])  # fmt: skip
+    root = _archive(
+        tmp_path / "archive", [("y", 0, "snapshot"), ("x", 4, "update"), ("x", 5, "update")]
+    )
     output = _output_ending_at(tmp_path / "out", 3)
     with pytest.raises(OutputStateError) as refused:
         repair.plan_repair(output, repair.archive_reader(root, "^sensor-.+"))
@@ -67,8 +80,13 @@ def test_a_session_without_a_snapshot_in_reach_refuses_the_repair_with_its_facts
         "cannot repair topic sensor-a partition 0: session 'x' has no snapshot at or before "
         "offset 3 in the source"
     )
-    assert refused.value.facts == {"output": output, "topic": "sensor-a", "partition": 0,
-                                   "session": "x", "offset": 3}  # fmt: skip
+    assert refused.value.facts == {
+        "output": output,
+        "topic": "sensor-a",
+        "partition": 0,
+        "session": "x",
+        "offset": 3,
+    }
     # Nothing was changed: the ledger still ends where it did.
     head = Ledger(resolve(output)).head()
     assert head is not None and head.end == {A0: 3}
@@ -76,17 +94,32 @@ def test_a_session_without_a_snapshot_in_reach_refuses_the_repair_with_its_facts
 
 def test_files_repair_rewrites_keep_the_output_schema_for_every_reader(tmp_path: Path) -> None:
     # Session y: a snapshot, then updates; the ledger says offsets 0 to 5 are published.
-    messages = [("y", 0, "snapshot"), ("y", 1, "update"), ("y", 2, "update"),
-                ("y", 3, "snapshot"), ("y", 4, "update")]  # fmt: skip
+    messages = [
+        ("y", 0, "snapshot"),
+        ("y", 1, "update"),
+        ("y", 2, "update"),
+        ("y", 3, "snapshot"),
+        ("y", 4, "update"),
+    ]
     root = _archive(tmp_path / "archive", messages)
     out = tmp_path / "out"
     location = resolve(str(out))
-    rows = pa.table({
-        "topic": [A0.topic] * 5, "partition": [0] * 5, "offset": list(range(5)),
-        "session": ["y"] * 5, "seq": list(range(5)), "type": [m[2] for m in messages],
-        "ts": [0] * 5, "row_id": ["a"] * 5, "value": [1.0] * 5, "status": ["ok"] * 5,
-        "deleted": [False] * 5,
-    }, schema=OUTPUT_SCHEMA)  # fmt: skip
+    rows = pa.table(
+        {
+            "topic": [A0.topic] * 5,
+            "partition": [0] * 5,
+            "offset": list(range(5)),
+            "session": ["y"] * 5,
+            "seq": list(range(5)),
+            "type": [m[2] for m in messages],
+            "ts": [0] * 5,
+            "row_id": ["a"] * 5,
+            "value": [1.0] * 5,
+            "status": ["ok"] * 5,
+            "deleted": [False] * 5,
+        },
+        schema=OUTPUT_SCHEMA,
+    )
     name = "sensor-a-0-00000000000000000000-00000000000000000005-000"
     for staged in stage_table(location, "", "", rows, "ts", name):
         assert not staged.quarantine
@@ -109,11 +142,22 @@ def test_files_of_a_batch_that_crashed_before_its_ledger_entry_do_not_survive_a_
     out = tmp_path / "out"
     location = resolve(str(out))
     b1 = TopicPartition("sensor-a", 1)
-    rows = pa.table({
-        "topic": [b1.topic], "partition": [1], "offset": [0], "session": ["z"], "seq": [0],
-        "type": ["snapshot"], "ts": [0], "row_id": ["a"], "value": [1.0], "status": ["ok"],
-        "deleted": [False],
-    }, schema=OUTPUT_SCHEMA)  # fmt: skip
+    rows = pa.table(
+        {
+            "topic": [b1.topic],
+            "partition": [1],
+            "offset": [0],
+            "session": ["z"],
+            "seq": [0],
+            "type": ["snapshot"],
+            "ts": [0],
+            "row_id": ["a"],
+            "value": [1.0],
+            "status": ["ok"],
+            "deleted": [False],
+        },
+        schema=OUTPUT_SCHEMA,
+    )
     name = "sensor-a-1-00000000000000000000-00000000000000000001-000"
     published = [s.path for s in stage_table(location, "", "", rows, "ts", name)]
     ledger = Ledger(location)

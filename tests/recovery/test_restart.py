@@ -15,10 +15,13 @@ def h(offset: int, session: str, seq: int, kind: str) -> Header:
 
 def test_open_sessions_move_the_restart_back_to_their_latest_snapshot() -> None:
     history = [
-        h(0, "a", 0, "snapshot"), h(1, "a", 1, "update"),
-        h(2, "b", 0, "snapshot"), h(3, "a", 2, "snapshot"),  # a resyncs at 3
-        h(4, "b", 1, "update"), h(5, "a", 3, "update"),
-    ]  # fmt: skip
+        h(0, "a", 0, "snapshot"),
+        h(1, "a", 1, "update"),
+        h(2, "b", 0, "snapshot"),
+        h(3, "a", 2, "snapshot"),  # a resyncs at 3
+        h(4, "b", 1, "update"),
+        h(5, "a", 3, "update"),
+    ]
     point = restart_point(history, 6)
     # At 6, a (open) needs its snapshot at 3 and b (open) its snapshot at 2. At 2, a's
     # first message is its resync snapshot at 3 and b starts there: settled.
@@ -30,10 +33,13 @@ def test_open_sessions_move_the_restart_back_to_their_latest_snapshot() -> None:
 def test_the_search_repeats_until_it_settles() -> None:
     history = [
         h(0, "c", 0, "snapshot"),
-        h(1, "b", 0, "snapshot"), h(2, "c", 1, "update"),
-        h(3, "a", 0, "snapshot"), h(4, "b", 1, "update"), h(5, "c", 2, "end"),
+        h(1, "b", 0, "snapshot"),
+        h(2, "c", 1, "update"),
+        h(3, "a", 0, "snapshot"),
+        h(4, "b", 1, "update"),
+        h(5, "c", 2, "end"),
         h(6, "a", 1, "update"),
-    ]  # fmt: skip
+    ]
     point = restart_point(history, 7)
     # a (open) needs 3; at 3, b has an update at 4 and needs 1; at 1, c has an update
     # at 2 and needs 0.
@@ -61,17 +67,26 @@ def test_headers_carry_the_contracts_message_types_and_none_for_what_is_not_an_e
     def envelope(seq: int, kind: object) -> bytes:
         return orjson.dumps({"session": "a", "seq": seq, "type": kind, "ts": 7, "rows": []})
 
-    found = headers([
-        _record(3, envelope(1, "update")), _record(0, envelope(0, "snapshot")),
-        _record(4, envelope(2, "end")), _record(5, b"{not json"), _record(6, envelope(3, "resync")),
-        _record(7, envelope(4, 1)), _record(8, None, key=None),
-    ])  # fmt: skip
+    found = headers(
+        [
+            _record(3, envelope(1, "update")),
+            _record(0, envelope(0, "snapshot")),
+            _record(4, envelope(2, "end")),
+            _record(5, b"{not json"),
+            _record(6, envelope(3, "resync")),
+            _record(7, envelope(4, 1)),
+            _record(8, None, key=None),
+        ]
+    )
     assert found == [
-        Header(0, "a", 0, MessageType.SNAPSHOT, 7), Header(3, "a", 1, MessageType.UPDATE, 7),
-        Header(4, "a", 2, MessageType.END, 7), Header(5, "a", -1, None, 5005),
-        Header(6, "a", -1, None, 5006), Header(7, "a", -1, None, 5007),
+        Header(0, "a", 0, MessageType.SNAPSHOT, 7),
+        Header(3, "a", 1, MessageType.UPDATE, 7),
+        Header(4, "a", 2, MessageType.END, 7),
+        Header(5, "a", -1, None, 5005),
+        Header(6, "a", -1, None, 5006),
+        Header(7, "a", -1, None, 5007),
         Header(8, "", -1, None, 5008),
-    ]  # fmt: skip
+    ]
 
 
 def test_restart_points_from_parsed_headers_see_snapshots_and_ends() -> None:
@@ -83,10 +98,14 @@ def test_restart_points_from_parsed_headers_see_snapshots_and_ends() -> None:
     records = [
         Record(Position("sensor-1", 0, offset), session.encode(), value(session, seq, kind), 1)
         for offset, session, seq, kind in [
-            (0, "a", 0, "snapshot"), (1, "b", 0, "snapshot"), (2, "a", 1, "update"),
-            (3, "b", 1, "end"), (4, "a", 2, "snapshot"), (5, "c", 0, "snapshot"),
+            (0, "a", 0, "snapshot"),
+            (1, "b", 0, "snapshot"),
+            (2, "a", 1, "update"),
+            (3, "b", 1, "end"),
+            (4, "a", 2, "snapshot"),
+            (5, "c", 0, "snapshot"),
         ]
-    ]  # fmt: skip
+    ]
     records.append(Record(Position("sensor-1", 0, 6), b"c", b"garbage", 1))
     point = restart_point(headers(records), 7)
     # b ended at 3; a resynced at 4; c's garbage at 6 needs c's snapshot at 5. At 4, a starts

@@ -19,8 +19,9 @@ SPEC = CaptureSpec(topics=1, partitions=1, sessions=2, updates=12, seed=3)
 
 
 def _decisions(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, str]]:
-    return [(r.name, r.levelno, r.getMessage()) for r in caplog.records
-            if r.name.startswith("app.sink")]  # fmt: skip
+    return [
+        (r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("app.sink")
+    ]
 
 
 @pytest.mark.spark
@@ -36,10 +37,11 @@ def test_published_then_recognised_as_published_then_refused(
     assert head is not None and head.rows > 0
     end = offsets_mod.describe(head.end)  # "sensor-0:0@<n>"
     assert (
-        "app.sink.commit", logging.INFO,
+        "app.sink.commit",
+        logging.INFO,
         f"batch 0 published as ledger entry 0: {len(head.files)} files, {head.rows} rows, "
         f"sensor-0:0@0 to {end}",
-    ) in _decisions(caplog)  # fmt: skip
+    ) in _decisions(caplog)
 
     # Died after publishing, before Spark's commit: the redo is recognised.
     (checkpoint / "commits" / "0").unlink()
@@ -48,12 +50,18 @@ def test_published_then_recognised_as_published_then_refused(
     run_job(spark, archive, output, checkpoint)
     decisions = _decisions(caplog)
     assert (
-        "app.sink.commit", logging.INFO,
+        "app.sink.commit",
+        logging.INFO,
         f"batch 0 ends at {end}, as ledger entry 0 (batch 0) does: published before a restart, "
         "not publishing again",
-    ) in decisions  # fmt: skip
-    assert any(name == "app.sink.guard" and level == logging.INFO and "planned batch 0" in message
-               and end in message for name, level, message in decisions)  # fmt: skip
+    ) in decisions
+    assert any(
+        name == "app.sink.guard"
+        and level == logging.INFO
+        and "planned batch 0" in message
+        and end in message
+        for name, level, message in decisions
+    )
     assert not any("published as ledger entry" in message for _, _, message in decisions)
 
     # A checkpoint that is not the output's: refused at start-up, with the output's offsets.
@@ -72,8 +80,12 @@ def test_a_strict_violation_is_logged_as_not_published(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     archive, output = tmp_path / "archive", tmp_path / "out"
-    write_capture(archive, CaptureSpec(topics=1, partitions=1, sessions=2, updates=12, seed=3,
-                                       faults=(Fault.SEQ_GAP,)))  # fmt: skip
+    write_capture(
+        archive,
+        CaptureSpec(
+            topics=1, partitions=1, sessions=2, updates=12, seed=3, faults=(Fault.SEQ_GAP,)
+        ),
+    )
     caplog.set_level(logging.INFO, logger="app.sink")
     with pytest.raises(IntegrityViolationError) as failed:
         run_job(spark, archive, output, tmp_path / "ckpt")

@@ -75,20 +75,39 @@ def _visible_files(output: Path) -> set[str]:
     return found
 
 
-def _cli_run(archive: Path, output: Path, checkpoint: Path, crash: str | None = None,
-             max_offsets: int = MAX_OFFSETS) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+def _cli_run(
+    archive: Path,
+    output: Path,
+    checkpoint: Path,
+    crash: str | None = None,
+    max_offsets: int = MAX_OFFSETS,
+) -> subprocess.CompletedProcess[bytes]:
     """A real ``tablecast run`` (its own JVM and Python workers: a cold start)."""
     env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, CRASH_MODE_ENV)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "run", "--archive", str(archive), "--output", str(output),
-         "--checkpoint", str(checkpoint), "--trigger", "available-now",
-         "--max-offsets-per-trigger", str(max_offsets),
-         "--log-format", "json"],  # JSON logs carry the sink's INFO lines: its decisions
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "run",
+            "--archive",
+            str(archive),
+            "--output",
+            str(output),
+            "--checkpoint",
+            str(checkpoint),
+            "--trigger",
+            "available-now",
+            "--max-offsets-per-trigger",
+            str(max_offsets),
+            "--log-format",
+            "json",
+        ],  # JSON logs carry the sink's INFO lines: its decisions
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # the driver, its JVM and Python workers: one process group
         env=env if crash is None else {**env, CRASH_ENV: crash},
-    )  # fmt: skip
+    )
     try:
         _, stderr = process.communicate(timeout=300)
     finally:
@@ -100,8 +119,7 @@ def _reap_group(group: int) -> None:
     """The JVM leaves once its driver is gone; make sure nothing of the group outlives it."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-g", str(group)], capture_output=True,
-                          check=False).returncode:  # fmt: skip
+        if subprocess.run(["pgrep", "-g", str(group)], capture_output=True, check=False).returncode:
             return
         try:
             os.killpg(group, signal.SIGKILL)
@@ -111,8 +129,9 @@ def _reap_group(group: int) -> None:
     raise AssertionError(f"processes of group {group} still running")
 
 
-def _assert_at_crash(archive: Path, output: Path, checkpoint: Path, step: int,
-                     batch: int = CRASH_BATCH) -> None:  # fmt: skip
+def _assert_at_crash(
+    archive: Path, output: Path, checkpoint: Path, step: int, batch: int = CRASH_BATCH
+) -> None:
     """What a reader and the next run find after a crash right after ``step`` of ``batch``."""
     before = _checkpoint_offsets(checkpoint, batch - 1)
     this = _checkpoint_offsets(checkpoint, batch)
@@ -155,9 +174,13 @@ def _assert_ledger_consistent(archive: Path, output: Path) -> None:
 
 
 def _resume_and_check(
-    spark: Any, archive: Path, output: Path, checkpoint: Path, step: int,
+    spark: Any,
+    archive: Path,
+    output: Path,
+    checkpoint: Path,
+    step: int,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     caplog.clear()
     caplog.set_level(logging.INFO, logger="app.sink")
     run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS)
@@ -176,9 +199,12 @@ def _resume_and_check(
 @pytest.mark.spark
 @pytest.mark.parametrize("step", range(1, STEPS + 1))
 def test_a_crash_after_each_commit_step_resumes_exactly(
-    step: int, archive: Path, spark: Any, tmp_path: Path,
+    step: int,
+    archive: Path,
+    spark: Any,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
     crash_in_process(spark, archive, output, checkpoint, step)
     _assert_at_crash(archive, output, checkpoint, step)
@@ -244,8 +270,9 @@ def test_sigkilled_inside_each_commit_step_in_turn_every_cold_resume_is_exact(
     output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
     previous: tuple[int, str] | None = None
     for batch, where in enumerate(CHAIN, start=1):
-        done = _cli_run(archive, output, checkpoint, crash=f"{where}:{batch}",
-                        max_offsets=CHAIN_MAX_OFFSETS)  # fmt: skip
+        done = _cli_run(
+            archive, output, checkpoint, crash=f"{where}:{batch}", max_offsets=CHAIN_MAX_OFFSETS
+        )
         stderr = done.stderr.decode()
         assert done.returncode == -signal.SIGKILL, stderr[-3000:]
         assert f"after step {where} of batch {batch}" in stderr

@@ -23,12 +23,19 @@ def _ledger(tmp_path: Path) -> Ledger:
 
 def test_an_entry_survives_the_round_trip_through_its_file(tmp_path: Path) -> None:
     entry = LedgerEntry(
-        number=3, kind=ledger_mod.BATCH, end={B: 40, A: 12},
-        files=("date=2026-01-01/part-sensor-a-0-0-12-000.parquet",), rows=57,
-        checkpoint="/ckpt", checkpoint_id="q-1", batch_id=9, adopt={"s2": 5, "s1": 7},
-        written_at="2026-01-02T03:04:05+00:00", job=JobVersion("1.4.0", "abc123", "d1g3st"),
+        number=3,
+        kind=ledger_mod.BATCH,
+        end={B: 40, A: 12},
+        files=("date=2026-01-01/part-sensor-a-0-0-12-000.parquet",),
+        rows=57,
+        checkpoint="/ckpt",
+        checkpoint_id="q-1",
+        batch_id=9,
+        adopt={"s2": 5, "s1": 7},
+        written_at="2026-01-02T03:04:05+00:00",
+        job=JobVersion("1.4.0", "abc123", "d1g3st"),
         start={A: 0, B: 30},
-    )  # fmt: skip
+    )
     ledger = _ledger(tmp_path)
     ledger.append(entry)
     assert ledger.read(3) == entry
@@ -43,9 +50,17 @@ def test_an_entry_survives_the_round_trip_through_its_file(tmp_path: Path) -> No
 
 
 def test_entries_written_before_the_newer_fields_still_read(tmp_path: Path) -> None:
-    old = {"number": 0, "kind": "batch", "end": {"sensor-a:0": 5}, "files": [], "rows": 0,
-           "checkpoint": None, "checkpoint_id": None, "batch_id": 0,
-           "written_at": "2025-01-01T00:00:00+00:00"}  # fmt: skip
+    old = {
+        "number": 0,
+        "kind": "batch",
+        "end": {"sensor-a:0": 5},
+        "files": [],
+        "rows": 0,
+        "checkpoint": None,
+        "checkpoint_id": None,
+        "batch_id": 0,
+        "written_at": "2025-01-01T00:00:00+00:00",
+    }
     path = tmp_path / "out" / "_tablecast" / "ledger" / "00000000000000000000.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(old))
@@ -108,8 +123,9 @@ def test_an_entry_records_the_rules_and_the_rule_6_owners_it_was_computed_with(
     tmp_path: Path,
 ) -> None:
     rules = LiveRules(mode=IntegrityMode.RESYNC, timeout_ms=600_000)
-    entry = LedgerEntry(number=0, kind=ledger_mod.BATCH, end={A: 12}, rules=rules,
-                        foreign={B: {"s7": A}})  # fmt: skip
+    entry = LedgerEntry(
+        number=0, kind=ledger_mod.BATCH, end={A: 12}, rules=rules, foreign={B: {"s7": A}}
+    )
     ledger = _ledger(tmp_path)
     ledger.append(entry)
     assert ledger.read(0) == entry

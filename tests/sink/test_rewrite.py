@@ -53,8 +53,9 @@ class CrashAfter(RewriteSteps):
 
 
 @pytest.fixture(params=["local", "s3"])
-def output(request: pytest.FixtureRequest, tmp_path: Path,
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[Location]:  # fmt: skip
+def output(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Location]:
     if request.param == "local":
         yield resolve(str(tmp_path / "out"))
         return
@@ -68,8 +69,12 @@ def output(request: pytest.FixtureRequest, tmp_path: Path,
         endpoint = f"http://{host}:{port}"
         request_ = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
         urllib.request.urlopen(request_).close()
-        settings = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                    "AWS_REGION": "us-east-1", "TABLECAST_S3_ENDPOINT": endpoint}  # fmt: skip
+        settings = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "TABLECAST_S3_ENDPOINT": endpoint,
+        }
         for key, value in settings.items():
             monkeypatch.setenv(key, value)
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
@@ -128,8 +133,9 @@ def test_no_published_name_is_written_twice(output: Location) -> None:
 
         import boto3
 
-        client = boto3.client("s3", endpoint_url=os.environ["TABLECAST_S3_ENDPOINT"],
-                              region_name="us-east-1")  # fmt: skip
+        client = boto3.client(
+            "s3", endpoint_url=os.environ["TABLECAST_S3_ENDPOINT"], region_name="us-east-1"
+        )
         versions = client.list_object_versions(Bucket="lake", Prefix="out/date=")["Versions"]
         new_key = "out/" + rewrite.publish[0][1]
         assert sum(1 for v in versions if v["Key"] == new_key) == 1
@@ -165,8 +171,12 @@ rewrite_mod.carry_out(resolve(sys.argv[1]), rewrite, Die(), snapshot=snapshot_re
 
 def _sigkilled_after_publishing(location: Location, rewrite: Rewrite) -> None:
     """A recompute's process killed between steps 2 and 3 (no error handler runs)."""
-    done = subprocess.run([sys.executable, "-c", _KILLED_AFTER_PUBLISHING, location.uri],
-                          input=rewrite.to_json(), capture_output=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_PUBLISHING, location.uri],
+        input=rewrite.to_json(),
+        capture_output=True,
+        check=False,
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
     assert set(OLD) | {rewrite.publish[0][1]} == set(_visible(location))
 
@@ -267,8 +277,9 @@ def test_the_live_job_finishes_a_rewrite_whose_owner_died_before_it_starts(
         rewrite_mod.carry_out(output, rewrite, CrashAfter(2), snapshot=snapshot_rewrite)
     assert set(OLD) | {rewrite.publish[0][1]} == set(_visible(output))
     end = {TopicPartition("t", 0): 10}
-    Ledger(output).append(LedgerEntry(0, ledger_mod.BATCH, end, checkpoint_id=test_guard.QUERY,
-                                      batch_id=0))  # fmt: skip
+    Ledger(output).append(
+        LedgerEntry(0, ledger_mod.BATCH, end, checkpoint_id=test_guard.QUERY, batch_id=0)
+    )
     test_guard._checkpoint(tmp_path / "ckpt", [end], committed=0)
     check_before_start(output.uri, CheckpointLog(spark, str(tmp_path / "ckpt")))
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}

@@ -72,8 +72,10 @@ def test_one_file_per_utc_day_rows_in_their_order(tmp_path: Path) -> None:
     day2 = f"date=2026-03-02/part-{NAME}.parquet"
     day4 = f"date=2026-03-04/part-{NAME}.parquet"
     assert [(s.path, s.rows, s.quarantine) for s in staged] == [
-        (day1, 2, False), (day2, 2, False), (day4, 1, False)
-    ]  # fmt: skip
+        (day1, 2, False),
+        (day2, 2, False),
+        (day4, 1, False),
+    ]
     base = tmp_path / "out" / STAGING
     for item in staged:
         assert item.bytes == (base / item.path).stat().st_size > 0
@@ -101,13 +103,28 @@ def test_the_files_keep_the_output_schema_and_are_snappy(tmp_path: Path) -> None
         "print(json.dumps({'columns': rel.columns, 'types': [str(t) for t in rel.types], "
         "'rows': rows}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
-                          text=True, check=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     seen = json.loads(done.stdout)
     assert seen["columns"] == list(OUTPUT_SCHEMA.names)
-    assert seen["types"] == ["VARCHAR", "INTEGER", "BIGINT", "VARCHAR", "BIGINT", "VARCHAR",
-                             "TIMESTAMP WITH TIME ZONE", "VARCHAR", "DOUBLE", "VARCHAR",
-                             "BOOLEAN"]  # fmt: skip
+    assert seen["types"] == [
+        "VARCHAR",
+        "INTEGER",
+        "BIGINT",
+        "VARCHAR",
+        "BIGINT",
+        "VARCHAR",
+        "TIMESTAMP WITH TIME ZONE",
+        "VARCHAR",
+        "DOUBLE",
+        "VARCHAR",
+        "BOOLEAN",
+    ]
     assert [r[2] for r in seen["rows"]] == ["100", "101"]
     assert [r[7] for r in seen["rows"]] == table["row_id"].to_pylist()
     assert [float(r[8]) for r in seen["rows"]] == table["value"].to_pylist()
@@ -165,8 +182,9 @@ def test_staged_files_appear_whole_under_their_names_and_a_redo_keeps_them_in_pl
 ) -> None:
     handler = RecordingHandler(hdfs_rename=hdfs)
     root = str(tmp_path / "out")
-    location = Location(root, pafs.PyFileSystem(handler), root, is_local=not hdfs,
-                        atomic_rename=hdfs)  # fmt: skip
+    location = Location(
+        root, pafs.PyFileSystem(handler), root, is_local=not hdfs, atomic_rename=hdfs
+    )
     table = _rows(["2026-03-01T10:00:00", "2026-03-02T11:00:00"])
     first = stage_table(location, STAGING, "", table, "ts", NAME)
     # Written under a hidden temporary name, then renamed: never seen half written.
@@ -179,16 +197,19 @@ def test_staged_files_appear_whole_under_their_names_and_a_redo_keeps_them_in_pl
     assert [p for p in deleted if not os.path.basename(p).startswith(".")] == []
     for item in first:
         assert pq.read_table(tmp_path / "out" / STAGING / item.path, partitioning=None).equals(
-            table.filter(pc.equal(pc.strftime(table["ts"], "%Y-%m-%d"),
-                                  item.path.split("/")[0].removeprefix("date=")))
-        )  # fmt: skip
+            table.filter(
+                pc.equal(
+                    pc.strftime(table["ts"], "%Y-%m-%d"),
+                    item.path.split("/")[0].removeprefix("date="),
+                )
+            )
+        )
 
 
 def test_an_hdfs_replace_of_a_visible_file_never_removes_its_name(tmp_path: Path) -> None:
     handler = RecordingHandler(hdfs_rename=True)
     root = str(tmp_path / "out")
-    location = Location(root, pafs.PyFileSystem(handler), root, is_local=False,
-                        atomic_rename=True)  # fmt: skip
+    location = Location(root, pafs.PyFileSystem(handler), root, is_local=False, atomic_rename=True)
     target = location.child("_tablecast", "ledger", "00000000000000000001.json")
     location.write_bytes_atomic(target, b"entry")
     handler.log.clear()

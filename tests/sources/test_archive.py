@@ -72,19 +72,29 @@ def test_a_hole_between_files_is_data_loss(tmp_path: Path) -> None:
         archive.scan(resolve(str(tmp_path)), "^sensor-.+")
     after = tmp_path / "sensor-a" / "0" / archive.file_name(12, 20)
     assert lost.value.facts == {
-        "source": "the archive", "topic": "sensor-a", "partition": 0, "first_missing": 10,
-        "last_missing": 11, "path": str(after),
-    }  # fmt: skip
+        "source": "the archive",
+        "topic": "sensor-a",
+        "partition": 0,
+        "first_missing": 10,
+        "last_missing": 11,
+        "path": str(after),
+    }
     # An index listed with its holes: a range over one is data loss, from where it starts.
     index = archive.scan(resolve(str(tmp_path)), "^sensor-.+", holes=True)
     with pytest.raises(DataLossError) as lost:
         index.covering(A0, 5, 15)
     assert (lost.value.facts["first_missing"], lost.value.facts["last_missing"]) == (10, 11)
-    with pytest.raises(DataLossError, match="offsets from 11 are needed but the earliest file "
-                                            "starts at 12") as lost:  # fmt: skip
+    with pytest.raises(
+        DataLossError, match="offsets from 11 are needed but the earliest file starts at 12"
+    ) as lost:
         index.covering(A0, 11, 15)
-    assert lost.value.facts == {"source": "the archive", "topic": "sensor-a", "partition": 0,
-                                "offset": 11, "earliest": 12}  # fmt: skip
+    assert lost.value.facts == {
+        "source": "the archive",
+        "topic": "sensor-a",
+        "partition": 0,
+        "offset": 11,
+        "earliest": 12,
+    }
 
 
 def test_badly_named_and_overlapping_files_are_layout_errors(tmp_path: Path) -> None:
@@ -105,9 +115,11 @@ def test_badly_named_and_overlapping_files_are_layout_errors(tmp_path: Path) -> 
     with pytest.raises(ArchiveLayoutError, match="overlap") as bad:
         archive.scan(resolve(str(tmp_path)), "^sensor-.+")
     assert bad.value.facts == {
-        "path": str(tmp_path / "sensor-a" / "0" / archive.file_name(5, 15)), "topic": "sensor-a",
-        "partition": 0, "overlaps": str(tmp_path / "sensor-a" / "0" / archive.file_name(0, 10)),
-    }  # fmt: skip
+        "path": str(tmp_path / "sensor-a" / "0" / archive.file_name(5, 15)),
+        "topic": "sensor-a",
+        "partition": 0,
+        "overlaps": str(tmp_path / "sensor-a" / "0" / archive.file_name(0, 10)),
+    }
     (tmp_path / "sensor-b" / "x").mkdir(parents=True)
     (tmp_path / "sensor-a" / "0" / archive.file_name(5, 15)).unlink()
     with pytest.raises(ArchiveLayoutError, match="is not a partition number") as bad:
@@ -174,10 +186,16 @@ def test_offsets_start_at_the_earliest_and_pick_up_new_partitions(tmp_path: Path
     later = reader.latestOffset(end, ReadAllAvailable())
     assert later == {"sensor-a:0": 120, "sensor-a:1": 0}
     assert reader.partitions(end, later)[0] == RangePartition(
-        A0, 110, 120, ArchiveRange(str(tmp_path), tuple(archive.scan(resolve(str(tmp_path)),
-                                                                     "^sensor-.+").files[A0][1:]),
-                                   110, 120)
-    )  # fmt: skip
+        A0,
+        110,
+        120,
+        ArchiveRange(
+            str(tmp_path),
+            tuple(archive.scan(resolve(str(tmp_path)), "^sensor-.+").files[A0][1:]),
+            110,
+            120,
+        ),
+    )
     last = reader.latestOffset(later, ReadAllAvailable())
     assert last == {"sensor-a:0": 120, "sensor-a:1": 7}
     parts = reader.partitions(later, last)
@@ -211,17 +229,27 @@ def test_offsets_that_are_gone_are_data_loss(tmp_path: Path) -> None:
     _write(tmp_path, A0, 50, 60)
     reader = _reader(tmp_path)
     where = f"the archive {tmp_path}"
-    with pytest.raises(DataLossError, match=r"must continue at offset 10 but the archive .* "
-                                            r"holds offsets 50 to 59") as lost:  # fmt: skip
+    with pytest.raises(
+        DataLossError,
+        match=r"must continue at offset 10 but the archive .* "
+        r"holds offsets 50 to 59",
+    ) as lost:
         reader.latestOffset({"sensor-a:0": 10}, ReadAllAvailable())
     assert lost.value.facts == {
-        "source": where, "topic": "sensor-a", "partition": 0, "offset": 10, "earliest": 50,
-        "latest": 60, "first_missing": 10, "last_missing": 49,
-    }  # fmt: skip
+        "source": where,
+        "topic": "sensor-a",
+        "partition": 0,
+        "offset": 10,
+        "earliest": 50,
+        "latest": 60,
+        "first_missing": 10,
+        "last_missing": 49,
+    }
     with pytest.raises(DataLossError) as lost:
         reader.latestOffset({"sensor-a:0": 70}, ReadAllAvailable())  # past the end: no range
-    assert str(lost.value).endswith("must continue at offset 70 but the archive "
-                                    f"{tmp_path} holds offsets 50 to 59")  # fmt: skip
+    assert str(lost.value).endswith(
+        f"must continue at offset 70 but the archive {tmp_path} holds offsets 50 to 59"
+    )
     assert "first_missing" not in lost.value.facts and lost.value.facts["offset"] == 70
     with pytest.raises(DataLossError, match="sensor-b partition 0 is gone") as lost:
         reader.latestOffset({"sensor-a:0": 50, "sensor-b:0": 3}, ReadAllAvailable())
@@ -250,8 +278,9 @@ def test_an_archive_topic_of_another_identity_is_refused_as_data_loss(tmp_path: 
     )
     # An archive without identities (written before them) reads as before.
     assert _reader(tmp_path).latestOffset({"sensor-a:0": 10}, ReadAllAvailable()) == {
-        "sensor-a:0": 30, "@topic-ids": {"sensor-a": "id-2"},
-    }  # fmt: skip
+        "sensor-a:0": 30,
+        "@topic-ids": {"sensor-a": "id-2"},
+    }
 
 
 def test_a_topic_that_left_the_pattern_or_was_removed_after_it_was_read_is_dropped(
@@ -312,12 +341,20 @@ def test_a_fresh_checkpoint_starts_at_the_latest_offsets_when_asked(tmp_path: Pa
 
     _write(tmp_path, A0, 0, 10)
     latest = StartingPosition.parse("latest")
-    reader = OffsetStreamReader(ArchiveBackend(str(tmp_path), "^sensor-.+"), max_offsets=0,
-                                starting={}, starting_position=latest)  # fmt: skip
+    reader = OffsetStreamReader(
+        ArchiveBackend(str(tmp_path), "^sensor-.+"),
+        max_offsets=0,
+        starting={},
+        starting_position=latest,
+    )
     assert reader.initialOffset() == {"sensor-a:0": 10}
     at_time = StartingPosition.parse("1000")
-    by_time = OffsetStreamReader(ArchiveBackend(str(tmp_path), "^sensor-.+"), max_offsets=0,
-                                 starting={}, starting_position=at_time)  # fmt: skip
+    by_time = OffsetStreamReader(
+        ArchiveBackend(str(tmp_path), "^sensor-.+"),
+        max_offsets=0,
+        starting={},
+        starting_position=at_time,
+    )
     with pytest.raises(ConfigurationError, match="with a time needs Kafka"):
         by_time.initialOffset()
 
@@ -325,9 +362,14 @@ def test_a_fresh_checkpoint_starts_at_the_latest_offsets_when_asked(tmp_path: Pa
 def test_min_offsets_per_trigger_waits_at_most_the_max_trigger_delay(tmp_path: Path) -> None:
     _write(tmp_path, A0, 0, 10)
     now = [0.0]
-    reader = OffsetStreamReader(ArchiveBackend(str(tmp_path), "^sensor-.+"), max_offsets=0,
-                                starting={}, min_offsets=50, max_trigger_delay_s=60,
-                                clock=lambda: now[0])  # fmt: skip
+    reader = OffsetStreamReader(
+        ArchiveBackend(str(tmp_path), "^sensor-.+"),
+        max_offsets=0,
+        starting={},
+        min_offsets=50,
+        max_trigger_delay_s=60,
+        clock=lambda: now[0],
+    )
     start = reader.initialOffset()
     first = reader.latestOffset(start, ReadAllAvailable())
     assert first == {"sensor-a:0": 10}  # the first trigger reads what there is
@@ -361,8 +403,13 @@ def test_archives_written_before_headers_read_as_records_without_headers(tmp_pat
     assert all(b.schema == records.SOURCE_SCHEMA for b in batches)
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == [0, 1, 2, 3, 4]
-    assert table.column("headers").to_pylist() == [[], [], [], [{"key": "trace", "value": b"t"}],
-                                                   []]  # fmt: skip
+    assert table.column("headers").to_pylist() == [
+        [],
+        [],
+        [],
+        [{"key": "trace", "value": b"t"}],
+        [],
+    ]
 
 
 def _write_table(root: Path, tp: TopicPartition, start: int, end: int, table: pa.Table) -> None:

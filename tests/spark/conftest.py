@@ -35,9 +35,12 @@ def s3(tmp_path: Path) -> Iterator[dict[str, str]]:
     import boto3
 
     boto3.client(
-        "s3", endpoint_url=env["TABLECAST_S3_ENDPOINT"], region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    ).create_bucket(Bucket="lake")  # fmt: skip
+        "s3",
+        endpoint_url=env["TABLECAST_S3_ENDPOINT"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket="lake")
     saved = {k: os.environ.get(k) for k in env if k.startswith(("AWS_", "TABLECAST_"))}
     os.environ.update({k: v for k, v in env.items() if k in saved})
     try:

@@ -23,9 +23,14 @@ def write_capture(archive: Path, spec: gen.CaptureSpec) -> gen.Capture:
     return capture
 
 
-def run_job(spark: Any, archive: Path | str, output: Path | str, checkpoint: Path | str,
-            processor: Processor[Any] | None = None,
-            **overrides: Any) -> list[BatchReport]:  # fmt: skip
+def run_job(
+    spark: Any,
+    archive: Path | str,
+    output: Path | str,
+    checkpoint: Path | str,
+    processor: Processor[Any] | None = None,
+    **overrides: Any,
+) -> list[BatchReport]:
     reports: list[BatchReport] = []
     config = JobConfig(
         source=ArchiveSource(str(archive)),
@@ -44,8 +49,9 @@ def expected_rows(
     return verify.expected_output(str(archive), "^sensor-.+", mode)
 
 
-def assert_exact(archive: Path | str, output: Path | str,
-                 mode: IntegrityMode = IntegrityMode.STRICT) -> verify.Comparison:  # fmt: skip
+def assert_exact(
+    archive: Path | str, output: Path | str, mode: IntegrityMode = IntegrityMode.STRICT
+) -> verify.Comparison:
     expected = expected_rows(archive, mode)
     comparison = verify.compare(expected.rows, verify.read_output(str(output)))
     assert comparison.ok, comparison.report()

@@ -42,8 +42,13 @@ def executor_python(root: Path) -> str:
     # editable install of `app`) are not run: the dependencies come, the package not.
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     python = str(root / "bin" / "python")
-    probe = subprocess.run([python, "-c", "import pyarrow, orjson, pyspark, app"],
-                           capture_output=True, text=True, cwd=root, check=False)  # fmt: skip
+    probe = subprocess.run(
+        [python, "-c", "import pyarrow, orjson, pyspark, app"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=False,
+    )
     assert "No module named 'app'" in probe.stderr, probe.stderr
     return python
 
@@ -78,12 +83,18 @@ def run_job_submit_options(wheel: Path, master_url: str) -> list[str]:
     text = RUN_JOB.read_text(encoding="utf-8").replace("\\\n", " ")
     line = text[text.index('"${SPARK_HOME}/bin/spark-submit"') :].split("\n")[0]
     words = shlex.split(line)[1 : shlex.split(line).index("${DRIVER_PY}")]
-    values = {"${py_files}": str(wheel), "${TABLECAST_ENV}": "test",
-              "spark://${TABLECAST_DRIVER_HOST}:${MASTER_PORT}": master_url}  # fmt: skip
+    values = {
+        "${py_files}": str(wheel),
+        "${TABLECAST_ENV}": "test",
+        "spark://${TABLECAST_DRIVER_HOST}:${MASTER_PORT}": master_url,
+    }
     # ${spark_conf[@]}: empty, as run-job leaves it where the image's preloading daemon is
     # not installed (this worker's venv has none).
-    filled = [values.get(word, re.sub(r"^tablecast-\$\{TABLECAST_ENV\}$", "tablecast-test", word))
-              for word in words if word != "${spark_conf[@]}"]  # fmt: skip
+    filled = [
+        values.get(word, re.sub(r"^tablecast-\$\{TABLECAST_ENV\}$", "tablecast-test", word))
+        for word in words
+        if word != "${spark_conf[@]}"
+    ]
     assert not [w for w in filled if "${" in w], filled
     return filled
 
@@ -98,14 +109,31 @@ def test_run_jobs_submit_line_ships_the_installed_wheel(
     options = run_job_submit_options(py_files, cluster.master_url)
     assert options[options.index("--py-files") + 1] == str(py_files)
     command = [
-        str(spark_home() / "bin" / "spark-submit"), *options, str(DRIVER_PY), "run",
-        "--archive", str(tmp_path / "archive"), "--output", str(tmp_path / "out"),
-        "--checkpoint", str(tmp_path / "ckpt"), "--trigger", "available-now",
-        "--max-offsets-per-trigger", "100",
-    ]  # fmt: skip
+        str(spark_home() / "bin" / "spark-submit"),
+        *options,
+        str(DRIVER_PY),
+        "run",
+        "--archive",
+        str(tmp_path / "archive"),
+        "--output",
+        str(tmp_path / "out"),
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--trigger",
+        "available-now",
+        "--max-offsets-per-trigger",
+        "100",
+    ]
     before = applications(cluster)
-    done = subprocess.run(command, env=cluster.env(), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, check=False)  # fmt: skip
+    done = subprocess.run(
+        command,
+        env=cluster.env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "batch 1:" in done.stdout  # several micro-batches
     assert_exact(tmp_path / "archive", tmp_path / "out")
@@ -118,13 +146,25 @@ def test_a_run_from_a_checkout_ships_its_own_code(
     write_capture(tmp_path / "archive", SPEC)
     env = {**cluster.env(), "PYSPARK_PYTHON": _executor_interpreter(cluster)}
     command = [
-        sys.executable, "-m", "app", "run", "--master", cluster.master_url,
-        "--archive", str(tmp_path / "archive"), "--output", str(tmp_path / "out"),
-        "--checkpoint", str(tmp_path / "ckpt"), "--trigger", "available-now",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "app",
+        "run",
+        "--master",
+        cluster.master_url,
+        "--archive",
+        str(tmp_path / "archive"),
+        "--output",
+        str(tmp_path / "out"),
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--trigger",
+        "available-now",
+    ]
     before = applications(cluster)
-    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600, check=False)  # fmt: skip
+    done = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert_exact(tmp_path / "archive", tmp_path / "out")
     assert_ran_on_the_worker(cluster, before)
@@ -135,10 +175,27 @@ def test_a_cluster_run_without_the_executors_interpreter_is_refused(
 ) -> None:
     env = {k: v for k, v in cluster.env().items() if k != "PYSPARK_PYTHON"}
     done = subprocess.run(
-        [sys.executable, "-m", "app", "run", "--master", cluster.master_url, "--archive",
-         str(tmp_path), "--output", str(tmp_path / "o"), "--checkpoint", str(tmp_path / "c")],
-        env=env, cwd=PROJECT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "run",
+            "--master",
+            cluster.master_url,
+            "--archive",
+            str(tmp_path),
+            "--output",
+            str(tmp_path / "o"),
+            "--checkpoint",
+            str(tmp_path / "c"),
+        ],
+        env=env,
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 64
     assert done.stderr.strip().splitlines() == [
         f"tablecast run: --master {cluster.master_url}: set PYSPARK_PYTHON to the Python "
@@ -155,6 +212,11 @@ def _executor_interpreter(cluster: StandaloneCluster) -> str:
 
 def test_the_executors_never_had_the_package(cluster: StandaloneCluster) -> None:
     python = _executor_interpreter(cluster)
-    probe = subprocess.run([python, "-c", "import app"], capture_output=True, text=True,
-                           cwd=os.path.dirname(python), check=False)  # fmt: skip
+    probe = subprocess.run(
+        [python, "-c", "import app"],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(python),
+        check=False,
+    )
     assert probe.returncode != 0 and "No module named 'app'" in probe.stderr

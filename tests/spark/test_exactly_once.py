@@ -30,8 +30,9 @@ from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger
 
-KILL_SPEC = CaptureSpec(topics=2, partitions=2, sessions=12, updates=90, records_per_file=100,
-                        resync_every=25, seed=21)  # fmt: skip
+KILL_SPEC = CaptureSpec(
+    topics=2, partitions=2, sessions=12, updates=90, records_per_file=100, resync_every=25, seed=21
+)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -69,11 +70,28 @@ def _assert_readable_and_no_duplicates(output: str) -> None:
     assert verify.compare(table, table).duplicates == 0
 
 
-def _kill_and_restart(archive: str, output: str, checkpoint: str, kills: int, seed: int,
-                      env: dict[str, str] | None = None) -> int:  # fmt: skip
+def _kill_and_restart(
+    archive: str,
+    output: str,
+    checkpoint: str,
+    kills: int,
+    seed: int,
+    env: dict[str, str] | None = None,
+) -> int:
     rng = random.Random(seed)
-    args = ["run", "--archive", archive, "--output", output, "--checkpoint", checkpoint,
-            "--trigger", "available-now", "--max-offsets-per-trigger", "150"]  # fmt: skip
+    args = [
+        "run",
+        "--archive",
+        archive,
+        "--output",
+        output,
+        "--checkpoint",
+        checkpoint,
+        "--trigger",
+        "available-now",
+        "--max-offsets-per-trigger",
+        "150",
+    ]
     survived = 0
     for _ in range(kills):
         process = _cli(*args, env=env)
@@ -119,13 +137,25 @@ def test_on_s3_too_through_kills(s3: dict[str, str], tmp_path: Path) -> None:
 def test_a_lost_checkpoint_is_refused_then_repaired(spark: Any, tmp_path: Path) -> None:
     archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
     # One session at a time per partition, as one sensor per topic produces them.
-    spec = CaptureSpec(topics=1, partitions=2, sessions=8, updates=60, records_per_file=50,
-                       resync_every=15, concurrent=1, seed=4)  # fmt: skip
+    spec = CaptureSpec(
+        topics=1,
+        partitions=2,
+        sessions=8,
+        updates=60,
+        records_per_file=50,
+        resync_every=15,
+        concurrent=1,
+        seed=4,
+    )
     write_capture(tmp_path / "full", spec)
     # The job has read the first part of the archive when its checkpoint is lost.
-    shutil.copytree(tmp_path / "full", archive, ignore=lambda d, names: [
-        n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
-    ])  # fmt: skip
+    shutil.copytree(
+        tmp_path / "full",
+        archive,
+        ignore=lambda d, names: [
+            n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
+        ],
+    )
     run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=60)
     shutil.rmtree(checkpoint)
     shutil.rmtree(archive)
@@ -138,10 +168,36 @@ def test_a_lost_checkpoint_is_refused_then_repaired(spark: Any, tmp_path: Path) 
 
     from app import cli
 
-    assert cli.main(["repair", "--archive", str(archive), "--output", str(output),
-                     "--checkpoint", str(checkpoint), "--dry-run"]) == 0  # fmt: skip
-    assert cli.main(["repair", "--archive", str(archive), "--output", str(output),
-                     "--checkpoint", str(checkpoint), "--yes"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "repair",
+                "--archive",
+                str(archive),
+                "--output",
+                str(output),
+                "--checkpoint",
+                str(checkpoint),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli.main(
+            [
+                "repair",
+                "--archive",
+                str(archive),
+                "--output",
+                str(output),
+                "--checkpoint",
+                str(checkpoint),
+                "--yes",
+            ]
+        )
+        == 0
+    )
     from app.sink.ledger import Ledger
 
     ledger = Ledger(resolve(str(output)))
@@ -170,8 +226,18 @@ def test_on_s3_a_checkpoint_lost_after_the_first_batchs_publish_leaves_no_duplic
     """Commit step 6 of batch 0 (SIGKILL), then the checkpoint is lost: copies retired on S3."""
     archive, output, checkpoint = tmp_path / "archive", "s3://lake/out", tmp_path / "ckpt"
     write_capture(archive, CaptureSpec(topics=1, partitions=2, sessions=4, updates=20, seed=6))
-    args = ["run", "--archive", str(archive), "--output", output, "--checkpoint", str(checkpoint),
-            "--trigger", "available-now", "--max-offsets-per-trigger"]  # fmt: skip
+    args = [
+        "run",
+        "--archive",
+        str(archive),
+        "--output",
+        output,
+        "--checkpoint",
+        str(checkpoint),
+        "--trigger",
+        "available-now",
+        "--max-offsets-per-trigger",
+    ]
     crashed = _cli(*args, "30", env={**s3, CRASH_ENV: "6:0"})
     try:
         _, stderr = crashed.communicate(timeout=300)
@@ -194,8 +260,10 @@ def test_the_live_job_finishes_a_rewrite_once_its_owners_lease_ran_out(
     job runs: its lease still runs at the job's start (left alone), and runs out while
     the job works; the next published batch finishes the rewrite."""
     full, archive, output = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
-    write_capture(full, CaptureSpec(topics=1, partitions=2, sessions=4, updates=30,
-                                    records_per_file=30, seed=9))  # fmt: skip
+    write_capture(
+        full,
+        CaptureSpec(topics=1, partitions=2, sessions=4, updates=30, records_per_file=30, seed=9),
+    )
     copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 60)
     run_job(spark, archive, output, tmp_path / "ckpt")
     location = resolve(str(output))
@@ -204,10 +272,16 @@ def test_the_live_job_finishes_a_rewrite_once_its_owners_lease_ran_out(
     location.write_bytes_atomic(location.child(staged), location.read_bytes(location.child(old)))
     new = rewrite_mod.renamed(old, "r1")
     location.move(location.child(staged), location.child(new))  # published, then the kill
-    record = rewrite_mod.Rewrite("r1", ((staged, new),), (old,), owner="dead",
-                                 lease_until=time.time() + rewrite_mod.LEASE_SECONDS)  # fmt: skip
-    location.write_bytes_atomic(location.child(rewrite_mod.REWRITES_DIR, "r1.json"),
-                                record.to_json())  # fmt: skip
+    record = rewrite_mod.Rewrite(
+        "r1",
+        ((staged, new),),
+        (old,),
+        owner="dead",
+        lease_until=time.time() + rewrite_mod.LEASE_SECONDS,
+    )
+    location.write_bytes_atomic(
+        location.child(rewrite_mod.REWRITES_DIR, "r1.json"), record.to_json()
+    )
     assert verify.compare(*[verify.read_output(str(output))] * 2).duplicates > 0
 
     first = Ledger(location).head()

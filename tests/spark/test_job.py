@@ -35,8 +35,13 @@ SPEC = CaptureSpec(topics=2, partitions=2, sessions=10, updates=30, records_per_
 
 def test_output_equals_the_expectation_and_holds_offsets(spark: Any, tmp_path: Path) -> None:
     capture = write_capture(tmp_path / "archive", SPEC)
-    reports = run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
-                      max_offsets_per_trigger=120)  # fmt: skip
+    reports = run_job(
+        spark,
+        tmp_path / "archive",
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        max_offsets_per_trigger=120,
+    )
     assert len(reports) >= 3  # several micro-batches
     comparison = assert_exact(tmp_path / "archive", tmp_path / "out")
     assert comparison.actual_rows == sum(r.rows for r in reports)
@@ -75,18 +80,26 @@ def test_a_second_run_continues_with_new_files_and_a_new_topic(spark: Any, tmp_p
 def test_every_fault_stops_a_strict_run_at_its_record(
     spark: Any, tmp_path: Path, fault: Fault
 ) -> None:
-    spec = CaptureSpec(topics=1, partitions=2, sessions=4, updates=24, records_per_file=30,
-                       seed=3, faults=(fault,))  # fmt: skip
+    spec = CaptureSpec(
+        topics=1, partitions=2, sessions=4, updates=24, records_per_file=30, seed=3, faults=(fault,)
+    )
     capture = write_capture(tmp_path / "archive", spec)
     [injected] = capture.faults
     with pytest.raises(IntegrityViolationError) as info:
-        run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
-                max_offsets_per_trigger=25)  # fmt: skip
+        run_job(
+            spark,
+            tmp_path / "archive",
+            tmp_path / "out",
+            tmp_path / "ckpt",
+            max_offsets_per_trigger=25,
+        )
     violation = info.value.violation
     assert violation.rule is FAULT_RULES[fault]
     assert (violation.topic, violation.partition, violation.offset) == (
-        injected.topic, injected.partition, injected.offset
-    )  # fmt: skip
+        injected.topic,
+        injected.partition,
+        injected.offset,
+    )
     message = str(info.value)
     assert f"partition {injected.partition} offset {injected.offset}" in message
     assert "expected" in message and "\n" not in message
@@ -101,8 +114,14 @@ def test_every_fault_stops_a_strict_run_at_its_record(
 
 
 def test_a_hole_in_the_archive_fails_like_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
-    spec = CaptureSpec(topics=1, partitions=1, sessions=3, updates=40, records_per_file=30,
-                       faults=(Fault.ARCHIVE_HOLE,))  # fmt: skip
+    spec = CaptureSpec(
+        topics=1,
+        partitions=1,
+        sessions=3,
+        updates=40,
+        records_per_file=30,
+        faults=(Fault.ARCHIVE_HOLE,),
+    )
     capture = write_capture(tmp_path / "archive", spec)
     [hole] = capture.faults
     with pytest.raises(DataLossError) as info:
@@ -112,9 +131,11 @@ def test_a_hole_in_the_archive_fails_like_fail_on_data_loss(spark: Any, tmp_path
     # Raised in the driver's Python planner process: back with its facts.
     facts = info.value.facts
     assert {k: facts[k] for k in ("source", "topic", "partition", "first_missing")} == {
-        "source": "the archive", "topic": "sensor-0", "partition": 0,
+        "source": "the archive",
+        "topic": "sensor-0",
+        "partition": 0,
         "first_missing": hole.offset,
-    }  # fmt: skip
+    }
     assert f"offsets {hole.offset} to {facts['last_missing']} are missing" in str(info.value)
     assert str(facts["path"]).startswith(str(tmp_path / "archive" / "sensor-0" / "0"))
 
@@ -146,26 +167,48 @@ class FailingProcessor(TableProcessor):
 def test_an_error_not_ours_in_a_task_stays_unexpected(spark: Any, tmp_path: Path) -> None:
     write_capture(tmp_path / "archive", CaptureSpec(topics=1, partitions=1, sessions=1, updates=4))
     with pytest.raises(Exception) as info:
-        run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
-                processor=FailingProcessor())  # fmt: skip
+        run_job(
+            spark,
+            tmp_path / "archive",
+            tmp_path / "out",
+            tmp_path / "ckpt",
+            processor=FailingProcessor(),
+        )
     assert not isinstance(info.value, TablecastError)  # the CLI: exit 70, one line
     assert cli.root_cause(info.value) == "RuntimeError: boom at seq 2 of sensor-0-session-00000"
 
 
 def test_resync_mode_quarantines_and_keeps_running(spark: Any, tmp_path: Path) -> None:
     faults = (Fault.SEQ_GAP, Fault.BAD_JSON, Fault.DELETE_UNKNOWN, Fault.AFTER_END)
-    spec = CaptureSpec(topics=2, partitions=2, sessions=8, updates=24, records_per_file=40,
-                       resync_every=6, seed=9, faults=faults)  # fmt: skip
+    spec = CaptureSpec(
+        topics=2,
+        partitions=2,
+        sessions=8,
+        updates=24,
+        records_per_file=40,
+        resync_every=6,
+        seed=9,
+        faults=faults,
+    )
     capture = write_capture(tmp_path / "archive", spec)
-    reports = run_job(spark, tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt",
-                      integrity=IntegrityMode.RESYNC, max_offsets_per_trigger=80)  # fmt: skip
+    reports = run_job(
+        spark,
+        tmp_path / "archive",
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        integrity=IntegrityMode.RESYNC,
+        max_offsets_per_trigger=80,
+    )
     assert_exact(tmp_path / "archive", tmp_path / "out", IntegrityMode.RESYNC)
-    quarantine = ds.dataset(tmp_path / "out" / "_quarantine", format="parquet",
-                            partitioning="hive").to_table()  # fmt: skip
+    quarantine = ds.dataset(
+        tmp_path / "out" / "_quarantine", format="parquet", partitioning="hive"
+    ).to_table()
     expected = expected_rows(tmp_path / "archive", IntegrityMode.RESYNC).quarantined
     assert quarantine.num_rows == len(expected) == sum(r.quarantined for r in reports)
     quarantined_at = {(r["topic"], r["partition"], r["offset"]) for r in quarantine.to_pylist()}
     for fault in capture.faults:
         assert (fault.topic, fault.partition, fault.offset) in quarantined_at
-    assert all(reason.startswith("rule ") or "awaiting" in reason
-               for reason in quarantine.column("reason").to_pylist())  # fmt: skip
+    assert all(
+        reason.startswith("rule ") or "awaiting" in reason
+        for reason in quarantine.column("reason").to_pylist()
+    )

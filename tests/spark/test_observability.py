@@ -47,8 +47,16 @@ if TYPE_CHECKING:
 ENVIRONMENT = "obs-test"
 REGION = "eu-west-1"
 FAULTS = (Fault.SEQ_GAP, Fault.BAD_JSON, Fault.DELETE_UNKNOWN, Fault.AFTER_END)
-SPEC = CaptureSpec(topics=2, partitions=2, sessions=8, updates=24, records_per_file=40,
-                   resync_every=6, seed=9, faults=FAULTS)  # fmt: skip
+SPEC = CaptureSpec(
+    topics=2,
+    partitions=2,
+    sessions=8,
+    updates=24,
+    records_per_file=40,
+    resync_every=6,
+    seed=9,
+    faults=FAULTS,
+)
 MAX_OFFSETS = 80
 
 
@@ -92,16 +100,40 @@ def published(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             started = datetime.now(UTC)
             stdout = io.StringIO()
             with contextlib.redirect_stdout(stdout):
-                code = cli.main([
-                    "run", "--archive", str(root / "archive"), "--output", str(root / "out"),
-                    "--checkpoint", str(root / "ckpt"), "--trigger", "available-now",
-                    "--integrity", "resync", "--max-offsets-per-trigger", str(MAX_OFFSETS),
-                    "--metrics", "cloudwatch", "--environment", ENVIRONMENT, "--region", REGION,
-                ])  # fmt: skip
+                code = cli.main(
+                    [
+                        "run",
+                        "--archive",
+                        str(root / "archive"),
+                        "--output",
+                        str(root / "out"),
+                        "--checkpoint",
+                        str(root / "ckpt"),
+                        "--trigger",
+                        "available-now",
+                        "--integrity",
+                        "resync",
+                        "--max-offsets-per-trigger",
+                        str(MAX_OFFSETS),
+                        "--metrics",
+                        "cloudwatch",
+                        "--environment",
+                        ENVIRONMENT,
+                        "--region",
+                        REGION,
+                    ]
+                )
             assert code == 0, stdout.getvalue()
             client = boto3.client("cloudwatch", region_name=REGION, endpoint_url=endpoint)
-            yield PublishedRun(root / "archive", root / "out", root / "ckpt", capture,
-                               stdout.getvalue(), client, started)  # fmt: skip
+            yield PublishedRun(
+                root / "archive",
+                root / "out",
+                root / "ckpt",
+                capture,
+                stdout.getvalue(),
+                client,
+                started,
+            )
     finally:
         server.stop()
 
@@ -167,8 +199,9 @@ def expected_states(
 
     def read(tp: TopicPartition) -> Iterator[RecordColumns]:
         first = index.earliest(tp)
-        for batch in archive.read_range(location, index.covering(tp, first, end[tp]), first,
-                                        end[tp]):  # fmt: skip
+        for batch in archive.read_range(
+            location, index.covering(tp, first, end[tp]), first, end[tp]
+        ):
             yield RecordColumns.from_arrow(batch)
 
     outcome = run_partitions(sorted(end), read, TableProcessor(), Rules(IntegrityMode.RESYNC))
@@ -199,9 +232,10 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
     # A session caught mid-way: open after batch 1, closed by the end of the run.
     closed_later = {v.state.session for v in final.sessions if v.status == "closed"}
     midway = [
-        v.state for v in snapshot.sessions
+        v.state
+        for v in snapshot.sessions
         if v.status == "open" and v.state.session in closed_later and v.state.user
-    ]  # fmt: skip
+    ]
     assert midway
     state = midway[0]  # sessions come ordered by id
     assert state.user is not None
@@ -209,9 +243,19 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = cli.main(["inspect", "--checkpoint", str(run.checkpoint), "--output",
-                         str(run.output), "--at-batch", "1",
-                         "--session", state.session])  # fmt: skip
+        code = cli.main(
+            [
+                "inspect",
+                "--checkpoint",
+                str(run.checkpoint),
+                "--output",
+                str(run.output),
+                "--at-batch",
+                "1",
+                "--session",
+                state.session,
+            ]
+        )
     assert code == 0
     lines = stdout.getvalue().splitlines()
     assert lines[0].startswith(f"session {state.session} in checkpoint ")
@@ -234,9 +278,12 @@ def test_an_unreachable_cloudwatch_costs_metrics_and_nothing_else(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     spec = CaptureSpec(topics=1, partitions=2, sessions=4, updates=30, records_per_file=40, seed=4)
     capture = write_capture(tmp_path / "archive", spec)
-    publisher = CloudWatchPublisher(environment=ENVIRONMENT, region=REGION,
-                                    endpoint_url=f"http://127.0.0.1:{closed_port()}",
-                                    timeouts=Timeouts(0.5, 0.5, 1))  # fmt: skip
+    publisher = CloudWatchPublisher(
+        environment=ENVIRONMENT,
+        region=REGION,
+        endpoint_url=f"http://127.0.0.1:{closed_port()}",
+        timeouts=Timeouts(0.5, 0.5, 1),
+    )
     seen: list[BatchMetrics] = []
     listener = MetricsListener(publisher, [seen.append])
     reports: list[BatchReport] = []

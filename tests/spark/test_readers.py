@@ -18,8 +18,16 @@ from tests.readers import read_everywhere
 from tests.spark.faulty_version import FAULTY, FIXED, as_version, run_faulty
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 
-SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=40, records_per_file=30,
-                   resync_every=10, concurrent=1, seed=12)  # fmt: skip
+SPEC = CaptureSpec(
+    topics=1,
+    partitions=2,
+    sessions=6,
+    updates=40,
+    records_per_file=30,
+    resync_every=10,
+    concurrent=1,
+    seed=12,
+)
 PATTERN = "^sensor-.+"
 
 
@@ -51,8 +59,21 @@ def test_run_redo_correct_replay_and_repair_leave_a_dataset_every_reader_opens(
 
     # repair: the checkpoint is lost; files holding rows past the restart are rewritten
     shutil.rmtree(ckpt)
-    assert cli.main(["repair", "--archive", str(archive), "--output", str(out),
-                     "--checkpoint", str(ckpt), "--yes"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "repair",
+                "--archive",
+                str(archive),
+                "--output",
+                str(out),
+                "--checkpoint",
+                str(ckpt),
+                "--yes",
+            ]
+        )
+        == 0
+    )
     read_everywhere(out)
     shutil.rmtree(archive)
     shutil.copytree(full, archive)

@@ -31,8 +31,9 @@ from tests.spark.helpers import assert_exact, run_job, write_capture
 
 def _digests(output: Path) -> dict[str, str]:
     location = resolve(str(output))
-    return {p: hashlib.sha256((output / p).read_bytes()).hexdigest()
-            for p in visible_files(location)}  # fmt: skip
+    return {
+        p: hashlib.sha256((output / p).read_bytes()).hexdigest() for p in visible_files(location)
+    }
 
 
 def _thirds(output: Path) -> list[int]:
@@ -70,8 +71,9 @@ def test_a_replay_rewrites_the_live_files_identically_twice_and_across_overlaps(
     # Only blocks with a record in the window were written, and they hold all its rows.
     assert len(first.published) < len(before)
     published = verify.read_output(str(live)).schema
-    replayed = pq.read_table([str(live / p) for p in first.published if "_quarantine" not in p],
-                             schema=published)  # fmt: skip
+    replayed = pq.read_table(
+        [str(live / p) for p in first.published if "_quarantine" not in p], schema=published
+    )
     window = _in_window(verify.read_output(str(live)), *windows[0])
     assert verify.compare(window, _in_window(replayed, *windows[0])).ok
     assert [r.kind for r in records(resolve(str(live)))] == [REPLAY] * 3
@@ -117,9 +119,12 @@ def test_a_replay_into_a_new_output_equals_the_live_rows_of_its_ranges(
 
 def _keys(table: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(
-        table["topic"], pc.cast(table["partition"], "string"),
-        pc.cast(table["offset"], "string"), table["row_id"], ":",
-    )  # fmt: skip
+        table["topic"],
+        pc.cast(table["partition"], "string"),
+        pc.cast(table["offset"], "string"),
+        table["row_id"],
+        ":",
+    )
 
 
 class PollingReader(threading.Thread):
@@ -139,8 +144,9 @@ class PollingReader(threading.Thread):
             while not self.stop.is_set():
                 started = time.monotonic()
                 try:
-                    table = ds.dataset(str(self.output), format="parquet",
-                                       partitioning="hive").to_table()  # fmt: skip
+                    table = ds.dataset(
+                        str(self.output), format="parquet", partitioning="hive"
+                    ).to_table()
                 except FileNotFoundError:
                     self.vanished += 1  # listed, then retired: read again
                     continue
@@ -160,16 +166,16 @@ def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_missing
         correct(spark, str(archive), str(out), version=FAULTY)
 
     run_fixed(spark, full, archive, out, ckpt, monkeypatch, max_offsets=150)
-    faulty = verify.compare(verify.expected_output(str(archive), PATTERN).rows,
-                            verify.read_output(str(out)))  # fmt: skip
+    faulty = verify.compare(
+        verify.expected_output(str(archive), PATTERN).rows, verify.read_output(str(out))
+    )
     assert faulty.missing > 0 and faulty.unexpected == 0  # the faulty version's loss
     before = set(_keys(verify.read_output(str(out))).to_pylist())
     files_before = set(visible_files(resolve(str(out))))
 
     reader = PollingReader(out)
     reader.start()
-    report = correct(spark, str(archive), str(out), version=FAULTY,
-                     steps=ReadMidRewrite(reader))  # fmt: skip
+    report = correct(spark, str(archive), str(out), version=FAULTY, steps=ReadMidRewrite(reader))
     reader.stop.set()
     reader.join()
     assert reader.error is None, f"a reader failed during the correction: {reader.error!r}"
@@ -238,13 +244,14 @@ def test_a_correction_that_crashed_before_retiring_leaves_no_row_twice_after_the
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
-    write_capture(full, CaptureSpec(topics=1, partitions=2, sessions=4, updates=30,
-                                    records_per_file=30, seed=3))  # fmt: skip
+    write_capture(
+        full,
+        CaptureSpec(topics=1, partitions=2, sessions=4, updates=30, records_per_file=30, seed=3),
+    )
     run_faulty(spark, full, archive, out, tmp_path / "ckpt", monkeypatch, below=60)
     run_fixed(spark, full, archive, out, tmp_path / "ckpt", monkeypatch)
     with pytest.raises(SimulatedRewriteCrash):
-        correct(spark, str(archive), str(out), version=FAULTY,
-                steps=CrashAfterPublishing())  # fmt: skip
+        correct(spark, str(archive), str(out), version=FAULTY, steps=CrashAfterPublishing())
     table = verify.read_output(str(out))
     assert len(table) > len(pc.unique(_keys(table)))  # both names visible: rows twice
     # The next run of a rewrite (here a replay of a window nothing falls in)
@@ -267,19 +274,47 @@ def test_a_replay_on_s3_rewrites_the_live_files_identically(
     client.put_bucket_versioning(Bucket="lake", VersioningConfiguration={"Status": "Enabled"})
     write_capture(archive, SPEC)  # type: ignore[arg-type]
     common = ["--archive", archive, "--output", output]
-    subprocess.run([sys.executable, "-m", "app", "run", *common, "--checkpoint",
-                    str(tmp_path / "ckpt"), "--trigger", "available-now"],
-                   env=s3, check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "run",
+            *common,
+            "--checkpoint",
+            str(tmp_path / "ckpt"),
+            "--trigger",
+            "available-now",
+        ],
+        env=s3,
+        check=True,
+    )
     location = resolve(output)
 
     def digests() -> dict[str, str]:
-        return {p: hashlib.sha256(location.read_bytes(location.child(p))).hexdigest()
-                for p in visible_files(location)}  # fmt: skip
+        return {
+            p: hashlib.sha256(location.read_bytes(location.child(p))).hexdigest()
+            for p in visible_files(location)
+        }
 
     before = digests()
-    done = subprocess.run([sys.executable, "-m", "app", "replay", *common,
-                           "--since", "2000-01-01T00:00:00Z", "--until", "2100-01-01T00:00:00Z"],
-                          env=s3, check=True, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "replay",
+            *common,
+            "--since",
+            "2000-01-01T00:00:00Z",
+            "--until",
+            "2100-01-01T00:00:00Z",
+        ],
+        env=s3,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert f"{len(before)} files replaced or written" in done.stdout
     assert digests() == before
     assert_exact(archive, output)
@@ -293,8 +328,9 @@ def test_a_replay_on_s3_rewrites_the_live_files_identically(
 
 
 def _quarantine(output: Path) -> set[tuple[str, int, int, str]]:
-    table = ds.dataset(str(output / "_quarantine"), format="parquet",
-                       partitioning="hive").to_table()  # fmt: skip
+    table = ds.dataset(
+        str(output / "_quarantine"), format="parquet", partitioning="hive"
+    ).to_table()
     columns = [table[name].to_pylist() for name in ("topic", "partition", "offset", "reason")]
     return set(zip(*columns, strict=True))
 
@@ -303,11 +339,25 @@ def test_a_recompute_applies_the_live_jobs_rules_and_refuses_others(
     spark: Any, tmp_path: Path
 ) -> None:
     archive, out = tmp_path / "archive", tmp_path / "out"
-    spec = CaptureSpec(topics=1, partitions=2, sessions=6, updates=30, records_per_file=40,
-                       faults=(Fault.PARTITION_SWITCH,), seed=9)  # fmt: skip
+    spec = CaptureSpec(
+        topics=1,
+        partitions=2,
+        sessions=6,
+        updates=30,
+        records_per_file=40,
+        faults=(Fault.PARTITION_SWITCH,),
+        seed=9,
+    )
     write_capture(archive, spec)
-    run_job(spark, archive, out, tmp_path / "ckpt", max_offsets_per_trigger=50,
-            integrity=IntegrityMode.RESYNC, session_timeout_ms=600_000)  # fmt: skip
+    run_job(
+        spark,
+        archive,
+        out,
+        tmp_path / "ckpt",
+        max_offsets_per_trigger=50,
+        integrity=IntegrityMode.RESYNC,
+        session_timeout_ms=600_000,
+    )
     rows, held = verify.read_output(str(out)), _quarantine(out)
     assert any(reason.startswith("rule 6") for *_, reason in held)
 
@@ -320,10 +370,22 @@ def test_a_recompute_applies_the_live_jobs_rules_and_refuses_others(
     read_everywhere(out)
 
     with pytest.raises(ConfigurationError) as refused:
-        replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN,
-               integrity=IntegrityMode.STRICT)  # fmt: skip
+        replay(
+            spark,
+            str(archive),
+            str(out),
+            *everything,
+            topic_pattern=PATTERN,
+            integrity=IntegrityMode.STRICT,
+        )
     assert "\n" not in str(refused.value)
     assert "integrity strict" in str(refused.value) and "resync" in str(refused.value)
     with pytest.raises(ConfigurationError, match="session timeout"):
-        replay(spark, str(archive), str(out), *everything, topic_pattern=PATTERN,
-               session_timeout_ms=3_600_000)  # fmt: skip
+        replay(
+            spark,
+            str(archive),
+            str(out),
+            *everything,
+            topic_pattern=PATTERN,
+            session_timeout_ms=3_600_000,
+        )

@@ -19,9 +19,16 @@ from tests.spark.helpers import assert_exact, expected_rows, run_job, write_capt
 pytestmark = pytest.mark.spark
 
 # Session 0's last message lands in the other partition (rule 6), beside other faults.
-SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=16, records_per_file=30,
-                   resync_every=5, seed=17,
-                   faults=(Fault.PARTITION_SWITCH, Fault.SEQ_GAP))  # fmt: skip
+SPEC = CaptureSpec(
+    topics=1,
+    partitions=2,
+    sessions=6,
+    updates=16,
+    records_per_file=30,
+    resync_every=5,
+    seed=17,
+    faults=(Fault.PARTITION_SWITCH, Fault.SEQ_GAP),
+)
 
 
 def test_a_session_in_a_second_partition_is_quarantined_after_a_second_pass(
@@ -32,13 +39,22 @@ def test_a_session_in_a_second_partition_is_quarantined_after_a_second_pass(
     switched = [f for f in capture.faults if f.fault is Fault.PARTITION_SWITCH]
     assert len(switched) == 1
     caplog.set_level(logging.INFO, logger="app.engine")
-    reports = run_job(spark, archive, output, checkpoint, integrity=IntegrityMode.RESYNC,
-                      max_offsets_per_trigger=40)  # fmt: skip
+    reports = run_job(
+        spark,
+        archive,
+        output,
+        checkpoint,
+        integrity=IntegrityMode.RESYNC,
+        max_offsets_per_trigger=40,
+    )
     passes = [r for r in caplog.records if "running the batch again" in r.getMessage()]
     assert len(passes) == 1, "the batch with the trespass runs twice"
     assert_exact(archive, output, IntegrityMode.RESYNC)
-    quarantine = ds.dataset(output / "_quarantine", format="parquet",
-                            partitioning="hive").to_table().to_pylist()  # fmt: skip
+    quarantine = (
+        ds.dataset(output / "_quarantine", format="parquet", partitioning="hive")
+        .to_table()
+        .to_pylist()
+    )
     expected = expected_rows(archive, IntegrityMode.RESYNC).quarantined
     assert len(quarantine) == len(expected) == sum(r.quarantined for r in reports)
     fault = switched[0]

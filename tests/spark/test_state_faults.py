@@ -109,8 +109,9 @@ def test_inspect_reads_the_version_the_ledger_records_not_the_newest(
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = cli.main(["inspect", "--checkpoint", str(checkpoint), "--output", str(output),
-                         "--session", name])  # fmt: skip
+        code = cli.main(
+            ["inspect", "--checkpoint", str(checkpoint), "--output", str(output), "--session", name]
+        )
     assert code == 0 and stdout.getvalue().startswith(f"session {name} in checkpoint ")
 
 

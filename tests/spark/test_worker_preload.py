@@ -28,8 +28,13 @@ def _probe(_: Iterator[Any]) -> Iterator[tuple[int, int | None, tuple[str, ...],
     preloaded = task_sys.modules.get("tablecast_preload")
     record = getattr(preloaded, "Preloaded", None)
     present = all(name in task_sys.modules for name in LIBRARIES)
-    yield (os.getppid(), getattr(record, "pid", None), tuple(getattr(record, "modules", ())),
-           present, getattr(record, "app_imported", True))  # fmt: skip
+    yield (
+        os.getppid(),
+        getattr(record, "pid", None),
+        tuple(getattr(record, "modules", ())),
+        present,
+        getattr(record, "app_imported", True),
+    )
 
 
 def test_a_new_python_worker_starts_with_the_libraries_its_daemon_imported(spark: Any) -> None:

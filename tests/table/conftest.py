@@ -30,9 +30,13 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     urllib.request.urlopen(
         urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
     ).close()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
-           "TABLECAST_S3_ENDPOINT": endpoint}  # fmt: skip
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "TABLECAST_S3_ENDPOINT": endpoint,
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="lake")

@@ -97,10 +97,14 @@ def publish_batches(output: str, rows: pa.Table, cuts: list[Offsets]) -> None:
                 files.append(f.path)
         ledger.append(
             ledger_mod.LedgerEntry(
-                number=number, kind=ledger_mod.BATCH, end=dict(end), files=tuple(files),
-                rows=sum(1 for _ in files), start=dict(start),
+                number=number,
+                kind=ledger_mod.BATCH,
+                end=dict(end),
+                files=tuple(files),
+                rows=sum(1 for _ in files),
+                start=dict(start),
             )
-        )  # fmt: skip
+        )
         start = dict(end)
 
 

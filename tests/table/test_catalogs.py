@@ -22,8 +22,9 @@ from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
 from tests.table.helpers import assert_follows_ledger, cuts, publish_batches, table_rows
 
-SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, records_per_file=40,
-                   resync_every=8, seed=5)  # fmt: skip
+SPEC = CaptureSpec(
+    topics=1, partitions=2, sessions=6, updates=20, records_per_file=40, resync_every=8, seed=5
+)
 
 
 @pytest.fixture(scope="module")

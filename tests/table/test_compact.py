@@ -18,8 +18,9 @@ from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
 from tests.table.helpers import cuts, load_table, publish_batches, table_files, table_rows
 
-SPEC = CaptureSpec(topics=2, partitions=2, sessions=8, updates=30, records_per_file=40,
-                   resync_every=8, seed=7)  # fmt: skip
+SPEC = CaptureSpec(
+    topics=2, partitions=2, sessions=8, updates=30, records_per_file=40, resync_every=8, seed=7
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +60,7 @@ def test_compaction_merges_small_files_in_one_snapshot(
     assert summary["total-records"] == str(len(expected))
     _assert_exact(expected, output)
     # Plain readers: the inputs are gone, the merged files are there.
-    assert {table_commit.data_path(resolve(output), p) for p in
-            verify_files(output)} == after  # fmt: skip
+    assert {table_commit.data_path(resolve(output), p) for p in verify_files(output)} == after
     records = table_compact.records(resolve(output))
     assert sum(len(r.inputs) for r in records) == len(before)
     # Again: nothing left to merge; the table still follows the ledger.
@@ -80,8 +80,7 @@ def test_a_small_target_keeps_groups_under_it(expected: pa.Table, tmp_path: Path
     output = str(tmp_path / "out")
     publish_batches(output, expected, cuts(expected, 8))
     table_commit.catch_up(resolve(output))
-    sizes = {f.file_path: f.file_size_in_bytes for f in
-             table_commit.data_files(load_table(output))}  # fmt: skip
+    sizes = {f.file_path: f.file_size_in_bytes for f in table_commit.data_files(load_table(output))}
     target = 3 * max(sizes.values())
     from datetime import date
 

@@ -25,9 +25,11 @@ def test_run_job_passes_the_glue_database_and_the_compaction_period_to_the_job(
     # pip installs (here: nothing) and reports the recorded version; spark-submit records
     # the command it was given.
     python = Path(env["TABLECAST_VENV"]) / "bin" / "python"
-    python.write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then exit 0; fi\n'
-                      f'if [ "$1" = "-c" ]; then echo {VERSION}; exit 0; fi\n'
-                      f'exec {sys.executable} "$@"\n')  # fmt: skip
+    python.write_text(
+        f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then exit 0; fi\n'
+        f'if [ "$1" = "-c" ]; then echo {VERSION}; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
     submit = Path(env["SPARK_HOME"]) / "bin" / "spark-submit"
     submit.parent.mkdir(parents=True)
     submit.write_text(
@@ -52,13 +54,30 @@ def test_run_job_passes_the_glue_database_and_the_compaction_period_to_the_job(
 
 def test_infra_hands_the_job_its_glue_database_and_a_daily_compaction() -> None:
     config = environment_config()
-    values = handoff_values(config=config, bootstrap_brokers_iam="b:9098", bucket_name="b",
-                            driver_private_ip="10.0.0.1", driver_instance_id="i-1")  # fmt: skip
+    values = handoff_values(
+        config=config,
+        bootstrap_brokers_iam="b:9098",
+        bucket_name="b",
+        driver_private_ip="10.0.0.1",
+        driver_instance_id="i-1",
+    )
     assert values[handoff.GLUE_DATABASE] == GLUE_DATABASE
     assert values[handoff.COMPACT_EVERY] == "1 day"
     parsed = cli.build_parser().parse_args(
-        ["run", "--archive", "a", "--output", "o", "--checkpoint", "c",
-         "--compact-every", values[handoff.COMPACT_EVERY], "--region", "eu-west-1"]
-    )  # fmt: skip
-    assert cli._table_settings(parsed) == TableSettings(region="eu-west-1",
-                                                        compact_every_s=86_400.0)  # fmt: skip
+        [
+            "run",
+            "--archive",
+            "a",
+            "--output",
+            "o",
+            "--checkpoint",
+            "c",
+            "--compact-every",
+            values[handoff.COMPACT_EVERY],
+            "--region",
+            "eu-west-1",
+        ]
+    )
+    assert cli._table_settings(parsed) == TableSettings(
+        region="eu-west-1", compact_every_s=86_400.0
+    )

@@ -31,8 +31,9 @@ from tests.table.helpers import (
     table_rows,
 )
 
-SPEC = CaptureSpec(topics=1, partitions=2, sessions=6, updates=20, records_per_file=40,
-                   resync_every=8, seed=11)  # fmt: skip
+SPEC = CaptureSpec(
+    topics=1, partitions=2, sessions=6, updates=20, records_per_file=40, resync_every=8, seed=11
+)
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)  # the captures' days (2026-01-01) are closed
 
 
@@ -116,16 +117,22 @@ def test_a_job_killed_during_its_compaction_finishes_it_at_the_first_batch_after
     publish_batches(output, expected, cuts(expected, 8))
     table_commit.catch_up(resolve(output))
     clock = Clock(T0)
-    killed = ScheduledCompaction(sink=lambda frame, batch: None, output=output, every_s=3600,
-                                 clock=clock, steps=KillAfterPublishing())  # fmt: skip
+    killed = ScheduledCompaction(
+        sink=lambda frame, batch: None,
+        output=output,
+        every_s=3600,
+        clock=clock,
+        steps=KillAfterPublishing(),
+    )
     with pytest.raises(Killed):
         killed(None, 0)
     assert verify.compare(expected, table_rows(output)).ok  # Iceberg: one snapshot, exact
     assert verify.compare(expected, verify.read_output(output)).duplicates > 0  # plain: both
 
     clock.now = T0 + timedelta(minutes=1)  # the restart: compaction is due again
-    restarted = ScheduledCompaction(sink=lambda frame, batch: None, output=output,
-                                    every_s=3600, clock=clock)  # fmt: skip
+    restarted = ScheduledCompaction(
+        sink=lambda frame, batch: None, output=output, every_s=3600, clock=clock
+    )
     restarted(None, 0)
     _assert_exact(expected, output)
     assert len(_compactions(output)) >= 1
@@ -141,8 +148,9 @@ class CompactBesideIt(table_compact.CompactionSteps):
         self.refusal = ""
 
     def published(self) -> None:
-        scheduled = ScheduledCompaction(sink=lambda frame, batch: None, output=self.output,
-                                        every_s=60, clock=self.clock)  # fmt: skip
+        scheduled = ScheduledCompaction(
+            sink=lambda frame, batch: None, output=self.output, every_s=60, clock=self.clock
+        )
         scheduled(None, 1)  # the stream goes on: nothing raised, nothing compacted
         assert scheduled.runs == 0
         with pytest.raises(OutputStateError) as refused:
@@ -171,22 +179,26 @@ def test_a_run_compacts_between_batches_on_its_schedule_and_stays_exact(
     write_capture(archive, JOB_SPEC)
     # A period shorter than a batch: due after every batch.
     settings = TableSettings(compact_every_s=0.001)
-    reports = run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS,
-                      table=settings)  # fmt: skip
+    reports = run_job(
+        spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS, table=settings
+    )
     assert len(reports) >= 3
     compactions = _compactions(output)
     assert len(compactions) >= len(reports) - 1  # the first batch's files are one per day
     # Each compaction came between two batches' snapshots, never inside one.
-    kinds = [s.summary.additional_properties.get(table_commit.KIND_KEY)
-             for s in load_table(output).snapshots()]  # fmt: skip
+    kinds = [
+        s.summary.additional_properties.get(table_commit.KIND_KEY)
+        for s in load_table(output).snapshots()
+    ]
     assert kinds[0] == "batch" and kinds.count("batch") == len(reports)
     assert all(s.summary.operation.value == "overwrite" for s in compactions)
     for snapshot in compactions:
         summary = snapshot.summary
         assert summary["added-records"] == summary["deleted-records"]  # rows unchanged
     assert_exact(archive, output)
-    comparison = verify.compare(verify.expected_output(str(archive), "^sensor-.+").rows,
-                                table_rows(output))  # fmt: skip
+    comparison = verify.compare(
+        verify.expected_output(str(archive), "^sensor-.+").rows, table_rows(output)
+    )
     assert comparison.ok, comparison.report()
     assert_follows_ledger(output)
     head = Ledger(resolve(str(output))).head()
@@ -214,12 +226,24 @@ def test_the_job_path_creates_the_glue_table_idempotently(
     output = "s3://lake/out"
     publish_batches(output, expected, cuts(expected, 2))
     args = cli.build_parser().parse_args(
-        ["run", "--archive", "x", "--output", output, "--checkpoint", "c",
-         "--glue-database", "tablecast", "--compact-every", "1 day"]
-    )  # fmt: skip
+        [
+            "run",
+            "--archive",
+            "x",
+            "--output",
+            output,
+            "--checkpoint",
+            "c",
+            "--glue-database",
+            "tablecast",
+            "--compact-every",
+            "1 day",
+        ]
+    )
     settings = cli._table_settings(args)
-    assert settings == TableSettings(glue_database="tablecast", region="us-east-1",
-                                     compact_every_s=86_400.0)  # fmt: skip
+    assert settings == TableSettings(
+        glue_database="tablecast", region="us-east-1", compact_every_s=86_400.0
+    )
 
     table_live.prepare(output, settings)
     found = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]

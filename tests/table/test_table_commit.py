@@ -96,15 +96,20 @@ def test_an_output_without_a_catalog_on_s3_keeps_no_table(
             "AWS_REGION": "us-east-1",
             "TABLECAST_S3_ENDPOINT": f"http://{host}:{port}",
         }.items():
-            monkeypatch.setenv(name, value)  # fmt: skip
+            monkeypatch.setenv(name, value)
         import boto3
 
-        boto3.client("s3", endpoint_url=f"http://{host}:{port}",
-                     region_name="us-east-1").create_bucket(Bucket="bucket")  # fmt: skip
+        boto3.client(
+            "s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1"
+        ).create_bucket(Bucket="bucket")
         location = resolve("s3://bucket/out")
         assert table_commit.catch_up(location) == 0
-        assert table_commit.commit_rewrite(location, written=["a"], removed=[], kind="replay",
-                                           note="n") is False  # fmt: skip
+        assert (
+            table_commit.commit_rewrite(
+                location, written=["a"], removed=[], kind="replay", note="n"
+            )
+            is False
+        )
     finally:
         server.stop()
 

@@ -51,9 +51,12 @@ def _snapshot_ids(output: Path) -> set[int]:
 
 def _keys(rows: Any) -> set[str]:
     keys = pc.binary_join_element_wise(
-        rows["topic"], pc.cast(rows["partition"], "string"),
-        pc.cast(rows["offset"], "string"), rows["row_id"], ":",
-    )  # fmt: skip
+        rows["topic"],
+        pc.cast(rows["partition"], "string"),
+        pc.cast(rows["offset"], "string"),
+        rows["row_id"],
+        ":",
+    )
     return set(keys.to_pylist())
 
 
@@ -75,9 +78,12 @@ class SnapshotPoller(threading.Thread):
                 snapshot = table.current_snapshot()
                 rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
                 keys = pc.binary_join_element_wise(
-                    rows["topic"], pc.cast(rows["partition"], "string"),
-                    pc.cast(rows["offset"], "string"), rows["row_id"], ":",
-                )  # fmt: skip
+                    rows["topic"],
+                    pc.cast(rows["partition"], "string"),
+                    pc.cast(rows["offset"], "string"),
+                    rows["row_id"],
+                    ":",
+                )
                 self.reads.append(
                     (snapshot.snapshot_id, len(rows), len(rows) - len(pc.unique(keys)))
                 )
@@ -105,8 +111,7 @@ def test_a_correction_is_one_overwrite_snapshot_and_a_polling_reader_sees_old_or
         poller.join()
 
     assert_exact(archive, out)
-    comparison = verify.compare(verify.expected_output(str(archive), PATTERN).rows,
-                                table_rows(out))  # fmt: skip
+    comparison = verify.compare(verify.expected_output(str(archive), PATTERN).rows, table_rows(out))
     assert comparison.ok, comparison.report()
     [snapshot] = _data_changes(_new_snapshots(out, before))
     assert snapshot.summary.operation.value == "overwrite"
@@ -142,20 +147,45 @@ def test_a_repair_changes_the_table_in_one_snapshot_and_holds_its_ledger_entry(
     spark: Any, tmp_path: Path
 ) -> None:
     archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
-    spec = CaptureSpec(topics=1, partitions=2, sessions=8, updates=60, records_per_file=50,
-                       resync_every=15, concurrent=1, seed=4)  # fmt: skip
+    spec = CaptureSpec(
+        topics=1,
+        partitions=2,
+        sessions=8,
+        updates=60,
+        records_per_file=50,
+        resync_every=15,
+        concurrent=1,
+        seed=4,
+    )
     write_capture(tmp_path / "full", spec)
-    shutil.copytree(tmp_path / "full", archive, ignore=lambda d, names: [
-        n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
-    ])  # fmt: skip
+    shutil.copytree(
+        tmp_path / "full",
+        archive,
+        ignore=lambda d, names: [
+            n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
+        ],
+    )
     run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=60)
     shutil.rmtree(checkpoint)
     shutil.rmtree(archive)
     shutil.copytree(tmp_path / "full", archive)
     before = _snapshot_ids(output)
 
-    assert cli.main(["repair", "--archive", str(archive), "--output", str(output),
-                     "--checkpoint", str(checkpoint), "--yes"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "repair",
+                "--archive",
+                str(archive),
+                "--output",
+                str(output),
+                "--checkpoint",
+                str(checkpoint),
+                "--yes",
+            ]
+        )
+        == 0
+    )
     [snapshot] = _data_changes(_new_snapshots(output, before))
     head = Ledger(resolve(str(output))).head()
     assert head is not None and head.kind == "repair"
