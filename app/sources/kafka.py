@@ -237,8 +237,8 @@ class KafkaBackend:
         if self.isolation is Isolation.READ_COMMITTED:
             stable = self._offsets(
                 partitions,
-                OffsetSpec.latest(),
-                "last stable",  # type: ignore[no-untyped-call]
+                OffsetSpec.latest(),  # type: ignore[no-untyped-call]
+                "last stable",
                 IsolationLevel.READ_COMMITTED,
             )
         return {
