@@ -10,7 +10,7 @@ CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: lock setup demo test infra-checks lint typecheck unit synth checkov terraform-check terraform-stacks terraform-prod packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
+.PHONY: lock setup demo test infra-checks lint typecheck unit commit-chain synth checkov terraform-check terraform-stacks terraform-prod packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
 
 setup: $(STAMP)
 
@@ -40,16 +40,23 @@ typecheck: setup
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/pytest -q -m "not terraform" --durations=25
+	$(BIN)/pytest -q -m "not terraform and not chain" --durations=25
+
+# The SIGKILL chain (tests/sink/test_commit_steps.py): ten cold `tablecast run`
+# processes, six minutes; `make test` runs it beside the suite, after the
+# infrastructure checks.
+commit-chain: setup
+	$(BIN)/pytest -q -m chain tests/sink
 
 # Two jobs at most, each job's output printed whole when it ends: the pytest
 # suite in one; in the other ruff, mypy (minutes on a fresh clone: it reads
 # the AWS provider's bindings) and the infrastructure checks, which mostly
 # wait (terraform's apply to moto is minutes of the AWS provider's polling).
 # The pipeline demo binds the image's fixed Spark ports, as tests/local
-# does, so it runs after the suite.
+# does, so it runs after the suite; the commit chain follows the
+# infrastructure checks in the second job.
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit lint typecheck infra-checks
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit lint typecheck infra-checks commit-chain
 	$(MAKE) --no-print-directory pipeline-demo
 
 infra-checks: synth checkov terraform-check packer-validate shellcheck

@@ -257,6 +257,7 @@ def _decided(stderr: str, batch: int, where: str) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.chain
 def test_sigkilled_inside_each_commit_step_in_turn_every_cold_resume_is_exact(
     archive: Path, tmp_path: Path
 ) -> None:
