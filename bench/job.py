@@ -144,7 +144,7 @@ def write(name: str, spec: gen.CaptureSpec) -> tuple[str, int]:
     return archive, capture.messages
 
 
-def job(name: str, archive: str, max_offsets: int) -> Measured:
+def job(name: str, archive: str, max_offsets: int, env: dict[str, str] | None = None) -> Measured:
     return measure(
         [
             PYTHON,
@@ -161,7 +161,8 @@ def job(name: str, archive: str, max_offsets: int) -> Measured:
             "available-now",
             "--max-offsets-per-trigger",
             str(max_offsets),
-        ]
+        ],
+        env=env,
     )
 
 
@@ -337,25 +338,7 @@ def main() -> int:
         )
         archive, messages = write("big", spec)
         env = {k: v for k, v in os.environ.items() if k != "TABLECAST_DRIVER_MEMORY"}
-        m = measure(
-            [
-                PYTHON,
-                "-m",
-                "app",
-                "run",
-                "--archive",
-                archive,
-                "--output",
-                str(OUT / "big" / "job"),
-                "--checkpoint",
-                str(OUT / "big" / "job-checkpoint"),
-                "--trigger",
-                "available-now",
-                "--max-offsets-per-trigger",
-                "500000",
-            ],
-            env=env,
-        )
+        m = job("big", archive, 500_000, env=env)
         batches = sum(1 for line in m.stdout.splitlines() if line.startswith("batch "))
         print(HEADER)
         print(row(f"job, {messages:,} messages", messages, m))
