@@ -20,6 +20,13 @@ require_file "${VERSIONS_FILE}"
 [[ -d /opt/spark/jars && -d /opt/hadoop/bin ]] || die "run python-env.sh and hadoop.sh first"
 
 install_node_files "${FILES}" /
+# /opt/tablecast/python on the venv's path: Spark's Python daemon,
+# tablecast_preload, which imports the workers' libraries before it forks
+# them, and its spark_path, which every Python process of the venv runs as it
+# starts (PySpark from the package, not Spark's zips). They are the image's,
+# not the job's (the wheel tablecast-ops deploy builds holds the app package only).
+PYTHONPATH=/opt/tablecast/python /opt/tablecast/venv/bin/python \
+  -m tablecast_preload.spark_path /opt/tablecast/python
 install -m 0644 -o root -g root "${VERSIONS_FILE}" /opt/tablecast/versions.toml
 
 # Literal values: systemd's EnvironmentFile does not expand variables.

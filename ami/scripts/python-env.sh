@@ -29,12 +29,6 @@ grep -Eq "^pyspark==${spark_version//./\\.}([[:space:]\\]|$)" "${LOCK}" ||
 "python${python_version}" -m venv "${VENV}"
 "${VENV}/bin/python" -m pip install --no-cache-dir --disable-pip-version-check \
   --require-hashes --requirement "${LOCK}"
-# /opt/tablecast/python (node-files.sh installs ami/files/python there) on the
-# venv's path: Spark's Python daemon, tablecast_preload, which imports the
-# workers' libraries before it forks them. It is the image's, not the job's
-# (the wheel tablecast-ops deploy builds holds the app package only).
-site_packages="$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-printf '%s\n' /opt/tablecast/python >"${site_packages}/tablecast-preload.pth"
 
 expect_equal "Python in the venv" "${python_version}" \
   "$("${VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"

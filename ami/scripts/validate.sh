@@ -94,6 +94,11 @@ check "tablecast_preload imports from /opt/tablecast/python and preloads every l
 assert p.__file__.startswith("/opt/tablecast/python/"), p.__file__
 p.preload()
 sys.exit(1 if p.Preloaded.failed or p.Preloaded.app_imported else 0)'
+# Spark puts its own zips first on its Python processes' path: the venv's .pth
+# takes them off, and PySpark imports from the package, its bytecode cached.
+check "a Spark Python process imports PySpark from the package, not ${SPARK_DIR}/python/lib's zips" \
+  env PYTHONPATH="$(printf '%s:' "${SPARK_DIR}"/python/lib/*.zip)" "${VENV}/bin/python" -c \
+  'import pyspark, py4j; assert ".zip" not in pyspark.__file__ + py4j.__file__'
 if find "${SPARK_DIR}/jars/" -maxdepth 1 -name '*kafka*.jar' | grep -q .; then
   fail "Kafka jars in ${SPARK_DIR}/jars: $(find "${SPARK_DIR}/jars/" -maxdepth 1 -name '*kafka*.jar' -printf '%f ')"
 else

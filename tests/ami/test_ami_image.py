@@ -159,7 +159,7 @@ def test_the_archiver_gets_its_own_roles_credentials(image: StagedImage, tmp_pat
     assert printed["Expiration"].startswith("20")
 
 
-PRELOAD_DIR = "/opt/tablecast/python"  # python-env.sh's .pth puts it on the venv's path
+PRELOAD_DIR = "/opt/tablecast/python"  # node-files.sh's .pth puts it on the venv's path
 
 
 def test_the_image_holds_the_python_daemons_preload_on_the_venvs_path(
@@ -170,11 +170,14 @@ def test_the_image_holds_the_python_daemons_preload_on_the_venvs_path(
 
     staged = image.path(PRELOAD_DIR)
     assert (staged / "tablecast_preload" / "__main__.py").is_file()
-    python_env = Path(__file__).resolve().parents[2] / "ami" / "scripts" / "python-env.sh"
-    assert f"printf '%s\\n' {PRELOAD_DIR} >" in python_env.read_text(encoding="utf-8")
-    # Imported from the image's copy, it preloads the workers' libraries and no job code.
+    node_files = Path(__file__).resolve().parents[2] / "ami" / "scripts" / "node-files.sh"
+    writes_pth = f"-m tablecast_preload.spark_path {PRELOAD_DIR}"
+    assert writes_pth in node_files.read_text(encoding="utf-8")
+    # Imported from the image's copy, it preloads the workers' libraries and no job
+    # code, and the .pth line it writes names a module the copy holds.
     probe = (
-        "import sys, tablecast_preload as p; print(p.__file__); p.preload(); "
+        "import sys, tablecast_preload as p, tablecast_preload.spark_path as s; "
+        "print(p.__file__); p.preload(); exec(s.PTH_LINE); "
         "print(p.Preloaded.failed, 'app' in sys.modules)"
     )
     done = subprocess.run(

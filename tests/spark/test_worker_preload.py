@@ -9,10 +9,15 @@ daemon (its parent), before the task began; the daemon never imported ``app``.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pyspark
 import pytest
 import tablecast_preload
 
@@ -21,30 +26,85 @@ from app.spark.session import DAEMON_MODULE_KEY, PRELOAD_MODULE, preload_daemon
 LIBRARIES = ("pyarrow", "pandas", "numpy", "confluent_kafka", "pyspark.worker")
 
 
-def _probe(_: Iterator[Any]) -> Iterator[tuple[int, int | None, tuple[str, ...], bool, bool]]:
+@dataclass(frozen=True)
+class _Worker:
+    parent: int
+    preloaded_by: int | None
+    modules: tuple[str, ...]
+    present: bool
+    app_imported: bool
+    pyspark_file: str
+    zips_read: tuple[str, ...]  # zips whose directory each task's invalidate_caches reads
+
+
+def _probe(_: Iterator[Any]) -> Iterator[_Worker]:
     # At the task's start, before it imports anything of its own.
     import sys as task_sys
 
+    import pyspark
+
     preloaded = task_sys.modules.get("tablecast_preload")
     record = getattr(preloaded, "Preloaded", None)
-    present = all(name in task_sys.modules for name in LIBRARIES)
-    yield (
-        os.getppid(),
-        getattr(record, "pid", None),
-        tuple(getattr(record, "modules", ())),
-        present,
-        getattr(record, "app_imported", True),
+    yield _Worker(
+        parent=os.getppid(),
+        preloaded_by=getattr(record, "pid", None),
+        modules=tuple(getattr(record, "modules", ())),
+        present=all(name in task_sys.modules for name in LIBRARIES),
+        app_imported=getattr(record, "app_imported", True),
+        pyspark_file=str(pyspark.__file__),
+        zips_read=tuple(
+            path
+            for path, finder in task_sys.path_importer_cache.items()
+            if path.endswith(".zip") and finder is not None
+        ),
     )
 
 
 def test_a_new_python_worker_starts_with_the_libraries_its_daemon_imported(spark: Any) -> None:
     assert spark.sparkContext.getConf().get(DAEMON_MODULE_KEY) == PRELOAD_MODULE
-    rows = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_probe).collect()
-    assert rows
-    for parent, preloaded_by, modules, present, app_imported in rows:
-        assert preloaded_by == parent, "the preload ran in the daemon the worker was forked from"
-        assert set(LIBRARIES) <= set(modules) and present
-        assert not app_imported, "the daemon must not import the job's own code"
+    workers = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_probe).collect()
+    assert workers
+    for worker in workers:
+        assert worker.preloaded_by == worker.parent, "the preload ran in the worker's daemon"
+        assert set(LIBRARIES) <= set(worker.modules) and worker.present
+        assert not worker.app_imported, "the daemon must not import the job's own code"
+        # PySpark from the installed package (bytecode cached), and no zip of Spark's
+        # left for each task to read again.
+        assert worker.pyspark_file == pyspark.__file__
+        sparks = [z for z in worker.zips_read if "pyspark" in z or "py4j" in z]
+        assert not sparks
+
+
+def _imported_from(pythonpath: list[Path]) -> list[str]:
+    """Where a new process of this venv, with ``pythonpath`` first, imports PySpark from."""
+    probe = "import sys, pyspark, py4j; print(pyspark.__file__); print(py4j.__file__)"
+    probe += "; print(*[p for p in sys.path if p.endswith('.zip')], sep='\\n')"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, pythonpath))},
+    )
+    return done.stdout.splitlines()
+
+
+def test_a_process_given_sparks_own_zips_imports_pyspark_from_the_installed_package() -> None:
+    # As Spark starts its planners, daemon and workers: its zips first on PYTHONPATH.
+    zips = sorted((Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
+    assert [z.name for z in zips] == ["py4j-0.10.9.9-src.zip", "pyspark.zip"]
+    pyspark_file, py4j_file, *on_path = _imported_from(zips)
+    assert pyspark_file == pyspark.__file__ and ".zip" not in py4j_file
+    assert not set(map(str, zips)) & set(on_path)
+
+
+def test_a_zip_of_another_spark_stays_where_spark_put_it(tmp_path: Path) -> None:
+    other = tmp_path / "spark" / "python" / "lib" / "pyspark.zip"
+    other.parent.mkdir(parents=True)
+    shutil.copy(Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip", other)
+    pyspark_file, _, *on_path = _imported_from([other])
+    assert pyspark_file == str(other / "pyspark" / "__init__.py")
+    assert str(other) in on_path
 
 
 def test_a_library_that_fails_to_import_is_skipped_and_the_rest_load() -> None:
