@@ -179,6 +179,7 @@ def compact(
     before: date | None = None,
     target_bytes: int = DEFAULT_TARGET_BYTES,
     steps: CompactionSteps | None = None,
+    retirement: rewrite_mod.Retirement | None = None,
 ) -> CompactionReport:
     """Steps 1 to 6 for every closed day before ``before`` (default: today, UTC)."""
     config = config_for(location)
@@ -192,7 +193,7 @@ def compact(
     with threads_released():
         # Step 1
         table_commit.catch_up(location)
-        finish_interrupted(location)
+        finish_interrupted(location, retirement)
         table = open_table(location, config)
         # Step 2
         files = {
@@ -225,7 +226,13 @@ def compact(
             note=f"{sum(len(g.inputs) for g in groups)} files into {len(groups)}",
         )
         # Step 5
-        rewrite_mod.carry_out(location, rewrite, steps, snapshot=table_commit.snapshot_rewrite)
+        rewrite_mod.carry_out(
+            location,
+            rewrite,
+            steps,
+            snapshot=table_commit.snapshot_rewrite,
+            retirement=retirement,
+        )
     # Step 6
     location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
@@ -241,13 +248,15 @@ def compact(
     return report
 
 
-def finish_interrupted(location: Location) -> int:
+def finish_interrupted(location: Location, retirement: rewrite_mod.Retirement | None = None) -> int:
     """Before a compaction: finish every rewrite whose owner died, a compaction's or a
     recompute's (:func:`app.sink.rewrite.finish_open`: refuses, in one line, to start beside
     one whose owner is still at work, such as the live job's scheduled compaction beside
     ``tablecast compact``); forget the history of compactions a crash interrupted before
     their rewrite record. Returns how many compactions were finished."""
-    finished = rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite)
+    finished = rewrite_mod.finish_open(
+        location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
+    )
     if not rewrite_mod.open_rewrites(location):
         _forget_never_carried_out(location)
         location.delete_dir(location.child(STAGING_DIR))
