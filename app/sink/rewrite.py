@@ -167,7 +167,10 @@ class Rewrite:
         return now < self.lease_until
 
     def describe_lease(self) -> str:
-        return f"owner {self.owner or '?'}, lease until {_clock(self.lease_until)}"
+        if not self.lease_until:
+            return f"owner {self.owner or '?'}, lease given up"
+        until = datetime.fromtimestamp(self.lease_until, UTC).isoformat(timespec="seconds")
+        return f"owner {self.owner or '?'}, lease until {until}"
 
     def describe_grace(self) -> str:
         return (
@@ -439,7 +442,9 @@ def _finish_one(
     now: float,
 ) -> bool:
     """Whether this process finished it (False: taken by another, or left in its grace)."""
-    log.warning(
+    # Only retiring is left of a published one (the live job's compaction leaves that).
+    log.log(
+        logging.INFO if rewrite.published else logging.WARNING,
         "finishing rewrite %s of %s, %s before (%s): %d files to publish, %d names to retire",
         rewrite.key,
         location.uri,

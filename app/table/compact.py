@@ -23,14 +23,17 @@ leaves, and is finished the same way:
 5. Carry out the rewrite: publish the merged files, commit one snapshot of
    the table in which every group's inputs leave and its output enters
    (``overwrite`` tagged ``tablecast.kind=compaction``: pyiceberg 0.12 cannot
-   write Iceberg's ``replace``, docs/design.md), retire the inputs, remove the
-   rewrite record.
+   write Iceberg's ``replace``, docs/design.md), retire the inputs once the
+   rewrite's grace has run out (a query planned on the snapshot before reads
+   them meanwhile), remove the rewrite record. ``tablecast compact`` waits
+   for the grace; the live job's compaction does not: the first batch after
+   the grace retires the inputs (:func:`app.sink.rewrite.finish_abandoned`).
 6. Remove the staging.
 
 Between publishing and retiring (inside step 5) a plain reader listing the
 day sees the inputs and the merged file (Iceberg readers never do); a crash
-there leaves that until the next compaction (or the live job's start, with
-``--compact-every``) finishes the rewrite. Replay and correct refuse offsets
+there leaves that until the live job's next batch or the next compaction
+finishes the rewrite. Replay and correct refuse offsets
 a compaction merged (:func:`refuse_compacted`): their names are gone.
 """
 
@@ -252,7 +255,8 @@ def finish_interrupted(location: Location, retirement: rewrite_mod.Retirement | 
     """Before a compaction: finish every rewrite whose owner died, a compaction's or a
     recompute's (:func:`app.sink.rewrite.finish_open`: refuses, in one line, to start beside
     one whose owner is still at work, such as the live job's scheduled compaction beside
-    ``tablecast compact``); forget the history of compactions a crash interrupted before
+    ``tablecast compact``, and waits out what is left of a grace unless ``retirement``
+    says not to wait); forget the history of compactions a crash interrupted before
     their rewrite record. Returns how many compactions were finished."""
     finished = rewrite_mod.finish_open(
         location, snapshot=table_commit.snapshot_rewrite, retirement=retirement

@@ -17,7 +17,8 @@
   kill interrupted is finished once its lease runs out, by the next batch's
   commit (:func:`app.sink.rewrite.finish_abandoned`) or the next compaction;
   a compaction due while another rewrite is running (``tablecast compact``,
-  a recompute) is left for the next period, with one line in the log.
+  a recompute) or in its grace is left for the next period, with one line
+  in the log.
 """
 
 from __future__ import annotations

@@ -119,6 +119,10 @@ def test_bad_sizes_and_days_are_one_line_errors(capsys: pytest.CaptureFixture[st
     assert table_compact.parse_size("2MiB") == 2 * 1024 * 1024
     assert cli.main(["compact", "--output", "/nonexistent", "--before", "Tuesday"]) == 64
     assert "--before 'Tuesday'" in capsys.readouterr().err
+    for grace, said in (("soon", "is not a duration"), ("2 hours", "must be from 0 to 3600 s")):
+        assert cli.main(["compact", "--output", "/nonexistent", "--retire-grace", grace]) == 64
+        err = capsys.readouterr().err
+        assert "--retire-grace" in err and said in err and err.count("\n") == 1
 
 
 class Crashed(Exception):
