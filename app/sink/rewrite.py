@@ -273,10 +273,13 @@ class _Lease:
         )
 
     def published(self) -> None:
-        """The end of step 2, recorded: the grace runs from now."""
+        """The end of step 2, recorded: the grace runs from now (unless another process
+        took the record over, or finished it: its own record says when, or none is left)."""
         now = _now()
         self.rewrite = dataclasses.replace(self.rewrite, published_at=now)
-        self.write(now + LEASE_SECONDS)
+        current = _read(self.location, self.rewrite.key)
+        if current is not None and current.owner == self.rewrite.owner:
+            self.write(now + LEASE_SECONDS)
 
     def renew(self) -> None:
         """A new lease once half of it is used, unless the record is gone or another
