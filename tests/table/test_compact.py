@@ -302,3 +302,21 @@ def test_a_reader_that_planned_before_the_compaction_reads_its_whole_snapshot(
     comparison = verify.compare(expected, reader.rows.select(expected.schema.names))
     assert comparison.ok, comparison.report()
     _assert_exact(expected, output)
+
+
+def test_compact_no_wait_leaves_the_inputs_to_the_next_command_which_waits_for_them(
+    expected: pa.Table, tmp_path: Path
+) -> None:
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, cuts(expected, 8))
+    command = ["compact", "--output", output, "--before", "2100-01-01"]
+    assert cli.main([*command, "--retire-grace", "3s", "--no-wait"]) == 0
+    (record,) = rewrite_mod.open_rewrites(resolve(output))
+    assert record.published and record.grace_s == 3.0
+    assert verify.compare(expected, table_rows(output)).ok
+    assert verify.compare(expected, verify.read_output(output)).duplicates > 0  # for the grace
+
+    assert cli.main(command) == 0  # finishes it first, after what is left of its grace
+    assert rewrite_mod.open_rewrites(resolve(output)) == []
+    assert rewrite_mod._now() >= record.retire_at
+    _assert_exact(expected, output)
