@@ -36,6 +36,7 @@ from app.tools import generate as gen
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.run import RecomputeReport
+    from app.sink.rewrite import Retirement
     from app.table.live import TableSettings
 
 _UNITS_MS = {
@@ -229,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --compact-every: merged files' size [128MiB]",
     )
     run.add_argument(
+        "--retire-grace",
+        default=None,
+        metavar="DURATION",
+        help="with --compact-every: how long a compaction's inputs stay after its snapshot, "
+        "for Iceberg queries planned before it; a later batch deletes them [2 minutes]",
+    )
+    run.add_argument(
         "--consumer-group",
         default=None,
         metavar="NAME",
@@ -306,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
+    _retire_options(repair)
 
     replay = commands.add_parser(
         "replay", help="recompute the output's files for a window of time, from the archive"
@@ -363,6 +372,24 @@ def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="compact days before this one (YYYY-MM-DD) [today, UTC]",
     )
     compact.add_argument("--target-size", default="128MiB", help="merged files' size [128MiB]")
+    _retire_options(compact)
+
+
+def _retire_options(command: argparse.ArgumentParser) -> None:
+    """When a rewriting command deletes the files its Iceberg snapshot replaced."""
+    command.add_argument(
+        "--retire-grace",
+        default=None,
+        metavar="DURATION",
+        help="how long the replaced files stay after the table's snapshot, for Iceberg "
+        "queries planned before it (0s to 1 hour) [2 minutes]",
+    )
+    command.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return after the snapshot; the replaced files go after the grace, deleted by "
+        "the live job or the next rewriting command (plain readers see them until then)",
+    )
 
 
 def _recompute_options(command: argparse.ArgumentParser) -> None:
@@ -381,6 +408,32 @@ def _recompute_options(command: argparse.ArgumentParser) -> None:
         help=f"the live job's --session-timeout [from the ledger; else {defaults.SESSION_TIMEOUT}]",
     )
     command.add_argument("--master", default=None, help="Spark master [local[2]]")
+    _retire_options(command)
+
+
+def _retire_grace(args: argparse.Namespace) -> float | None:
+    """``--retire-grace`` in seconds (None: the default), or a one-line error."""
+    from app.sink import rewrite as rewrite_mod
+
+    if args.retire_grace is None:
+        return None
+    try:
+        seconds = parse_duration_ms(args.retire_grace) / 1000
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"--retire-grace {args.retire_grace!r} is not a duration like '2 minutes' or '500ms'"
+        ) from None
+    return rewrite_mod.check_grace(seconds)
+
+
+def _retirement(args: argparse.Namespace) -> Retirement:
+    from app.sink.rewrite import Retirement
+
+    return Retirement(grace_s=_retire_grace(args), wait=not args.no_wait, notice=_say)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -665,6 +718,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _repair(args: argparse.Namespace) -> int:
     from app.recovery import repair
 
+    retirement = _retirement(args)
     reader = (
         repair.archive_reader(args.archive, args.topic_pattern)
         if args.archive
@@ -678,7 +732,7 @@ def _repair(args: argparse.Namespace) -> int:
         print("dry run: nothing was changed")
         return 0
     repair.confirm(plan, args.yes)
-    moved = repair.apply_repair(args.output, args.checkpoint, plan)
+    moved = repair.apply_repair(args.output, args.checkpoint, plan, retirement)
     if moved:
         print(f"moved the old checkpoint to {moved}")
     print(
@@ -692,6 +746,7 @@ def _replay(args: argparse.Namespace) -> int:
     from app.recompute import replay
 
     since, until = replay.parse_time(args.since), replay.parse_time(args.until)
+    retirement = _retirement(args)
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
     report = replay.replay(
         spark_session(args.master),
@@ -702,6 +757,7 @@ def _replay(args: argparse.Namespace) -> int:
         topic_pattern=_pattern(args.topic_pattern),
         **_recompute_rules(args),
         progress=_Progress("replaying partitions").update,
+        retirement=retirement,
     )
     _print_recompute(report)
     return 0
@@ -719,6 +775,7 @@ def _recompute_rules(args: argparse.Namespace) -> dict[str, Any]:
 def _correct(args: argparse.Namespace) -> int:
     from app.recompute import correct
 
+    retirement = _retirement(args)
     if args.dry_run:
         planned = correct.plan_correction(
             args.archive, args.output, version=args.version, commit=args.commit
@@ -740,6 +797,7 @@ def _correct(args: argparse.Namespace) -> int:
         commit=args.commit,
         **_recompute_rules(args),
         progress=_Progress("correcting partitions").update,
+        retirement=retirement,
     )
     _print_recompute(report)
     return 0
@@ -774,6 +832,7 @@ def _table_settings(args: argparse.Namespace) -> TableSettings:
         compact_target_bytes=table_compact.parse_size(
             args.compact_target_size, option="--compact-target-size"
         ),
+        retire_grace_s=_retire_grace(args),
     )
 
 
@@ -809,7 +868,10 @@ def _compact(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigurationError(f"--before {args.before!r} is not a day like 2026-01-31") from None
     target = table_compact.parse_size(args.target_size)
-    report = table_compact.compact(resolve(args.output), before=before, target_bytes=target)
+    retirement = _retirement(args)
+    report = table_compact.compact(
+        resolve(args.output), before=before, target_bytes=target, retirement=retirement
+    )
     print(
         f"compacted {report.inputs:,} files into {report.outputs:,} ({report.rows:,} rows, "
         f"{report.bytes_before:,} bytes into {report.bytes_after:,})"

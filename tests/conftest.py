@@ -44,3 +44,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaEndpoint]:
     """A tansu broker on 127.0.0.1 for the whole session; topics are per test."""
     with running_broker(tmp_path_factory.mktemp("tansu") / "tansu.log") as running:
         yield running.endpoint
+
+
+@pytest.fixture(autouse=True)
+def _rewrites_retire_at_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewrite in a test retires its old names right after its table snapshot, unless
+    the test gives it a grace (the tests of readers during a rewrite do): the default
+    would make each rewrite wait two minutes. Processes a test starts keep the default."""
+    from app.sink import rewrite as rewrite_mod
+
+    monkeypatch.setattr(rewrite_mod, "DEFAULT_GRACE_S", 0.0)

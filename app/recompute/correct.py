@@ -28,7 +28,7 @@ from app.recompute.run import CORRECTION, Progress, RecomputeReport, recompute
 from app.recompute.task import RecomputePlan
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, LiveRules
-from app.sink.rewrite import RewriteSteps
+from app.sink.rewrite import Retirement, RewriteSteps
 from app.sources import archive
 from app.storage import resolve
 
@@ -107,6 +107,7 @@ def correct(
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
     steps: RewriteSteps | None = None,
+    retirement: Retirement | None = None,
 ) -> RecomputeReport:
     """Recompute the ranges the selected version published, and replace their files.
 
@@ -124,5 +125,5 @@ def correct(
         staging_dir="",
     )
     return recompute(
-        spark, plan, correction.works, CORRECTION, correction.selector, progress, steps
+        spark, plan, correction.works, CORRECTION, correction.selector, progress, steps, retirement
     )

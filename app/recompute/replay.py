@@ -28,7 +28,7 @@ from app.recompute.plan import PublishedRange
 from app.recompute.run import REPLAY, Progress, RecomputeReport, recompute
 from app.recompute.task import RecomputePlan
 from app.sink.ledger import Ledger
-from app.sink.rewrite import RewriteSteps
+from app.sink.rewrite import Retirement, RewriteSteps
 from app.sources import archive
 from app.storage import resolve
 
@@ -63,6 +63,7 @@ def replay(
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
     steps: RewriteSteps | None = None,
+    retirement: Retirement | None = None,
 ) -> RecomputeReport:
     if until_ms <= since_ms:
         raise ConfigurationError("--until must be after --since")
@@ -94,7 +95,7 @@ def replay(
         window_ms=(since_ms, until_ms),
     )
     selector = f"window {_iso(since_ms)} to {_iso(until_ms)}"
-    return recompute(spark, plan, works, REPLAY, selector, progress, steps)
+    return recompute(spark, plan, works, REPLAY, selector, progress, steps, retirement)
 
 
 def _overlaps(r: PublishedRange, files: Sequence[archive.ArchiveFile]) -> bool:

@@ -143,6 +143,7 @@ def recompute(
     selector: str,
     progress: Progress | None = None,
     steps: rewrite_mod.RewriteSteps | None = None,
+    retirement: rewrite_mod.Retirement | None = None,
 ) -> RecomputeReport:
     """Steps 1 to 4 for ``works``; raises :class:`IntegrityViolationError` in step 2."""
     location = resolve(plan.output_uri)
@@ -153,7 +154,7 @@ def recompute(
 
     # Step 1
     # A crashed rewrite's staging may be this one's:
-    rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite)
+    rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite, retirement=retirement)
     location.delete_dir(staging)
     results = _run_tasks(spark, plan, works, progress)
 
@@ -171,7 +172,9 @@ def recompute(
     table_compact.refuse_compacted(location, blocks)  # their names are gone (app.table)
     rewrite, published = _rewrite(location, plan.staging_dir, results, key)
     rewrite = dataclasses.replace(rewrite, kind=str(kind), note=selector)
-    rewrite_mod.carry_out(location, rewrite, steps, snapshot=table_commit.snapshot_rewrite)
+    rewrite_mod.carry_out(
+        location, rewrite, steps, snapshot=table_commit.snapshot_rewrite, retirement=retirement
+    )
     publishing = (started, time.monotonic())
 
     # Step 4

@@ -157,7 +157,12 @@ def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
     )
 
 
-def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str | None:
+def apply_repair(
+    output_uri: str,
+    checkpoint_uri: str,
+    plan: RepairPlan,
+    retirement: rewrite_mod.Retirement | None = None,
+) -> str | None:
     """Steps 4 to 6; returns where the old checkpoint went (None if there was none)."""
     location = resolve(output_uri)
     ledger = Ledger(location)
@@ -166,7 +171,9 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
     moved = move_checkpoint_aside(checkpoint_uri)
     # Step 5
     # A crashed rewrite changed which files hold rows:
-    if rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite):
+    if rewrite_mod.finish_open(
+        location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
+    ):
         files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
     else:
         files = list(plan.files_to_rewrite)
@@ -175,6 +182,7 @@ def apply_repair(output_uri: str, checkpoint_uri: str, plan: RepairPlan) -> str 
         location,
         dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
         snapshot=table_commit.snapshot_rewrite,
+        retirement=retirement,
     )
     pending = ledger.pending()
     if pending is not None:  # a crashed batch's files, beyond the head: offsets the run redoes

@@ -8,32 +8,56 @@ reader's open handle. A rewrite (``tablecast correct``, ``replay``,
 ``part-<block>~<rewrite>.parquet``, then retires the names it replaces:
 
 1. Record the rewrite: ``_tablecast/ledger/rewrites/<key>.json`` lists the
-   staged files with their new names and the names to retire.
+   staged files with their new names, the names to retire and the grace
+   (``grace_s``) the old names get after the snapshot.
 2. Publish each staged file under its new name (no name that exists is
    written: a crashed attempt's copy is kept), then commit the output's
    Iceberg table one overwrite snapshot, where the output keeps one: the
    caller's :class:`TableSnapshot` (:func:`app.table.commit.snapshot_rewrite`;
-   the table builds on this module, never the other way).
-3. Retire the old names.
+   the table builds on this module, never the other way). The record then
+   says when (``published_at``, wall-clock seconds).
+3. Once the grace has run out (``published_at + grace_s``), retire the old
+   names.
 4. Remove the record.
+
+The grace is for Iceberg readers (pyiceberg, Spark, Athena, DuckDB): a query
+plans its scan on the snapshot current when it starts and opens the files
+afterwards, so a file the rewrite's snapshot removes is still read for as
+long as such a scan lasts; deleted at the commit, the reader would get "file
+not found". Iceberg deletes such files only when the snapshots that reference
+them expire; here they go once the grace (:data:`DEFAULT_GRACE_S`, or the
+commands' ``--retire-grace``) has run out. A plain-listing reader
+(``CONTRACT.md`` section 3) meanwhile sees the rewritten blocks' messages in
+both the old and the new file (it never misses one), so the grace stays
+short, and a rewriting command waits it out before it returns (one progress
+line: the dataset is exact for every reader once the command is done), unless
+told not to (:attr:`Retirement.wait`). The live job never waits: it leaves the
+record, its lease given up, to whoever finds it after the grace.
 
 A crash before step 1 leaves only hidden staging. A crash after it leaves
 the record, and someone must finish steps 2 to 4 for it, or the rewritten
 blocks stay visible twice. But a record alone does not say whether its
-rewrite crashed or is still running, and a second process carrying out
-the same steps beside a running rewrite would publish its names while that
-one does too. So the record carries a lease: the rewriting process (its
-``owner``) writes ``lease_until`` (wall-clock seconds, ``LEASE_SECONDS``
-ahead) in step 1, renews it while it works (whenever half of it is used),
-and gives it up at once when it fails with an error. A record whose lease
-has run out belongs to a process that died (SIGKILL, lost machine):
+rewrite crashed or is still running (or waiting out its grace), and a second
+process carrying out the same steps beside a running rewrite would publish
+its names while that one does too. So the record carries a lease: the
+rewriting process (its ``owner``) writes ``lease_until`` (wall-clock
+seconds, ``LEASE_SECONDS`` ahead) in step 1, renews it while it works or
+waits (whenever half of it is used), and gives it up at once when it fails
+with an error or leaves the retiring to others. A record whose lease has
+run out belongs to a process that died (SIGKILL, lost machine), or to one
+that left it:
 
 - The live job (:func:`finish_abandoned`, at start-up and after each
-  published batch) finishes it, and leaves a record under a running lease
-  alone (logged).
-- A rewriting command (:func:`finish_open`, which ``correct``, ``replay``
-  and ``repair`` run first) finishes it too, and refuses to start beside a
-  running one, in one line naming it and when its lease runs out.
+  published batch) finishes it once its grace has run out, and leaves a
+  record under a running lease or in its grace alone (logged). Of a record
+  not yet published it does step 2 at once, and leaves the rest for after
+  the grace.
+- A rewriting command (:func:`finish_open`, which ``correct``, ``replay``,
+  ``repair`` and ``compact`` run first) finishes it too, waiting out what is
+  left of its grace, and refuses to start beside a running one, in one line
+  naming it and when its lease runs out. The live job's compaction, which
+  must not wait, refuses beside one in its grace as well (the next period
+  tries again).
 
 A process that finishes someone else's record first takes the lease (its
 own owner and a new ``lease_until``), then reads the record back; if another
@@ -42,12 +66,16 @@ processes may finish one record at once (both took it within one write,
 or an owner that stalled past its lease wakes up), so every step is safe to
 repeat and to run twice at once: a publish whose staged file the other
 process already moved keeps that process's copy, the table's snapshot
-replaces the same files by the same files, and retiring a name already
-gone does nothing. The lease is compared across machines' clocks: it is
-long (minutes) beside their skew.
+replaces the same files by the same files (step 2 is skipped for a record
+that says it was published), and retiring a name already gone does nothing.
+The lease and the grace are compared across machines' clocks: the lease is
+long (minutes) beside their skew, and a grace shortened by a skew of
+seconds still outlasts a scan's planning.
 
-Between steps 2 and 3 a plain-listing reader sees the rewritten blocks'
-messages in both the old and the new file; it never misses one.
+The table's snapshots from before a rewrite are kept (they hold the ledger's
+position, :mod:`app.table.commit`, and are not expired): a reader that
+travels back to one of them after the grace gets "file not found" for the
+files the rewrite retired.
 """
 
 from __future__ import annotations
@@ -58,13 +86,14 @@ import logging
 import posixpath
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
 import orjson
 
-from app.errors import OutputStateError
+from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
 from app.storage import Location
 
@@ -72,6 +101,10 @@ log = logging.getLogger(__name__)
 
 REWRITES_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "rewrites")
 LEASE_SECONDS = 600.0  # a rewrite's steps 2 to 4 renew it; minutes beside clock skew
+# How long an Iceberg scan planned on the snapshot before a rewrite may still open its
+# files: a query's run time. Read when a rewrite starts (a test sets its own).
+DEFAULT_GRACE_S = 120.0
+MAX_GRACE_S = 3600.0  # plain-listing readers see rewritten blocks twice meanwhile
 _MARK = "~"  # not in a Kafka topic's name ([a-zA-Z0-9._-]): the rewrite's part of a name
 
 
@@ -97,7 +130,9 @@ class Rewrite:
     kind: str = "rewrite"  # replay, correction, repair: the Iceberg snapshot's kind
     note: str = ""  # what was rewritten, for the snapshot's summary
     owner: str = ""  # the process carrying it out ("": none; records from before leases)
-    lease_until: float = 0.0  # seconds since the epoch; 0: given up (its owner failed)
+    lease_until: float = 0.0  # seconds since the epoch; 0: given up (its owner failed or left)
+    grace_s: float = 0.0  # how long the old names stay after the snapshot (step 3)
+    published_at: float = 0.0  # seconds since the epoch that step 2 ended; 0: not yet
 
     def to_json(self) -> bytes:
         doc = {
@@ -108,16 +143,40 @@ class Rewrite:
             "note": self.note,
             "owner": self.owner,
             "lease_until": self.lease_until,
+            "grace_s": self.grace_s,
+            "published_at": self.published_at,
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    @property
+    def published(self) -> bool:
+        """Step 2 is done: every new name published, the table's snapshot committed."""
+        return self.published_at > 0
+
+    @property
+    def retire_at(self) -> float:
+        """When the old names may go (seconds since the epoch), once published."""
+        return self.published_at + self.grace_s
+
+    def in_grace(self, now: float) -> bool:
+        """Published, with old names to retire that readers may still open."""
+        return self.published and bool(self.retire) and now < self.retire_at
 
     def running(self, now: float) -> bool:
         """Whether its owner may still be at work (its lease has not run out)."""
         return now < self.lease_until
 
     def describe_lease(self) -> str:
+        if not self.lease_until:
+            return f"owner {self.owner or '?'}, lease given up"
         until = datetime.fromtimestamp(self.lease_until, UTC).isoformat(timespec="seconds")
         return f"owner {self.owner or '?'}, lease until {until}"
+
+    def describe_grace(self) -> str:
+        return (
+            f"{len(self.retire)} old files retire at {_clock(self.retire_at)}, after readers "
+            f"of the table's snapshot before it had {self.grace_s:g} s"
+        )
 
     @classmethod
     def from_json(cls, data: bytes) -> Rewrite:
@@ -130,7 +189,43 @@ class Rewrite:
             note=doc.get("note", ""),
             owner=doc.get("owner", ""),
             lease_until=float(doc.get("lease_until", 0.0)),
+            grace_s=float(doc.get("grace_s", DEFAULT_GRACE_S)),
+            published_at=float(doc.get("published_at", 0.0)),
         )
+
+
+def _clock(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%H:%M:%S UTC")
+
+
+def check_grace(grace_s: float, *, option: str = "--retire-grace") -> float:
+    """A grace within bounds, or a one-line error naming the option."""
+    if not 0 <= grace_s <= MAX_GRACE_S:
+        raise ConfigurationError(
+            f"{option} {grace_s:g} s must be from 0 to {MAX_GRACE_S:g} s: plain-listing "
+            "readers see the rewritten blocks twice until it ends"
+        )
+    return grace_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retirement:
+    """How a rewrite's old names go after its snapshot (step 3)."""
+
+    grace_s: float | None = None  # None: DEFAULT_GRACE_S
+    # Wait out the grace and retire (a command), or leave the record, its lease given
+    # up, to whoever finds it after the grace (the live job, which never blocks).
+    wait: bool = True
+    notice: Callable[[str], None] | None = None  # the waiting's progress line [the log]
+
+    def grace(self) -> float:
+        return DEFAULT_GRACE_S if self.grace_s is None else self.grace_s
+
+    def tell(self, line: str) -> None:
+        if self.notice is None:
+            log.info("%s", line)
+        else:
+            self.notice(line)
 
 
 class TableSnapshot(Protocol):
@@ -146,7 +241,10 @@ class RewriteSteps:
         """After step 1."""
 
     def published(self) -> None:
-        """After step 2."""
+        """After step 2 (the record says when it ended)."""
+
+    def waiting(self) -> None:
+        """In step 3's grace, before each pause of the owner's wait."""
 
 
 def _record_path(location: Location, key: str) -> str:
@@ -174,6 +272,15 @@ class _Lease:
             _record_path(self.location, self.rewrite.key), self.rewrite.to_json()
         )
 
+    def published(self) -> None:
+        """The end of step 2, recorded: the grace runs from now (unless another process
+        took the record over, or finished it: its own record says when, or none is left)."""
+        now = _now()
+        self.rewrite = dataclasses.replace(self.rewrite, published_at=now)
+        current = _read(self.location, self.rewrite.key)
+        if current is not None and current.owner == self.rewrite.owner:
+            self.write(now + LEASE_SECONDS)
+
     def renew(self) -> None:
         """A new lease once half of it is used, unless the record is gone or another
         process took it over (this one's steps then repeat that one's, harmlessly)."""
@@ -185,7 +292,8 @@ class _Lease:
             self.write(now + LEASE_SECONDS)
 
     def give_up(self) -> None:
-        """The owner failed: the record is at once anyone's to finish."""
+        """The owner failed, or leaves the retiring to others: the record is anyone's to
+        finish (after its grace)."""
         with contextlib.suppress(Exception):  # best effort: the lease runs out anyway
             current = _read(self.location, self.rewrite.key)
             if current is not None and current.owner == self.rewrite.owner:
@@ -205,40 +313,64 @@ def carry_out(
     steps: RewriteSteps | None = None,
     *,
     snapshot: TableSnapshot,
-) -> None:
-    """Steps 1 to 4."""
+    retirement: Retirement | None = None,
+) -> bool:
+    """Steps 1 to 4; False when the record is left for after the grace (not waiting)."""
     steps = steps or RewriteSteps()
-    lease = _Lease(location, dataclasses.replace(rewrite, owner=_new_owner()))
+    retirement = retirement or Retirement()
+    grace_s = check_grace(retirement.grace())
+    lease = _Lease(location, dataclasses.replace(rewrite, owner=_new_owner(), grace_s=grace_s))
     # Step 1
     lease.write(_now() + LEASE_SECONDS)
-    _steps_2_to_4(lease, steps, snapshot, recorded=True)
+    return _steps_2_to_4(lease, steps, snapshot, retirement, recorded=True)
 
 
 def _steps_2_to_4(
-    lease: _Lease, steps: RewriteSteps, snapshot: TableSnapshot, recorded: bool = False
-) -> None:
+    lease: _Lease,
+    steps: RewriteSteps,
+    snapshot: TableSnapshot,
+    retirement: Retirement,
+    *,
+    recorded: bool = False,
+    now: float | None = None,
+) -> bool:
     try:
         if recorded:
             steps.recorded()
-        _finish(lease, steps, snapshot)
+        return _finish(lease, steps, snapshot, retirement, now)
     except BaseException:
         lease.give_up()
         raise
 
 
-def _finish(lease: _Lease, steps: RewriteSteps, snapshot: TableSnapshot) -> None:
-    location, rewrite = lease.location, lease.rewrite
-    # Step 2
-    for staged, visible in rewrite.publish:
+def _finish(
+    lease: _Lease,
+    steps: RewriteSteps,
+    snapshot: TableSnapshot,
+    retirement: Retirement,
+    now: float | None,
+) -> bool:
+    location = lease.location
+    if not lease.rewrite.published:
+        # Step 2
+        for staged, visible in lease.rewrite.publish:
+            lease.renew()
+            _publish(location, lease.rewrite, staged, visible)
         lease.renew()
-        _publish(location, rewrite, staged, visible)
-    lease.renew()
-    # The Iceberg table's one overwrite snapshot, before any old name goes: its
-    # readers see the old files or the new, and never a retired one. Done again
-    # when a crashed rewrite is finished (the same content; one more snapshot).
-    snapshot(location, rewrite)
-    steps.published()
-    lease.renew()
+        # The Iceberg table's one overwrite snapshot, before any old name goes: its
+        # readers see the old files or the new. Done again when a rewrite that crashed
+        # before recording its end is finished (the same content; one more snapshot).
+        snapshot(location, lease.rewrite)
+        lease.published()
+        steps.published()
+    rewrite = lease.rewrite
+    if rewrite.in_grace(_now() if now is None else now):
+        if not retirement.wait:
+            lease.give_up()  # anyone's once the grace has run out
+            log.info("rewrite %s of %s: %s", rewrite.key, location.uri, rewrite.describe_grace())
+            return False
+        retirement.tell(f"rewrite {rewrite.key}: {rewrite.describe_grace()}")
+        _wait_out(lease, steps)
     # Step 3
     for relative in rewrite.retire:
         with contextlib.suppress(FileNotFoundError):  # another finisher retired it first
@@ -246,6 +378,15 @@ def _finish(lease: _Lease, steps: RewriteSteps, snapshot: TableSnapshot) -> None
     # Step 4
     with contextlib.suppress(FileNotFoundError):
         location.delete_file(_record_path(location, rewrite.key))
+    return True
+
+
+def _wait_out(lease: _Lease, steps: RewriteSteps) -> None:
+    """The owner's wait for the grace to run out, its lease renewed meanwhile."""
+    while (left := lease.rewrite.retire_at - _now()) > 0:
+        lease.renew()
+        steps.waiting()
+        time.sleep(min(left, LEASE_SECONDS / 4))
 
 
 def _publish(location: Location, rewrite: Rewrite, staged: str, visible: str) -> None:
@@ -296,28 +437,43 @@ def _take(location: Location, rewrite: Rewrite) -> _Lease | None:
     return lease
 
 
-def _finish_one(location: Location, rewrite: Rewrite, snapshot: TableSnapshot) -> bool:
-    log.warning(
-        "finishing rewrite %s of %s, interrupted before (%s): %d files to publish, "
-        "%d names to retire",
+def _finish_one(
+    location: Location,
+    rewrite: Rewrite,
+    snapshot: TableSnapshot,
+    retirement: Retirement,
+    now: float,
+) -> bool:
+    """Whether this process finished it (False: taken by another, or left in its grace)."""
+    # Only retiring is left of a published one (the live job's compaction leaves that).
+    log.log(
+        logging.INFO if rewrite.published else logging.WARNING,
+        "finishing rewrite %s of %s, %s before (%s): %d files to publish, %d names to retire",
         rewrite.key,
         location.uri,
+        "published" if rewrite.published else "interrupted",
         rewrite.describe_lease(),
-        len(rewrite.publish),
+        0 if rewrite.published else len(rewrite.publish),
         len(rewrite.retire),
     )
     lease = _take(location, rewrite)
     if lease is None:
         return False
-    _steps_2_to_4(lease, RewriteSteps(), snapshot)
-    return True
+    return _steps_2_to_4(lease, RewriteSteps(), snapshot, retirement, now=now)
 
 
 def finish_open(
-    location: Location, now: float | None = None, *, snapshot: TableSnapshot
+    location: Location,
+    now: float | None = None,
+    *,
+    snapshot: TableSnapshot,
+    retirement: Retirement | None = None,
 ) -> list[Rewrite]:
-    """Before a rewriting command: finish every rewrite whose owner died (steps 2 to 4);
-    the ones finished. One that is running refuses the command (raises)."""
+    """Before a rewriting command: finish every rewrite whose owner died or left it (steps
+    2 to 4, waiting out what is left of its grace); the ones finished. One that is running
+    refuses the command (raises); with ``retirement.wait`` False (the live job's
+    compaction), so does one still in its grace."""
+    retirement = retirement or Retirement()
     now = _now() if now is None else now
     found = open_rewrites(location)
     running = [r for r in found if r.running(now)]
@@ -330,15 +486,34 @@ def finish_open(
             output=location.uri,
             rewrite=first.key,
         )
-    return [r for r in found if _finish_one(location, r, snapshot)]
+    if not retirement.wait:
+        _refuse_in_grace(location, found, now)
+    finished = [r for r in found if _finish_one(location, r, snapshot, retirement, now)]
+    if not retirement.wait:  # those it published just now
+        _refuse_in_grace(location, open_rewrites(location), _now())
+    return finished
+
+
+def _refuse_in_grace(location: Location, found: list[Rewrite], now: float) -> None:
+    waiting = [r for r in found if r.in_grace(now)]
+    if waiting:
+        first = waiting[0]
+        raise OutputStateError(
+            f"rewrite {first.key} of {location.uri}: {first.describe_grace()}; "
+            "run again after that",
+            output=location.uri,
+            rewrite=first.key,
+        )
 
 
 def finish_abandoned(
     location: Location, now: float | None = None, *, snapshot: TableSnapshot
 ) -> list[Rewrite]:
-    """For the live job: finish every rewrite whose owner died; leave running ones to their
-    owners. A rewrite that cannot finish is logged, and the job goes on: its old names stay
-    visible (no row is lost) until the recompute runs again."""
+    """For the live job, which never waits: finish every rewrite whose owner died or left
+    it, once its grace has run out (one not yet published is published, and left for after
+    its grace); leave running ones to their owners. A rewrite that cannot finish is logged,
+    and the job goes on: its old names stay visible (no row is lost) until the recompute
+    runs again."""
     now = _now() if now is None else now
     finished: list[Rewrite] = []
     for rewrite in open_rewrites(location):
@@ -350,8 +525,11 @@ def finish_abandoned(
                 rewrite.describe_lease(),
             )
             continue
+        if rewrite.in_grace(now):
+            log.info("rewrite %s of %s: %s", rewrite.key, location.uri, rewrite.describe_grace())
+            continue
         try:
-            if _finish_one(location, rewrite, snapshot):
+            if _finish_one(location, rewrite, snapshot, Retirement(wait=False), now):
                 finished.append(rewrite)
         except OutputStateError as exc:
             log.error("%s", exc)

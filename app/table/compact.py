@@ -23,14 +23,17 @@ leaves, and is finished the same way:
 5. Carry out the rewrite: publish the merged files, commit one snapshot of
    the table in which every group's inputs leave and its output enters
    (``overwrite`` tagged ``tablecast.kind=compaction``: pyiceberg 0.12 cannot
-   write Iceberg's ``replace``, docs/design.md), retire the inputs, remove the
-   rewrite record.
+   write Iceberg's ``replace``, docs/design.md), retire the inputs once the
+   rewrite's grace has run out (a query planned on the snapshot before reads
+   them meanwhile), remove the rewrite record. ``tablecast compact`` waits
+   for the grace; the live job's compaction does not: the first batch after
+   the grace retires the inputs (:func:`app.sink.rewrite.finish_abandoned`).
 6. Remove the staging.
 
 Between publishing and retiring (inside step 5) a plain reader listing the
 day sees the inputs and the merged file (Iceberg readers never do); a crash
-there leaves that until the next compaction (or the live job's start, with
-``--compact-every``) finishes the rewrite. Replay and correct refuse offsets
+there leaves that until the live job's next batch or the next compaction
+finishes the rewrite. Replay and correct refuse offsets
 a compaction merged (:func:`refuse_compacted`): their names are gone.
 """
 
@@ -179,6 +182,7 @@ def compact(
     before: date | None = None,
     target_bytes: int = DEFAULT_TARGET_BYTES,
     steps: CompactionSteps | None = None,
+    retirement: rewrite_mod.Retirement | None = None,
 ) -> CompactionReport:
     """Steps 1 to 6 for every closed day before ``before`` (default: today, UTC)."""
     config = config_for(location)
@@ -192,7 +196,7 @@ def compact(
     with threads_released():
         # Step 1
         table_commit.catch_up(location)
-        finish_interrupted(location)
+        finish_interrupted(location, retirement)
         table = open_table(location, config)
         # Step 2
         files = {
@@ -225,7 +229,13 @@ def compact(
             note=f"{sum(len(g.inputs) for g in groups)} files into {len(groups)}",
         )
         # Step 5
-        rewrite_mod.carry_out(location, rewrite, steps, snapshot=table_commit.snapshot_rewrite)
+        rewrite_mod.carry_out(
+            location,
+            rewrite,
+            steps,
+            snapshot=table_commit.snapshot_rewrite,
+            retirement=retirement,
+        )
     # Step 6
     location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
@@ -241,13 +251,16 @@ def compact(
     return report
 
 
-def finish_interrupted(location: Location) -> int:
+def finish_interrupted(location: Location, retirement: rewrite_mod.Retirement | None = None) -> int:
     """Before a compaction: finish every rewrite whose owner died, a compaction's or a
     recompute's (:func:`app.sink.rewrite.finish_open`: refuses, in one line, to start beside
     one whose owner is still at work, such as the live job's scheduled compaction beside
-    ``tablecast compact``); forget the history of compactions a crash interrupted before
+    ``tablecast compact``, and waits out what is left of a grace unless ``retirement``
+    says not to wait); forget the history of compactions a crash interrupted before
     their rewrite record. Returns how many compactions were finished."""
-    finished = rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite)
+    finished = rewrite_mod.finish_open(
+        location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
+    )
     if not rewrite_mod.open_rewrites(location):
         _forget_never_carried_out(location)
         location.delete_dir(location.child(STAGING_DIR))

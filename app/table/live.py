@@ -9,13 +9,16 @@
   ``foreachBatch`` function. After a batch is committed (ledger entry and
   table snapshot), when the period has passed since the last scheduled
   compaction (``_tablecast/compacted.json``, kept across restarts), it
-  compacts the closed days (before today, UTC; :mod:`app.table.compact`).
+  compacts the closed days (before today, UTC; :mod:`app.table.compact`)
+  without waiting for the grace of its inputs: the first batch after the
+  grace retires them (:func:`app.sink.rewrite.finish_abandoned`).
   Spark runs ``foreachBatch`` for one batch at a time, so a compaction never
   overlaps a batch's commit; the next batch waits for it. A compaction that a
   kill interrupted is finished once its lease runs out, by the next batch's
   commit (:func:`app.sink.rewrite.finish_abandoned`) or the next compaction;
   a compaction due while another rewrite is running (``tablecast compact``,
-  a recompute) is left for the next period, with one line in the log.
+  a recompute) or in its grace is left for the next period, with one line
+  in the log.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import orjson
 
 from app.errors import ConfigurationError, TablecastError
 from app.sink.ledger import CONTROL_DIR
+from app.sink.rewrite import Retirement
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
@@ -50,6 +54,7 @@ class TableSettings:
     region: str = ""  # Glue's, with glue_database
     compact_every_s: float = 0.0  # 0: the job never compacts by itself
     compact_target_bytes: int = table_compact.DEFAULT_TARGET_BYTES
+    retire_grace_s: float | None = None  # its compactions' grace (None: the rewrites' default)
 
 
 def prepare(output: str, settings: TableSettings) -> None:
@@ -87,6 +92,7 @@ def scheduled(
         output=output,
         every_s=settings.compact_every_s,
         target_bytes=settings.compact_target_bytes,
+        retire_grace_s=settings.retire_grace_s,
     )
 
 
@@ -103,6 +109,7 @@ class ScheduledCompaction:
     output: str
     every_s: float
     target_bytes: int = table_compact.DEFAULT_TARGET_BYTES
+    retire_grace_s: float | None = None
     steps: table_compact.CompactionSteps | None = None  # tests inject crashes
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     runs: int = field(default=0, init=False)  # compactions this process ran
@@ -119,7 +126,12 @@ class ScheduledCompaction:
             return
         try:
             report = table_compact.compact(
-                location, before=now.date(), target_bytes=self.target_bytes, steps=self.steps
+                location,
+                before=now.date(),
+                target_bytes=self.target_bytes,
+                steps=self.steps,
+                # The job never waits: a later batch retires the inputs after the grace.
+                retirement=Retirement(grace_s=self.retire_grace_s, wait=False),
             )
         except TablecastError as exc:
             # Compaction is upkeep: the stream goes on, and the next period tries again

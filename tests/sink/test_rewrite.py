@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from app.contract.offsets import TopicPartition
-from app.errors import OutputStateError
+from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink.guard import check_before_start
@@ -161,18 +161,24 @@ from app.storage import resolve
 from app.table.commit import snapshot_rewrite
 
 class Die(rewrite_mod.RewriteSteps):
-    def published(self) -> None:
-        os.kill(os.getpid(), signal.SIGKILL)  # between publishing and retiring
+    def die(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
 
+setattr(Die, sys.argv[2], Die.die)  # published: right after step 2; waiting: in the grace
 rewrite = rewrite_mod.Rewrite.from_json(sys.stdin.buffer.read())
-rewrite_mod.carry_out(resolve(sys.argv[1]), rewrite, Die(), snapshot=snapshot_rewrite)
+retirement = rewrite_mod.Retirement(grace_s=float(sys.argv[3]))
+rewrite_mod.carry_out(
+    resolve(sys.argv[1]), rewrite, Die(), snapshot=snapshot_rewrite, retirement=retirement
+)
 """
 
 
-def _sigkilled_after_publishing(location: Location, rewrite: Rewrite) -> None:
+def _sigkilled_after_publishing(
+    location: Location, rewrite: Rewrite, hook: str = "published", grace_s: float = 0.0
+) -> None:
     """A recompute's process killed between steps 2 and 3 (no error handler runs)."""
     done = subprocess.run(
-        [sys.executable, "-c", _KILLED_AFTER_PUBLISHING, location.uri],
+        [sys.executable, "-c", _KILLED_AFTER_PUBLISHING, location.uri, hook, str(grace_s)],
         input=rewrite.to_json(),
         capture_output=True,
         check=False,
@@ -284,3 +290,124 @@ def test_the_live_job_finishes_a_rewrite_whose_owner_died_before_it_starts(
     check_before_start(output.uri, CheckpointLog(spark, str(tmp_path / "ckpt")))
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
     assert rewrite_mod.open_rewrites(output) == []
+
+
+GRACE_S = 60.0  # the clock the tests pass stands for the waiting
+
+
+def test_a_rewrite_keeps_the_old_names_through_its_grace_and_the_live_job_does_not_wait(
+    output: Location,
+) -> None:
+    """Left in its grace (a command's --no-wait, or the live job's compaction): the old
+    names stay for readers that planned on the snapshot before it; the live job leaves
+    the record, and retires them in the first pass after the grace."""
+    rewrite = _prepare(output)
+    retirement = rewrite_mod.Retirement(grace_s=GRACE_S, wait=False)
+    done = rewrite_mod.carry_out(output, rewrite, snapshot=snapshot_rewrite, retirement=retirement)
+    assert not done
+    (record,) = rewrite_mod.open_rewrites(output)
+    assert record.published and record.grace_s == GRACE_S and not record.running(time.time())
+    assert record.retire_at == record.published_at + GRACE_S
+    assert set(OLD) | {rewrite.publish[0][1]} == set(_visible(output))
+
+    during = record.published_at + GRACE_S / 2
+    assert rewrite_mod.finish_abandoned(output, now=during, snapshot=snapshot_rewrite) == []
+    assert [r.key for r in rewrite_mod.open_rewrites(output)] == ["r1"]  # no wait: left
+    assert set(OLD) <= set(_visible(output))
+    # The live job's compaction does not wait either: it refuses, in one line.
+    with pytest.raises(OutputStateError) as refused:
+        rewrite_mod.finish_open(
+            output, now=during, snapshot=snapshot_rewrite, retirement=retirement
+        )
+    message = str(refused.value)
+    assert "\n" not in message and "r1" in message and "retire at" in message
+
+    finished = rewrite_mod.finish_abandoned(output, now=record.retire_at, snapshot=snapshot_rewrite)
+    assert [r.key for r in finished] == ["r1"]
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+    assert rewrite_mod.open_rewrites(output) == []
+
+
+def test_a_command_waits_out_the_grace_and_returns_with_the_old_names_gone(
+    output: Location,
+) -> None:
+    """Its own rewrite's grace, and what is left of one another process left."""
+    lines: list[str] = []
+    retirement = rewrite_mod.Retirement(grace_s=0.5, notice=lines.append)
+    rewrite = _prepare(output)
+    seen: list[set[str]] = []
+
+    class Look(RewriteSteps):
+        def waiting(self) -> None:
+            seen.append(set(_visible(output)))
+
+    assert rewrite_mod.carry_out(
+        output, rewrite, Look(), snapshot=snapshot_rewrite, retirement=retirement
+    )
+    assert seen and all(set(OLD) <= names for names in seen)  # kept through the grace
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+    assert rewrite_mod.open_rewrites(output) == []
+    (line,) = lines
+    assert line.startswith("rewrite r1: 2 old files retire at ") and "had 0.5 s" in line
+
+    rewrite = _prepare(output)
+    left = rewrite_mod.Retirement(grace_s=0.5, wait=False)
+    assert not rewrite_mod.carry_out(output, rewrite, snapshot=snapshot_rewrite, retirement=left)
+    finished = rewrite_mod.finish_open(output, snapshot=snapshot_rewrite, retirement=retirement)
+    assert [r.key for r in finished] == ["r1"]
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+    assert len(lines) == 2
+
+
+def test_a_rewrite_that_failed_in_its_grace_is_finished_after_it(output: Location) -> None:
+    rewrite = _prepare(output)
+
+    class FailWaiting(RewriteSteps):
+        def waiting(self) -> None:
+            raise Crash("in the grace")
+
+    retirement = rewrite_mod.Retirement(grace_s=GRACE_S)
+    with pytest.raises(Crash):
+        rewrite_mod.carry_out(
+            output, rewrite, FailWaiting(), snapshot=snapshot_rewrite, retirement=retirement
+        )
+    (record,) = rewrite_mod.open_rewrites(output)
+    assert record.published and not record.running(time.time())  # given up on the error
+    assert (
+        rewrite_mod.finish_abandoned(output, now=record.published_at, snapshot=snapshot_rewrite)
+        == []
+    )
+    assert set(OLD) <= set(_visible(output))
+    finished = rewrite_mod.finish_abandoned(output, now=record.retire_at, snapshot=snapshot_rewrite)
+    assert [r.key for r in finished] == ["r1"]
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+
+
+def test_a_rewrite_sigkilled_in_its_grace_is_finished_once_its_lease_runs_out(
+    output: Location,
+) -> None:
+    """Killed while it waited: its record says the snapshot was published and when; the
+    lease, not the grace, says when the owner is gone; whoever finds it then retires the
+    old names without waiting (the grace ran out long before) and commits no snapshot."""
+    rewrite = _prepare(output)
+    _sigkilled_after_publishing(output, rewrite, hook="waiting", grace_s=GRACE_S)
+    (record,) = rewrite_mod.open_rewrites(output)
+    assert record.published and record.running(time.time())
+    assert rewrite_mod.finish_abandoned(output, snapshot=snapshot_rewrite) == []
+    assert set(OLD) <= set(_visible(output))
+
+    snapshots: list[Rewrite] = []
+    later = record.lease_until + 1
+    finished = rewrite_mod.finish_open(
+        output, now=later, snapshot=lambda location, r: snapshots.append(r)
+    )
+    assert [r.key for r in finished] == ["r1"] and snapshots == []
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+    assert rewrite_mod.open_rewrites(output) == []
+
+
+@pytest.mark.parametrize("bad", [-1.0, rewrite_mod.MAX_GRACE_S + 1])
+def test_a_grace_out_of_bounds_is_a_one_line_error(bad: float) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        rewrite_mod.check_grace(bad)
+    assert "--retire-grace" in str(refused.value) and "\n" not in str(refused.value)

@@ -17,6 +17,7 @@ from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
 from tests.table.helpers import cuts, load_table, publish_batches, table_files, table_rows
+from tests.table.planned_reader import PlannedReader
 
 SPEC = CaptureSpec(
     topics=2, partitions=2, sessions=8, updates=30, records_per_file=40, resync_every=8, seed=7
@@ -118,6 +119,10 @@ def test_bad_sizes_and_days_are_one_line_errors(capsys: pytest.CaptureFixture[st
     assert table_compact.parse_size("2MiB") == 2 * 1024 * 1024
     assert cli.main(["compact", "--output", "/nonexistent", "--before", "Tuesday"]) == 64
     assert "--before 'Tuesday'" in capsys.readouterr().err
+    for grace, said in (("soon", "is not a duration"), ("2 hours", "must be from 0 to 3600 s")):
+        assert cli.main(["compact", "--output", "/nonexistent", "--retire-grace", grace]) == 64
+        err = capsys.readouterr().err
+        assert "--retire-grace" in err and said in err and err.count("\n") == 1
 
 
 class Crashed(Exception):
@@ -255,3 +260,63 @@ def test_the_compaction_snapshot_changes_no_row(expected: pa.Table, tmp_path: Pa
     for when in ("before", "after"):
         comparison = verify.compare(expected, steps.rows[when])
         assert comparison.ok, (when, comparison.report())
+
+
+READER_GRACE_S = 1.0  # beside a scan of a few small files: milliseconds
+
+
+class ReadPlannedAfterCommit(table_compact.CompactionSteps):
+    """An Iceberg query that planned its scan just before the compaction's commit and
+    opens the files just after it."""
+
+    def __init__(self, reader: PlannedReader) -> None:
+        self.reader = reader
+
+    def recorded(self) -> None:
+        self.reader.plan()
+
+    def published(self) -> None:
+        self.reader.read_after_commit()
+
+
+def test_a_reader_that_planned_before_the_compaction_reads_its_whole_snapshot(
+    expected: pa.Table, tmp_path: Path
+) -> None:
+    from datetime import date
+
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, cuts(expected, 8))
+    table_commit.catch_up(resolve(output))
+    reader = PlannedReader(output)
+    try:
+        table_compact.compact(
+            resolve(output),
+            before=date(2100, 1, 1),
+            steps=ReadPlannedAfterCommit(reader),
+            retirement=rewrite_mod.Retirement(grace_s=READER_GRACE_S),
+        )
+    finally:
+        reader.join()
+    assert reader.errors == []
+    assert reader.rows is not None
+    comparison = verify.compare(expected, reader.rows.select(expected.schema.names))
+    assert comparison.ok, comparison.report()
+    _assert_exact(expected, output)
+
+
+def test_compact_no_wait_leaves_the_inputs_to_the_next_command_which_waits_for_them(
+    expected: pa.Table, tmp_path: Path
+) -> None:
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, cuts(expected, 8))
+    command = ["compact", "--output", output, "--before", "2100-01-01"]
+    assert cli.main([*command, "--retire-grace", "3s", "--no-wait"]) == 0
+    (record,) = rewrite_mod.open_rewrites(resolve(output))
+    assert record.published and record.grace_s == 3.0
+    assert verify.compare(expected, table_rows(output)).ok
+    assert verify.compare(expected, verify.read_output(output)).duplicates > 0  # for the grace
+
+    assert cli.main(command) == 0  # finishes it first, after what is left of its grace
+    assert rewrite_mod.open_rewrites(resolve(output)) == []
+    assert rewrite_mod._now() >= record.retire_at
+    _assert_exact(expected, output)

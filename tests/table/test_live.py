@@ -12,6 +12,7 @@ import pytest
 
 from app import cli
 from app.errors import ConfigurationError, OutputStateError
+from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table import commit as table_commit
@@ -167,6 +168,46 @@ def test_a_compaction_never_starts_beside_a_running_one(expected: pa.Table, tmp_
     assert report.inputs > report.outputs
     assert "is in progress" in beside.refusal and "\n" not in beside.refusal
     assert len(_compactions(output)) == 1
+    _assert_exact(expected, output)
+    assert_follows_ledger(output)
+
+
+def test_the_jobs_compaction_never_waits_and_the_first_batch_after_its_grace_retires_it(
+    expected: pa.Table, tmp_path: Path
+) -> None:
+    """``run --retire-grace``: the compaction returns after its snapshot (the stream goes
+    on), its inputs stay for Iceberg queries planned before it, and the batch commit after
+    the grace (:func:`finish_abandoned`, the sink's step 8) deletes them."""
+    output = str(tmp_path / "out")
+    publish_batches(output, expected, cuts(expected, 8))
+    location = resolve(output)
+    table_commit.catch_up(location)
+    schedule = ["--compact-every", "1 hour", "--retire-grace", "90s"]
+    args = cli.build_parser().parse_args(
+        ["run", "--archive", "a", "--output", output, "--checkpoint", "c", *schedule]
+    )
+    settings = cli._table_settings(args)
+    assert settings.retire_grace_s == 90.0
+    job = ScheduledCompaction(
+        sink=lambda frame, batch: None,
+        output=output,
+        every_s=settings.compact_every_s,
+        retire_grace_s=settings.retire_grace_s,
+        clock=Clock(T0),
+    )
+    job(None, 0)
+    assert job.runs == 1
+    (record,) = rewrite_mod.open_rewrites(location)
+    assert record.kind == table_compact.KIND and record.published and record.grace_s == 90.0
+    assert not record.running(record.published_at)  # left: anyone's after the grace
+    assert verify.compare(expected, table_rows(output)).ok
+    assert verify.compare(expected, verify.read_output(output)).duplicates > 0
+
+    during = record.published_at + 45
+    finish = rewrite_mod.finish_abandoned
+    assert finish(location, now=during, snapshot=table_commit.snapshot_rewrite) == []
+    finished = finish(location, now=record.retire_at, snapshot=table_commit.snapshot_rewrite)
+    assert [r.key for r in finished] == [record.key]
     _assert_exact(expected, output)
     assert_follows_ledger(output)
 

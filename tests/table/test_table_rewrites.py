@@ -16,6 +16,7 @@ from app import cli
 from app.recompute.correct import correct
 from app.recompute.replay import replay
 from app.sink.ledger import Ledger
+from app.sink.rewrite import Retirement, RewriteSteps
 from app.storage import resolve
 from app.table import commit as table_commit
 from app.table.catalog import threads_released
@@ -24,6 +25,7 @@ from app.tools.generate import CaptureSpec
 from tests.spark.faulty_version import FAULTY, PATTERN, SPEC, run_faulty, run_fixed
 from tests.spark.helpers import assert_exact, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger, load_table, table_files, table_rows
+from tests.table.planned_reader import PlannedReader
 
 
 def _assert_table_is_the_output(output: Path) -> None:
@@ -69,8 +71,15 @@ class SnapshotPoller(threading.Thread):
         self.stop = threading.Event()
         self.reads: list[tuple[int, int, int]] = []  # (snapshot, rows, duplicated rows)
         self.keys: list[set[str]] = []  # each read's rows
+        self.errors: list[BaseException] = []  # the test asserts there are none
 
     def run(self) -> None:
+        try:
+            self._poll()
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def _poll(self) -> None:
         with threads_released():
             table = load_table(self.output)
             while not self.stop.is_set():
@@ -90,6 +99,19 @@ class SnapshotPoller(threading.Thread):
                 self.keys.append(set(keys.to_pylist()))
 
 
+class ReadPlannedAfterCommit(RewriteSteps):
+    """An Iceberg query planned just before the correction's commit, reading just after."""
+
+    def __init__(self, reader: PlannedReader) -> None:
+        self.reader = reader
+
+    def recorded(self) -> None:
+        self.reader.plan()
+
+    def published(self) -> None:
+        self.reader.read_after_commit()
+
+
 @pytest.mark.spark
 def test_a_correction_is_one_overwrite_snapshot_and_a_polling_reader_sees_old_or_new(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -103,12 +125,21 @@ def test_a_correction_is_one_overwrite_snapshot_and_a_polling_reader_sees_old_or
     before = _snapshot_ids(out)
 
     poller = SnapshotPoller(out)
+    planned = PlannedReader(out)
     poller.start()
     try:
-        correct(spark, str(archive), str(out), version=FAULTY)
+        correct(
+            spark,
+            str(archive),
+            str(out),
+            version=FAULTY,
+            steps=ReadPlannedAfterCommit(planned),
+            retirement=Retirement(grace_s=2.0),  # beside a scan of a few small files
+        )
     finally:
         poller.stop.set()
         poller.join()
+        planned.join()
 
     assert_exact(archive, out)
     comparison = verify.compare(verify.expected_output(str(archive), PATTERN).rows, table_rows(out))
@@ -118,7 +149,11 @@ def test_a_correction_is_one_overwrite_snapshot_and_a_polling_reader_sees_old_or
     assert snapshot.summary.additional_properties[table_commit.KIND_KEY] == "correction"
     corrected = _keys(table_rows(out))
     assert corrected > faulty  # the correction restores the rows the faulty version dropped
+    assert poller.errors == [] and planned.errors == []
     assert poller.reads and all(dupes == 0 for _, _, dupes in poller.reads)
+    # The query planned on the snapshot before the correction reads it whole after the
+    # commit: its files are retired only once the grace has run out.
+    assert planned.rows is not None and _keys(planned.rows) == faulty
     # Every read is the old snapshot's rows or the new one's, whole: the correction
     # publishes new names, commits, and only then retires the old files.
     assert all(keys in (faulty, corrected) for keys in poller.keys)
