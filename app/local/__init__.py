@@ -12,6 +12,7 @@
 - :mod:`app.local.supervisor`: the units' services kept running as systemd does.
 - :mod:`app.local.run_command`: a stand-in for the SSM agent on the driver.
 - :mod:`app.local.servers`: tansu and moto in Kafka's and AWS's places.
+- :mod:`app.local.tansu`: tansu's command line, for the pipeline and the tests.
 - :mod:`app.local.spark_cluster`: a Spark standalone master and worker.
 - :mod:`app.local.processes`: processes on loopback: started with a log,
   polled, stopped with their group.
