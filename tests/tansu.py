@@ -53,6 +53,16 @@ from app.local.processes import LOOPBACK, free_port
 from app.sources.kafka_client import KafkaEndpoint
 from tests.fixture_processes import owned_by_fixture
 
+__all__ = [
+    "FETCH_WAIT_MS",
+    "Broker",
+    "StoredBroker",
+    "free_port",  # processes.free_port, which the Kafka tests import from here
+    "listening",
+    "running_broker",
+    "stored_broker",
+]
+
 # The job's fetch wait against a broker that keeps its log in S3 (see above).
 FETCH_WAIT_MS = 500
 

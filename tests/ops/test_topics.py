@@ -69,14 +69,14 @@ def test_the_cli_takes_brokers_and_policy_from_the_ssm_handoff(
     # The environment's brokers are the loopback broker (plaintext: --kafka-auth none).
     write_handoff(aws.ssm, "dev", {"bootstrap-brokers-iam": broker.bootstrap_servers})
     base = ["--region", REGION, "topics"]
-    environment = ["-e", "dev", "--kafka-auth", "none"]
-    assert main([*base, "create", *environment, "--partitions", "2", "sensor-t3-x"]) == 0
-    assert main([*base, "list", *environment]) == 0
+    in_dev = ["-e", "dev", "--kafka-auth", "none"]
+    assert main([*base, "create", *in_dev, "--partitions", "2", "sensor-t3-x"]) == 0
+    assert main([*base, "list", *in_dev]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         "created sensor-t3-x  partitions=2  replication=1  retention=96 h  cleanup.policy=delete"
     )
     assert "sensor-t3-x  partitions=2  replication=1  retention=96 h  cleanup.policy=delete" in out
     # The environment's policy still refuses less than 72 hours.
-    assert main([*base, "create", *environment, "--retention-hours", "48", "sensor-t3-y"]) == 64
+    assert main([*base, "create", *in_dev, "--retention-hours", "48", "sensor-t3-y"]) == 64
     assert "under the minimum of 72 h" in capsys.readouterr().err
