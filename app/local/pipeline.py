@@ -63,7 +63,7 @@ from app.local.units import render
 from app.ops.aws import AwsClients
 from app.ops.cli import KAFKA_AUTH_VARIABLE, ONE_MESSAGE_PER_BATCH_VARIABLE
 from app.ops.deploy import upload_wheel
-from app.ops.environment import write_job_version
+from app.ops.environment import write_handoff, write_job_version
 from app.ops.wheel import build_wheel
 
 if TYPE_CHECKING:
@@ -223,13 +223,7 @@ class LocalPipeline:
         )
         sns = self._session().client("sns", endpoint_url=self.aws_env()["AWS_ENDPOINT_URL"])
         sns.create_topic(Name=self.stand_in.alarm_topic)
-        for name, value in values.items():
-            clients.ssm.put_parameter(
-                Name=handoff.parameter_name(self.environment, name),
-                Value=value,
-                Type="String",
-                Overwrite=True,
-            )
+        write_handoff(clients.ssm, self.environment, values)
         self.values = values
 
     def _driver_instance(self, clients: AwsClients) -> str:
