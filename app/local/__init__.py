@@ -3,8 +3,8 @@
 - :mod:`app.local.pipeline`: the pipeline brought up, run and torn down
   (``make pipeline-demo``, ``make pipeline-up``, ``make pipeline-down`` through
   ``scripts/local_pipeline.py``).
-- :mod:`app.local.exercise`: a load published to it, caught up and verified
-  (the test-run loop of :mod:`app.ops.test_run`), and the demo.
+- :mod:`app.local.exercise`: the demo, the test-run loop of :mod:`app.ops.test_run`
+  (a load published, caught up and verified) on the pipeline's ``target()``.
 - :mod:`app.local.stand_in`: what it takes from infra's configuration of the
   environment it stands in for, passed in (``app`` does not import ``infra``).
 - :mod:`app.local.image`: the image's files staged as its build installs them.
