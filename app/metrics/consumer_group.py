@@ -133,5 +133,7 @@ class GroupCommitter:
         with self._lock:
             s = self._stats
             self._stats = CommitStats(
-                s.requested + requested, s.committed + committed, s.failed + failed
+                requested=s.requested + requested,
+                committed=s.committed + committed,
+                failed=s.failed + failed,
             )

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -172,12 +172,7 @@ class LogPublisher:
     def _count(self, **add: int) -> None:
         with self._lock:
             s = self._stats
-            self._stats = PublishStats(
-                s.accepted + add.get("accepted", 0),
-                s.sent + add.get("sent", 0),
-                s.dropped + add.get("dropped", 0),
-                s.failed_calls + add.get("failed_calls", 0),
-            )
+            self._stats = replace(s, **{name: getattr(s, name) + n for name, n in add.items()})
 
     def stats(self) -> PublishStats:
         with self._lock:
@@ -254,7 +249,12 @@ class CloudWatchPublisher:
 
     def stats(self) -> PublishStats:
         with self._lock:
-            return PublishStats(self._accepted, self._sent, self._dropped, self._failed_calls)
+            return PublishStats(
+                accepted=self._accepted,
+                sent=self._sent,
+                dropped=self._dropped,
+                failed_calls=self._failed_calls,
+            )
 
     def close(self, timeout_s: float = 5.0) -> PublishStats:
         """Send what is queued within ``timeout_s``; count the rest as dropped."""

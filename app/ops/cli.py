@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from types import FrameType
@@ -25,9 +25,11 @@ from types import FrameType
 from app import handoff
 from app.cli import parse_duration_ms
 from app.errors import ConfigurationError, TablecastError
+from app.ops import deploy, wheel
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
+from app.spark.code import checkout_commit
 from app.tools import generate as gen
 
 DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN
@@ -249,54 +251,56 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "deploy":
-        return _deploy(args)
-    if args.command == "status":
-        return _status(args)
-    if args.command in {"start", "stop"}:
-        return _service(args)
-    if args.command == "topics":
-        return _topics(args)
-    if args.command == "produce":
-        return _produce(args)
-    if args.command == "archive":
-        return _archive(args)
-    if args.command == "pipelines":
-        return _pipelines(args)
-    if args.command == "test-run":
-        return _test_run(args)
-    raise AssertionError(args.command)
+    commands = {
+        "deploy": _deploy,
+        "status": _status,
+        "start": _service,
+        "stop": _service,
+        "topics": _topics,
+        "produce": _produce,
+        "archive": _archive,
+        "pipelines": _pipelines,
+        "test-run": _test_run,
+    }
+    return commands[args.command](args)
 
 
-def _say(line: str) -> None:
-    print(line, flush=True)
+def _say(*lines: str) -> None:
+    for line in lines:
+        print(line, flush=True)
+
+
+def _wheel(args: argparse.Namespace, say: Callable[[str], None]) -> wheel.Wheel | None:
+    """The wheel ``--wheel`` names, or one built from ``--project``; none for ``--version``."""
+    if args.version is not None:
+        return None
+    if args.wheel is not None:
+        return wheel.read_wheel(args.wheel)
+    say(f"building the wheel of {args.project}")
+    return wheel.build_wheel(args.project, args.project / "dist")
+
+
+def _commit(args: argparse.Namespace, built: wheel.Wheel | None) -> str:
+    """The checkout's commit a built wheel came from (recorded with its upload)."""
+    return (checkout_commit(args.project) or "") if built is not None else ""
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from app.ops import deploy, wheel
-
-    clients = AwsClients.create(args.region)
-    built: wheel.Wheel | None = None
-    if args.version is None:
-        if args.wheel is not None:
-            built = wheel.read_wheel(args.wheel)
-        else:
-            _say(f"building the wheel of {args.project}")
-            built = wheel.build_wheel(args.project, args.project / "dist")
+    built = _wheel(args, _say)
+    if built is not None:
         _say(f"wheel {built.name} sha256 {built.sha256}")
     report = deploy.deploy(
-        clients,
+        AwsClients.create(args.region),
         args.environment,
         wheel=built,
         version=args.version,
         replace=args.replace,
-        commit=deploy.git_commit(args.project) if built is not None else "",
+        commit=_commit(args, built),
         heartbeat_timeout_s=args.heartbeat_timeout,
         poll_s=args.poll,
         progress=_say,
     )
-    for line in report.lines():
-        _say(line)
+    _say(*report.lines())
     return 0
 
 
@@ -304,8 +308,7 @@ def _status(args: argparse.Namespace) -> int:
     from app.ops import status
 
     found = status.read_status(AwsClients.create(args.region), args.environment)
-    for line in found.lines():
-        _say(line)
+    _say(*found.lines())
     return 0 if found.healthy else 1
 
 
@@ -422,8 +425,7 @@ def _produce(args: argparse.Namespace) -> int:
         one_message_per_batch=args.one_message_per_batch,
     )
     report = produce.publish(endpoint, spec)
-    for line in report.lines():
-        _say(line)
+    _say(*report.lines())
     return 0
 
 
@@ -499,7 +501,7 @@ _NOT_FOR_TEST_RUNS = ("dev", "staging", "prod")
 
 
 def _test_run(args: argparse.Namespace) -> int:
-    from app.ops import deploy, test_run, topics, wheel
+    from app.ops import test_run, topics
 
     if not args.environment:
         raise ConfigurationError("name the test pipeline with --environment")
@@ -528,13 +530,7 @@ def _test_run(args: argparse.Namespace) -> int:
     topics.Topics(endpoint).create(load.topic_names, policy, topic_pattern=found.topic_pattern)
 
     def deploy_job() -> str:
-        built: wheel.Wheel | None = None
-        if args.version is None:
-            built = (
-                wheel.read_wheel(args.wheel)
-                if args.wheel is not None
-                else wheel.build_wheel(args.project, args.project / "dist")
-            )
+        built = _wheel(args, lambda line: None)
         report = deploy.deploy(
             clients,
             args.environment,
@@ -542,7 +538,7 @@ def _test_run(args: argparse.Namespace) -> int:
             version=args.version,
             # A test pipeline runs the working tree: its wheel replaces one of the same version.
             replace=True,
-            commit=deploy.git_commit(args.project) if built is not None else "",
+            commit=_commit(args, built),
             heartbeat_timeout_s=args.heartbeat_timeout,
             poll_s=args.poll,
         )
@@ -559,8 +555,7 @@ def _test_run(args: argparse.Namespace) -> int:
         progress=_say,
     )
     _say("")
-    for line in report.lines():
-        _say(line)
+    _say(*report.lines())
     if not report.exact:
         _say(report.verified)
         return 1

@@ -21,10 +21,8 @@ which repeats steps 3 to 5 with a wheel already uploaded.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -144,27 +142,15 @@ def deploy(
         timeout_s=heartbeat_timeout_s,
         poll_s=poll_s,
     )
-    return DeployReport(environment, target, previous, uri, uploaded, restarted, heartbeat)
-
-
-def git_commit(project: Path) -> str:
-    """The checkout's commit, ``+dirty`` when it has changes; empty outside Git."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(project), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        changes = subprocess.run(
-            ["git", "-C", str(project), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return head + ("+dirty" if changes else "")
+    return DeployReport(
+        environment=environment,
+        version=target,
+        previous_version=previous,
+        artifact_uri=uri,
+        uploaded=uploaded,
+        restart=restarted,
+        heartbeat=heartbeat,
+    )
 
 
 def _split(uri: str) -> tuple[str, str]:

@@ -198,7 +198,14 @@ def write_job_version(ssm: SSMClient, environment: str, version: str, sha256: st
         raise HandoffError(environment, handoff.JOB_VERSION, f"{version!r} is not a version")
     if not _SHA256.match(sha256):
         raise HandoffError(environment, handoff.JOB_WHEEL_SHA256, f"{sha256!r} is not a SHA-256")
-    for name, value in ((handoff.JOB_WHEEL_SHA256, sha256), (handoff.JOB_VERSION, version)):
+    write_handoff(
+        ssm, environment, {handoff.JOB_WHEEL_SHA256: sha256, handoff.JOB_VERSION: version}
+    )
+
+
+def write_handoff(ssm: SSMClient, environment: str, values: Mapping[str, str]) -> None:
+    """``/tablecast/<environment>/<name>`` for each name and value, in their order."""
+    for name, value in values.items():
         ssm.put_parameter(
             Name=handoff.parameter_name(environment, name),
             Value=value,

@@ -143,20 +143,12 @@ def alarms_in_alarm(cloudwatch: CloudWatchClient, environment: str) -> list[Alar
         AlarmTypes=["MetricAlarm", "CompositeAlarm"],
     )
     for page in pages:
-        for metric_alarm in page.get("MetricAlarms", []):
+        for alarm in [*page.get("MetricAlarms", []), *page.get("CompositeAlarms", [])]:
             alarms.append(
                 Alarm(
-                    metric_alarm["AlarmName"],
-                    metric_alarm.get("StateReason", ""),
-                    metric_alarm["StateUpdatedTimestamp"].astimezone(UTC),
-                )
-            )
-        for composite in page.get("CompositeAlarms", []):
-            alarms.append(
-                Alarm(
-                    composite["AlarmName"],
-                    composite.get("StateReason", ""),
-                    composite["StateUpdatedTimestamp"].astimezone(UTC),
+                    name=alarm["AlarmName"],
+                    reason=alarm.get("StateReason", ""),
+                    since=alarm["StateUpdatedTimestamp"].astimezone(UTC),
                 )
             )
     return sorted(alarms, key=lambda a: a.since)

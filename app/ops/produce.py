@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,35 +116,32 @@ def interleave(capture: Capture) -> Iterator[tuple[TopicPartition, int, Message]
                 yield tp, index, messages[index]
 
 
-def topics_check(endpoint: KafkaEndpoint, capture: Capture, timeout_s: float = 30.0) -> None:
-    """Every topic exists with the partitions the capture writes to."""
+def _partitions(endpoint: KafkaEndpoint, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+    """Each topic's partition count; refuse a topic that does not exist."""
     admin = AdminClient(endpoint.config())
     endpoint.prime(admin)
     metadata = admin.list_topics(timeout=timeout_s)
+    for name in topics:
+        if name not in metadata.topics:
+            raise KafkaAdminError(name, "produce to", _MISSING)
+    return {name: len(metadata.topics[name].partitions) for name in topics}
+
+
+def topics_check(endpoint: KafkaEndpoint, capture: Capture, timeout_s: float = 30.0) -> None:
+    """Every topic exists with the partitions the capture writes to."""
+    counts = _partitions(endpoint, sorted({tp.topic for tp in capture.partitions}), timeout_s)
     for tp in sorted(capture.partitions):
-        topic = metadata.topics.get(tp.topic)
-        if topic is None:
-            raise KafkaAdminError(tp.topic, "produce to", _MISSING)
-        if tp.partition >= len(topic.partitions):
+        if tp.partition >= counts[tp.topic]:
             raise KafkaAdminError(
                 tp.topic,
                 "produce to",
-                f"it has {len(topic.partitions)} partitions, "
-                f"the load needs partition {tp.partition}",
+                f"it has {counts[tp.topic]} partitions, the load needs partition {tp.partition}",
             )
 
 
 def topic_partitions(endpoint: KafkaEndpoint, topics: list[str], timeout_s: float = 30.0) -> int:
     """The fewest partitions among ``topics`` (the load spreads over that many)."""
-    admin = AdminClient(endpoint.config())
-    endpoint.prime(admin)
-    metadata = admin.list_topics(timeout=timeout_s)
-    counts = []
-    for name in topics:
-        if name not in metadata.topics:
-            raise KafkaAdminError(name, "produce to", _MISSING)
-        counts.append(len(metadata.topics[name].partitions))
-    return min(counts)
+    return min(_partitions(endpoint, topics, timeout_s).values())
 
 
 def publish(

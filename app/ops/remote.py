@@ -6,12 +6,12 @@ commands, and the operator's IAM identity decides who may send them.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, WaiterError
 
 from app.ops.errors import CommandError, DriverStateError
 
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
 
 DOCUMENT = "AWS-RunShellScript"
-_DONE = frozenset({"Success", "Cancelled", "TimedOut", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +54,12 @@ def run_shell(
     what: str,
     timeout_s: int = 600,
     poll_s: float = 2.0,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
 ) -> CommandResult:
     """Run ``script`` (lines of ``sh``) on the instance; wait for it; fail unless it succeeded.
 
     ``what`` names the action in errors, e.g. ``"restart of tablecast-job.service"``.
+    botocore's ``command_executed`` waiter asks until the invocation is done (and
+    while it does not exist yet, right after ``send_command``).
     """
     sent = ssm.send_command(
         InstanceIds=[instance_id],
@@ -70,29 +69,28 @@ def run_shell(
         TimeoutSeconds=max(30, timeout_s),
     )
     command_id = sent["Command"]["CommandId"]
-    deadline = clock() + timeout_s + 60
-    while True:
-        try:
-            invocation = ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
-        except ClientError as exc:
-            # Right after send_command the invocation may not exist yet.
-            if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
-                raise
-            invocation = None
-        if invocation is not None and invocation["Status"] in _DONE:
-            result = CommandResult(
-                command_id=command_id,
-                instance_id=instance_id,
-                status=invocation["Status"],
-                response_code=invocation.get("ResponseCode", -1),
-                stdout=invocation.get("StandardOutputContent", ""),
-                stderr=invocation.get("StandardErrorContent", ""),
-            )
-            if result.status != "Success":
-                raise CommandError(
-                    instance_id, command_id, result.status, what, result.stderr or result.stdout
-                )
-            return result
-        if clock() > deadline:
-            raise CommandError(instance_id, command_id, "still running at our deadline", what, "")
-        sleep(poll_s)
+    asked = {"CommandId": command_id, "InstanceId": instance_id}
+    try:
+        ssm.get_waiter("command_executed").wait(
+            **asked,
+            WaiterConfig={"Delay": poll_s, "MaxAttempts": math.ceil((timeout_s + 60) / poll_s)},  # type: ignore[typeddict-item]
+        )
+    except WaiterError as exc:
+        last = exc.last_response
+        # A final state, or SSM's error (not InvocationDoesNotExist), or still running.
+        status = str(
+            last.get("Status")
+            or last.get("Error", {}).get("Code")
+            or "still running at our deadline"
+        )
+        output = str(last.get("StandardErrorContent") or last.get("StandardOutputContent") or "")
+        raise CommandError(instance_id, command_id, status, what, output) from None
+    invocation = ssm.get_command_invocation(**asked)
+    return CommandResult(
+        command_id=command_id,
+        instance_id=instance_id,
+        status=invocation["Status"],
+        response_code=invocation.get("ResponseCode", -1),
+        stdout=invocation.get("StandardOutputContent", ""),
+        stderr=invocation.get("StandardErrorContent", ""),
+    )

@@ -103,7 +103,11 @@ def _run(
         poll_s=poll_s,
     )
     return ServiceAction(
-        action, instance_id, result.command_id, _done_at(result.stdout), result.stdout
+        action=action,
+        instance_id=instance_id,
+        command_id=result.command_id,
+        done_at=_done_at(result.stdout),
+        output=result.stdout,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.contract.offsets import TopicPartition
 from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
+from app.local import tansu
+from app.local.processes import LOOPBACK, free_port
 from app.sources import kafka as kafka_source
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Bounds
@@ -34,7 +37,7 @@ from app.sources.records import SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
 from tests.kafka.helpers import delete_topics, produce
 from tests.ops.kafka_helpers import create_topics
-from tests.tansu import free_port
+from tests.tansu import listening
 
 
 def _read(reader: KafkaRange) -> pa.Table:
@@ -575,37 +578,14 @@ def _refusing_sign_in(tmp_path: Path) -> Iterator[KafkaEndpoint]:
     cannot be added to a running tansu that requires authentication, so the refusal here
     never ends).
     """
-    import socket
-    import subprocess
-
-    from tests.tansu import tansu_binary
-
-    address = f"127.0.0.1:{free_port()}"
-    with (tmp_path / "tansu.log").open("wb") as out:
+    port = free_port()
+    address = f"{LOOPBACK}:{port}"
+    log = tmp_path / "tansu.log"
+    with log.open("wb") as out:
         process = subprocess.Popen(
-            [
-                tansu_binary(),
-                "broker",
-                "--listener-url",
-                f"tcp://{address}",
-                "--advertised-listener-url",
-                f"tcp://{address}",
-                "--storage-engine",
-                "memory://tansu/",
-                "--authentication",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            tansu.command(address, authentication=True), stdout=out, stderr=subprocess.STDOUT
         )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(address.split(":"), timeout=0.5).close()  # type: ignore[arg-type]
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (tmp_path / "tansu.log").read_text()
-                time.sleep(0.1)
+    with listening(process, port, log, kill=True):
         scram = (
             ("security.protocol", "SASL_PLAINTEXT"),
             ("sasl.mechanisms", "SCRAM-SHA-512"),
@@ -613,9 +593,6 @@ def _refusing_sign_in(tmp_path: Path) -> Iterator[KafkaEndpoint]:
             ("sasl.password", "wrong"),
         )
         yield KafkaEndpoint(address, options=scram)
-    finally:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def test_a_refused_sign_in_is_asked_again_until_the_timeout_then_named_in_one_line(

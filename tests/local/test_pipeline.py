@@ -38,8 +38,9 @@ import pytest
 
 from app import handoff
 from app.engine.store import STATE_DIR
-from app.local.exercise import publish, verify, wait_until_caught_up
+from app.local.exercise import demo_load
 from app.local.pipeline import LocalPipeline, Paths
+from app.ops import test_run
 from app.ops.cli import ONE_MESSAGE_PER_BATCH_VARIABLE
 from app.sink.ledger import Ledger
 from app.storage import resolve
@@ -164,9 +165,8 @@ def kill_mid_stream(pipeline: LocalPipeline, service: str, seed: int) -> None:
             supervisor.kill(service, signal.SIGKILL)
             killed_at.append(out)
 
-    report = publish(
-        pipeline, sessions=SESSIONS, updates=UPDATES, seed=seed, progress=hold, progress_every=1
-    )
+    load = demo_load(sessions=SESSIONS, updates=UPDATES, seed=seed)
+    report = test_run.publish(pipeline.target(), load, progress=hold, progress_every=1)
     assert killed_at, "no batch of the stream's second part was seen at work"
     assert report.messages > killed_at[0]  # the kill landed mid-stream
     # The restart comes RestartSec after the kill: waited for, not asserted at
@@ -180,8 +180,14 @@ def kill_mid_stream(pipeline: LocalPipeline, service: str, seed: int) -> None:
     restarted = supervisor.pid(service)
     assert restarted is not None
     owned_by_fixture(restarted)  # the module's pipeline stops it, as it stopped the first
-    wait_until_caught_up(pipeline, timeout_s=420)
-    ok, verified = verify(pipeline)
+    test_run.wait_until_caught_up(
+        pipeline.target(),
+        timeout_s=420,
+        progress=pipeline.progress,
+        check=pipeline.raise_if_failing,
+        where=str(pipeline.paths.logs),
+    )
+    ok, verified = test_run.verify(pipeline.target())
     assert ok, verified
     assert "missing rows:               0" in verified, verified
     assert "duplicate rows:             0" in verified, verified

@@ -15,6 +15,7 @@ from moto import mock_aws
 
 from app import handoff, metric_names
 from app.ops.aws import AwsClients
+from app.ops.environment import write_handoff
 from app.ops.wheel import Wheel, build_wheel
 
 REGION: Final = "eu-west-1"
@@ -46,24 +47,14 @@ class Environment:
     artifacts_uri: str
 
 
-def put_handoff(clients: AwsClients, environment: str, values: dict[str, str]) -> None:
-    for name, value in values.items():
-        clients.ssm.put_parameter(
-            Name=handoff.parameter_name(environment, name),
-            Value=value,
-            Type="String",
-            Overwrite=True,
-        )
-
-
 @pytest.fixture
 def environment(aws: AwsClients) -> Environment:
     """What ``infra/`` leaves behind for the tools: bucket, driver node, hand-off."""
     aws.s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     driver = aws.ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]
-    put_handoff(
-        aws,
+    write_handoff(
+        aws.ssm,
         ENVIRONMENT,
         {
             handoff.BOOTSTRAP_BROKERS_IAM: "b-1.msk.example:9098,b-2.msk.example:9098",

@@ -7,7 +7,7 @@ import pytest
 
 from app.contract.offsets import TopicPartition
 from app.ops.errors import KafkaAdminError
-from app.ops.produce import LoadSpec, plan, publish
+from app.ops.produce import LoadSpec, plan, publish, topic_partitions
 from app.sources.kafka_client import KafkaEndpoint
 from app.tools.generate import CaptureSpec, Fault
 from tests.ops.kafka_helpers import create_topics, read_back
@@ -106,3 +106,19 @@ def test_producing_to_a_missing_topic_is_refused(broker: KafkaEndpoint) -> None:
     spec = LoadSpec(CaptureSpec(topics=1, partitions=1, sessions=1, prefix="sensor-p3-"))
     with pytest.raises(KafkaAdminError, match="create it with `tablecast-ops topics create`"):
         publish(broker, spec)
+
+
+def test_a_load_spreads_over_the_fewest_partitions_and_needs_that_many_in_each_topic(
+    broker: KafkaEndpoint,
+) -> None:
+    create_topics(broker, ["sensor-p5-0"], partitions=3)
+    create_topics(broker, ["sensor-p5-1"], partitions=1)
+    assert topic_partitions(broker, ["sensor-p5-0", "sensor-p5-1"]) == 1
+    with pytest.raises(KafkaAdminError, match="create it with"):
+        topic_partitions(broker, ["sensor-p5-0", "sensor-p5-9"])
+    spec = LoadSpec(CaptureSpec(topics=2, partitions=2, sessions=8, prefix="sensor-p5-"))
+    with pytest.raises(KafkaAdminError) as refused:
+        publish(broker, spec)
+    assert str(refused.value) == (
+        "produce to topic 'sensor-p5-1' failed: it has 1 partitions, the load needs partition 1"
+    )

@@ -12,10 +12,11 @@ from confluent_kafka.admin import AdminClient
 
 from app.ops.aws import AwsClients
 from app.ops.cli import main
+from app.ops.environment import write_handoff
 from app.ops.errors import TopicPolicyError
 from app.ops.topics import HOUR_MS, MIN_RETENTION_HOURS, TopicPolicy, Topics
 from app.sources.kafka_client import KafkaEndpoint
-from tests.ops.conftest import REGION, Environment, put_handoff
+from tests.ops.conftest import REGION, Environment
 
 
 def test_topics_get_the_policy_and_are_listed_with_their_retention(
@@ -66,45 +67,16 @@ def test_the_cli_takes_brokers_and_policy_from_the_ssm_handoff(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The environment's brokers are the loopback broker (plaintext: --kafka-auth none).
-    put_handoff(aws, "dev", {"bootstrap-brokers-iam": broker.bootstrap_servers})
+    write_handoff(aws.ssm, "dev", {"bootstrap-brokers-iam": broker.bootstrap_servers})
     base = ["--region", REGION, "topics"]
-    assert (
-        main(
-            [
-                *base,
-                "create",
-                "-e",
-                "dev",
-                "--kafka-auth",
-                "none",
-                "--partitions",
-                "2",
-                "sensor-t3-x",
-            ]
-        )
-        == 0
-    )
-    assert main([*base, "list", "-e", "dev", "--kafka-auth", "none"]) == 0
+    in_dev = ["-e", "dev", "--kafka-auth", "none"]
+    assert main([*base, "create", *in_dev, "--partitions", "2", "sensor-t3-x"]) == 0
+    assert main([*base, "list", *in_dev]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         "created sensor-t3-x  partitions=2  replication=1  retention=96 h  cleanup.policy=delete"
     )
     assert "sensor-t3-x  partitions=2  replication=1  retention=96 h  cleanup.policy=delete" in out
     # The environment's policy still refuses less than 72 hours.
-    assert (
-        main(
-            [
-                *base,
-                "create",
-                "-e",
-                "dev",
-                "--kafka-auth",
-                "none",
-                "--retention-hours",
-                "48",
-                "sensor-t3-y",
-            ]
-        )
-        == 64
-    )
+    assert main([*base, "create", *in_dev, "--retention-hours", "48", "sensor-t3-y"]) == 64
     assert "under the minimum of 72 h" in capsys.readouterr().err

@@ -75,3 +75,21 @@ def copy_files(source: Path, target: Path, keep: Any) -> None:
 
 def tp_of(relative: Path) -> TopicPartition:
     return TopicPartition(relative.parts[0], int(relative.parts[1]))
+
+
+def run_argv(root: Path) -> list[str]:
+    """``tablecast run`` over ``root``: its ``archive`` read to the end into ``out``, ``ckpt``.
+
+    The command line of the tests that run the job as a user does, on the layout they write.
+    """
+    return [
+        "run",
+        "--archive",
+        str(root / "archive"),
+        "--output",
+        str(root / "out"),
+        "--checkpoint",
+        str(root / "ckpt"),
+        "--trigger",
+        "available-now",
+    ]

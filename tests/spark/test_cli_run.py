@@ -10,7 +10,7 @@ import pytest
 
 from app import cli
 from app.tools.generate import CaptureSpec, Fault
-from tests.spark.helpers import write_capture
+from tests.spark.helpers import run_argv, write_capture
 
 
 def test_a_strict_violation_is_one_json_line_naming_its_location(
@@ -19,23 +19,7 @@ def test_a_strict_violation_is_one_json_line_naming_its_location(
     spec = CaptureSpec(topics=1, partitions=1, sessions=2, updates=10, faults=(Fault.SEQ_GAP,))
     capture = write_capture(tmp_path / "archive", spec)
     [fault] = capture.faults
-    code = cli.main(
-        [
-            "run",
-            "--archive",
-            str(tmp_path / "archive"),
-            "--output",
-            str(tmp_path / "out"),
-            "--checkpoint",
-            str(tmp_path / "ckpt"),
-            "--trigger",
-            "available-now",
-            "--metrics",
-            "none",
-            "--log-format",
-            "json",
-        ]
-    )
+    code = cli.main([*run_argv(tmp_path), "--metrics", "none", "--log-format", "json"])
     assert code == 2
     lines = [
         orjson.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")
@@ -63,17 +47,7 @@ def test_data_loss_found_by_the_sources_planner_is_one_json_line_with_its_facts(
         faults=(Fault.ARCHIVE_HOLE,),
     )
     [hole] = write_capture(tmp_path / "archive", spec).faults
-    argv = [
-        "run",
-        "--archive",
-        str(tmp_path / "archive"),
-        "--output",
-        str(tmp_path / "out"),
-        "--checkpoint",
-        str(tmp_path / "ckpt"),
-        "--trigger",
-        "available-now",
-    ]
+    argv = run_argv(tmp_path)
     assert cli.main([*argv, "--log-format", "json"]) == 3
     lines = [
         orjson.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")

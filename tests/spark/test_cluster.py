@@ -26,7 +26,7 @@ import pytest
 from app.local.spark_cluster import StandaloneCluster, spark_home, start_cluster
 from app.ops.wheel import build_wheel
 from app.tools import generate as gen
-from tests.spark.helpers import assert_exact, write_capture
+from tests.spark.helpers import assert_exact, run_argv, write_capture
 
 PROJECT = Path(__file__).resolve().parents[2]
 RUN_JOB = PROJECT / "ami" / "files" / "bin" / "run-job"
@@ -112,15 +112,7 @@ def test_run_jobs_submit_line_ships_the_installed_wheel(
         str(spark_home() / "bin" / "spark-submit"),
         *options,
         str(DRIVER_PY),
-        "run",
-        "--archive",
-        str(tmp_path / "archive"),
-        "--output",
-        str(tmp_path / "out"),
-        "--checkpoint",
-        str(tmp_path / "ckpt"),
-        "--trigger",
-        "available-now",
+        *run_argv(tmp_path),
         "--max-offsets-per-trigger",
         "100",
     ]
@@ -149,17 +141,9 @@ def test_a_run_from_a_checkout_ships_its_own_code(
         sys.executable,
         "-m",
         "app",
-        "run",
+        *run_argv(tmp_path),
         "--master",
         cluster.master_url,
-        "--archive",
-        str(tmp_path / "archive"),
-        "--output",
-        str(tmp_path / "out"),
-        "--checkpoint",
-        str(tmp_path / "ckpt"),
-        "--trigger",
-        "available-now",
     ]
     before = applications(cluster)
     done = subprocess.run(

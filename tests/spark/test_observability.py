@@ -39,7 +39,7 @@ from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import Capture, CaptureSpec, Fault
 from tests.metrics.test_metrics import closed_port
-from tests.spark.helpers import assert_exact, expected_rows, write_capture
+from tests.spark.helpers import assert_exact, expected_rows, run_argv, write_capture
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -102,15 +102,7 @@ def published(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             with contextlib.redirect_stdout(stdout):
                 code = cli.main(
                     [
-                        "run",
-                        "--archive",
-                        str(root / "archive"),
-                        "--output",
-                        str(root / "out"),
-                        "--checkpoint",
-                        str(root / "ckpt"),
-                        "--trigger",
-                        "available-now",
+                        *run_argv(root),
                         "--integrity",
                         "resync",
                         "--max-offsets-per-trigger",
