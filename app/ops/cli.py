@@ -27,6 +27,7 @@ from app.cli import parse_duration_ms
 from app.errors import ConfigurationError, TablecastError
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff
+from app.ops.pipelines import PRICES, Declarations, list_pipelines, load_prices, settings_path
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
 
@@ -238,17 +239,19 @@ def _kafka(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, declarations: Declarations | None = None) -> int:
+    """The operator's command line; ``declarations``: infra's reading of the deployment
+    settings (``scripts/tablecast_ops.py`` passes it; the job's wheel has no ``infra/``)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        return _dispatch(args, declarations)
     except TablecastError as exc:
         print(f"tablecast-ops {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, declarations: Declarations | None) -> int:
     if args.command == "deploy":
         return _deploy(args)
     if args.command == "status":
@@ -262,7 +265,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "archive":
         return _archive(args)
     if args.command == "pipelines":
-        return _pipelines(args)
+        return _pipelines(args, declarations)
     if args.command == "test-run":
         return _test_run(args)
     raise AssertionError(args.command)
@@ -470,27 +473,23 @@ def _archive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pipelines(args: argparse.Namespace) -> int:
-    from app.ops import pipelines
-
-    try:
-        from infra.config.test_pipelines import destroy_command
-    except ModuleNotFoundError:
+def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> int:
+    if declarations is None:
         # The job's wheel (on a node) holds app/ only.
         raise ConfigurationError(
             "pipelines reads infra/'s configuration: run it from a checkout "
             "(scripts/tablecast_ops.py)"
-        ) from None
-
-    listing = pipelines.list_pipelines(
-        pipelines.settings_path(args.settings, os.environ),
+        )
+    listing = list_pipelines(
+        settings_path(args.settings, os.environ, declarations.settings_variable),
+        declarations,
         today=args.today or datetime.now(UTC).date(),
-        prices=pipelines.load_prices(args.prices or pipelines.PRICES),
+        prices=load_prices(args.prices or PRICES),
     )
     for line in listing.lines():
         _say(line)
     for name in listing.expired:
-        _say(f"expired: {name}; destroy it with {destroy_command(name)}")
+        _say(f"expired: {name}; destroy it with {declarations.destroy_command(name)}")
     return 0
 
 
