@@ -18,10 +18,11 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
+from app.sink.checkpoint import CheckpointLog
 from app.sink.guard import StartPlan, check_before_start
 from app.sink.ledger import Ledger, LedgerEntry
-from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
+from app.table import commit as table_commit
 
 pytestmark = pytest.mark.spark
 
@@ -61,7 +62,7 @@ def _check(
 ) -> tuple[StartPlan, list[tuple[int, str]]]:
     caplog.set_level(logging.INFO, logger="app.sink.guard")
     caplog.clear()
-    plan = check_before_start(str(output), CheckpointLog(spark, str(checkpoint)))
+    plan = check_before_start(str(output), CheckpointLog(spark, str(checkpoint)), table_commit)
     return plan, _logged(caplog)
 
 
@@ -69,7 +70,7 @@ def _refused(spark: Any, output: Path, checkpoint: Path, caplog: pytest.LogCaptu
     caplog.set_level(logging.INFO, logger="app.sink.guard")
     caplog.clear()
     with pytest.raises(OutputStateError) as refused:
-        check_before_start(str(output), CheckpointLog(spark, str(checkpoint)))
+        check_before_start(str(output), CheckpointLog(spark, str(checkpoint)), table_commit)
     message = str(refused.value)
     assert _logged(caplog) == [(logging.INFO, f"start refused: {message}")]
     assert str(checkpoint) in message

@@ -21,12 +21,13 @@ from app.contract.offsets import TopicPartition
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink.checkpoint import CheckpointLog
 from app.sink.guard import check_before_start
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.rewrite import Rewrite, RewriteSteps
-from app.sink.writer import visible_files
-from app.spark.checkpoint import CheckpointLog
+from app.sink.visible import visible_files
 from app.storage import Location, resolve
+from app.table import commit as table_commit
 from app.table.commit import snapshot_rewrite
 from tests.sink import test_guard
 
@@ -281,6 +282,6 @@ def test_the_live_job_finishes_a_rewrite_whose_owner_died_before_it_starts(
         LedgerEntry(0, ledger_mod.BATCH, end, checkpoint_id=test_guard.QUERY, batch_id=0)
     )
     test_guard._checkpoint(tmp_path / "ckpt", [end], committed=0)
-    check_before_start(output.uri, CheckpointLog(spark, str(tmp_path / "ckpt")))
+    check_before_start(output.uri, CheckpointLog(spark, str(tmp_path / "ckpt")), table_commit)
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
     assert rewrite_mod.open_rewrites(output) == []

@@ -22,7 +22,7 @@ from app.errors import OutputStateError
 from app.sink import rewrite as rewrite_mod
 from app.sink.crash_points import CRASH_ENV
 from app.sink.ledger import Ledger
-from app.sink.writer import visible_files
+from app.sink.visible import visible_files
 from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import verify

@@ -31,9 +31,9 @@ from app.engine.state import SessionState
 from app.metrics.listener import BatchMetrics, MetricsListener
 from app.metrics.publisher import CloudWatchPublisher, Timeouts
 from app.recovery.inspect import read_state
+from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport
 from app.sources import archive
-from app.spark.checkpoint import CheckpointLog
 from app.spark.job import ArchiveSource, JobConfig, Trigger, run
 from app.storage import resolve
 from app.tools import verify
