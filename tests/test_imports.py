@@ -1,5 +1,11 @@
 """Which code may import which: read from the source (AST), no module is run.
 
+A test module imports no other test module: what two test modules share
+lives in a harness module named for what it holds (``tests/pins.py``,
+``tests/sink/commit_steps_harness.py``, ...) or in a ``conftest.py`` fixture,
+so that running or changing one test module never runs or breaks another's
+module-level code.
+
 ``infra/`` imports ``app/`` (the hand-off's names, the Kafka client's
 options), so ``app/`` never imports ``infra/``: callers pass infra's
 configuration in (:class:`app.local.stand_in.StandIn`,
@@ -161,3 +167,14 @@ def test_cycles_are_found() -> None:
 
 def test_no_module_of_app_is_in_an_import_cycle() -> None:
     assert cycles(module_imports()) == []
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    test_modules = {module_name(path) for path in sources("tests") if path.name.startswith("test_")}
+    offenders = [
+        f"{path.relative_to(PROJECT)} imports {name}: move what it shares to a harness module"
+        for path in sources("tests")
+        for name in imported(path)
+        if name in test_modules
+    ]
+    assert offenders == []

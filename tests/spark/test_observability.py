@@ -38,7 +38,7 @@ from app.spark.job import ArchiveSource, JobConfig, Trigger, run
 from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import Capture, CaptureSpec, Fault
-from tests.metrics.test_metrics import closed_port
+from tests.ports import closed_port
 from tests.spark.helpers import assert_exact, expected_rows, write_capture
 
 if TYPE_CHECKING:
