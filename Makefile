@@ -31,7 +31,7 @@ lock:
 		--python-platform x86_64-manylinux_2_28 -o requirements-dev.lock -q
 
 demo: setup
-	$(BIN)/python -m app.tools.archive_demo
+	$(BIN)/python scripts/archive_demo.py
 
 lint: setup
 	$(BIN)/ruff check app infra scripts tests bench ami/files/python

@@ -487,7 +487,7 @@ _TRACEBACK = "Traceback (most recent call last):"
 def root_cause(exc: BaseException) -> str:
     """``Name: message`` of the innermost Python exception behind ``exc``, on one line.
 
-    Our own errors come back from Spark's workers typed (:mod:`app.spark.worker_errors`);
+    Our own errors come back from Spark's workers typed (:mod:`app.worker_errors`);
     this is for the rest, which Spark hands over as text: the last Python traceback
     in it (the worker's: Spark's wrappers come first) ends, after its indented frames,
     with the exception's own line, as :mod:`traceback` prints it.

@@ -8,7 +8,7 @@ driver's planner process that runs the source's reader) reaches the driver
 only as the text of its traceback. Every :class:`TablecastError` therefore
 carries its :class:`ErrorMarker` as a note, one line at the end of that
 traceback, from which the driver rebuilds the same error with its facts
-(:mod:`app.spark.worker_errors`).
+(:mod:`app.worker_errors`).
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_a_mistyped_archive_is_refused_before_anything_is_created(
 
 def an_output(root: Path) -> str:
     """A small archive and the output it implies, laid out by the sink's writer."""
-    from app.sink.writer import stage_table
+    from app.engine.writer import stage_table
     from app.storage import resolve
     from app.tools import generate as gen
     from app.tools.verify import expected_output

@@ -6,6 +6,7 @@ import traceback
 
 import pytest
 
+from app.code_version import CodeMismatchError
 from app.errors import (
     MARKER,
     ArchiveLayoutError,
@@ -21,7 +22,6 @@ from app.errors import (
     Violation,
 )
 from app.ops.errors import HandoffError
-from app.spark.code import CodeMismatchError
 
 VIOLATION = Violation("sensor-1", 3, 42, "s-9", Rule.SEQUENCE, "seq 5", "seq 7")
 # One of each error a worker (a task, or the source's reader) can raise.

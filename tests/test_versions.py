@@ -16,18 +16,21 @@ import shutil
 import subprocess
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pyspark
 import pytest
-from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parent.parent
-VERSIONS_FILE = ROOT / "versions.toml"
-PYPROJECT = ROOT / "pyproject.toml"
-REQUIREMENTS_LOCK = ROOT / "requirements.lock"
+from tests.pins import (
+    PYPROJECT,
+    REQUIREMENTS_LOCK,
+    ROOT,
+    VERSIONS_FILE,
+    pin,
+    pyproject_dependencies,
+)
+
 AMI = ROOT / "ami"
 
 # Pins other code reads by these exact names (infra/, the AMI scripts).
@@ -44,23 +47,6 @@ REQUIRED_PINS = (
     ("kafka", "msk_version"),
     ("cdktf", "version"),
 )
-
-
-def load_versions() -> dict[str, Any]:
-    with VERSIONS_FILE.open("rb") as handle:
-        return tomllib.load(handle)
-
-
-def pin(table: str, key: str) -> str:
-    value = load_versions()[table][key]
-    assert isinstance(value, str), f"[{table}] {key} must be a string"
-    return value
-
-
-def pyproject_dependencies() -> list[Requirement]:
-    with PYPROJECT.open("rb") as handle:
-        project = tomllib.load(handle)["project"]
-    return [Requirement(line) for line in project["dependencies"]]
 
 
 def pyspark_jars_dir() -> Path:

@@ -5,6 +5,8 @@
 - :mod:`app.engine.state`, :mod:`app.engine.store`: the per-partition state, versioned by offset.
 - :mod:`app.engine.output`: the output and quarantine schemas, and rows built as columns.
 - :mod:`app.engine.segments`: where output files begin and end (named by offsets).
+- :mod:`app.engine.writer`: the output's files, written whole in one physical schema;
+  a task's rows staged as hidden files.
 - :mod:`app.engine.task`: the executor half, run by ``mapInArrow``.
 - :mod:`app.engine.driver`: the driver half: plans each micro-batch's tasks, settles rule 6.
 - :mod:`app.engine.in_process`: the engine in one process, over whole partitions (``verify``).

@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from app.code_version import check_code, code_digest
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
 from app.engine.machine import (
@@ -58,12 +59,11 @@ from app.engine.reports import PartitionSummary, Reports, StagedFile, to_batch
 from app.engine.segments import Segment, plan_segments
 from app.engine.state import PartitionState, StateVersion
 from app.engine.store import StateCache, StateStore
+from app.engine.writer import QUARANTINE_DIR, stage_table
 from app.errors import DataLossError, StateError, TablecastError
-from app.sink.writer import QUARANTINE_DIR, stage_table
 from app.sources import ranges
 from app.sources.records import served_counts
 from app.sources.stream import read_in_order
-from app.spark.code import check_code, code_digest
 from app.storage import Location, resolve
 
 # Records converted to Python objects at a time: bounds the task's memory.

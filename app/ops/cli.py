@@ -24,12 +24,13 @@ from types import FrameType
 
 from app import handoff
 from app.cli import parse_duration_ms
+from app.code_version import checkout_commit
 from app.errors import ConfigurationError, TablecastError
 from app.ops import deploy, wheel
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff
+from app.ops.pipelines import PRICES, Declarations, list_pipelines, load_prices, settings_path
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
-from app.spark.code import checkout_commit
 from app.tools import generate as gen
 
 DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN
@@ -240,17 +241,21 @@ def _kafka(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, declarations: Declarations | None = None) -> int:
+    """The operator's command line; ``declarations``: infra's reading of the deployment
+    settings (``scripts/tablecast_ops.py`` passes it; the job's wheel has no ``infra/``)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        return _dispatch(args, declarations)
     except TablecastError as exc:
         print(f"tablecast-ops {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, declarations: Declarations | None) -> int:
+    if args.command == "pipelines":
+        return _pipelines(args, declarations)
     commands = {
         "deploy": _deploy,
         "status": _status,
@@ -259,7 +264,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         "topics": _topics,
         "produce": _produce,
         "archive": _archive,
-        "pipelines": _pipelines,
         "test-run": _test_run,
     }
     return commands[args.command](args)
@@ -472,27 +476,23 @@ def _archive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pipelines(args: argparse.Namespace) -> int:
-    from app.ops import pipelines
-
-    try:
-        from infra.config.test_pipelines import destroy_command
-    except ModuleNotFoundError:
+def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> int:
+    if declarations is None:
         # The job's wheel (on a node) holds app/ only.
         raise ConfigurationError(
             "pipelines reads infra/'s configuration: run it from a checkout "
             "(scripts/tablecast_ops.py)"
-        ) from None
-
-    listing = pipelines.list_pipelines(
-        pipelines.settings_path(args.settings, os.environ),
+        )
+    listing = list_pipelines(
+        settings_path(args.settings, os.environ, declarations.settings_variable),
+        declarations,
         today=args.today or datetime.now(UTC).date(),
-        prices=pipelines.load_prices(args.prices or pipelines.PRICES),
+        prices=load_prices(args.prices or PRICES),
     )
     for line in listing.lines():
         _say(line)
     for name in listing.expired:
-        _say(f"expired: {name}; destroy it with {destroy_command(name)}")
+        _say(f"expired: {name}; destroy it with {declarations.destroy_command(name)}")
     return 0
 
 

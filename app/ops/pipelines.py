@@ -4,22 +4,23 @@ Test pipelines are declared in the deployment settings (``$TABLECAST_SETTINGS``,
 ``[test_pipelines.<name>]``; see ``infra/config/test_pipelines.py``). The cost
 is an estimate per hour from the instance, broker and volume sizes of its
 configuration and the price table ``infra/prices.toml`` (its date is printed).
-Runs from a checkout: it reads ``infra/``'s configuration, not AWS.
+Runs from a checkout: it reads ``infra/``'s configuration, not AWS. ``infra/``
+imports ``app/``, so nothing here imports ``infra/``: the caller passes in
+:class:`Declarations`, infra's reading of the settings
+(:func:`infra.config.pipeline_listing.declarations` makes it;
+``scripts/tablecast_ops.py`` and the tests pass it).
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from infra.config import EnvironmentConfig
 
 PRICES = Path(__file__).resolve().parents[2] / "infra" / "prices.toml"
 HOURS_PER_MONTH = 730  # AWS prices storage per GiB-month of 730 hours
@@ -82,19 +83,59 @@ def load_prices(path: Path = PRICES) -> PriceTable:
     return table
 
 
-def hourly_cost(config: EnvironmentConfig, prices: PriceTable) -> float:
-    """Estimated on-demand cost per hour: nodes, brokers, and their storage."""
-    from infra.config.sizing import ROOT_VOLUME_GIB
+@dataclass(frozen=True, kw_only=True)
+class Footprint:
+    """What a pipeline's configuration runs and stores on: the terms of its cost."""
 
-    if config.region != prices.region:
-        raise PriceTableError(prices.path, f"prices are for {prices.region}, not {config.region}")
-    nodes = config.spark_worker_count + 1
-    compute = prices.ec2(config.driver_instance_type) + config.spark_worker_count * prices.ec2(
-        config.spark_worker_instance_type
+    region: str
+    driver_instance_type: str
+    worker_instance_type: str
+    worker_count: int
+    broker_instance_type: str
+    broker_count: int
+    broker_volume_gib: int
+    """Each broker's storage."""
+    node_volume_gib: int
+    """Each node's EBS volumes together: its root and its Spark data volume."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Declaration:
+    """One test pipeline the deployment settings declare, as infra configures it."""
+
+    name: str
+    owner: str
+    purpose: str
+    created: date
+    expires: date
+    footprint: Footprint
+
+
+@dataclass(frozen=True, kw_only=True)
+class Declarations:
+    """infra's reading of the test pipelines a settings file declares."""
+
+    read: Callable[[Path], Sequence[Declaration]]
+    """Every test pipeline the settings file declares; :class:`ConfigurationError` if invalid."""
+    destroy_command: Callable[[str], str]
+    """The one command that destroys the named test pipeline."""
+    settings_variable: str
+    """The environment variable that names the deployment settings."""
+
+
+def hourly_cost(footprint: Footprint, prices: PriceTable) -> float:
+    """Estimated on-demand cost per hour: nodes, brokers, and their storage."""
+    if footprint.region != prices.region:
+        raise PriceTableError(
+            prices.path, f"prices are for {prices.region}, not {footprint.region}"
+        )
+    nodes = footprint.worker_count + 1
+    compute = prices.ec2(footprint.driver_instance_type) + footprint.worker_count * prices.ec2(
+        footprint.worker_instance_type
     )
-    brokers = config.broker_count * prices.broker(config.broker_instance_type)
-    msk_gib = config.broker_count * config.effective_broker_volume_gib
-    ebs_gib = nodes * (ROOT_VOLUME_GIB + config.spark_data_volume_gib)
+    brokers = footprint.broker_count * prices.broker(footprint.broker_instance_type)
+    msk_gib = footprint.broker_count * footprint.broker_volume_gib
+    ebs_gib = nodes * footprint.node_volume_gib
     storage = (
         msk_gib * prices.msk_storage_per_gib_month + ebs_gib * prices.ebs_per_gib_month
     ) / HOURS_PER_MONTH
@@ -162,44 +203,31 @@ class PipelineListing:
         return [row.name for row in self.rows if row.expires <= self.today]
 
 
-def list_pipelines(settings: Path, *, today: date, prices: PriceTable) -> PipelineListing:
+def list_pipelines(
+    settings: Path, declarations: Declarations, *, today: date, prices: PriceTable
+) -> PipelineListing:
     """Every test pipeline ``settings`` declares, oldest first."""
-    from infra.config import ConfigError
-    from infra.config.settings import load_settings
-    from infra.config.test_pipelines import pipeline_configs
-
-    try:
-        configs = pipeline_configs(settings, load_settings(settings))
-    except ConfigError as exc:
-        raise ConfigurationError(f"invalid configuration: {exc}") from None
-    rows = []
-    for config in configs:
-        declared = config.test_pipeline
-        assert declared is not None
-        rows.append(
-            PipelineRow(
-                name=config.name,
-                owner=declared.owner.address,
-                purpose=declared.purpose,
-                created=declared.created,
-                expires=declared.expires,
-                age_days=max(0, (today - declared.created).days),
-                hourly_cost=hourly_cost(config, prices),
-            )
+    rows = [
+        PipelineRow(
+            name=declared.name,
+            owner=declared.owner,
+            purpose=declared.purpose,
+            created=declared.created,
+            expires=declared.expires,
+            age_days=max(0, (today - declared.created).days),
+            hourly_cost=hourly_cost(declared.footprint, prices),
         )
+        for declared in declarations.read(settings)
+    ]
     rows.sort(key=lambda row: (row.created, row.name))
     return PipelineListing(rows=rows, today=today, prices=prices, settings=settings)
 
 
-def settings_path(given: Path | None, environ: Mapping[str, str]) -> Path:
-    """``--settings``, else ``$TABLECAST_SETTINGS``; one line when neither is there."""
-    from infra.config.settings import SETTINGS_VARIABLE
-
+def settings_path(given: Path | None, environ: Mapping[str, str], variable: str) -> Path:
+    """``--settings``, else the file ``$variable`` names; one line when neither is there."""
     if given is not None:
         return given
-    named = environ.get(SETTINGS_VARIABLE, "").strip()
+    named = environ.get(variable, "").strip()
     if not named:
-        raise ConfigurationError(
-            f"name the deployment settings with --settings or {SETTINGS_VARIABLE}"
-        )
+        raise ConfigurationError(f"name the deployment settings with --settings or {variable}")
     return Path(named)

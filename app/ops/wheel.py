@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
+from app.code_version import COMMIT_FILE, checkout_commit
 from app.ops.errors import BuildError
-from app.spark.code import COMMIT_FILE, checkout_commit
 
 DISTRIBUTION = "tablecast"
 # What a build needs from the project: the metadata, the readme it names, the package.
@@ -84,7 +84,7 @@ def build_wheel(project: Path, out_dir: Path) -> Wheel:
                 )
             elif source.is_file():
                 shutil.copy2(source, staging / name)
-        # The commit the wheel is built from, for the ledger (app.spark.code.job_version).
+        # The commit the wheel is built from, for the ledger (app.code_version.job_version).
         commit = checkout_commit(project) or ""
         (staging / "app" / COMMIT_FILE).write_text(commit + "\n", encoding="utf-8")
         built = Path(staging_dir) / "dist"

@@ -42,15 +42,15 @@ from typing import Any
 
 import orjson
 
+from app import worker_errors
+from app.code_version import JobVersion, job_version
 from app.engine.machine import IntegrityMode
 from app.errors import IntegrityViolationError
 from app.recompute.plan import PartitionWork
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
-from app.sink.writer import visible_files
-from app.spark import worker_errors
-from app.spark.code import JobVersion, job_version
+from app.sink.visible import visible_files
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from app.code_version import check_code, code_digest
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
 from app.engine.machine import IntegrityMode, PartitionMachine, PartitionResult, Rules
@@ -34,7 +35,6 @@ from app.engine.task import run_segment, stage_segment
 from app.errors import Violation
 from app.recompute.plan import ForeignRange, PartitionWork
 from app.sources.archive import read_range
-from app.spark.code import check_code, code_digest
 from app.storage import resolve
 
 

@@ -26,8 +26,8 @@ from app.engine.state import SessionState, StateVersion
 from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError, StateError
 from app.sink import ledger as ledger_mod
+from app.sink.checkpoint import CheckpointLog
 from app.sink.ledger import Ledger
-from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
 
 __all__ = [

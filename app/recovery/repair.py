@@ -40,17 +40,18 @@ import pyarrow.parquet as pq
 from app.contract import offsets as offsets_mod
 from app.contract.envelope import Record
 from app.contract.offsets import Offsets, TopicPartition
+from app.engine.writer import QUARANTINE_DIR, read_data_file, write_data_file
 from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink.checkpoint import CheckpointLog
 from app.sink.ledger import Ledger, LedgerEntry
-from app.sink.writer import QUARANTINE_DIR, read_data_file, visible_files, write_data_file
+from app.sink.visible import visible_files
 from app.sources import archive
 from app.sources.backend import Bounds
 from app.sources.kafka_client import KafkaEndpoint
 from app.sources.records import typed_records
-from app.spark.checkpoint import CheckpointLog
 from app.spark.session import spark_session
 from app.storage import Location, resolve
 from app.table import commit as table_commit

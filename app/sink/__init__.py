@@ -2,8 +2,9 @@
 
 - :mod:`app.sink.commit`: the commit protocol, step by step (``foreachBatch``).
 - :mod:`app.sink.ledger`: the output's own record of the offsets it holds.
-- :mod:`app.sink.writer`: staging a partition's rows as hidden files (in the tasks).
+- :mod:`app.sink.visible`: the data files a reader of the output sees.
 - :mod:`app.sink.guard`: the start-up check that output and checkpoint agree.
+- :mod:`app.sink.checkpoint`: Spark's checkpoint, read through the JVM's Hadoop FS.
 - :mod:`app.sink.rewrite`: published files rewritten under new names, the old retired.
 - :mod:`app.sink.crash_points`: where tests make the commit die on purpose (a test seam).
 

@@ -59,6 +59,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from app import worker_errors
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
 from app.engine.driver import RETAIN_VERSIONS, EngineDriver, States
@@ -71,11 +72,10 @@ from app.errors import (
 )
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink.checkpoint import CheckpointLog
+from app.sink.follower import LedgerFollower
 from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending, retire_unledgered
-from app.spark import worker_errors
-from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
-from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,7 @@ class ExactlyOnceSink:
     checkpoint: CheckpointLog
     engine: EngineDriver
     mode: IntegrityMode
+    table: LedgerFollower  # the output's Iceberg table: app.table.commit
     on_batch: Callable[[BatchReport], None] | None = None
     step_hook: StepHook | None = field(default_factory=_installed_step_hook)
     # Why the last batch failed, when it is ours: Spark's query fails with its
@@ -221,7 +222,7 @@ class ExactlyOnceSink:
                 ledger.clear_pending()
             recorded = head.states if head.states is not None else self.engine.states_after(outcome)
             self.engine.committed(outcome, recorded)
-            table_commit.catch_up(location)  # the Iceberg table follows the ledger (app.table)
+            self.table.catch_up(location)  # the Iceberg table follows the ledger
             log.info(
                 "batch %d ends at %s, as ledger entry %d (batch %s) does: published before "
                 "a restart, not publishing again",
@@ -279,14 +280,14 @@ class ExactlyOnceSink:
             )
         )
         self._step_done(7, batch_id)
-        table_commit.catch_up(location)  # the Iceberg table follows the ledger (app.table)
+        self.table.catch_up(location)  # the Iceberg table follows the ledger
 
         # Step 8
         ledger.clear_pending()
         clear_staging()
         self.engine.committed(outcome, states)
         # A recompute that died mid-rewrite:
-        rewrite_mod.finish_abandoned(location, snapshot=table_commit.snapshot_rewrite)
+        rewrite_mod.finish_abandoned(location, snapshot=self.table.snapshot_rewrite)
         log.info(
             "batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
             batch_id,

@@ -23,11 +23,11 @@ from app.contract.offsets import Offsets
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink.checkpoint import CheckpointLog
+from app.sink.follower import LedgerFollower
 from app.sink.ledger import Ledger, LedgerEntry, retire_unledgered
-from app.sink.writer import visible_files
-from app.spark.checkpoint import CheckpointLog
+from app.sink.visible import visible_files
 from app.storage import resolve
-from app.table import commit as table_commit
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,19 @@ class StartPlan:
     adopt: dict[str, int]  # session -> the resync snapshot a repair restarts it from
 
 
-def check_before_start(output_uri: str, checkpoint: CheckpointLog) -> StartPlan:
+def check_before_start(
+    output_uri: str, checkpoint: CheckpointLog, table: LedgerFollower
+) -> StartPlan:
+    """Where the run starts; :class:`OutputStateError` when output and checkpoint disagree.
+
+    ``table``: the output's Iceberg table (:mod:`app.table.commit`), whose snapshot
+    finishes a rewrite that died."""
     location = resolve(output_uri)
     ledger = Ledger(location)
     # Files staged by a run that died are never published; a redo stages anew.
     location.delete_dir(location.child(ledger_mod.STAGING_DIR))
     # A rewrite whose process died shows its blocks twice until someone finishes it.
-    rewrite_mod.finish_abandoned(location, snapshot=table_commit.snapshot_rewrite)
+    rewrite_mod.finish_abandoned(location, snapshot=table.snapshot_rewrite)
     head = ledger.head()
     _retire_pending(ledger, head, checkpoint)
     adopt = ledger.adopted_sessions()

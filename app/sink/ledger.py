@@ -23,11 +23,11 @@ from typing import Any
 
 import orjson
 
+from app.code_version import JobVersion, job_version
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition, parse_key
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.state import StateVersion
-from app.spark.code import JobVersion, job_version
 from app.storage import Location
 
 log = logging.getLogger(__name__)

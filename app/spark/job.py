@@ -25,6 +25,7 @@ from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
 from app.errors import ConfigurationError
 from app.metrics.listener import MetricsListener
+from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
 from app.sources import backend_options, ranges, stream
@@ -32,11 +33,11 @@ from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import Tier
 from app.sources.starting import StartingPosition
-from app.spark.checkpoint import CheckpointLog
-from app.spark.worker_errors import worker_error
 from app.storage import resolve
 from app.table import catalog as table_catalog
+from app.table import commit as table_commit
 from app.table import live as table_live
+from app.worker_errors import worker_error
 
 log = logging.getLogger(__name__)
 
@@ -157,14 +158,19 @@ def run(
     for this run only.
     """
     checkpoint = CheckpointLog(spark, config.checkpoint)
-    plan = check_before_start(config.output, checkpoint)
+    plan = check_before_start(config.output, checkpoint, table_commit)
     table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
     processor = processor or TableProcessor()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
     sink = ExactlyOnceSink(
-        config.output, checkpoint, engine, config.integrity, _reporting(on_batch, listener)
+        output_uri=config.output,
+        checkpoint=checkpoint,
+        engine=engine,
+        mode=config.integrity,
+        table=table_commit,
+        on_batch=_reporting(on_batch, listener),
     )
     writer = (
         source_frame(spark, config, plan.starting_offsets)

@@ -33,11 +33,12 @@ import orjson
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
+from app.engine.writer import QUARANTINE_DIR
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.rewrite import Rewrite
-from app.sink.writer import QUARANTINE_DIR, visible_files
+from app.sink.visible import visible_files
 from app.storage import Location
 from app.table.catalog import (
     TableConfig,

@@ -50,7 +50,7 @@ from tests.infra.moto_apply import (
     prepared,
 )
 from tests.infra.terraform import Mirror, Terraform, targets_except
-from tests.test_versions import pin
+from tests.pins import pin
 
 pytestmark = pytest.mark.terraform
 

@@ -1,14 +1,8 @@
 """The hand-off: every name in app.handoff in SSM under /tablecast/<env>/ and as an output."""
 
 from app import handoff, metric_names
-from infra.testing import Document, SynthesizedEnvironment
-
-
-def parameters(env: SynthesizedEnvironment) -> dict[str, Document]:
-    return {
-        parameter["name"]: parameter
-        for parameter in env["handoff"].resources("aws_ssm_parameter").values()
-    }
+from infra.testing import SynthesizedEnvironment
+from tests.infra.synthesized_documents import parameters
 
 
 def value(env: SynthesizedEnvironment, name: str) -> str:

@@ -5,6 +5,7 @@ from infra.config import layout
 from infra.constructs.hdfs_snapshots import DLM_DESCRIBE_ACTIONS
 from infra.constructs.node_permissions import ACTIONS_WITHOUT_RESOURCES, SSM_AGENT_MESSAGE_ACTIONS
 from infra.testing import Document, SynthesizedEnvironment, as_list, policy_statements
+from tests.infra.synthesized_documents import KINDS, role_statements
 
 IAM_POLICY_TYPES = ("aws_iam_role_policy", "aws_iam_policy")
 
@@ -18,21 +19,8 @@ def identity_statements(env: SynthesizedEnvironment) -> list[Document]:
     ]
 
 
-def role_statements(env: SynthesizedEnvironment, kind: str) -> dict[str, Document]:
-    """The statements of the driver's, the workers' or the archiver's role, by Sid."""
-    (policy,) = [
-        policy
-        for policy in env["spark"].resources("aws_iam_role_policy").values()
-        if policy["role"] == f"${{aws_iam_role.{kind}-role.id}}"
-    ]
-    return {statement["Sid"]: statement for statement in policy_statements(policy["policy"])}
-
-
 def node_statements(env: SynthesizedEnvironment) -> dict[str, Document]:
     return role_statements(env, "driver")
-
-
-KINDS = ("driver", "worker", "archiver")
 
 
 def object_access(statements: dict[str, Document]) -> dict[str, set[str]]:

@@ -9,7 +9,7 @@ import pytest
 from infra.config import MIN_RETENTION_HOURS, ConfigError, EnvironmentConfig, versions
 from infra.config.model import DEFAULT_RETENTION_HOURS
 from infra.testing import Document, SynthesizedEnvironment
-from tests.infra.test_infra_config import valid
+from tests.infra.valid_config import valid
 
 
 def server_properties(env: SynthesizedEnvironment) -> dict[str, str]:

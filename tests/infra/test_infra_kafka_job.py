@@ -15,8 +15,7 @@ from infra.config.environments import dev
 from infra.config.kafka_job import KafkaJobSettings
 from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.testing import SynthesizedEnvironment, synthesize
-from tests.infra.test_infra_handoff import parameters
-from tests.infra.test_infra_iam import KINDS, role_statements
+from tests.infra.synthesized_documents import KINDS, parameters, role_statements
 
 SECRET = "arn:aws:secretsmanager:eu-west-1:000000000000:secret:AmazonMSK_tablecast-dev-AbCdEf"
 KEY = "arn:aws:kms:eu-west-1:000000000000:key/00000000-0000-4000-8000-000000000001"

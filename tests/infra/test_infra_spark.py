@@ -6,7 +6,7 @@ import pytest
 
 from infra.config import ConfigError, EnvironmentConfig, layout, versions
 from infra.testing import Document, SynthesizedEnvironment
-from tests.infra.test_infra_config import valid
+from tests.infra.valid_config import valid
 
 
 def instances(env: SynthesizedEnvironment) -> dict[str, Document]:

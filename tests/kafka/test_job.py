@@ -31,7 +31,7 @@ from app.tools.generate import CaptureSpec
 from tests.kafka.helpers import delete_topics, produce
 from tests.ops.kafka_helpers import create_topics
 from tests.spark.helpers import assert_exact, ledger_end, run_job
-from tests.spark.test_exactly_once import _assert_readable_and_no_duplicates, _cli, _kill_group
+from tests.spark.killed_runs import assert_readable_and_no_duplicates, kill_group, start_cli
 from tests.tansu import free_port
 
 pytestmark = pytest.mark.spark
@@ -270,17 +270,17 @@ def test_a_run_killed_mid_stream_and_restarted_leaves_every_row_once(
     )
     # Killed (the driver, its JVM and Python workers) somewhere after the first
     # published micro-batch, before the last.
-    process = _cli(*args)
+    process = start_cli(*args)
     deadline = time.monotonic() + 180
     while process.poll() is None and not ledger_end(output):
         assert time.monotonic() < deadline, "no micro-batch was published"
         time.sleep(0.2)
     time.sleep(random.Random(3).uniform(0.0, 1.0))
     assert process.poll() is None, "the run finished before it could be killed"
-    _kill_group(process)
-    _assert_readable_and_no_duplicates(str(output))
+    kill_group(process)
+    assert_readable_and_no_duplicates(str(output))
     killed_at = ledger_end(output)
-    final = _cli(*args)
+    final = start_cli(*args)
     _, stderr = final.communicate(timeout=300)
     assert final.returncode == 0, stderr.decode()[-3000:]
     assert_exact(archive, output)

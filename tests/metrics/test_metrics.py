@@ -52,6 +52,7 @@ from app.recovery.inspect import SessionView, StateSnapshot, format_session, for
 from app.sink.commit import BatchReport
 from app.sources.kafka_client import KafkaEndpoint
 from tests.ops.kafka_helpers import create_topics
+from tests.ports import closed_port
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TP0, TP1 = TopicPartition("sensor-0", 0), TopicPartition("sensor-0", 1)
@@ -418,13 +419,6 @@ def test_cloudwatch_gets_batched_calls_with_the_environment_dimension(aws: None)
     )
     [point] = stats_doc["Datapoints"]
     assert point["Sum"] == 2500 and point["SampleCount"] == 2500
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port  # nothing listens there any more: connections are refused
 
 
 @pytest.fixture

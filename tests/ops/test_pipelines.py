@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import date
 from pathlib import Path
 
 import pytest
 
-from app.ops.cli import main
+from app.ops import cli
 from app.ops.pipelines import PRICES, load_prices
-from infra.config.settings import TESTING_SETTINGS
+from infra.config.pipeline_listing import declarations
+from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.config.sizing import ROOT_VOLUME_GIB
+from infra.config.test_pipelines import pipeline_configs
+from tests.ops.conftest import PROJECT
 
 BASE_TEXT = TESTING_SETTINGS.read_text(encoding="utf-8").split("[test_pipelines.")[0]
 PIPELINES = """
@@ -40,6 +45,11 @@ currency = "USD"
 msk = {msk}
 ebs_gp3 = {ebs}
 """
+
+
+def main(argv: list[str]) -> int:
+    """The operator's command line as scripts/tablecast_ops.py runs it: with infra's reading."""
+    return cli.main(argv, declarations=declarations())
 
 
 def files(tmp_path: Path, msk: float = 0.0, ebs: float = 0.0) -> list[str]:
@@ -103,9 +113,6 @@ def test_every_declared_pipeline_is_listed_oldest_first_with_age_expiry_owner_an
 def test_storage_is_priced_per_gib_month(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from infra.config.settings import load_settings
-    from infra.config.test_pipelines import pipeline_configs
-
     argv = files(tmp_path, msk=730.0, ebs=730.0)  # 1 per GiB and hour
     early = next(
         c
@@ -155,11 +162,6 @@ def test_the_repositorys_price_table_prices_every_declared_type_and_has_its_date
 
 
 def test_it_runs_from_a_checkout_and_says_so_where_infra_is_missing(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from tests.ops.conftest import PROJECT
-
     argv = ["pipelines", "--settings", str(TESTING_SETTINGS)]
     script = [sys.executable, str(PROJECT / "scripts" / "tablecast_ops.py"), *argv]
     done = subprocess.run(script, cwd=tmp_path, capture_output=True, text=True, check=False)

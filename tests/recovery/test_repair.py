@@ -10,11 +10,12 @@ import pytest
 
 from app.contract.offsets import TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
+from app.engine.writer import stage_table
 from app.errors import DataLossError, OutputStateError
 from app.recovery import repair
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
-from app.sink.writer import stage_table, visible_files
+from app.sink.visible import visible_files
 from app.sources import archive
 from app.sources.records import SCHEMA, no_headers
 from app.storage import resolve

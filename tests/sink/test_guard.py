@@ -7,7 +7,6 @@ the job reads them, so the Spark session is needed, but no query runs.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,30 +17,17 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.errors import OutputStateError
 from app.sink import ledger as ledger_mod
+from app.sink.checkpoint import CheckpointLog
 from app.sink.guard import StartPlan, check_before_start
 from app.sink.ledger import Ledger, LedgerEntry
-from app.spark.checkpoint import CheckpointLog
 from app.storage import resolve
+from app.table import commit as table_commit
+from tests.sink.spark_checkpoint import QUERY, write_checkpoint
 
 pytestmark = pytest.mark.spark
 
 A = TopicPartition("sensor-a", 0)
 B = TopicPartition("sensor-a", 1)
-QUERY = "5f0c4b4e-0000-4000-8000-000000000001"
-
-
-def _checkpoint(
-    path: Path, planned: list[Offsets], committed: int | None, query: str = QUERY
-) -> None:
-    """A checkpoint as Spark writes it: batches 0.. planned, 0..committed committed."""
-    (path / "offsets").mkdir(parents=True)
-    (path / "commits").mkdir()
-    (path / "metadata").write_text(json.dumps({"id": query}))
-    for batch, end in enumerate(planned):
-        source = json.dumps({tp.key(): offset for tp, offset in end.items()})
-        (path / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{source}')
-    for batch in range(-1 if committed is None else committed + 1):
-        (path / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
 
 
 def _ledger(output: Path, *entries: LedgerEntry) -> None:
@@ -61,7 +47,7 @@ def _check(
 ) -> tuple[StartPlan, list[tuple[int, str]]]:
     caplog.set_level(logging.INFO, logger="app.sink.guard")
     caplog.clear()
-    plan = check_before_start(str(output), CheckpointLog(spark, str(checkpoint)))
+    plan = check_before_start(str(output), CheckpointLog(spark, str(checkpoint)), table_commit)
     return plan, _logged(caplog)
 
 
@@ -69,7 +55,7 @@ def _refused(spark: Any, output: Path, checkpoint: Path, caplog: pytest.LogCaptu
     caplog.set_level(logging.INFO, logger="app.sink.guard")
     caplog.clear()
     with pytest.raises(OutputStateError) as refused:
-        check_before_start(str(output), CheckpointLog(spark, str(checkpoint)))
+        check_before_start(str(output), CheckpointLog(spark, str(checkpoint)), table_commit)
     message = str(refused.value)
     assert _logged(caplog) == [(logging.INFO, f"start refused: {message}")]
     assert str(checkpoint) in message
@@ -104,7 +90,7 @@ def test_a_repair_prepares_a_fresh_checkpoint_to_start_at_its_offsets(
     )
     assert logged == [(logging.INFO, expected)]
     # The run after the repair died before committing anything: the same offsets again.
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 35, B: 30}], committed=None, query="other")
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 35, B: 30}], committed=None, query="other")
     plan, _ = _check(spark, output, tmp_path / "ckpt", caplog)
     assert plan == StartPlan({A: 25, B: 30}, {"s7": 21})
 
@@ -122,7 +108,7 @@ def test_a_lost_checkpoint_beside_a_published_output_is_refused(
 def test_an_empty_output_beside_committed_batches_is_refused(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=1)
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=1)
     message = _refused(spark, tmp_path / "out", tmp_path / "ckpt", caplog)
     assert "is empty but checkpoint" in message and "committed batches up to 1" in message
 
@@ -130,7 +116,7 @@ def test_an_empty_output_beside_committed_batches_is_refused(
 def test_a_first_batch_that_died_before_publishing_starts_again(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}], committed=None)
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 10}], committed=None)
     plan, logged = _check(spark, tmp_path / "out", tmp_path / "ckpt", caplog)
     assert plan == StartPlan(None, {})
     assert [level for level, _ in logged] == [logging.INFO]
@@ -141,7 +127,7 @@ def test_another_querys_checkpoint_is_refused(
 ) -> None:
     output = tmp_path / "out"
     _ledger(output, _batch(0, {A: 10}, query="the-writer"))
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}], committed=0, query="someone-else")
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 10}], committed=0, query="someone-else")
     message = _refused(spark, output, tmp_path / "ckpt", caplog)
     assert "(query someone-else) is not the one that wrote output" in message
     assert "(query the-writer, /old/ckpt)" in message
@@ -152,7 +138,7 @@ def test_output_at_the_last_committed_batch_goes_on(
 ) -> None:
     output = tmp_path / "out"
     _ledger(output, _batch(0, {A: 10, B: 5}), _batch(1, {A: 20, B: 9}))
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 10, B: 5}, {A: 20, B: 9}], committed=1)
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 10, B: 5}, {A: 20, B: 9}], committed=1)
     plan, logged = _check(spark, output, tmp_path / "ckpt", caplog)
     assert plan == StartPlan(None, {})
     expected = (
@@ -167,7 +153,7 @@ def test_output_at_the_planned_batch_published_before_the_crash_goes_on(
 ) -> None:
     output = tmp_path / "out"
     _ledger(output, _batch(0, {A: 10}), _batch(1, {A: 20}))
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=0)
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=0)
     plan, logged = _check(spark, output, tmp_path / "ckpt", caplog)
     assert plan == StartPlan(None, {})
     assert len(logged) == 1 and logged[0][0] == logging.INFO
@@ -180,7 +166,7 @@ def test_output_and_checkpoint_apart_are_refused(
     output = tmp_path / "out"
     # The output was restored from an older copy: it ends before the checkpoint.
     _ledger(output, _batch(0, {A: 10}))
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}, {A: 30}], committed=1)
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}, {A: 30}], committed=1)
     message = _refused(spark, output, tmp_path / "ckpt", caplog)
     assert "ends at sensor-a:0@10 but checkpoint" in message
     assert "committed sensor-a:0@20" in message
@@ -238,7 +224,7 @@ def test_a_pending_list_the_checkpoint_redoes_is_left_to_its_batch(
 ) -> None:
     output = tmp_path / "out"
     _ledger(output, _batch(0, {A: 10}))
-    _checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=0)
+    write_checkpoint(tmp_path / "ckpt", planned=[{A: 10}, {A: 20}], committed=0)
     relative = (
         "date=2026-01-01/part-sensor-a-0-00000000000000000010-00000000000000000020-000.parquet"
     )

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.code_version import JobVersion
 from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode, Rules
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending
-from app.spark.code import JobVersion
 from app.storage import resolve
 
 A = TopicPartition("sensor-a", 0)

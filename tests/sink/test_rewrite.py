@@ -21,14 +21,15 @@ from app.contract.offsets import TopicPartition
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink.checkpoint import CheckpointLog
 from app.sink.guard import check_before_start
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.rewrite import Rewrite, RewriteSteps
-from app.sink.writer import visible_files
-from app.spark.checkpoint import CheckpointLog
+from app.sink.visible import visible_files
 from app.storage import Location, resolve
+from app.table import commit as table_commit
 from app.table.commit import snapshot_rewrite
-from tests.sink import test_guard
+from tests.sink.spark_checkpoint import QUERY, write_checkpoint
 
 _BLOCK = "part-t-0-00000000000000000000-00000000000000000010-000"
 OLD = (f"date=2026-01-01/{_BLOCK}.parquet", f"date=2026-01-02/{_BLOCK}.parquet")
@@ -283,11 +284,9 @@ def test_the_live_job_finishes_a_rewrite_whose_owner_died_before_it_starts(
         rewrite_mod.carry_out(output, rewrite, CrashAfter(2), snapshot=snapshot_rewrite)
     assert set(OLD) | {rewrite.publish[0][1]} == set(_visible(output))
     end = {TopicPartition("t", 0): 10}
-    Ledger(output).append(
-        LedgerEntry(0, ledger_mod.BATCH, end, checkpoint_id=test_guard.QUERY, batch_id=0)
-    )
-    test_guard._checkpoint(tmp_path / "ckpt", [end], committed=0)
-    check_before_start(output.uri, CheckpointLog(spark, str(tmp_path / "ckpt")))
+    Ledger(output).append(LedgerEntry(0, ledger_mod.BATCH, end, checkpoint_id=QUERY, batch_id=0))
+    write_checkpoint(tmp_path / "ckpt", [end], committed=0)
+    check_before_start(output.uri, CheckpointLog(spark, str(tmp_path / "ckpt")), table_commit)
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
     assert rewrite_mod.open_rewrites(output) == []
 

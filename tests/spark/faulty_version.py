@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from app import defaults
+from app.code_version import job_version
 from app.contract.envelope import Envelope, MessageType
 from app.contract.processor import Changes, Table, TableProcessor
-from app.spark.code import job_version
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import copy_files, run_job
 

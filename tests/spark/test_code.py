@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import app
-from app.spark.code import CodeMismatchError, check_code, code_digest, package_zip, ships_itself
+from app.code_version import CodeMismatchError, check_code, code_digest
+from app.spark.code import package_zip, ships_itself
 
 PACKAGE_DIR = Path(app.__file__).parent
 
@@ -35,8 +36,8 @@ def test_the_zip_holds_exactly_the_package_and_is_made_once(tmp_path: Path) -> N
 def test_code_imported_from_the_zip_has_the_drivers_digest(tmp_path: Path) -> None:
     path = package_zip(tmp_path)
     probe = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import app, app.spark.code; "
-        "print(app.__file__); print(app.spark.code.code_digest())"
+        "import sys; sys.path.insert(0, sys.argv[1]); import app, app.code_version; "
+        "print(app.__file__); print(app.code_version.code_digest())"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe, str(path)],

@@ -4,70 +4,32 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow.parquet as pq
 import pytest
 
 from app.errors import OutputStateError
 from app.sink import rewrite as rewrite_mod
 from app.sink.crash_points import CRASH_ENV
 from app.sink.ledger import Ledger
-from app.sink.writer import visible_files
+from app.sink.visible import visible_files
 from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
+from tests.spark.killed_runs import assert_readable_and_no_duplicates, kill_group, start_cli
 from tests.table.helpers import assert_follows_ledger
 
 KILL_SPEC = CaptureSpec(
     topics=2, partitions=2, sessions=12, updates=90, records_per_file=100, resync_every=25, seed=21
 )
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "app", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # the driver, its JVM and Python workers: one process group
-        env=env,
-    )
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # wait until no process of the group is left
-        if subprocess.run(
-            ["pgrep", "-g", str(process.pid)], capture_output=True, check=False
-        ).returncode:
-            return
-        time.sleep(0.2)
-
-
-def _assert_readable_and_no_duplicates(output: str) -> None:
-    """What any reader sees at this instant: whole files, no row twice."""
-    location = resolve(output)
-    for info in location.list_tree(location.path):
-        name = info.path.rsplit("/", 1)[-1]
-        if "/_" in info.path[len(location.path) :] or name.startswith((".", "_")):
-            continue
-        assert info.size > 0, f"empty visible file {info.path}"
-        pq.read_metadata(info.path, filesystem=location.fs)  # raises on a broken file
-    table = verify.read_output(output)
-    assert verify.compare(table, table).duplicates == 0
 
 
 def _kill_and_restart(
@@ -94,14 +56,14 @@ def _kill_and_restart(
     ]
     survived = 0
     for _ in range(kills):
-        process = _cli(*args, env=env)
+        process = start_cli(*args, env=env)
         time.sleep(rng.uniform(6.0, 16.0))
         if process.poll() is not None:
             break  # it finished before the kill
-        _kill_group(process)
+        kill_group(process)
         survived += 1
-        _assert_readable_and_no_duplicates(output)
-    final = _cli(*args, env=env)
+        assert_readable_and_no_duplicates(output)
+    final = start_cli(*args, env=env)
     _, stderr = final.communicate(timeout=600)
     assert final.returncode == 0, stderr.decode()[-3000:]
     return survived
@@ -238,16 +200,16 @@ def test_on_s3_a_checkpoint_lost_after_the_first_batchs_publish_leaves_no_duplic
         "available-now",
         "--max-offsets-per-trigger",
     ]
-    crashed = _cli(*args, "30", env={**s3, CRASH_ENV: "6:0"})
+    crashed = start_cli(*args, "30", env={**s3, CRASH_ENV: "6:0"})
     try:
         _, stderr = crashed.communicate(timeout=300)
     finally:
         with contextlib.suppress(ProcessLookupError):  # the group may be gone already
-            _kill_group(crashed)
+            kill_group(crashed)
     assert crashed.returncode == -signal.SIGKILL, stderr.decode()[-3000:]
     assert verify.read_output(output).num_rows > 0  # batch 0's files are visible
     shutil.rmtree(checkpoint)
-    again = _cli(*args, "47", env=s3)
+    again = start_cli(*args, "47", env=s3)
     _, stderr = again.communicate(timeout=300)
     assert again.returncode == 0, stderr.decode()[-3000:]
     assert_exact(archive, output)

@@ -11,13 +11,13 @@ import pytest
 
 import app
 from app import cli
+from app.code_version import code_digest, job_version
 from app.contract.envelope import Envelope
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes, Table, TableProcessor
 from app.engine.machine import IntegrityMode
 from app.errors import ArchiveLayoutError, DataLossError, IntegrityViolationError, TablecastError
 from app.sink.ledger import Ledger
-from app.spark.code import code_digest, job_version
 from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import FAULT_RULES, CaptureSpec, Fault

@@ -31,14 +31,14 @@ from app.engine.state import SessionState
 from app.metrics.listener import BatchMetrics, MetricsListener
 from app.metrics.publisher import CloudWatchPublisher, Timeouts
 from app.recovery.inspect import read_state
+from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport
 from app.sources import archive
-from app.spark.checkpoint import CheckpointLog
 from app.spark.job import ArchiveSource, JobConfig, Trigger, run
 from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import Capture, CaptureSpec, Fault
-from tests.metrics.test_metrics import closed_port
+from tests.ports import closed_port
 from tests.spark.helpers import assert_exact, expected_rows, run_argv, write_capture
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from app.recompute.correct import correct
 from app.recompute.replay import replay
 from app.recompute.run import CORRECTION, REPLAY, RecomputeReport, records
 from app.sink.rewrite import RewriteSteps
-from app.sink.writer import visible_files
+from app.sink.visible import visible_files
 from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import CaptureSpec, Fault

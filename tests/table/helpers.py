@@ -12,7 +12,7 @@ from app.contract.offsets import Offsets, TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger
-from app.sink.writer import visible_files
+from app.sink.visible import visible_files
 from app.storage import resolve
 from app.table import catalog as catalog_mod
 from app.table import commit as table_commit
@@ -72,7 +72,7 @@ def publish_batches(output: str, rows: pa.Table, cuts: list[Offsets]) -> None:
     ledger records the entry. For tests of the table that need no streaming query."""
     import pyarrow.compute as pc
 
-    from app.sink.writer import stage_table
+    from app.engine.writer import stage_table
 
     location = resolve(output)
     ledger = Ledger(location)

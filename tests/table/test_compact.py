@@ -72,7 +72,7 @@ def test_compaction_merges_small_files_in_one_snapshot(
 
 
 def verify_files(output: str) -> list[str]:
-    from app.sink.writer import visible_files
+    from app.sink.visible import visible_files
 
     return [p for p in visible_files(resolve(output)) if not p.startswith("_quarantine/")]
 

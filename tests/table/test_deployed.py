@@ -4,6 +4,7 @@ compact-every to ``tablecast run`` (against moto's SSM and S3, spark-submit reco
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,18 @@ from app.table.live import TableSettings
 from infra.config.handoff import handoff_values
 from infra.config.layout import GLUE_DATABASE
 from infra.config.stand_in import environment_config
-from tests.ami.test_ami_run_job import VERSION, aws, prepare, run_job  # noqa: F401 (fixture)
+from tests.ami.run_job_harness import VERSION, moto_aws, prepare, run_job
+
+
+@pytest.fixture
+def aws() -> Iterator[dict[str, str]]:
+    """run-job's moto (this directory's ``aws`` is the table's: S3 and Glue, bucket lake)."""
+    with moto_aws() as env:
+        yield env
 
 
 def test_run_job_passes_the_glue_database_and_the_compaction_period_to_the_job(
-    aws: dict[str, str],  # noqa: F811
+    aws: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 
-from tests.test_versions import REQUIREMENTS_LOCK, pin, pyproject_dependencies
+from tests.pins import REQUIREMENTS_LOCK, pin, pyproject_dependencies
 
 
 def test_pyiceberg_is_pinned_alike_everywhere() -> None:

@@ -1,15 +1,18 @@
+#!/usr/bin/env python3
 """``make demo``: the main job on its embedded default, start to finish.
 
 Generates a sample capture (the raw archive stands in for Kafka), runs the
 job on local Spark until it has caught up, verifies the output against the
-plain processor's expectation and prints a short summary.
+plain processor's expectation and prints a short summary: three
+``tablecast`` commands (:mod:`app.cli`) in a row. (``make pipeline-demo`` is
+``scripts/local_pipeline.py``.)
 """
-
-from __future__ import annotations
 
 import shutil
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import cli
 

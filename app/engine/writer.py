@@ -1,11 +1,11 @@
-"""Task-side half of the sink: write a partition's rows as hidden, staged files.
+"""The output's files, written whole in one physical schema; a task's rows staged as hidden files.
 
 Runs inside each partition task (:mod:`app.engine.task`); every other path
 that writes output files (repair, replay, correct) writes them through
 :func:`write_data_file` too. File names derive
 from the topic-partition and the offset range the task processed, and the
 rows arrive in offset order, so a micro-batch that is redone after a crash
-stages the same files under the same names; the commit protocol
+stages the same files under the same names; the sink's commit protocol
 (:mod:`app.sink.commit`) publishes them.
 """
 
@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 
 from app.engine.output import OUTPUT_SCHEMA, QUARANTINE_SCHEMA
 from app.engine.reports import StagedFile
-from app.sink.ledger import CONTROL_DIR
 from app.storage import Location
 
 QUARANTINE_DIR = "_quarantine"
@@ -92,17 +91,3 @@ def stage_table(
         size = write_data_file(location, location.child(staging_dir, relative), day, quarantine)
         staged.append(StagedFile(relative, len(day), size, quarantine))
     return staged
-
-
-def visible_files(location: Location) -> list[str]:
-    """Every data file a reader sees, dataset and quarantine (paths relative)."""
-    out: list[str] = []
-    for info in location.list_tree(location.path):
-        relative = posixpath.relpath(info.path, location.path)
-        parts = relative.split("/")
-        if not relative.endswith(".parquet") or any(p.startswith(".") for p in parts):
-            continue
-        if parts[0] == CONTROL_DIR or any(p.startswith("_") for p in parts if p != QUARANTINE_DIR):
-            continue
-        out.append(relative)
-    return sorted(out)

@@ -19,7 +19,7 @@ import pytest
 
 from app.engine.output import OUTPUT_SCHEMA, QUARANTINE_SCHEMA, QuarantinedRecord, quarantine_table
 from app.engine.reports import StagedFile
-from app.sink.writer import QUARANTINE_DIR, stage_table
+from app.engine.writer import QUARANTINE_DIR, stage_table
 from app.storage import Location, resolve
 from tests.hdfs_semantics import RecordingHandler
 

@@ -1,0 +1,27 @@
+"""What follows the output's ledger: its Iceberg table, as the sink calls it.
+
+The sink commits the table after each ledger entry and finishes, with the
+table's snapshot, a rewrite whose process died. :mod:`app.table.commit`
+does both; the table's package builds on the sink's (the ledger, the
+rewrites), never the other way, so the sink's caller passes the table in
+(:func:`app.spark.job.run` passes :mod:`app.table.commit`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from app.sink.rewrite import Rewrite
+from app.storage import Location
+
+
+class LedgerFollower(Protocol):
+    """The output's table, kept in step with the ledger (:mod:`app.table.commit`)."""
+
+    def catch_up(self, location: Location) -> int:
+        """Commit every ledger entry the table does not hold yet; how many snapshots."""
+        ...
+
+    def snapshot_rewrite(self, location: Location, rewrite: Rewrite) -> None:
+        """A rewrite's overwrite snapshot (a :class:`app.sink.rewrite.TableSnapshot`)."""
+        ...
