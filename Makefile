@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	$(BIN)/python -m tablecast_preload.spark_path  # PySpark from the package, not Spark's zips
+	$(BIN)/python -m tablecast_preload.pth  # PySpark from the package, not Spark's zips
 	touch $(STAMP)
 
 # Regenerate the hashed locks after changing a pin in pyproject.toml.

@@ -26,7 +26,7 @@ install_node_files "${FILES}" /
 # starts (PySpark from the package, not Spark's zips). They are the image's,
 # not the job's (the wheel tablecast-ops deploy builds holds the app package only).
 PYTHONPATH=/opt/tablecast/python /opt/tablecast/venv/bin/python \
-  -m tablecast_preload.spark_path /opt/tablecast/python
+  -m tablecast_preload.pth /opt/tablecast/python
 install -m 0644 -o root -g root "${VERSIONS_FILE}" /opt/tablecast/versions.toml
 
 # Literal values: systemd's EnvironmentFile does not expand variables.

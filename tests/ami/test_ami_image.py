@@ -171,7 +171,7 @@ def test_the_image_holds_the_python_daemons_preload_on_the_venvs_path(
     staged = image.path(PRELOAD_DIR)
     assert (staged / "tablecast_preload" / "__main__.py").is_file()
     node_files = Path(__file__).resolve().parents[2] / "ami" / "scripts" / "node-files.sh"
-    writes_pth = f"-m tablecast_preload.spark_path {PRELOAD_DIR}"
+    writes_pth = f"-m tablecast_preload.pth {PRELOAD_DIR}"
     assert writes_pth in node_files.read_text(encoding="utf-8")
     # Imported from the image's copy, it preloads the workers' libraries and no job
     # code, and the .pth line it writes names a module the copy holds.

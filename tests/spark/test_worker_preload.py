@@ -35,10 +35,12 @@ class _Worker:
     app_imported: bool
     pyspark_file: str
     zips_read: tuple[str, ...]  # zips whose directory each task's invalidate_caches reads
+    frozen: int  # objects the cyclic collector skips (gc.get_freeze_count)
 
 
 def _probe(_: Iterator[Any]) -> Iterator[_Worker]:
     # At the task's start, before it imports anything of its own.
+    import gc
     import sys as task_sys
 
     import pyspark
@@ -57,6 +59,7 @@ def _probe(_: Iterator[Any]) -> Iterator[_Worker]:
             for path, finder in task_sys.path_importer_cache.items()
             if path.endswith(".zip") and finder is not None
         ),
+        frozen=gc.get_freeze_count(),
     )
 
 
@@ -73,6 +76,9 @@ def test_a_new_python_worker_starts_with_the_libraries_its_daemon_imported(spark
         assert worker.pyspark_file == pyspark.__file__
         sparks = [z for z in worker.zips_read if "pyspark" in z or "py4j" in z]
         assert not sparks
+        # The daemon froze what it imported: PySpark's gc.collect() after each task
+        # passes over the libraries' objects.
+        assert worker.frozen > 0
 
 
 def _imported_from(pythonpath: list[Path]) -> list[str]:

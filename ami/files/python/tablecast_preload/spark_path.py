@@ -17,7 +17,7 @@ cached: :func:`prefer_installed` takes the zips off ``sys.path`` so the
 process imports those. A zip of any other Spark is left where it is.
 
 It runs as the interpreter starts, before any PySpark import, from the
-``.pth`` file ``python -m tablecast_preload.spark_path [DIR ...]`` writes
+``.pth`` file ``python -m tablecast_preload.pth [DIR ...]`` writes
 into the venv (``make setup``; the image's ``ami/scripts/node-files.sh``,
 which names ``/opt/tablecast/python`` as a DIR to put on the path first).
 """
@@ -27,8 +27,6 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import sys
-import sysconfig
-from pathlib import Path
 
 _ZIPS = ("pyspark.zip", "py4j-")
 PTH_NAME = "tablecast-preload.pth"
@@ -57,14 +55,3 @@ def prefer_installed() -> tuple[str, ...]:
     for entry in taken:  # a finder left cached would read its zip again at each invalidation
         sys.path_importer_cache.pop(entry, None)
     return taken
-
-
-def write_pth(directories: list[str]) -> Path:
-    """The venv's ``.pth``: ``directories`` on the path, then :func:`prefer_installed`."""
-    path = Path(sysconfig.get_paths()["purelib"], PTH_NAME)
-    path.write_text("".join(f"{line}\n" for line in [*directories, PTH_LINE]), encoding="utf-8")
-    return path
-
-
-if __name__ == "__main__":
-    print(f"wrote {write_pth(sys.argv[1:])}")
