@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from app.code_version import job_version
 from app.sources.kafka_client import KafkaEndpoint
 from tests.tansu import running_broker
 
@@ -44,6 +45,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaEndpoint]:
     """A tansu broker on 127.0.0.1 for the whole session; topics are per test."""
     with running_broker(tmp_path_factory.mktemp("tansu") / "tansu.log") as running:
         yield running.endpoint
+
+
+@pytest.fixture(autouse=True)
+def _job_version_of_the_package() -> Iterator[None]:
+    """A test that runs the job as another version (tests/spark/faulty_version.py sets it
+    in the environment and clears the cache) leaves the next test the package's version:
+    its environment is restored after it, and the cached version is dropped here."""
+    yield
+    job_version.cache_clear()
 
 
 @pytest.fixture(autouse=True)
