@@ -115,14 +115,20 @@ def run_argv(root: Path) -> list[str]:
 
     The command line of the tests that run the job as a user does, on the layout they write.
     """
+    return run_argv_over(root / "archive", root / "out", root / "ckpt")
+
+
+def run_argv_over(archive: Path | str, output: Path | str, checkpoint: Path | str) -> list[str]:
+    """``tablecast run`` reading ``archive`` to the end into ``output`` with ``checkpoint``
+    (paths or URIs): :func:`run_argv` where they are not one directory's."""
     return [
         "run",
         "--archive",
-        str(root / "archive"),
+        str(archive),
         "--output",
-        str(root / "out"),
+        str(output),
         "--checkpoint",
-        str(root / "ckpt"),
+        str(checkpoint),
         "--trigger",
         "available-now",
     ]

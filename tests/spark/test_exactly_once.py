@@ -27,6 +27,7 @@ from tests.spark.helpers import (
     assert_exact,
     copy_files,
     lose_the_checkpoint,
+    run_argv_over,
     run_job,
     write_capture,
 )
@@ -47,19 +48,7 @@ def _kill_and_restart(
     env: dict[str, str] | None = None,
 ) -> int:
     rng = random.Random(seed)
-    args = [
-        "run",
-        "--archive",
-        archive,
-        "--output",
-        output,
-        "--checkpoint",
-        checkpoint,
-        "--trigger",
-        "available-now",
-        "--max-offsets-per-trigger",
-        "150",
-    ]
+    args = [*run_argv_over(archive, output, checkpoint), "--max-offsets-per-trigger", "150"]
     survived = 0
     for _ in range(kills):
         process = start_cli(*args, env=env)
@@ -170,18 +159,7 @@ def test_on_s3_a_checkpoint_lost_after_the_first_batchs_publish_leaves_no_duplic
     """Commit step 6 of batch 0 (SIGKILL), then the checkpoint is lost: copies retired on S3."""
     archive, output, checkpoint = tmp_path / "archive", "s3://lake/out", tmp_path / "ckpt"
     write_capture(archive, CaptureSpec(topics=1, partitions=2, sessions=4, updates=20, seed=6))
-    args = [
-        "run",
-        "--archive",
-        str(archive),
-        "--output",
-        output,
-        "--checkpoint",
-        str(checkpoint),
-        "--trigger",
-        "available-now",
-        "--max-offsets-per-trigger",
-    ]
+    args = [*run_argv_over(archive, output, checkpoint), "--max-offsets-per-trigger"]
     crashed = start_cli(*args, "30", env={**s3, CRASH_ENV: "6:0"})
     try:
         _, stderr = crashed.communicate(timeout=300)
