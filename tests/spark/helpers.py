@@ -86,14 +86,7 @@ def lose_the_checkpoint(spark: Any, root: Path) -> tuple[Path, Path, Path]:
     archive, output, checkpoint = root / "archive", root / "out", root / "ckpt"
     # One session at a time per partition, as one sensor per topic produces them.
     spec = gen.CaptureSpec(
-        topics=1,
-        partitions=2,
-        sessions=8,
-        updates=60,
-        records_per_file=50,
-        resync_every=15,
-        concurrent=1,
-        seed=4,
+        topics=1, updates=60, records_per_file=50, resync_every=15, concurrent=1, seed=4
     )
     write_capture(root / "full", spec)
     shutil.copytree(
