@@ -68,7 +68,8 @@ def parse_duration_ms(text: str) -> int:
     return int(match.group(1)) * _UNITS_MS[match.group(2)]
 
 
-def _positive(text: str) -> int:
+def parse_positive(text: str) -> int:
+    """An argument that must be a whole number above zero."""
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
@@ -163,11 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
         "[earliest]",
     )
     run.add_argument(
-        "--max-offsets-per-trigger", type=_positive, default=defaults.MAX_OFFSETS_PER_TRIGGER
+        "--max-offsets-per-trigger", type=parse_positive, default=defaults.MAX_OFFSETS_PER_TRIGGER
     )
     run.add_argument(
         "--min-offsets-per-trigger",
-        type=_positive,
+        type=parse_positive,
         default=None,
         metavar="N",
         help="wait for at least N new offsets before a batch, at most "
@@ -262,17 +263,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="the state after batch N [the last committed batch]",
     )
     inspect.add_argument(
-        "--limit", type=_positive, default=50, help="sessions listed in the summary [50]"
+        "--limit", type=parse_positive, default=50, help="sessions listed in the summary [50]"
     )
     inspect.add_argument("--master", default=None, help="Spark master [local[2]]")
 
     generate = commands.add_parser("generate", help="write a sample capture as a raw archive")
     generate.add_argument("--archive", required=True)
-    generate.add_argument("--topics", type=_positive, default=2)
-    generate.add_argument("--partitions", type=_positive, default=2)
-    generate.add_argument("--sessions", type=_positive, default=8)
-    generate.add_argument("--rows-min", type=_positive, default=5)
-    generate.add_argument("--rows-max", type=_positive, default=20)
+    generate.add_argument("--topics", type=parse_positive, default=2)
+    generate.add_argument("--partitions", type=parse_positive, default=2)
+    generate.add_argument("--sessions", type=parse_positive, default=8)
+    generate.add_argument("--rows-min", type=parse_positive, default=5)
+    generate.add_argument("--rows-max", type=parse_positive, default=20)
     generate.add_argument("--updates", type=int, default=40)
     generate.add_argument(
         "--resync-every",
@@ -282,11 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     generate.add_argument(
         "--concurrent-sessions",
-        type=_positive,
+        type=parse_positive,
         default=4,
         help="sessions active at once in a partition",
     )
-    generate.add_argument("--records-per-file", type=_positive, default=500)
+    generate.add_argument("--records-per-file", type=parse_positive, default=500)
     generate.add_argument("--prefix", default="sensor-")
     generate.add_argument("--seed", type=int, default=7)
     generate.add_argument(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from app.code_version import job_version
 from app.sources.kafka_client import KafkaEndpoint
 from tests.tansu import running_broker
 
@@ -44,6 +45,35 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaEndpoint]:
     """A tansu broker on 127.0.0.1 for the whole session; topics are per test."""
     with running_broker(tmp_path_factory.mktemp("tansu") / "tansu.log") as running:
         yield running.endpoint
+
+
+@pytest.fixture
+def moto_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto in this process (``mock_aws``), with credentials that can reach nothing real
+    and no endpoint or profile of the caller's environment, in region eu-west-1."""
+    from moto import mock_aws
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_REGION": "eu-west-1",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_CLOUDWATCH"):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _job_version_of_the_package() -> Iterator[None]:
+    """A test that runs the job as another version (tests/spark/faulty_version.py sets it
+    in the environment and clears the cache) leaves the next test the package's version:
+    its environment is restored after it, and the cached version is dropped here."""
+    yield
+    job_version.cache_clear()
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from app import handoff
-from app.cli import parse_duration_ms
+from app.cli import parse_duration_ms, parse_positive
 from app.code_version import checkout_commit
 from app.errors import ConfigurationError, TablecastError
 from app.ops import deploy, wheel
@@ -35,13 +35,6 @@ from app.tools import generate as gen
 
 DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN
 _PROJECT = Path(__file__).resolve().parents[2]
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
 
 
 def _seconds(text: str) -> float:
@@ -85,12 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     create = topic_commands.add_parser("create", help="create topics for new sources")
     _kafka(create)
     create.add_argument("names", nargs="+", metavar="TOPIC")
-    create.add_argument("--partitions", type=_positive, default=6)
+    create.add_argument("--partitions", type=parse_positive, default=6)
     create.add_argument(
         "--retention-hours", type=int, help="at least 72 [the environment's retention-hours]"
     )
     create.add_argument(
-        "--replication-factor", type=_positive, help="[the environment's replication-factor]"
+        "--replication-factor", type=parse_positive, help="[the environment's replication-factor]"
     )
     create.add_argument(
         "--topic-pattern", help="names must match it [the environment's topic-pattern]"
@@ -101,17 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     produce = commands.add_parser("produce", help="publish generated capture sessions")
     _kafka(produce)
-    produce.add_argument("--sources", type=_positive, default=2, help="topics <prefix>0..N-1")
+    produce.add_argument("--sources", type=parse_positive, default=2, help="topics <prefix>0..N-1")
     produce.add_argument("--prefix", default="sensor-")
     produce.add_argument(
         "--partitions",
-        type=_positive,
+        type=parse_positive,
         help="partitions to spread sessions over [the topics' fewest]",
     )
-    produce.add_argument("--sessions", type=_positive, default=8)
+    produce.add_argument("--sessions", type=parse_positive, default=8)
     produce.add_argument("--updates", type=int, default=40, help="updates per session")
-    produce.add_argument("--rows-min", type=_positive, default=5)
-    produce.add_argument("--rows-max", type=_positive, default=20)
+    produce.add_argument("--rows-min", type=parse_positive, default=5)
+    produce.add_argument("--rows-max", type=parse_positive, default=20)
     produce.add_argument(
         "--resync-every",
         type=int,
@@ -153,10 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_artifact.add_argument("--version", help="deploy a version already uploaded")
     run.add_argument("--project", type=Path, default=_PROJECT, help="the project to build")
-    run.add_argument("--topics", type=_positive, default=3, help="topics <prefix>0..N-1 [3]")
+    run.add_argument("--topics", type=parse_positive, default=3, help="topics <prefix>0..N-1 [3]")
     run.add_argument("--prefix", default="sensor-")
-    run.add_argument("--partitions", type=_positive, default=2, help="per topic [2]")
-    run.add_argument("--sessions", type=_positive, default=24)
+    run.add_argument("--partitions", type=parse_positive, default=2, help="per topic [2]")
+    run.add_argument("--sessions", type=parse_positive, default=24)
     run.add_argument("--updates", type=int, default=100, help="updates per session [100]")
     run.add_argument("--resync-every", type=int, default=25)
     run.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
@@ -195,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run until SIGTERM, as a service [catch up, then exit]",
     )
-    archive.add_argument("--max-records", type=_positive, default=50_000)
+    archive.add_argument("--max-records", type=parse_positive, default=50_000)
     archive.add_argument(
         "--group-id",
         default="tablecast-archiver",

@@ -35,8 +35,9 @@ A micro-batch is committed in these steps (``foreachBatch`` on the driver):
    those.
 8. Clear ``pending.json`` and the staging directory; record the batch's
    sessions and remove old state versions; finish any rewrite whose process
-   died (:func:`app.sink.rewrite.finish_abandoned`: one listing of the
-   rewrite records). Spark then writes its commit to the checkpoint.
+   died or left it, once its grace has run out
+   (:func:`app.sink.rewrite.finish_abandoned`: one listing of the rewrite
+   records). Spark then writes its commit to the checkpoint.
 
 A crash anywhere before step 7 leaves Spark to redo the batch with the same
 offsets, which loads the same state versions, stages the same files and

@@ -49,6 +49,24 @@ class Bounds:
             if self.latest > self.earliest
             else f"holds none of it (its next offset is {self.latest})"
         )
+        missing = (first, self.earliest - 1) if first < self.earliest else None
+        return self._loss_error(
+            where, tp, first, held=f"{where} {held}", missing=missing, gone="gone"
+        )
+
+    def _loss_error(
+        self,
+        where: str,
+        tp: TopicPartition,
+        first: int,
+        *,
+        held: str,
+        missing: tuple[int, int] | None,
+        gone: str,
+    ) -> DataLossError:
+        """The data loss error of these bounds with its facts: ``held`` says what the source
+        holds; ``missing``, the first and last offsets lost (inclusive), which "are ``gone``"."""
+        text = f"data loss in {where}: {tp} must continue at offset {first} but {held}"
         facts: dict[str, str | int] = {
             "source": where,
             "topic": tp.topic,
@@ -57,13 +75,14 @@ class Bounds:
             "earliest": self.earliest,
             "latest": self.latest,
         }
-        gone = ""
-        if first < self.earliest:
-            gone = f": offsets {first} to {self.earliest - 1} are gone"
-            facts |= {"first_missing": first, "last_missing": self.earliest - 1}
+        if missing is None:
+            return DataLossError(text, **facts)
+        lo, last = missing
         return DataLossError(
-            f"data loss in {where}: {tp} must continue at offset {first} but {where} {held}{gone}",
+            f"{text}: offsets {lo} to {last} are {gone}",
             **facts,
+            first_missing=lo,
+            last_missing=last,
         )
 
 

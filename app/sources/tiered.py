@@ -114,24 +114,11 @@ class TieredBounds(Bounds):
         held = f"{self.kafka_name} {self._kafka_holds()} and {self.archive_name} " + (
             self._archive_holds()
         )
-        text = f"data loss in {where}: {tp} must continue at offset {first} but {held}"
-        facts: dict[str, str | int] = {
-            "source": where,
-            "topic": tp.topic,
-            "partition": tp.partition,
-            "offset": first,
-            "earliest": self.earliest,
-            "latest": self.latest,
-        }
-        if first > self.latest:
-            return DataLossError(text, **facts)
-        lo, hi = self.missing_from(first)
-        return DataLossError(
-            f"{text}: offsets {lo} to {hi - 1} are in neither",
-            **facts,
-            first_missing=lo,
-            last_missing=hi - 1,
-        )
+        missing = None
+        if first <= self.latest:
+            lo, hi = self.missing_from(first)
+            missing = (lo, hi - 1)
+        return self._loss_error(where, tp, first, held=held, missing=missing, gone="in neither")
 
     def missing_from(self, first: int) -> tuple[int, int]:
         """The first offsets at or after ``first`` that neither tier holds: ``[lo, hi)``."""

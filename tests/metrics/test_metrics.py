@@ -22,7 +22,6 @@ import orjson
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaPartition
-from moto import mock_aws
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -374,23 +373,7 @@ def test_the_null_publisher_takes_everything() -> None:
     assert publisher.close() == PublishStats(accepted=4)
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_REGION": "eu-west-1",
-        "AWS_DEFAULT_REGION": "eu-west-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_CLOUDWATCH", raising=False)
-    with mock_aws():
-        yield
-
-
-def test_cloudwatch_gets_batched_calls_with_the_environment_dimension(aws: None) -> None:
+def test_cloudwatch_gets_batched_calls_with_the_environment_dimension(moto_aws: None) -> None:
     client = boto3.client("cloudwatch", region_name="eu-west-1")
     calls: list[int] = []
     client.meta.events.register(
@@ -449,7 +432,7 @@ def black_hole() -> Iterator[str]:
     server.close()
 
 
-def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str) -> None:
+def test_a_hung_cloudwatch_never_blocks_the_publisher(moto_aws: None, black_hole: str) -> None:
     publisher = CloudWatchPublisher(
         environment="prod",
         endpoint_url=black_hole,
@@ -475,7 +458,7 @@ def test_a_hung_cloudwatch_never_blocks_the_publisher(aws: None, black_hole: str
     assert publisher.stats().dropped == 5005
 
 
-def test_an_unreachable_cloudwatch_costs_only_metrics(aws: None) -> None:
+def test_an_unreachable_cloudwatch_costs_only_metrics(moto_aws: None) -> None:
     publisher = CloudWatchPublisher(
         environment="prod",
         region="eu-west-1",
@@ -490,7 +473,7 @@ def test_an_unreachable_cloudwatch_costs_only_metrics(aws: None) -> None:
     assert stats.sent == 0 and stats.failed_calls >= 1
 
 
-def test_make_publisher_chooses_by_kind(aws: None) -> None:
+def test_make_publisher_chooses_by_kind(moto_aws: None) -> None:
     assert isinstance(make_publisher(PublisherKind.NONE, environment="x"), NullPublisher)
     assert isinstance(make_publisher(PublisherKind.LOG, environment="x"), LogPublisher)
     cloudwatch = make_publisher(PublisherKind.CLOUDWATCH, environment="x", region="eu-west-1")

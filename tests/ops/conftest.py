@@ -5,13 +5,11 @@ The tansu broker for Kafka (``broker``) is the whole suite's: tests/conftest.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import pytest
-from moto import mock_aws
 
 from app import handoff, metric_names
 from app.ops.aws import AwsClients
@@ -25,18 +23,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsClients]:
-    """moto in this process, with credentials that can reach nothing real."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    with mock_aws():
-        yield AwsClients.create(REGION)
+def aws(moto_aws: None) -> AwsClients:
+    """Clients of moto in this process (tests/conftest.py's ``moto_aws``)."""
+    return AwsClients.create(REGION)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import verify
 from tests.sink.commit_steps_harness import CRASH_BATCH, MAX_OFFSETS, SPEC, crash_in_process
-from tests.spark.helpers import assert_exact, expected_rows, run_job, write_capture
+from tests.spark.helpers import assert_exact, expected_rows, run_argv_over, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger
 
 
@@ -89,15 +89,7 @@ def _cli_run(
             sys.executable,
             "-m",
             "app",
-            "run",
-            "--archive",
-            str(archive),
-            "--output",
-            str(output),
-            "--checkpoint",
-            str(checkpoint),
-            "--trigger",
-            "available-now",
+            *run_argv_over(archive, output, checkpoint),
             "--max-offsets-per-trigger",
             str(max_offsets),
             "--log-format",

@@ -40,7 +40,8 @@ class DroppingProcessor(TableProcessor):
 
 
 def as_version(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
-    """The job, in this process, as ``version`` of it (the ledger records it)."""
+    """The job, in this process, as ``version`` of it (the ledger records it) until the
+    test ends (tests/conftest.py drops the cached version after every test)."""
     monkeypatch.setenv("TABLECAST_JOB_VERSION", version)
     job_version.cache_clear()
 

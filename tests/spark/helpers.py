@@ -77,19 +77,51 @@ def tp_of(relative: Path) -> TopicPartition:
     return TopicPartition(relative.parts[0], int(relative.parts[1]))
 
 
+def lose_the_checkpoint(spark: Any, root: Path) -> tuple[Path, Path, Path]:
+    """A job whose checkpoint was lost: under ``root``, its ``archive``, ``out`` and ``ckpt``.
+
+    The job read the first part of a capture (files below offset 150) into ``out``; then
+    ``ckpt`` was deleted and ``archive`` now holds the whole capture (``full``).
+    """
+    archive, output, checkpoint = root / "archive", root / "out", root / "ckpt"
+    # One session at a time per partition, as one sensor per topic produces them.
+    spec = gen.CaptureSpec(
+        topics=1, updates=60, records_per_file=50, resync_every=15, concurrent=1, seed=4
+    )
+    write_capture(root / "full", spec)
+    shutil.copytree(
+        root / "full",
+        archive,
+        ignore=lambda d, names: [
+            n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
+        ],
+    )
+    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=60)
+    shutil.rmtree(checkpoint)
+    shutil.rmtree(archive)
+    shutil.copytree(root / "full", archive)
+    return archive, output, checkpoint
+
+
 def run_argv(root: Path) -> list[str]:
     """``tablecast run`` over ``root``: its ``archive`` read to the end into ``out``, ``ckpt``.
 
     The command line of the tests that run the job as a user does, on the layout they write.
     """
+    return run_argv_over(root / "archive", root / "out", root / "ckpt")
+
+
+def run_argv_over(archive: Path | str, output: Path | str, checkpoint: Path | str) -> list[str]:
+    """``tablecast run`` reading ``archive`` to the end into ``output`` with ``checkpoint``
+    (paths or URIs): :func:`run_argv` where they are not one directory's."""
     return [
         "run",
         "--archive",
-        str(root / "archive"),
+        str(archive),
         "--output",
-        str(root / "out"),
+        str(output),
         "--checkpoint",
-        str(root / "ckpt"),
+        str(checkpoint),
         "--trigger",
         "available-now",
     ]

@@ -23,7 +23,14 @@ from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
+from tests.spark.helpers import (
+    assert_exact,
+    copy_files,
+    lose_the_checkpoint,
+    run_argv_over,
+    run_job,
+    write_capture,
+)
 from tests.spark.killed_runs import assert_readable_and_no_duplicates, kill_group, start_cli
 from tests.table.helpers import assert_follows_ledger
 
@@ -41,19 +48,7 @@ def _kill_and_restart(
     env: dict[str, str] | None = None,
 ) -> int:
     rng = random.Random(seed)
-    args = [
-        "run",
-        "--archive",
-        archive,
-        "--output",
-        output,
-        "--checkpoint",
-        checkpoint,
-        "--trigger",
-        "available-now",
-        "--max-offsets-per-trigger",
-        "150",
-    ]
+    args = [*run_argv_over(archive, output, checkpoint), "--max-offsets-per-trigger", "150"]
     survived = 0
     for _ in range(kills):
         process = start_cli(*args, env=env)
@@ -97,31 +92,7 @@ def test_on_s3_too_through_kills(s3: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_a_lost_checkpoint_is_refused_then_repaired(spark: Any, tmp_path: Path) -> None:
-    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
-    # One session at a time per partition, as one sensor per topic produces them.
-    spec = CaptureSpec(
-        topics=1,
-        partitions=2,
-        sessions=8,
-        updates=60,
-        records_per_file=50,
-        resync_every=15,
-        concurrent=1,
-        seed=4,
-    )
-    write_capture(tmp_path / "full", spec)
-    # The job has read the first part of the archive when its checkpoint is lost.
-    shutil.copytree(
-        tmp_path / "full",
-        archive,
-        ignore=lambda d, names: [
-            n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
-        ],
-    )
-    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=60)
-    shutil.rmtree(checkpoint)
-    shutil.rmtree(archive)
-    shutil.copytree(tmp_path / "full", archive)
+    archive, output, checkpoint = lose_the_checkpoint(spark, tmp_path)
 
     with pytest.raises(OutputStateError) as refused:
         run_job(spark, archive, output, checkpoint)
@@ -188,18 +159,7 @@ def test_on_s3_a_checkpoint_lost_after_the_first_batchs_publish_leaves_no_duplic
     """Commit step 6 of batch 0 (SIGKILL), then the checkpoint is lost: copies retired on S3."""
     archive, output, checkpoint = tmp_path / "archive", "s3://lake/out", tmp_path / "ckpt"
     write_capture(archive, CaptureSpec(topics=1, partitions=2, sessions=4, updates=20, seed=6))
-    args = [
-        "run",
-        "--archive",
-        str(archive),
-        "--output",
-        output,
-        "--checkpoint",
-        str(checkpoint),
-        "--trigger",
-        "available-now",
-        "--max-offsets-per-trigger",
-    ]
+    args = [*run_argv_over(archive, output, checkpoint), "--max-offsets-per-trigger"]
     crashed = start_cli(*args, "30", env={**s3, CRASH_ENV: "6:0"})
     try:
         _, stderr = crashed.communicate(timeout=300)

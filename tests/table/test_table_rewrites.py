@@ -4,7 +4,6 @@ or the new, never both or neither."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,8 @@ from app.storage import resolve
 from app.table import commit as table_commit
 from app.table.catalog import threads_released
 from app.tools import verify
-from app.tools.generate import CaptureSpec
 from tests.spark.faulty_version import FAULTY, PATTERN, SPEC, run_faulty, run_fixed
-from tests.spark.helpers import assert_exact, run_job, write_capture
+from tests.spark.helpers import assert_exact, lose_the_checkpoint, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger, load_table, table_files, table_rows
 from tests.table.planned_reader import PlannedReader
 
@@ -181,29 +179,7 @@ def test_a_replay_of_the_same_rows_commits_nothing(spark: Any, tmp_path: Path) -
 def test_a_repair_changes_the_table_in_one_snapshot_and_holds_its_ledger_entry(
     spark: Any, tmp_path: Path
 ) -> None:
-    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
-    spec = CaptureSpec(
-        topics=1,
-        partitions=2,
-        sessions=8,
-        updates=60,
-        records_per_file=50,
-        resync_every=15,
-        concurrent=1,
-        seed=4,
-    )
-    write_capture(tmp_path / "full", spec)
-    shutil.copytree(
-        tmp_path / "full",
-        archive,
-        ignore=lambda d, names: [
-            n for n in names if n.endswith(".parquet") and n >= "00000000000000000150"
-        ],
-    )
-    run_job(spark, archive, output, checkpoint, max_offsets_per_trigger=60)
-    shutil.rmtree(checkpoint)
-    shutil.rmtree(archive)
-    shutil.copytree(tmp_path / "full", archive)
+    archive, output, checkpoint = lose_the_checkpoint(spark, tmp_path)
     before = _snapshot_ids(output)
 
     assert (
