@@ -111,6 +111,21 @@ def run_argv(root: Path) -> list[str]:
     return run_argv_over(root / "archive", root / "out", root / "ckpt")
 
 
+def repair_argv(archive: Path, output: Path, checkpoint: Path, confirm: str) -> list[str]:
+    """``tablecast repair`` of ``output`` from ``archive`` against ``checkpoint``;
+    ``confirm`` is ``--dry-run`` (report only) or ``--yes`` (no question asked)."""
+    return [
+        "repair",
+        "--archive",
+        str(archive),
+        "--output",
+        str(output),
+        "--checkpoint",
+        str(checkpoint),
+        confirm,
+    ]
+
+
 def run_argv_over(archive: Path | str, output: Path | str, checkpoint: Path | str) -> list[str]:
     """``tablecast run`` reading ``archive`` to the end into ``output`` with ``checkpoint``
     (paths or URIs): :func:`run_argv` where they are not one directory's."""

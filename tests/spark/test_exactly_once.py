@@ -27,6 +27,7 @@ from tests.spark.helpers import (
     assert_exact,
     copy_files,
     lose_the_checkpoint,
+    repair_argv,
     run_argv_over,
     run_job,
     write_capture,
@@ -101,36 +102,8 @@ def test_a_lost_checkpoint_is_refused_then_repaired(spark: Any, tmp_path: Path) 
 
     from app import cli
 
-    assert (
-        cli.main(
-            [
-                "repair",
-                "--archive",
-                str(archive),
-                "--output",
-                str(output),
-                "--checkpoint",
-                str(checkpoint),
-                "--dry-run",
-            ]
-        )
-        == 0
-    )
-    assert (
-        cli.main(
-            [
-                "repair",
-                "--archive",
-                str(archive),
-                "--output",
-                str(output),
-                "--checkpoint",
-                str(checkpoint),
-                "--yes",
-            ]
-        )
-        == 0
-    )
+    assert cli.main(repair_argv(archive, output, checkpoint, "--dry-run")) == 0
+    assert cli.main(repair_argv(archive, output, checkpoint, "--yes")) == 0
     from app.sink.ledger import Ledger
 
     ledger = Ledger(resolve(str(output)))

@@ -16,7 +16,7 @@ from app.sink.crash_points import CrashMode, CrashPoint, crashing
 from app.tools.generate import CaptureSpec
 from tests.readers import read_everywhere
 from tests.spark.faulty_version import FAULTY, FIXED, as_version, run_faulty
-from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
+from tests.spark.helpers import assert_exact, copy_files, repair_argv, run_job, write_capture
 
 SPEC = CaptureSpec(
     topics=1,
@@ -59,21 +59,7 @@ def test_run_redo_correct_replay_and_repair_leave_a_dataset_every_reader_opens(
 
     # repair: the checkpoint is lost; files holding rows past the restart are rewritten
     shutil.rmtree(ckpt)
-    assert (
-        cli.main(
-            [
-                "repair",
-                "--archive",
-                str(archive),
-                "--output",
-                str(out),
-                "--checkpoint",
-                str(ckpt),
-                "--yes",
-            ]
-        )
-        == 0
-    )
+    assert cli.main(repair_argv(archive, out, ckpt, "--yes")) == 0
     read_everywhere(out)
     shutil.rmtree(archive)
     shutil.copytree(full, archive)

@@ -21,7 +21,13 @@ from app.table import commit as table_commit
 from app.table.catalog import threads_released
 from app.tools import verify
 from tests.spark.faulty_version import FAULTY, PATTERN, SPEC, run_faulty, run_fixed
-from tests.spark.helpers import assert_exact, lose_the_checkpoint, run_job, write_capture
+from tests.spark.helpers import (
+    assert_exact,
+    lose_the_checkpoint,
+    repair_argv,
+    run_job,
+    write_capture,
+)
 from tests.table.helpers import assert_follows_ledger, load_table, table_files, table_rows
 from tests.table.planned_reader import PlannedReader
 
@@ -182,21 +188,7 @@ def test_a_repair_changes_the_table_in_one_snapshot_and_holds_its_ledger_entry(
     archive, output, checkpoint = lose_the_checkpoint(spark, tmp_path)
     before = _snapshot_ids(output)
 
-    assert (
-        cli.main(
-            [
-                "repair",
-                "--archive",
-                str(archive),
-                "--output",
-                str(output),
-                "--checkpoint",
-                str(checkpoint),
-                "--yes",
-            ]
-        )
-        == 0
-    )
+    assert cli.main(repair_argv(archive, output, checkpoint, "--yes")) == 0
     [snapshot] = _data_changes(_new_snapshots(output, before))
     head = Ledger(resolve(str(output))).head()
     assert head is not None and head.kind == "repair"
