@@ -20,6 +20,7 @@ from typing import Any
 import pyspark
 import pytest
 import tablecast_preload
+from tablecast_preload import spark_path
 
 from app.spark.session import DAEMON_MODULE_KEY, PRELOAD_MODULE, preload_daemon
 
@@ -148,3 +149,16 @@ def test_a_preload_this_interpreter_cannot_import_is_not_named(
     conf = SparkConf(loadDefaults=False).set("spark.master", "local[2]")
     assert preload_daemon(conf, module="no_such_preload_here") is False
     assert not conf.contains(DAEMON_MODULE_KEY)
+
+
+def test_the_venvs_start_up_line_is_silent_where_the_package_is_gone(tmp_path: Path) -> None:
+    # -S: no site, so no editable install either; tablecast_preload cannot be imported.
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", spark_path.PTH_LINE],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")

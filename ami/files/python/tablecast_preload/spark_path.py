@@ -30,7 +30,13 @@ import sys
 
 _ZIPS = ("pyspark.zip", "py4j-")
 PTH_NAME = "tablecast-preload.pth"
-PTH_LINE = "import tablecast_preload.spark_path; tablecast_preload.spark_path.prefer_installed()"
+# Python runs this line as every process of the venv starts: where the package is
+# gone (an image whose /opt/tablecast/python was removed), it does nothing rather
+# than print a traceback from each process's start.
+PTH_LINE = (
+    'import importlib.util; importlib.util.find_spec("tablecast_preload") and '
+    '__import__("tablecast_preload.spark_path").spark_path.prefer_installed()'
+)
 
 
 def prefer_installed() -> tuple[str, ...]:
