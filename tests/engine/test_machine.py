@@ -385,3 +385,25 @@ def test_machine_in_slices_equals_the_model(
     for i, docs in enumerate(many):
         offsets = [o for o, (s, _, _) in enumerate(merged) if s == f"s{i}"]
         assert [r for r in rows if merged[r[0]][0] == f"s{i}"] == model(docs, offsets)
+
+
+def test_record_columns_from_arrow_are_python_values_with_nulls_as_none() -> None:
+    from app.sources.records import SCHEMA as KAFKA_SCHEMA
+
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "key": [b"s1", None, b"\xff"],
+            "value": [b'{"a":1}', b"", None],
+            "topic": ["t"] * 3,
+            "partition": [0] * 3,
+            "offset": [7, 8, 2**40],
+            "timestamp": pa.array([1_000, 2_999, 0], pa.timestamp("us", "UTC")),
+            "timestampType": [0] * 3,
+            "headers": [None] * 3,
+        },
+        schema=KAFKA_SCHEMA,
+    )
+    keys, values, offsets, stamps = RecordColumns.from_arrow(batch)
+    assert (keys, values) == ([b"s1", None, b"\xff"], [b'{"a":1}', b"", None])
+    assert (offsets, stamps) == ([7, 8, 2**40], [1, 2, 0])
+    assert all(type(o) is int for o in [*offsets, *stamps])
