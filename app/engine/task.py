@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 from app.code_version import check_code, code_digest
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
+from app.engine.gc_pause import collected_once
 from app.engine.machine import (
     IntegrityMode,
     PartitionMachine,
@@ -101,7 +102,9 @@ class PartitionTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         check_code(self.plan.code_digest)
-        early = self._load_early(_spark_partition())
+        index = _spark_partition()
+        in_worker = index is not None  # a Spark worker: it keeps the state it saves
+        early = self._load_early(index)
         try:
             by_tp: dict[TopicPartition, list[pa.RecordBatch]] = {}
             for batch in _records(batches):
@@ -111,7 +114,8 @@ class PartitionTask:
                 loaded, early = (
                     (early, None) if early is not None and early.tp == tp else (None, early)
                 )
-                rows = self._run(tp, pa.Table.from_batches(by_tp[tp]), loaded)
+                with collected_once(freeze=in_worker):
+                    rows = self._run(tp, pa.Table.from_batches(by_tp[tp]), loaded)
                 if rows:
                     yield to_batch(rows)
         finally:

@@ -242,3 +242,73 @@ def test_a_spark_task_starts_loading_its_state_before_its_first_record_arrives(
     assert asked_before_the_first_record == [True]
     assert outcome.partitions[TP].cache == "miss" and outcome.partitions[TP].end == last
     assert saved(outcome).offset == last and (cache.hits, cache.misses) == (0, 1)
+
+
+def _tracked_ids() -> set[int]:
+    import gc
+
+    return {id(o) for o in gc.get_objects()}  # the generations the collector walks
+
+
+def test_a_spark_task_freezes_the_state_it_caches_and_collects_its_garbage_first(
+    tmp_path: Path, capture: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PySpark's worker collects after every task: the cached state must not be walked again.
+
+    A processor that leaves one reference cycle per snapshot shows the collection
+    before the freeze: the cycles are gone, not frozen for the worker's life.
+    """
+    import gc
+    import weakref
+
+    from pyspark import TaskContext
+
+    uri, last = capture
+    cache = StateCache(8)
+    monkeypatch.setattr(task_mod, "_CACHE", cache)
+    cycles: list[weakref.ref[object]] = []
+
+    class Cyclic(TableProcessor):
+        def apply(self, state, message):  # type: ignore[no-untyped-def]
+            class Node:
+                pass
+
+            node = Node()
+            node.me = node  # type: ignore[attr-defined]
+            cycles.append(weakref.ref(node))
+            return super().apply(state, message)
+
+    TaskContext._setTaskContext(None)
+    TaskContext(
+        stageId=1,
+        partitionId=0,
+        attemptNumber=0,
+        taskAttemptId=1,
+        cpus=1,
+        resources={},
+        localProperties={},
+    )
+    try:
+        p = replace(plan(tmp_path, None, last, None), processor=Cyclic())
+        outcome = BatchOutcome.parse(
+            r for b in PartitionTask(p)(iter(records(uri, 0, last))) for r in b.to_pylist()
+        )
+        assert gc.isenabled()
+        state = cache.take(p.state_root, TP, saved(outcome))
+        assert state is not None and state.sessions
+        walked = _tracked_ids()
+        kept = [state.sessions, *state.sessions.values()]
+        assert not any(id(o) in walked for o in kept), "the cached state is frozen"
+        assert cycles and all(ref() is None for ref in cycles), "cycles collected, not frozen"
+    finally:
+        TaskContext._setTaskContext(None)
+        gc.unfreeze()  # this test process is not a worker
+
+
+def test_outside_a_spark_task_nothing_is_frozen(tmp_path: Path, capture: tuple[str, int]) -> None:
+    import gc
+
+    uri, last = capture
+    frozen = gc.get_freeze_count()
+    run(plan(tmp_path, None, last, None), records(uri, 0, last))
+    assert gc.get_freeze_count() == frozen and gc.isenabled()
