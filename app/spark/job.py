@@ -33,6 +33,7 @@ from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import Tier
 from app.sources.starting import StartingPosition
+from app.spark.warm import warm_workers
 from app.storage import resolve
 from app.table import catalog as table_catalog
 from app.table import commit as table_commit
@@ -157,6 +158,7 @@ def run(
     ``listener`` (optional) publishes every batch's metrics; it is attached
     for this run only.
     """
+    warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint, table_commit)
     table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
