@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from operator import itemgetter
 from typing import Any, NamedTuple
 
+import msgspec
 import orjson
 
 from app.errors import EnvelopeError
@@ -80,81 +80,70 @@ def decode_key(key: bytes | None) -> str:
 def parse_envelope(key: str, value: bytes | None) -> Envelope:
     """Parse and validate one record value against the envelope of section 1.
 
-    The common case (every field present with its exact JSON type) takes a
-    fast path of exact ``type(...) is`` checks; anything else goes through the
-    field-by-field checks, which name what is wrong. orjson only builds
-    exact ``dict``, ``list``, ``str``, ``int``, ``float`` and ``bool`` objects,
-    so the exact checks accept precisely what the full ones accept.
+    msgspec decodes the common case straight into typed fields, checking
+    each field's presence and JSON type as it goes (about twice as fast as
+    orjson's dicts and the checks in Python). A value it refuses, or one
+    that fails a rule it does not check, goes through :func:`_parse_orjson`,
+    which gives the same envelope for the same value, or the error that names
+    what is wrong: msgspec only ever takes the fast way to the same result.
     """
     if value is None:
         raise EnvelopeError("value is null")
     try:
-        doc = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise EnvelopeError(f"value is not valid JSON: {exc}") from None
-    if type(doc) is dict:
-        try:
-            session, seq, type_name, ts = _head(doc)
-        except KeyError:
-            return _parse_checked(key, doc)
-        message_type = _MESSAGE_TYPES.get(type_name) if type(type_name) is str else None
-        if (
-            session == key
-            and type(session) is str
-            and type(seq) is int
-            and seq >= 0
-            and type(ts) is int
-            and message_type is not None
-        ):
-            raw_rows = doc.get("rows")
-            raw_deleted = doc.get("deleted")
-            rows = _fast_rows(raw_rows)
-            if rows is not None and (raw_deleted is None or _all_strings(raw_deleted)):
-                if message_type is MessageType.UPDATE:
-                    if raw_rows is not None or raw_deleted is not None:
-                        deleted = () if raw_deleted is None else raw_deleted
-                        return _new_envelope((session, seq, message_type, ts, rows, deleted))
-                elif raw_rows is not None and not raw_deleted:
-                    if message_type is MessageType.SNAPSHOT or not rows:
-                        return _new_envelope((session, seq, message_type, ts, rows, ()))
-                elif raw_rows is None and not raw_deleted and message_type is MessageType.END:
-                    return _new_envelope((session, seq, message_type, ts, (), ()))
-    return _parse_checked(key, doc)
+        doc = _decode_document(value)
+    except msgspec.MsgspecError:
+        return _parse_orjson(key, value)
+    seq, ts, message_type = doc.seq, doc.ts, doc.type
+    # orjson, and so the full checks, read integers beyond 64 bits as floats.
+    if doc.session == key and 0 <= seq <= _INT_MAX and _INT_MIN <= ts <= _INT_MAX:
+        raw_rows, raw_deleted = doc.rows, doc.deleted
+        rows: Sequence[TableRow] = (
+            () if raw_rows is None else [(r.id, r.value, r.status) for r in raw_rows]
+        )
+        if message_type is MessageType.UPDATE:
+            if raw_rows is not None or raw_deleted is not None:
+                deleted = () if raw_deleted is None else raw_deleted
+                return _new_envelope((key, seq, message_type, ts, rows, deleted))
+        elif raw_rows is not None and not raw_deleted:
+            if message_type is MessageType.SNAPSHOT or not rows:
+                return _new_envelope((key, seq, message_type, ts, rows, ()))
+        elif raw_rows is None and not raw_deleted and message_type is MessageType.END:
+            return _new_envelope((key, seq, message_type, ts, (), ()))
+    return _parse_orjson(key, value)
 
 
+class _Row(msgspec.Struct, gc=False):
+    id: str
+    value: float | None  # a JSON integer too, as a float; never a boolean
+    status: str | None
+
+
+class _Document(msgspec.Struct, gc=False):
+    """The envelope's fields with their JSON types; unknown fields are ignored."""
+
+    session: str
+    seq: int
+    type: MessageType
+    ts: int
+    rows: list[_Row] | None = None
+    deleted: list[str] | None = None
+
+
+_decode_document = msgspec.json.Decoder(_Document).decode
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads as integers
+# One Envelope a message: tuple.__new__ skips the NamedTuple's Python-level __new__.
 _new_envelope: Callable[
     [tuple[str, int, MessageType, int, Sequence[TableRow], Sequence[str]]], Envelope
 ] = partial(tuple.__new__, Envelope)
-_head = itemgetter("session", "seq", "type", "ts")
 
 
-def _fast_rows(raw: Any) -> Sequence[TableRow] | None:
-    """``rows`` when every row is well formed (or there is none); None otherwise."""
-    if raw is None:
-        return ()
-    if type(raw) is not list:
-        return None
-    rows: list[TableRow] = []
-    append = rows.append
-    for item in raw:
-        if type(item) is not dict:
-            return None
-        try:
-            row_id, value, status = item["id"], item["value"], item["status"]
-        except KeyError:
-            return None
-        if type(row_id) is not str or (status is not None and type(status) is not str):
-            return None
-        if type(value) is not float and value is not None:
-            if type(value) is not int:
-                return None  # a value of another type (bool is not a number in JSON)
-            value = float(value)
-        append((row_id, value, status))
-    return rows
-
-
-def _all_strings(raw: Any) -> bool:
-    return type(raw) is list and set(map(type, raw)) <= {str}
+def _parse_orjson(key: str, value: bytes) -> Envelope:
+    """The envelope through orjson's dicts and the field-by-field checks (naming what is wrong)."""
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(f"value is not valid JSON: {exc}") from None
+    return _parse_checked(key, doc)
 
 
 def _parse_checked(key: str, doc: Any) -> Envelope:

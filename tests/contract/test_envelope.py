@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from app.contract.envelope import (
     Envelope,
     MessageType,
     _parse_checked,
+    _parse_orjson,
     decode_key,
     parse_envelope,
 )
@@ -128,23 +131,56 @@ _ENVELOPE = st.fixed_dictionaries(
 
 @settings(max_examples=3000, deadline=None)
 @given(_ENVELOPE)
-def test_the_fast_path_accepts_and_rejects_exactly_what_the_full_checks_do(
+def test_the_typed_decoding_accepts_and_rejects_exactly_what_the_full_checks_do(
     doc: dict[str, object],
 ) -> None:
-    """The fast path of parse_envelope against the field-by-field checks alone."""
+    """parse_envelope (msgspec's typed decoding first) against the field-by-field checks."""
     value = orjson.dumps({k: v for k, v in doc.items() if v is not _DROP})
-    try:
-        expected: Envelope | str = _parse_checked("s1", orjson.loads(value))
-    except EnvelopeError as exc:
-        expected = str(exc)
-    try:
-        got: Envelope | str = parse_envelope("s1", value)
-    except EnvelopeError as exc:
-        got = str(exc)
-    assert _content(got) == _content(expected)
+    got = _parsed(lambda: parse_envelope("s1", value))
+    assert _content(got) == _content(_parsed(lambda: _parse_checked("s1", orjson.loads(value))))
     if isinstance(got, Envelope):
         assert all(type(row) is tuple and len(row) == 3 for row in got.rows)
         assert all(value is None or type(value) is float for _, value, _ in got.rows)
+
+
+def _parsed(parse: Callable[[], Envelope]) -> Envelope | str:
+    try:
+        return parse()
+    except EnvelopeError as exc:
+        return str(exc)
+
+
+_HEAD = b'"session":"s1","type":"update","ts":1'
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b'{"session":"s1","seq":18446744073709551615,"type":"end","ts":1}',
+        b'{"session":"s1","seq":18446744073709551616,"type":"end","ts":1}',  # a float to orjson
+        b'{"session":"s1","seq":1,"type":"end","ts":-9223372036854775809}',
+        b'{"session":"s1","seq":1,"type":"end","ts":-9223372036854775808}',
+        b'{"session":"s1","seq":1,"type":"end","ts":1.0}',
+        b'{"session":"s1","seq":1,"seq":-1,"type":"end","ts":1}',  # the last of a repeated key
+        b'{"session":"s1","seq":-1,"seq":2,"type":"end","ts":1}',
+        b"{" + _HEAD + b',"seq":1,"rows":[{"id":"a","value":true,"status":null}]}',
+        b"{" + _HEAD + b',"seq":1,"rows":[{"id":"a","value":18446744073709551617,"status":"x"}]}',
+        b"{" + _HEAD + b',"seq":1,"rows":[{"id":"a","value":1e400,"status":null}]}',
+        b"{" + _HEAD + b',"seq":1,"rows":[{"id":"\\ud800","value":1,"status":null}]}',
+        b"{" + _HEAD + b',"seq":1,"deleted":["a",null]}',
+        b"{" + _HEAD + b',"seq":1,"deleted":[],"rows":null}',
+        b'{"session":"s1","seq":1,"type":"Update","ts":1,"rows":[]}',
+        b'{"session":"s2","seq":1,"type":"end","ts":1}',
+        b'  {"session":"s1","seq":1,"type":"end","ts":1}  ',
+        b'{"session":"s1","seq":1,"type":"end","ts":1} {}',
+        b"[]",
+        b"",
+    ],
+)
+def test_values_at_the_edges_of_json_parse_as_the_full_checks_say(value: bytes) -> None:
+    """Where msgspec and orjson might read JSON differently, the result is the full checks'."""
+    expected = _parsed(lambda: _parse_orjson("s1", value))  # orjson and the full checks
+    assert _content(_parsed(lambda: parse_envelope("s1", value))) == _content(expected)
 
 
 def _content(parsed: Envelope | str) -> object:

@@ -30,7 +30,7 @@ import sys
 # PySpark's worker (pyspark.sql, which every forked worker imports first),
 # pandas and numpy (PySpark's Arrow path and pyarrow's first conversion),
 # pyarrow's modules the source, engine and sink use, confluent-kafka
-# (librdkafka, loaded; no client), orjson, and MSK's IAM signer (botocore),
+# (librdkafka, loaded; no client), orjson and msgspec, and MSK's IAM signer (botocore),
 # which every new consumer on MSK imports to sign in.
 MODULES = (
     "numpy",
@@ -41,6 +41,7 @@ MODULES = (
     "pyarrow.parquet",
     "pyarrow.pandas_compat",
     "orjson",
+    "msgspec",
     "confluent_kafka",
     "confluent_kafka.admin",
     "aws_msk_iam_sasl_signer",
