@@ -198,19 +198,21 @@ TWS = "transform-with-state"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-def run_peer(archive: str, output: str, checkpoint: str, max_offsets: int, code: str) -> None:
+def run_peer(
+    archive: str, output: str, checkpoint: str, max_offsets: int, code: str, java_options: str
+) -> None:
     """The peer, until it has caught up (available-now).
 
     ``code``: a key of :data:`PEERS` (``applyInPandasWithState``), or
     :data:`TWS` (``transformWithState`` on the RocksDB state store, as Spark 4
-    requires it).
+    requires it). ``java_options``: its local JVM's (``""``: Spark's defaults).
     """
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from app.sources import backend_options, stream
     from app.spark.session import spark_session
 
-    spark = spark_session("local[2]")
+    spark = spark_session("local[2]", java_options)
     spark.conf.set("spark.sql.shuffle.partitions", "4")
     spark.dataSource.register(stream.TablecastSource)
     options = backend_options.common_options("^sensor-.+", max_offsets, None)

@@ -50,8 +50,12 @@ def spark_log_path() -> Path | None:
     return _JvmLog.path
 
 
-def spark_session(master: str | None = None) -> Any:
-    """A SparkSession for the job; under spark-submit the master is already set."""
+def spark_session(master: str | None = None, java_options: str = LOCAL_JAVA_OPTIONS) -> Any:
+    """A SparkSession for the job; under spark-submit the master is already set.
+
+    ``java_options``: the JVM's options where this process launches it in local
+    mode (``""``: Spark's defaults, as the bench's baselines run).
+    """
     # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     from pyspark import SparkConf, SparkContext
@@ -87,7 +91,7 @@ def spark_session(master: str | None = None) -> Any:
     preload_daemon(conf)
     launching = SparkContext._active_spark_context is None and not under_submit
     if launching and conf.get("spark.master", "").startswith("local"):
-        conf.setIfMissing(JAVA_OPTIONS_KEY, LOCAL_JAVA_OPTIONS)  # a user's own are kept
+        conf.setIfMissing(JAVA_OPTIONS_KEY, java_options)  # a user's own are kept
     if launching:
         SparkContext(conf=conf, gateway=_launch_gateway(conf))
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
