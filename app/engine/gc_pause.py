@@ -11,7 +11,7 @@ for the duration and resumed as it was.
 A Spark worker keeps the states it saved for the next batch (the task's
 cache), and PySpark's worker loop runs a full collection after every task:
 each walked every cached state again, and re-enabling the collector after
-each slice walked each slice's new objects. :func:`collected_once` pauses it
+each slice walked each slice's new objects. A task pauses it (``freeze``)
 for a whole partition's run instead, collects once at the end and freezes
 what survived (``gc.freeze``), so each object is walked once in its life.
 Frozen objects are still freed by reference counting when the cache lets
@@ -27,19 +27,8 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
-@contextmanager
-def collected_once(*, freeze: bool) -> Iterator[None]:
-    """Pause the collector for a unit of work; at its end collect once, then freeze (``freeze``).
+def cyclic_gc_paused(*, freeze: bool = False) -> Iterator[None]:
+    """Pause the collector for a unit of work; with ``freeze``, at its end collect once and freeze.
 
     Only a process that keeps what the work built (a Spark worker and its
     state cache) should freeze: frozen objects stay out of every later

@@ -21,7 +21,8 @@ task:
 3. runs the :class:`~app.engine.machine.PartitionMachine` over the records,
    a slice at a time, staging output and quarantine files as they fill;
 4. saves the state at the range's end (not when a strict run found a
-   violation: that batch fails), and keeps it in the worker's cache;
+   violation: that batch fails), and keeps it in the worker's cache, frozen
+   out of the garbage collector's walks (:mod:`app.engine.gc_pause`);
 5. returns report rows (:mod:`app.engine.reports`), never output rows: among
    them its partition's summary, with the version it saved, its records'
    fingerprint and the records each source tier served; violations as a
@@ -47,7 +48,7 @@ import pyarrow.compute as pc
 from app.code_version import check_code, code_digest
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
-from app.engine.gc_pause import collected_once
+from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.machine import (
     IntegrityMode,
     PartitionMachine,
@@ -114,7 +115,7 @@ class PartitionTask:
                 loaded, early = (
                     (early, None) if early is not None and early.tp == tp else (None, early)
                 )
-                with collected_once(freeze=in_worker):
+                with cyclic_gc_paused(freeze=in_worker):
                     rows = self._run(tp, pa.Table.from_batches(by_tp[tp]), loaded)
                 if rows:
                     yield to_batch(rows)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark import TaskContext
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from app.contract.offsets import TopicPartition
@@ -82,6 +84,25 @@ def digests(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+@contextmanager
+def spark_task(partition: int) -> Iterator[None]:
+    """This process as Spark's Python worker makes it for a task of ``partition``."""
+    TaskContext._setTaskContext(None)
+    TaskContext(
+        stageId=1,
+        partitionId=partition,
+        attemptNumber=0,
+        taskAttemptId=1,
+        cpus=1,
+        resources={},
+        localProperties={},
+    )
+    try:
+        yield
+    finally:
+        TaskContext._setTaskContext(None)
 
 
 def saved(outcome: BatchOutcome) -> StateVersion:
@@ -208,8 +229,6 @@ def test_a_spark_task_starts_loading_its_state_before_its_first_record_arrives(
     """
     import time
 
-    from pyspark import TaskContext
-
     uri, last = capture
     version = saved(run(plan(tmp_path, None, 60, None), records(uri, 0, 60)))
     cache = StateCache(8)
@@ -223,22 +242,9 @@ def test_a_spark_task_starts_loading_its_state_before_its_first_record_arrives(
         asked_before_the_first_record.append(cache.misses == 1)
         yield from records(uri, 60, last)
 
-    TaskContext._setTaskContext(None)
-    # As Spark's Python worker makes it for the task of the micro-batch's first partition.
-    TaskContext(
-        stageId=1,
-        partitionId=0,
-        attemptNumber=0,
-        taskAttemptId=1,
-        cpus=1,
-        resources={},
-        localProperties={},
-    )
-    try:
+    with spark_task(partition=0):  # the micro-batch's first partition
         p = plan(tmp_path, 60, last, version)
         outcome = BatchOutcome.parse(r for b in PartitionTask(p)(source()) for r in b.to_pylist())
-    finally:
-        TaskContext._setTaskContext(None)
     assert asked_before_the_first_record == [True]
     assert outcome.partitions[TP].cache == "miss" and outcome.partitions[TP].end == last
     assert saved(outcome).offset == last and (cache.hits, cache.misses) == (0, 1)
@@ -261,8 +267,6 @@ def test_a_spark_task_freezes_the_state_it_caches_and_collects_its_garbage_first
     import gc
     import weakref
 
-    from pyspark import TaskContext
-
     uri, last = capture
     cache = StateCache(8)
     monkeypatch.setattr(task_mod, "_CACHE", cache)
@@ -278,30 +282,20 @@ def test_a_spark_task_freezes_the_state_it_caches_and_collects_its_garbage_first
             cycles.append(weakref.ref(node))
             return super().apply(state, message)
 
-    TaskContext._setTaskContext(None)
-    TaskContext(
-        stageId=1,
-        partitionId=0,
-        attemptNumber=0,
-        taskAttemptId=1,
-        cpus=1,
-        resources={},
-        localProperties={},
-    )
     try:
-        p = replace(plan(tmp_path, None, last, None), processor=Cyclic())
-        outcome = BatchOutcome.parse(
-            r for b in PartitionTask(p)(iter(records(uri, 0, last))) for r in b.to_pylist()
-        )
-        assert gc.isenabled()
-        state = cache.take(p.state_root, TP, saved(outcome))
-        assert state is not None and state.sessions
-        walked = _tracked_ids()
-        kept = [state.sessions, *state.sessions.values()]
-        assert not any(id(o) in walked for o in kept), "the cached state is frozen"
-        assert cycles and all(ref() is None for ref in cycles), "cycles collected, not frozen"
+        with spark_task(partition=0):
+            p = replace(plan(tmp_path, None, last, None), processor=Cyclic())
+            outcome = BatchOutcome.parse(
+                r for b in PartitionTask(p)(iter(records(uri, 0, last))) for r in b.to_pylist()
+            )
+            assert gc.isenabled()
+            state = cache.take(p.state_root, TP, saved(outcome))
+            assert state is not None and state.sessions
+            walked = _tracked_ids()
+            kept = [state.sessions, *state.sessions.values()]
+            assert not any(id(o) in walked for o in kept), "the cached state is frozen"
+            assert cycles and all(ref() is None for ref in cycles), "cycles collected, not frozen"
     finally:
-        TaskContext._setTaskContext(None)
         gc.unfreeze()  # this test process is not a worker
 
 
