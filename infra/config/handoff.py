@@ -8,7 +8,7 @@ the CDK.
 import orjson
 
 from app import handoff, metric_names
-from app.sink.rewrite import DEFAULT_GRACE_S
+from app.defaults import RETIRE_GRACE_S
 from app.sources.kafka_client import Isolation, KafkaAuth
 from infra.config import layout, parsing
 from infra.config.model import EnvironmentConfig
@@ -62,7 +62,7 @@ def handoff_values(
 def table_values(config: EnvironmentConfig) -> dict[str, str]:
     """The table's settings the environment sets otherwise than the job's defaults, by name."""
     values: dict[str, str] = {}
-    if parsing.retire_grace_seconds(config.retire_grace) != DEFAULT_GRACE_S:
+    if parsing.retire_grace_seconds(config.retire_grace) != RETIRE_GRACE_S:
         values[handoff.RETIRE_GRACE] = config.retire_grace
     return values
 

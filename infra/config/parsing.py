@@ -2,7 +2,7 @@
 
 import re
 
-from app.sink.rewrite import MAX_GRACE_S
+from app.defaults import MAX_RETIRE_GRACE_S
 
 _TRIGGER = re.compile(r"^(\d+)\s+(second|seconds|minute|minutes|hour|hours)$")
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600}
@@ -29,9 +29,9 @@ def retire_grace_seconds(text: str) -> int:
     """Seconds of the job's ``--retire-grace``, 0 to 1 hour, written as the trigger is
     (``"10 minutes"``): a form the job's own parser takes as it is."""
     seconds = trigger_seconds(text)
-    if seconds > MAX_GRACE_S:
+    if seconds > MAX_RETIRE_GRACE_S:
         raise ValueError(
-            f"{text!r} is over {MAX_GRACE_S:g} seconds: plain-listing readers see the "
+            f"{text!r} is over {MAX_RETIRE_GRACE_S:g} seconds: plain-listing readers see the "
             "rewritten blocks twice until it ends"
         )
     return seconds

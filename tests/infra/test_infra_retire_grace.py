@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app import handoff
-from app.sink.rewrite import DEFAULT_GRACE_S
+from app.defaults import RETIRE_GRACE_S
 from infra.config import ConfigError, EnvironmentConfig, parsing
 from infra.config.environments import dev
 from infra.config.handoff import handoff_values
@@ -45,7 +45,7 @@ def test_the_jobs_default_grace_writes_no_parameter(
     configs: dict[str, EnvironmentConfig],
 ) -> None:
     for config in configs.values():  # every configured environment and test pipeline
-        assert parsing.retire_grace_seconds(config.retire_grace) == DEFAULT_GRACE_S
+        assert parsing.retire_grace_seconds(config.retire_grace) == RETIRE_GRACE_S
         assert not set(_values(config)) & set(handoff.TABLE_OPTIONAL), config.name
     # The default however spelled.
     assert handoff.RETIRE_GRACE not in _values(_dev(retire_grace="120 seconds"))
