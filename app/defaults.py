@@ -16,3 +16,8 @@ MAX_TRIGGER_DELAY_S: Final = 900.0
 # spells it as SESSION_TIMEOUT (a test keeps the two equal).
 SESSION_TIMEOUT: Final = "1 hour"
 SESSION_TIMEOUT_MS: Final = 3_600_000
+# How long files a rewrite or compaction replaced stay for readers of the snapshot
+# before it (app.sink.rewrite, --retire-grace), and the most it may be: meanwhile a
+# plain-listing reader sees the rewritten blocks twice.
+RETIRE_GRACE_S: Final = 120.0
+MAX_RETIRE_GRACE_S: Final = 3600.0

@@ -84,7 +84,17 @@ KAFKA_OPTIONAL: Final = (
     MIN_OFFSETS_PER_TRIGGER,
     MAX_TRIGGER_DELAY,
 )
-"""The parameters of the environments that set them."""
+"""The job's Kafka parameters, of the environments that set them."""
+
+# The output table's settings written the same way (infra/config/model.py), `tablecast
+# run`'s options of the same names: only where the environment sets them otherwise.
+RETIRE_GRACE: Final = "retire-grace"  # how long a compaction's inputs stay [2 minutes]
+
+TABLE_OPTIONAL: Final = (RETIRE_GRACE,)
+"""The table's parameters, of the environments that set them."""
+
+OPTIONAL: Final = KAFKA_OPTIONAL + TABLE_OPTIONAL
+"""Every parameter only some environments have: run-job's ``OPTIONAL_PARAMETERS``."""
 
 
 # Kafka consumer groups the job and its tools may use (`tablecast run

@@ -93,6 +93,7 @@ from typing import Protocol
 
 import orjson
 
+from app import defaults
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
 from app.storage import Location
@@ -103,8 +104,8 @@ REWRITES_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "rewrites")
 LEASE_SECONDS = 600.0  # a rewrite's steps 2 to 4 renew it; minutes beside clock skew
 # How long an Iceberg scan planned on the snapshot before a rewrite may still open its
 # files: a query's run time. Read when a rewrite starts (a test sets its own).
-DEFAULT_GRACE_S = 120.0
-MAX_GRACE_S = 3600.0  # plain-listing readers see rewritten blocks twice meanwhile
+DEFAULT_GRACE_S = defaults.RETIRE_GRACE_S  # a module variable: the tests set it to 0
+MAX_GRACE_S = defaults.MAX_RETIRE_GRACE_S
 _MARK = "~"  # not in a Kafka topic's name ([a-zA-Z0-9._-]): the rewrite's part of a name
 
 

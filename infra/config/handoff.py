@@ -8,8 +8,9 @@ the CDK.
 import orjson
 
 from app import handoff, metric_names
+from app.defaults import RETIRE_GRACE_S
 from app.sources.kafka_client import Isolation, KafkaAuth
-from infra.config import layout
+from infra.config import layout, parsing
 from infra.config.model import EnvironmentConfig
 
 # What the job-version parameter holds until the deploy tool sets a version.
@@ -26,7 +27,7 @@ def handoff_values(
     bootstrap_brokers: str = "",
 ) -> dict[str, str]:
     """The value of every name in ``app.handoff.ALL``, in that order, then the environment's
-    Kafka options (:func:`kafka_job_values`).
+    Kafka options (:func:`kafka_job_values`) and table settings (:func:`table_values`).
 
     :param bootstrap_brokers: the brokers of ``config.kafka.auth`` when it is not IAM.
     """
@@ -51,9 +52,19 @@ def handoff_values(
         handoff.GLUE_DATABASE: layout.GLUE_DATABASE,
         handoff.COMPACT_EVERY: config.compact_every,
     }
-    return {name: values[name] for name in handoff.ALL} | kafka_job_values(
-        config, bootstrap_brokers
+    return (
+        {name: values[name] for name in handoff.ALL}
+        | kafka_job_values(config, bootstrap_brokers)
+        | table_values(config)
     )
+
+
+def table_values(config: EnvironmentConfig) -> dict[str, str]:
+    """The table's settings the environment sets otherwise than the job's defaults, by name."""
+    values: dict[str, str] = {}
+    if parsing.retire_grace_seconds(config.retire_grace) != RETIRE_GRACE_S:
+        values[handoff.RETIRE_GRACE] = config.retire_grace
+    return values
 
 
 def kafka_job_values(config: EnvironmentConfig, bootstrap_brokers: str) -> dict[str, str]:

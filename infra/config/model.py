@@ -102,6 +102,9 @@ class EnvironmentConfig:
     """The job's processing-time trigger, e.g. ``"1 minute"``; bounds the batch-duration alarm."""
     compact_every: str = "1 day"
     """How often the job compacts the closed days of its Iceberg table (``"off"``: never)."""
+    retire_grace: str = "2 minutes"
+    """How long the files a compaction replaced stay for Iceberg queries planned before it
+    (``run --retire-grace``; the job's default): ``"0 seconds"`` to ``"1 hour"``."""
     topic_pattern: str = DEFAULT_TOPIC_PATTERN
     """Regular expression of the job's topics; must start with ``^`` and a literal prefix."""
     records_behind_alarm_threshold: int = 100_000
@@ -468,6 +471,10 @@ def _check_operations(config: EnvironmentConfig) -> None:
             "trigger_interval",
             f"must be 1 second to 1 hour (got {config.trigger_interval!r})",
         )
+    try:
+        parsing.retire_grace_seconds(config.retire_grace)
+    except ValueError as exc:
+        raise _problem(config, "retire_grace", str(exc)) from None
     if config.records_behind_alarm_threshold < 1:
         raise _problem(config, "records_behind_alarm_threshold", "must be positive")
     if config.archive_infrequent_access_days < MIN_INFREQUENT_ACCESS_DAYS:

@@ -2,6 +2,8 @@
 
 import re
 
+from app.defaults import MAX_RETIRE_GRACE_S
+
 _TRIGGER = re.compile(r"^(\d+)\s+(second|seconds|minute|minutes|hour|hours)$")
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600}
 # Characters of a topic name that are literal in a regular expression; an
@@ -21,6 +23,18 @@ def trigger_seconds(text: str) -> int:
         raise ValueError(f"{text!r} is not '<n> seconds|minutes|hours'")
     count, unit = int(match.group(1)), match.group(2).removesuffix("s")
     return count * _UNIT_SECONDS[unit]
+
+
+def retire_grace_seconds(text: str) -> int:
+    """Seconds of the job's ``--retire-grace``, 0 to 1 hour, written as the trigger is
+    (``"10 minutes"``): a form the job's own parser takes as it is."""
+    seconds = trigger_seconds(text)
+    if seconds > MAX_RETIRE_GRACE_S:
+        raise ValueError(
+            f"{text!r} is over {MAX_RETIRE_GRACE_S:g} seconds: plain-listing readers see the "
+            "rewritten blocks twice until it ends"
+        )
+    return seconds
 
 
 def topic_prefix(pattern: str) -> str:

@@ -43,6 +43,7 @@ DESCRIPTIONS = {
     handoff.TOPICS: "The job's topics by name (--topics), instead of the pattern",
     handoff.MIN_OFFSETS_PER_TRIGGER: "Offsets a batch waits for (--min-offsets-per-trigger)",
     handoff.MAX_TRIGGER_DELAY: "The longest a batch waits for them (--max-trigger-delay)",
+    handoff.RETIRE_GRACE: "How long a compaction's inputs stay for readers (--retire-grace)",
 }
 
 

@@ -45,9 +45,9 @@ def unit(name: str) -> dict[str, list[str]]:
     return entries
 
 
-def run_job_parameters() -> list[str]:
+def run_job_parameters(array: str = "PARAMETERS") -> list[str]:
     text = RUN_JOB.read_text(encoding="utf-8")
-    block = re.search(r"readonly PARAMETERS=\((.*?)\)", text, re.S)
+    block = re.search(rf"readonly {array}=\((.*?)\)", text, re.S)
     assert block is not None
     return block.group(1).split()
 
@@ -123,6 +123,13 @@ def test_run_job_reads_exactly_handoff_names() -> None:
     }
     assert required <= set(parameters)
     assert f'"{handoff.PREFIX}/${{TABLECAST_ENV}}/"' in RUN_JOB.read_text(encoding="utf-8")
+
+
+def test_run_job_reads_every_optional_handoff_name() -> None:
+    # An optional parameter infra writes but run-job does not read would be lost silently.
+    optional = run_job_parameters("OPTIONAL_PARAMETERS")
+    assert sorted(optional) == sorted(handoff.OPTIONAL)
+    assert not set(optional) & set(handoff.ALL)
 
 
 def test_run_job_submits_the_cli_in_client_mode() -> None:

@@ -144,8 +144,20 @@ def test_without_kafka_options_run_job_passes_the_iam_brokers_and_the_pattern(
         "--topics",
         "--min-offsets-per-trigger",
         "--max-trigger-delay",
+        "--retire-grace",
     ):
         assert option not in names, option
+
+
+def test_the_environments_retire_grace_reaches_tablecast_run(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    argv = submitted(aws, tmp_path, {handoff.RETIRE_GRACE: "10 minutes"})
+    assert ("--retire-grace", "10 minutes") in job_options(argv)
+    # `tablecast run` takes it as given: its compactions' inputs stay 10 minutes.
+    from app import cli
+
+    assert cli._retire_grace(cli.build_parser().parse_args(argv[argv.index("run") :])) == 600
 
 
 DAEMON = "spark.python.daemon.module=tablecast_preload"
