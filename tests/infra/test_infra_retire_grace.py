@@ -13,24 +13,14 @@ from app import handoff
 from app.defaults import RETIRE_GRACE_S
 from infra.config import ConfigError, EnvironmentConfig, parsing
 from infra.config.environments import dev
-from infra.config.handoff import handoff_values
 from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.testing import synthesize
 from tests.infra.synthesized_documents import parameters
+from tests.infra.valid_config import ssm_values
 
 
 def _dev(**changes: str) -> EnvironmentConfig:
     return dataclasses.replace(dev(load_settings(TESTING_SETTINGS)["dev"]), **changes)  # type: ignore[arg-type]
-
-
-def _values(config: EnvironmentConfig) -> dict[str, str]:
-    return handoff_values(
-        config=config,
-        bootstrap_brokers_iam="b-1:9098",
-        bucket_name="bucket",
-        driver_private_ip="10.0.0.1",
-        driver_instance_id="i-1",
-    )
 
 
 def test_an_environment_that_sets_a_retire_grace_hands_it_to_the_job(tmp_path: Path) -> None:
@@ -46,10 +36,10 @@ def test_the_jobs_default_grace_writes_no_parameter(
 ) -> None:
     for config in configs.values():  # every configured environment and test pipeline
         assert parsing.retire_grace_seconds(config.retire_grace) == RETIRE_GRACE_S
-        assert not set(_values(config)) & set(handoff.TABLE_OPTIONAL), config.name
+        assert not set(ssm_values(config)) & set(handoff.TABLE_OPTIONAL), config.name
     # The default however spelled.
-    assert handoff.RETIRE_GRACE not in _values(_dev(retire_grace="120 seconds"))
-    assert _values(_dev(retire_grace="0 seconds"))[handoff.RETIRE_GRACE] == "0 seconds"
+    assert handoff.RETIRE_GRACE not in ssm_values(_dev(retire_grace="120 seconds"))
+    assert ssm_values(_dev(retire_grace="0 seconds"))[handoff.RETIRE_GRACE] == "0 seconds"
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from typing import Any
 
 from infra.config import DeploymentSettings, EnvironmentConfig, StateBackend
+from infra.config.handoff import handoff_values
 from infra.config.settings import alarm_endpoint
 
 SHARED = DeploymentSettings(
@@ -28,3 +29,14 @@ def valid(**changes: Any) -> EnvironmentConfig:
         "driver_instance_type": "m7i.large",
     } | changes
     return EnvironmentConfig(**settings)
+
+
+def ssm_values(config: EnvironmentConfig) -> dict[str, str]:
+    """The SSM values infra writes for ``config`` (made-up brokers, bucket and driver)."""
+    return handoff_values(
+        config=config,
+        bootstrap_brokers_iam="b-1:9098",
+        bucket_name="bucket",
+        driver_private_ip="10.0.0.1",
+        driver_instance_id="i-1",
+    )

@@ -14,10 +14,10 @@ import pytest
 
 from app import cli, handoff
 from app.table.live import TableSettings
-from infra.config.handoff import handoff_values
 from infra.config.layout import GLUE_DATABASE
 from infra.config.stand_in import environment_config
 from tests.ami.run_job_harness import REGION, VERSION, moto_aws, prepare, run_job
+from tests.infra.valid_config import ssm_values
 
 
 @pytest.fixture
@@ -85,13 +85,7 @@ def test_an_environments_retire_grace_reaches_the_jobs_compactions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = dataclasses.replace(environment_config(), retire_grace="10 minutes")
-    written = handoff_values(
-        config=config,
-        bootstrap_brokers_iam="b-1:9098",
-        bucket_name="b",
-        driver_private_ip="10.0.0.1",
-        driver_instance_id="i-1",
-    )
+    written = ssm_values(config)
     grace = {name: written[name] for name in handoff.TABLE_OPTIONAL if name in written}
     assert grace == {handoff.RETIRE_GRACE: "10 minutes"}
     command, settings = deployed_settings(aws, tmp_path, monkeypatch, also=grace)
@@ -101,13 +95,7 @@ def test_an_environments_retire_grace_reaches_the_jobs_compactions(
 
 def test_infra_hands_the_job_its_glue_database_and_a_daily_compaction() -> None:
     config = environment_config()
-    values = handoff_values(
-        config=config,
-        bootstrap_brokers_iam="b:9098",
-        bucket_name="b",
-        driver_private_ip="10.0.0.1",
-        driver_instance_id="i-1",
-    )
+    values = ssm_values(config)
     assert values[handoff.GLUE_DATABASE] == GLUE_DATABASE
     assert values[handoff.COMPACT_EVERY] == "1 day"
     parsed = cli.build_parser().parse_args(
