@@ -116,22 +116,26 @@ class CrashPoint:
 
 
 def _stop_until_continued() -> None:
-    """Stop this process group until a SIGCONT, as long as a frozen machine would be.
+    """Stop this process group until a SIGCONT, as a frozen machine would be.
 
-    A stop that returns at once did not take (a continue signal was pending, or the
-    kernel continued the group): stop again, so that only a later SIGCONT (a test's,
-    seconds on) wakes the driver.
+    The stop takes effect as the group's threads are scheduled, which on a
+    loaded machine may be a while after ``killpg`` returns: meanwhile this
+    thread only sleeps, in short naps, until one of them lasts far longer
+    than asked (it was stopped, then continued). Nothing of the batch runs
+    between the stop being sent and the SIGCONT.
     """
+    last = time.monotonic()
+    os.killpg(os.getpgrp(), signal.SIGSTOP)
     while True:
-        began = time.monotonic()
-        os.killpg(os.getpgrp(), signal.SIGSTOP)
-        if time.monotonic() - began > _STOP_TOOK_S:
+        time.sleep(_NAP_S)
+        now = time.monotonic()
+        if now - last > _STOPPED_S:
             return
-        log.warning("%s: the stop did not take (continued at once); stopping again", CRASH_ENV)
-        time.sleep(0.05)
+        last = now
 
 
-_STOP_TOOK_S = 0.5  # a test wakes a stopped driver after seconds, never sooner
+_NAP_S = 0.05
+_STOPPED_S = 2.0  # a test wakes a stopped driver after seconds, a nap never lasts this long
 
 
 @contextmanager

@@ -26,6 +26,7 @@ from app.engine.store import state_root
 from app.errors import ConfigurationError, OwnershipLostError
 from app.metrics.listener import MetricsListener
 from app.sink import fencing
+from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.fencing import Fence, LeaseKeeper
@@ -244,6 +245,10 @@ def _run_query(
             query.awaitTermination()
             plan.fence.check("removing the last batch's old state versions")
             engine.collect_garbage()
+            # A rewrite whose owner died while this run worked: finished now, not next run.
+            rewrite_mod.finish_abandoned(
+                resolve(config.output), snapshot=table_commit.snapshot_rewrite
+            )
             location = resolve(config.output)
             location.delete_dir(location.child(ledger_staging_dir(plan.fence.claim)))
         except Exception as exc:
