@@ -141,6 +141,7 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
             source.kafka.timeout_s,
             source.kafka.isolation,
         )
+    options |= backend_options.retired_options(config.output)
     # Ranges, not records: each task reads the range it processes (app.sources.ranges).
     options[ranges.DELIVER_OPTION] = ranges.RANGES
     return spark.readStream.format(stream.FORMAT).options(**options).load()
@@ -193,7 +194,7 @@ def run(
         query = writer.start()
         try:
             if listener is not None:
-                listener.bind(str(query.runId))
+                listener.bind(str(query.runId), lambda: _last_progress(query))
             query.awaitTermination()
         except Exception as exc:
             # The sink's own error first (a worker's, rebuilt there), then the source
@@ -207,6 +208,12 @@ def run(
         if listener is not None:
             listener.finish(failure)  # waits (bounded) for the query's last event
             spark.streams.removeListener(listener)
+
+
+def _last_progress(query: Any) -> str | None:
+    """The query's last progress as JSON (an idle trigger's too), or None before the first."""
+    progress = query.lastProgress
+    return None if progress is None else str(progress.json)
 
 
 def _reporting(
