@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -35,7 +35,7 @@ from app.sources.kafka import KafkaBackend, KafkaRange
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.sources.records import SOURCE_SCHEMA
 from app.sources.stream import OffsetStreamReader
-from tests.kafka.helpers import delete_topics, produce
+from tests.kafka.helpers import delete_topics, open_transaction, produce
 from tests.ops.kafka_helpers import create_topics
 from tests.tansu import listening
 
@@ -352,25 +352,6 @@ def _offsets(doc: dict[str, object]) -> dict[str, object]:
     return {key: value for key, value in doc.items() if not key.startswith("@")}
 
 
-def _open_transaction(broker: KafkaEndpoint, tp: TopicPartition, count: int) -> Producer:
-    """A producer with ``count`` records of ``tp`` in a transaction it has not ended."""
-    producer = Producer(
-        broker.config(
-            **{
-                "transactional.id": f"tests-open-{tp.topic}",
-                "linger.ms": 0,
-                "batch.num.messages": 1,
-            }
-        )
-    )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for index in range(count):
-        producer.produce(tp.topic, key=b"k", value=b"t%d" % index, partition=tp.partition)
-        producer.flush(30)  # one record a batch: tansu's ends are right
-    return producer
-
-
 def test_a_batch_is_planned_to_the_last_stable_offset_not_into_an_open_transaction(
     broker: KafkaEndpoint,
 ) -> None:
@@ -379,7 +360,7 @@ def test_a_batch_is_planned_to_the_last_stable_offset_not_into_an_open_transacti
     this shows is the planning against the offsets each isolation level reports.)"""
     create_topics(broker, ["kb20-a"], partitions=1)
     tp = TopicPartition("kb20-a", 0)
-    producer = _open_transaction(broker, tp, 4)
+    producer = open_transaction(broker, tp, 4)
     committed = OffsetStreamReader(KafkaBackend(broker, "^kb20-.+"), max_offsets=0, starting={})
     start = committed.initialOffset()
     assert _offsets(start) == {"kb20-a:0": 0}
@@ -405,7 +386,7 @@ def test_a_last_stable_offset_behind_the_checkpoint_plans_nothing_and_is_no_data
     create_topics(broker, ["kb21-a"], partitions=1)
     tp = TopicPartition("kb21-a", 0)
     produce(broker, tp, [b"x"] * 3)
-    producer = _open_transaction(broker, tp, 2)
+    producer = open_transaction(broker, tp, 2)
     reader = OffsetStreamReader(KafkaBackend(broker, "^kb21-.+"), max_offsets=0, starting={})
     assert _offsets(reader.latestOffset({"kb21-a:0": 3}, ReadAllAvailable())) == {"kb21-a:0": 3}
     bounds = reader.backend.bounds()[tp]

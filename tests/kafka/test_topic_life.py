@@ -18,7 +18,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app import cli
@@ -41,7 +40,7 @@ from app.sources.kafka_client import (
 from app.sources.records import SOURCE_SCHEMA
 from app.sources.retired import EndsFrom, read_retired, retired_uri
 from app.sources.stream import OffsetStreamReader, new_in_order, read_in_order
-from tests.kafka.helpers import delete_topics, produce
+from tests.kafka.helpers import delete_topics, open_transaction, produce
 from tests.kafka.metadata_proxy import Proxied
 from tests.ops.kafka_helpers import create_topics
 
@@ -391,25 +390,6 @@ def test_every_setting_the_source_sets_is_refused_or_honoured_and_the_docs_list_
 
 
 # -- a transaction left open ---------------------------------------------------------
-
-
-def open_transaction(broker: KafkaEndpoint, tp: TopicPartition, count: int) -> Producer:
-    """A producer with ``count`` records of ``tp`` in a transaction it has not ended."""
-    producer = Producer(
-        broker.config(
-            **{
-                "transactional.id": f"tests-open-{tp.topic}",
-                "linger.ms": 0,
-                "batch.num.messages": 1,
-            }
-        )
-    )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for index in range(count):
-        producer.produce(tp.topic, key=b"k", value=b"t%d" % index, partition=tp.partition)
-        producer.flush(30)  # one record a batch: tansu's ends are right
-    return producer
 
 
 class WallClock:
