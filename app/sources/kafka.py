@@ -6,8 +6,10 @@ matching the pattern (one Metadata request), each topic's ID (one
 DescribeTopics request: a topic deleted and created again has a new one),
 and each partition's earliest offset, high watermark and, under
 ``read_committed``, last stable offset (batched ListOffsets requests for
-all partitions). Its :class:`KafkaRange` reads one partition's
-``[start, end)`` in a Spark task, at the same isolation level.
+all partitions); a partition the checkpoint reads that an answer lacks is
+asked for again before it counts as gone (:meth:`KafkaBackend.bounds`).
+Its :class:`KafkaRange` reads one partition's ``[start, end)`` in a Spark
+task, at the same isolation level.
 
 Reading a range:
 
