@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NoReturn
 
-from app.contract.envelope import Envelope
 from app.contract.offsets import Offsets, TopicPartition
-from app.contract.processor import Changes
 from app.engine.state import SessionState
 from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError, TablecastError
@@ -195,7 +194,7 @@ def _open(tp: TopicPartition, state: SessionState[bytes]) -> OpenSession:
 class _SessionsOnly:
     """A processor that leaves each session's table encoded: only the sessions are read."""
 
-    def apply(self, state: bytes | None, message: Envelope) -> tuple[bytes, Changes]:
+    def apply(self, state: bytes | None, message: object) -> NoReturn:
         raise NotImplementedError("retire-topic reads state, it applies no message")
 
     def encode(self, state: bytes) -> bytes:

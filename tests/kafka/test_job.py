@@ -203,13 +203,7 @@ def test_a_topic_created_while_the_job_runs_is_read(
         CaptureSpec(topics=1, partitions=1, sessions=3, updates=10, prefix="sensor-k2-"),
         "before",
     )
-    config = JobConfig(
-        source=KafkaSource(broker, timeout_s=15),
-        output=str(output),
-        checkpoint=str(tmp_path / "ckpt"),
-        topic_pattern="^sensor-k2-.+",
-        trigger=Trigger.parse("processing-time=1 second"),
-    )
+    config = every_second(broker, "^sensor-k2-.+", output, tmp_path / "ckpt")
     thread, failures = running(spark, config)
     try:
         wait_until_exact(archive, output, failures, "^sensor-k2-.+")
@@ -338,6 +332,19 @@ def test_unreachable_brokers_end_the_run_with_one_line_and_exit_5(
     ), line
 
 
+def every_second(
+    endpoint: KafkaEndpoint, pattern: str, output: Path, checkpoint: Path
+) -> JobConfig:
+    """The job reading ``pattern`` with a trigger every second (run it with :func:`running`)."""
+    return JobConfig(
+        source=KafkaSource(endpoint, timeout_s=15),
+        output=str(output),
+        checkpoint=str(checkpoint),
+        topic_pattern=pattern,
+        trigger=Trigger.parse("processing-time=1 second"),
+    )
+
+
 def archive_now(broker: KafkaEndpoint, archive: Path, pattern: str) -> None:
     """Bring the archive up to date with the pattern's topics (verify's expectation)."""
     config = ArchiverConfig(
@@ -381,13 +388,7 @@ def test_a_topic_missing_from_the_metadata_for_a_few_triggers_leaves_the_output_
     pattern = "^sensor-k5-.+"
     spec = CaptureSpec(topics=2, partitions=1, sessions=3, updates=6, prefix="sensor-k5-")
     load(endpoint, archive, spec, "before")
-    config = JobConfig(
-        source=KafkaSource(endpoint, timeout_s=15),
-        output=str(output),
-        checkpoint=str(tmp_path / "ckpt"),
-        topic_pattern=pattern,
-        trigger=Trigger.parse("processing-time=1 second"),
-    )
+    config = every_second(endpoint, pattern, output, tmp_path / "ckpt")
     thread, failures = running(spark, config)
     try:
         wait_until_exact(archive, output, failures, pattern)
@@ -474,13 +475,7 @@ def test_an_idle_job_behind_an_open_transaction_publishes_its_lag_to_the_high_wa
     )
     lines: list[str] = []
     listener = MetricsListener(LogPublisher(environment="k7", write=lines.append))
-    config = JobConfig(
-        source=KafkaSource(broker, timeout_s=15),
-        output=str(output),
-        checkpoint=str(tmp_path / "ckpt"),
-        topic_pattern=pattern,
-        trigger=Trigger.parse("processing-time=1 second"),
-    )
+    config = every_second(broker, pattern, output, tmp_path / "ckpt")
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "1s")
     thread, failures = running(spark, config, listener=listener)
     producer = None

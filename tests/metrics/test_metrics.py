@@ -327,15 +327,16 @@ def test_the_listener_follows_its_own_run_only(log_lines: Lines) -> None:
     assert [m.batch_id for m in seen] == [0]
 
 
+def idle_event(run_id: str) -> QueryIdleEvent:
+    doc = {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
+    return QueryIdleEvent.fromJson(doc)
+
+
 def test_an_idle_query_still_sends_a_heartbeat(log_lines: Lines) -> None:
     listener, seen = listener_with(log_lines)
     run_id = str(uuid.uuid4())
     listener.bind(run_id)
-    listener.onQueryIdle(
-        QueryIdleEvent.fromJson(
-            {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
-        )
-    )
+    listener.onQueryIdle(idle_event(run_id))
     assert log_lines.metrics() == [
         {
             metric_names.HEARTBEAT: 1.0,
@@ -358,11 +359,7 @@ def test_an_idle_trigger_publishes_the_lag_its_last_progress_shows(log_lines: Li
     }
     idle_progress = progress_json(4, run_id, end={"sensor-0:0": 25}, latest=latest, rows=0)
     listener.bind(run_id, lambda: orjson.dumps(idle_progress).decode())
-    listener.onQueryIdle(
-        QueryIdleEvent.fromJson(
-            {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
-        )
-    )
+    listener.onQueryIdle(idle_event(run_id))
     assert log_lines.metrics() == [
         {
             metric_names.HEARTBEAT: 1.0,
