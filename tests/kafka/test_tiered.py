@@ -389,6 +389,20 @@ def test_a_topic_found_after_the_start_without_its_first_offsets_is_data_loss_un
     assert (lost.value.facts["first_missing"], lost.value.facts["last_missing"]) == (0, 5)
     assert lost.value.exit_code == 3
 
+    # An archive that stops short of Kafka's earliest offset does not cover the gap.
+    short = tmp_path / "short"
+    archive.write_file(resolve(str(short)), late, 0, 3, stand_in(late, 0, 3))
+    partial = TieredBackend(stored_kafka(stored, "^tt6-.+"), ArchiveBackend(str(short), "^tt6-.+"))
+    with pytest.raises(DataLossError) as gap:
+        OffsetStreamReader(partial, max_offsets=0, starting={}).latestOffset(
+            begin, ReadAllAvailable()
+        )
+    assert str(gap.value).endswith(
+        f"topic tt6-b partition 0, found after the job started, must be read from offset 0 "
+        f"but {where} holds offsets 6 to 9 and the archive {short} holds offsets 0 to 2: "
+        "offsets 3 to 5 are in neither"
+    )
+
     # The archive holds them: read from it, then Kafka, in the trigger that finds the topic.
     both = TieredBackend(stored_kafka(stored, "^tt6-.+"), ArchiveBackend(str(tmp_path), "^tt6-.+"))
     tiered = OffsetStreamReader(both, max_offsets=0, starting={})
