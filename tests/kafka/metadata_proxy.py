@@ -297,13 +297,17 @@ class MetadataProxy:
             self._selector.register(sock, selectors.EVENT_READ)
 
     def _pump(self, connection: _Connection, sock: socket.socket) -> None:
+        """Forward what ``sock`` has; a side that closed (or broke) closes both."""
         try:
             data = sock.recv(1 << 16)
+            if data:
+                self._forward(connection, sock, data)
+                return
         except OSError:
-            data = b""
-        if not data:
-            self._drop(connection)
-            return
+            pass
+        self._drop(connection)
+
+    def _forward(self, connection: _Connection, sock: socket.socket, data: bytes) -> None:
         if sock is connection.client:
             connection.from_client += data
             for frame in _frames(connection.from_client):
