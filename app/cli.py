@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="with --bootstrap-servers: a librdkafka setting for every client "
-        "of the source (not one the source sets itself); repeatable",
+        "of the source; one the source sets itself is refused, but a longer "
+        "fetch.wait.max.ms and ssl.ca.location (docs/operations.md lists them); repeatable",
     )
     run.add_argument(
         "--kafka-client-rack",
@@ -132,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="30s",
         metavar="DURATION",
         help="with --bootstrap-servers: the longest a request to the brokers, "
-        "or a read without a record, may take before the run fails [30s]",
+        "or a read without a record, may take before the run fails, and how long "
+        "a topic missing from the brokers' answers is asked for again [30s]",
     )
     run.add_argument("--output", required=True, help="output dataset (local path or s3://)")
     run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")

@@ -147,6 +147,7 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
             source.kafka.timeout_s,
             source.kafka.isolation,
         )
+    options |= backend_options.retired_options(config.output)
     # Ranges, not records: each task reads the range it processes (app.sources.ranges).
     options[ranges.DELIVER_OPTION] = ranges.RANGES
     return spark.readStream.format(stream.FORMAT).options(**options).load()
@@ -241,7 +242,7 @@ def _run_query(
         query = writer.start()
         try:
             if listener is not None:
-                listener.bind(str(query.runId))
+                listener.bind(str(query.runId), lambda: _last_progress(query))
             query.awaitTermination()
             plan.fence.check("removing the last batch's old state versions")
             engine.collect_garbage()
@@ -263,6 +264,12 @@ def _run_query(
         if listener is not None:
             listener.finish(failure)  # waits (bounded) for the query's last event
             spark.streams.removeListener(listener)
+
+
+def _last_progress(query: Any) -> str | None:
+    """The query's last progress as JSON (an idle trigger's too), or None before the first."""
+    progress = query.lastProgress
+    return None if progress is None else str(progress.json)
 
 
 def _reporting(
