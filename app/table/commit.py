@@ -22,6 +22,7 @@ old rows or the new, never both, never neither.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -42,6 +43,7 @@ from app.sink.visible import visible_files
 from app.storage import Location
 from app.table.catalog import (
     TableConfig,
+    catalog,
     config_for,
     open_table,
     table_exists,
@@ -298,6 +300,33 @@ def commit_rewrite(
         )
         return True
     return False
+
+
+def rebuild(location: Location) -> int:
+    """The output's table made again (``tablecast table --rebuild``): dropped from its catalog
+    (its data files and old metadata stay), created, and given the visible data files in
+    one snapshot at the ledger's head, which holds its position; returns how many files.
+
+    For a table that cannot be loaded (its metadata file lost) or no longer lists the
+    output's files: the ledger and the files are the output's record, the table follows."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    config = config_for(location)
+    if config is None:
+        raise OutputStateError(
+            f"output {location.uri} has no Iceberg catalog: run `tablecast table --output "
+            f"{location.uri} --glue-database DATABASE` once",
+            output=location.uri,
+        )
+    with threads_released():
+        with contextlib.suppress(NoSuchTableError):
+            catalog(config).drop_table(config.table)
+        table = open_table(location, config)
+        head = Ledger(location).head()
+        if head is not None:
+            _adopt(location, table, head)
+        log.info("table %s of %s made again", config.table, location.uri)
+        return len(_visible_data(location))
 
 
 def describe(config: TableConfig) -> bytes:

@@ -1,0 +1,175 @@
+"""What in an output cannot be read, and the command that mends it.
+
+Every command that reads published files (``verify``, ``repair``'s plan,
+``replay`` and ``correct`` rewriting a compacted day, ``compact``) reads
+them through :func:`read_published`: a file that is not whole Parquet (cut
+short by a disk, altered by hand) stops the command with a
+:class:`~app.errors.DamagedOutputError` (exit 8) naming the file and the
+``tablecast replay`` that writes its rows again. Replay chooses its ranges
+by the records' timestamps, which producers set to the message's ``ts``
+(CONTRACT.md section 1), and a data file's day is its rows' ``ts`` (a
+quarantine file's, its records' timestamps): so the file's day, as a
+window, recomputes every block the file holds, and a replay does not need
+to read the damaged file to replace it.
+
+The output's Iceberg table follows the ledger (:mod:`app.table.commit`):
+one that cannot be loaded, or whose current snapshot does not hold exactly
+the visible data files, is mended by ``tablecast table --rebuild``, which
+makes it again from the ledger and the visible files.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Sequence
+from datetime import date, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from app.errors import DamagedOutputError
+from app.sink import rewrite as rewrite_mod
+from app.sink.ledger import Ledger
+from app.sink.visible import visible_files
+from app.storage import Location, access_error, refusal
+from app.table.catalog import catalog, config_for, table_exists, threads_released
+from app.table.commit import data_files, data_path
+
+# What pyarrow raises for a file that is not whole Parquet: a cut footer, a bad magic
+# number, a page that does not decode.
+UNREADABLE = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError)
+
+
+def read_published(
+    location: Location,
+    relative: str,
+    *,
+    columns: Sequence[str] | None = None,
+    schema: pa.Schema | None = None,
+    archive: str | None = None,
+) -> pa.Table:
+    """One published file's own columns (no ``date`` from its directory), or a
+    :class:`DamagedOutputError` naming it and what mends it."""
+    path = location.child(relative)
+    with location.refusing(path, "read"):
+        try:
+            return pq.read_table(
+                path,
+                filesystem=location.fs,
+                columns=None if columns is None else list(columns),
+                schema=schema,
+                partitioning=None,
+            )
+        except FileNotFoundError:
+            raise
+        except UNREADABLE as exc:
+            if isinstance(exc, OSError) and refusal(exc) is not None:
+                raise
+            raise damaged_file(location, relative, exc, archive=archive) from None
+
+
+def damaged_file(
+    location: Location, relative: str, cause: BaseException, *, archive: str | None = None
+) -> DamagedOutputError:
+    """The one line for a published file that cannot be read."""
+    detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    command = replay_command(location, relative, archive)
+    return DamagedOutputError(
+        f"output file {location.shown(location.child(relative))} cannot be read ({detail[:200]}): "
+        f"run `{command}` to write its rows again",
+        output=location.uri,
+        path=location.shown(location.child(relative)),
+        command=command,
+    )
+
+
+def replay_command(location: Location, relative: str, archive: str | None) -> str:
+    """``tablecast replay`` over the day of ``relative``: it recomputes every block the file
+    holds (module docstring)."""
+    day = file_day(relative)
+    since = "SINCE" if day is None else f"{day.isoformat()}T00:00:00Z"
+    until = "UNTIL" if day is None else f"{(day + timedelta(days=1)).isoformat()}T00:00:00Z"
+    return (
+        f"tablecast replay --archive {archive or 'ARCHIVE'} --output {location.uri} "
+        f"--since {since} --until {until}"
+    )
+
+
+def file_day(relative: str) -> date | None:
+    """The day of ``date=YYYY-MM-DD/`` in a published file's path."""
+    found = re.search(r"(?:^|/)date=(\d{4}-\d{2}-\d{2})/", relative)
+    if found is None:
+        return None
+    try:
+        return date.fromisoformat(found.group(1))
+    except ValueError:
+        return None
+
+
+def rebuild_command(location: Location) -> str:
+    return f"tablecast table --output {location.uri} --rebuild"
+
+
+def damaged_table(location: Location, what: str) -> DamagedOutputError:
+    """The one line for an Iceberg table that cannot be loaded or does not follow the output."""
+    command = rebuild_command(location)
+    return DamagedOutputError(
+        f"the Iceberg table of {location.uri} {what}: run `{command}` to make it again from "
+        "the ledger and the visible files",
+        output=location.uri,
+        path=location.shown(location.child("_iceberg")),
+        command=command,
+    )
+
+
+def first_names(paths: Sequence[str], shown: int = 3) -> str:
+    names = [posixpath.basename(p) for p in sorted(paths)[:shown]]
+    return ", ".join(names) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+
+def check_table(location: Location) -> str | None:
+    """That the output's Iceberg table loads and its current snapshot holds exactly the
+    visible data files; a description of it, None when the output keeps no table or holds
+    nothing yet. Files a batch or a rewrite is publishing (its pending list, an open
+    rewrite's names) are left out of the comparison: the table takes them at its end."""
+    config = config_for(location)
+    ledger = Ledger(location)
+    if config is None or not ledger.numbers():
+        return None
+    try:
+        with threads_released():
+            if not table_exists(location, config):
+                raise damaged_table(location, f"({config.table}) is missing from its catalog")
+            table = catalog(config).load_table(config.table)
+            held = {f.file_path for f in data_files(table)}
+    except DamagedOutputError:
+        raise
+    except Exception as exc:
+        cause = refusal(exc)
+        if cause is not None:
+            raise access_error(location.shown(location.child("_iceberg")), cause, "read") from None
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise damaged_table(location, f"({config.table}) cannot be loaded: {detail}") from None
+    pending = ledger.pending()
+    busy = set(pending.files if pending is not None else ())
+    for found in rewrite_mod.open_rewrites(location):
+        busy |= set(found.retire) | {new for _, new in found.publish}
+    visible = {
+        data_path(location, f)
+        for f in visible_files(location)
+        if not f.startswith("_quarantine/") and f not in busy
+    }
+    held -= {data_path(location, f) for f in busy}
+    extra, missing = sorted(held - visible), sorted(visible - held)
+    if extra:
+        raise damaged_table(
+            location,
+            f"references {len(extra)} data files the output does not hold ({first_names(extra)})",
+        )
+    if missing:
+        raise damaged_table(
+            location,
+            f"lacks {len(missing)} of the output's visible data files ({first_names(missing)})",
+        )
+    return f"{config.table}: its current snapshot holds the {len(held):,} visible data files"
