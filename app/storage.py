@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from app.errors import ConfigurationError, StorageAccessError
+from app.errors import ConfigurationError, StorageAccessError, TablecastError
 
 # The machine's or the store's refusals: nothing is wrong with the data, something is
 # wrong with where it goes. Run again once it is fixed.
@@ -92,7 +92,9 @@ class Location:
         it reaches the driver as itself, :mod:`app.worker_errors`)."""
         try:
             yield
-        except OSError as exc:
+        except TablecastError:
+            raise
+        except Exception as exc:  # OSError, or a library's own (SQLite's, boto3's)
             cause = refusal(exc)
             if cause is None:
                 raise

@@ -42,6 +42,7 @@ from app.sink.rewrite import Rewrite
 from app.sink.visible import visible_files
 from app.storage import Location
 from app.table.catalog import (
+    TABLE_DIR,
     TableConfig,
     catalog,
     config_for,
@@ -123,6 +124,11 @@ def _committing(location: Location) -> Iterable[tuple[int, Table]]:
 def catch_up(location: Location, *, below: int | None = None) -> int:
     """Commit every ledger entry the table does not hold yet (numbered below ``below``,
     when given); returns how many snapshots."""
+    with location.refusing(location.child(TABLE_DIR)):  # a full disk: one line, exit 74
+        return _catching_up(location, below)
+
+
+def _catching_up(location: Location, below: int | None) -> int:
     from pyiceberg.exceptions import CommitFailedException
 
     for attempt, table in _committing(location):
@@ -263,6 +269,18 @@ def commit_rewrite(
     (its position goes into the summary). Returns False when the output keeps no table,
     or has not made it yet.
     """
+    with location.refusing(location.child(TABLE_DIR)):  # a full disk: one line, exit 74
+        return _commit_rewrite(location, written, removed, kind, note, entry)
+
+
+def _commit_rewrite(
+    location: Location,
+    written: Sequence[str],
+    removed: Sequence[str],
+    kind: str,
+    note: str,
+    entry: LedgerEntry | None,
+) -> bool:
     from pyiceberg.exceptions import CommitFailedException
 
     config = config_for(location)

@@ -128,7 +128,7 @@ def first_names(paths: Sequence[str], shown: int = 3) -> str:
     return ", ".join(names) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
 
 
-def check_table(location: Location) -> str | None:
+def check_table(location: Location, *, archive: str | None = None) -> str | None:
     """That the output's Iceberg table loads and its current snapshot holds exactly the
     visible data files; a description of it, None when the output keeps no table or holds
     nothing yet. Files a batch or a rewrite is publishing (its pending list, an open
@@ -162,10 +162,16 @@ def check_table(location: Location) -> str | None:
     }
     held -= {data_path(location, f) for f in busy}
     extra, missing = sorted(held - visible), sorted(visible - held)
-    if extra:
-        raise damaged_table(
-            location,
-            f"references {len(extra)} data files the output does not hold ({first_names(extra)})",
+    if extra:  # a data file lost: its rows are what is missing, the table is right
+        relative = extra[0][len(data_path(location, "")) :]
+        command = replay_command(location, relative, archive)
+        raise DamagedOutputError(
+            f"output file {location.shown(location.child(relative))} is gone, while the "
+            f"Iceberg table holds it ({len(extra)} such files: {first_names(extra)}): run "
+            f"`{command}` to write its rows again",
+            output=location.uri,
+            path=location.shown(location.child(relative)),
+            command=command,
         )
     if missing:
         raise damaged_table(
