@@ -3,7 +3,6 @@ ranges a repair cut short; and what they refuse, refused before any work."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import date
 from pathlib import Path
@@ -22,7 +21,14 @@ from app.storage import resolve
 from app.table import compact as table_compact
 from app.tools import verify
 from tests.spark.faulty_version import FAULTY, PATTERN, SPEC, run_faulty, run_fixed
-from tests.spark.helpers import assert_exact, lose_the_checkpoint, repair_argv, run_job
+from tests.spark.helpers import (
+    assert_exact,
+    file_digests,
+    lose_the_checkpoint,
+    repair_argv,
+    row_keys,
+    run_job,
+)
 from tests.spark.helpers import write_capture as capture
 from tests.table.helpers import assert_follows_ledger, table_rows
 
@@ -32,22 +38,8 @@ EVERY_DAY = date(2100, 1, 1)
 pytestmark = pytest.mark.usefixtures("iceberg_pool_ended")
 
 
-def _digests(output: Path) -> dict[str, str]:
-    return {
-        p: hashlib.sha256((output / p).read_bytes()).hexdigest()
-        for p in visible_files(resolve(str(output)))
-    }
-
-
-def _row_keys(output: Path) -> tuple[int, int]:
-    rows = verify.read_output(str(output))
-    keys = pc.binary_join_element_wise(
-        rows["topic"],
-        pc.cast(rows["partition"], "string"),
-        pc.cast(rows["offset"], "string"),
-        rows["row_id"],
-        ":",
-    )
+def _row_counts(output: Path) -> tuple[int, int]:
+    keys = row_keys(verify.read_output(str(output)))
     return len(keys), len(pc.unique(keys))
 
 
@@ -66,12 +58,12 @@ def test_a_replay_over_compacted_days_keeps_the_merged_files_it_recomputes_ident
     capture(archive, SPEC)
     run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=150)
     assert table_compact.compact(resolve(str(output)), before=EVERY_DAY).groups > 0
-    before = _digests(output)
+    before = file_digests(output)
     assert all("part-compact-" in p for p in before if p.startswith("date="))
 
     # Before: "recomputing a compacted day is not supported", after all the work.
     report = replay(spark, str(archive), str(output), *EVERYTHING, topic_pattern=PATTERN)
-    assert _digests(output) == before  # the same rows: the merged files kept as they are
+    assert file_digests(output) == before  # the same rows: the merged files kept as they are
     record = report.record
     assert record.kept and not record.rewritten and not record.removed
     assert {p for p in record.kept if p.startswith("date=")} == {
@@ -102,7 +94,7 @@ def test_a_correction_over_compacted_days_rewrites_the_merged_files_exactly(
     assert record.rewritten and set(record.removed) <= merged
     assert all("part-compact-" in p and "~" in p for p in record.rewritten if "date=" in p)
     assert not set(record.removed) & set(visible_files(location))
-    rows, distinct = _row_keys(output)
+    rows, distinct = _row_counts(output)
     assert rows == distinct  # no row twice for a plain reader once the command is done
     _assert_exact_for_every_reader(archive, output)
     # Again: nothing changes.
@@ -119,12 +111,12 @@ def test_a_replay_after_a_repair_recomputes_the_ranges_it_cut_to_the_rows_it_lef
     run_job(spark, archive, output, checkpoint)
     every = plan_mod.published_ranges(Ledger(resolve(str(output))).entries())
     assert any(r.kept for r in every), "the repair should keep some adopted snapshot's rows"
-    before = _digests(output)
+    before = file_digests(output)
 
     # Before: "cut short by the repair ... recomputing the range would lose those rows".
     report = replay(spark, str(archive), str(output), *EVERYTHING, topic_pattern="^sensor-.+")
     # The cut ranges recomputed to exactly what the repair left of them: nothing changes.
-    assert _digests(output) == before
+    assert file_digests(output) == before
     assert report.record.kept and not report.record.rewritten and not report.record.removed
     assert_exact(archive, output)
     assert_follows_ledger(output)
@@ -139,7 +131,12 @@ def test_what_a_recompute_must_refuse_is_refused_before_spark_starts(
     capture(archive, SPEC)
     run_job(spark, archive, output, tmp_path / "ckpt", integrity=IntegrityMode.RESYNC)
     started: list[str] = []
-    monkeypatch.setattr(cli, "spark_session", lambda *a: started.append("spark") or spark)
+
+    def the_session(*_: Any) -> Any:  # the shared session; says when a command asked for it
+        started.append("spark")
+        return spark
+
+    monkeypatch.setattr(cli, "spark_session", the_session)
     common = ["--archive", str(archive), "--output", str(output)]
     window = ["--since", "2000-01-01T00:00:00Z", "--until", "2100-01-01T00:00:00Z"]
     capsys.readouterr()
@@ -151,11 +148,11 @@ def test_what_a_recompute_must_refuse_is_refused_before_spark_starts(
     assert "no batch of" in capsys.readouterr().err
     assert started == []  # refused before Spark started, and before any rewrite was touched
 
-    before = _digests(output)
+    before = file_digests(output)
     assert cli.main(["replay", *common, *window, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "sensor-0:0: read offsets 0 to" in out and "dry run: nothing was changed" in out
-    assert started == [] and _digests(output) == before
+    assert started == [] and file_digests(output) == before
 
     assert cli.main(["replay", *common, *window]) == 0
     out = capsys.readouterr().out
