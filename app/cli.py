@@ -36,7 +36,7 @@ from app.tools import generate as gen
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.plan import PartitionWork
-    from app.recompute.run import RecomputeReport
+    from app.recompute.run import Planned, RecomputeReport
     from app.sink.rewrite import Retirement
     from app.table.live import TableSettings
 
@@ -774,7 +774,6 @@ def _repair(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from app.recompute import replay
-    from app.recompute.run import recompute
 
     since, until = replay.parse_time(args.since), replay.parse_time(args.until)
     retirement = _retirement(args)
@@ -788,14 +787,20 @@ def _replay(args: argparse.Namespace) -> int:
         topic_pattern=_pattern(args.topic_pattern),
         **_recompute_rules(args),
     )
+    return _carry_out(args, planned, retirement, "replaying partitions")
+
+
+def _carry_out(
+    args: argparse.Namespace, planned: Planned, retirement: Retirement, label: str
+) -> int:
+    """A planned recompute: its plan printed (``--dry-run``), or run on Spark and reported."""
+    from app.recompute.run import recompute
+
     if args.dry_run:
         _print_plan(planned.works)
         return 0
     report = recompute(
-        spark_session(args.master),
-        planned,
-        progress=_Progress("replaying partitions").update,
-        retirement=retirement,
+        spark_session(args.master), planned, progress=_Progress(label).update, retirement=retirement
     )
     _print_recompute(report)
     return 0
@@ -824,7 +829,6 @@ def _recompute_rules(args: argparse.Namespace) -> dict[str, Any]:
 
 def _correct(args: argparse.Namespace) -> int:
     from app.recompute import correct
-    from app.recompute.run import recompute
 
     retirement = _retirement(args)
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
@@ -836,17 +840,7 @@ def _correct(args: argparse.Namespace) -> int:
         commit=args.commit,
         **_recompute_rules(args),
     )
-    if args.dry_run:
-        _print_plan(planned.works)
-        return 0
-    report = recompute(
-        spark_session(args.master),
-        planned,
-        progress=_Progress("correcting partitions").update,
-        retirement=retirement,
-    )
-    _print_recompute(report)
-    return 0
+    return _carry_out(args, planned, retirement, "correcting partitions")
 
 
 def _print_recompute(report: RecomputeReport) -> None:
@@ -906,7 +900,10 @@ def _table(args: argparse.Namespace) -> int:
 
         files = table_commit.rebuild(location)
         print(f"made the table {found.table} again: {files:,} data files", file=sys.stderr)
-    with table_catalog.threads_released():
+    with (
+        location.refusing(location.child(table_catalog.TABLE_DIR)),
+        table_catalog.threads_released(),
+    ):
         table_catalog.open_table(location, found)  # made now, so that load_table finds it
     print(found.to_json().decode())
     return 0

@@ -336,7 +336,7 @@ def rebuild(location: Location) -> int:
             f"{location.uri} --glue-database DATABASE` once",
             output=location.uri,
         )
-    with threads_released():
+    with location.refusing(location.child(TABLE_DIR)), threads_released():
         with contextlib.suppress(NoSuchTableError):
             catalog(config).drop_table(config.table)
         table = open_table(location, config)

@@ -15,7 +15,8 @@ to read the damaged file to replace it.
 The output's Iceberg table follows the ledger (:mod:`app.table.commit`):
 one that cannot be loaded, or whose current snapshot does not hold exactly
 the visible data files, is mended by ``tablecast table --rebuild``, which
-makes it again from the ledger and the visible files.
+makes it again from the ledger and the visible files (:func:`check_table`);
+a data file the table holds that is gone is mended by the replay of its day.
 """
 
 from __future__ import annotations
