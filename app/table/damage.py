@@ -133,7 +133,23 @@ def check_table(location: Location, *, archive: str | None = None) -> str | None
     """That the output's Iceberg table loads and its current snapshot holds exactly the
     visible data files; a description of it, None when the output keeps no table or holds
     nothing yet. Files a batch or a rewrite is publishing (its pending list, an open
-    rewrite's names) are left out of the comparison: the table takes them at its end."""
+    rewrite's names) are left out of the comparison: the table takes them at its end. A
+    live job that wrote a ledger entry meanwhile makes it look again (a few times)."""
+    ledger = Ledger(location)
+    for _ in range(_LOOKS - 1):
+        before = ledger.numbers()
+        try:
+            return _check_table(location, archive)
+        except DamagedOutputError:
+            if ledger.numbers() == before:
+                raise
+    return _check_table(location, archive)
+
+
+_LOOKS = 3
+
+
+def _check_table(location: Location, archive: str | None) -> str | None:
     config = config_for(location)
     ledger = Ledger(location)
     if config is None or not ledger.numbers():

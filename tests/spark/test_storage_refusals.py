@@ -110,7 +110,10 @@ def test_a_read_only_output_stops_replay_and_compact_in_one_line(
     # Run again as an operator does, in a new process (this one's catalog connection was
     # opened read-only).
     done = subprocess.run(
-        [sys.executable, "-m", "app", *compact], check=False, capture_output=True, text=True
+        [sys.executable, "-m", "app", *compact, "--retire-grace", "0s"],
+        check=False,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     assert_exact(archive, output)
