@@ -29,12 +29,19 @@ from datetime import date, timedelta
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from app.errors import DamagedOutputError
+from app.errors import DamagedOutputError, TablecastError
 from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger
 from app.sink.visible import visible_files
-from app.storage import Location, access_error, refusal
-from app.table.catalog import catalog, config_for, table_exists, threads_released
+from app.storage import Location, refusal
+from app.table.catalog import (
+    TABLE_DIR,
+    config_for,
+    damaged_table,
+    load_table,
+    table_exists,
+    threads_released,
+)
 from app.table.commit import data_files, data_path
 
 # What pyarrow raises for a file that is not whole Parquet: a cut footer, a bad magic
@@ -108,22 +115,6 @@ def file_day(relative: str) -> date | None:
         return None
 
 
-def rebuild_command(location: Location) -> str:
-    return f"tablecast table --output {location.uri} --rebuild"
-
-
-def damaged_table(location: Location, what: str) -> DamagedOutputError:
-    """The one line for an Iceberg table that cannot be loaded or does not follow the output."""
-    command = rebuild_command(location)
-    return DamagedOutputError(
-        f"the Iceberg table of {location.uri} {what}: run `{command}` to make it again from "
-        "the ledger and the visible files",
-        output=location.uri,
-        path=location.shown(location.child("_iceberg")),
-        command=command,
-    )
-
-
 def first_names(paths: Sequence[str], shown: int = 3) -> str:
     names = [posixpath.basename(p) for p in sorted(paths)[:shown]]
     return ", ".join(names) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
@@ -155,17 +146,14 @@ def _check_table(location: Location, archive: str | None) -> str | None:
     if config is None or not ledger.numbers():
         return None
     try:
-        with threads_released():
+        with location.refusing(location.child(TABLE_DIR), "read"), threads_released():
             if not table_exists(location, config):
                 raise damaged_table(location, f"({config.table}) is missing from its catalog")
-            table = catalog(config).load_table(config.table)
+            table = load_table(location, config)
             held = {f.file_path for f in data_files(table)}
-    except DamagedOutputError:
+    except TablecastError:
         raise
-    except Exception as exc:
-        cause = refusal(exc)
-        if cause is not None:
-            raise access_error(location.shown(location.child("_iceberg")), cause, "read") from None
+    except Exception as exc:  # its metadata, or a manifest its snapshot names, lost or damaged
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise damaged_table(location, f"({config.table}) cannot be loaded: {detail}") from None
     pending = ledger.pending()

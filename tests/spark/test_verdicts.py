@@ -99,6 +99,10 @@ def test_a_table_that_cannot_be_loaded_is_named_and_made_again_by_table_rebuild(
     line = _one_line(capsys.readouterr().err)
     assert "the Iceberg table of" in line and "cannot be loaded" in line
     assert f"run `tablecast table --output {output} --rebuild`" in line
+    # Every command that opens the table says the same: `table` itself, `compact`.
+    for argv in (["table"], ["compact", "--before", "2100-01-01"]):
+        assert cli.main([*argv, "--output", str(output)]) == DamagedOutputError.exit_code
+        assert "--rebuild` to make it again" in _one_line(capsys.readouterr().err)
 
     assert cli.main(["table", "--output", str(output), "--rebuild"]) == 0
     assert cli.main(_verify(archive, output)) == 0
