@@ -4,6 +4,7 @@ ranges a repair cut short; and what they refuse, refused before any work."""
 from __future__ import annotations
 
 import re
+import time
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ import pyarrow.compute as pc
 import pytest
 
 from app import cli
+from app.errors import OutputStateError
 from app.recompute import plan as plan_mod
 from app.recompute.correct import correct
 from app.recompute.replay import replay
+from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger
 from app.sink.visible import visible_files
 from app.storage import resolve
@@ -146,6 +149,15 @@ def test_what_a_recompute_must_refuse_is_refused_before_spark_starts(
     assert len(err.splitlines()) == 1 and "leave --integrity out" in err
     assert cli.main(["correct", *common, "--version", "0.0.1"]) == 64
     assert "no batch of" in capsys.readouterr().err
+    # Another process's rewrite under a running lease: refused before anything, and left.
+    location = resolve(str(output))
+    record = location.child(rewrite_mod.REWRITES_DIR, "elsewhere.json")
+    running = rewrite_mod.Rewrite("elsewhere", (), (), owner="other", lease_until=time.time() + 600)
+    location.write_bytes_atomic(record, running.to_json())
+    assert cli.main(["replay", *common, *window]) == OutputStateError.exit_code
+    assert "rewrite elsewhere of" in capsys.readouterr().err
+    assert location.exists(record)
+    location.delete_file(record)
     assert started == []  # refused before Spark started, and before any rewrite was touched
 
     before = file_digests(output)
