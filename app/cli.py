@@ -722,12 +722,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from app.table import damage
+    from app.table.check import check_table
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
     actual = verify_mod.read_output(args.output, required=True, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
-    table = damage.check_table(resolve(args.output), archive=args.archive)
+    table = check_table(resolve(args.output), archive=args.archive)
     rules = verify_mod.recorded_rules(
         args.output, None if args.integrity is None else IntegrityMode(args.integrity)
     )

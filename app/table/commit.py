@@ -40,7 +40,7 @@ from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.rewrite import Rewrite
 from app.sink.visible import visible_files
-from app.storage import Location
+from app.storage import Location, refusal
 from app.table.catalog import (
     TABLE_DIR,
     TableConfig,
@@ -50,6 +50,7 @@ from app.table.catalog import (
     table_exists,
     threads_released,
 )
+from app.table.damage import UNREADABLE, damaged_file
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -233,9 +234,18 @@ def overwrite(
 ) -> None:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
+    def registered(path: str) -> DataFile:
+        try:
+            return parquet_file_to_data_file(table.io, metadata, path)
+        except UNREADABLE as exc:  # its footer: a visible file registered as it is
+            if isinstance(exc, OSError) and refusal(exc) is not None:
+                raise
+            prefix = data_path(location, "")
+            raise damaged_file(location, path.removeprefix(prefix), exc) from None
+
     with table.transaction() as transaction:
         metadata = transaction.table_metadata
-        added = [parquet_file_to_data_file(table.io, metadata, p) for p in add]
+        added = [registered(p) for p in add]
         with transaction.update_snapshot(snapshot_properties=props).overwrite() as snapshot:
             for data_file in remove:
                 snapshot.delete_data_file(data_file)
