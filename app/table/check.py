@@ -43,7 +43,7 @@ _LOOKS = 3
 def _check_table(location: Location, archive: str | None) -> str | None:
     config = config_for(location)
     ledger = Ledger(location)
-    if config is None or not ledger.numbers():
+    if config is None or ledger.head() is None:  # no batch published yet: no table either
         return None
     try:
         with location.refusing(location.child(TABLE_DIR), "read"), threads_released():
