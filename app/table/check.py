@@ -56,8 +56,7 @@ def _check_table(location: Location, archive: str | None) -> str | None:
     except Exception as exc:  # its metadata, or a manifest its snapshot names, lost or damaged
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise damaged_table(location, f"({config.table}) cannot be loaded: {detail}") from None
-    pending = ledger.pending()
-    busy = set(pending.files if pending is not None else ())
+    busy = {f for pending in ledger.pending_lists() for f in pending.files}
     for found in rewrite_mod.open_rewrites(location):
         busy |= set(found.retire) | {new for _, new in found.publish}
     visible = {
