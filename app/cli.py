@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app import defaults, handoff, logs
+from app import defaults, handoff, logs, storage
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.logs import LogFormat
@@ -35,7 +35,8 @@ from app.tools import generate as gen
 # option should not pay.
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
-    from app.recompute.run import RecomputeReport
+    from app.recompute.plan import PartitionWork
+    from app.recompute.run import Planned, RecomputeReport
     from app.sink.rewrite import Retirement
     from app.table.live import TableSettings
 
@@ -329,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
     replay.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
+    replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     _recompute_options(replay)
 
     correct = commands.add_parser(
@@ -346,7 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--archive", required=True)
     verify.add_argument("--output", required=True)
     verify.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
-    verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    verify.add_argument(
+        "--integrity",
+        choices=[m.value for m in IntegrityMode],
+        default=None,
+        help="the live job's --integrity [from the output's ledger; else strict]",
+    )
     _table_commands(commands)
     return parser
 
@@ -365,6 +372,12 @@ def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser
     )
     table.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
     table.add_argument("--region", default=None, help="Glue's region [AWS_REGION]")
+    table.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="make the table again from the ledger and the visible files (one that cannot "
+        "be loaded, or that `tablecast verify` finds out of step with the output)",
+    )
     compact = commands.add_parser(
         "compact",
         help="merge the small files of closed days (one replace snapshot of the Iceberg table)",
@@ -501,6 +514,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tablecast {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, or a failure nothing above knows: one line, details kept
+        cause = storage.refusal(exc)
+        if cause is not None:  # a write our storage layer did not make (the table's catalog)
+            error = storage.access_error(storage.refused_path(exc), cause)
+            print(f"tablecast {args.command}: {error}", file=sys.stderr)
+            return error.exit_code
         where = _keep_traceback(args.command, exc)
         print(
             f"tablecast {args.command}: unexpected error {root_cause(exc)} (traceback in {where})",
@@ -738,14 +756,23 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from app.table.check import check_table
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    actual = verify_mod.read_output(args.output, required=True)
+    actual = verify_mod.read_output(args.output, required=True, archive=args.archive)
+    # A damaged table, or a data file gone from under it, stops here: exit 8.
+    table = check_table(resolve(args.output), archive=args.archive)
+    rules = verify_mod.recorded_rules(
+        args.output, None if args.integrity is None else IntegrityMode(args.integrity)
+    )
     expected = verify_mod.expected_output(
-        args.archive, args.topic_pattern, IntegrityMode(args.integrity)
+        args.archive, args.topic_pattern, rules.mode, timeout_ms=rules.timeout_ms
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
+    print(f"rules: {rules.describe()}")
+    if table is not None:
+        print(f"table: {table}")
     print(comparison.report())
     return 0 if comparison.ok else 1
 
@@ -762,7 +789,7 @@ def _repair(args: argparse.Namespace) -> int:
         if args.archive
         else repair.kafka_reader(_endpoint(args), args.topic_pattern)
     )
-    plan = repair.plan_repair(args.output, reader)
+    plan = repair.plan_repair(args.output, reader, archive=args.archive)
     if not plan.partitions:
         print(f"output {args.output} holds nothing: a run from the earliest offsets rebuilds it")
     print(plan.describe())
@@ -777,6 +804,7 @@ def _repair(args: argparse.Namespace) -> int:
         retirement,
         writer_lease_s=writer_lease_s,
         notice=_say,
+        archive=args.archive,
     )
     if moved:
         print(f"moved the old checkpoint to {moved}")
@@ -793,19 +821,44 @@ def _replay(args: argparse.Namespace) -> int:
     since, until = replay.parse_time(args.since), replay.parse_time(args.until)
     retirement = _retirement(args)
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
-    report = replay.replay(
-        spark_session(args.master),
+    # Every refusal comes from the plan, before Spark starts.
+    planned = replay.plan_replay(
         args.archive,
         args.output,
         since,
         until,
         topic_pattern=_pattern(args.topic_pattern),
         **_recompute_rules(args),
-        progress=_Progress("replaying partitions").update,
-        retirement=retirement,
+    )
+    return _carry_out(args, planned, retirement, "replaying partitions")
+
+
+def _carry_out(
+    args: argparse.Namespace, planned: Planned, retirement: Retirement, label: str
+) -> int:
+    """A planned recompute: its plan printed (``--dry-run``), or run on Spark and reported."""
+    from app.recompute.run import recompute
+
+    if args.dry_run:
+        _print_plan(planned.works)
+        return 0
+    report = recompute(
+        spark_session(args.master), planned, progress=_Progress(label).update, retirement=retirement
     )
     _print_recompute(report)
     return 0
+
+
+def _print_plan(works: Sequence[PartitionWork]) -> None:
+    for work in works:
+        ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
+        print(
+            f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
+            f"recompute {ranges}"
+        )
+    if not works:
+        print("nothing to recompute")
+    print("dry run: nothing was changed")
 
 
 def _recompute_rules(args: argparse.Namespace) -> dict[str, Any]:
@@ -821,31 +874,16 @@ def _correct(args: argparse.Namespace) -> int:
     from app.recompute import correct
 
     retirement = _retirement(args)
-    if args.dry_run:
-        planned = correct.plan_correction(
-            args.archive, args.output, version=args.version, commit=args.commit
-        )
-        for work in planned.works:
-            ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
-            print(
-                f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
-                f"recompute {ranges}"
-            )
-        print("dry run: nothing was changed")
-        return 0
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
-    report = correct.correct(
-        spark_session(args.master),
+    # Every refusal comes from the plan, before Spark starts.
+    planned = correct.planned_correction(
         args.archive,
         args.output,
         version=args.version,
         commit=args.commit,
         **_recompute_rules(args),
-        progress=_Progress("correcting partitions").update,
-        retirement=retirement,
     )
-    _print_recompute(report)
-    return 0
+    return _carry_out(args, planned, retirement, "correcting partitions")
 
 
 def _print_recompute(report: RecomputeReport) -> None:
@@ -854,8 +892,9 @@ def _print_recompute(report: RecomputeReport) -> None:
         print(f"{key}: recomputed " + ", ".join(f"{a}-{b - 1}" for a, b in ranges))
     print(
         f"{record.kind} of {record.selector}: {report.tasks} partition tasks read "
-        f"{record.messages:,} messages; {len(record.published)} files replaced or written "
-        f"({record.rows:,} rows), {len(record.removed)} removed"
+        f"{record.messages:,} messages into {record.rows:,} rows; "
+        f"{len(record.rewritten)} files rewritten under new names, "
+        f"{len(record.kept)} identical (kept), {len(record.removed)} old names retired"
     )
 
 
@@ -899,7 +938,15 @@ def _table(args: argparse.Namespace) -> int:
             f"output {args.output} has no Iceberg catalog: run `tablecast table --output "
             f"{args.output} --glue-database DATABASE` once"
         )
-    with table_catalog.threads_released():
+    if args.rebuild:
+        from app.table import commit as table_commit
+
+        files = table_commit.rebuild(location)
+        print(f"made the table {found.table} again: {files:,} data files", file=sys.stderr)
+    with (
+        location.refusing(location.child(table_catalog.TABLE_DIR)),
+        table_catalog.threads_released(),
+    ):
         table_catalog.open_table(location, found)  # made now, so that load_table finds it
     print(found.to_json().decode())
     return 0

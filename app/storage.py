@@ -9,17 +9,63 @@ moto's server.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import posixpath
+import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, StorageAccessError, TablecastError
+
+# The machine's or the store's refusals: nothing is wrong with the data, something is
+# wrong with where it goes. Run again once it is fixed.
+_REFUSED_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
+# The same refusals as text: pyarrow's S3 client, SQLite (the local catalog), and an
+# error that crossed from another process as its message only.
+_REFUSED_TEXT = (
+    ("ACCESS_DENIED", "access denied"),
+    ("AccessDenied", "access denied"),
+    ("No space left on device", os.strerror(errno.ENOSPC)),
+    ("database or disk is full", os.strerror(errno.ENOSPC)),
+    ("Disk quota exceeded", os.strerror(errno.EDQUOT)),
+    ("Read-only file system", os.strerror(errno.EROFS)),
+    ("readonly database", os.strerror(errno.EROFS)),
+    ("Permission denied", os.strerror(errno.EACCES)),
+)
+
+
+def refusal(exc: BaseException) -> str | None:
+    """Why the storage refused an operation (a full disk, a denied write, a read-only
+    filesystem, S3's AccessDenied), or None when ``exc`` is some other failure."""
+    if isinstance(exc, OSError) and exc.errno in _REFUSED_ERRNOS:
+        return os.strerror(exc.errno)
+    text = str(exc)
+    return next((cause for marker, cause in _REFUSED_TEXT if marker in text), None)
+
+
+def refused_path(exc: BaseException) -> str:
+    """The path a refusal's message names (pyarrow and SQLite quote it), or ""."""
+    found = re.search(r"'([^']*/[^']*)'", str(exc))
+    if found is not None:
+        return found.group(1)
+    return str(getattr(exc, "filename", "") or "")
+
+
+def access_error(path: str, cause: str, doing: str = "write") -> StorageAccessError:
+    """The one line for a refused read or write of ``path``."""
+    return StorageAccessError(
+        f"cannot {doing} {path or 'the output'}: {cause}; nothing committed is lost: free "
+        "space or grant access there, then run the command again",
+        path=path,
+        cause=cause,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +81,26 @@ class Location:
     def child(self, *parts: str) -> str:
         return posixpath.join(self.path, *parts)
 
+    def shown(self, path: str) -> str:
+        """``path`` (of this filesystem) as a URI an operator can use: ``s3://...`` on S3."""
+        scheme = self.uri[: len(self.uri) - len(self.path)] if self.uri.endswith(self.path) else ""
+        return scheme + path
+
+    @contextlib.contextmanager
+    def refusing(self, path: str, doing: str = "write") -> Iterator[None]:
+        """Around an operation on ``path``: a refusal by the storage becomes a
+        :class:`StorageAccessError` naming the path and the cause (in a Spark worker too:
+        it reaches the driver as itself, :mod:`app.worker_errors`)."""
+        try:
+            yield
+        except TablecastError:
+            raise
+        except Exception as exc:  # OSError, or a library's own (SQLite's, boto3's)
+            cause = refusal(exc)
+            if cause is None:
+                raise
+            raise access_error(self.shown(path), cause, doing) from None
+
     def list_dir(self, path: str) -> list[pafs.FileInfo]:
         """The entries directly under ``path``; empty when it does not exist."""
         selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
@@ -48,7 +114,7 @@ class Location:
         return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
     def read_bytes(self, path: str) -> bytes:
-        with self.fs.open_input_stream(path) as stream:
+        with self.refusing(path, "read"), self.fs.open_input_stream(path) as stream:
             return bytes(stream.readall())
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
@@ -62,6 +128,10 @@ class Location:
         hidden temporary name in the same directory, then a rename
         (:meth:`_put`).
         """
+        with self.refusing(path):
+            self._write_whole(path, write)
+
+    def _write_whole(self, path: str, write: Callable[[pa.NativeFile], object]) -> None:
         self.fs.create_dir(posixpath.dirname(path), recursive=True)
         if not self.is_local and not self.atomic_rename:
             with self.fs.open_output_stream(path) as out:
@@ -88,6 +158,10 @@ class Location:
         the key exists; pyarrow's filesystem cannot send the header, so boto3
         does.
         """
+        with self.refusing(path):
+            return self._create_exclusive(path, data)
+
+    def _create_exclusive(self, path: str, data: bytes) -> bool:
         if not self.is_local and not self.atomic_rename:
             return _s3_put_if_absent(path, data)  # an S3 path is bucket/key
         self.fs.create_dir(posixpath.dirname(path), recursive=True)
@@ -122,13 +196,14 @@ class Location:
         content, and a copy over it would race readers that read its footer
         and then its pages, apache/arrow#41310).
         """
-        self.fs.create_dir(posixpath.dirname(target), recursive=True)
-        if self.is_local or self.atomic_rename:
-            self._put(source, target)
-        else:
-            if not self.exists(target):
-                self.fs.copy_file(source, target)
-            self.fs.delete_file(source)
+        with self.refusing(target):
+            self.fs.create_dir(posixpath.dirname(target), recursive=True)
+            if self.is_local or self.atomic_rename:
+                self._put(source, target)
+            else:
+                if not self.exists(target):
+                    self.fs.copy_file(source, target)
+                self.fs.delete_file(source)
 
     def _put(self, source: str, target: str) -> None:
         """Rename ``source`` to ``target`` without ``target`` ever missing.
@@ -164,12 +239,14 @@ class Location:
         return self.read_bytes(one) == self.read_bytes(other)
 
     def delete_file(self, path: str) -> None:
-        if self.exists(path):
-            self.fs.delete_file(path)
+        with self.refusing(path, "delete"):
+            if self.exists(path):
+                self.fs.delete_file(path)
 
     def delete_dir(self, path: str) -> None:
-        if self.exists(path):
-            self.fs.delete_dir(path)
+        with self.refusing(path, "delete"):
+            if self.exists(path):
+                self.fs.delete_dir(path)
 
 
 def _temporary(path: str) -> str:

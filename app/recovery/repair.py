@@ -39,12 +39,11 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from app.contract import offsets as offsets_mod
 from app.contract.envelope import Record
 from app.contract.offsets import Offsets, TopicPartition
-from app.engine.writer import QUARANTINE_DIR, read_data_file, write_data_file
+from app.engine.writer import QUARANTINE_DIR, write_data_file
 from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import fencing
@@ -61,6 +60,7 @@ from app.sources.records import typed_records
 from app.spark.session import spark_session
 from app.storage import Location, resolve
 from app.table import commit as table_commit
+from app.table.damage import read_published
 
 RecordReader = Callable[[TopicPartition, int], Iterator[Record]]
 REPAIR_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "repair")  # rewritten files, staged
@@ -132,8 +132,9 @@ def archive_reader(uri: str, topic_pattern: str) -> RecordReader:
     return read
 
 
-def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
-    """Steps 1 and 2: nothing is changed."""
+def plan_repair(output_uri: str, read: RecordReader, *, archive: str | None = None) -> RepairPlan:
+    """Steps 1 and 2: nothing is changed. A published file that cannot be read is named,
+    with the replay that mends it (``archive``: the replay's, where known)."""
     location = resolve(output_uri)
     head = Ledger(location).head()
     if head is None:
@@ -155,7 +156,7 @@ def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
         end[tp] = point.offset
         partitions.append(PartitionPlan(tp, committed, point, 0))
     kept = {p.tp: set(p.restart.adopt.values()) for p in partitions}
-    counts, files = _rows_at_or_after(location, end, kept)
+    counts, files = _rows_at_or_after(location, end, kept, archive)
     return RepairPlan(
         tuple(
             PartitionPlan(p.tp, p.committed_end, p.restart, counts.get(p.tp, 0)) for p in partitions
@@ -174,6 +175,7 @@ def apply_repair(
     *,
     writer_lease_s: float | None = None,
     notice: Callable[[str], None] | None = None,
+    archive: str | None = None,
 ) -> str | None:
     """Steps 4 to 6; returns where the old checkpoint went (None if there was none)."""
     location = resolve(output_uri)
@@ -199,11 +201,11 @@ def apply_repair(
         if rewrite_mod.finish_open(
             location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
         ):
-            files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
+            files = _rows_at_or_after(location, plan.end, plan.kept_offsets(), archive)[1]
         else:
             files = list(plan.files_to_rewrite)
         location.delete_dir(location.child(REPAIR_DIR))  # an earlier attempt's staging
-        rewrite = _rewrite(location, files, plan.end, plan.kept_offsets())
+        rewrite = _rewrite(location, files, plan.end, plan.kept_offsets(), archive)
         rewrite_mod.carry_out(
             location,
             dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
@@ -261,16 +263,13 @@ def _keep_mask(
 
 
 def _rows_at_or_after(
-    location: Location, end: Offsets, kept: dict[TopicPartition, set[int]]
+    location: Location, end: Offsets, kept: dict[TopicPartition, set[int]], archive: str | None
 ) -> tuple[dict[TopicPartition, int], list[str]]:
     counts: dict[TopicPartition, int] = {}
     files: list[str] = []
     for relative in visible_files(location):
-        table = pq.read_table(
-            location.child(relative),
-            filesystem=location.fs,
-            columns=["topic", "partition", "offset"],
-            partitioning=None,
+        table = read_published(
+            location, relative, columns=["topic", "partition", "offset"], archive=archive
         )
         dropped = table.filter(pc.invert(_keep_mask(table, end, kept)))
         if len(dropped):
@@ -287,7 +286,11 @@ def _rows_at_or_after(
 
 
 def _rewrite(
-    location: Location, files: list[str], end: Offsets, kept: dict[TopicPartition, set[int]]
+    location: Location,
+    files: list[str],
+    end: Offsets,
+    kept: dict[TopicPartition, set[int]],
+    archive: str | None,
 ) -> rewrite_mod.Rewrite:
     """Each file's rows before the restart offsets, staged for a new name; the file retires."""
     name = "repair-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -297,7 +300,7 @@ def _rewrite(
         path = location.child(relative)
         if not location.exists(path):
             continue
-        table = read_data_file(location, path)
+        table = read_published(location, relative, archive=archive)
         remaining = table.filter(_keep_mask(table, end, kept))
         retire.append(relative)
         if len(remaining):
