@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.machine import (
     Claim,
     Drop,
@@ -25,7 +26,7 @@ from app.engine.machine import (
     RecordColumns,
     Rules,
 )
-from app.engine.output import OUTPUT_SCHEMA, QuarantinedRecord, RowColumns
+from app.engine.output import QuarantinedRecord, RowColumns, output_schema
 from app.engine.ownership import Foreign, Registry, settle
 from app.engine.state import PartitionState
 from app.errors import Violation
@@ -42,6 +43,7 @@ class InProcessOutcome:
     states: dict[TopicPartition, PartitionState[Any]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     foreign: Foreign = field(default_factory=dict)
+    schema: TableSchema = DEFAULT_SCHEMA
 
     @property
     def claims(self) -> Mapping[TopicPartition, Sequence[Claim]]:
@@ -53,7 +55,7 @@ class InProcessOutcome:
 
     def rows(self) -> pa.Table:
         tables = [r.rows.to_table() for _, r in sorted(self.results.items())]
-        return pa.concat_tables(tables) if tables else OUTPUT_SCHEMA.empty_table()
+        return pa.concat_tables(tables) if tables else output_schema(self.schema).empty_table()
 
     @property
     def quarantined(self) -> list[QuarantinedRecord]:
@@ -73,11 +75,11 @@ def run_partitions(
     """Run every partition from an empty state; rule 6 settled across them."""
 
     def run_pass(foreign: Foreign) -> InProcessOutcome:
-        outcome = InProcessOutcome()
+        outcome = InProcessOutcome(schema=processor.schema)
         for tp in partitions:
             machine = PartitionMachine(processor, rules, foreign.get(tp))
             state: PartitionState[Any] = PartitionState.empty(tp, 0)
-            result = PartitionResult(RowColumns(tp))
+            result = PartitionResult(RowColumns(tp, machine.processor.schema))
             for records in read(tp):
                 machine.run(state, records, result)
                 if result.violations and rules.mode is IntegrityMode.STRICT:

@@ -28,7 +28,7 @@ from typing import Generic, NamedTuple
 import pyarrow as pa
 
 from app import defaults
-from app.contract.envelope import Envelope, MessageType, parse_envelope
+from app.contract.envelope import Envelope, MessageType, parser_for
 from app.contract.offsets import TopicPartition
 from app.contract.processor import NO_CHANGES, Processor, ProcessorViolation, StateT
 from app.engine.gc_pause import cyclic_gc_paused
@@ -133,6 +133,7 @@ class PartitionMachine(Generic[StateT]):
         self.processor = processor
         self.rules = rules
         self.foreign: Mapping[str, TopicPartition] = foreign or {}
+        self.parse = parser_for(processor.schema)
 
     def run(
         self,
@@ -158,7 +159,7 @@ class PartitionMachine(Generic[StateT]):
     ) -> PartitionResult:
         tp = state.tp
         if result is None:
-            result = PartitionResult(RowColumns(tp))
+            result = PartitionResult(RowColumns(tp, self.processor.schema))
         sessions = state.sessions
         strict = self.rules.mode is IntegrityMode.STRICT
         timeout = self.rules.timeout_ms
@@ -166,6 +167,7 @@ class PartitionMachine(Generic[StateT]):
         keys, values, offsets, stamps = records
         violation: Violation | None
         clock = state.clock_ms
+        parse = self.parse
         for i in range(len(offsets)):
             offset = offsets[i]
             seen = stamps[i]
@@ -193,11 +195,9 @@ class PartitionMachine(Generic[StateT]):
             message: Envelope | None = None
             rows = 0
             try:
-                message = parse_envelope(session, values[i])
+                message = parse(session, values[i])
             except EnvelopeError as exc:
-                violation = _violation(
-                    tp, offset, session, Rule.ENVELOPE, "a valid envelope", str(exc)
-                )
+                violation = _envelope_violation(tp, offset, session, exc)
                 if current is None:
                     result.claims.append(Claim(session, offset, False))
             else:
@@ -410,6 +410,24 @@ def _violation(
         rule=rule,
         expected=expected,
         got=got,
+    )
+
+
+def _envelope_violation(
+    tp: TopicPartition, offset: int, session: str, exc: EnvelopeError
+) -> Violation:
+    """Rule 7: a row that broke its schema names the column, what was expected and arrived."""
+    if not exc.column:
+        return _violation(tp, offset, session, Rule.ENVELOPE, "a valid envelope", str(exc))
+    return Violation(
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=offset,
+        session=session,
+        rule=Rule.ENVELOPE,
+        expected=exc.expected,
+        got=exc.got,
+        column=exc.column,
     )
 
 

@@ -105,7 +105,7 @@ class Reports:
         self._add(kind, path=path, rows=rows, bytes=size)
 
     def violation(self, v: Violation) -> None:
-        detail = {"rule": int(v.rule), "expected": v.expected, "got": v.got}
+        detail = {"rule": int(v.rule), "expected": v.expected, "got": v.got, "column": v.column}
         self._add(
             ReportKind.VIOLATION,
             offset=v.offset,
@@ -187,6 +187,7 @@ class BatchOutcome:
                         rule=Rule(d["rule"]),
                         expected=d["expected"],
                         got=d["got"],
+                        column=d.get("column", ""),
                     )
                 )
             elif kind is ReportKind.TRACE:

@@ -68,7 +68,7 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
     output = resolve(plan.output_uri)
     machine = PartitionMachine(plan.processor, plan.rules)
     state: PartitionState[Any] = PartitionState.empty(tp, work.begin)
-    result = PartitionResult(RowColumns(tp))
+    result = PartitionResult(RowColumns(tp, machine.processor.schema))
     done = WorkResult(tp)
     strict = plan.rules.mode is IntegrityMode.STRICT
     block: str | None = None  # the block whose rows ``result`` holds
@@ -79,7 +79,7 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
             done.staged += stage_segment(output, plan.staging_dir, result, block)
             done.blocks.append(block)
         else:  # rows of records read only to rebuild the state
-            result.rows = RowColumns(tp)
+            result.rows = RowColumns(tp, plan.processor.schema)
             result.quarantined = []
 
     archive = resolve(plan.archive_uri)
