@@ -34,6 +34,7 @@ from app.tools import generate as gen
 # duckdb and confluent-kafka cost seconds that `--help`, `generate` or a mistyped
 # option should not pay.
 if TYPE_CHECKING:
+    from app.contract.schema import TableSchema
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.run import RecomputeReport
     from app.sink.rewrite import Retirement
@@ -136,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--output", required=True, help="output dataset (local path or s3://)")
     run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
+    _schema_option(
+        run, "the table schema (TOML, local path or s3://) [the default: row_id, value, status]"
+    )
     run.add_argument(
         "--trigger",
         default=defaults.TRIGGER,
@@ -293,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument(
         "--fault", action="append", default=[], choices=[f.value for f in gen.Fault]
     )
+    _schema_option(generate, "the table schema the capture's rows follow [the default]")
 
     repair = commands.add_parser(
         "repair", help="realign output and checkpoint: restart from the last snapshots"
@@ -343,8 +348,20 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--output", required=True)
     verify.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    _schema_option(verify, "the table schema the job ran with [the one the output's ledger names]")
     _table_commands(commands)
     return parser
+
+
+def _schema_option(command: argparse.ArgumentParser, text: str) -> None:
+    command.add_argument("--schema", default=None, metavar="FILE", help=text)
+
+
+def _schema(args: argparse.Namespace) -> TableSchema:
+    """``--schema``: the table schema in the file (CONTRACT.md section 1a), or the default."""
+    from app.contract.schema import DEFAULT_SCHEMA, load_schema
+
+    return DEFAULT_SCHEMA if args.schema is None else load_schema(args.schema)
 
 
 def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -566,6 +583,8 @@ def _run(args: argparse.Namespace) -> int:
         session_timeout_ms=parse_duration_ms(args.session_timeout),
         trace=frozenset(args.trace),
         table=_table_settings(args),
+        schema=_schema(args),
+        schema_document=args.schema or "(default)",
     )
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
@@ -686,6 +705,7 @@ def _generate(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         seed=args.seed,
         faults=tuple(gen.Fault(f) for f in args.fault),
+        schema=_schema(args),
     )
     capture = gen.generate(spec)
     progress = _Progress("writing archive")
@@ -706,9 +726,10 @@ def _generate(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    actual = verify_mod.read_output(args.output, required=True)
+    schema = _schema(args) if args.schema else verify_mod.output_table_schema(args.output)
+    actual = verify_mod.read_output(args.output, required=True, schema=schema)
     expected = verify_mod.expected_output(
-        args.archive, args.topic_pattern, IntegrityMode(args.integrity)
+        args.archive, args.topic_pattern, IntegrityMode(args.integrity), schema=schema
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")

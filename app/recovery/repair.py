@@ -200,6 +200,7 @@ def apply_repair(
                 end=plan.end,
                 checkpoint=checkpoint_uri,
                 adopt=plan.adopt,
+                schema=head.schema,  # its files keep the schema their rows were computed with
             )
         )
     # The rewrite committed the table's overwrite (step 5); its snapshot at the repair's

@@ -278,6 +278,7 @@ class ExactlyOnceSink:
                 states=states,
                 rules=LiveRules.of(self.engine.rules),
                 foreign={tp: dict(sessions) for tp, sessions in outcome.foreign.items()},
+                schema=self.engine.processor.schema.digest,
             )
         )
         self._step_done(7, batch_id)

@@ -101,6 +101,9 @@ class LedgerEntry:
     # Rule 6 across partitions, as the batch settled it: a recompute rebuilds
     # one partition alone and takes these owners from here.
     foreign: ForeignSessions = field(default_factory=dict)
+    # The digest of the table schema the entry's rows were computed with, its document
+    # in _tablecast/schemas/ (app.sink.schemas); None in older entries: the default.
+    schema: str | None = None
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -139,6 +142,7 @@ class LedgerEntry:
                 tp.key(): {"offset": v.offset, "digest": v.digest}
                 for tp, v in sorted(self.states.items())
             },
+            "schema": self.schema,
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -169,6 +173,7 @@ class LedgerEntry:
                 parse_key(key): StateVersion(int(v["offset"]), str(v["digest"]))
                 for key, v in doc["states"].items()
             },
+            schema=doc.get("schema"),
         )
 
 

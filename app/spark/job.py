@@ -20,11 +20,13 @@ from typing import Any
 from app import defaults
 from app.contract.offsets import Offsets
 from app.contract.processor import Processor, TableProcessor
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
 from app.errors import ConfigurationError
 from app.metrics.listener import MetricsListener
+from app.sink import schemas
 from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport, ExactlyOnceSink
 from app.sink.guard import check_before_start
@@ -115,6 +117,8 @@ class JobConfig:
     session_timeout_ms: int = defaults.SESSION_TIMEOUT_MS
     trace: frozenset[str] = frozenset()
     table: table_live.TableSettings = field(default_factory=table_live.TableSettings)
+    schema: TableSchema = DEFAULT_SCHEMA  # the table schema (CONTRACT.md section 1a)
+    schema_document: str = "(default)"  # where it was read from, for the operator's eyes
 
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
@@ -158,12 +162,15 @@ def run(
     ``listener`` (optional) publishes every batch's metrics; it is attached
     for this run only.
     """
+    processor = processor or TableProcessor(config.schema)
+    # A schema the output cannot take is refused before anything is written.
+    schemas.check_start(resolve(config.output), processor.schema, config.schema_document)
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
     plan = check_before_start(config.output, checkpoint, table_commit)
-    table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
+    # Glue's table, evolved to the schema, before the first batch:
+    table_live.prepare(config.output, config.table, processor.schema)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
-    processor = processor or TableProcessor()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
     sink = ExactlyOnceSink(

@@ -19,14 +19,15 @@ import pyarrow.dataset as ds
 
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.processor import TableProcessor
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
-from app.engine.output import OUTPUT_COLUMNS, OUTPUT_SCHEMA, QuarantinedRecord
+from app.engine.output import QuarantinedRecord, output_schema
 from app.errors import ConfigurationError, Violation
+from app.sink import schemas
 from app.sources import archive
 from app.storage import resolve
 
-COLUMNS = list(OUTPUT_COLUMNS)
 SLICE = 8192
 
 
@@ -45,8 +46,10 @@ def expected_output(
     mode: IntegrityMode = IntegrityMode.STRICT,
     adopt: Mapping[str, int] | None = None,
     below: Offsets | None = None,
+    schema: TableSchema = DEFAULT_SCHEMA,
 ) -> Expected:
-    """What the job outputs for every record of the archive (or only below ``below``)."""
+    """What the job outputs for every record of the archive (or only below ``below``),
+    with the table schema ``schema``."""
     location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
     if not index.files:
@@ -61,7 +64,7 @@ def expected_output(
                 yield RecordColumns.from_arrow(batch.slice(lo, SLICE))
 
     outcome = run_partitions(
-        sorted(index.files), read, TableProcessor(), Rules(mode, adopt=dict(adopt or {}))
+        sorted(index.files), read, TableProcessor(schema), Rules(mode, adopt=dict(adopt or {}))
     )
     rows = outcome.rows()
     if below is not None:
@@ -111,33 +114,47 @@ class Comparison:
         return "\n".join(lines)
 
 
-def read_output(uri: str, *, required: bool = False) -> pa.Table:
-    """The output dataset as any pyarrow reader sees it (hidden names skipped).
+def output_table_schema(uri: str) -> TableSchema:
+    """The table schema the output's ledger names last (the default without a ledger)."""
+    location = resolve(uri)
+    found = schemas.current(location) if location.exists(location.path) else None
+    return found or DEFAULT_SCHEMA
+
+
+def read_output(uri: str, *, required: bool = False, schema: TableSchema | None = None) -> pa.Table:
+    """The output dataset as any pyarrow reader sees it (hidden names skipped), given the
+    output's schema (``schema``, else the one its ledger names last): files written before
+    a column was added read it as null.
 
     ``required``: a missing or empty output is an error (``verify``), not an
     empty table.
     """
     location = resolve(uri)
+    wanted = output_schema(schema or output_table_schema(uri))
     if not location.exists(location.path):
         if required:
             raise ConfigurationError(f"output {uri} does not exist")
-        return OUTPUT_SCHEMA.empty_table()
+        return wanted.empty_table()
     dataset = ds.dataset(
-        location.path, filesystem=location.fs, format="parquet", partitioning="hive"
+        location.path,
+        filesystem=location.fs,
+        format="parquet",
+        partitioning="hive",
+        schema=wanted,
     )
     if not dataset.files:
         if required:
             raise ConfigurationError(f"output {uri} holds no Parquet file: nothing to verify")
-        return OUTPUT_SCHEMA.empty_table()
-    table = dataset.to_table(columns=COLUMNS)
-    return table.cast(OUTPUT_SCHEMA)
+        return wanted.empty_table()
+    return dataset.to_table(columns=wanted.names).cast(wanted)
 
 
 def compare(expected: pa.Table, actual: pa.Table, sample: int = 5) -> Comparison:
+    """The multiset difference over the expectation's columns."""
     con = duckdb.connect()
     con.register("expected_rows", expected)
-    con.register("actual_rows", actual)
-    cols = ", ".join(f'"{c}"' for c in COLUMNS)
+    con.register("actual_rows", actual.select(expected.column_names))
+    cols = ", ".join(f'"{c}"' for c in expected.column_names)
 
     def count(sql: str) -> int:
         found = con.execute(sql).fetchone()
