@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
+from app.contract.schema import TableSchema
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
@@ -55,6 +56,7 @@ class Correction:
     works: list[plan_mod.PartitionWork]
     adopt: dict[str, int]
     rules: LiveRules | None  # the live job's over those ranges (None: older ledger entries)
+    schema: TableSchema  # the table schema the ledger records for those ranges
 
 
 def plan_correction(
@@ -92,6 +94,7 @@ def plan_correction(
         plan_mod.works(chosen, every, index),
         ledger.adopted_sessions(),
         plan_mod.recorded_rules(chosen, every),
+        plan_mod.recorded_schema(output, chosen, every),
     )
 
 
@@ -118,7 +121,7 @@ def correct(
     correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
     rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
     plan = RecomputePlan(
-        processor=processor or TableProcessor(),
+        processor=processor or TableProcessor(correction.schema),
         rules=rules,
         archive_uri=archive_uri,
         output_uri=output_uri,

@@ -26,10 +26,12 @@ import pyarrow.parquet as pq
 
 from app import defaults
 from app.contract.offsets import TopicPartition
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.segments import OFFSETS_PER_FILE
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
+from app.sink import schemas
 from app.sink.ledger import LedgerEntry, LiveRules
 from app.sources.archive import ArchiveFile, ArchiveIndex
 from app.storage import Location
@@ -180,6 +182,28 @@ def recorded_rules(
             "a recompute applies one set; recompute the ranges of each set apart"
         )
     return next(iter(found), None)
+
+
+def recorded_schema(
+    location: Location, chosen: Iterable[PublishedRange], every: Iterable[PublishedRange]
+) -> TableSchema:
+    """The table schema the live job published the ranges a recompute of ``chosen`` rebuilds
+    with (every batch of their partitions' epochs), as its ledger records it."""
+    epochs = {(r.tp, r.epoch) for r in chosen}
+    found = {
+        r.entry.schema
+        for r in every
+        if (r.tp, r.epoch) in epochs and r.entry is not None and r.entry.kind is ledger_mod.BATCH
+    }
+    digests = {DEFAULT_SCHEMA.digest if d is None else d for d in found}
+    if len(digests) > 1:
+        raise ConfigurationError(
+            "the live job's table schema changed within the ranges to recompute (digests "
+            + ", ".join(sorted(d[:12] for d in digests))
+            + "): a recompute applies one schema; recompute the ranges before and after the "
+            "change apart"
+        )
+    return schemas.load(location, next(iter(digests), None))
 
 
 def live_rules(

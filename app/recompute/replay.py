@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
+from app.contract.schema import DEFAULT_SCHEMA
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
@@ -86,8 +87,9 @@ def replay(
     chosen = [r for r in every if _overlaps(r, touched.get(r.tp, ()))]
     works = plan_mod.works(chosen, every, index)
     recorded = plan_mod.recorded_rules(chosen, every)
+    schema = plan_mod.recorded_schema(output, chosen, every) if entries else DEFAULT_SCHEMA
     plan = RecomputePlan(
-        processor=processor or TableProcessor(),
+        processor=processor or TableProcessor(schema),
         rules=plan_mod.live_rules(recorded, integrity, session_timeout_ms, adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,

@@ -51,10 +51,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from app.engine.output import OUTPUT_SCHEMA
+from app.contract.schema import DEFAULT_SCHEMA
+from app.engine.output import output_schema
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink import schemas
 from app.storage import Location
 from app.table import commit as table_commit
 from app.table.catalog import config_for, open_table, threads_released
@@ -319,10 +321,10 @@ def _relative(location: Location, path: str) -> str:
 
 
 def _write(location: Location, group: Group, staged_relative: str) -> int:
+    # The output's schema now: files written before a column was added read it as null.
+    schema = output_schema(schemas.current(location) or DEFAULT_SCHEMA)
     tables = [
-        pq.read_table(
-            location.child(r), filesystem=location.fs, schema=OUTPUT_SCHEMA, partitioning=None
-        )
+        pq.read_table(location.child(r), filesystem=location.fs, schema=schema, partitioning=None)
         for r in group.inputs
     ]
     merged = pa.concat_tables(tables).sort_by(
