@@ -136,6 +136,7 @@ class EnvelopeParser:
             "Row",
             [_struct_field(name, c) for name, c in zip(names, columns, strict=True)],
             rename=dict(zip(names, (c.name for c in columns), strict=True)),
+            kw_only=True,  # a required column may follow a nullable one
             gc=False,
         )
         key_columns = [columns[i] for i in schema.key_indexes]

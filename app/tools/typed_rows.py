@@ -79,9 +79,9 @@ class TypedRows:
                     row = self.new_row()
                     upserts[self._identity(row)] = row
             deleted: list[Any] = []
-            if len(table) > spec.rows_min and rng.random() < 0.1:
-                gone = rng.choice([k for k in table if k not in upserts])
-                deleted = [self._deleted(table.pop(gone))]
+            untouched = [k for k in table if k not in upserts]
+            if len(table) > spec.rows_min and untouched and rng.random() < 0.1:
+                deleted = [self._deleted(table.pop(rng.choice(untouched)))]
             table.update(upserts)
             message: dict[str, Any] = {
                 "session": session,
