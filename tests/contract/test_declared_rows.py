@@ -93,7 +93,7 @@ def _model(schema: TableSchema, capture: gen.Capture) -> list[tuple[Any, ...]]:
                     else typed({keys[0].name: item}, keys)
                 )
 
-            def gone(key: Any) -> tuple[Any, ...]:
+            def gone(key: Any, head: tuple[Any, ...] = head) -> tuple[Any, ...]:
                 cells: list[Any] = [None] * len(schema.columns)
                 for i, value in zip(schema.key_indexes, key, strict=True):
                     cells[i] = value
@@ -192,15 +192,30 @@ BAD_ROWS = [
     ("int64 beyond 64 bits", _snapshot(_row(n=2**63)), "n", "outside the signed 64-bit range"),
     ("int64 given 1.0", _snapshot(_row(n=1.0)), "n", "number 1.0"),
     ("int64 given true", _snapshot(_row(n=True)), "n", "true"),
-    ("int64 given 1e2", b'{"session":"s1","seq":0,"type":"snapshot","ts":1,"rows":[{"site":"a","id":1,"name":"n","n":1e2}]}', "n", "number 1E+2"),
+    (
+        "int64 given 1e2",
+        b'{"session":"s1","seq":0,"type":"snapshot","ts":1,"rows":[{"site":"a","id":1,"name":"n","n":1e2}]}',
+        "n",
+        "number 1E+2",
+    ),
     ("float64 given true", _snapshot(_row(x=True)), "x", "true"),
     ("float64 given a string", _snapshot(_row(x="1.5")), "x", "string '1.5'"),
     ("bool given 1", _snapshot(_row(on=1)), "on", "number 1"),
     ("decimal beyond its scale", _snapshot(_row(price="1.234")), "price", "string '1.234'"),
     ("decimal beyond its precision", _snapshot(_row(price=12345.6)), "price", "number 12345.6"),
     ("decimal not a number string", _snapshot(_row(price="1e3")), "price", "string '1e3'"),
-    ("timestamp without an offset", _snapshot(_row(at="2026-01-01T00:00:00")), "at", "string '2026-01-01T00:00:00'"),
-    ("timestamp not RFC 3339", _snapshot(_row(at="2026-01-01 00:00:00Z")), "at", "string '2026-01-01 00:00:00Z'"),
+    (
+        "timestamp without an offset",
+        _snapshot(_row(at="2026-01-01T00:00:00")),
+        "at",
+        "string '2026-01-01T00:00:00'",
+    ),
+    (
+        "timestamp not RFC 3339",
+        _snapshot(_row(at="2026-01-01 00:00:00Z")),
+        "at",
+        "string '2026-01-01 00:00:00Z'",
+    ),
     ("timestamp as a float", _snapshot(_row(at=1.5)), "at", "number 1.5"),
     ("date not YYYY-MM-DD", _snapshot(_row(day="2026-1-2")), "day", "string '2026-1-2'"),
     ("date that does not exist", _snapshot(_row(day="2026-02-30")), "day", "not a valid date"),
@@ -208,7 +223,7 @@ BAD_ROWS = [
     ("key column null", _snapshot(_row(site=None)), "site", "null"),
     ("non-nullable column null", _snapshot(_row(name=None)), "name", "null"),
     ("non-nullable column missing", _snapshot({"site": "a", "id": 1}), "name", "no field 'name'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("mode", list(IntegrityMode))

@@ -144,14 +144,38 @@ def test_adding_nullable_columns_or_making_one_nullable_carries_on() -> None:
 @pytest.mark.parametrize(
     ("change", "column", "said"),
     [
-        (lambda t: t.replace('label   = { type = "string", nullable = true, output = "site_label" }\n', ""), "label", "was removed"),
-        (lambda t: t.replace("decimal(12,4)", "decimal(14,4)"), "price", "retyped from decimal(12,4) to decimal(14,4)"),
-        (lambda t: t.replace('output = "site_label"', 'output = "tag"'), "label", "renamed in the output"),
-        (lambda t: t.replace('reading = { type = "float64", nullable = true }', 'reading = "float64"'), "reading", "made non-nullable"),
-        (lambda t: t.replace('columns = ["site", "id"]', 'columns = ["site"]'), "site", "the key changed"),
+        (
+            lambda t: t.replace(
+                'label   = { type = "string", nullable = true, output = "site_label" }\n', ""
+            ),
+            "label",
+            "was removed",
+        ),
+        (
+            lambda t: t.replace("decimal(12,4)", "decimal(14,4)"),
+            "price",
+            "retyped from decimal(12,4) to decimal(14,4)",
+        ),
+        (
+            lambda t: t.replace('output = "site_label"', 'output = "tag"'),
+            "label",
+            "renamed in the output",
+        ),
+        (
+            lambda t: t.replace(
+                'reading = { type = "float64", nullable = true }', 'reading = "float64"'
+            ),
+            "reading",
+            "made non-nullable",
+        ),
+        (
+            lambda t: t.replace('columns = ["site", "id"]', 'columns = ["site"]'),
+            "site",
+            "the key changed",
+        ),
         (lambda t: t + 'extra = "int64"\n', "extra", "added as non-nullable"),
     ],
-)  # fmt: skip
+)
 def test_any_other_change_is_refused_naming_document_column_and_change(
     change: object, column: str, said: str
 ) -> None:
