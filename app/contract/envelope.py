@@ -16,7 +16,7 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
 from functools import partial
@@ -88,11 +88,11 @@ _DECODED: dict[ColumnType, Any] = {
     ColumnType.INT64: _Int64,
     ColumnType.FLOAT64: _Float64,
     ColumnType.BOOL: bool,
-    ColumnType.TIMESTAMP: _EpochMs | str,
+    ColumnType.TIMESTAMP: _EpochMs | datetime,
     ColumnType.DATE: date,
     ColumnType.DECIMAL: msgspec.Raw,
 }
-_CONVERTED = (ColumnType.TIMESTAMP, ColumnType.DATE, ColumnType.DECIMAL)
+_CONVERTED = (ColumnType.TIMESTAMP, ColumnType.DECIMAL)
 
 
 def decode_key(key: bytes | None) -> str:
@@ -173,10 +173,18 @@ class EnvelopeParser:
         self._decode_key = msgspec.json.Decoder(key_type).decode
         self._single = single
         self._key_columns = key_columns
-        # Columns whose decoded form is not yet the stored one: (index, column).
-        self._converted = [(i, c) for i, c in enumerate(columns) if c.type in _CONVERTED]
-        self._key_converted = [i for i, c in enumerate(key_columns) if c.type in _CONVERTED]
+        # Columns whose decoded form is not yet the stored one: (index, its converter).
+        self._converted = [
+            (i, _converter(c)) for i, c in enumerate(columns) if c.type in _CONVERTED
+        ]
+        self._key_converted = [
+            (i, _converter(c)) for i, c in enumerate(key_columns) if c.type in _CONVERTED
+        ]
         self._exact = any(c.type is ColumnType.DECIMAL for c in columns)
+        first = self._key_converted[0] if self._key_converted else None
+        self._convert_first: Callable[[Any], Any] = (
+            first[1] if first is not None and first[0] == 0 else _unchanged
+        )
 
     def __call__(self, key: str, value: bytes | None) -> Envelope:
         """Parse and validate one record value against the envelope and the schema."""
@@ -212,36 +220,36 @@ class EnvelopeParser:
             return rows
         for n, row in enumerate(rows):
             cells = list(row)
-            for i, column in converted:
-                cells[i] = _convert(column, cells[i], "rows")
+            for i, convert in converted:
+                cells[i] = convert(cells[i])
             rows[n] = tuple(cells)
         return rows
 
     def _deleted(self, raw_deleted: list[Any]) -> Sequence[Key]:
-        key_type, first = self._key_type, self._key_columns[0]
+        key_type, convert_first = self._key_type, self._convert_first
         found: list[Key] = []
         for given in raw_deleted:
             item = given
             if isinstance(given, msgspec.Raw):  # a decimal key: an object, or its literal
                 raw = bytes(given)
                 if raw[:1] != b"{":
-                    found.append(_convert(first, given, "deleted"))
+                    found.append(convert_first(given))
                     continue
                 item = self._decode_key(raw)
             if type(item) is key_type:
                 found.append(self._key_of(self._key_values(item)))
             else:  # the bare value of a one-column key
-                found.append(_convert(first, item, "deleted") if self._key_converted else item)
+                found.append(convert_first(item))
         return found
 
     def _key_of(self, raw: Any) -> Key:
         if not self._key_converted:
             return raw
         if self._single:
-            return _convert(self._key_columns[0], raw, "deleted")
+            return self._convert_first(raw)
         cells = list(raw)
-        for i in self._key_converted:
-            cells[i] = _convert(self._key_columns[i], cells[i], "deleted")
+        for i, convert in self._key_converted:
+            cells[i] = convert(cells[i])
         return tuple(cells)
 
     def parse_full(self, key: str, value: bytes) -> Envelope:
@@ -343,26 +351,29 @@ def _struct_field(name: str, column: Column) -> tuple[str, Any] | tuple[str, Any
     return (name, _field_type(column))
 
 
-def _not_null(column: Column, value: Any) -> Any:
-    if value is None and not column.nullable:
-        raise EnvelopeError(f"{column.name} is null", column=column.name)
+def _unchanged(value: Any) -> Any:
     return value
 
 
-def _convert(column: Column, value: Any, where: str) -> Any:
-    """A value msgspec decoded for ``column``, as the row stores it."""
-    if value is None:
-        return None
-    kind = column.type
-    if kind is ColumnType.TIMESTAMP:
-        if isinstance(value, str):
-            return values.timestamp_text(column, value, where)
-        return value * 1000
-    if kind is ColumnType.DATE:
-        return values.date_days(value)
-    if kind is ColumnType.DECIMAL:
-        return _not_null(column, values.decimal_raw(column, bytes(value), where))
-    return value
+def _converter(column: Column) -> Callable[[Any], Any]:
+    """The fast parser's last step for a column msgspec does not decode to its stored form;
+    a refusal sends the value to the full checks, which name where it is."""
+    if column.type is ColumnType.DECIMAL:
+        read = values.DecimalReader(column).raw
+
+        def decimal(value: msgspec.Raw) -> Any:
+            return read(bytes(value), "rows")
+
+        return decimal
+
+    def timestamp(value: Any) -> Any:
+        if value is None:
+            return None
+        if type(value) is int:
+            return values.timestamp_ms(column, value, "rows")
+        return values.timestamp_aware(column, value, "rows")
+
+    return timestamp
 
 
 def _cell(column: Column, item: dict[str, Any], where: str) -> Any:

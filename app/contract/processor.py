@@ -16,6 +16,7 @@ integrity, state versioning and exactly-once output come with it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import date, datetime
 from decimal import Decimal
 from functools import partial
 from operator import itemgetter
@@ -131,7 +132,8 @@ class TableProcessor:
         return table, _changes((deleted, rows))
 
     def encode(self, state: Table) -> bytes:
-        """The table as ``[column names, rows]`` (decimals as strings): evolution-proof."""
+        """The table as ``[column names, rows]`` (decimals, times and dates as text): a
+        state saved before columns were added reads them as null."""
         return orjson.dumps([self._schema.names, list(state.values())], default=str)
 
     def decode(self, data: bytes) -> Table:
@@ -148,18 +150,26 @@ def decode_table(schema: TableSchema, raw: Any) -> Table:
     key = itemgetter(*schema.key_indexes)
     where = {name: i for i, name in enumerate(names)}
     places = [where.get(c.name) for c in schema.columns]
-    decimals = [i for i, c in enumerate(schema.columns) if c.type is ColumnType.DECIMAL]
-    if places == list(range(len(names))) and not decimals:
+    # What JSON holds as text: decimals, times and dates.
+    typed = [(i, _FROM_TEXT[c.type]) for i, c in enumerate(schema.columns) if c.type in _FROM_TEXT]
+    if places == list(range(len(names))) and not typed:
         return {key(row): row for row in map(tuple, rows)}
     table: Table = {}
     for stored in rows:
         cells: list[Any] = [None if at is None else stored[at] for at in places]
-        for i in decimals:
+        for i, read in typed:
             if cells[i] is not None:
-                cells[i] = Decimal(cells[i])
+                cells[i] = read(cells[i])
         row = tuple(cells)
         table[key(row)] = row
     return table
+
+
+_FROM_TEXT: dict[ColumnType, Callable[[str], Any]] = {
+    ColumnType.DECIMAL: Decimal,
+    ColumnType.TIMESTAMP: datetime.fromisoformat,
+    ColumnType.DATE: date.fromisoformat,
+}
 
 
 def _twice(rows: Sequence[Row], key: Callable[[Row], Key]) -> Key:

@@ -1,13 +1,15 @@
 """A declared column's JSON value, checked against its type and converted (CONTRACT.md 1a).
 
-Rows hold each value as the output stores it: ``string`` a str, ``int64``
-an int, ``float64`` a float, ``bool`` a bool, ``timestamp`` an int of
-microseconds since the epoch (UTC), ``date`` an int of days since the
-epoch, ``decimal(p,s)`` a :class:`~decimal.Decimal` with exactly ``s``
-decimals. Both of the envelope's parsers (:mod:`app.contract.envelope`)
-convert through here, so the fast one and the checked one agree on every
-value; :func:`check` says, for any JSON value, what was expected and what
-arrived.
+Rows hold each value as Python and Arrow take it: ``string`` a str,
+``int64`` an int, ``float64`` a float, ``bool`` a bool, ``timestamp`` an
+aware :class:`~datetime.datetime` (equal, and hashed, by its instant:
+``...T01:00:00+01:00`` is the key ``...T00:00:00Z`` is), ``date`` a
+:class:`~datetime.date`, ``decimal(p,s)`` a :class:`~decimal.Decimal` with
+exactly ``s`` decimals. Times and dates are read by msgspec's RFC 3339
+parser in both of the envelope's parsers (:mod:`app.contract.envelope`),
+decimals by the same patterns in both, so the fast parser and the checked
+one agree on every value; :func:`check` says, for any JSON value, what was
+expected and what arrived.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
+import msgspec
 import orjson
 
 from app.contract.schema import Column, ColumnType
@@ -27,12 +30,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MS_MIN, MS_MAX = -62_135_596_800_000, 253_402_300_799_999
 FLOAT_MAX = 1.7976931348623157e308
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EPOCH_DAY = date(1970, 1, 1).toordinal()
-_MICRO = timedelta(microseconds=1)
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_DECIMAL_STRING = re.compile(r"-?\d+(?:\.\d+)?")
-_DECIMAL_NUMBER = re.compile(rb"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_DECIMAL_STRING = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_DECIMAL_QUOTED = re.compile(rb'"-?[0-9]+(?:\.[0-9]+)?"')
+_DECIMAL_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 # Exact arithmetic for any literal a decimal128 can hold, and refusal beyond.
 _EXACT = Context(prec=80, Emax=999_999, Emin=-999_999)
 
@@ -82,61 +82,82 @@ def _bad(column: Column, where: str, got: str) -> EnvelopeError:
     )
 
 
-def timestamp_ms(column: Column, ms: int, where: str) -> int:
+def timestamp_ms(column: Column, ms: int, where: str) -> datetime:
+    """Epoch milliseconds as the aware time they name."""
     if not MS_MIN <= ms <= MS_MAX:
         raise _bad(column, where, f"number {ms} (epoch milliseconds outside years 1 to 9999)")
-    return ms * 1000
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
-def timestamp_text(column: Column, text: str, where: str) -> int:
-    """An RFC 3339 time with an offset, as microseconds since the epoch."""
-    if _RFC3339.fullmatch(text) is None:
-        raise _bad(column, where, shown(text))
+def timestamp_aware(column: Column, moment: datetime, where: str) -> datetime:
+    """A time msgspec read: refused without an offset (it names no instant)."""
+    if moment.tzinfo is None:
+        raise _bad(column, where, f"string {moment.isoformat()!r} (no offset)")
+    return moment
+
+
+def timestamp_text(column: Column, text: str, where: str) -> datetime:
+    """An RFC 3339 time with an offset, read as msgspec's typed decoding reads it."""
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise _bad(column, where, f"{shown(text)} (not a valid time)") from None
-    return (moment - _EPOCH) // _MICRO
+        moment = msgspec.convert(text, datetime)
+    except msgspec.ValidationError:
+        raise _bad(column, where, shown(text)) from None
+    return timestamp_aware(column, moment, where)
 
 
-def date_days(value: date) -> int:
-    return value.toordinal() - _EPOCH_DAY
-
-
-def date_text(column: Column, text: str, where: str) -> int:
-    if _DATE.fullmatch(text) is None:
-        raise _bad(column, where, shown(text))
+def date_text(column: Column, text: str, where: str) -> date:
     try:
-        return date_days(date.fromisoformat(text))
-    except ValueError:
-        raise _bad(column, where, f"{shown(text)} (not a valid date)") from None
+        return msgspec.convert(text, date)
+    except msgspec.ValidationError:
+        raise _bad(column, where, f"{shown(text)}") from None
 
 
-def decimal_raw(column: Column, raw: bytes, where: str) -> Decimal | None:
-    """A decimal from its JSON text (a number literal or a string): the literal's exact value."""
-    if raw == b"null":
-        return None
-    if raw[:1] == b'"':
-        text = orjson.loads(raw)  # escapes decoded, as the checked parser decodes them
-        if _DECIMAL_STRING.fullmatch(text) is None:
-            raise _bad(column, where, shown(text))
-        return _scaled(column, Decimal(text), where, shown(text))
-    if _DECIMAL_NUMBER.fullmatch(raw) is None:
-        kinds = {b"t": "true", b"f": "false", b"[": "an array", b"{": "an object"}
-        raise _bad(column, where, kinds.get(raw[:1], f"{raw[:40]!r}"))
-    text = raw.decode("ascii")
-    return _scaled(column, Decimal(text), where, f"number {text}")
+class DecimalReader:
+    """A ``decimal(p,s)`` column's values from their JSON text (a number literal or a string):
+    the literal's exact value, with exactly ``s`` decimals, or refused."""
 
+    def __init__(self, column: Column) -> None:
+        self.column = column
+        self.exponent = Decimal(1).scaleb(-column.scale)
+        self.limit = Decimal(10) ** (column.precision - column.scale)
 
-def _scaled(column: Column, value: Decimal, where: str, got: str) -> Decimal:
-    """``value`` with exactly the column's scale; refused when that rounds or overflows."""
-    try:
-        scaled = value.quantize(Decimal(1).scaleb(-column.scale), context=_EXACT)
-    except InvalidOperation:
-        raise _bad(column, where, got) from None
-    if scaled != value or len(scaled.as_tuple().digits) > column.precision:
-        raise _bad(column, where, got)
-    return scaled
+    def raw(self, raw: bytes, where: str) -> Decimal | None:
+        """From the JSON text msgspec leaves raw (``null`` included)."""
+        if raw[:1] == b'"':
+            if _DECIMAL_QUOTED.fullmatch(raw) is None:  # escapes too: the checks decide
+                return self.text(orjson.loads(raw), where)
+            return self._exact(Decimal(raw[1:-1].decode("ascii")), where, raw, True)
+        if raw == b"null":
+            if self.column.nullable:
+                return None
+            raise _bad(self.column, where, "null (the column is not nullable)")
+        if _DECIMAL_NUMBER.fullmatch(raw) is None:
+            kinds = {b"t": "true", b"f": "false", b"[": "an array", b"{": "an object"}
+            raise _bad(self.column, where, kinds.get(raw[:1], f"{raw[:40]!r}"))
+        return self._exact(Decimal(raw.decode("ascii")), where, raw, False)
+
+    def text(self, text: Any, where: str) -> Decimal:
+        """From a JSON string's content."""
+        if not isinstance(text, str) or _DECIMAL_STRING.fullmatch(text) is None:
+            raise _bad(self.column, where, shown(text))
+        return self._exact(Decimal(text), where, text, True)
+
+    def number(self, value: int | Decimal, where: str) -> Decimal:
+        """From a JSON number read exactly (an int, or a Decimal of the literal)."""
+        return self._exact(Decimal(value), where, value, False)
+
+    def _exact(
+        self, value: Decimal, where: str, given: str | bytes | int | Decimal, quoted: bool
+    ) -> Decimal:
+        try:
+            scaled: Decimal | None = value.quantize(self.exponent, context=_EXACT)
+        except InvalidOperation:
+            scaled = None
+        if scaled is None or scaled != value or not -self.limit < scaled < self.limit:
+            text = given.decode("utf-8", "replace") if isinstance(given, bytes) else str(given)
+            got = shown(text.strip('"')) if quoted else f"number {text}"
+            raise _bad(self.column, where, got)
+        return scaled
 
 
 def check(column: Column, value: Any, where: str) -> Any:
@@ -173,9 +194,7 @@ def check(column: Column, value: Any, where: str) -> Any:
         if isinstance(value, str):
             return date_text(column, value, where)
     elif isinstance(value, str):
-        if _DECIMAL_STRING.fullmatch(value) is None:
-            raise _bad(column, where, shown(value))
-        return _scaled(column, Decimal(value), where, shown(value))
+        return DecimalReader(column).text(value, where)
     elif isinstance(value, int | Decimal) and not isinstance(value, bool):
-        return _scaled(column, Decimal(value), where, shown(value))
+        return DecimalReader(column).number(value, where)
     raise _bad(column, where, shown(value))

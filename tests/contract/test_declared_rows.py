@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -140,23 +141,7 @@ def test_declared_rows_are_exactly_what_a_plain_model_of_the_contract_computes(
         (*r[:6], *r[7:-1], r[-1])  # every column but ts (the model keeps no record times)
         for r in zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True)
     ]
-    assert got == [_readable(schema, r) for r in _model(schema, capture)]
-
-
-def _readable(schema: TableSchema, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A model row as pyarrow reads the output back (times and dates as Python's)."""
-    from datetime import UTC, date, datetime, timedelta
-
-    cells = list(row)
-    for i, column in enumerate(schema.columns):
-        value = cells[6 + i]
-        if value is None:
-            continue
-        if column.type_name == "timestamp":
-            cells[6 + i] = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=value)
-        elif column.type_name == "date":
-            cells[6 + i] = date(1970, 1, 1) + timedelta(days=value)
-    return tuple(cells)
+    assert got == _model(schema, capture)
 
 
 WIDE = parse_schema(
@@ -212,13 +197,13 @@ BAD_ROWS = [
     ),
     (
         "timestamp not RFC 3339",
-        _snapshot(_row(at="2026-01-01 00:00:00Z")),
+        _snapshot(_row(at="2026-13-01T00:00:00Z")),
         "at",
-        "string '2026-01-01 00:00:00Z'",
+        "string '2026-13-01T00:00:00Z'",
     ),
     ("timestamp as a float", _snapshot(_row(at=1.5)), "at", "number 1.5"),
     ("date not YYYY-MM-DD", _snapshot(_row(day="2026-1-2")), "day", "string '2026-1-2'"),
-    ("date that does not exist", _snapshot(_row(day="2026-02-30")), "day", "not a valid date"),
+    ("date that does not exist", _snapshot(_row(day="2026-02-30")), "day", "string '2026-02-30'"),
     ("key column missing", _snapshot({"site": "a", "name": "n"}), "id", "no field 'id'"),
     ("key column null", _snapshot(_row(site=None)), "site", "null"),
     ("non-nullable column null", _snapshot(_row(name=None)), "name", "null"),
@@ -278,6 +263,7 @@ def test_deletes_name_rows_by_key_object_or_bare_value_typed_like_rows() -> None
             "deleted": [{"at": "1970-01-01T01:00:00+01:00"}, 1000],
         }
     )
-    assert list(parser("s", update).deleted) == [0, 1_000_000]
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert list(parser("s", update).deleted) == [epoch, epoch + timedelta(seconds=1)]
     with pytest.raises(EnvelopeError, match=r"deleted\[0\]\.at"):
         parser("s", update.replace(b"+01:00", b""))

@@ -1,0 +1,151 @@
+"""A declared table schema on local Spark: a wide schema end to end for outside readers, an
+added nullable column across a restart, a retyped one refused with the output untouched."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from app.contract.schema import TableSchema, parse_schema
+from app.engine.output import output_schema
+from app.errors import ConfigurationError
+from app.tools import generate as gen
+from app.tools import verify
+from tests.spark.helpers import copy_files, ledger_end, run_job, tp_of, write_capture
+from tests.table.helpers import load_table
+
+pytestmark = pytest.mark.spark
+
+PATTERN = "^sensor-.+"
+BEFORE = """
+[key]
+columns = ["site", "id"]
+
+[columns]
+site    = "string"
+id      = "int64"
+reading = { type = "float64", nullable = true }
+alarm   = "bool"
+seen_at = { type = "timestamp", nullable = true }
+day     = { type = "date", nullable = true }
+price   = { type = "decimal(12,4)", nullable = true }
+label   = { type = "string", nullable = true, output = "site_label" }
+"""
+# The restart's schema: a column added, and alarm made nullable.
+AFTER = BEFORE.replace('alarm   = "bool"', 'alarm   = { type = "bool", nullable = true }') + (
+    'extra   = { type = "int64", nullable = true }\n'
+)
+RETYPED = AFTER.replace("decimal(12,4)", "decimal(14,4)")
+
+
+def _schema(text: str, name: str, root: Path) -> tuple[TableSchema, str]:
+    path = root / name
+    path.write_text(text)
+    return parse_schema(text, str(path)), str(path)
+
+
+def _spec(schema: TableSchema) -> gen.CaptureSpec:
+    return gen.CaptureSpec(
+        topics=2,
+        partitions=2,
+        sessions=8,
+        rows_min=4,
+        rows_max=10,
+        updates=30,
+        resync_every=9,
+        records_per_file=25,
+        schema=schema,
+    )
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with its content's digest."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _expected(archive: Path, schema: TableSchema, end: dict[Any, int], after: bool) -> pa.Table:
+    """The expectation with ``schema`` for the offsets before ``end`` (or from it on)."""
+    rows = verify.expected_output(str(archive), PATTERN, schema=schema).rows
+    keep = pc.equal(pa.repeat(pa.scalar(True), len(rows)), False)
+    for tp, offset in end.items():
+        here = pc.and_(pc.equal(rows["topic"], tp.topic), pc.equal(rows["partition"], tp.partition))
+        keep = pc.or_(keep, pc.and_(here, pc.less(rows["offset"], offset)))
+    return rows.filter(pc.invert(keep) if after else keep)
+
+
+def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    before, before_path = _schema(BEFORE, "before.toml", tmp_path)
+    after, after_path = _schema(AFTER, "after.toml", tmp_path)
+    full, archive = tmp_path / "full", tmp_path / "archive"
+    write_capture(full, _spec(after))  # producers send the new column from the start
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+
+    # The first half with the schema before: the new column is a field it ignores.
+    copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) < 100)
+    run_job(spark, archive, output, checkpoint, schema=before, schema_document=before_path)
+    half = ledger_end(output)
+    assert half and all(offset == 100 for offset in half.values())
+
+    # The rest with the schema after: the job carries on.
+    copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) >= 100)
+    run_job(spark, archive, output, checkpoint, schema=after, schema_document=after_path)
+    assert set(ledger_end(output)) == {tp_of(p.relative_to(full)) for p in full.rglob("*.parquet")}
+
+    expected = pa.concat_tables(
+        [
+            _expected(full, before, half, after=False).cast(output_schema(before)),
+            _expected(full, after, half, after=True),
+        ],
+        promote_options="default",
+    ).cast(output_schema(after))
+    assert expected.column("extra").null_count < len(expected)  # the new column is filled
+
+    # Plain readers that unify by name: pyarrow given the output's schema, DuckDB.
+    plain = verify.read_output(str(output))
+    assert plain.schema == output_schema(after)
+    comparison = verify.compare(expected, plain)
+    assert comparison.ok, comparison.report()
+    assert plain.filter(pc.less(plain["offset"], 100))["extra"].null_count == len(
+        plain.filter(pc.less(plain["offset"], 100))
+    )
+    con = duckdb.connect()
+    try:
+        glob = str(output / "date=*" / "*.parquet")
+        duck = con.execute(
+            f"SELECT * EXCLUDE (date) FROM read_parquet('{glob}', hive_partitioning=true, "
+            "union_by_name=true)"
+        ).arrow()
+    finally:
+        con.close()
+    assert verify.compare(expected, duck.select(expected.column_names)).ok
+
+    # The table's readers: pyiceberg, its schema evolved with a new field id.
+    table = load_table(output)
+    fields = {f.name: f for f in table.schema().fields}
+    assert fields["extra"].field_id > fields["site_label"].field_id
+    assert fields["site"].required and fields["id"].required and fields["ts"].required
+    assert not fields["alarm"].required and not fields["extra"].required
+    scanned = table.scan().to_arrow().select(expected.column_names)
+    assert verify.compare(expected, scanned).ok
+
+    # A retyped column is refused at start, in one line, before anything is written.
+    untouched = _tree(output)
+    retyped, retyped_path = _schema(RETYPED, "retyped.toml", tmp_path)
+    with pytest.raises(ConfigurationError) as info:
+        run_job(spark, archive, output, checkpoint, schema=retyped, schema_document=retyped_path)
+    message = str(info.value)
+    assert message.startswith(f"schema {retyped_path}, column 'price'")
+    assert "retyped from decimal(12,4) to decimal(14,4)" in message
+    assert _tree(output) == untouched
