@@ -246,13 +246,12 @@ def evolve(location: Location, schema: TableSchema) -> bool:
     table = catalog(config).load_table(config.table)
     wanted = output_schema(schema)
     current = table.schema()
-    added = [f.name for f in wanted if current.find_field(f.name, case_sensitive=False) is None]
+    held = {f.name.lower(): f for f in current.fields}
+    added = [f.name for f in wanted if f.name.lower() not in held]
     relaxed = [
         f.name
         for f in wanted
-        if f.name not in added
-        and f.nullable
-        and current.find_field(f.name, case_sensitive=False).required
+        if f.name.lower() in held and f.nullable and held[f.name.lower()].required
     ]
     if not added and not relaxed:
         return False
