@@ -589,6 +589,10 @@ def _run(args: argparse.Namespace) -> int:
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
     from app.metrics.publisher import make_publisher
+    from app.sink import schemas
+
+    # A schema the output cannot take costs no JVM start (the job checks again, and records it).
+    schemas.check(resolve(config.output), config.schema, config.schema_document)
 
     console = Console()
     publisher = make_publisher(

@@ -60,12 +60,19 @@ def current(location: Location) -> TableSchema | None:
     return None if head is None else of_entry(location, head)
 
 
-def check_start(location: Location, schema: TableSchema, document: str) -> None:
-    """Refuse a run whose schema the output cannot take (CONTRACT.md 1a, evolution), before
-    anything is written; then record the schema, so that every entry's digest resolves."""
-    held = current(location)
+def check(location: Location, schema: TableSchema, document: str) -> None:
+    """Refuse a schema the output cannot take (CONTRACT.md 1a, evolution); writes nothing."""
+    held = current(location) if location.exists(location.path) else None
     if held is not None and held.digest != schema.digest:
         check_evolution(held, schema, document)
+
+
+def check_start(location: Location, schema: TableSchema, document: str) -> None:
+    """Refuse a run whose schema the output cannot take, before anything is written; then
+    record the schema, so that every entry's digest resolves."""
+    check(location, schema, document)
+    held = current(location) if location.exists(location.path) else None
+    if held is not None and held.digest != schema.digest:
         log.info(
             "output %s: table schema evolves from %s to %s (%s)",
             location.uri,
