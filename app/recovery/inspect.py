@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -271,6 +271,8 @@ def _value(value: object) -> str:
         return "null"
     if isinstance(value, str):
         return value
+    if isinstance(value, datetime | date):
+        return value.isoformat()
     return str(value) if isinstance(value, Decimal | bool) else repr(value)
 
 

@@ -11,14 +11,25 @@ from __future__ import annotations
 import random
 from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from app.contract.schema import Column, ColumnType, TableSchema
 
-if TYPE_CHECKING:
-    from app.tools.generate import CaptureSpec
+
+class SessionShape(Protocol):
+    """How a session's tables grow and change (:class:`app.tools.generate.CaptureSpec`)."""
+
+    @property
+    def rows_min(self) -> int: ...
+    @property
+    def rows_max(self) -> int: ...
+    @property
+    def updates(self) -> int: ...
+    @property
+    def resync_every(self) -> int: ...
+
 
 _ABSENT = object()  # a nullable field left out of the row
 _STRINGS = ("ok", "é", "日本語", "🙂 emoji", 'quote " and \\ backslash', "", "line\nbreak")
@@ -45,7 +56,7 @@ class TypedRows:
         """A key no row of the session has (rule 4's fault)."""
         return self._key_object(10**6 + 7)
 
-    def session_messages(self, spec: CaptureSpec, session: str) -> list[dict[str, Any]]:
+    def session_messages(self, spec: SessionShape, session: str) -> list[dict[str, Any]]:
         """The envelopes of one session, ``ts`` left for the interleaving to set."""
         rng = self.rng
         table: dict[str, dict[str, Any]] = {}
