@@ -330,6 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
     replay.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
+    _schema_option(
+        replay,
+        "into an output without a ledger: the table schema the rows follow [the default]; "
+        "an output's ledger names its own",
+    )
     _recompute_options(replay)
 
     correct = commands.add_parser(
@@ -781,6 +786,7 @@ def _replay(args: argparse.Namespace) -> int:
         since,
         until,
         topic_pattern=_pattern(args.topic_pattern),
+        schema=_schema(args),
         **_recompute_rules(args),
         progress=_Progress("replaying partitions").update,
         retirement=retirement,

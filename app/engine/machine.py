@@ -130,9 +130,13 @@ class PartitionMachine(Generic[StateT]):
         rules: Rules,
         foreign: Mapping[str, TopicPartition] | None = None,
     ) -> None:
-        self.processor = processor
         self.rules = rules
         self.foreign: Mapping[str, TopicPartition] = foreign or {}
+        self.use(processor)
+
+    def use(self, processor: Processor[StateT]) -> None:
+        """Apply the records from now on with ``processor`` (and its schema's parser)."""
+        self.processor = processor
         self.parse = parser_for(processor.schema)
 
     def run(

@@ -56,7 +56,7 @@ class Correction:
     works: list[plan_mod.PartitionWork]
     adopt: dict[str, int]
     rules: LiveRules | None  # the live job's over those ranges (None: older ledger entries)
-    schema: TableSchema  # the table schema the ledger records for those ranges
+    schemas: dict[str, TableSchema]  # the table schemas the ledger records, by digest
 
 
 def plan_correction(
@@ -89,12 +89,13 @@ def plan_correction(
         )
     topics = sorted({r.tp.topic for r in every})
     index = archive.scan(location, "|".join(re.escape(t) for t in topics))
+    works = plan_mod.works(chosen, every, index)
     return Correction(
         selector,
-        plan_mod.works(chosen, every, index),
+        works,
         ledger.adopted_sessions(),
         plan_mod.recorded_rules(chosen, every),
-        plan_mod.recorded_schema(output, chosen, every),
+        plan_mod.recorded_schemas(output, works),
     )
 
 
@@ -121,7 +122,8 @@ def correct(
     correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
     rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
     plan = RecomputePlan(
-        processor=processor or TableProcessor(correction.schema),
+        processor=processor or TableProcessor(),
+        schemas=correction.schemas,
         rules=rules,
         archive_uri=archive_uri,
         output_uri=output_uri,

@@ -62,6 +62,16 @@ class ForeignRange:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaRange:
+    """Offsets ``[start, end)`` of a live batch and the digest of the table schema it ran
+    with (the ledger entry's ``schema``): a recompute reads them with that schema."""
+
+    start: int
+    end: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionWork:
     """One task: a partition read from ``begin`` with empty state, ``ranges`` written."""
 
@@ -71,6 +81,7 @@ class PartitionWork:
     ranges: tuple[tuple[int, int], ...]
     files: tuple[ArchiveFile, ...]  # the archive files of [begin, read_end)
     foreign: tuple[ForeignRange, ...] = ()  # the live job's rule 6 owners, by range
+    schemas: tuple[SchemaRange, ...] = ()  # the live job's table schemas, by range
 
     @property
     def offsets(self) -> int:
@@ -160,8 +171,17 @@ def works(
             for r in every
             if r.tp == tp and r.epoch == epoch and r.entry is not None and r.entry.foreign.get(tp)
         )
-        out.append(PartitionWork(tp, begin, read_end, ranges, files, foreign))
+        schemas = tuple(
+            SchemaRange(r.start, r.end, _digest(r.entry.schema))
+            for r in sorted(every, key=lambda r: r.start)
+            if r.tp == tp and r.epoch == epoch and r.entry is not None
+        )
+        out.append(PartitionWork(tp, begin, read_end, ranges, files, foreign, schemas))
     return out
+
+
+def _digest(recorded: str | None) -> str:
+    return DEFAULT_SCHEMA.digest if recorded is None else recorded
 
 
 def recorded_rules(
@@ -184,26 +204,10 @@ def recorded_rules(
     return next(iter(found), None)
 
 
-def recorded_schema(
-    location: Location, chosen: Iterable[PublishedRange], every: Iterable[PublishedRange]
-) -> TableSchema:
-    """The table schema the live job published the ranges a recompute of ``chosen`` rebuilds
-    with (every batch of their partitions' epochs), as its ledger records it."""
-    epochs = {(r.tp, r.epoch) for r in chosen}
-    found = {
-        r.entry.schema
-        for r in every
-        if (r.tp, r.epoch) in epochs and r.entry is not None and r.entry.kind is ledger_mod.BATCH
-    }
-    digests = {DEFAULT_SCHEMA.digest if d is None else d for d in found}
-    if len(digests) > 1:
-        raise ConfigurationError(
-            "the live job's table schema changed within the ranges to recompute (digests "
-            + ", ".join(sorted(d[:12] for d in digests))
-            + "): a recompute applies one schema; recompute the ranges before and after the "
-            "change apart"
-        )
-    return schemas.load(location, next(iter(digests), None))
+def recorded_schemas(location: Location, works: Iterable[PartitionWork]) -> dict[str, TableSchema]:
+    """Every table schema the ranges ``works`` read were published with, by digest."""
+    digests = {r.digest for w in works for r in w.schemas}
+    return {d: schemas.load(location, d) for d in sorted(digests)}
 
 
 def live_rules(

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
-from app.contract.schema import DEFAULT_SCHEMA
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
@@ -62,6 +62,7 @@ def replay(
     integrity: IntegrityMode | None = None,
     session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
+    schema: TableSchema = DEFAULT_SCHEMA,
     progress: Progress | None = None,
     steps: RewriteSteps | None = None,
     retirement: Retirement | None = None,
@@ -87,9 +88,10 @@ def replay(
     chosen = [r for r in every if _overlaps(r, touched.get(r.tp, ()))]
     works = plan_mod.works(chosen, every, index)
     recorded = plan_mod.recorded_rules(chosen, every)
-    schema = plan_mod.recorded_schema(output, chosen, every) if entries else DEFAULT_SCHEMA
     plan = RecomputePlan(
+        # Without a ledger: the schema given (the live job's); with one, the ledger's.
         processor=processor or TableProcessor(schema),
+        schemas=plan_mod.recorded_schemas(output, works),
         rules=plan_mod.live_rules(recorded, integrity, session_timeout_ms, adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,

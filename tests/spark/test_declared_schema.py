@@ -15,6 +15,7 @@ import pytest
 from app.contract.schema import TableSchema, parse_schema
 from app.engine.output import output_schema
 from app.errors import ConfigurationError
+from app.recompute.replay import replay
 from app.table.catalog import threads_released
 from app.tools import generate as gen
 from app.tools import verify
@@ -151,6 +152,14 @@ def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refuse
     # And DuckDB's iceberg extension, through the table's metadata alone.
     ducked = duckdb_table_rows(output).select(expected.column_names)
     assert verify.compare(expected, ducked).ok
+
+    # A replay of all of it reads each range with the schema it ran with: the same bytes.
+    untouched = _tree(output)
+    report = replay(spark, str(full), str(output), 0, 4_102_444_800_000, topic_pattern=PATTERN)
+    assert report.record.published and not report.record.removed
+    assert {k: v for k, v in _tree(output).items() if k.startswith("date=")} == {
+        k: v for k, v in untouched.items() if k.startswith("date=")
+    }
 
     # A retyped column is refused at start, in one line, before anything is written.
     untouched = _tree(output)
