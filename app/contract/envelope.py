@@ -16,7 +16,7 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 from decimal import Decimal
 from enum import StrEnum
 from functools import partial
@@ -88,7 +88,7 @@ _DECODED: dict[ColumnType, Any] = {
     ColumnType.INT64: _Int64,
     ColumnType.FLOAT64: _Float64,
     ColumnType.BOOL: bool,
-    ColumnType.TIMESTAMP: _EpochMs | datetime,
+    ColumnType.TIMESTAMP: _EpochMs | values.AwareTime,
     ColumnType.DATE: date,
     ColumnType.DECIMAL: msgspec.Raw,
 }
@@ -356,22 +356,17 @@ def _unchanged(value: Any) -> Any:
 
 
 def _converter(column: Column) -> Callable[[Any], Any]:
-    """The fast parser's last step for a column msgspec does not decode to its stored form;
-    a refusal sends the value to the full checks, which name where it is."""
+    """The fast parser's last step for a value msgspec does not decode to its stored form
+    (a decimal's JSON text, a time as epoch milliseconds); a refusal sends the value to the
+    full checks, which name where it is."""
     if column.type is ColumnType.DECIMAL:
         read = values.DecimalReader(column).raw
-
-        def decimal(value: msgspec.Raw) -> Any:
-            return read(bytes(value), "rows")
-
-        return decimal
+        return lambda value: read(value, "rows")
 
     def timestamp(value: Any) -> Any:
-        if value is None:
-            return None
         if type(value) is int:
             return values.timestamp_ms(column, value, "rows")
-        return values.timestamp_aware(column, value, "rows")
+        return value  # None, or a time with an offset (msgspec refuses one without)
 
     return timestamp
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import orjson
@@ -29,6 +29,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z: every reader's range.
 MS_MIN, MS_MAX = -62_135_596_800_000, 253_402_300_799_999
 FLOAT_MAX = 1.7976931348623157e308
+# A time with an offset, as msgspec's RFC 3339 parser reads it (refused without one).
+AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DECIMAL_STRING = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _DECIMAL_QUOTED = re.compile(rb'"-?[0-9]+(?:\.[0-9]+)?"')
@@ -89,20 +91,12 @@ def timestamp_ms(column: Column, ms: int, where: str) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
-def timestamp_aware(column: Column, moment: datetime, where: str) -> datetime:
-    """A time msgspec read: refused without an offset (it names no instant)."""
-    if moment.tzinfo is None:
-        raise _bad(column, where, f"string {moment.isoformat()!r} (no offset)")
-    return moment
-
-
 def timestamp_text(column: Column, text: str, where: str) -> datetime:
     """An RFC 3339 time with an offset, read as msgspec's typed decoding reads it."""
     try:
-        moment = msgspec.convert(text, datetime)
+        return msgspec.convert(text, AwareTime)
     except msgspec.ValidationError:
         raise _bad(column, where, shown(text)) from None
-    return timestamp_aware(column, moment, where)
 
 
 def date_text(column: Column, text: str, where: str) -> date:
@@ -121,12 +115,13 @@ class DecimalReader:
         self.exponent = Decimal(1).scaleb(-column.scale)
         self.limit = Decimal(10) ** (column.precision - column.scale)
 
-    def raw(self, raw: bytes, where: str) -> Decimal | None:
+    def raw(self, given: msgspec.Raw | bytes, where: str) -> Decimal | None:
         """From the JSON text msgspec leaves raw (``null`` included)."""
-        if raw[:1] == b'"':
-            if _DECIMAL_QUOTED.fullmatch(raw) is None:  # escapes too: the checks decide
-                return self.text(orjson.loads(raw), where)
-            return self._exact(Decimal(raw[1:-1].decode("ascii")), where, raw, True)
+        if _DECIMAL_QUOTED.fullmatch(given) is not None:  # the common case first
+            return self._exact(Decimal(bytes(given)[1:-1].decode("ascii")), where, given, True)
+        raw = bytes(given)
+        if raw[:1] == b'"':  # escapes too: the checks decide
+            return self.text(orjson.loads(raw), where)
         if raw == b"null":
             if self.column.nullable:
                 return None
@@ -147,13 +142,19 @@ class DecimalReader:
         return self._exact(Decimal(value), where, value, False)
 
     def _exact(
-        self, value: Decimal, where: str, given: str | bytes | int | Decimal, quoted: bool
+        self,
+        value: Decimal,
+        where: str,
+        given: str | bytes | msgspec.Raw | int | Decimal,
+        quoted: bool,
     ) -> Decimal:
         try:
             scaled: Decimal | None = value.quantize(self.exponent, context=_EXACT)
         except InvalidOperation:
             scaled = None
         if scaled is None or scaled != value or not -self.limit < scaled < self.limit:
+            if isinstance(given, msgspec.Raw):
+                given = bytes(given)
             text = given.decode("utf-8", "replace") if isinstance(given, bytes) else str(given)
             got = shown(text.strip('"')) if quoted else f"number {text}"
             raise _bad(self.column, where, got)
