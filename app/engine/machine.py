@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Generic, NamedTuple
+from operator import itemgetter
+from typing import Any, Generic, NamedTuple
 
 import pyarrow as pa
 
@@ -31,6 +32,7 @@ from app import defaults
 from app.contract.envelope import Envelope, MessageType, parser_for
 from app.contract.offsets import TopicPartition
 from app.contract.processor import NO_CHANGES, Processor, ProcessorViolation, StateT
+from app.contract.schema import TableSchema
 from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
 from app.engine.state import PartitionState, SessionState
@@ -101,6 +103,7 @@ class TraceEvent(NamedTuple):
     type: str
     rows: int
     outcome: str
+    keys: str = ""  # the keys the message names, in the declared key columns
 
 
 @dataclass(slots=True)
@@ -210,7 +213,15 @@ class PartitionMachine(Generic[StateT]):
                 )
             if session in traced:
                 result.trace.append(
-                    _trace(offset, session, message, sessions.get(session), rows, violation)
+                    _trace(
+                        offset,
+                        session,
+                        message,
+                        sessions.get(session),
+                        rows,
+                        violation,
+                        self.processor.schema,
+                    )
                 )
             if violation is not None:
                 if strict:
@@ -468,6 +479,7 @@ def _trace(
     current: SessionState[StateT] | None,
     rows: int,
     violation: Violation | None,
+    schema: TableSchema,
 ) -> TraceEvent:
     if violation is not None:
         outcome = violation.describe()
@@ -482,4 +494,29 @@ def _trace(
         "invalid" if message is None else message.type.value,
         rows,
         outcome,
+        _keys(message, schema),
     )
+
+
+def _keys(message: Envelope | None, schema: TableSchema, shown: int = 3) -> str:
+    """The keys a traced message names: ``rows (site, id): (a, 1), (b, 2) and 4 more``."""
+    if message is None or not (message.rows or message.deleted):
+        return ""
+    key = itemgetter(*schema.key_indexes)
+    names = ", ".join(schema.key)
+
+    def listed(keys: list[Any]) -> str:
+        def one(k: Any) -> str:
+            cells = k if isinstance(k, tuple) else (k,)
+            text = ", ".join(str(c) for c in cells)
+            return f"({text})" if len(cells) > 1 else text
+
+        more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+        return ", ".join(one(k) for k in keys[:shown]) + more
+
+    parts = []
+    if message.rows:
+        parts.append(f"rows ({names}): {listed([key(r) for r in message.rows])}")
+    if message.deleted:
+        parts.append(f"deleted: {listed(list(message.deleted))}")
+    return "; ".join(parts)

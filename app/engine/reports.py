@@ -114,7 +114,13 @@ class Reports:
         )
 
     def trace(self, t: TraceEvent) -> None:
-        detail = {"seq": t.seq, "type": t.type, "rows": t.rows, "outcome": t.outcome}
+        detail = {
+            "seq": t.seq,
+            "type": t.type,
+            "rows": t.rows,
+            "outcome": t.outcome,
+            "keys": t.keys,
+        }
         self._add(
             ReportKind.TRACE,
             offset=t.offset,
@@ -193,7 +199,13 @@ class BatchOutcome:
             elif kind is ReportKind.TRACE:
                 d = orjson.loads(r["detail"])
                 event = TraceEvent(
-                    r["offset"], r["session"], d["seq"], d["type"], d["rows"], d["outcome"]
+                    r["offset"],
+                    r["session"],
+                    d["seq"],
+                    d["type"],
+                    d["rows"],
+                    d["outcome"],
+                    d.get("keys", ""),
                 )
                 outcome.trace.append((tp, event))
             elif kind is ReportKind.CLAIM:

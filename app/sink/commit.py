@@ -311,7 +311,7 @@ class ExactlyOnceSink:
     ) -> BatchReport:
         trace = tuple(
             f"{tp.key()}@{t.offset} session {t.session}: seq {t.seq} {t.type}: {t.outcome}; "
-            f"{t.rows} rows"
+            f"{t.rows} rows" + (f"; {t.keys}" if t.keys else "")
             for tp, t in outcome.trace
         )
         return BatchReport(

@@ -267,3 +267,19 @@ def test_deletes_name_rows_by_key_object_or_bare_value_typed_like_rows() -> None
     assert list(parser("s", update).deleted) == [epoch, epoch + timedelta(seconds=1)]
     with pytest.raises(EnvelopeError, match=r"deleted\[0\]\.at"):
         parser("s", update.replace(b"+01:00", b""))
+
+
+def test_a_traced_message_names_its_keys_in_the_declared_key_columns() -> None:
+    machine = PartitionMachine(TableProcessor(WIDE), Rules(trace=frozenset({"s1"})))
+    rows = [_row(id=i) for i in range(5)]
+    update = orjson.dumps(
+        {"session": "s1", "seq": 1, "type": "update", "ts": 2, "deleted": [{"site": "a", "id": 0}]}
+    )
+    result = machine.run(
+        PartitionState.empty(TopicPartition("t", 0), 0),
+        RecordColumns([b"s1", b"s1"], [_snapshot(*rows), update], [0, 1], [0, 0]),
+    )
+    assert [(t.outcome, t.keys) for t in result.trace] == [
+        ("applied", "rows (site, id): (a, 0), (a, 1), (a, 2) and 2 more"),
+        ("applied", "deleted: (a, 0)"),
+    ]
