@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --compact-every: how long a compaction's inputs stay after its snapshot, "
         "for Iceberg queries planned before it; a later batch deletes them [2 minutes]",
     )
+    _writer_lease_option(run)
     run.add_argument(
         "--consumer-group",
         default=None,
@@ -319,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--checkpoint", required=True)
     repair.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _writer_lease_option(repair)
     repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
     _retire_options(repair)
 
@@ -432,6 +434,31 @@ def _recompute_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument("--master", default=None, help="Spark master [local[2]]")
     _retire_options(command)
+
+
+def _writer_lease_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--writer-lease",
+        default=defaults.WRITER_LEASE,
+        metavar="DURATION",
+        help="how long this writer may go without renewing its hold on the output before "
+        "another may take it over; a start after a writer that died on another host waits "
+        f"this long [{defaults.WRITER_LEASE}]",
+    )
+
+
+def _writer_lease(args: argparse.Namespace) -> float:
+    """``--writer-lease`` in seconds, or a one-line error."""
+    try:
+        seconds = parse_duration_ms(args.writer_lease) / 1000
+    except ConfigurationError:
+        seconds = 0.0
+    if not 1 <= seconds <= 3600:
+        raise ConfigurationError(
+            f"--writer-lease {args.writer_lease!r} must be a duration from 1 second to 1 hour, "
+            "like '30 seconds'"
+        )
+    return seconds
 
 
 def _retire_grace(args: argparse.Namespace) -> float | None:
@@ -590,6 +617,7 @@ def _run(args: argparse.Namespace) -> int:
         table=_table_settings(args),
         schema=_schema(args),
         schema_document=args.schema or "(default)",
+        writer_lease_s=_writer_lease(args),
     )
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
@@ -612,7 +640,7 @@ def _run(args: argparse.Namespace) -> int:
     listener = MetricsListener(publisher, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
-        job.run(spark, config, display.on_report, listener=listener)
+        job.run(spark, config, display.on_report, listener=listener, notice=console.line)
         finished = True
     finally:
         stats = publisher.close()  # bounded: what CloudWatch does not take in time is dropped
@@ -763,7 +791,14 @@ def _repair(args: argparse.Namespace) -> int:
         print("dry run: nothing was changed")
         return 0
     repair.confirm(plan, args.yes)
-    moved = repair.apply_repair(args.output, args.checkpoint, plan, retirement)
+    moved = repair.apply_repair(
+        args.output,
+        args.checkpoint,
+        plan,
+        retirement,
+        writer_lease_s=_writer_lease(args),
+        notice=_say,
+    )
     if moved:
         print(f"moved the old checkpoint to {moved}")
     print(

@@ -14,6 +14,7 @@ import posixpath
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -71,6 +72,42 @@ class Location:
             with self.fs.open_output_stream(temp) as out:
                 write(out)
             self._put(temp, path)
+        finally:
+            if self.exists(temp):
+                self.fs.delete_file(temp)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Write ``path`` whole if no file is there; False, writing nothing, if one is.
+
+        Two writers racing for one name: exactly one gets True, on every
+        storage. Local disk: a hidden temporary file, then ``link`` to the name
+        (which fails when the name exists; ``rename`` would replace it). HDFS:
+        a hidden temporary file, then a rename, which HDFS refuses over an
+        existing name. S3: one ``PutObject`` with ``If-None-Match: *``, which
+        S3 refuses (412, or 409 to the loser of two concurrent requests) when
+        the key exists; pyarrow's filesystem cannot send the header, so boto3
+        does.
+        """
+        if not self.is_local and not self.atomic_rename:
+            return _s3_put_if_absent(path, data)  # an S3 path is bucket/key
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)
+        temp = _temporary(path)
+        with self.fs.open_output_stream(temp) as out:
+            out.write(data)
+        try:
+            if self.is_local:
+                try:
+                    os.link(temp, path)
+                except FileExistsError:
+                    return False
+                return True
+            try:
+                self.fs.move(temp, path)
+            except OSError:
+                if self.exists(path):
+                    return False
+                raise
+            return True
         finally:
             if self.exists(temp):
                 self.fs.delete_file(temp)
@@ -141,17 +178,54 @@ def _temporary(path: str) -> str:
     return posixpath.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
 
 
+def _s3_put_if_absent(path: str, data: bytes) -> bool:
+    """``PutObject`` of ``bucket/key`` with ``If-None-Match: *``: False if the key exists."""
+    from botocore.exceptions import ClientError
+
+    bucket, _, key = path.partition("/")
+    try:
+        _s3_client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        # 412: the key exists. 409: another conditional write of the key is in flight,
+        # and one of the two wins: this one is the loser unless the key is still free.
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            return False
+        raise
+    return True
+
+
+_s3_clients: dict[tuple[str | None, str], Any] = {}
+
+
+def _s3_client() -> Any:
+    """A boto3 S3 client for the same endpoint and region as :func:`resolve`'s filesystem."""
+    import boto3
+
+    endpoint, region = _s3_endpoint()
+    key = (endpoint, region)
+    if key not in _s3_clients:
+        _s3_clients[key] = boto3.client("s3", endpoint_url=endpoint, region_name=region)
+    return _s3_clients[key]
+
+
+def _s3_endpoint() -> tuple[str | None, str]:
+    endpoint = os.environ.get("TABLECAST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return endpoint or None, region or "us-east-1"
+
+
 def resolve(uri: str) -> Location:
     """The :class:`Location` of a local path, ``file://``, ``s3://`` or ``hdfs://`` URI."""
     if uri.startswith("hdfs://"):
         return _hdfs(uri)
     if uri.startswith("s3://") or uri.startswith("s3a://"):
         rest = uri.split("://", 1)[1].rstrip("/")
-        endpoint = os.environ.get("TABLECAST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        endpoint, region = _s3_endpoint()
         fs = pafs.S3FileSystem(
             endpoint_override=endpoint,
-            region=region or "us-east-1",
+            region=region,
             scheme="http" if endpoint and endpoint.startswith("http://") else "https",
             allow_bucket_creation=False,
         )

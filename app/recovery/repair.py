@@ -5,20 +5,24 @@ or a run that must restart earlier), repair realigns them without losing or
 repeating a row:
 
 1. Read the offsets the output holds (its ledger) and each partition's
-   message headers from the source, up to those offsets.
+   message headers from the source, up to those offsets. A running job
+   holding the output refuses the repair (:mod:`app.sink.fencing`).
 2. Find each partition's restart offset (:mod:`app.recovery.restart`): the latest
    offset from which every session that goes on past it can be rebuilt from
    one of its snapshots.
 3. Print the plan; with ``--dry-run`` stop here.
-4. Move the old checkpoint aside (never delete it).
+4. Claim the output (a job that held it can change nothing after this; the
+   ledger must still end where the plan read it), tidy what earlier writers
+   left, and move the old checkpoint aside (never delete it).
 5. Rewrite the output files that hold rows at or after the restart offsets
    without those rows, in the dataset and in its quarantine: each file's
    remaining rows are published under a new name and the old name retired
    (:mod:`app.sink.rewrite`; a published file is never written in place),
    after finishing any rewrite a crash interrupted.
-6. Append a repair entry to the ledger: the next ``tablecast run`` with a
-   fresh checkpoint starts at exactly the restart offsets, and the sessions
-   that restart from a resync snapshot (``seq`` > 0) are named there.
+6. Append a repair entry to the ledger under the claim: the next
+   ``tablecast run`` with a fresh checkpoint starts at exactly the restart
+   offsets, and the sessions that restart from a resync snapshot (``seq`` >
+   0) are named there.
 
 Repair is safe to run again if it is interrupted: the plan depends only on
 the source and the ledger, which step 6 changes last.
@@ -43,9 +47,11 @@ from app.contract.offsets import Offsets, TopicPartition
 from app.engine.writer import read_data_file, write_data_file
 from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
+from app.sink import fencing
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
+from app.sink.guard import tidy_older_writers
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.visible import visible_files
 from app.sources import archive
@@ -73,6 +79,7 @@ class RepairPlan:
     partitions: tuple[PartitionPlan, ...]
     end: Offsets  # restart offsets for every partition the output knows
     files_to_rewrite: tuple[str, ...]
+    head: int | None = None  # the ledger entry the plan was made from
 
     @property
     def adopt(self) -> dict[str, int]:
@@ -155,6 +162,7 @@ def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
         ),
         end,
         tuple(files),
+        head.number,
     )
 
 
@@ -163,49 +171,65 @@ def apply_repair(
     checkpoint_uri: str,
     plan: RepairPlan,
     retirement: rewrite_mod.Retirement | None = None,
+    *,
+    writer_lease_s: float | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> str | None:
     """Steps 4 to 6; returns where the old checkpoint went (None if there was none)."""
     location = resolve(output_uri)
     ledger = Ledger(location)
-    head = ledger.head()
     # Step 4
-    moved = move_checkpoint_aside(checkpoint_uri)
-    # Step 5
-    # A crashed rewrite changed which files hold rows:
-    if rewrite_mod.finish_open(
-        location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
-    ):
-        files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
-    else:
-        files = list(plan.files_to_rewrite)
-    rewrite = _rewrite(location, files, plan.end, plan.kept_offsets())
-    rewrite_mod.carry_out(
-        location,
-        dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
-        snapshot=table_commit.snapshot_rewrite,
-        retirement=retirement,
-    )
-    pending = ledger.pending()
-    if pending is not None:  # a crashed batch's files, beyond the head: offsets the run redoes
-        ledger_mod.retire_unledgered(location, pending, keep=set())
-    ledger.clear_pending()
-    location.delete_dir(location.child(ledger_mod.STAGING_DIR))
-    location.delete_dir(location.child(REPAIR_DIR))
-    # Step 6
-    if head is not None:
-        ledger.append(
-            LedgerEntry(
-                number=head.number + 1,
-                kind=ledger_mod.REPAIR,
-                end=plan.end,
-                checkpoint=checkpoint_uri,
-                adopt=plan.adopt,
-                schema=head.schema,  # its files keep the schema their rows were computed with
+    fencing.refuse_if_held(location, notice)
+    fence = fencing.claim(location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s))
+    lease = fencing.LeaseKeeper(fence).start()
+    try:
+        head = ledger.head()
+        if (head.number if head is not None else None) != plan.head:
+            raise OutputStateError(
+                f"output {output_uri} changed while the repair was planned (its ledger ends at "
+                f"entry {head.number if head else None}, the plan read entry {plan.head}): "
+                "run the repair again",
+                output=output_uri,
             )
+        tidy_older_writers(fence, redo_key=None)
+        moved = move_checkpoint_aside(checkpoint_uri)
+        # Step 5
+        fence.check("rewriting the output's files")
+        # A crashed rewrite changed which files hold rows:
+        if rewrite_mod.finish_open(
+            location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
+        ):
+            files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
+        else:
+            files = list(plan.files_to_rewrite)
+        location.delete_dir(location.child(REPAIR_DIR))  # an earlier attempt's staging
+        rewrite = _rewrite(location, files, plan.end, plan.kept_offsets())
+        rewrite_mod.carry_out(
+            location,
+            dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
+            snapshot=table_commit.snapshot_rewrite,
+            retirement=retirement,
         )
-    # The rewrite committed the table's overwrite (step 5); its snapshot at the repair's
-    # entry follows the ledger (app.table).
-    table_commit.catch_up(location)
+        location.delete_dir(location.child(REPAIR_DIR))
+        # Step 6
+        if head is not None:
+            fence.append(
+                LedgerEntry(
+                    number=-1,  # the fence numbers it
+                    kind=ledger_mod.REPAIR,
+                    end=plan.end,
+                    checkpoint=checkpoint_uri,
+                    adopt=plan.adopt,
+                    # Its files keep the schema their rows were computed with.
+                    schema=head.schema,
+                ),
+                doing="recording the repair",
+            )
+        # The rewrite committed the table's overwrite (step 5); its snapshot at the repair's
+        # entry follows the ledger (app.table).
+        table_commit.catch_up(location)
+    finally:
+        lease.stop(release=True)
     return moved
 
 

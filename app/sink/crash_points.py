@@ -6,7 +6,7 @@ time. It is installed into the commit protocol's step hook
 its own process), or, for a test that starts ``tablecast run`` as a process,
 by the command line from the environment (:func:`install_from_environment`):
 ``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>][:<batch>]`` and
-``TABLECAST_CRASH_MODE=sigkill|raise`` (default ``sigkill``). Nothing in the
+``TABLECAST_CRASH_MODE=sigkill|raise|sigstop`` (default ``sigkill``). Nothing in the
 protocol reads them; unset, as in production, nothing is installed and the
 hook does nothing.
 """
@@ -40,6 +40,9 @@ class CrashMode(enum.Enum):
     """:class:`SimulatedCrash` out of ``foreachBatch``: the query fails with nothing
     cleaned up (the sink has no cleanup on any error), and a test resumes in the
     same process and SparkSession, without paying a JVM's start-up per case."""
+    SIGSTOP = "sigstop"
+    """The driver stops itself there, as a frozen VM or a long pause would: a test
+    starts another writer meanwhile, then wakes this one with SIGCONT."""
 
 
 class SimulatedCrash(Exception):
@@ -98,6 +101,12 @@ class CrashPoint:
         where = f"{step}" if files is None else f"{step}.{files}"
         if self.mode is CrashMode.RAISE:
             raise SimulatedCrash(f"{CRASH_ENV}: crashed after step {where} of batch {batch_id}")
+        if self.mode is CrashMode.SIGSTOP:
+            log.warning(
+                "%s: stopping the driver after step %s of batch %d", CRASH_ENV, where, batch_id
+            )
+            os.kill(os.getpid(), signal.SIGSTOP)  # returns once a SIGCONT wakes the process
+            return
         log.warning("%s: killing the driver after step %s of batch %d", CRASH_ENV, where, batch_id)
         os.kill(os.getpid(), signal.SIGKILL)
 

@@ -24,12 +24,14 @@ from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, OwnershipLostError
 from app.metrics.listener import MetricsListener
-from app.sink import schemas
+from app.sink import fencing, schemas
 from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport, ExactlyOnceSink
-from app.sink.guard import check_before_start
+from app.sink.fencing import Fence, LeaseKeeper
+from app.sink.guard import StartPlan, check_before_start
+from app.sink.ledger import staging_dir as ledger_staging_dir
 from app.sources import backend_options, ranges, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
@@ -119,6 +121,8 @@ class JobConfig:
     table: table_live.TableSettings = field(default_factory=table_live.TableSettings)
     schema: TableSchema = DEFAULT_SCHEMA  # the table schema (CONTRACT.md section 1a)
     schema_document: str = "(default)"  # where it was read from, for the operator's eyes
+    # How long this job may go without renewing its hold on the output (app.sink.fencing).
+    writer_lease_s: float = defaults.WRITER_LEASE_S
 
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
@@ -156,19 +160,59 @@ def run(
     on_batch: Callable[[BatchReport], None] | None = None,
     processor: Processor[Any] | None = None,
     listener: MetricsListener | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> None:
     """Run the job until an available-now run is done (or forever); raise on failure.
 
     ``listener`` (optional) publishes every batch's metrics; it is attached
-    for this run only.
+    for this run only. ``notice``: a line for the operator while the start
+    waits to see whether a previous holder of the output is still running.
     """
     processor = processor or TableProcessor(config.schema)
-    # A schema the output cannot take is refused before anything is written.
-    schemas.check_start(resolve(config.output), processor.schema, config.schema_document)
+    # A schema the output cannot take is refused before anything is written (a claim too).
+    schemas.check(resolve(config.output), processor.schema, config.schema_document)
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
-    plan = check_before_start(config.output, checkpoint, table_commit)
-    # Glue's table, evolved to the schema, before the first batch:
+    writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
+    plan = check_before_start(config.output, checkpoint, table_commit, writer, notice)
+    assert plan.fence is not None  # check_before_start claims the output
+    lease = LeaseKeeper(plan.fence).start()
+    try:
+        _run_query(spark, config, plan, checkpoint, lease, on_batch, processor, listener)
+    except Exception as exc:
+        raise _ownership_lost(plan.fence, exc) from None
+    finally:
+        lease.stop(release=True)  # unless another writer holds it by now
+
+
+def _ownership_lost(fence: Fence, exc: Exception) -> Exception:
+    """``exc``, or the ownership this run lost if that is why it failed: a stale driver's
+    Spark may fail first, writing a checkpoint log entry another driver wrote."""
+    if isinstance(exc, OwnershipLostError):
+        return exc
+    try:
+        fence.check("going on")
+    except OwnershipLostError as lost:
+        return lost
+    except Exception:  # the storage cannot say: the original error stands
+        return exc
+    return exc
+
+
+def _run_query(
+    spark: Any,
+    config: JobConfig,
+    plan: StartPlan,
+    checkpoint: CheckpointLog,
+    lease: LeaseKeeper,
+    on_batch: Callable[[BatchReport], None] | None,
+    processor: Processor[Any],
+    listener: MetricsListener | None,
+) -> None:
+    assert plan.fence is not None
+    # The output is this run's now: its schema is recorded, and Glue's table evolved to it
+    # (made, with --glue-database), before the first batch.
+    schemas.check_start(resolve(config.output), processor.schema, config.schema_document)
     table_live.prepare(config.output, config.table, processor.schema)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
@@ -179,6 +223,8 @@ def run(
         engine=engine,
         mode=config.integrity,
         table=table_commit,
+        fence=plan.fence,
+        lease=lease,
         on_batch=_reporting(on_batch, listener),
     )
     writer = (
@@ -202,6 +248,10 @@ def run(
             if listener is not None:
                 listener.bind(str(query.runId))
             query.awaitTermination()
+            plan.fence.check("removing the last batch's old state versions")
+            engine.collect_garbage()
+            location = resolve(config.output)
+            location.delete_dir(location.child(ledger_staging_dir(plan.fence.claim)))
         except Exception as exc:
             # The sink's own error first (a worker's, rebuilt there), then the source
             # reader's, from the planner; anything else is unexpected.

@@ -149,7 +149,10 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
         todo = [n for n in numbers if n > held.entry]
     else:
         todo = numbers
-    entries = [ledger.read(n) for n in todo]
+    # Claims hold no offsets: the table takes the data entries (batches, repairs).
+    entries = [e for e in (ledger.read(n) for n in todo) if e.kind is not ledger_mod.WRITER]
+    if not entries:
+        return 0
     if held is None and not all(
         location.exists(location.child(f)) for e in entries for f in e.files if _is_data(f)
     ):
@@ -172,7 +175,7 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
             # output had no table is reconciled with what is visible.
             _reconcile(location, table, _entry_properties(entry, str(entry.kind)))
         log.info("table %s: ledger entry %d committed", table.name(), number)
-    return len(todo)
+    return len(entries)
 
 
 def _visible_data(location: Location) -> set[str]:

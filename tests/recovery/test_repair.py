@@ -169,4 +169,4 @@ def test_files_of_a_batch_that_crashed_before_its_ledger_entry_do_not_survive_a_
     plan = repair.plan_repair(str(out), repair.archive_reader(root, "^sensor-.+"))
     repair.apply_repair(str(out), str(tmp_path / "ckpt"), plan)
     assert visible_files(location) == []  # the next run publishes partition 1 again, once
-    assert ledger.pending() is None
+    assert ledger.pending_lists() == []
