@@ -148,10 +148,11 @@ class EnvelopeParser:
             gc=False,
         )
         single = len(key_columns) == 1
-        bare_ok = single and key_columns[0].type is not ColumnType.DECIMAL
-        deleted_item: Any = key_type | _DECODED[key_columns[0].type] if bare_ok else key_type
-        if single and not bare_ok:
-            deleted_item = msgspec.Raw  # a decimal key: an object, or its literal
+        deleted_item: Any = key_type  # a key object; a one-column key's bare value too
+        if single and key_columns[0].type is ColumnType.DECIMAL:
+            deleted_item = msgspec.Raw  # an object, or the decimal's literal
+        elif single:
+            deleted_item = key_type | _DECODED[key_columns[0].type]
         document = msgspec.defstruct(
             "Document",
             [
@@ -172,7 +173,6 @@ class EnvelopeParser:
         self._key_type = key_type
         self._decode_key = msgspec.json.Decoder(key_type).decode
         self._single = single
-        self._key_columns = key_columns
         # Columns whose decoded form is not yet the stored one: (index, its converter).
         self._converted = [
             (i, _converter(c)) for i, c in enumerate(columns) if c.type in _CONVERTED
@@ -336,19 +336,12 @@ class EnvelopeParser:
         return found
 
 
-def _field_type(column: Column) -> Any:
-    decoded = _DECODED[column.type]
-    if column.type is ColumnType.DECIMAL:
-        return decoded  # null arrives as its literal
-    return decoded | None if column.nullable else decoded
-
-
 def _struct_field(name: str, column: Column) -> tuple[str, Any] | tuple[str, Any, Any]:
-    if column.type is ColumnType.DECIMAL:
+    """A column as a field of the row struct; a nullable one may be absent (null)."""
+    if column.type is ColumnType.DECIMAL:  # its literal, null included
         return (name, msgspec.Raw, msgspec.Raw(b"null")) if column.nullable else (name, msgspec.Raw)
-    if column.nullable:
-        return (name, _field_type(column), None)
-    return (name, _field_type(column))
+    decoded = _DECODED[column.type]
+    return (name, decoded | None, None) if column.nullable else (name, decoded)
 
 
 def _unchanged(value: Any) -> Any:

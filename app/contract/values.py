@@ -103,7 +103,7 @@ def date_text(column: Column, text: str, where: str) -> date:
     try:
         return msgspec.convert(text, date)
     except msgspec.ValidationError:
-        raise _bad(column, where, f"{shown(text)}") from None
+        raise _bad(column, where, shown(text)) from None
 
 
 class DecimalReader:
