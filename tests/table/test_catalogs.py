@@ -125,3 +125,48 @@ def test_the_catalog_opened_on_a_thread_is_the_one_the_first_commit_uses(tmp_pat
     assert not opening.is_alive()
     assert catalog_mod._catalog.cache_info().misses == 1  # opened once, by whichever came first
     assert table.catalog is catalog_mod.catalog(config)
+
+
+def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
+    expected: pa.Table, aws: dict[str, str]
+) -> None:
+    import boto3
+
+    from app.contract.schema import DEFAULT_SCHEMA, parse_schema
+    from app.sink import schemas
+    from app.table import live
+
+    output = "s3://lake/evolving"
+    publish_batches(output, expected, cuts(expected, 2))
+    settings = live.TableSettings(glue_database="tablecast", region="us-east-1")
+    live.prepare(output, settings, DEFAULT_SCHEMA)
+    glue = boto3.client("glue", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1")
+
+    def glue_table() -> dict[str, Any]:
+        found: dict[str, Any] = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
+        return found
+
+    before = glue_table()["Parameters"]["metadata_location"]
+    live.prepare(output, settings, DEFAULT_SCHEMA)  # the same schema changes nothing
+    assert glue_table()["Parameters"]["metadata_location"] == before
+
+    added = parse_schema(
+        '[key]\ncolumns = ["id"]\n[columns]\nid = { type = "string", output = "row_id" }\n'
+        'value = { type = "float64", nullable = true }\n'
+        'status = { type = "string", nullable = true }\n'
+        'firmware = { type = "string", nullable = true }\n',
+        "with-firmware.toml",
+    )
+    schemas.check_start(resolve(output), added, "with-firmware.toml")
+    live.prepare(output, settings, added)
+    found = glue_table()
+    assert found["Parameters"]["metadata_location"] != before
+    columns = [c["Name"] for c in found["StorageDescriptor"]["Columns"]]
+    assert "firmware" in columns
+    config = catalog_mod.config_for(resolve(output))
+    assert config is not None
+    table = catalog_mod.catalog(config).load_table(config.table)
+    fields = {f.name: f for f in table.schema().fields}
+    assert fields["firmware"].field_id == max(f.field_id for f in fields.values())
+    scanned = table.scan().to_arrow()
+    assert scanned.num_rows == len(expected) and scanned["firmware"].null_count == len(expected)
