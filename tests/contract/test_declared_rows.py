@@ -283,3 +283,20 @@ def test_a_traced_message_names_its_keys_in_the_declared_key_columns() -> None:
         ("applied", "rows (site, id): (a, 0), (a, 1), (a, 2) and 2 more"),
         ("applied", "deleted: (a, 0)"),
     ]
+
+
+def test_every_fault_of_a_declared_schemas_capture_violates_where_generate_says() -> None:
+    faults = tuple(f for f in gen.Fault if f is not gen.Fault.ARCHIVE_HOLE)
+    spec = gen.CaptureSpec(sessions=len(faults) + 3, updates=20, faults=faults, schema=WIDE)
+    capture = gen.generate(spec)
+    outcome = run_partitions(
+        sorted(capture.partitions),
+        lambda tp: _records(capture, tp),
+        TableProcessor(WIDE),
+        Rules(IntegrityMode.RESYNC),
+    )
+    found = {(v.topic, v.partition, v.offset, v.rule) for v in outcome.violations}
+    assert found == {
+        (f.topic, f.partition, f.offset, gen.FAULT_RULES[f.fault]) for f in capture.faults
+    }
+    assert len(capture.faults) == len(faults)
