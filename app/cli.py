@@ -763,11 +763,18 @@ def _generate(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    schema = _schema(args) if args.schema else verify_mod.output_table_schema(args.output)
-    actual = verify_mod.read_output(args.output, required=True, schema=schema)
-    expected = verify_mod.expected_output(
-        args.archive, args.topic_pattern, IntegrityMode(args.integrity), schema=schema
+    # The schema given, or each range's as the output's ledger records it.
+    first, changes = (
+        (_schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
     )
+    expected = verify_mod.expected_output(
+        args.archive,
+        args.topic_pattern,
+        IntegrityMode(args.integrity),
+        schema=first,
+        changes=changes,
+    )
+    actual = verify_mod.read_output(args.output, required=True, schema=expected.schema)
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
     print(comparison.report())

@@ -142,6 +142,18 @@ class PartitionMachine(Generic[StateT]):
         self.processor = processor
         self.parse = parser_for(processor.schema)
 
+    def switch(self, state: PartitionState[StateT], processor: Processor[StateT]) -> None:
+        """Go on with ``processor`` where the live job restarted with another table schema:
+        the sessions' tables carry on, read as it reads a state saved before (a column
+        added since is null)."""
+        before = self.processor
+        if processor is before:
+            return
+        for session in state.sessions.values():
+            if session.user is not None:
+                session.user = processor.decode(before.encode(session.user))
+        self.use(processor)
+
     def run(
         self,
         state: PartitionState[StateT],

@@ -143,11 +143,7 @@ def _use_schema(
     processor = processors.get(found) if found is not None else None
     if processor is None or processor is machine.processor:
         return
-    before = machine.processor
-    for session in state.sessions.values():
-        if session.user is not None:
-            session.user = processor.decode(before.encode(session.user))
-    machine.use(processor)
+    machine.switch(state, processor)
     if len(result.rows) and not unstaged:
         raise AssertionError(f"{work.tp}: the table schema changes inside a block at {offset}")
     result.rows = RowColumns(result.rows.tp, processor.schema)

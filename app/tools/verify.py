@@ -9,7 +9,7 @@ missing rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -24,7 +24,9 @@ from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.output import QuarantinedRecord, output_schema
 from app.errors import ConfigurationError, Violation
+from app.sink import ledger as ledger_mod
 from app.sink import schemas
+from app.sink.ledger import Ledger, LedgerEntry
 from app.sources import archive
 from app.storage import resolve
 
@@ -38,6 +40,7 @@ class Expected:
     violations: list[Violation]
     messages: int
     sessions: int
+    schema: TableSchema = DEFAULT_SCHEMA  # the last table schema: the rows' columns
 
 
 def expected_output(
@@ -47,9 +50,11 @@ def expected_output(
     adopt: Mapping[str, int] | None = None,
     below: Offsets | None = None,
     schema: TableSchema = DEFAULT_SCHEMA,
+    changes: Mapping[TopicPartition, Sequence[tuple[int, TableSchema]]] | None = None,
 ) -> Expected:
     """What the job outputs for every record of the archive (or only below ``below``),
-    with the table schema ``schema``."""
+    with the table schema ``schema``, and where ``changes`` says, from an offset on, another
+    (:func:`recorded_schemas`: where the live job restarted with one)."""
     location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
     if not index.files:
@@ -63,15 +68,35 @@ def expected_output(
             for lo in range(0, batch.num_rows, SLICE):
                 yield RecordColumns.from_arrow(batch.slice(lo, SLICE))
 
+    processors: dict[TableSchema, TableProcessor] = {}
+
+    def processor(of: TableSchema) -> TableProcessor:
+        return processors.setdefault(of, TableProcessor(of))
+
+    switches = {
+        tp: [(offset, processor(changed)) for offset, changed in found]
+        for tp, found in (changes or {}).items()
+    }
     outcome = run_partitions(
-        sorted(index.files), read, TableProcessor(schema), Rules(mode, adopt=dict(adopt or {}))
+        sorted(index.files),
+        read,
+        processor(schema),
+        Rules(mode, adopt=dict(adopt or {})),
+        switches,
     )
     rows = outcome.rows()
     if below is not None:
         rows = rows.filter(_below(rows, below))
     sessions = {s for state in outcome.states.values() for s in state.sessions}
     sessions |= {d.session for r in outcome.results.values() for d in r.dropped}
-    return Expected(rows, outcome.quarantined, outcome.violations, outcome.messages, len(sessions))
+    return Expected(
+        rows,
+        outcome.quarantined,
+        outcome.violations,
+        outcome.messages,
+        len(sessions),
+        outcome.schema,
+    )
 
 
 def _below(rows: pa.Table, end: Offsets) -> pa.ChunkedArray:
@@ -112,6 +137,31 @@ class Comparison:
                 lines.append(f"  {label}: {row}")
         lines.append("OK: the output is exactly the expected output" if self.ok else "DIFFERENT")
         return "\n".join(lines)
+
+
+def recorded_schemas(
+    uri: str,
+) -> tuple[TableSchema, dict[TopicPartition, list[tuple[int, TableSchema]]]]:
+    """The table schema the output's first batch ran with, and per partition each offset
+    from which its batches ran with another (the ledger's ``schema`` of each entry)."""
+    location = resolve(uri)
+    entries = Ledger(location).entries() if location.exists(location.path) else []
+    batches = [e for e in entries if e.kind is ledger_mod.BATCH]
+    if not batches:
+        return output_table_schema(uri), {}
+    first = schemas.of_entry(location, batches[0])
+    held: dict[TopicPartition, str] = {}
+    changes: dict[TopicPartition, list[tuple[int, TableSchema]]] = {}
+    previous: LedgerEntry | None = None
+    for entry in entries:
+        if entry.kind is ledger_mod.BATCH:
+            schema = schemas.of_entry(location, entry)
+            for tp, (start, _) in sorted(entry.ranges(previous).items()):
+                if held.get(tp, first.digest) != schema.digest:
+                    changes.setdefault(tp, []).append((start, schema))
+                held[tp] = schema.digest
+        previous = entry
+    return first, changes
 
 
 def output_table_schema(uri: str) -> TableSchema:

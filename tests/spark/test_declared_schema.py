@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from app import cli
 from app.contract.schema import TableSchema, parse_schema
 from app.engine.output import output_schema
 from app.errors import ConfigurationError
@@ -120,6 +121,17 @@ def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refuse
         .cast(layout)
     )
     assert expected.column("extra").null_count < len(expected)  # the new column is filled
+
+    # verify's expectation reads each range with the schema its ledger entry names.
+    first, changes = verify.recorded_schemas(str(output))
+    assert first == before and set(changes) == set(half)
+    assert all(found == [(50, after)] for found in changes.values())
+    recomputed = verify.expected_output(str(full), PATTERN, schema=first, changes=changes)
+    assert verify.compare(expected, recomputed.rows).ok
+    assert cli.main(["verify", "--archive", str(full), "--output", str(output)]) == 0
+    # (The schema after for every range would fill the column where the output holds null.)
+    all_after = verify.expected_output(str(full), PATTERN, schema=after).rows
+    assert not verify.compare(all_after, verify.read_output(str(output))).ok
 
     # Plain readers that unify by name: pyarrow given the output's schema, DuckDB.
     plain = verify.read_output(str(output))
