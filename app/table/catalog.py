@@ -236,8 +236,9 @@ def open_table(location: Location, config: TableConfig, schema: TableSchema | No
 def evolve(location: Location, schema: TableSchema) -> bool:
     """Bring the output's table to ``schema`` before a batch writes its columns: added
     columns get new field ids, columns made nullable become optional, the name mapping
-    follows. Returns whether it changed; an output without a table is left alone (it is
-    made with the schema, as its first batch commits)."""
+    follows; a table made before it declared a sort order declares the files' one.
+    Returns whether it changed; an output without a table is left alone (it is made
+    with the schema, as its first batch commits)."""
     config = config_for(location)
     if config is None or not table_exists(location, config):
         return False
@@ -253,13 +254,17 @@ def evolve(location: Location, schema: TableSchema) -> bool:
         for f in wanted
         if f.name.lower() in held and f.nullable and held[f.name.lower()].required
     ]
-    if not added and not relaxed:
+    unsorted = table.sort_order().is_unsorted
+    if not added and not relaxed and not unsorted:
         return False
     with table.transaction() as transaction:
-        with transaction.update_schema() as update:
-            update.union_by_name(wanted)  # new fields get new ids; required ones relaxed
-        mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
-        transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        if added or relaxed:
+            with transaction.update_schema() as update:
+                update.union_by_name(wanted)  # new fields get new ids; required ones relaxed
+            mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
+            transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        if unsorted:
+            _declare_sort_order(transaction)
     log.info(
         "table %s: schema evolved (columns added: %s; made nullable: %s)",
         config.table,
@@ -269,10 +274,20 @@ def evolve(location: Location, schema: TableSchema) -> bool:
     return True
 
 
+def _declare_sort_order(transaction: Any) -> None:
+    """Every file holds its rows in this order (the sink's, compaction's): engines may rely
+    on it."""
+    from pyiceberg.table.sorting import NullOrder
+    from pyiceberg.transforms import IdentityTransform
+
+    with transaction.update_sort_order() as order:
+        for name in SORT_ORDER:
+            order.asc(name, IdentityTransform(), NullOrder.NULLS_FIRST)
+
+
 def _create(found: Catalog, config: TableConfig, schema: TableSchema) -> None:
     from pyiceberg.table import TableProperties
-    from pyiceberg.table.sorting import NullOrder
-    from pyiceberg.transforms import DayTransform, IdentityTransform
+    from pyiceberg.transforms import DayTransform
 
     properties: dict[str, Any] = {
         # The sink's files: snappy Parquet; compaction writes the same.
@@ -290,10 +305,7 @@ def _create(found: Catalog, config: TableConfig, schema: TableSchema) -> None:
     )
     with transaction.update_spec() as spec:
         spec.add_field("ts", DayTransform(), PARTITION_FIELD)
-    # Every file holds its rows in this order (the sink's, compaction's): engines may rely on it.
-    with transaction.update_sort_order() as order:
-        for name in SORT_ORDER:
-            order.asc(name, IdentityTransform(), NullOrder.NULLS_FIRST)
+    _declare_sort_order(transaction)
     # The files carry no Iceberg field ids: columns are matched by name.
     mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
     transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})

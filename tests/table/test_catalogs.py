@@ -170,3 +170,24 @@ def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
     assert fields["firmware"].field_id == max(f.field_id for f in fields.values())
     scanned = table.scan().to_arrow()
     assert scanned.num_rows == len(expected) and scanned["firmware"].null_count == len(expected)
+
+
+def test_a_table_made_before_it_declared_a_sort_order_declares_the_files_one(
+    tmp_path: Path,
+) -> None:
+    from app.contract.schema import DEFAULT_SCHEMA
+
+    location = resolve(str(tmp_path / "out"))
+    config = catalog_mod.config_for(location)
+    assert config is not None
+    location.fs.create_dir(location.child(catalog_mod.TABLE_DIR), recursive=True)
+    found = catalog_mod.catalog(config)
+    found.create_namespace_if_not_exists(catalog_mod.NAMESPACE)
+    found.create_table(config.table, schema=OUTPUT_SCHEMA, location=config.location)  # as before
+    assert found.load_table(config.table).sort_order().is_unsorted
+    assert catalog_mod.evolve(location, DEFAULT_SCHEMA)
+    order = found.load_table(config.table).sort_order()
+    table = found.load_table(config.table)
+    names = [table.schema().find_column_name(f.source_id) for f in order.fields]
+    assert names == ["topic", "partition", "offset"]
+    assert not catalog_mod.evolve(location, DEFAULT_SCHEMA)  # then nothing is left to do
