@@ -635,12 +635,16 @@ def _run(args: argparse.Namespace) -> int:
         write=console.line,
     )
     committer = _group_committer(args)  # a refused group costs no JVM start
+    from app.sink import fencing
+
+    # A job holding the output refuses this one before a JVM starts.
+    gone = fencing.refuse_if_held(resolve(args.output), console.line)
     spark = spark_session(args.master)
     display = ProgressDisplay(console)
     listener = MetricsListener(publisher, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
-        job.run(spark, config, display.on_report, listener=listener, notice=console.line)
+        job.run(spark, config, display.on_report, listener=listener, notice=console.line, gone=gone)
         finished = True
     finally:
         stats = publisher.close()  # bounded: what CloudWatch does not take in time is dropped
@@ -784,8 +788,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _repair(args: argparse.Namespace) -> int:
     from app.recovery import repair
+    from app.sink import fencing
 
     retirement = _retirement(args)
+    writer_lease_s = _writer_lease(args)
+    fencing.refuse_if_held(resolve(args.output), _say)  # before the source is read
     reader = (
         repair.archive_reader(args.archive, args.topic_pattern)
         if args.archive
@@ -804,7 +811,7 @@ def _repair(args: argparse.Namespace) -> int:
         args.checkpoint,
         plan,
         retirement,
-        writer_lease_s=_writer_lease(args),
+        writer_lease_s=writer_lease_s,
         notice=_say,
     )
     if moved:

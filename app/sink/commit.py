@@ -17,7 +17,9 @@ by the writer that claimed the output at start (:mod:`app.sink.fencing`):
    run it (the partitions' state must advance) but publish nothing. The
    head's end different from this start: output and checkpoint disagree; stop.
    The state versions the tasks load are those the ledger recorded last.
-3. Run the batch's partition tasks (:mod:`app.engine`): each task writes its
+3. Check that the output is still this writer's (one small request: the
+   ledger's next number is free), then run the batch's partition tasks
+   (:mod:`app.engine`): each task writes its
    partition's rows under ``_tablecast/staging/<claim>/<key>/`` (hidden),
    saves its partition's state at the range's end (named by offset and
    digest), and reports files, violations, trace lines and the sessions it
@@ -183,6 +185,7 @@ class ExactlyOnceSink:
         # the repair) is published as an empty batch, never recognised as published.
         already_published = head is not None and head.kind is ledger_mod.BATCH and head.end == end
         if head is not None and not already_published and start and start != head.end:
+            fence.check(f"batch {batch_id}")  # the head moved on: another writer's, not ours
             message = (
                 f"output {self.output_uri} ends at {offsets_mod.describe(head.end)} but batch "
                 f"{batch_id} of checkpoint {self.checkpoint.uri} starts at "
@@ -196,6 +199,7 @@ class ExactlyOnceSink:
         self._step_done(2, batch_id)
 
         # Step 3
+        fence.check(f"running batch {batch_id}")  # a writer woken from a pause writes nothing
         key = offsets_mod.fingerprint(end)
         staging = f"{ledger_mod.staging_dir(fence.claim)}/{key}"
 

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,8 +42,11 @@ class CrashMode(enum.Enum):
     cleaned up (the sink has no cleanup on any error), and a test resumes in the
     same process and SparkSession, without paying a JVM's start-up per case."""
     SIGSTOP = "sigstop"
-    """The driver stops itself there, as a frozen VM or a long pause would: a test
-    starts another writer meanwhile, then wakes this one with SIGCONT."""
+    """The driver stops itself there with its process group (its JVM and Python
+    workers), as a frozen VM would: a test starts another writer meanwhile, then
+    wakes the group with SIGCONT. The whole group, because the kernel wakes a
+    stopped process whose orphaned group loses a member (a Python worker that
+    ends), and a frozen machine runs none of them."""
 
 
 class SimulatedCrash(Exception):
@@ -105,10 +109,29 @@ class CrashPoint:
             log.warning(
                 "%s: stopping the driver after step %s of batch %d", CRASH_ENV, where, batch_id
             )
-            os.kill(os.getpid(), signal.SIGSTOP)  # returns once a SIGCONT wakes the process
+            _stop_until_continued()
             return
         log.warning("%s: killing the driver after step %s of batch %d", CRASH_ENV, where, batch_id)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stop_until_continued() -> None:
+    """Stop this process group until a SIGCONT, as long as a frozen machine would be.
+
+    A stop that returns at once did not take (a continue signal was pending, or the
+    kernel continued the group): stop again, so that only a later SIGCONT (a test's,
+    seconds on) wakes the driver.
+    """
+    while True:
+        began = time.monotonic()
+        os.killpg(os.getpgrp(), signal.SIGSTOP)
+        if time.monotonic() - began > _STOP_TOOK_S:
+            return
+        log.warning("%s: the stop did not take (continued at once); stopping again", CRASH_ENV)
+        time.sleep(0.05)
+
+
+_STOP_TOOK_S = 0.5  # a test wakes a stopped driver after seconds, never sooner
 
 
 @contextmanager

@@ -238,13 +238,19 @@ def renewing_holder(
 
 
 def refuse_if_held(
-    location: Location, notice: Callable[[str], None] | None = None
+    location: Location,
+    notice: Callable[[str], None] | None = None,
+    gone: Holder | None = None,
 ) -> Holder | None:
     """Raise, naming it, if a live writer holds the output; else the last holder (or None).
 
     Nothing is written: a refused writer leaves the output as it found it.
+    ``gone``: a holder this process has already watched go quiet; found again
+    with its lease as it was then, it is not watched a second time.
     """
     holder = find_holder(Ledger(location))
+    if holder is not None and gone is not None and holder == gone:
+        return holder
     alive = None if holder is None else renewing_holder(location, holder, notice)
     if alive is not None:
         raise OutputStateError(

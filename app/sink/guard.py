@@ -60,17 +60,19 @@ def check_before_start(
     table: LedgerFollower,
     writer: WriterInfo | None = None,
     notice: Callable[[str], None] | None = None,
+    gone: fencing.Holder | None = None,
 ) -> StartPlan:
     """Where the run starts, with the output claimed for ``writer``; raises
     :class:`OutputStateError`, having changed nothing, when the start is refused.
 
     ``table``: the output's Iceberg table (:mod:`app.table.commit`), whose snapshot
     finishes a rewrite that died. ``notice``: a line for the operator while a
-    previous holder's lease is watched."""
+    previous holder's lease is watched; ``gone``: the holder a check before this one
+    found quiet (:func:`app.sink.fencing.refuse_if_held`)."""
     location = resolve(output_uri)
     writer = writer or fencing.new_writer("run", checkpoint.uri)
     # Step 1
-    fencing.refuse_if_held(location, notice)
+    fencing.refuse_if_held(location, notice, gone)
     # Step 2
     plan, redo_key = _agreed_start(location, output_uri, checkpoint)
     # Step 3

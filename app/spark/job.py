@@ -161,12 +161,14 @@ def run(
     processor: Processor[Any] | None = None,
     listener: MetricsListener | None = None,
     notice: Callable[[str], None] | None = None,
+    gone: fencing.Holder | None = None,
 ) -> None:
     """Run the job until an available-now run is done (or forever); raise on failure.
 
     ``listener`` (optional) publishes every batch's metrics; it is attached
     for this run only. ``notice``: a line for the operator while the start
-    waits to see whether a previous holder of the output is still running.
+    waits to see whether a previous holder of the output is still running;
+    ``gone``: the holder the command line already found quiet, before Spark started.
     """
     processor = processor or TableProcessor(config.schema)
     # A schema the output cannot take is refused before anything is written (a claim too).
@@ -174,7 +176,7 @@ def run(
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
     writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
-    plan = check_before_start(config.output, checkpoint, table_commit, writer, notice)
+    plan = check_before_start(config.output, checkpoint, table_commit, writer, notice, gone)
     assert plan.fence is not None  # check_before_start claims the output
     lease = LeaseKeeper(plan.fence).start()
     try:
