@@ -36,6 +36,7 @@ import orjson
 
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.errors import ConfigurationError, TablecastError
+from app.sink import schemas
 from app.sink.ledger import CONTROL_DIR
 from app.sink.rewrite import Retirement
 from app.storage import Location, resolve
@@ -85,8 +86,12 @@ def prepare(output: str, settings: TableSettings, schema: TableSchema = DEFAULT_
             log.info("output %s catalogued as %s in Glue", location.uri, config.table)
         with threads_released():
             table_commit.catch_up(location)  # creates the table when it is not there
-    with threads_released():
-        evolve(location, schema)  # the columns a schema added, before a batch writes them
+    held = schemas.current(location)
+    # The columns a schema added, before a batch writes them; an unchanged schema leaves
+    # the table as it is (a start opens the local catalog only with --glue-database).
+    if settings.glue_database or (held is not None and held != schema):
+        with threads_released():
+            evolve(location, schema)
     if settings.compact_every_s and config_for(location) is None:
         raise ConfigurationError(
             f"--compact-every needs the Iceberg table of {location.uri}: give --glue-database "
