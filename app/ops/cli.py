@@ -10,6 +10,7 @@ and exit non-zero (:mod:`app.ops.errors` lists the codes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -26,7 +27,9 @@ from app import handoff
 from app.cli import parse_duration_ms, parse_positive
 from app.code_version import checkout_commit
 from app.errors import ConfigurationError, TablecastError
+from app.metrics.publisher import MetricsPublisher, NullPublisher, PublisherKind, make_publisher
 from app.ops import deploy, wheel
+from app.ops.archive_lock import ArchiveLock
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff
 from app.ops.pipelines import PRICES, Declarations, list_pipelines, load_prices, settings_path
@@ -202,6 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     archive.add_argument(
         "--timeout", type=_seconds, default=3600.0, help="a catch-up stops after this [1 hour]"
+    )
+    archive.add_argument(
+        "--metrics",
+        choices=[kind.value for kind in PublisherKind],
+        default=PublisherKind.NONE.value,
+        help="where --follow publishes its heartbeat and lag every minute, with --environment "
+        "(the driver's service: cloudwatch) [none]",
     )
     return parser
 
@@ -452,7 +462,16 @@ def _archive(args: argparse.Namespace) -> int:
     def written(file: archiver.WrittenFile) -> None:
         _say(f"wrote {file.path} ({file.records:,} records)")
 
-    with archiver.Archiver(endpoint, config, on_file=written) as copier:
+    publisher = _archiver_publisher(args, found)
+    lock = None
+    if found is not None and found.archive_lock_days:
+        lock = ArchiveLock.of(AwsClients.create(found.region).s3, found.archive_lock_days, uri)
+    with (
+        contextlib.closing(publisher),
+        archiver.Archiver(
+            endpoint, config, on_file=written, publisher=publisher, lock=lock
+        ) as copier,
+    ):
         if not args.follow:
             run = copier.catch_up(timeout_s=args.timeout)
         else:
@@ -467,6 +486,16 @@ def _archive(args: argparse.Namespace) -> int:
             run = copier.follow(stop)
     _say(run.lines()[0])
     return 0
+
+
+def _archiver_publisher(args: argparse.Namespace, found: Handoff | None) -> MetricsPublisher:
+    """Where a following archiver's heartbeat and lag go: the environment's namespace."""
+    kind = PublisherKind(args.metrics)
+    if kind is PublisherKind.NONE:
+        return NullPublisher()
+    if found is None or not args.follow:
+        raise ConfigurationError("--metrics publishes with --environment and --follow only")
+    return make_publisher(kind, environment=found.environment, region=found.region)
 
 
 def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> int:

@@ -8,7 +8,9 @@ MSK cluster created in moto with boto3 (its bootstrap string is a stand-in
 too). moto has no DLM lifecycle policies and no placement groups: the spark
 stack is applied without them, its instances without a placement group (an
 override sets it null) and without detailed monitoring (moto has no
-``MonitorInstances``). Everything else is applied.
+``MonitorInstances``), and the policy's id, which the monitoring stack's
+failed-snapshots alarm reads, is a stand-in output. Everything else is
+applied.
 """
 
 import base64
@@ -186,6 +188,13 @@ class MotoDeployment:
                 body["placement_group"] = None
             if not self.fixed_addresses:
                 body["private_ip"] = None
+        # What reads a resource moto lacks reads a stand-in: an output that names one
+        # (the DLM policy's id, for the monitoring stack) holds its type's name instead.
+        left_out = NOT_IN_MOTO.get(component, ())
+        for name, output in synthesized.get("output", {}).items():
+            found = [t for t in left_out if f"${{{t}." in str(output["value"])]
+            if found:
+                document.setdefault("output", {})[name] = {"value": f"stand-in-{found[0]}"}
         for resource_type, names in guarded(stack).items() if lift_guards else ():
             for name in names:
                 body = document.setdefault("resource", {}).setdefault(resource_type, {})

@@ -46,6 +46,7 @@ MOTO_SERVICES = (
     "kms",
     "logs",
     "s3",
+    "scheduler",
     "sns",
     "ssm",
     "sts",

@@ -307,3 +307,49 @@ def test_kms_key_policies_have_no_wildcard_principal(env: SynthesizedEnvironment
         for statement in policy_statements(key["policy"]):
             assert statement["Principal"] != "*"
             assert statement["Principal"] != {"AWS": "*"}
+
+
+def test_dlm_snapshots_and_deletes_only_the_environments_volumes(
+    env: SynthesizedEnvironment,
+) -> None:
+    spark = env["spark"]
+    (role,) = [r for r in spark.resources("aws_iam_role").values() if "hdfs-snapshots" in r["name"]]
+    (trust,) = policy_statements(role["assume_role_policy"])
+    assert trust["Principal"] == {"Service": "dlm.amazonaws.com"}
+    assert trust["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": "${data.aws_caller_identity.account.account_id}"}
+    }
+    (policy,) = [
+        p for p in spark.resources("aws_iam_role_policy").values() if "snapshot" in p["name"]
+    ]
+    statements = {s["Sid"]: s for s in policy_statements(policy["policy"])}
+    tagged = {
+        "StringEquals": {f"aws:ResourceTag/{layout.HDFS_SNAPSHOT_TAG}": env.config.resource_prefix}
+    }
+    partition = "${data.aws_partition.partition.partition}"
+    region = env.config.region
+    # Only the environment's tagged volumes are snapshotted, only their snapshots deleted.
+    assert statements["SnapshotTaggedVolumes"]["Condition"] == tagged
+    assert statements["DeleteOwnSnapshots"]["Condition"] == tagged
+    assert statements["DeleteOwnSnapshots"]["Action"] == ["ec2:DeleteSnapshot"]
+    for statement in statements.values():
+        for resource in as_list(statement["Resource"]):
+            assert (
+                resource == "*"
+                or resource.startswith(f"arn:{partition}:ec2:{region}:")
+                or (resource.startswith("${aws_kms_key."))
+            ), resource
+    deletes = [s for s in statements.values() if "ec2:DeleteSnapshot" in s["Action"]]
+    assert deletes == [statements["DeleteOwnSnapshots"]]
+
+
+def test_no_arn_names_the_aws_partition_literally(env: SynthesizedEnvironment) -> None:
+    """ARNs are built with the partition's data source (aws-cn, aws-us-gov alike); only the
+    operator's settings name ARNs whole (alarm topics, the topic administrators)."""
+    settings = env.config.deployment
+    given = [e.address for e in settings.alarm_endpoints] + list(settings.topic_admin_principals)
+    for stack in env.synthesized.values():
+        text = stack.text
+        for arn in given:
+            text = text.replace(arn, "")
+        assert "arn:aws:" not in text, stack.name
