@@ -32,7 +32,15 @@ from app.ops import deploy, wheel
 from app.ops.archive_lock import ArchiveLock
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff
-from app.ops.pipelines import PRICES, Declarations, list_pipelines, load_prices, settings_path
+from app.ops.pipelines import (
+    PRICES,
+    Declarations,
+    deployed_pipelines,
+    list_pipelines,
+    load_prices,
+    settings_path,
+    tagging_client,
+)
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
 
@@ -148,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--wheel", type=Path, help="deploy this wheel instead of building one"
     )
     run_artifact.add_argument("--version", help="deploy a version already uploaded")
+    run_artifact.add_argument(
+        "--no-deploy",
+        action="store_true",
+        help="test what is deployed (on a test pipeline's driver, which may not deploy)",
+    )
     run.add_argument("--project", type=Path, default=_PROJECT, help="the project to build")
     run.add_argument("--topics", type=parse_positive, default=3, help="topics <prefix>0..N-1 [3]")
     run.add_argument("--prefix", default="sensor-")
@@ -169,13 +182,20 @@ def build_parser() -> argparse.ArgumentParser:
     _heartbeat(run)
 
     pipelines = commands.add_parser(
-        "pipelines", help="list the declared test pipelines: age, expiry, owner, cost per hour"
+        "pipelines",
+        help="list the test pipelines declared and deployed: age, expiry, owner, cost per "
+        "hour, and the deployed ones nobody declares (orphans)",
     )
     pipelines.add_argument(
         "--settings", type=Path, help="deployment settings [$TABLECAST_SETTINGS]"
     )
     pipelines.add_argument("--prices", type=Path, help="price table [infra/prices.toml]")
     pipelines.add_argument("--today", type=date.fromisoformat, help=argparse.SUPPRESS)
+    pipelines.add_argument(
+        "--declared-only",
+        action="store_true",
+        help="read the settings only, not what the account runs (no AWS credentials needed)",
+    )
 
     archive = commands.add_parser("archive", help="copy Kafka into the raw archive")
     _kafka(archive)
@@ -505,17 +525,24 @@ def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> i
             "pipelines reads infra/'s configuration: run it from a checkout "
             "(scripts/tablecast_ops.py)"
         )
+    settings = settings_path(args.settings, os.environ, declarations.settings_variable)
     listing = list_pipelines(
-        settings_path(args.settings, os.environ, declarations.settings_variable),
+        settings,
         declarations,
         today=args.today or datetime.now(UTC).date(),
         prices=load_prices(args.prices or PRICES),
+        deployed=None if args.declared_only else deployed_pipelines(tagging_client(args.region)),
     )
     for line in listing.lines():
         _say(line)
     for name in listing.expired:
         _say(f"expired: {name}; destroy it with {declarations.destroy_command(name)}")
-    return 0
+    for orphan in listing.orphans:
+        _say(
+            f"orphan: {orphan.name}; declare it again in {settings} (its state is in the "
+            f"state backend) and destroy it with {declarations.destroy_command(orphan.name)}"
+        )
+    return 1 if listing.orphans else 0
 
 
 # Shared environments: a test run's load must never reach their topics.
@@ -534,6 +561,11 @@ def _test_run(args: argparse.Namespace) -> int:
         )
     found = _handoff(args)
     assert found is not None
+    if args.no_deploy and found.job_version == "none":
+        raise ConfigurationError(
+            f"{args.environment} runs no job yet: deploy one first (tablecast-ops deploy -e "
+            f"{args.environment}), then test it with --no-deploy"
+        )
     clients = AwsClients.create(args.region)
     endpoint = _endpoint(args, found)
     load = test_run.Load(
@@ -552,6 +584,8 @@ def _test_run(args: argparse.Namespace) -> int:
     topics.Topics(endpoint).create(load.topic_names, policy, topic_pattern=found.topic_pattern)
 
     def deploy_job() -> str:
+        if args.no_deploy:
+            return f"tablecast {found.job_version}, as deployed (--no-deploy)"
         built = _wheel(args, lambda line: None)
         report = deploy.deploy(
             clients,

@@ -7,6 +7,7 @@ Kept apart from its parsing (``infra/config/test_pipelines.py``) so that
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from app.ops.pipelines import EXPIRES_TAG, OWNER_TAG, PURPOSE_TAG, TEST_PIPELINE_TAG
 from infra.config.settings import AlarmEndpoint
 
 EXPIRY_NOTICE_HOUR_UTC = 9
@@ -36,11 +37,12 @@ class DeclaredPipeline:
     @property
     def tags(self) -> dict[str, str]:
         """Tags every resource of its stacks carries (the provider's default tags)."""
+        # tablecast-ops pipelines finds what is deployed by these (app/ops/pipelines.py).
         return {
-            "Owner": self.owner.address,
-            "Expires": self.expires.isoformat(),
-            "Purpose": self.purpose,
-            "TestPipeline": "true",
+            OWNER_TAG: self.owner.address,
+            EXPIRES_TAG: self.expires.isoformat(),
+            PURPOSE_TAG: self.purpose,
+            TEST_PIPELINE_TAG: "true",
         }
 
     @property

@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE_CODE = (ROOT / "app", ROOT / "ami" / "files")
 NOT_ON_NODES = {
     ROOT / "app" / "local": "the pipeline on one machine: an operator's machine and moto",
+    ROOT / "app" / "ops" / "pipelines.py": "tablecast-ops pipelines runs from a checkout only "
+    "(it reads infra/'s settings; the wheel's refuses it)",
 }
 """Code the wheel carries that never runs on a node, and why."""
 CATALOG_SERVICES = {"glue": "glue", "dynamodb": "dynamodb"}
