@@ -35,12 +35,11 @@ from app.ops.environment import Handoff, find_driver, read_handoff
 from app.ops.pipelines import (
     PRICES,
     Declarations,
-    deployed_pipelines,
     list_pipelines,
     load_prices,
     settings_path,
-    tagging_client,
 )
+from app.ops.pipelines import deployed as deployed_pipelines
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
 
@@ -531,7 +530,7 @@ def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> i
         declarations,
         today=args.today or datetime.now(UTC).date(),
         prices=load_prices(args.prices or PRICES),
-        deployed=None if args.declared_only else deployed_pipelines(tagging_client(args.region)),
+        deployed=None if args.declared_only else deployed_pipelines(args.region),
     )
     for line in listing.lines():
         _say(line)

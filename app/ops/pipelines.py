@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from app.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_resourcegroupstaggingapi import ResourceGroupsTaggingAPIClient
 
 PRICES = Path(__file__).resolve().parents[2] / "infra" / "prices.toml"
@@ -175,19 +176,42 @@ class Deployed:
     purpose: str
 
 
-def deployed_pipelines(tagging: ResourceGroupsTaggingAPIClient) -> dict[str, Deployed]:
-    """Every test pipeline with resources in the account and region, by name."""
+# What a test pipeline runs and pays for by the hour: what "deployed" counts. (The
+# tagging API also lists what is gone but still tagged a while, such as KMS keys
+# pending deletion; terminated instances are dropped by their state.)
+RUNNING_TYPES = (
+    "ec2:instance",
+    "ec2:volume",
+    "ec2:vpc",
+    "ec2:vpc-endpoint",
+    "ec2:natgateway",
+    "kafka:cluster",
+)
+_GONE = ("shutting-down", "terminated")
+
+
+def deployed_pipelines(
+    tagging: ResourceGroupsTaggingAPIClient, ec2: EC2Client
+) -> dict[str, Deployed]:
+    """Every test pipeline with running resources in the account and region, by name."""
     found: dict[str, list[dict[str, str]]] = {}
     services: dict[str, set[str]] = {}
     pages = tagging.get_paginator("get_resources").paginate(
-        TagFilters=[{"Key": TEST_PIPELINE_TAG, "Values": ["true"]}]
+        TagFilters=[{"Key": TEST_PIPELINE_TAG, "Values": ["true"]}],
+        ResourceTypeFilters=list(RUNNING_TYPES),
     )
-    for page in pages:
-        for resource in page["ResourceTagMappingList"]:
-            tags = {tag["Key"]: tag["Value"] for tag in resource.get("Tags", [])}
-            name = tags.get(ENVIRONMENT_TAG, "?")
-            found.setdefault(name, []).append(tags)
-            services.setdefault(name, set()).add(resource["ResourceARN"].split(":")[2])
+    mappings = [resource for page in pages for resource in page["ResourceTagMappingList"]]
+    gone = _gone_instances(
+        ec2,
+        [m["ResourceARN"].rsplit("/", 1)[1] for m in mappings if ":instance/" in m["ResourceARN"]],
+    )
+    for resource in mappings:
+        if resource["ResourceARN"].rsplit("/", 1)[1] in gone:
+            continue
+        tags = {tag["Key"]: tag["Value"] for tag in resource.get("Tags", [])}
+        name = tags.get(ENVIRONMENT_TAG, "?")
+        found.setdefault(name, []).append(tags)
+        services.setdefault(name, set()).add(resource["ResourceARN"].split(":")[2])
     return {
         name: Deployed(
             name=name,
@@ -201,16 +225,30 @@ def deployed_pipelines(tagging: ResourceGroupsTaggingAPIClient) -> dict[str, Dep
     }
 
 
+def _gone_instances(ec2: EC2Client, instance_ids: Sequence[str]) -> set[str]:
+    if not instance_ids:
+        return set()
+    pages = ec2.get_paginator("describe_instances").paginate(InstanceIds=list(instance_ids))
+    return {
+        instance["InstanceId"]
+        for page in pages
+        for reservation in page["Reservations"]
+        for instance in reservation["Instances"]
+        if instance["State"]["Name"] in _GONE
+    }
+
+
 def _most(tagged: Sequence[Mapping[str, str]], key: str) -> str:
     values = [tags[key] for tags in tagged if key in tags]
     return max(set(values), key=values.count) if values else "?"
 
 
-def tagging_client(region: str | None) -> ResourceGroupsTaggingAPIClient:
-    """The Resource Groups Tagging API of the settings' account (the caller's credentials)."""
+def deployed(region: str | None) -> dict[str, Deployed]:
+    """What the account runs of test pipelines, with the caller's credentials."""
     import boto3
 
-    return boto3.session.Session(region_name=region).client("resourcegroupstaggingapi")
+    session = boto3.session.Session(region_name=region)
+    return deployed_pipelines(session.client("resourcegroupstaggingapi"), session.client("ec2"))
 
 
 @dataclass(frozen=True, kw_only=True)

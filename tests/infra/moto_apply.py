@@ -35,6 +35,8 @@ from infra.testing import SynthesizedEnvironment, synthesize
 from tests.infra.terraform import (
     OVERRIDE_FILE,
     Mirror,
+    S3State,
+    State,
     Terraform,
     cluster_outputs,
     moto_override,
@@ -158,23 +160,35 @@ class MotoDeployment:
     """False: the instances are applied without their fixed private addresses, for a test
     that replaces the driver: moto never frees a terminated instance's address, and its
     replacement at the same address fails ("IP already in use")."""
+    state_bucket: str | None = None
+    """A bucket in moto: the stacks keep their state there, at the keys their S3 backend
+    names, as a team's shared state; None: local files under ``states``."""
 
     def stack(self, component: str) -> Path:
         return self.outdir / "stacks" / self.env[component].name
+
+    def state(self, stack_name: str) -> State:
+        """Where the stack named so keeps its state here."""
+        if self.state_bucket is None:
+            return self.states / f"{stack_name}.tfstate"
+        component = stack_name.removeprefix(f"{self.env.config.resource_prefix}-")
+        document = json.loads((self.stack(component) / "cdk.tf.json").read_text("utf-8"))
+        key = document["terraform"]["backend"]["s3"]["key"]
+        return S3State(self.state_bucket, key, self.endpoint)
 
     def override(self, component: str, *, lift_guards: bool = False) -> None:
         """Write the component's moto override; ``lift_guards`` turns ``prevent_destroy`` off
         (for the test's own destroy only: the applies and the roll run guarded)."""
         stack = self.stack(component)
 
-        def state_of(reference: str) -> Path:
+        def state_of(reference: str) -> State:
             name = reference.removeprefix("cross-stack-reference-input-")
-            return self.stand_in if name.endswith("-kafka") else self.states / f"{name}.tfstate"
+            return self.stand_in if name.endswith("-kafka") else self.state(name)
 
         document = moto_override(
             version=self.mirror.version,
             endpoint=self.endpoint,
-            state=self.states / f"{self.env[component].name}.tfstate",
+            state=self.state(self.env[component].name),
             remote_states={r: state_of(r) for r in remote_state_names(stack)},
             instances=resource_names(stack, "aws_instance"),
         )
@@ -275,9 +289,11 @@ def prepared(
     outdir: Path,
     states: Path,
     fixed_addresses: bool = True,
+    state_bucket: str | None = None,
 ) -> MotoDeployment:
     """``config`` synthesized into ``outdir``, its Kafka cluster stood in for in moto, its
-    states to be kept in ``states`` (made here): ready for overrides and applies."""
+    states to be kept in ``states`` (made here) or ``state_bucket``: ready for overrides
+    and applies."""
     (env,) = synthesize([config], outdir).values()
     states.mkdir()
     deployment = MotoDeployment(
@@ -289,6 +305,7 @@ def prepared(
         mirror=mirror,
         terraform=terraform,
         fixed_addresses=fixed_addresses,
+        state_bucket=state_bucket,
     )
     stand_in_cluster(config, endpoint, deployment.stack("kafka"), deployment.stand_in)
     return deployment
@@ -303,6 +320,7 @@ def applied(
     terraform: Terraform,
     workdir: Path,
     fixed_addresses: bool = True,
+    state_bucket: str | None = None,
 ) -> Iterator[MotoDeployment]:
     """Synthesize ``config``, apply its stacks to moto wave by wave, yield, destroy them all."""
     deployment = prepared(
@@ -313,6 +331,7 @@ def applied(
         outdir=workdir / "cdktf.out",
         states=workdir / "states",
         fixed_addresses=fixed_addresses,
+        state_bucket=state_bucket,
     )
     with ThreadPoolExecutor(max_workers=3) as pool:
 

@@ -217,6 +217,8 @@ def test_what_is_deployed_is_listed_by_tag_and_a_deployed_undeclared_one_is_an_o
     argv = files(tmp_path)
     tag(aws, "late-exp", Owner="bea@tablecast-testing.net")
     tag(aws, "late-exp", Owner="bea@tablecast-testing.net")
+    # Terminated, still tagged a while: no longer deployed.
+    aws.ec2.terminate_instances(InstanceIds=[tag(aws, "late-exp"), tag(aws, "dead-exp")])
     tag(aws, "gone-exp", Owner="cy@tablecast-testing.net", Expires="2026-11-02")
     # A fixed environment's resources are no test pipeline's.
     image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
