@@ -24,8 +24,7 @@ from app.ops.errors import OpsError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-GOVERNANCE = "GOVERNANCE"
+    from mypy_boto3_s3.type_defs import ObjectLockRetentionTypeDef
 
 
 class ArchiveLockError(OpsError):
@@ -56,10 +55,9 @@ class ArchiveLock:
         """Lock ``path`` for :attr:`days` from ``now``; the moment it is locked until."""
         until = (now or datetime.now(UTC)) + timedelta(days=self.days)
         bucket, key = _split(path)
+        retention: ObjectLockRetentionTypeDef = {"Mode": "GOVERNANCE", "RetainUntilDate": until}
         try:
-            self.s3.put_object_retention(
-                Bucket=bucket, Key=key, Retention={"Mode": GOVERNANCE, "RetainUntilDate": until}
-            )
+            self.s3.put_object_retention(Bucket=bucket, Key=key, Retention=retention)
         except ClientError as exc:
             raise ArchiveLockError(path, str(exc)) from None
         return until

@@ -145,7 +145,7 @@ class ExpiryNotice(Construct):
             declared.first_advance_notice,
             declared.first_notice,
         )
-        self._stop(name, declared, instance_ids, region, partition, account)
+        self._stop(name, declared, instance_ids, region, partition, account, key_arn)
 
     def _stop(
         self,
@@ -155,6 +155,7 @@ class ExpiryNotice(Construct):
         region: str,
         partition: str,
         account: str,
+        key_arn: str,
     ) -> None:
         instances = [f"arn:{partition}:ec2:{region}:{account}:instance/{i}" for i in instance_ids]
         role = IamRole(
@@ -169,7 +170,13 @@ class ExpiryNotice(Construct):
             "stop-policy",
             name="stop-spark-nodes",
             role=role.id,
-            policy=policy_json([allow("StopTheSparkNodes", ["ec2:StopInstances"], instances)]),
+            policy=policy_json(
+                [
+                    allow("StopTheSparkNodes", ["ec2:StopInstances"], instances),
+                    # The schedule is encrypted with the topic's key, as the notices are.
+                    allow("UseTheTopicsKey", ["kms:Decrypt"], [key_arn]),
+                ]
+            ),
         )
         self.stop_input = json.dumps({"InstanceIds": list(instance_ids)})
         self.stop = SchedulerSchedule(
@@ -180,6 +187,7 @@ class ExpiryNotice(Construct):
             schedule_expression=SCHEDULE,
             start_date=declared.first_notice,
             flexible_time_window=SchedulerScheduleFlexibleTimeWindow(mode="OFF"),
+            kms_key_arn=key_arn,
             # EventBridge Scheduler's universal target: the EC2 API's StopInstances.
             target=SchedulerScheduleTarget(
                 arn=f"arn:{partition}:scheduler:::aws-sdk:ec2:stopInstances",

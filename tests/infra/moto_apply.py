@@ -202,18 +202,33 @@ class MotoDeployment:
                 body["placement_group"] = None
             if not self.fixed_addresses:
                 body["private_ip"] = None
-        # What reads a resource moto lacks reads a stand-in: an output that names one
-        # (the DLM policy's id, for the monitoring stack) holds its type's name instead.
-        left_out = NOT_IN_MOTO.get(component, ())
-        for name, output in synthesized.get("output", {}).items():
-            found = [t for t in left_out if f"${{{t}." in str(output["value"])]
-            if found:
-                document.setdefault("output", {})[name] = {"value": f"stand-in-{found[0]}"}
+        # A read of another stack's output that names a resource moto lacks (the DLM
+        # policy's id, which the monitoring stack's alarm reads) gets a stand-in default.
+        for reference, body in document.get("data", {}).get("terraform_remote_state", {}).items():
+            name = reference.removeprefix("cross-stack-reference-input-")
+            defaults = self.stand_in_outputs(name)
+            if defaults:
+                body["defaults"] = defaults
         for resource_type, names in guarded(stack).items() if lift_guards else ():
             for name in names:
                 body = document.setdefault("resource", {}).setdefault(resource_type, {})
                 body.setdefault(name, {})["lifecycle"] = {"prevent_destroy": False}
         write_override(stack, document)
+
+    def stand_in_outputs(self, stack_name: str) -> dict[str, str]:
+        """The outputs of a stack of this environment that name a resource moto lacks, each
+        with a stand-in value: a targeted apply leaves them out of its state."""
+        component = stack_name.removeprefix(f"{self.env.config.resource_prefix}-")
+        if component not in COMPONENTS:
+            return {}
+        left_out = NOT_IN_MOTO.get(component, ())
+        outputs = self.env[component].outputs()
+        return {
+            name: f"stand-in-{kind}"
+            for name, output in outputs.items()
+            for kind in left_out
+            if f"${{{kind}." in str(output["value"])
+        }
 
     def init(self, component: str) -> None:
         self.override(component)
@@ -336,7 +351,13 @@ def applied(
     with ThreadPoolExecutor(max_workers=3) as pool:
 
         def each(action: Callable[[str], object], components: Sequence[str]) -> None:
-            list(pool.map(action, components))
+            # Every stack's command ends before a failure is raised: a destroy must not
+            # meet an apply still holding a stack's state lock.
+            futures = [pool.submit(action, component) for component in components]
+            for future in futures:
+                future.exception()
+            for future in futures:
+                future.result()
 
         each(deployment.init, COMPONENTS)
         done: list[tuple[str, ...]] = []

@@ -204,6 +204,8 @@ def check_expiry(deployment: MotoDeployment) -> None:
     (policy,) = iam.list_role_policies(RoleName=role)["PolicyNames"]
     document = iam.get_role_policy(RoleName=role, PolicyName=policy)["PolicyDocument"]
     document = json.loads(document) if isinstance(document, str) else document
-    (statement,) = document["Statement"]
+    statements = {s["Sid"]: s for s in document["Statement"]}
+    assert set(statements) == {"StopTheSparkNodes", "UseTheTopicsKey"}
+    statement = statements["StopTheSparkNodes"]
     assert statement["Action"] == ["ec2:StopInstances"]
     assert sorted(r.rsplit("/", 1)[1] for r in statement["Resource"]) == sorted(states)

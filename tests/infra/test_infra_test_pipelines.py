@@ -9,6 +9,7 @@ import ipaddress
 import json
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -240,20 +241,27 @@ def test_expiry_is_enforced_the_owner_told_before_and_after_the_nodes_stopped(
         assert "aws:SourceAccount" in trust["Condition"]["StringEquals"]
     (key_id,) = monitoring.resources("aws_kms_key")
     assert topic["kms_master_key_id"] == f"${{aws_kms_key.{key_id}.arn}}"
-    granted = {
-        s["Sid"]: (s["Action"], s["Resource"])
-        for p in policies.values()
-        for s in json.loads(p["policy"])["Statement"]
-    }
-    stop_resources = granted.pop("StopTheSparkNodes")
-    assert stop_resources[0] == ["ec2:StopInstances"]
-    assert [r.rsplit("/", 1)[1] for r in stop_resources[1]] == json.loads(target["input"])[
-        "InstanceIds"
-    ]
-    assert granted == {
+    key = topic["kms_master_key_id"]
+
+    def granted(schedule: dict[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
+        role_id = schedule["target"]["role_arn"].removeprefix("${").removesuffix(".arn}")
+        policy = policies[f"${{{role_id}.id}}"]
+        return {
+            s["Sid"]: (s["Action"], s["Resource"])
+            for s in json.loads(policy["policy"])["Statement"]
+        }
+
+    notices = {
         "PublishToTheAlarmTopic": (["sns:Publish"], [topic_arn]),
-        "UseTheTopicsKey": (["kms:Decrypt", "kms:GenerateDataKey"], [topic["kms_master_key_id"]]),
+        "UseTheTopicsKey": (["kms:Decrypt", "kms:GenerateDataKey"], [key]),
     }
+    assert granted(advance) == granted(notice) == notices
+    stopping = granted(stop)
+    assert stopping.pop("UseTheTopicsKey") == (["kms:Decrypt"], [key])
+    ((actions, instances),) = stopping.values()
+    assert actions == ["ec2:StopInstances"]
+    assert [r.rsplit("/", 1)[1] for r in instances] == json.loads(target["input"])["InstanceIds"]
+    assert stop["kms_key_arn"] == key
     # No fixed environment has any.
     assert not synthesized["sandbox"]["monitoring"].resources("aws_scheduler_schedule")
 
