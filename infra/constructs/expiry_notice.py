@@ -29,7 +29,7 @@ from cdktf_cdktf_provider_aws.scheduler_schedule import (
 from constructs import Construct
 
 from infra.config.declared import ADVANCE_NOTICE_DAYS, DeclaredPipeline
-from infra.constructs.policies import allow, assume_role_policy, policy_json
+from infra.constructs.policies import Statement, allow, assume_role_policy, policy_json
 
 SCHEDULE = "rate(1 day)"
 SCHEDULER = "scheduler.amazonaws.com"
@@ -86,25 +86,17 @@ class ExpiryNotice(Construct):
         """
         super().__init__(scope, id_)
         account = DataAwsCallerIdentity(self, "account").account_id
-        role = IamRole(
-            self,
-            "role",
+        self._account = account
+        role, policy = self._role(
+            "",
             name=f"tablecast-{name}-expiry-notice",
             description=f"EventBridge Scheduler publishes {name}'s expiry notices",
-            assume_role_policy=assume_role_policy(SCHEDULER, source_account=account),
-        )
-        policy = IamRolePolicy(
-            self,
-            "policy",
-            name="publish-expiry-notice",
-            role=role.id,
-            policy=policy_json(
-                [
-                    allow("PublishToTheAlarmTopic", ["sns:Publish"], [topic_arn]),
-                    # The topic and the schedules are encrypted with this key.
-                    allow("UseTheTopicsKey", ["kms:Decrypt", "kms:GenerateDataKey"], [key_arn]),
-                ]
-            ),
+            policy_name="publish-expiry-notice",
+            statements=[
+                allow("PublishToTheAlarmTopic", ["sns:Publish"], [topic_arn]),
+                # The topic and the schedules are encrypted with this key.
+                allow("UseTheTopicsKey", ["kms:Decrypt", "kms:GenerateDataKey"], [key_arn]),
+            ],
         )
         self.message = expiry_message(name, declared, destroy)
         self.advance_message = advance_message(name, declared, destroy)
@@ -158,25 +150,16 @@ class ExpiryNotice(Construct):
         key_arn: str,
     ) -> None:
         instances = [f"arn:{partition}:ec2:{region}:{account}:instance/{i}" for i in instance_ids]
-        role = IamRole(
-            self,
-            "stop-role",
+        role, policy = self._role(
+            "stop-",
             name=f"tablecast-{name}-expiry-stop",
             description=f"EventBridge Scheduler stops {name}'s Spark nodes at its expiry",
-            assume_role_policy=assume_role_policy(SCHEDULER, source_account=account),
-        )
-        policy = IamRolePolicy(
-            self,
-            "stop-policy",
-            name="stop-spark-nodes",
-            role=role.id,
-            policy=policy_json(
-                [
-                    allow("StopTheSparkNodes", ["ec2:StopInstances"], instances),
-                    # The schedule is encrypted with the topic's key, as the notices are.
-                    allow("UseTheTopicsKey", ["kms:Decrypt"], [key_arn]),
-                ]
-            ),
+            policy_name="stop-spark-nodes",
+            statements=[
+                allow("StopTheSparkNodes", ["ec2:StopInstances"], instances),
+                # The schedule is encrypted with the topic's key, as the notices are.
+                allow("UseTheTopicsKey", ["kms:Decrypt"], [key_arn]),
+            ],
         )
         self.stop_input = json.dumps({"InstanceIds": list(instance_ids)})
         self.stop = SchedulerSchedule(
@@ -196,3 +179,29 @@ class ExpiryNotice(Construct):
             ),
             depends_on=[policy],
         )
+
+    def _role(
+        self,
+        id_prefix: str,
+        *,
+        name: str,
+        description: str,
+        policy_name: str,
+        statements: list[Statement],
+    ) -> tuple[IamRole, IamRolePolicy]:
+        """A role only the account's EventBridge Scheduler assumes, and its one policy."""
+        role = IamRole(
+            self,
+            f"{id_prefix}role",
+            name=name,
+            description=description,
+            assume_role_policy=assume_role_policy(SCHEDULER, source_account=self._account),
+        )
+        policy = IamRolePolicy(
+            self,
+            f"{id_prefix}policy",
+            name=policy_name,
+            role=role.id,
+            policy=policy_json(statements),
+        )
+        return role, policy
