@@ -91,10 +91,6 @@ class SecureBucket(Construct):
             lifecycle=TerraformResourceLifecycle(prevent_destroy=prevent_destroy),
         )
         bucket_id = self.bucket.id
-        if object_lock:
-            S3BucketObjectLockConfigurationA(
-                self, "object-lock", bucket=bucket_id, object_lock_enabled="Enabled"
-            )
         # ACLs off: the bucket owner owns every object, policies alone decide.
         S3BucketOwnershipControls(
             self,
@@ -111,12 +107,21 @@ class SecureBucket(Construct):
             ignore_public_acls=True,
             restrict_public_buckets=True,
         )
-        S3BucketVersioningA(
+        versioning = S3BucketVersioningA(
             self,
             "versioning",
             bucket=bucket_id,
             versioning_configuration=S3BucketVersioningVersioningConfiguration(status="Enabled"),
         )
+        if object_lock:
+            # Object Lock needs versioning on: created after it, gone before it.
+            S3BucketObjectLockConfigurationA(
+                self,
+                "object-lock",
+                bucket=bucket_id,
+                object_lock_enabled="Enabled",
+                depends_on=[versioning],
+            )
         S3BucketServerSideEncryptionConfigurationA(
             self,
             "encryption",

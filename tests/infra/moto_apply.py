@@ -202,30 +202,32 @@ class MotoDeployment:
                 body["placement_group"] = None
             if not self.fixed_addresses:
                 body["private_ip"] = None
-        # A read of another stack's output that names a resource moto lacks (the DLM
-        # policy's id, which the monitoring stack's alarm reads) gets a stand-in default.
-        for reference, body in document.get("data", {}).get("terraform_remote_state", {}).items():
-            name = reference.removeprefix("cross-stack-reference-input-")
-            defaults = self.stand_in_outputs(name)
-            if defaults:
-                body["defaults"] = defaults
+        # An output that names a resource moto lacks (the DLM policy's id, which the
+        # monitoring stack's alarm reads) holds a stand-in instead.
+        for name, value in self.stand_in_outputs(component).items():
+            document.setdefault("output", {})[name] = {"value": value}
         for resource_type, names in guarded(stack).items() if lift_guards else ():
             for name in names:
                 body = document.setdefault("resource", {}).setdefault(resource_type, {})
                 body.setdefault(name, {})["lifecycle"] = {"prevent_destroy": False}
         write_override(stack, document)
 
-    def stand_in_outputs(self, stack_name: str) -> dict[str, str]:
-        """The outputs of a stack of this environment that name a resource moto lacks, each
-        with a stand-in value: a targeted apply leaves them out of its state."""
-        component = stack_name.removeprefix(f"{self.env.config.resource_prefix}-")
-        if component not in COMPONENTS:
-            return {}
+    def stand_in_outputs(self, component: str) -> dict[str, str]:
+        """The component's outputs that name a resource moto lacks, each with a stand-in:
+        ``stand-in-<type>``, as an expression on a resource that is applied, since a
+        targeted apply writes only outputs that depend on what it targets (and a constant
+        depends on nothing)."""
         left_out = NOT_IN_MOTO.get(component, ())
-        outputs = self.env[component].outputs()
+        stack = self.env[component]
+        applied = [
+            f"{kind}.{name}"
+            for kind, resources in stack.document.get("resource", {}).items()
+            if kind not in left_out
+            for name in resources
+        ]
         return {
-            name: f"stand-in-{kind}"
-            for name, output in outputs.items()
+            name: f"stand-in-{kind}${{substr({applied[0]}.id, 0, 0)}}"
+            for name, output in stack.outputs().items()
             for kind in left_out
             if f"${{{kind}." in str(output["value"])
         }

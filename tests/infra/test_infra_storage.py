@@ -91,6 +91,9 @@ def test_the_production_archive_is_under_object_lock(env: SynthesizedEnvironment
     (lock,) = locks
     assert lock["object_lock_enabled"] == "Enabled"
     assert "rule" not in lock
+    # Object Lock needs versioning on: applied after it, destroyed before it.
+    (versioning,) = storage.resources("aws_s3_bucket_versioning")
+    assert lock["depends_on"] == [f"aws_s3_bucket_versioning.{versioning}"]
     assert parameters(env)[parameter]["value"] == str(env.config.archive_lock_days)
     # Versioning stays on (Object Lock needs it); nothing may lift a lock.
     assert storage.has_resource(
