@@ -89,6 +89,9 @@ def nodes(endpoint: str, config: EnvironmentConfig) -> dict[str, dict[str, Any]]
     return found
 
 
+# Alone it takes about 8 minutes; beside the other terraform process on two shared cores
+# (make terraform-check) it took 14: most of it the provider's polling.
+@pytest.mark.timeout(1800)
 def test_production_applies_to_moto_rolls_node_by_node_and_is_destroyed(
     mirror: Mirror, terraform: Terraform, moto: str, tmp_path: Path
 ) -> None:

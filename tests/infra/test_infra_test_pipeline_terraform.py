@@ -72,6 +72,8 @@ def pipelines(settings: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return status, capsys.readouterr().out.splitlines()
 
 
+# Six stacks applied and destroyed, their state in S3: about 9 minutes alone.
+@pytest.mark.timeout(1800)
 def test_a_test_pipeline_is_created_listed_expired_and_destroyed_with_its_own_state(
     mirror: Mirror,
     terraform: Terraform,
