@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app import defaults, handoff, logs
+from app import defaults, handoff, logs, storage
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError, TablecastError
 from app.logs import LogFormat
@@ -35,7 +35,8 @@ from app.tools import generate as gen
 # option should not pay.
 if TYPE_CHECKING:
     from app.metrics.consumer_group import GroupCommitter
-    from app.recompute.run import RecomputeReport
+    from app.recompute.plan import PartitionWork
+    from app.recompute.run import Planned, RecomputeReport
     from app.sink.rewrite import Retirement
     from app.table.live import TableSettings
 
@@ -118,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="with --bootstrap-servers: a librdkafka setting for every client "
-        "of the source (not one the source sets itself); repeatable",
+        "of the source; one the source sets itself is refused, but a longer "
+        "fetch.wait.max.ms and ssl.ca.location (docs/operations.md lists them); repeatable",
     )
     run.add_argument(
         "--kafka-client-rack",
@@ -132,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="30s",
         metavar="DURATION",
         help="with --bootstrap-servers: the longest a request to the brokers, "
-        "or a read without a record, may take before the run fails [30s]",
+        "or a read without a record, may take before the run fails, and how long "
+        "a topic missing from the brokers' answers is asked for again [30s]",
     )
     run.add_argument("--output", required=True, help="output dataset (local path or s3://)")
     run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
@@ -237,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --compact-every: how long a compaction's inputs stay after its snapshot, "
         "for Iceberg queries planned before it; a later batch deletes them [2 minutes]",
     )
+    _writer_lease_option(run)
     run.add_argument(
         "--consumer-group",
         default=None,
@@ -314,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--checkpoint", required=True)
     repair.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _writer_lease_option(repair)
     repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
     _retire_options(repair)
 
@@ -325,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
     replay.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
+    replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     _recompute_options(replay)
 
     correct = commands.add_parser(
@@ -342,7 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--archive", required=True)
     verify.add_argument("--output", required=True)
     verify.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
-    verify.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    verify.add_argument(
+        "--integrity",
+        choices=[m.value for m in IntegrityMode],
+        default=None,
+        help="the live job's --integrity [from the output's ledger; else strict]",
+    )
     _table_commands(commands)
     return parser
 
@@ -361,6 +372,12 @@ def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser
     )
     table.add_argument("--glue-table", default="output", help="the table's name in Glue [output]")
     table.add_argument("--region", default=None, help="Glue's region [AWS_REGION]")
+    table.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="make the table again from the ledger and the visible files (one that cannot "
+        "be loaded, or that `tablecast verify` finds out of step with the output)",
+    )
     compact = commands.add_parser(
         "compact",
         help="merge the small files of closed days (one replace snapshot of the Iceberg table)",
@@ -410,6 +427,31 @@ def _recompute_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument("--master", default=None, help="Spark master [local[2]]")
     _retire_options(command)
+
+
+def _writer_lease_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--writer-lease",
+        default=defaults.WRITER_LEASE,
+        metavar="DURATION",
+        help="how long this writer may go without renewing its hold on the output before "
+        "another may take it over; a start after a writer that died on another host waits "
+        f"this long [{defaults.WRITER_LEASE}]",
+    )
+
+
+def _writer_lease(args: argparse.Namespace) -> float:
+    """``--writer-lease`` in seconds, or a one-line error."""
+    try:
+        seconds = parse_duration_ms(args.writer_lease) / 1000
+    except ConfigurationError:
+        seconds = 0.0
+    if not 1 <= seconds <= 3600:
+        raise ConfigurationError(
+            f"--writer-lease {args.writer_lease!r} must be a duration from 1 second to 1 hour, "
+            "like '30 seconds'"
+        )
+    return seconds
 
 
 def _retire_grace(args: argparse.Namespace) -> float | None:
@@ -472,6 +514,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tablecast {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, or a failure nothing above knows: one line, details kept
+        cause = storage.refusal(exc)
+        if cause is not None:  # a write our storage layer did not make (the table's catalog)
+            error = storage.access_error(storage.refused_path(exc), cause)
+            print(f"tablecast {args.command}: {error}", file=sys.stderr)
+            return error.exit_code
         where = _keep_traceback(args.command, exc)
         print(
             f"tablecast {args.command}: unexpected error {root_cause(exc)} (traceback in {where})",
@@ -566,6 +613,7 @@ def _run(args: argparse.Namespace) -> int:
         session_timeout_ms=parse_duration_ms(args.session_timeout),
         trace=frozenset(args.trace),
         table=_table_settings(args),
+        writer_lease_s=_writer_lease(args),
     )
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
@@ -579,12 +627,16 @@ def _run(args: argparse.Namespace) -> int:
         write=console.line,
     )
     committer = _group_committer(args)  # a refused group costs no JVM start
+    from app.sink import fencing
+
+    # A job holding the output refuses this one before a JVM starts.
+    gone = fencing.refuse_if_held(resolve(args.output), console.line)
     spark = spark_session(args.master)
     display = ProgressDisplay(console)
     listener = MetricsListener(publisher, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
-        job.run(spark, config, display.on_report, listener=listener)
+        job.run(spark, config, display.on_report, listener=listener, notice=console.line, gone=gone)
         finished = True
     finally:
         stats = publisher.close()  # bounded: what CloudWatch does not take in time is dropped
@@ -704,28 +756,40 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from app.table.check import check_table
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    actual = verify_mod.read_output(args.output, required=True)
+    actual = verify_mod.read_output(args.output, required=True, archive=args.archive)
+    # A damaged table, or a data file gone from under it, stops here: exit 8.
+    table = check_table(resolve(args.output), archive=args.archive)
+    rules = verify_mod.recorded_rules(
+        args.output, None if args.integrity is None else IntegrityMode(args.integrity)
+    )
     expected = verify_mod.expected_output(
-        args.archive, args.topic_pattern, IntegrityMode(args.integrity)
+        args.archive, args.topic_pattern, rules.mode, timeout_ms=rules.timeout_ms
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
+    print(f"rules: {rules.describe()}")
+    if table is not None:
+        print(f"table: {table}")
     print(comparison.report())
     return 0 if comparison.ok else 1
 
 
 def _repair(args: argparse.Namespace) -> int:
     from app.recovery import repair
+    from app.sink import fencing
 
     retirement = _retirement(args)
+    writer_lease_s = _writer_lease(args)
+    fencing.refuse_if_held(resolve(args.output), _say)  # before the source is read
     reader = (
         repair.archive_reader(args.archive, args.topic_pattern)
         if args.archive
         else repair.kafka_reader(_endpoint(args), args.topic_pattern)
     )
-    plan = repair.plan_repair(args.output, reader)
+    plan = repair.plan_repair(args.output, reader, archive=args.archive)
     if not plan.partitions:
         print(f"output {args.output} holds nothing: a run from the earliest offsets rebuilds it")
     print(plan.describe())
@@ -733,7 +797,15 @@ def _repair(args: argparse.Namespace) -> int:
         print("dry run: nothing was changed")
         return 0
     repair.confirm(plan, args.yes)
-    moved = repair.apply_repair(args.output, args.checkpoint, plan, retirement)
+    moved = repair.apply_repair(
+        args.output,
+        args.checkpoint,
+        plan,
+        retirement,
+        writer_lease_s=writer_lease_s,
+        notice=_say,
+        archive=args.archive,
+    )
     if moved:
         print(f"moved the old checkpoint to {moved}")
     print(
@@ -749,19 +821,44 @@ def _replay(args: argparse.Namespace) -> int:
     since, until = replay.parse_time(args.since), replay.parse_time(args.until)
     retirement = _retirement(args)
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
-    report = replay.replay(
-        spark_session(args.master),
+    # Every refusal comes from the plan, before Spark starts.
+    planned = replay.plan_replay(
         args.archive,
         args.output,
         since,
         until,
         topic_pattern=_pattern(args.topic_pattern),
         **_recompute_rules(args),
-        progress=_Progress("replaying partitions").update,
-        retirement=retirement,
+    )
+    return _carry_out(args, planned, retirement, "replaying partitions")
+
+
+def _carry_out(
+    args: argparse.Namespace, planned: Planned, retirement: Retirement, label: str
+) -> int:
+    """A planned recompute: its plan printed (``--dry-run``), or run on Spark and reported."""
+    from app.recompute.run import recompute
+
+    if args.dry_run:
+        _print_plan(planned.works)
+        return 0
+    report = recompute(
+        spark_session(args.master), planned, progress=_Progress(label).update, retirement=retirement
     )
     _print_recompute(report)
     return 0
+
+
+def _print_plan(works: Sequence[PartitionWork]) -> None:
+    for work in works:
+        ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
+        print(
+            f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
+            f"recompute {ranges}"
+        )
+    if not works:
+        print("nothing to recompute")
+    print("dry run: nothing was changed")
 
 
 def _recompute_rules(args: argparse.Namespace) -> dict[str, Any]:
@@ -777,31 +874,16 @@ def _correct(args: argparse.Namespace) -> int:
     from app.recompute import correct
 
     retirement = _retirement(args)
-    if args.dry_run:
-        planned = correct.plan_correction(
-            args.archive, args.output, version=args.version, commit=args.commit
-        )
-        for work in planned.works:
-            ranges = ", ".join(f"{a}-{b - 1}" for a, b in work.ranges)
-            print(
-                f"{work.tp.key()}: read offsets {work.begin:,} to {work.read_end - 1:,}; "
-                f"recompute {ranges}"
-            )
-        print("dry run: nothing was changed")
-        return 0
     archive.require_root(args.archive)  # a typo stops here, before Spark starts
-    report = correct.correct(
-        spark_session(args.master),
+    # Every refusal comes from the plan, before Spark starts.
+    planned = correct.planned_correction(
         args.archive,
         args.output,
         version=args.version,
         commit=args.commit,
         **_recompute_rules(args),
-        progress=_Progress("correcting partitions").update,
-        retirement=retirement,
     )
-    _print_recompute(report)
-    return 0
+    return _carry_out(args, planned, retirement, "correcting partitions")
 
 
 def _print_recompute(report: RecomputeReport) -> None:
@@ -810,8 +892,9 @@ def _print_recompute(report: RecomputeReport) -> None:
         print(f"{key}: recomputed " + ", ".join(f"{a}-{b - 1}" for a, b in ranges))
     print(
         f"{record.kind} of {record.selector}: {report.tasks} partition tasks read "
-        f"{record.messages:,} messages; {len(record.published)} files replaced or written "
-        f"({record.rows:,} rows), {len(record.removed)} removed"
+        f"{record.messages:,} messages into {record.rows:,} rows; "
+        f"{len(record.rewritten)} files rewritten under new names, "
+        f"{len(record.kept)} identical (kept), {len(record.removed)} old names retired"
     )
 
 
@@ -855,7 +938,15 @@ def _table(args: argparse.Namespace) -> int:
             f"output {args.output} has no Iceberg catalog: run `tablecast table --output "
             f"{args.output} --glue-database DATABASE` once"
         )
-    with table_catalog.threads_released():
+    if args.rebuild:
+        from app.table import commit as table_commit
+
+        files = table_commit.rebuild(location)
+        print(f"made the table {found.table} again: {files:,} data files", file=sys.stderr)
+    with (
+        location.refusing(location.child(table_catalog.TABLE_DIR)),
+        table_catalog.threads_released(),
+    ):
         table_catalog.open_table(location, found)  # made now, so that load_table finds it
     print(found.to_json().decode())
     return 0

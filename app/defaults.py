@@ -21,3 +21,8 @@ SESSION_TIMEOUT_MS: Final = 3_600_000
 # plain-listing reader sees the rewritten blocks twice.
 RETIRE_GRACE_S: Final = 120.0
 MAX_RETIRE_GRACE_S: Final = 3600.0
+# How long a writer of an output (the live job, repair) may go without renewing its
+# lease before another may take the output over (app.sink.fencing, --writer-lease):
+# the longest a restart on another host waits for a holder that died without a word.
+WRITER_LEASE: Final = "30 seconds"
+WRITER_LEASE_S: Final = 30.0

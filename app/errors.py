@@ -253,3 +253,34 @@ class ConfigurationError(TablecastError):
     """A command-line option or setting is invalid."""
 
     exit_code = 64
+
+
+class OwnershipLostError(TablecastError):
+    """Another writer took the output over while this one ran: it stops, changing nothing.
+
+    A lost ownership is not a damaged state: the writer that took over carries
+    on, and nothing needs repairing. Facts: ``output``, ``claim`` (this
+    writer's), ``by`` (the entry or owner that superseded it), and ``host``,
+    ``checkpoint`` when the message names them.
+    """
+
+    exit_code = 7
+
+
+class DamagedOutputError(TablecastError):
+    """A published file or the output's table cannot be read: it must be mended.
+
+    Facts: ``output``, ``path``, and ``command`` (what mends it) when known.
+    """
+
+    exit_code = 8
+
+
+class StorageAccessError(TablecastError):
+    """The machine refused a read or a write: a full disk, a denied permission, a
+    read-only filesystem. Nothing committed is lost; run again once it is fixed.
+
+    Facts: ``path`` and ``cause``.
+    """
+
+    exit_code = 74  # EX_IOERR

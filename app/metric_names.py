@@ -16,9 +16,17 @@ HEARTBEAT: Final = "Heartbeat"
 INPUT_MESSAGES: Final = "InputMessages"
 ROWS_WRITTEN: Final = "RowsWritten"
 BATCH_DURATION_MS: Final = "BatchDurationMs"
-# Records between the last processed offset and the newest available offset.
+# Records between the last processed offset and the newest readable offset (the
+# last stable offset under read_committed).
 RECORDS_BEHIND: Final = "RecordsBehind"
 RECORDS_BEHIND_WORST_PARTITION: Final = "RecordsBehindWorstPartition"
+# Records between the last processed offset and the high watermark: beyond the
+# readable end they are records of transactions still open.
+RECORDS_BEHIND_HIGH_WATERMARK: Final = "RecordsBehindHighWatermark"
+# The longest any partition's last stable offset has stayed where it is with
+# records beyond it, in seconds: a transaction left open stops it there while
+# the high watermark moves on.
+STABLE_OFFSET_STALLED_SECONDS: Final = "StableOffsetStalledSeconds"
 SESSIONS_IN_STATE: Final = "SessionsInState"
 STATE_BYTES: Final = "StateBytes"
 INTEGRITY_VIOLATIONS: Final = "IntegrityViolations"
@@ -33,6 +41,8 @@ ALL: Final = (
     BATCH_DURATION_MS,
     RECORDS_BEHIND,
     RECORDS_BEHIND_WORST_PARTITION,
+    RECORDS_BEHIND_HIGH_WATERMARK,
+    STABLE_OFFSET_STALLED_SECONDS,
     SESSIONS_IN_STATE,
     STATE_BYTES,
     INTEGRITY_VIOLATIONS,

@@ -9,16 +9,63 @@ moto's server.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import posixpath
+import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, StorageAccessError, TablecastError
+
+# The machine's or the store's refusals: nothing is wrong with the data, something is
+# wrong with where it goes. Run again once it is fixed.
+_REFUSED_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
+# The same refusals as text: pyarrow's S3 client, SQLite (the local catalog), and an
+# error that crossed from another process as its message only.
+_REFUSED_TEXT = (
+    ("ACCESS_DENIED", "access denied"),
+    ("AccessDenied", "access denied"),
+    ("No space left on device", os.strerror(errno.ENOSPC)),
+    ("database or disk is full", os.strerror(errno.ENOSPC)),
+    ("Disk quota exceeded", os.strerror(errno.EDQUOT)),
+    ("Read-only file system", os.strerror(errno.EROFS)),
+    ("readonly database", os.strerror(errno.EROFS)),
+    ("Permission denied", os.strerror(errno.EACCES)),
+)
+
+
+def refusal(exc: BaseException) -> str | None:
+    """Why the storage refused an operation (a full disk, a denied write, a read-only
+    filesystem, S3's AccessDenied), or None when ``exc`` is some other failure."""
+    if isinstance(exc, OSError) and exc.errno in _REFUSED_ERRNOS:
+        return os.strerror(exc.errno)
+    text = str(exc)
+    return next((cause for marker, cause in _REFUSED_TEXT if marker in text), None)
+
+
+def refused_path(exc: BaseException) -> str:
+    """The path a refusal's message names (pyarrow and SQLite quote it), or ""."""
+    found = re.search(r"'([^']*/[^']*)'", str(exc))
+    if found is not None:
+        return found.group(1)
+    return str(getattr(exc, "filename", "") or "")
+
+
+def access_error(path: str, cause: str, doing: str = "write") -> StorageAccessError:
+    """The one line for a refused read or write of ``path``."""
+    return StorageAccessError(
+        f"cannot {doing} {path or 'the output'}: {cause}; nothing committed is lost: free "
+        "space or grant access there, then run the command again",
+        path=path,
+        cause=cause,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +81,26 @@ class Location:
     def child(self, *parts: str) -> str:
         return posixpath.join(self.path, *parts)
 
+    def shown(self, path: str) -> str:
+        """``path`` (of this filesystem) as a URI an operator can use: ``s3://...`` on S3."""
+        scheme = self.uri[: len(self.uri) - len(self.path)] if self.uri.endswith(self.path) else ""
+        return scheme + path
+
+    @contextlib.contextmanager
+    def refusing(self, path: str, doing: str = "write") -> Iterator[None]:
+        """Around an operation on ``path``: a refusal by the storage becomes a
+        :class:`StorageAccessError` naming the path and the cause (in a Spark worker too:
+        it reaches the driver as itself, :mod:`app.worker_errors`)."""
+        try:
+            yield
+        except TablecastError:
+            raise
+        except Exception as exc:  # OSError, or a library's own (SQLite's, boto3's)
+            cause = refusal(exc)
+            if cause is None:
+                raise
+            raise access_error(self.shown(path), cause, doing) from None
+
     def list_dir(self, path: str) -> list[pafs.FileInfo]:
         """The entries directly under ``path``; empty when it does not exist."""
         selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
@@ -47,7 +114,7 @@ class Location:
         return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
     def read_bytes(self, path: str) -> bytes:
-        with self.fs.open_input_stream(path) as stream:
+        with self.refusing(path, "read"), self.fs.open_input_stream(path) as stream:
             return bytes(stream.readall())
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
@@ -61,6 +128,10 @@ class Location:
         hidden temporary name in the same directory, then a rename
         (:meth:`_put`).
         """
+        with self.refusing(path):
+            self._write_whole(path, write)
+
+    def _write_whole(self, path: str, write: Callable[[pa.NativeFile], object]) -> None:
         self.fs.create_dir(posixpath.dirname(path), recursive=True)
         if not self.is_local and not self.atomic_rename:
             with self.fs.open_output_stream(path) as out:
@@ -75,6 +146,46 @@ class Location:
             if self.exists(temp):
                 self.fs.delete_file(temp)
 
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Write ``path`` whole if no file is there; False, writing nothing, if one is.
+
+        Two writers racing for one name: exactly one gets True, on every
+        storage. Local disk: a hidden temporary file, then ``link`` to the name
+        (which fails when the name exists; ``rename`` would replace it). HDFS:
+        a hidden temporary file, then a rename, which HDFS refuses over an
+        existing name. S3: one ``PutObject`` with ``If-None-Match: *``, which
+        S3 refuses (412, or 409 to the loser of two concurrent requests) when
+        the key exists; pyarrow's filesystem cannot send the header, so boto3
+        does.
+        """
+        with self.refusing(path):
+            return self._create_exclusive(path, data)
+
+    def _create_exclusive(self, path: str, data: bytes) -> bool:
+        if not self.is_local and not self.atomic_rename:
+            return _s3_put_if_absent(path, data)  # an S3 path is bucket/key
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)
+        temp = _temporary(path)
+        with self.fs.open_output_stream(temp) as out:
+            out.write(data)
+        try:
+            if self.is_local:
+                try:
+                    os.link(temp, path)
+                except FileExistsError:
+                    return False
+                return True
+            try:
+                self.fs.move(temp, path)
+            except OSError:
+                if self.exists(path):
+                    return False
+                raise
+            return True
+        finally:
+            if self.exists(temp):
+                self.fs.delete_file(temp)
+
     def move(self, source: str, target: str) -> None:
         """Publish ``source`` under ``target``; a file already there is never replaced by
         different bytes while readers may read it.
@@ -85,13 +196,14 @@ class Location:
         content, and a copy over it would race readers that read its footer
         and then its pages, apache/arrow#41310).
         """
-        self.fs.create_dir(posixpath.dirname(target), recursive=True)
-        if self.is_local or self.atomic_rename:
-            self._put(source, target)
-        else:
-            if not self.exists(target):
-                self.fs.copy_file(source, target)
-            self.fs.delete_file(source)
+        with self.refusing(target):
+            self.fs.create_dir(posixpath.dirname(target), recursive=True)
+            if self.is_local or self.atomic_rename:
+                self._put(source, target)
+            else:
+                if not self.exists(target):
+                    self.fs.copy_file(source, target)
+                self.fs.delete_file(source)
 
     def _put(self, source: str, target: str) -> None:
         """Rename ``source`` to ``target`` without ``target`` ever missing.
@@ -127,12 +239,14 @@ class Location:
         return self.read_bytes(one) == self.read_bytes(other)
 
     def delete_file(self, path: str) -> None:
-        if self.exists(path):
-            self.fs.delete_file(path)
+        with self.refusing(path, "delete"):
+            if self.exists(path):
+                self.fs.delete_file(path)
 
     def delete_dir(self, path: str) -> None:
-        if self.exists(path):
-            self.fs.delete_dir(path)
+        with self.refusing(path, "delete"):
+            if self.exists(path):
+                self.fs.delete_dir(path)
 
 
 def _temporary(path: str) -> str:
@@ -141,17 +255,54 @@ def _temporary(path: str) -> str:
     return posixpath.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
 
 
+def _s3_put_if_absent(path: str, data: bytes) -> bool:
+    """``PutObject`` of ``bucket/key`` with ``If-None-Match: *``: False if the key exists."""
+    from botocore.exceptions import ClientError
+
+    bucket, _, key = path.partition("/")
+    try:
+        _s3_client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        # 412: the key exists. 409: another conditional write of the key is in flight,
+        # and one of the two wins: this one is the loser unless the key is still free.
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            return False
+        raise
+    return True
+
+
+_s3_clients: dict[tuple[str | None, str], Any] = {}
+
+
+def _s3_client() -> Any:
+    """A boto3 S3 client for the same endpoint and region as :func:`resolve`'s filesystem."""
+    import boto3
+
+    endpoint, region = _s3_endpoint()
+    key = (endpoint, region)
+    if key not in _s3_clients:
+        _s3_clients[key] = boto3.client("s3", endpoint_url=endpoint, region_name=region)
+    return _s3_clients[key]
+
+
+def _s3_endpoint() -> tuple[str | None, str]:
+    endpoint = os.environ.get("TABLECAST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return endpoint or None, region or "us-east-1"
+
+
 def resolve(uri: str) -> Location:
     """The :class:`Location` of a local path, ``file://``, ``s3://`` or ``hdfs://`` URI."""
     if uri.startswith("hdfs://"):
         return _hdfs(uri)
     if uri.startswith("s3://") or uri.startswith("s3a://"):
         rest = uri.split("://", 1)[1].rstrip("/")
-        endpoint = os.environ.get("TABLECAST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        endpoint, region = _s3_endpoint()
         fs = pafs.S3FileSystem(
             endpoint_override=endpoint,
-            region=region or "us-east-1",
+            region=region,
             scheme="http" if endpoint and endpoint.startswith("http://") else "https",
             allow_bucket_creation=False,
         )

@@ -9,6 +9,7 @@ test can tell whether a visible name was ever written in place or removed.
 from __future__ import annotations
 
 import posixpath
+import threading
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -20,6 +21,7 @@ class RecordingHandler(pafs.FileSystemHandler):  # type: ignore[misc]
     def __init__(self, hdfs_rename: bool) -> None:
         self.local = pafs.LocalFileSystem()
         self.hdfs_rename = hdfs_rename
+        self._namenode = threading.Lock()
         self.log: list[tuple[str, str]] = []  # (operation, path)
 
     def get_type_name(self) -> str:
@@ -55,10 +57,12 @@ class RecordingHandler(pafs.FileSystemHandler):  # type: ignore[misc]
         self.local.delete_file(path)
 
     def move(self, src: str, dest: str) -> None:
-        if self.hdfs_rename and self.local.get_file_info(dest).type != pafs.FileType.NotFound:
-            raise OSError(f"rename {src} -> {dest}: destination exists")
-        self.log.append(("rename", f"{src} -> {dest}"))
-        self.local.move(src, dest)
+        # The NameNode serialises renames: the check and the rename are one step.
+        with self._namenode:
+            if self.hdfs_rename and self.local.get_file_info(dest).type != pafs.FileType.NotFound:
+                raise OSError(f"rename {src} -> {dest}: destination exists")
+            self.log.append(("rename", f"{src} -> {dest}"))
+            self.local.move(src, dest)
 
     def copy_file(self, src: str, dest: str) -> None:
         self.log.append(("copy", f"{src} -> {dest}"))

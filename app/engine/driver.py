@@ -60,6 +60,8 @@ class EngineDriver:
         self._states: dict[TopicPartition, StateVersion] | None = None
         # Per partition, the versions published batches left, oldest first.
         self._published: dict[TopicPartition, list[StateVersion]] = {}
+        # Partitions whose unneeded versions are removed at the next collect_garbage().
+        self._untidy: set[TopicPartition] = set()
         self._registry: Registry | None = None
         # Each partition's latest state: sessions held and file size (for metrics).
         self.sessions: dict[TopicPartition, int] = {}
@@ -168,7 +170,9 @@ class EngineDriver:
         return {**(self._states or {}), **saved}
 
     def committed(self, outcome: BatchOutcome, states: States) -> None:
-        """The batch is published with ``states``: record its sessions, remove unneeded versions."""
+        """The batch is published with ``states``: record its sessions and which versions
+        are no longer needed (removed by :meth:`collect_garbage`, once the writer has
+        checked that the output is still its own)."""
         self._require_registry().apply(outcome.claims, outcome.dropped)
         self._states = dict(states)
         for tp, summary in outcome.partitions.items():
@@ -176,9 +180,15 @@ class EngineDriver:
                 continue
             self.sessions[tp], self.state_bytes[tp] = summary.sessions, summary.state_bytes
             self._keep(tp, states[tp])
-            # Older published versions beyond the last few, and versions no batch published
-            # (an earlier resync pass, a crashed attempt, a zombie task).
+            self._untidy.add(tp)
+
+    def collect_garbage(self) -> None:
+        """Remove, for each partition a published batch touched, older published versions
+        beyond the last few and versions no batch published (an earlier resync pass, a
+        crashed attempt, a zombie task); never one newer than the last published."""
+        for tp in sorted(self._untidy):
             self.store.collect_garbage(tp, keep=self._published[tp])
+        self._untidy.clear()
 
     def _keep(self, tp: TopicPartition, version: StateVersion) -> None:
         kept = self._published.setdefault(tp, [])

@@ -257,8 +257,10 @@ class StateStore:
     def collect_garbage(
         self, tp: TopicPartition, keep: Collection[StateVersion]
     ) -> list[StateVersion]:
-        """Remove every version of ``tp`` but ``keep``: older ones, and those no batch published."""
-        removable = [v for v in self.versions(tp) if v not in keep]
+        """Remove every version of ``tp`` but ``keep``: older ones, and those no batch
+        published; none past the newest kept, which only another writer can have saved."""
+        newest = max((v.offset for v in keep), default=-1)
+        removable = [v for v in self.versions(tp) if v not in keep and v.offset <= newest]
         for version in removable:
             self.location.delete_file(self.path(tp, version))
         return removable

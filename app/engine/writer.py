@@ -58,11 +58,6 @@ def write_data_file(location: Location, path: str, table: pa.Table, quarantine: 
     return int(location.fs.get_file_info(path).size)
 
 
-def read_data_file(location: Location, path: str) -> pa.Table:
-    """One file's own columns (no ``date`` taken from its directory's name)."""
-    return pq.read_table(path, filesystem=location.fs, partitioning=None)
-
-
 def stage_table(
     location: Location,
     staging_dir: str,

@@ -17,6 +17,15 @@ Records behind are computed here, not by Kafka: the job commits no consumer
 group offsets, so MSK's lag metrics know nothing of the job. The newest
 offsets come from the source (``latestOffset``, which it reports from Kafka
 and from the archive alike) and the processed ones from ``endOffset``.
+The source reports two newest offsets per partition
+(:class:`~app.contract.offsets.SourceReport`): the readable end, where a
+batch may read up to (the last stable offset under ``read_committed``), and
+the high watermark; and since when a last stable offset has stayed behind
+its high watermark. Records behind each, and the longest such stay, are
+published: a transaction left open holds the readable end back (behind it
+the job is caught up) while records pile up behind the high watermark.
+An idle trigger (no batch) is reported from the query's last progress,
+which Spark updates at idle triggers too.
 
 The listener runs on Spark's listener thread. Nothing in it blocks for
 long or raises into Spark: a publisher only queues, and a failing observer is
@@ -38,12 +47,20 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from app import metric_names as names
 from app.contract import offsets as offsets_mod
-from app.contract.offsets import Offsets, TopicPartition
+from app.contract.offsets import Offsets, SourceReport, TopicPartition
 from app.errors import IntegrityViolationError
 from app.metrics.publisher import Datum, MetricsPublisher, Unit, now
 from app.sink.commit import BatchReport
 
-__all__ = ["BatchMetrics", "Lag", "MetricsListener", "batch_metrics", "records_behind"]
+__all__ = [
+    "BatchMetrics",
+    "Lag",
+    "MetricsListener",
+    "SourceLag",
+    "batch_metrics",
+    "records_behind",
+    "source_lag",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +90,47 @@ def records_behind(end: Offsets, latest: Offsets) -> Lag:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceLag:
+    """How far the processed offsets are behind what the source reported, at one trigger."""
+
+    readable: Lag  # to the readable ends (the last stable offsets under read_committed)
+    high: Lag | None  # to the high watermarks; None from a source that reports none
+    stable_stalled_s: float  # the longest a last stable offset stayed behind its high watermark
+
+    def datums(self, at: datetime) -> list[Datum]:
+        count = Unit.COUNT
+        high = self.readable if self.high is None else self.high
+        return [
+            Datum(names.RECORDS_BEHIND, float(self.readable.total), count, at),
+            Datum(
+                names.RECORDS_BEHIND_WORST_PARTITION, float(self.readable.worst_behind), count, at
+            ),
+            Datum(names.RECORDS_BEHIND_HIGH_WATERMARK, float(high.total), count, at),
+            Datum(names.STABLE_OFFSET_STALLED_SECONDS, self.stable_stalled_s, Unit.SECONDS, at),
+        ]
+
+
+def source_lag(progress: Mapping[str, Any]) -> SourceLag | None:
+    """The lag a progress (a batch's, or an idle trigger's) shows; None without newest offsets."""
+    sources = progress.get("sources") or []
+    source = sources[0] if sources else {}
+    latest = source.get("latestOffset")
+    if latest is None:
+        return None
+    end = _offsets(source.get("endOffset")) or {}
+    report = SourceReport.from_json(latest)
+    at_ms = _timestamp(progress.get("timestamp")).timestamp() * 1000
+    stalled = max((at_ms - since for since in report.stable_since.values()), default=0.0)
+    return SourceLag(
+        readable=records_behind(end, report.readable),
+        high=None
+        if report.high_watermarks is None
+        else records_behind(end, report.high_watermarks),
+        stable_stalled_s=max(0.0, stalled / 1000),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class BatchMetrics:
     """One committed micro-batch, as Spark and the sink saw it."""
 
@@ -83,7 +141,7 @@ class BatchMetrics:
     sessions_in_state: int
     state_bytes: int
     end: Offsets
-    lag: Lag | None  # None when the source reports no latest offsets
+    lag: SourceLag | None  # None when the source reports no latest offsets
     rows_written: int = 0
     output_files: int = 0
     output_bytes: int = 0
@@ -112,10 +170,9 @@ class BatchMetrics:
             (names.OUTPUT_FILES, self.output_files, count),
             (names.OUTPUT_BYTES, self.output_bytes, size),
         ]
-        if self.lag is not None:
-            values.append((names.RECORDS_BEHIND, self.lag.total, count))
-            values.append((names.RECORDS_BEHIND_WORST_PARTITION, self.lag.worst_behind, count))
         datums = [Datum(name, float(value), unit, at) for name, value, unit in values]
+        if self.lag is not None:
+            datums += self.lag.datums(at)
         for tier, records in self.served.items():
             source = ((names.SOURCE_DIMENSION, tier),)
             datums.append(Datum(names.RECORDS_SERVED, float(records), count, at, source))
@@ -137,7 +194,6 @@ def batch_metrics(
     sources = progress.get("sources") or []
     source = sources[0] if sources else {}
     end = _offsets(source.get("endOffset")) or {}
-    latest = _offsets(source.get("latestOffset"))
     metrics = BatchMetrics(
         batch_id=int(progress["batchId"]),
         started=_timestamp(progress.get("timestamp")),
@@ -146,7 +202,7 @@ def batch_metrics(
         sessions_in_state=0,
         state_bytes=0,
         end=end,
-        lag=None if latest is None else records_behind(end, latest),
+        lag=source_lag(progress),
         served={tier: 0 for tier in tiers},
     )
     if report is None:
@@ -189,6 +245,7 @@ class MetricsListener(StreamingQueryListener):
         self._reports_lock = threading.Lock()
         self._reports: dict[int, BatchReport] = {}
         self._run_id: str | None = None
+        self._last_progress: Callable[[], str | None] | None = None
         self._early: list[tuple[str, Callable[[], None]]] = []
         self._terminated = threading.Event()
         # The source tiers whose records each batch counts apart (RecordsServed):
@@ -204,10 +261,16 @@ class MetricsListener(StreamingQueryListener):
         with self._reports_lock:
             self._reports[report.batch_id] = report
 
-    def bind(self, run_id: str) -> None:
-        """Follow the query run ``run_id`` only (and replay its early events)."""
+    def bind(self, run_id: str, last_progress: Callable[[], str | None] | None = None) -> None:
+        """Follow the query run ``run_id`` only (and replay its early events).
+
+        ``last_progress``: the query's last progress as JSON (None before the
+        first), which an idle trigger updates without an event of its own: the
+        idle events publish the lag it shows.
+        """
         with self._dispatch_lock:
             self._run_id = run_id
+            self._last_progress = last_progress
             early, self._early = self._early, []
             for event_run, action in early:
                 if event_run == run_id:
@@ -275,13 +338,17 @@ class MetricsListener(StreamingQueryListener):
 
     def _idle(self) -> None:
         at = self.clock()
-        self.publisher.publish(
-            [
-                Datum(names.HEARTBEAT, 1.0, Unit.COUNT, at),
+        datums = [Datum(names.HEARTBEAT, 1.0, Unit.COUNT, at)]
+        text = None if self._last_progress is None else self._last_progress()
+        lag = None if text is None else source_lag(orjson.loads(text))
+        if lag is not None:
+            datums += lag.datums(at)
+        else:  # an idle trigger planned nothing: nothing readable is left behind
+            datums += [
                 Datum(names.RECORDS_BEHIND, 0.0, Unit.COUNT, at),
                 Datum(names.RECORDS_BEHIND_WORST_PARTITION, 0.0, Unit.COUNT, at),
             ]
-        )
+        self.publisher.publish(datums)
 
 
 def _offsets(doc: Any) -> Offsets | None:

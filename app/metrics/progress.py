@@ -1,6 +1,7 @@
 """Live progress of ``tablecast run``: what an operator watches on a terminal.
 
-On a terminal one status line (batches, messages per second, records behind,
+On a terminal one status line (batches, messages per second, records behind
+the readable ends and the high watermarks,
 sessions in state; for a job reading Kafka and the archive, the records each
 served) is redrawn in place after every micro-batch, and other
 lines (trace lines, log-sink lines) are printed above it. Anywhere else
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from app.metrics.listener import BatchMetrics, Lag
+from app.metrics.listener import BatchMetrics, SourceLag
 from app.metrics.publisher import PublishStats
 from app.sink.commit import BatchReport
 
@@ -76,7 +77,7 @@ class RunTotals:
     quarantined: int = 0
     violations: int = 0
     sessions: int = 0  # in state after the last batch
-    lag: Lag | None = None  # after the last batch
+    lag: SourceLag | None = None  # after the last batch
     served: dict[str, int] = field(default_factory=dict)  # records per source tier
 
     def add(self, m: BatchMetrics) -> None:
@@ -185,12 +186,22 @@ def _served(served: Mapping[str, int]) -> str:
     return ", ".join(f"{count:,} from {tier}" for tier, count in served.items())
 
 
-def _lag(lag: Lag | None) -> str:
+def _lag(lag: SourceLag | None) -> str:
+    """Behind the readable ends, beside the high watermarks: ``12 (worst s:1: 8), 40 to the
+    high watermark, a last stable offset stalled 95 s``."""
     if lag is None:
         return "unknown"
-    if lag.worst is None:
-        return "0"
-    return f"{lag.total:,} (worst {lag.worst.key()}: {lag.worst_behind:,})"
+    readable = lag.readable
+    text = (
+        "0"
+        if readable.worst is None
+        else f"{readable.total:,} (worst {readable.worst.key()}: {readable.worst_behind:,})"
+    )
+    if lag.high is not None:
+        text += f", {lag.high.total:,} to the high watermark"
+    if lag.stable_stalled_s >= 1:
+        text += f", a last stable offset stalled {lag.stable_stalled_s:,.0f} s"
+    return text
 
 
 def _size(n: int) -> str:

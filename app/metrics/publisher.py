@@ -61,6 +61,7 @@ class Unit(StrEnum):
     """The CloudWatch units the job uses."""
 
     COUNT = "Count"
+    SECONDS = "Seconds"
     MILLISECONDS = "Milliseconds"
     BYTES = "Bytes"
 

@@ -196,6 +196,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the settings only, not what the account runs (no AWS credentials needed)",
     )
 
+    retire = commands.add_parser(
+        "retire-topic",
+        help="record a topic as retired at its end: the job reads it to there, then carries "
+        "on without it (stop its producers first)",
+    )
+    _kafka(retire)
+    retire.add_argument("--topic", required=True, help="the topic to retire")
+    retire.add_argument("--output", help="the job's output URI [the environment's output-uri]")
+    retire.add_argument(
+        "--checkpoint",
+        default="",
+        help="where the job's state is [the checkpoint the output's last batch names]",
+    )
+    retire.add_argument(
+        "--topic-pattern", help="the job's topics [the environment's topic-pattern]"
+    )
+
     archive = commands.add_parser("archive", help="copy Kafka into the raw archive")
     _kafka(archive)
     archive.add_argument("--archive", help="archive URI [the environment's archive-uri]")
@@ -287,6 +304,7 @@ def _dispatch(args: argparse.Namespace, declarations: Declarations | None) -> in
         "produce": _produce,
         "archive": _archive,
         "test-run": _test_run,
+        "retire-topic": _retire_topic,
     }
     return commands[args.command](args)
 
@@ -515,6 +533,29 @@ def _archiver_publisher(args: argparse.Namespace, found: Handoff | None) -> Metr
     if found is None or not args.follow:
         raise ConfigurationError("--metrics publishes with --environment and --follow only")
     return make_publisher(kind, environment=found.environment, region=found.region)
+
+
+def _retire_topic(args: argparse.Namespace) -> int:
+    from app.ops import retire
+
+    found = _handoff(args)
+    endpoint = _endpoint(args, found)
+    if found is not None and not (
+        args.bootstrap_servers or args.kafka_auth or os.environ.get(KAFKA_AUTH_VARIABLE)
+    ):
+        endpoint, _ = found.job_kafka()  # signed in as the job is
+    output = args.output or (found.s3_uri(handoff.OUTPUT_URI) if found else None)
+    if output is None:
+        raise ConfigurationError("without --environment, name --output")
+    done = retire.retire_topic(
+        endpoint,
+        output,
+        args.topic,
+        topic_pattern=_topic_pattern(args, found) or DEFAULT_TOPIC_PATTERN,
+        checkpoint=args.checkpoint,
+    )
+    _say(*done.lines())
+    return 0
 
 
 def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> int:

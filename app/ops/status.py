@@ -20,6 +20,8 @@ _METRICS = (
     (metric_names.BATCH_DURATION_MS, "Maximum"),
     (metric_names.RECORDS_BEHIND, "Maximum"),
     (metric_names.RECORDS_BEHIND_WORST_PARTITION, "Maximum"),
+    (metric_names.RECORDS_BEHIND_HIGH_WATERMARK, "Maximum"),
+    (metric_names.STABLE_OFFSET_STALLED_SECONDS, "Maximum"),
     (metric_names.INTEGRITY_VIOLATIONS, "Sum"),
     (metric_names.ARCHIVER_HEARTBEAT, "Sum"),
     (metric_names.ARCHIVER_RECORDS_BEHIND, "Maximum"),
@@ -59,7 +61,10 @@ class JobStatus:
             f"{self._value(metric_names.BATCH_DURATION_MS)} ms"
             + (f" (minute of {self._ago(batch.timestamp)})" if batch else ""),
             f"records behind:  {self._value(metric_names.RECORDS_BEHIND)} "
-            f"(worst partition {self._value(metric_names.RECORDS_BEHIND_WORST_PARTITION)})",
+            f"(worst partition {self._value(metric_names.RECORDS_BEHIND_WORST_PARTITION)}), "
+            f"{self._value(metric_names.RECORDS_BEHIND_HIGH_WATERMARK)} to the high watermark, "
+            "a last stable offset stalled "
+            f"{self._value(metric_names.STABLE_OFFSET_STALLED_SECONDS)} s",
             f"violations:      {self._value(metric_names.INTEGRITY_VIOLATIONS)}",
             "archiver:        "
             + (

@@ -24,7 +24,14 @@ from app.contract.processor import Processor, TableProcessor
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
-from app.recompute.run import CORRECTION, Progress, RecomputeReport, recompute
+from app.recompute.run import (
+    CORRECTION,
+    Planned,
+    Progress,
+    RecomputeReport,
+    check_startable,
+    recompute,
+)
 from app.recompute.task import RecomputePlan
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry, LiveRules
@@ -95,6 +102,31 @@ def plan_correction(
     )
 
 
+def planned_correction(
+    archive_uri: str,
+    output_uri: str,
+    *,
+    version: str | None = None,
+    commit: str | None = None,
+    integrity: IntegrityMode | None = None,
+    session_timeout_ms: int | None = None,
+    processor: Processor[Any] | None = None,
+) -> Planned:
+    """The correction planned with the live job's rules; every refusal is raised here,
+    before Spark starts. Nothing is changed."""
+    correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
+    rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
+    plan = RecomputePlan(
+        processor=processor or TableProcessor(),
+        rules=rules,
+        archive_uri=archive_uri,
+        output_uri=output_uri,
+        staging_dir="",
+    )
+    check_startable(output_uri)
+    return Planned(plan, correction.works, CORRECTION, correction.selector)
+
+
 def correct(
     spark: Any,
     archive_uri: str,
@@ -115,15 +147,13 @@ def correct(
     ``session_timeout_ms`` only for entries older than that record, or to
     confirm them (a different value is refused).
     """
-    correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
-    rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
-    plan = RecomputePlan(
-        processor=processor or TableProcessor(),
-        rules=rules,
-        archive_uri=archive_uri,
-        output_uri=output_uri,
-        staging_dir="",
+    planned = planned_correction(
+        archive_uri,
+        output_uri,
+        version=version,
+        commit=commit,
+        integrity=integrity,
+        session_timeout_ms=session_timeout_ms,
+        processor=processor,
     )
-    return recompute(
-        spark, plan, correction.works, CORRECTION, correction.selector, progress, steps, retirement
-    )
+    return recompute(spark, planned, progress, steps, retirement)

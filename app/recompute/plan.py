@@ -11,9 +11,17 @@ offset of the latest ``tablecast repair`` before it (after a repair the job
 starts again from empty state at the repair's offsets, adopting the sessions
 the repair names). That stretch is an *epoch*; a recompute reads each
 partition from the start of the epoch of the first range it recomputes,
-with empty state, and applies records up to the last such range. Rows at or
-after the next repair's offset were removed by that repair and published
-again after it, so a range is recomputed only up to there.
+with empty state, and applies records up to the last such range.
+
+A repair cuts the ranges of the epoch it ends at its restart offset: it
+removed their rows from there on, which the next epoch published again,
+except the rows of the resync snapshots it adopted (the next epoch, starting
+from empty state, publishes nothing for those messages: it cannot compute
+their deletions). So a range's own rows (:class:`RangeRows`) are those
+before the cut and those of the snapshots the repair kept; a recompute of
+the range reads on to the last kept snapshot, in the old epoch's state, and
+stages exactly those rows, which are exactly what the repair left. The
+next epoch's ranges never own the kept snapshots' rows.
 """
 
 from __future__ import annotations
@@ -22,12 +30,14 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app import defaults
 from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode, Rules
-from app.engine.segments import OFFSETS_PER_FILE
+from app.engine.segments import OFFSETS_PER_FILE, range_stem
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import LedgerEntry, LiveRules
@@ -45,8 +55,70 @@ class PublishedRange:
     entry: LedgerEntry | None  # None: a range of no ledger (a replay into a new output)
     epoch: int  # ranges of one partition and epoch continue one state
     limit: int | None  # the next repair's restart offset: rows from there on are not ours
-    # The repair that cut this range short kept rows of adopted snapshots in it.
-    kept_by_repair: int | None = None
+    # (session, offset) of the snapshots at or after ``limit`` whose rows that repair kept.
+    kept: tuple[tuple[str, int], ...] = ()
+    # (session, offset) of the snapshots the repair that began this epoch adopted: their
+    # rows belong to the range before it.
+    earlier: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def rows(self) -> RangeRows:
+        return RangeRows(self.start, self.end, self.limit, self.kept, self.earlier)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRows:
+    """The rows a partition's published range ``[start, end)`` owns, among the rows of its
+    offsets: all of them, but after a repair (module docstring)."""
+
+    start: int
+    end: int
+    limit: int | None = None
+    kept: tuple[tuple[str, int], ...] = ()
+    earlier: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        """Every row of its offsets is the range's own."""
+        return (self.limit is None or self.limit >= self.end) and not self.earlier
+
+    @property
+    def read_end(self) -> int:
+        """Where a recompute of the range stops reading: past the last kept snapshot."""
+        if self.limit is None:
+            return self.end
+        return max([min(self.end, self.limit)] + [offset + 1 for _, offset in self.kept])
+
+    def blocks(self, tp: TopicPartition) -> list[tuple[str, int, int]]:
+        """The range's blocks: (name, first offset, end offset)."""
+        stem = range_stem(tp, self.start, self.end)
+        count = max(1, math.ceil((self.end - self.start) / OFFSETS_PER_FILE))
+        return [
+            (
+                f"{stem}-{n:03d}",
+                self.start + n * OFFSETS_PER_FILE,
+                min(self.end, self.start + (n + 1) * OFFSETS_PER_FILE),
+            )
+            for n in range(count)
+        ]
+
+    def mask(self, table: pa.Table, tp: TopicPartition, lo: int, hi: int) -> pa.ChunkedArray:
+        """Which of ``table``'s rows (output or quarantine) are this range's, in ``[lo, hi)``."""
+        offsets = table["offset"]
+        mine = pc.and_(
+            pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition)),
+            pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)),
+        )
+        if self.whole:
+            return mine
+        pairs = pc.binary_join_element_wise(table["session"], pc.cast(offsets, pa.string()), "\x00")
+        if self.limit is not None:
+            kept = pa.array([f"{s}\x00{o}" for s, o in self.kept], pa.string())
+            mine = pc.and_(mine, pc.or_(pc.less(offsets, self.limit), pc.is_in(pairs, kept)))
+        if self.earlier:
+            earlier = pa.array([f"{s}\x00{o}" for s, o in self.earlier], pa.string())
+            mine = pc.and_(mine, pc.invert(pc.is_in(pairs, earlier)))
+        return mine
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +141,11 @@ class PartitionWork:
     ranges: tuple[tuple[int, int], ...]
     files: tuple[ArchiveFile, ...]  # the archive files of [begin, read_end)
     foreign: tuple[ForeignRange, ...] = ()  # the live job's rule 6 owners, by range
+    rows: tuple[RangeRows, ...] = ()  # which rows of ``ranges`` are theirs (after repairs)
+
+    def owned(self) -> dict[str, RangeRows]:
+        """Each range's rows by its files' common name (:func:`range_stem`)."""
+        return {range_stem(self.tp, r.start, r.end): r for r in self.rows}
 
     @property
     def offsets(self) -> int:
@@ -95,10 +172,16 @@ def published_ranges(entries: Iterable[LedgerEntry]) -> list[PublishedRange]:
         limit = None if repair is None else repair.end[tp]
         if limit is not None and limit <= start:
             continue  # entirely removed by the repair, and published again after it
-        cut = repair is not None and limit is not None and limit < end
-        kept = repair.number if cut and repair is not None and repair.adopt else None
-        ranges.append(PublishedRange(tp, start, end, entry, number, limit, kept))
+        kept = () if repair is None or limit is None else _adopted(repair, limit, end)
+        began = next((r for e, r in repairs if e == number - 1), None)
+        earlier = () if began is None else _adopted(began, start, end)
+        ranges.append(PublishedRange(tp, start, end, entry, number, limit, kept, earlier))
     return ranges
+
+
+def _adopted(repair: LedgerEntry, lo: int, hi: int) -> tuple[tuple[str, int], ...]:
+    """The snapshots ``repair`` adopted at offsets in ``[lo, hi)``, as (session, offset)."""
+    return tuple(sorted((s, o) for s, o in repair.adopt.items() if lo <= o < hi))
 
 
 def grid_ranges(tp: TopicPartition, start: int, end: int) -> list[PublishedRange]:
@@ -131,17 +214,10 @@ def works(
     groups: dict[tuple[TopicPartition, int], list[PublishedRange]] = {}
     for r in chosen:
         groups.setdefault((r.tp, r.epoch), []).append(r)
-    for r in chosen:
-        if r.kept_by_repair is not None:
-            raise ConfigurationError(
-                f"{r.tp} offsets {r.start} to {r.end - 1} were cut short by the repair in ledger "
-                f"entry {r.kept_by_repair}, which kept the rows of adopted snapshots in them: "
-                "recomputing the range would lose those rows"
-            )
     out: list[PartitionWork] = []
     for (tp, epoch), group in sorted(groups.items()):
         begin = begins.get((tp, epoch), min(r.start for r in group))
-        read_end = max(r.end if r.limit is None else min(r.end, r.limit) for r in group)
+        read_end = max(r.rows.read_end for r in group)
         held = index.latest(tp) if tp in index.files else begin
         if read_end > held:
             if group[0].entry is not None:
@@ -158,7 +234,8 @@ def works(
             for r in every
             if r.tp == tp and r.epoch == epoch and r.entry is not None and r.entry.foreign.get(tp)
         )
-        out.append(PartitionWork(tp, begin, read_end, ranges, files, foreign))
+        rows = tuple(sorted({r.rows for r in group}, key=lambda r: r.start))
+        out.append(PartitionWork(tp, begin, read_end, ranges, files, foreign, rows))
     return out
 
 

@@ -25,7 +25,14 @@ from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
 from app.recompute.plan import PublishedRange
-from app.recompute.run import REPLAY, Progress, RecomputeReport, recompute
+from app.recompute.run import (
+    REPLAY,
+    Planned,
+    Progress,
+    RecomputeReport,
+    check_startable,
+    recompute,
+)
 from app.recompute.task import RecomputePlan
 from app.sink.ledger import Ledger
 from app.sink.rewrite import Retirement, RewriteSteps
@@ -50,8 +57,7 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
-def replay(
-    spark: Any,
+def plan_replay(
     archive_uri: str,
     output_uri: str,
     since_ms: int,
@@ -61,10 +67,9 @@ def replay(
     integrity: IntegrityMode | None = None,
     session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
-    progress: Progress | None = None,
-    steps: RewriteSteps | None = None,
-    retirement: Retirement | None = None,
-) -> RecomputeReport:
+) -> Planned:
+    """The ranges to recompute and where to read them; every refusal is raised here,
+    before Spark starts. Nothing is changed."""
     if until_ms <= since_ms:
         raise ConfigurationError("--until must be after --since")
     location = archive.require_root(archive_uri)
@@ -94,10 +99,39 @@ def replay(
         staging_dir="",
         window_ms=(since_ms, until_ms),
     )
-    selector = f"window {_iso(since_ms)} to {_iso(until_ms)}"
-    return recompute(spark, plan, works, REPLAY, selector, progress, steps, retirement)
+    if output.exists(output.path):
+        check_startable(output_uri)
+    return Planned(plan, works, REPLAY, f"window {_iso(since_ms)} to {_iso(until_ms)}")
+
+
+def replay(
+    spark: Any,
+    archive_uri: str,
+    output_uri: str,
+    since_ms: int,
+    until_ms: int,
+    *,
+    topic_pattern: str,
+    integrity: IntegrityMode | None = None,
+    session_timeout_ms: int | None = None,
+    processor: Processor[Any] | None = None,
+    progress: Progress | None = None,
+    steps: RewriteSteps | None = None,
+    retirement: Retirement | None = None,
+) -> RecomputeReport:
+    planned = plan_replay(
+        archive_uri,
+        output_uri,
+        since_ms,
+        until_ms,
+        topic_pattern=topic_pattern,
+        integrity=integrity,
+        session_timeout_ms=session_timeout_ms,
+        processor=processor,
+    )
+    return recompute(spark, planned, progress, steps, retirement)
 
 
 def _overlaps(r: PublishedRange, files: Sequence[archive.ArchiveFile]) -> bool:
-    end = r.end if r.limit is None else min(r.end, r.limit)
+    end = r.rows.read_end
     return any(f.start < end and f.end > r.start for f in files)

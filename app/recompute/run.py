@@ -10,18 +10,25 @@
    the visible file of its range, block and day keeps that file; every other
    one is published under a new name (``part-<block>~<rewrite>.parquet``),
    and then the visible files of the recomputed blocks it replaces are
-   retired. A published object is never written again in place. Between the
-   two, a plain-listing reader sees a rewritten block's messages in both
-   files, never in neither; the rewrite's record in the ledger makes the live
-   job, or the next recompute or repair, retire the old names if a crash came
-   between (once the record's lease ran out: :mod:`app.sink.rewrite`).
+   retired. A block a compaction merged lives in its day's merged file
+   (:func:`app.table.compact.merged_blocks`): that file is staged again with
+   the block's recomputed rows in place of its old ones and, unless its bytes
+   are the same, published under a new name in its place. A published object
+   is never written again in place. Between the two, a plain-listing reader
+   sees a rewritten block's messages in both files, never in neither; the
+   rewrite's record in the ledger makes the live job, or the next recompute
+   or repair, retire the old names if a crash came between (once the
+   record's lease ran out: :mod:`app.sink.rewrite`).
 4. Record the recompute in ``_tablecast/ledger/recomputes/`` (beside the
    ledger's numbered entries, which belong to the live job alone: a
    recompute never changes the ledger's head, so the live job runs on).
 
 Running the same recompute again stages the same files and keeps the ones
 it published; a crash anywhere leaves visible files whole, and running it
-(or any recompute) again finishes the work.
+(or any recompute) again finishes the work. Whatever must be refused (other
+rules, a lagging archive, a rewrite still running) is refused while
+planning, before Spark starts and before other rewrites are finished
+(:func:`check_startable`).
 """
 
 from __future__ import annotations
@@ -41,12 +48,16 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from app import worker_errors
 from app.code_version import JobVersion, job_version
+from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode
-from app.errors import IntegrityViolationError
-from app.recompute.plan import PartitionWork
+from app.engine.output import OUTPUT_SCHEMA
+from app.errors import IntegrityViolationError, OutputStateError
+from app.recompute.plan import PartitionWork, RangeRows
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
@@ -54,6 +65,7 @@ from app.sink.visible import visible_files
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
+from app.table.damage import read_published
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +91,18 @@ class RecomputeRecord:
     kind: RecomputeKind
     selector: str  # what was asked: "version 1.2.0", "window 2026-01-01T00:00Z to ..."
     ranges: dict[str, list[tuple[int, int]]]  # "topic:partition" -> recomputed ranges
-    published: tuple[str, ...]
+    published: tuple[str, ...]  # every file of the recomputed blocks after it
     removed: tuple[str, ...]
     rows: int
     messages: int
     job: JobVersion = field(default_factory=job_version)  # the code that recomputed
     written_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    kept: tuple[str, ...] = ()  # of ``published``: recomputed to the same bytes, kept
+
+    @property
+    def rewritten(self) -> tuple[str, ...]:
+        """Of ``published``: the files written under new names."""
+        return tuple(p for p in self.published if p not in set(self.kept))
 
     def to_json(self) -> bytes:
         doc = {
@@ -97,6 +115,7 @@ class RecomputeRecord:
             "messages": self.messages,
             "job": {"version": self.job.version, "commit": self.job.commit, "code": self.job.code},
             "written_at": self.written_at,
+            "kept": list(self.kept),
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -113,6 +132,7 @@ class RecomputeRecord:
             messages=doc["messages"],
             job=JobVersion(**doc["job"]),
             written_at=doc["written_at"],
+            kept=tuple(doc.get("kept", ())),
         )
 
 
@@ -135,17 +155,43 @@ class RecomputeReport:
     publishing: tuple[float, float] = (0.0, 0.0)
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A recompute planned and found allowed: nothing has been done yet."""
+
+    plan: RecomputePlan
+    works: Sequence[PartitionWork]
+    kind: RecomputeKind
+    selector: str
+
+
+def check_startable(output_uri: str, now: float | None = None) -> None:
+    """Refuse, before any work, a recompute beside a rewrite whose owner is still at it.
+
+    :func:`app.sink.rewrite.finish_open` refuses it too, but only after Spark's tasks
+    have run; this is the same check at planning."""
+    location = resolve(output_uri)
+    now = time.time() if now is None else now
+    for found in rewrite_mod.open_rewrites(location):
+        if found.running(now):
+            raise OutputStateError(
+                f"rewrite {found.key} of {location.uri} is in progress "
+                f"({found.describe_lease()}): wait until it ends, or, if its process is gone, "
+                "until its lease runs out, and run again",
+                output=location.uri,
+                rewrite=found.key,
+            )
+
+
 def recompute(
     spark: Any,
-    plan: RecomputePlan,
-    works: Sequence[PartitionWork],
-    kind: RecomputeKind,
-    selector: str,
+    planned: Planned,
     progress: Progress | None = None,
     steps: rewrite_mod.RewriteSteps | None = None,
     retirement: rewrite_mod.Retirement | None = None,
 ) -> RecomputeReport:
-    """Steps 1 to 4 for ``works``; raises :class:`IntegrityViolationError` in step 2."""
+    """Steps 1 to 4 for ``planned``; raises :class:`IntegrityViolationError` in step 2."""
+    plan, works, kind, selector = planned.plan, planned.works, planned.kind, planned.selector
     location = resolve(plan.output_uri)
     ranges = {w.tp.key(): list(w.ranges) for w in works}
     key = hashlib.sha256(orjson.dumps([kind, selector, sorted(ranges.items())])).hexdigest()[:20]
@@ -168,9 +214,7 @@ def recompute(
 
     # Step 3
     started = time.monotonic()
-    blocks = {b for r in results for b in r.blocks}
-    table_compact.refuse_compacted(location, blocks)  # their names are gone (app.table)
-    rewrite, published = _rewrite(location, plan.staging_dir, results, key)
+    rewrite, kept = _rewrite(location, plan.staging_dir, results, works, key)
     rewrite = dataclasses.replace(rewrite, kind=str(kind), note=selector)
     rewrite_mod.carry_out(
         location, rewrite, steps, snapshot=table_commit.snapshot_rewrite, retirement=retirement
@@ -182,10 +226,11 @@ def recompute(
         kind=kind,
         selector=selector,
         ranges=ranges,
-        published=tuple(published),
+        published=tuple(sorted([*kept, *(new for _, new in rewrite.publish)])),
         removed=rewrite.retire,
         rows=sum(f.rows for r in results for f in r.staged if not f.quarantine),
         messages=sum(r.messages for r in results),
+        kept=tuple(sorted(kept)),
     )
     # Microseconds: the same recompute run twice in one second is recorded twice.
     stamp = re.sub(r"[^0-9T]", "", record.written_at.split("+")[0])
@@ -198,33 +243,91 @@ def recompute(
         kind,
         selector,
         len(rewrite.publish),
-        len(published) - len(rewrite.publish),
+        len(kept),
         len(rewrite.retire),
     )
     return RecomputeReport(record, len(works), publishing)
 
 
+# A recomputed block: its partition, its offsets [lo, hi) and whose rows they are.
+_Owner = tuple[TopicPartition, int, int, RangeRows]
+
+
+def _owners(works: Sequence[PartitionWork], blocks: set[str]) -> dict[str, _Owner]:
+    return {
+        name: (w.tp, lo, hi, rows)
+        for w in works
+        for rows in w.rows
+        for name, lo, hi in rows.blocks(w.tp)
+        if name in blocks
+    }
+
+
 def _rewrite(
-    location: Location, staging_dir: str, results: Sequence[WorkResult], key: str
+    location: Location,
+    staging_dir: str,
+    results: Sequence[WorkResult],
+    works: Sequence[PartitionWork],
+    key: str,
 ) -> tuple[rewrite_mod.Rewrite, list[str]]:
-    """What publishing the staged files takes: the rewrite, and every visible file of the
-    recomputed blocks after it.
+    """What publishing the staged files takes: the rewrite, and the visible files it keeps.
 
     A staged file whose bytes equal a visible file of its block and day keeps
     that file (a replay with unchanged code changes nothing); one whose block
-    and day hold no file takes the plain name; any other gets a new name, and
-    every other visible file of the recomputed blocks retires.
+    and day hold no file takes the plain name (unless a compaction once merged
+    the block: a name is never used twice); any other gets a new name, and
+    every other visible file of the recomputed blocks retires. The merged
+    files holding recomputed blocks are staged again with those blocks' new
+    rows (the staged files of their day go into them, not beside them).
     """
     blocks = {b for r in results for b in r.blocks}
+    owners = _owners(works, blocks)
+    every_merge = table_compact.merged_blocks(location)
+    compacted = {b for held in every_merge.values() for b in held}
+    merges = {m: held for m, held in every_merge.items() if held & blocks}
     current: dict[tuple[str, str], list[str]] = {}
+    merged_files: list[str] = []
     for relative in visible_files(location):
         block = rewrite_mod.block_of(relative)
         if block in blocks:
             current.setdefault((posixpath.dirname(relative), block), []).append(relative)
+        elif block in merges:
+            merged_files.append(relative)
     name = hashlib.sha256(f"{key} {datetime.now(UTC).isoformat()}".encode()).hexdigest()[:12]
+    staged_files = sorted({f.path for r in results for f in r.staged})
     publish: list[tuple[str, str]] = []
     kept: list[str] = []
-    for relative in sorted({f.path for r in results for f in r.staged}):
+    retire: list[str] = []
+    consumed: set[str] = set()
+    for merged in merged_files:
+        held = merges[rewrite_mod.block_of(merged)]
+        into = [
+            p
+            for p in staged_files
+            if posixpath.dirname(p) == posixpath.dirname(merged) and rewrite_mod.block_of(p) in held
+        ]
+        consumed.update(into)
+        restaged = posixpath.join(staging_dir, "_merged", merged)
+        rows = table_compact.remerge(
+            location,
+            merged,
+            restaged,
+            # Every block it holds recomputed: the merged file is not read (if damaged, mended).
+            replaced=None if held <= blocks else _replaced([owners[b] for b in held & blocks]),
+            added=[
+                read_published(location, posixpath.join(staging_dir, p), schema=OUTPUT_SCHEMA)
+                for p in into
+            ],
+        )
+        if rows and location.same_bytes(location.child(restaged), location.child(merged)):
+            kept.append(merged)
+            continue
+        if rows:
+            publish.append((restaged, rewrite_mod.renamed(merged, name)))
+        retire.append(merged)
+    for relative in staged_files:
+        if relative in consumed:
+            continue
         staged = posixpath.join(staging_dir, relative)
         slot = (posixpath.dirname(relative), rewrite_mod.block_of(relative))
         same = next(
@@ -237,13 +340,25 @@ def _rewrite(
         )
         if same is not None:
             kept.append(same)
-        elif not current.get(slot):  # nothing of the block there: its plain name is new
+        elif not current.get(slot) and slot[1] not in compacted:  # its plain name is new
             publish.append((staged, relative))
         else:
             publish.append((staged, rewrite_mod.renamed(relative, name)))
-    retire = sorted(p for found in current.values() for p in found if p not in kept)
-    rewrite = rewrite_mod.Rewrite(name, tuple(publish), tuple(retire))
-    return rewrite, sorted([*kept, *(new for _, new in publish)])
+    retire += [p for found in current.values() for p in found if p not in kept]
+    rewrite = rewrite_mod.Rewrite(name, tuple(publish), tuple(sorted(retire)))
+    return rewrite, kept
+
+
+def _replaced(owners: list[_Owner]) -> Callable[[pa.Table], pa.ChunkedArray]:
+    """Which rows of a merged file the recomputed blocks replace."""
+
+    def mask(table: pa.Table) -> pa.ChunkedArray:
+        found = pc.equal(pa.repeat(pa.scalar(True), len(table)), False)
+        for tp, lo, hi, rows in owners:
+            found = pc.or_(found, rows.mask(table, tp, lo, hi))
+        return found
+
+    return mask
 
 
 def _run_tasks(

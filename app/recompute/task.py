@@ -10,7 +10,9 @@ those ranges only rebuild the state: their rows are dropped. Memory is
 bounded by one block's rows, as in the live job.
 
 A replay with a time window stages only the blocks holding a record whose
-timestamp falls in it; a correction stages every block of its ranges.
+timestamp falls in it; a correction stages every block of its ranges. A
+range a repair cut short stages only its own rows
+(:class:`~app.recompute.plan.RangeRows`): those the repair left.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ from app.code_version import check_code, code_digest
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
 from app.engine.machine import IntegrityMode, PartitionMachine, PartitionResult, Rules
-from app.engine.output import RowColumns
+from app.engine.output import RowColumns, quarantine_table
 from app.engine.reports import StagedFile
-from app.engine.segments import Segment, plan_segments
+from app.engine.segments import OFFSETS_PER_FILE, Segment, plan_segments
 from app.engine.state import PartitionState
 from app.engine.task import run_segment, stage_segment
+from app.engine.writer import QUARANTINE_DIR, stage_table
 from app.errors import Violation
-from app.recompute.plan import ForeignRange, PartitionWork
+from app.recompute.plan import ForeignRange, PartitionWork, RangeRows
 from app.sources.archive import read_range
-from app.storage import resolve
+from app.storage import Location, resolve
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,15 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
     block: str | None = None  # the block whose rows ``result`` holds
     wanted = False  # the block holds a record in the window
 
+    owned = work.owned()
+
     def finish_block() -> None:
         if block is not None and (plan.window_ms is None or wanted):
-            done.staged += stage_segment(output, plan.staging_dir, result, block)
+            rows = owned.get(block.rsplit("-", 1)[0])
+            if rows is None or rows.whole:
+                done.staged += stage_segment(output, plan.staging_dir, result, block)
+            else:
+                done.staged += _stage_own(output, plan.staging_dir, result, block, rows)
             done.blocks.append(block)
         else:  # rows of records read only to rebuild the state
             result.rows = RowColumns(tp)
@@ -103,6 +112,25 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
     finish_block()
     done.messages, done.violations = result.messages, list(result.violations)
     return done
+
+
+def _stage_own(
+    location: Location, staging_dir: str, result: PartitionResult, name: str, rows: RangeRows
+) -> list[StagedFile]:
+    """Stage the block's own rows and quarantined records only (a range a repair cut)."""
+    tp = result.rows.tp
+    everything = (0, rows.end + OFFSETS_PER_FILE)  # the block's offsets are all in it
+    table = result.rows.to_table()
+    staged = stage_table(
+        location, staging_dir, "", table.filter(rows.mask(table, tp, *everything)), "ts", name
+    )
+    if result.quarantined:
+        held = quarantine_table(result.quarantined)
+        held = held.filter(rows.mask(held, tp, *everything))
+        staged += stage_table(location, staging_dir, QUARANTINE_DIR, held, "timestamp", name)
+    result.rows = RowColumns(tp)
+    result.quarantined = []
+    return staged
 
 
 def _with_foreign(

@@ -5,20 +5,24 @@ or a run that must restart earlier), repair realigns them without losing or
 repeating a row:
 
 1. Read the offsets the output holds (its ledger) and each partition's
-   message headers from the source, up to those offsets.
+   message headers from the source, up to those offsets. A running job
+   holding the output refuses the repair (:mod:`app.sink.fencing`).
 2. Find each partition's restart offset (:mod:`app.recovery.restart`): the latest
    offset from which every session that goes on past it can be rebuilt from
    one of its snapshots.
 3. Print the plan; with ``--dry-run`` stop here.
-4. Move the old checkpoint aside (never delete it).
+4. Claim the output (a job that held it can change nothing after this; the
+   ledger must still end where the plan read it), tidy what earlier writers
+   left, and move the old checkpoint aside (never delete it).
 5. Rewrite the output files that hold rows at or after the restart offsets
    without those rows, in the dataset and in its quarantine: each file's
    remaining rows are published under a new name and the old name retired
    (:mod:`app.sink.rewrite`; a published file is never written in place),
    after finishing any rewrite a crash interrupted.
-6. Append a repair entry to the ledger: the next ``tablecast run`` with a
-   fresh checkpoint starts at exactly the restart offsets, and the sessions
-   that restart from a resync snapshot (``seq`` > 0) are named there.
+6. Append a repair entry to the ledger under the claim: the next
+   ``tablecast run`` with a fresh checkpoint starts at exactly the restart
+   offsets, and the sessions that restart from a resync snapshot (``seq`` >
+   0) are named there.
 
 Repair is safe to run again if it is interrupted: the plan depends only on
 the source and the ledger, which step 6 changes last.
@@ -35,17 +39,18 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from app.contract import offsets as offsets_mod
 from app.contract.envelope import Record
 from app.contract.offsets import Offsets, TopicPartition
-from app.engine.writer import QUARANTINE_DIR, read_data_file, write_data_file
+from app.engine.writer import QUARANTINE_DIR, write_data_file
 from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
+from app.sink import fencing
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
+from app.sink.guard import tidy_older_writers
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.visible import visible_files
 from app.sources import archive
@@ -55,6 +60,7 @@ from app.sources.records import typed_records
 from app.spark.session import spark_session
 from app.storage import Location, resolve
 from app.table import commit as table_commit
+from app.table.damage import read_published
 
 RecordReader = Callable[[TopicPartition, int], Iterator[Record]]
 REPAIR_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "repair")  # rewritten files, staged
@@ -73,6 +79,7 @@ class RepairPlan:
     partitions: tuple[PartitionPlan, ...]
     end: Offsets  # restart offsets for every partition the output knows
     files_to_rewrite: tuple[str, ...]
+    head: int | None = None  # the ledger entry the plan was made from
 
     @property
     def adopt(self) -> dict[str, int]:
@@ -125,8 +132,9 @@ def archive_reader(uri: str, topic_pattern: str) -> RecordReader:
     return read
 
 
-def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
-    """Steps 1 and 2: nothing is changed."""
+def plan_repair(output_uri: str, read: RecordReader, *, archive: str | None = None) -> RepairPlan:
+    """Steps 1 and 2: nothing is changed. A published file that cannot be read is named,
+    with the replay that mends it (``archive``: the replay's, where known)."""
     location = resolve(output_uri)
     head = Ledger(location).head()
     if head is None:
@@ -148,13 +156,14 @@ def plan_repair(output_uri: str, read: RecordReader) -> RepairPlan:
         end[tp] = point.offset
         partitions.append(PartitionPlan(tp, committed, point, 0))
     kept = {p.tp: set(p.restart.adopt.values()) for p in partitions}
-    counts, files = _rows_at_or_after(location, end, kept)
+    counts, files = _rows_at_or_after(location, end, kept, archive)
     return RepairPlan(
         tuple(
             PartitionPlan(p.tp, p.committed_end, p.restart, counts.get(p.tp, 0)) for p in partitions
         ),
         end,
         tuple(files),
+        head.number,
     )
 
 
@@ -163,48 +172,64 @@ def apply_repair(
     checkpoint_uri: str,
     plan: RepairPlan,
     retirement: rewrite_mod.Retirement | None = None,
+    *,
+    writer_lease_s: float | None = None,
+    notice: Callable[[str], None] | None = None,
+    archive: str | None = None,
 ) -> str | None:
     """Steps 4 to 6; returns where the old checkpoint went (None if there was none)."""
     location = resolve(output_uri)
     ledger = Ledger(location)
-    head = ledger.head()
     # Step 4
-    moved = move_checkpoint_aside(checkpoint_uri)
-    # Step 5
-    # A crashed rewrite changed which files hold rows:
-    if rewrite_mod.finish_open(
-        location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
-    ):
-        files = _rows_at_or_after(location, plan.end, plan.kept_offsets())[1]
-    else:
-        files = list(plan.files_to_rewrite)
-    rewrite = _rewrite(location, files, plan.end, plan.kept_offsets())
-    rewrite_mod.carry_out(
-        location,
-        dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
-        snapshot=table_commit.snapshot_rewrite,
-        retirement=retirement,
-    )
-    pending = ledger.pending()
-    if pending is not None:  # a crashed batch's files, beyond the head: offsets the run redoes
-        ledger_mod.retire_unledgered(location, pending, keep=set())
-    ledger.clear_pending()
-    location.delete_dir(location.child(ledger_mod.STAGING_DIR))
-    location.delete_dir(location.child(REPAIR_DIR))
-    # Step 6
-    if head is not None:
-        ledger.append(
-            LedgerEntry(
-                number=head.number + 1,
-                kind=ledger_mod.REPAIR,
-                end=plan.end,
-                checkpoint=checkpoint_uri,
-                adopt=plan.adopt,
+    fencing.refuse_if_held(location, notice)
+    fence = fencing.claim(location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s))
+    lease = fencing.LeaseKeeper(fence).start()
+    try:
+        head = ledger.head()
+        if (head.number if head is not None else None) != plan.head:
+            raise OutputStateError(
+                f"output {output_uri} changed while the repair was planned (its ledger ends at "
+                f"entry {head.number if head else None}, the plan read entry {plan.head}): "
+                "run the repair again",
+                output=output_uri,
             )
+        tidy_older_writers(fence, redo_key=None)
+        moved = move_checkpoint_aside(checkpoint_uri)
+        # Step 5
+        fence.check("rewriting the output's files")
+        # A crashed rewrite changed which files hold rows:
+        if rewrite_mod.finish_open(
+            location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
+        ):
+            files = _rows_at_or_after(location, plan.end, plan.kept_offsets(), archive)[1]
+        else:
+            files = list(plan.files_to_rewrite)
+        location.delete_dir(location.child(REPAIR_DIR))  # an earlier attempt's staging
+        rewrite = _rewrite(location, files, plan.end, plan.kept_offsets(), archive)
+        rewrite_mod.carry_out(
+            location,
+            dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
+            snapshot=table_commit.snapshot_rewrite,
+            retirement=retirement,
         )
-    # The rewrite committed the table's overwrite (step 5); its snapshot at the repair's
-    # entry follows the ledger (app.table).
-    table_commit.catch_up(location)
+        location.delete_dir(location.child(REPAIR_DIR))
+        # Step 6
+        if head is not None:
+            fence.append(
+                LedgerEntry(
+                    number=-1,  # the fence numbers it
+                    kind=ledger_mod.REPAIR,
+                    end=plan.end,
+                    checkpoint=checkpoint_uri,
+                    adopt=plan.adopt,
+                ),
+                doing="recording the repair",
+            )
+        # The rewrite committed the table's overwrite (step 5); its snapshot at the repair's
+        # entry follows the ledger (app.table).
+        table_commit.catch_up(location)
+    finally:
+        lease.stop(release=True)
     return moved
 
 
@@ -238,16 +263,13 @@ def _keep_mask(
 
 
 def _rows_at_or_after(
-    location: Location, end: Offsets, kept: dict[TopicPartition, set[int]]
+    location: Location, end: Offsets, kept: dict[TopicPartition, set[int]], archive: str | None
 ) -> tuple[dict[TopicPartition, int], list[str]]:
     counts: dict[TopicPartition, int] = {}
     files: list[str] = []
     for relative in visible_files(location):
-        table = pq.read_table(
-            location.child(relative),
-            filesystem=location.fs,
-            columns=["topic", "partition", "offset"],
-            partitioning=None,
+        table = read_published(
+            location, relative, columns=["topic", "partition", "offset"], archive=archive
         )
         dropped = table.filter(pc.invert(_keep_mask(table, end, kept)))
         if len(dropped):
@@ -264,7 +286,11 @@ def _rows_at_or_after(
 
 
 def _rewrite(
-    location: Location, files: list[str], end: Offsets, kept: dict[TopicPartition, set[int]]
+    location: Location,
+    files: list[str],
+    end: Offsets,
+    kept: dict[TopicPartition, set[int]],
+    archive: str | None,
 ) -> rewrite_mod.Rewrite:
     """Each file's rows before the restart offsets, staged for a new name; the file retires."""
     name = "repair-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -274,7 +300,7 @@ def _rewrite(
         path = location.child(relative)
         if not location.exists(path):
             continue
-        table = read_data_file(location, path)
+        table = read_published(location, relative, archive=archive)
         remaining = table.filter(_keep_mask(table, end, kept))
         retire.append(relative)
         if len(remaining):

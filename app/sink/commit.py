@@ -7,7 +7,8 @@ files are named after the topic-partition and offset range their rows come
 from, and the output's ledger (:mod:`app.sink.ledger`) records which offsets
 are published.
 
-A micro-batch is committed in these steps (``foreachBatch`` on the driver):
+A micro-batch is committed in these steps (``foreachBatch`` on the driver),
+by the writer that claimed the output at start (:mod:`app.sink.fencing`):
 
 1. Read the batch's end offsets (and its start: the previous batch's end)
    from the checkpoint's offset log, which Spark writes before running it.
@@ -16,34 +17,41 @@ A micro-batch is committed in these steps (``foreachBatch`` on the driver):
    run it (the partitions' state must advance) but publish nothing. The
    head's end different from this start: output and checkpoint disagree; stop.
    The state versions the tasks load are those the ledger recorded last.
-3. Run the batch's partition tasks (:mod:`app.engine`): each task writes its
-   partition's rows under ``_tablecast/staging/<key>/`` (hidden), saves its
-   partition's state at the range's end (named by offset and digest), and
-   reports files, violations, trace lines and the sessions it claimed; the
-   driver settles rule 6 across partitions (in resync mode a later pass
-   reads each range again and must read the records the first pass read).
+3. Check that the output is still this writer's (one small request: the
+   ledger's next number is free), then run the batch's partition tasks
+   (:mod:`app.engine`): each task writes its
+   partition's rows under ``_tablecast/staging/<claim>/<key>/`` (hidden),
+   saves its partition's state at the range's end (named by offset and
+   digest), and reports files, violations, trace lines and the sessions it
+   claimed; the driver settles rule 6 across partitions (in resync mode a
+   later pass reads each range again and must read the records the first
+   pass read).
 4. Strict mode with a violation: delete the staging directory and fail;
    nothing of the batch becomes visible.
-5. Write ``pending.json`` listing the files about to appear. If a pending
-   list from a crashed attempt of the same batch names files this attempt
-   did not stage, delete those first; a pending list of another batch that
-   the ledger does not hold names files never ledgered: delete them all.
+5. Check that the output is still this writer's (one small request: the
+   ledger's next number is free), then delete what is no longer needed:
+   state versions older than the last few published, a dead rewrite whose
+   grace has run out (:func:`app.sink.rewrite.finish_abandoned`), and files
+   that a crashed attempt of this same batch published but this attempt did
+   not stage (its pending list says which). Write this writer's pending list
+   of the files about to appear.
 6. Publish: move each staged file to its visible name (a rename locally, an
    atomic copy on S3). A redone batch replaces files; it never adds any.
-7. Append the ledger entry with the end offsets and every partition's
-   last state version (offset and digest): the next batch loads exactly
-   those.
-8. Clear ``pending.json`` and the staging directory; record the batch's
-   sessions and remove old state versions; finish any rewrite whose process
-   died or left it, once its grace has run out
-   (:func:`app.sink.rewrite.finish_abandoned`: one listing of the rewrite
-   records). Spark then writes its commit to the checkpoint.
+7. Create the ledger entry under this writer's next number, with the end
+   offsets and every partition's last state version (offset and digest):
+   the next batch loads exactly those. Another writer took the number: this
+   one has lost the output and stops (:class:`~app.errors.OwnershipLostError`).
+8. Clear the pending lists of this batch and this writer's staging; record
+   the batch's sessions. Spark then writes its commit to the checkpoint.
 
 A crash anywhere before step 7 leaves Spark to redo the batch with the same
 offsets, which loads the same state versions, stages the same files and
 publishes the same names; after step 7, step 2 recognises the batch, and
 the redo clears the pending list a crash before step 8 left. At no step is a
-visible file broken or empty.
+visible file broken or empty. A writer paused at any step while another took
+the output over changes nothing when it wakes: its staging is gone (step 6
+fails), its entry's number is taken (step 7 fails), and step 5's check
+stops it before it deletes anything.
 
 Each decision is logged: published, recognised as published before, refused
 (output and checkpoint disagree, or a strict violation). After each step,
@@ -74,8 +82,9 @@ from app.errors import (
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
+from app.sink.fencing import Fence, LeaseKeeper
 from app.sink.follower import LedgerFollower
-from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending, retire_unledgered
+from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending
 from app.storage import resolve
 
 log = logging.getLogger(__name__)
@@ -134,6 +143,8 @@ class ExactlyOnceSink:
     engine: EngineDriver
     mode: IntegrityMode
     table: LedgerFollower  # the output's Iceberg table: app.table.commit
+    fence: Fence  # this writer's claim on the output (app.sink.fencing)
+    lease: LeaseKeeper | None = None  # told of each commit, for a refused second job's line
     on_batch: Callable[[BatchReport], None] | None = None
     step_hook: StepHook | None = field(default_factory=_installed_step_hook)
     # Why the last batch failed, when it is ours: Spark's query fails with its
@@ -155,6 +166,7 @@ class ExactlyOnceSink:
     def _commit(self, frame: Any, batch_id: int) -> None:
         location = resolve(self.output_uri)
         ledger = Ledger(location)
+        fence = self.fence
 
         # Step 1
         end = self.checkpoint.offsets(batch_id)
@@ -169,8 +181,11 @@ class ExactlyOnceSink:
 
         # Step 2
         head = ledger.head()
-        already_published = head is not None and head.end == end
+        # A repair's entry holds no batch: a batch ending where it does (nothing new since
+        # the repair) is published as an empty batch, never recognised as published.
+        already_published = head is not None and head.kind is ledger_mod.BATCH and head.end == end
         if head is not None and not already_published and start and start != head.end:
+            fence.check(f"batch {batch_id}")  # the head moved on: another writer's, not ours
             message = (
                 f"output {self.output_uri} ends at {offsets_mod.describe(head.end)} but batch "
                 f"{batch_id} of checkpoint {self.checkpoint.uri} starts at "
@@ -184,8 +199,9 @@ class ExactlyOnceSink:
         self._step_done(2, batch_id)
 
         # Step 3
+        fence.check(f"running batch {batch_id}")  # a writer woken from a pause writes nothing
         key = offsets_mod.fingerprint(end)
-        staging = f"{ledger_mod.STAGING_DIR}/{key}"
+        staging = f"{ledger_mod.staging_dir(fence.claim)}/{key}"
 
         def clear_staging() -> None:
             location.delete_dir(location.child(staging))
@@ -217,10 +233,9 @@ class ExactlyOnceSink:
         self._step_done(4, batch_id)
         if already_published and head is not None:
             clear_staging()
-            previous = ledger.pending()
-            if previous is not None and previous.end_key == key:
+            for previous in _same_batch(ledger, key, fence.claim):
                 # A crash after step 7: every file it lists was published by step 6.
-                ledger.clear_pending()
+                ledger.clear_pending(previous.claim)
             recorded = head.states if head.states is not None else self.engine.states_after(outcome)
             self.engine.committed(outcome, recorded)
             self.table.catch_up(location)  # the Iceberg table follows the ledger
@@ -236,37 +251,42 @@ class ExactlyOnceSink:
             return
 
         # Step 5
-        previous = ledger.pending()
-        if previous is not None and previous.end_key == key:
+        fence.check(f"publishing batch {batch_id}")
+        self.engine.collect_garbage()
+        # A recompute that died mid-rewrite:
+        rewrite_mod.finish_abandoned(location, snapshot=self.table.snapshot_rewrite)
+        previous_lists = _same_batch(ledger, key, fence.claim)
+        for previous in previous_lists:
             stale = set(previous.files) - set(files)
             for relative in stale:
                 location.delete_file(location.child(relative))
             log.info(
-                "batch %d: a crashed attempt's pending list found; %d of its files "
+                "batch %d: a crashed attempt's pending list found (claim %d); %d of its files "
                 "not staged again were deleted",
                 batch_id,
+                previous.claim,
                 len(stale),
             )
-        elif previous is not None and (
-            head is None or previous.end_key != offsets_mod.fingerprint(head.end)
-        ):
-            retire_unledgered(location, previous, keep=set(files))
-        ledger.set_pending(Pending(key, tuple(files)))
+        ledger.set_pending(Pending(key, tuple(files), fence.claim))
         self._step_done(5, batch_id)
 
         # Step 6
         for done, relative in enumerate(files, start=1):
-            location.move(location.child(staging, relative), location.child(relative))
+            try:
+                location.move(location.child(staging, relative), location.child(relative))
+            except OSError:
+                # Gone from staging: another writer took the output over and removed it.
+                fence.check(f"publishing {relative}")
+                raise
             self._step_done(PUBLISH_STEP, batch_id, files=done)
         self._step_done(6, batch_id)
 
         # Step 7
-        number = 0 if head is None else head.number + 1
         begins = _range_starts(start, end, outcome)
         states = self.engine.states_after(outcome)
-        ledger.append(
+        entry = fence.append(
             LedgerEntry(
-                number=number,
+                number=-1,  # the fence numbers it
                 kind=ledger_mod.BATCH,
                 end=end,
                 files=tuple(files),
@@ -278,21 +298,23 @@ class ExactlyOnceSink:
                 states=states,
                 rules=LiveRules.of(self.engine.rules),
                 foreign={tp: dict(sessions) for tp, sessions in outcome.foreign.items()},
-            )
+            ),
+            doing=f"recording batch {batch_id}",
         )
+        if self.lease is not None:
+            self.lease.committed(entry)
         self._step_done(7, batch_id)
         self.table.catch_up(location)  # the Iceberg table follows the ledger
 
         # Step 8
-        ledger.clear_pending()
+        for previous in [*previous_lists, Pending(key, (), fence.claim)]:
+            ledger.clear_pending(previous.claim)
         clear_staging()
         self.engine.committed(outcome, states)
-        # A recompute that died mid-rewrite:
-        rewrite_mod.finish_abandoned(location, snapshot=self.table.snapshot_rewrite)
         log.info(
             "batch %d published as ledger entry %d: %d files, %d rows, %s to %s",
             batch_id,
-            number,
+            entry.number,
             len(files),
             outcome.rows,
             offsets_mod.describe(begins),
@@ -330,29 +352,38 @@ class ExactlyOnceSink:
         )
 
 
+def _same_batch(ledger: Ledger, key: str, claim: int) -> list[Pending]:
+    """Pending lists of this batch by this writer or an earlier one (a crashed attempt)."""
+    return [p for p in ledger.pending_lists() if p.end_key == key and p.claim <= claim]
+
+
 def _recorded_states(
     ledger: Ledger, head: LedgerEntry | None, already_published: bool
 ) -> tuple[States | None, list[States]]:
     """The state versions a batch starts from, as the ledger records them, and the last few before.
 
     The head's, unless the batch is the head (published before a crash):
-    then the entry's before it. After a repair (or on a new output) no
+    then the data entry's before it. After a repair (or on a new output) no
     version: every partition starts anew. ``None``: a ledger from before
     versions were recorded (the driver takes the newest version present).
+    Claims between entries are passed over.
     """
     at = head
     if head is not None and already_published:
-        at = ledger.read(head.number - 1) if head.number > 0 else None
+        at = ledger.previous_data(head.number)
     if at is None or at.kind is not ledger_mod.BATCH:
         return {}, []
     history: list[States] = []
-    for number in range(max(0, at.number - RETAIN_VERSIONS + 1), at.number):
+    earlier = [n for n in ledger.numbers() if n < at.number][-2 * RETAIN_VERSIONS :]
+    for number in earlier:
         entry = ledger.read(number)
+        if entry.kind is ledger_mod.WRITER:
+            continue
         if entry.kind is not ledger_mod.BATCH:
             history = []
         elif entry.states is not None:
             history.append(entry.states)
-    return at.states, history
+    return at.states, history[-(RETAIN_VERSIONS - 1) :] if RETAIN_VERSIONS > 1 else []
 
 
 def _range_starts(start: Offsets, end: Offsets, outcome: BatchOutcome) -> Offsets:

@@ -6,7 +6,7 @@ time. It is installed into the commit protocol's step hook
 its own process), or, for a test that starts ``tablecast run`` as a process,
 by the command line from the environment (:func:`install_from_environment`):
 ``TABLECAST_CRASH_AFTER_STEP=<step>[.<files>][:<batch>]`` and
-``TABLECAST_CRASH_MODE=sigkill|raise`` (default ``sigkill``). Nothing in the
+``TABLECAST_CRASH_MODE=sigkill|raise|sigstop`` (default ``sigkill``). Nothing in the
 protocol reads them; unset, as in production, nothing is installed and the
 hook does nothing.
 """
@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,12 @@ class CrashMode(enum.Enum):
     """:class:`SimulatedCrash` out of ``foreachBatch``: the query fails with nothing
     cleaned up (the sink has no cleanup on any error), and a test resumes in the
     same process and SparkSession, without paying a JVM's start-up per case."""
+    SIGSTOP = "sigstop"
+    """The driver stops itself there with its process group (its JVM and Python
+    workers), as a frozen VM would: a test starts another writer meanwhile, then
+    wakes the group with SIGCONT. The whole group, because the kernel wakes a
+    stopped process whose orphaned group loses a member (a Python worker that
+    ends), and a frozen machine runs none of them."""
 
 
 class SimulatedCrash(Exception):
@@ -98,8 +105,37 @@ class CrashPoint:
         where = f"{step}" if files is None else f"{step}.{files}"
         if self.mode is CrashMode.RAISE:
             raise SimulatedCrash(f"{CRASH_ENV}: crashed after step {where} of batch {batch_id}")
+        if self.mode is CrashMode.SIGSTOP:
+            log.warning(
+                "%s: stopping the driver after step %s of batch %d", CRASH_ENV, where, batch_id
+            )
+            _stop_until_continued()
+            return
         log.warning("%s: killing the driver after step %s of batch %d", CRASH_ENV, where, batch_id)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stop_until_continued() -> None:
+    """Stop this process group until a SIGCONT, as a frozen machine would be.
+
+    The stop takes effect as the group's threads are scheduled, which on a
+    loaded machine may be a while after ``killpg`` returns: meanwhile this
+    thread only sleeps, in short naps, until one of them lasts far longer
+    than asked (it was stopped, then continued). Nothing of the batch runs
+    between the stop being sent and the SIGCONT.
+    """
+    last = time.monotonic()
+    os.killpg(os.getpgrp(), signal.SIGSTOP)
+    while True:
+        time.sleep(_NAP_S)
+        now = time.monotonic()
+        if now - last > _STOPPED_S:
+            return
+        last = now
+
+
+_NAP_S = 0.05
+_STOPPED_S = 2.0  # a test wakes a stopped driver after seconds, a nap never lasts this long
 
 
 @contextmanager

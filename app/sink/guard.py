@@ -1,4 +1,4 @@
-"""The start-up check: output and checkpoint must agree before a run starts.
+"""The start-up check: nobody else writing, output and checkpoint agreeing, then the claim.
 
 A deleted, lost or swapped checkpoint beside an output that remains would
 make Spark re-read from the earliest offsets (duplicates) or skip offsets
@@ -6,28 +6,40 @@ make Spark re-read from the earliest offsets (duplicates) or skip offsets
 to run. The only fresh checkpoint accepted beside a non-empty output is one
 that ``tablecast repair`` prepared.
 
-Files a crashed batch made visible before its ledger entry (commit step 6)
-are found first, by the pending list it wrote at step 5, and retired unless
-the checkpoint is about to redo that very batch (whose step 5 deals with
-them); a fresh checkpoint beside an output whose ledger is empty must find
-no visible file at all, or the start is refused naming them.
+Nothing is changed until the start is found allowed, in this order:
+
+1. Another writer whose lease is still renewed holds the output: refused,
+   naming it (:func:`app.sink.fencing.refuse_if_held`).
+2. Output and checkpoint disagree: refused, naming the command to run. Files
+   a crashed batch made visible before its ledger entry (commit step 6) are
+   known by the pending list it wrote at step 5: a fresh checkpoint beside
+   an output whose ledger is empty must find no other visible file.
+3. Claim the output (:func:`app.sink.fencing.claim`): from here on a writer
+   that held it before can change nothing.
+4. Tidy what older writers left (:func:`tidy_older_writers`): their staging
+   goes, and their pending lists' files that no ledger entry holds are
+   retired, unless the checkpoint is about to redo that very batch (whose
+   step 5 deals with them); a rewrite whose process died is finished.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
 from app.errors import OutputStateError
+from app.sink import fencing
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
+from app.sink.fencing import Fence
 from app.sink.follower import LedgerFollower
-from app.sink.ledger import Ledger, LedgerEntry, retire_unledgered
+from app.sink.ledger import Ledger, WriterInfo, retire_unledgered
 from app.sink.visible import visible_files
-from app.storage import resolve
+from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
 
@@ -38,24 +50,84 @@ class StartPlan:
 
     starting_offsets: Offsets | None  # None: the checkpoint's (or the earliest)
     adopt: dict[str, int]  # session -> the resync snapshot a repair restarts it from
+    # The run's hold on the output (None only where a caller checks without claiming).
+    fence: Fence | None = field(default=None, compare=False)
 
 
 def check_before_start(
-    output_uri: str, checkpoint: CheckpointLog, table: LedgerFollower
+    output_uri: str,
+    checkpoint: CheckpointLog,
+    table: LedgerFollower,
+    writer: WriterInfo | None = None,
+    notice: Callable[[str], None] | None = None,
+    gone: fencing.Holder | None = None,
 ) -> StartPlan:
-    """Where the run starts; :class:`OutputStateError` when output and checkpoint disagree.
+    """Where the run starts, with the output claimed for ``writer``; raises
+    :class:`OutputStateError`, having changed nothing, when the start is refused.
 
     ``table``: the output's Iceberg table (:mod:`app.table.commit`), whose snapshot
-    finishes a rewrite that died."""
+    finishes a rewrite that died. ``notice``: a line for the operator while a
+    previous holder's lease is watched; ``gone``: the holder a check before this one
+    found quiet (:func:`app.sink.fencing.refuse_if_held`)."""
     location = resolve(output_uri)
-    ledger = Ledger(location)
-    # Files staged by a run that died are never published; a redo stages anew.
-    location.delete_dir(location.child(ledger_mod.STAGING_DIR))
-    # A rewrite whose process died shows its blocks twice until someone finishes it.
-    rewrite_mod.finish_abandoned(location, snapshot=table.snapshot_rewrite)
+    writer = writer or fencing.new_writer("run", checkpoint.uri)
+    # Step 1
+    fencing.refuse_if_held(location, notice, gone)
+    # Step 2
+    plan, redo_key = _agreed_start(location, output_uri, checkpoint)
+    # Step 3
+    fence = fencing.claim(location, writer)
+    # Step 4
+    tidy_older_writers(fence, redo_key, table)
+    return StartPlan(plan.starting_offsets, plan.adopt, fence)
+
+
+def tidy_older_writers(
+    fence: Fence, redo_key: str | None, table: LedgerFollower | None = None
+) -> None:
+    """What writers before ``fence``'s claim left: staging, pending lists, dead rewrites.
+
+    ``redo_key``: the batch the checkpoint is about to redo, whose pending
+    lists its own step 5 settles. Runs only while the claim holds.
+    """
+    fence.check("tidying what earlier writers left")
+    location = fence.location
+    ledger = fence.ledger
+    # Staged files of an older claim are never published: deleting them also fences a
+    # stale writer that wakes up in the middle of its publishing (its moves fail).
+    for info in location.list_dir(location.child(ledger_mod.STAGING_DIR)):
+        name = info.base_name
+        if not name.isdigit() or int(name) < fence.claim:
+            location.delete_dir(info.path)
     head = ledger.head()
-    _retire_pending(ledger, head, checkpoint)
+    head_key = offsets_mod.fingerprint(head.end) if head is not None else None
+    ledgered: set[str] | None = None
+    for pending in ledger.pending_lists():
+        if pending.claim >= fence.claim:
+            continue
+        if pending.end_key == head_key:
+            ledger.clear_pending(pending.claim)  # a crash after step 7: its files are ledgered
+        elif pending.end_key != redo_key:
+            if ledgered is None:
+                ledgered = {f for e in ledger.entries() for f in e.files}
+            retire_unledgered(location, pending, keep=ledgered)
+            ledger.clear_pending(pending.claim)
+    fencing.remove_old_leases(fence)
+    if table is not None:
+        # A rewrite whose process died shows its blocks twice until someone finishes it.
+        rewrite_mod.finish_abandoned(location, snapshot=table.snapshot_rewrite)
+
+
+def _agreed_start(
+    location: Location, output_uri: str, checkpoint: CheckpointLog
+) -> tuple[StartPlan, str | None]:
+    """Step 2 (reads only): the plan, and the key of the batch the checkpoint redoes."""
+    ledger = Ledger(location)
+    head = ledger.head()
     adopt = ledger.adopted_sessions()
+    planned = None if checkpoint.is_fresh() else checkpoint.last_planned()
+    planned_end = checkpoint.offsets(planned) if planned is not None else None
+    redo_key = offsets_mod.fingerprint(planned_end) if planned_end is not None else None
     repair_hint = (
         f"run `tablecast repair --output {output_uri} --checkpoint {checkpoint.uri} "
         "--archive PATH` (or --bootstrap-servers) to realign them"
@@ -63,7 +135,8 @@ def check_before_start(
 
     if checkpoint.is_fresh():
         if head is None:
-            unledgered = visible_files(location)
+            pending = {f for p in ledger.pending_lists() for f in p.files}
+            unledgered = [f for f in visible_files(location) if f not in pending]
             if unledgered:
                 shown = ", ".join(unledgered[:3]) + (" ..." if len(unledgered) > 3 else "")
                 raise _refused(
@@ -80,9 +153,9 @@ def check_before_start(
                 checkpoint.uri,
                 output_uri,
             )
-            return StartPlan(None, adopt)
+            return StartPlan(None, adopt), redo_key
         if head.kind == ledger_mod.REPAIR:
-            return _from_repair(head.end, adopt, checkpoint.uri)
+            return _from_repair(head.end, adopt, checkpoint.uri), redo_key
         raise _refused(
             f"checkpoint {checkpoint.uri} holds no progress but output {output_uri} holds "
             f"offsets up to {offsets_mod.describe(head.end)} (the checkpoint was deleted, "
@@ -100,7 +173,7 @@ def check_before_start(
                 output_uri,
                 checkpoint.uri,
             )
-            return StartPlan(None, adopt)  # died in its first batch, before publishing
+            return StartPlan(None, adopt), redo_key  # died in its first batch
         raise _refused(
             f"output {output_uri} is empty but checkpoint {checkpoint.uri} has committed "
             f"batches up to {committed} (the output was deleted or moved); move the "
@@ -118,11 +191,9 @@ def check_before_start(
             checkpoint.uri,
         )
     committed_end = checkpoint.offsets(committed) if committed is not None else None
-    planned = checkpoint.last_planned()
-    planned_end = checkpoint.offsets(planned) if planned is not None else None
     if head.kind == ledger_mod.REPAIR:
         if committed is None:
-            return _from_repair(head.end, adopt, checkpoint.uri)  # the run after it died early
+            return _from_repair(head.end, adopt, checkpoint.uri), redo_key  # died early
     elif head.end in (committed_end, planned_end):
         # Equal to the planned batch: published, then died before Spark's commit.
         if head.end == committed_end:
@@ -143,28 +214,13 @@ def check_before_start(
                 checkpoint.uri,
                 planned,
             )
-        return StartPlan(None, adopt)
+        return StartPlan(None, adopt), redo_key
     raise _refused(
         f"output {output_uri} ends at {offsets_mod.describe(head.end)} but checkpoint "
         f"{checkpoint.uri} committed {offsets_mod.describe(committed_end or {})}; {repair_hint}",
         output_uri,
         checkpoint.uri,
     )
-
-
-def _retire_pending(ledger: Ledger, head: LedgerEntry | None, checkpoint: CheckpointLog) -> None:
-    """Retire the files of a pending list no ledger entry holds, unless a redo will publish it."""
-    pending = ledger.pending()
-    if pending is None:
-        return
-    if head is not None and pending.end_key == offsets_mod.fingerprint(head.end):
-        return  # a crash after step 7: its files are ledgered; the recognised redo clears it
-    planned = None if checkpoint.is_fresh() else checkpoint.last_planned()
-    planned_end = checkpoint.offsets(planned) if planned is not None else None
-    if planned_end is not None and pending.end_key == offsets_mod.fingerprint(planned_end):
-        return  # the checkpoint redoes that batch: its step 5 settles the list
-    retire_unledgered(ledger.location, pending, keep=set())
-    ledger.clear_pending()
 
 
 def _from_repair(end: Offsets, adopt: dict[str, int], checkpoint_uri: str) -> StartPlan:

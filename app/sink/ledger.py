@@ -10,6 +10,14 @@ the rule 6 owners it settled, which a recompute applies
 ``recomputes/`` records finished recomputes and ``rewrites/`` the rewrites
 under way (:mod:`app.sink.rewrite`). Readers of the dataset skip
 ``_tablecast`` (names that start with ``_`` are hidden).
+
+Every entry is created once and never written again (:meth:`Ledger.append`,
+create-if-absent on every storage): two writers can never both record entry
+``n``. A writer takes the output by appending a *claim* (kind ``writer``)
+under the next number, and each entry it writes after that takes the number
+after its last: a writer whose next number another writer took has lost the
+output (:mod:`app.sink.fencing`). Claims hold no offsets; :meth:`Ledger.head`
+and :meth:`Ledger.entries` give the data entries (batches and repairs) only.
 """
 
 from __future__ import annotations
@@ -34,17 +42,59 @@ log = logging.getLogger(__name__)
 
 CONTROL_DIR = "_tablecast"
 LEDGER_DIR = posixpath.join(CONTROL_DIR, "ledger")
-STAGING_DIR = posixpath.join(CONTROL_DIR, "staging")
-PENDING_FILE = posixpath.join(CONTROL_DIR, "pending.json")
+STAGING_DIR = posixpath.join(CONTROL_DIR, "staging")  # <claim>/<batch key>/...
+PENDING_DIR = posixpath.join(CONTROL_DIR, "pending")  # <claim>.json
+# The one pending list of outputs written before claims: an older claim's than any.
+LEGACY_PENDING_FILE = posixpath.join(CONTROL_DIR, "pending.json")
+LEGACY_CLAIM = -1
 
 
 class EntryKind(StrEnum):
     BATCH = "batch"  # a micro-batch the live job published
     REPAIR = "repair"  # the restart offsets `tablecast repair` set
+    WRITER = "writer"  # a writer (the live job, a repair) took the output: a claim
 
 
 BATCH = EntryKind.BATCH
 REPAIR = EntryKind.REPAIR
+WRITER = EntryKind.WRITER
+
+
+@dataclass(frozen=True)
+class WriterInfo:
+    """Who a claim names: enough for an operator to find the process."""
+
+    writer: str  # a random id, one per process and claim
+    role: str  # "run" or "repair"
+    host: str
+    pid: int
+    checkpoint: str | None
+    lease_s: float  # how long it may go without renewing its lease before it counts as gone
+
+    def describe(self) -> str:
+        where = f", checkpoint {self.checkpoint}" if self.checkpoint else ""
+        return f"`tablecast {self.role}` on host {self.host} (pid {self.pid}){where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "writer": self.writer,
+            "role": self.role,
+            "host": self.host,
+            "pid": self.pid,
+            "checkpoint": self.checkpoint,
+            "lease_s": self.lease_s,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> WriterInfo:
+        return cls(
+            writer=str(doc["writer"]),
+            role=str(doc["role"]),
+            host=str(doc["host"]),
+            pid=int(doc["pid"]),
+            checkpoint=doc.get("checkpoint"),
+            lease_s=float(doc["lease_s"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -101,6 +151,10 @@ class LedgerEntry:
     # Rule 6 across partitions, as the batch settled it: a recompute rebuilds
     # one partition alone and takes these owners from here.
     foreign: ForeignSessions = field(default_factory=dict)
+    # The claim of the writer that wrote it (None in entries older than claims);
+    # a claim's own entry names its writer.
+    claim: int | None = None
+    writer: WriterInfo | None = None
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -139,6 +193,8 @@ class LedgerEntry:
                 tp.key(): {"offset": v.offset, "digest": v.digest}
                 for tp, v in sorted(self.states.items())
             },
+            "claim": self.claim,
+            "writer": None if self.writer is None else self.writer.to_json(),
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -169,6 +225,8 @@ class LedgerEntry:
                 parse_key(key): StateVersion(int(v["offset"]), str(v["digest"]))
                 for key, v in doc["states"].items()
             },
+            claim=doc.get("claim"),
+            writer=None if doc.get("writer") is None else WriterInfo.from_json(doc["writer"]),
         )
 
 
@@ -178,6 +236,7 @@ class Pending:
 
     end_key: str
     files: tuple[str, ...]
+    claim: int = LEGACY_CLAIM  # the writer whose list it is
 
 
 class Ledger:
@@ -188,21 +247,47 @@ class Ledger:
         return self.location.child(LEDGER_DIR, f"{number:020d}.json")
 
     def numbers(self) -> list[int]:
+        """Every entry's number, claims included, ascending."""
         names = [i.base_name for i in self.location.list_dir(self.location.child(LEDGER_DIR))]
         return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def head(self) -> LedgerEntry | None:
+        """The newest data entry (a batch or a repair); claims after it are passed over."""
+        for number in reversed(self.numbers()):
+            entry = self.read(number)
+            if entry.kind is not WRITER:
+                return entry
+        return None
+
+    def last(self) -> LedgerEntry | None:
+        """The newest entry of any kind, claims included."""
         numbers = self.numbers()
         return self.read(numbers[-1]) if numbers else None
+
+    def exists(self, number: int) -> bool:
+        return self.location.exists(self._entry_path(number))
 
     def read(self, number: int) -> LedgerEntry:
         return LedgerEntry.from_json(self.location.read_bytes(self._entry_path(number)))
 
+    def previous_data(self, number: int) -> LedgerEntry | None:
+        """The newest data entry numbered below ``number``."""
+        for earlier in reversed([n for n in self.numbers() if n < number]):
+            entry = self.read(earlier)
+            if entry.kind is not WRITER:
+                return entry
+        return None
+
     def entries(self) -> list[LedgerEntry]:
+        """The data entries (batches and repairs), oldest first; claims left out."""
+        return [e for e in self.all_entries() if e.kind is not WRITER]
+
+    def all_entries(self) -> list[LedgerEntry]:
         return [self.read(n) for n in self.numbers()]
 
-    def append(self, entry: LedgerEntry) -> None:
-        self.location.write_bytes_atomic(self._entry_path(entry.number), entry.to_json())
+    def append(self, entry: LedgerEntry) -> bool:
+        """Create entry ``entry.number``; False, writing nothing, if another writer has."""
+        return self.location.create_exclusive(self._entry_path(entry.number), entry.to_json())
 
     def adopted_sessions(self) -> dict[str, int]:
         adopted: dict[str, int] = {}
@@ -211,21 +296,42 @@ class Ledger:
                 adopted.update(entry.adopt)
         return adopted
 
-    def pending(self) -> Pending | None:
-        path = self.location.child(PENDING_FILE)
+    def _pending_path(self, claim: int) -> str:
+        if claim == LEGACY_CLAIM:
+            return self.location.child(LEGACY_PENDING_FILE)
+        return self.location.child(PENDING_DIR, f"{claim:020d}.json")
+
+    def pending(self, claim: int) -> Pending | None:
+        """The pending list of one writer's claim."""
+        path = self._pending_path(claim)
         if not self.location.exists(path):
             return None
         doc = orjson.loads(self.location.read_bytes(path))
-        return Pending(doc["end_key"], tuple(doc["files"]))
+        return Pending(doc["end_key"], tuple(doc["files"]), claim)
+
+    def pending_lists(self) -> list[Pending]:
+        """Every writer's pending list, oldest claim first."""
+        claims = [LEGACY_CLAIM] if self.location.exists(self._pending_path(LEGACY_CLAIM)) else []
+        for info in self.location.list_dir(self.location.child(PENDING_DIR)):
+            stem = info.base_name.removesuffix(".json")
+            if info.base_name.endswith(".json") and stem.isdigit():
+                claims.append(int(stem))
+        found = (self.pending(claim) for claim in sorted(claims))
+        return [p for p in found if p is not None]
 
     def set_pending(self, pending: Pending) -> None:
         self.location.write_bytes_atomic(
-            self.location.child(PENDING_FILE),
+            self._pending_path(pending.claim),
             orjson.dumps({"end_key": pending.end_key, "files": list(pending.files)}),
         )
 
-    def clear_pending(self) -> None:
-        self.location.delete_file(self.location.child(PENDING_FILE))
+    def clear_pending(self, claim: int) -> None:
+        self.location.delete_file(self._pending_path(claim))
+
+
+def staging_dir(claim: int) -> str:
+    """Where one writer's tasks stage their files (relative to the output)."""
+    return posixpath.join(STAGING_DIR, f"{claim:020d}")
 
 
 def retire_unledgered(location: Location, pending: Pending, keep: set[str]) -> list[str]:

@@ -70,7 +70,17 @@ replaces the same files by the same files (step 2 is skipped for a record
 that says it was published), and retiring a name already gone does nothing.
 The lease and the grace are compared across machines' clocks: the lease is
 long (minutes) beside their skew, and a grace shortened by a skew of
-seconds still outlasts a scan's planning.
+seconds still outlasts a scan's planning. A recorded time further in the
+future than :data:`MAX_CLOCK_SKEW_S` comes from a clock that is wrong (the
+record names the host that wrote it): it is read as the moment this process
+first saw it, with a warning, so a fast clock delays nothing by more than
+one lease or grace.
+
+Before each change (publishing, the table's snapshot, retiring) the owner
+reads the record back: a record another process took over (the owner paused
+past its lease) or finished is theirs, and this process changes nothing
+more (:class:`~app.errors.OwnershipLostError` for a command's own rewrite;
+the live job just leaves it).
 
 The table's snapshots from before a rewrite are kept (they hold the ledger's
 position, :mod:`app.table.commit`, and are not expired): a reader that
@@ -84,6 +94,7 @@ import contextlib
 import dataclasses
 import logging
 import posixpath
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -94,7 +105,7 @@ from typing import Protocol
 import orjson
 
 from app import defaults
-from app.errors import ConfigurationError, OutputStateError
+from app.errors import ConfigurationError, OutputStateError, OwnershipLostError
 from app.sink import ledger as ledger_mod
 from app.storage import Location
 
@@ -102,6 +113,8 @@ log = logging.getLogger(__name__)
 
 REWRITES_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "rewrites")
 LEASE_SECONDS = 600.0  # a rewrite's steps 2 to 4 renew it; minutes beside clock skew
+# A recorded time this far ahead of this machine's clock is another clock's error.
+MAX_CLOCK_SKEW_S = 60.0
 # How long an Iceberg scan planned on the snapshot before a rewrite may still open its
 # files: a query's run time. Read when a rewrite starts (a test sets its own).
 DEFAULT_GRACE_S = defaults.RETIRE_GRACE_S  # a module variable: the tests set it to 0
@@ -134,6 +147,7 @@ class Rewrite:
     lease_until: float = 0.0  # seconds since the epoch; 0: given up (its owner failed or left)
     grace_s: float = 0.0  # how long the old names stay after the snapshot (step 3)
     published_at: float = 0.0  # seconds since the epoch that step 2 ended; 0: not yet
+    host: str = ""  # the machine whose clock wrote lease_until and published_at
 
     def to_json(self) -> bytes:
         doc = {
@@ -146,6 +160,7 @@ class Rewrite:
             "lease_until": self.lease_until,
             "grace_s": self.grace_s,
             "published_at": self.published_at,
+            "host": self.host,
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -192,11 +207,56 @@ class Rewrite:
             lease_until=float(doc.get("lease_until", 0.0)),
             grace_s=float(doc.get("grace_s", DEFAULT_GRACE_S)),
             published_at=float(doc.get("published_at", 0.0)),
+            host=str(doc.get("host", "")),
         )
 
 
 def _clock(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%H:%M:%S UTC")
+    """A moment for a progress line: its time, and its date when that is not today."""
+    moment = datetime.fromtimestamp(seconds, UTC)
+    if moment.date() == datetime.now(UTC).date():
+        return moment.strftime("%H:%M:%S UTC")
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# Recorded times from a clock ahead of this one, by what recorded them: when this
+# process first saw each (time.time()), so that it runs out here after all.
+_first_seen: dict[tuple[str, str, float], float] = {}
+
+
+def _trusted(rewrite: Rewrite, what: str, recorded: float, now: float) -> float:
+    """``recorded`` (seconds since the epoch), or when first seen if it is in the future
+    beyond :data:`MAX_CLOCK_SKEW_S`: that clock is wrong, not the rewrite's timing."""
+    if recorded <= now + MAX_CLOCK_SKEW_S:
+        return recorded
+    key = (rewrite.key, what, recorded)
+    if key not in _first_seen:
+        _first_seen[key] = now
+        log.warning(
+            "rewrite %s of %s: its %s was recorded at %s by host %s, %s s ahead of this "
+            "machine's clock: read as now",
+            rewrite.key,
+            what,
+            what,
+            _clock(recorded),
+            rewrite.host or "?",
+            f"{recorded - now:,.0f}",
+        )
+    return _first_seen[key]
+
+
+def as_read_now(rewrite: Rewrite, now: float) -> Rewrite:
+    """The record with times from a clock far ahead of this one read as when first seen."""
+    published_at = rewrite.published_at
+    if published_at:
+        published_at = _trusted(rewrite, "snapshot time", published_at, now)
+    lease_until = rewrite.lease_until
+    if lease_until:
+        # lease_until is its writer's now plus a lease: that "now" is what is judged.
+        lease_until = _trusted(rewrite, "lease", lease_until - LEASE_SECONDS, now) + LEASE_SECONDS
+    if (published_at, lease_until) == (rewrite.published_at, rewrite.lease_until):
+        return rewrite
+    return dataclasses.replace(rewrite, published_at=published_at, lease_until=lease_until)
 
 
 def check_grace(grace_s: float, *, option: str = "--retire-grace") -> float:
@@ -260,6 +320,9 @@ def _new_owner() -> str:
     return uuid.uuid4().hex[:16]
 
 
+_HOST = socket.gethostname()
+
+
 class _Lease:
     """The lease a process holds on one record while it carries out steps 2 to 4."""
 
@@ -268,9 +331,24 @@ class _Lease:
         self.rewrite = rewrite
 
     def write(self, until: float) -> None:
-        self.rewrite = dataclasses.replace(self.rewrite, lease_until=until)
+        self.rewrite = dataclasses.replace(self.rewrite, lease_until=until, host=_HOST)
         self.location.write_bytes_atomic(
             _record_path(self.location, self.rewrite.key), self.rewrite.to_json()
+        )
+
+    def confirm(self, doing: str) -> None:
+        """Raise :class:`OwnershipLostError` unless the record is still this process's."""
+        current = _read(self.location, self.rewrite.key)
+        if current is not None and current.owner == self.rewrite.owner:
+            return
+        by = "finished it" if current is None else f"took it over ({current.describe_lease()})"
+        raise OwnershipLostError(
+            f"rewrite {self.rewrite.key} of {self.location.uri}: another process {by} while "
+            f"this one paused past its lease; this one stops before {doing}, changing nothing "
+            "more",
+            output=self.location.uri,
+            rewrite=self.rewrite.key,
+            by=current.owner if current is not None else "",
         )
 
     def published(self) -> None:
@@ -354,10 +432,12 @@ def _finish(
     location = lease.location
     if not lease.rewrite.published:
         # Step 2
+        lease.confirm("publishing")
         for staged, visible in lease.rewrite.publish:
             lease.renew()
             _publish(location, lease.rewrite, staged, visible)
         lease.renew()
+        lease.confirm("the table's snapshot")
         # The Iceberg table's one overwrite snapshot, before any old name goes: its
         # readers see the old files or the new. Done again when a rewrite that crashed
         # before recording its end is finished (the same content; one more snapshot).
@@ -373,6 +453,7 @@ def _finish(
         retirement.tell(f"rewrite {rewrite.key}: {rewrite.describe_grace()}")
         _wait_out(lease, steps)
     # Step 3
+    lease.confirm("retiring the old names")
     for relative in rewrite.retire:
         with contextlib.suppress(FileNotFoundError):  # another finisher retired it first
             location.delete_file(location.child(relative))
@@ -422,7 +503,8 @@ def open_rewrites(location: Location) -> list[Rewrite]:
         i.base_name for i in location.list_dir(directory) if i.base_name.endswith(".json")
     )
     found = (_read(location, n.removesuffix(".json")) for n in names)
-    return [r for r in found if r is not None]
+    now = _now()
+    return [as_read_now(r, now) for r in found if r is not None]
 
 
 def _take(location: Location, rewrite: Rewrite) -> _Lease | None:
@@ -532,6 +614,12 @@ def finish_abandoned(
         try:
             if _finish_one(location, rewrite, snapshot, Retirement(wait=False), now):
                 finished.append(rewrite)
+        except OwnershipLostError:
+            log.info(
+                "rewrite %s of %s: taken over by another process; left to it",
+                rewrite.key,
+                location.uri,
+            )
         except OutputStateError as exc:
             log.error("%s", exc)
     return finished

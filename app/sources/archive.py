@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import posixpath
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -343,7 +343,8 @@ class ArchiveBackend:
     def index(self, *, holes: bool = False) -> ArchiveIndex:
         return scan(resolve(self.uri), self.topic_pattern, holes=holes)
 
-    def bounds(self) -> dict[TopicPartition, Bounds]:
+    def bounds(self, expected: Collection[TopicPartition] = ()) -> dict[TopicPartition, Bounds]:
+        """The archive's partitions now (a listing is the archive: ``expected`` changes nothing)."""
         index = self._listing.index = self.index()
         return {
             tp: Bounds(

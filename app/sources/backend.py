@@ -7,7 +7,7 @@ any :class:`Backend`: the raw archive (:mod:`app.sources.archive`), Kafka
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,10 +39,13 @@ class Bounds:
         """Where a micro-batch may read up to now: ``latest``, or the last stable offset."""
         return self.latest if self.stable is None else min(self.latest, self.stable)
 
-    def data_loss(self, where: str, tp: TopicPartition, first: int) -> DataLossError:
+    def data_loss(
+        self, where: str, tp: TopicPartition, first: int, *, found_late: bool = False
+    ) -> DataLossError:
         """The data loss error when the next offset to read, ``first``, is not in these bounds.
 
-        ``where`` is the backend's description.
+        ``where`` is the backend's description; ``found_late``: the partition
+        was found after the job started, so it is read from offset 0.
         """
         held = (
             f"holds offsets {self.earliest} to {self.latest - 1}"
@@ -51,7 +54,13 @@ class Bounds:
         )
         missing = (first, self.earliest - 1) if first < self.earliest else None
         return self._loss_error(
-            where, tp, first, held=f"{where} {held}", missing=missing, gone="gone"
+            where,
+            tp,
+            first,
+            held=f"{where} {held}",
+            missing=missing,
+            gone="gone",
+            found_late=found_late,
         )
 
     def _loss_error(
@@ -63,10 +72,16 @@ class Bounds:
         held: str,
         missing: tuple[int, int] | None,
         gone: str,
+        found_late: bool = False,
     ) -> DataLossError:
         """The data loss error of these bounds with its facts: ``held`` says what the source
         holds; ``missing``, the first and last offsets lost (inclusive), which "are ``gone``"."""
-        text = f"data loss in {where}: {tp} must continue at offset {first} but {held}"
+        must = (
+            f"{tp}, found after the job started, must be read from offset {first}"
+            if found_late
+            else f"{tp} must continue at offset {first}"
+        )
+        text = f"data loss in {where}: {must} but {held}"
         facts: dict[str, str | int] = {
             "source": where,
             "topic": tp.topic,
@@ -102,11 +117,14 @@ class Backend(Protocol):
         """What the errors call it: "the archive", "Kafka at host:9092"."""
         ...
 
-    def bounds(self) -> dict[TopicPartition, Bounds]:
+    def bounds(self, expected: Collection[TopicPartition] = ()) -> dict[TopicPartition, Bounds]:
         """Every partition of the topics matching the pattern, as it is now.
 
-        The readers that :meth:`reader` makes next use this listing: one
-        listing per trigger.
+        ``expected``: the partitions the checkpoint reads. A backend whose
+        answers may lack a partition for a moment (Kafka's brokers around a
+        restart) asks again before it leaves one of them out: one it leaves
+        out is gone. The readers that :meth:`reader` makes next use this
+        listing: one listing per trigger.
         """
         ...
 

@@ -20,6 +20,7 @@ from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend
 from app.sources.kafka import DEFAULT_TIMEOUT_S, KafkaBackend
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
+from app.sources.retired import RETIRED_OPTION, retired_uri
 from app.sources.starting import StartingPosition
 from app.sources.tiered import TieredBackend
 
@@ -55,6 +56,11 @@ def common_options(
 def starting_offsets_option(offsets: Offsets) -> str:
     """``startingOffsets``: a repair's offsets, ``{"topic:partition": n}``."""
     return orjson.dumps(offsets_mod.to_archive_json(offsets)).decode()
+
+
+def retired_options(output_uri: str) -> dict[str, str]:
+    """Where the job's output records its retired topics (:mod:`app.sources.retired`)."""
+    return {RETIRED_OPTION: retired_uri(output_uri)}
 
 
 def archive_options(uri: str) -> dict[str, str]:

@@ -6,8 +6,10 @@ matching the pattern (one Metadata request), each topic's ID (one
 DescribeTopics request: a topic deleted and created again has a new one),
 and each partition's earliest offset, high watermark and, under
 ``read_committed``, last stable offset (batched ListOffsets requests for
-all partitions). Its :class:`KafkaRange` reads one partition's
-``[start, end)`` in a Spark task, at the same isolation level.
+all partitions); a partition the checkpoint reads that an answer lacks is
+asked for again before it counts as gone (:meth:`KafkaBackend.bounds`).
+Its :class:`KafkaRange` reads one partition's ``[start, end)`` in a Spark
+task, at the same isolation level.
 
 Reading a range:
 
@@ -36,7 +38,7 @@ import operator
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar, cast
 
@@ -61,7 +63,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from app.contract.offsets import TopicPartition
 from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
 from app.sources.backend import Bounds
-from app.sources.kafka_client import Isolation, KafkaEndpoint
+from app.sources.kafka_client import FETCH_WAIT_MS, Isolation, KafkaEndpoint
 from app.sources.records import HEADERS, SCHEMA, Tier, no_headers, served_by
 
 __all__ = ["DEFAULT_TIMEOUT_S", "KafkaBackend", "KafkaColumns", "KafkaRange"]
@@ -152,7 +154,7 @@ _CONSUMER_SETTINGS: Final = {
     # At a partition's end the broker holds a fetch this long before it says
     # there is nothing more: a range whose last offsets hold no record learns
     # its end so. The source never waits for new records; short costs nothing.
-    "fetch.wait.max.ms": 10,
+    "fetch.wait.max.ms": FETCH_WAIT_MS,
 }
 _DATA_LOSS_CODES: Final = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 # librdkafka recovers from other errors by itself (they are reported for
@@ -185,6 +187,8 @@ class KafkaBackend:
     # None: the source's fetch wait. A test broker's longer one (app.sources.broker_quirks),
     # which each range takes to its task.
     fetch_wait_ms: int | None = field(default=None, kw_only=True)
+    # Expected partitions this process found missing from every answer for the timeout.
+    _gone: set[TopicPartition] = field(default_factory=set, init=False, compare=False, repr=False)
 
     @property
     def description(self) -> str:
@@ -224,13 +228,67 @@ class KafkaBackend:
                 )
             time.sleep(_RETRY_S)
 
-    def bounds(self) -> dict[TopicPartition, Bounds]:
-        partitions = self.partitions()
-        if not partitions:
-            return {}
-        identities = self.identities(sorted({tp.topic for tp in partitions}))
+    def bounds(self, expected: Collection[TopicPartition] = ()) -> dict[TopicPartition, Bounds]:
+        """Every partition the pattern matches, with its offsets and its topic's ID, now.
+
+        A partition of ``expected`` (one the checkpoint reads) missing from an
+        answer is not taken for gone at once: brokers answer metadata from an
+        empty cache around a restart (MSK's rolling patches do). The brokers
+        are asked again every half second: the first answer that lists every
+        expected partition is taken. One missing from every answer for
+        ``timeout_s`` is confirmed gone (and not waited for again by this
+        process until it is listed again); one that some answers listed and
+        the last did not fails the trigger in one line (exit 5): the brokers
+        disagree, and a restart asks them again.
+        """
+        wanted = {tp for tp in expected if self.matches(tp.topic)} - self._gone
+        deadline = time.monotonic() + self.timeout_s
+        listed: set[TopicPartition] = set()  # the wanted partitions some answer listed
+        while True:
+            found, named = self._bounds_now()
+            self._gone.difference_update(found)
+            missing = wanted - found.keys()
+            listed |= wanted & named
+            if not missing:
+                return found
+            if time.monotonic() + _RETRY_S >= deadline:
+                break
+            log.info(
+                "%s answered without %s: asking again",
+                self.description,
+                ", ".join(str(tp) for tp in sorted(missing)),
+            )
+            time.sleep(_RETRY_S)
+        unsettled = sorted(missing & listed)
+        if unsettled:
+            raise SourceUnavailableError(
+                f"{self.description} answered inconsistently for {self.timeout_s:g} s: "
+                f"{', '.join(str(tp) for tp in unsettled)} listed in some answers, "
+                "missing from others (the brokers' metadata is not settled; a restart asks again)"
+            )
+        log.warning(
+            "%s has no %s: missing from every answer for %g s",
+            self.description,
+            ", ".join(str(tp) for tp in sorted(missing)),
+            self.timeout_s,
+        )
+        self._gone.update(missing)
+        return found
+
+    def _bounds_now(self) -> tuple[dict[TopicPartition, Bounds], set[TopicPartition]]:
+        """One answer of the brokers: the partitions, their topics' IDs and their offsets.
+
+        Also the partitions the metadata named, those whose topic then had no
+        ID included (deleted meanwhile, or an answer from another cache).
+        """
+        named = self.partitions()
+        if not named:
+            return {}, set()
+        identities = self.identities(sorted({tp.topic for tp in named}))
         # A topic deleted since it was listed has no ID: it is absent.
-        partitions = [tp for tp in partitions if tp.topic in identities]
+        partitions = [tp for tp in named if tp.topic in identities]
+        if not partitions:
+            return {}, set(named)
         earliest = self._offsets(partitions, OffsetSpec.earliest(), "earliest")  # type: ignore[no-untyped-call]
         latest = self._offsets(partitions, OffsetSpec.latest(), "latest")  # type: ignore[no-untyped-call]
         stable: dict[TopicPartition, int] = {}
@@ -241,12 +299,13 @@ class KafkaBackend:
                 "last stable",
                 IsolationLevel.READ_COMMITTED,
             )
-        return {
+        found = {
             tp: Bounds(
                 earliest[tp], latest[tp], stable=stable.get(tp), identity=identities[tp.topic]
             )
             for tp in partitions
         }
+        return found, set(named)
 
     def identities(self, topics: list[str]) -> dict[str, str]:
         """Each topic's ID ("" from a broker without them); topics gone meanwhile are left out."""
@@ -401,15 +460,7 @@ class KafkaRange:
         # A consumer new to a topic learns its leader from a later, rate-limited
         # metadata refresh (about a second, measured); asked first, the fetch
         # starts at once.
-        try:
-            metadata = consumer.list_topics(self.tp.topic, timeout=self.timeout_s)
-        except KafkaException as exc:
-            self._check_signed_in(consumer)
-            raise SourceUnavailableError(
-                f"{self.endpoint.description}: could not read the metadata of {self.tp} "
-                f"within {self.timeout_s:g} s: {_error_text(exc)}"
-            ) from None
-        self._check_exists(metadata.topics.get(self.tp.topic))
+        self._check_exists(consumer)
         consumer.assign([KafkaPartition(self.tp.topic, self.tp.partition, self.start)])
         columns = KafkaColumns(self.tp)
         next_offset = self.start
@@ -493,23 +544,43 @@ class KafkaRange:
                 )
             previous = offset
 
-    def _check_exists(self, topic: Any) -> None:
-        """Data loss if the topic or partition is gone since the batch was planned."""
-        error = None if topic is None else topic.error
-        if topic is None or (
-            error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-        ):
-            gone = True
-        else:
-            gone = error is None and self.tp.partition not in topic.partitions
-        if gone:
-            raise DataLossError(
-                f"data loss in {self.endpoint.description}: {self.tp} is gone but offsets "
-                f"{self.start} to {self.end - 1} were not read yet",
-                **self._facts(),
-                first_missing=self.start,
-                last_missing=self.end - 1,
-            )
+    def _check_exists(self, consumer: RangeConsumer) -> None:
+        """Data loss if the topic or partition is gone since the batch was planned.
+
+        An answer without it is asked again, as the planner does
+        (:meth:`KafkaBackend.bounds`): it is gone once every answer for the
+        timeout lacked it.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                metadata = consumer.list_topics(self.tp.topic, timeout=self.timeout_s)
+            except KafkaException as exc:
+                self._check_signed_in(consumer)
+                raise SourceUnavailableError(
+                    f"{self.endpoint.description}: could not read the metadata of {self.tp} "
+                    f"within {self.timeout_s:g} s: {_error_text(exc)}"
+                ) from None
+            topic = metadata.topics.get(self.tp.topic)
+            error = None if topic is None else topic.error
+            if topic is None or (
+                error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            ):
+                gone = True
+            else:
+                gone = error is None and self.tp.partition not in topic.partitions
+            if not gone:
+                return
+            if time.monotonic() + _RETRY_S >= deadline:
+                break
+            time.sleep(_RETRY_S)
+        raise DataLossError(
+            f"data loss in {self.endpoint.description}: {self.tp} is gone but offsets "
+            f"{self.start} to {self.end - 1} were not read yet",
+            **self._facts(),
+            first_missing=self.start,
+            last_missing=self.end - 1,
+        )
 
     def _on_error(self, message: RangeMessage, error: KafkaError) -> int | None:
         """Where the partition ends (an end-of-partition event), or None; raise what is fatal."""
@@ -687,7 +758,7 @@ class _ConsumerPool:
             if idle:
                 return idle.pop()
         sign_in = _SignIn(endpoint)
-        settings = consumer_settings(isolation, fetch_wait_ms) | {"error_cb": sign_in}
+        settings = consumer_settings(isolation, fetch_wait_ms, endpoint) | {"error_cb": sign_in}
         consumer: _RangeConsumer = _client(_RangeConsumer, endpoint, settings)
         consumer.sign_in = sign_in
         return consumer
@@ -725,14 +796,18 @@ class _RangeConsumer(Consumer):
     sign_in: _SignIn
 
 
-def consumer_settings(isolation: Isolation, fetch_wait_ms: int | None = None) -> dict[str, Any]:
+def consumer_settings(
+    isolation: Isolation, fetch_wait_ms: int | None = None, endpoint: KafkaEndpoint | None = None
+) -> dict[str, Any]:
     """A range reader's librdkafka settings (beside its endpoint's).
 
-    ``fetch_wait_ms``: a test broker's longer fetch wait (:mod:`app.sources.broker_quirks`).
+    ``fetch_wait_ms``: a test broker's longer fetch wait (:mod:`app.sources.broker_quirks`);
+    the endpoint's operator may give a longer one too (``--kafka-option``): the
+    longest of the three is taken.
     """
     settings: dict[str, Any] = dict(_CONSUMER_SETTINGS)
-    if fetch_wait_ms is not None:
-        settings["fetch.wait.max.ms"] = fetch_wait_ms
+    waits = (FETCH_WAIT_MS, fetch_wait_ms, None if endpoint is None else endpoint.fetch_wait_ms())
+    settings["fetch.wait.max.ms"] = max(w for w in waits if w is not None)
     # The records the planner planned: under read_committed it plans up to the
     # last stable offset, and the brokers leave aborted transactions out.
     settings["isolation.level"] = isolation.value

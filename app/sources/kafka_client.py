@@ -20,8 +20,12 @@ bootstrap brokers:
   starting ``AmazonMSK_``), once per process.
 
 Client settings of the operator's (``--kafka-option key=value``) pass
-through to every client, except those the project sets itself
-(:data:`OWNED_SETTINGS`).
+through to every client. Every setting the source sets itself is either
+refused (:data:`OWNED_SETTINGS`, in one line naming the option to use
+instead, if there is one) or honoured where a value of the operator's is
+safe (:data:`HONOURED_SETTINGS`): a longer ``fetch.wait.max.ms``, a CA
+bundle of its own for TLS. docs/operations.md lists them all, in a table a
+test checks against these two.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ import orjson
 from app.errors import ConfigurationError
 
 __all__ = [
+    "FETCH_WAIT_MS",
+    "HONOURED_SETTINGS",
+    "MAX_FETCH_WAIT_MS",
     "OWNED_SETTINGS",
     "SIGNER_MODULE",
     "Isolation",
@@ -73,7 +80,8 @@ class Isolation(StrEnum):
 
 # What the endpoint sets (where the brokers are, how to sign in) and what the
 # job's source relies on (it reads assigned partitions, commits nothing, never
-# skips offsets, reads what its planner planned): never an operator's option.
+# skips offsets, reads what its planner planned, bounds librdkafka's prefetch,
+# learns of refused sign-ins from its error callback): never an operator's option.
 OWNED_SETTINGS: Final = frozenset(
     {
         "bootstrap.servers",
@@ -94,8 +102,29 @@ OWNED_SETTINGS: Final = frozenset(
         "auto.offset.reset",
         "enable.partition.eof",
         "isolation.level",
+        "error_cb",
+        # The range readers' prefetch bounds (app.sources.kafka, measured by
+        # bench/kafka_source.py): what a range fetches past its end, and what
+        # every Python worker holds off the JVM's heap.
+        "max.partition.fetch.bytes",
+        "queued.min.messages",
+        "queued.max.messages.kbytes",
+        "fetch.queue.backoff.ms",
     }
 )
+# The source's fetch wait: at a partition's end the broker holds a fetch this
+# long before it says there is nothing more, so a range whose last offsets hold
+# no record learns its end so. A longer one is honoured (a broker slower to
+# answer a fetch), up to MAX_FETCH_WAIT_MS: every such range waits it out once.
+FETCH_WAIT_MS: Final = 10
+MAX_FETCH_WAIT_MS: Final = 5000
+# Settings the source sets whose operator's value it takes instead (where it is
+# safe), with what it does with it.
+HONOURED_SETTINGS: Final = {
+    "fetch.wait.max.ms": f"the longer of the operator's and the source's {FETCH_WAIT_MS} ms, "
+    f"up to {MAX_FETCH_WAIT_MS} ms",
+    "ssl.ca.location": 'the operator\'s CA bundle instead of "probe" (TLS sign-ins)',
+}
 # Owned settings with an option of their own.
 _OPTION_FOR: Final = {
     "isolation.level": "--kafka-isolation-level",
@@ -117,7 +146,21 @@ def parse_option(text: str) -> tuple[str, str]:
             f"--kafka-option {key}: the source sets {key} itself"
             + (f" (use {instead})" if instead else "")
         )
+    if key == "fetch.wait.max.ms":
+        _fetch_wait(value)
     return key, value
+
+
+def _fetch_wait(value: str) -> int:
+    """An operator's ``fetch.wait.max.ms``, checked: from the source's own to the longest."""
+    text = value.strip()
+    if not text.isdigit() or not FETCH_WAIT_MS <= int(text) <= MAX_FETCH_WAIT_MS:
+        raise ConfigurationError(
+            f"--kafka-option fetch.wait.max.ms={value}: give milliseconds from the "
+            f"source's {FETCH_WAIT_MS} to {MAX_FETCH_WAIT_MS} (a range whose last offsets "
+            "hold no record waits this long for its end)"
+        )
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +190,26 @@ class KafkaEndpoint:
     def description(self) -> str:
         return f"Kafka at {self.bootstrap_servers}"
 
+    def fetch_wait_ms(self) -> int | None:
+        """The operator's ``fetch.wait.max.ms`` (:data:`HONOURED_SETTINGS`), or None."""
+        for key, value in self.options:
+            if key == "fetch.wait.max.ms":
+                return _fetch_wait(value)
+        return None
+
     def config(self, **extra: Any) -> dict[str, Any]:
-        """librdkafka settings for a client of this endpoint, plus ``extra``."""
+        """librdkafka settings for a client of this endpoint, plus ``extra``.
+
+        ``extra`` never silently replaces an operator's setting: a key given
+        both ways is refused, but for :data:`HONOURED_SETTINGS`, whose
+        ``extra`` value the caller made from the operator's.
+        """
+        given = {key for key, _ in self.options}
+        clash = sorted(given & set(extra) - set(HONOURED_SETTINGS))
+        if clash:
+            raise ConfigurationError(
+                f"--kafka-option {clash[0]}: this client sets {clash[0]} itself"
+            )
         settings: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
             "logger": _ClientLog(),

@@ -12,19 +12,26 @@ with ``failOnDataLoss=true``:
   latest, or a time: :mod:`app.sources.starting`);
 - topics matching the pattern (the whole name) are listed once per trigger
   (``latestOffset``, ``reportLatestOffset`` and the trigger's ranges share
-  the listing), so topics and partitions that appear while it runs are
-  read, from their earliest offset: a new partition first enters the
-  offsets at its earliest offset, with nothing read, so that every range a
-  micro-batch reads starts at an offset the checkpoint holds, and a redone
-  batch reads the same;
+  the listing); a partition the checkpoint reads that a listing lacks is
+  asked for again before it counts as gone (:meth:`Backend.bounds`: brokers
+  answer from an empty cache around a restart);
+- topics and partitions that appear while it runs are read in the trigger
+  that finds them, from offset 0 (Spark's new partitions): one whose
+  earliest offset is already past 0 lost records before the job found it,
+  which is data loss unless the archive holds them (the tiered backend);
 - a partition whose earliest available offset is past the next offset to
   read, or that is gone with offsets unread, and a topic whose identity
   changed (deleted and created again) fail the query with
-  :class:`DataLossError`; a topic that no longer matches, or is gone after
-  it was read to the end the previous listing showed, leaves the offsets
-  (logged);
+  :class:`DataLossError`; so does a topic gone from the backend, naming
+  what it knows was not read, unless it was retired on purpose
+  (:mod:`app.sources.retired`): a retired topic is read up to its recorded
+  end, then leaves the offsets (logged), as does a topic that no longer
+  matches;
 - a micro-batch ends at each partition's readable end: the last stable
-  offset under ``read_committed``, else the latest;
+  offset under ``read_committed``, else the latest; the newest offsets it
+  reports with each trigger (for the job's lag) carry the high watermarks
+  beside the readable ends, and since when a last stable offset has stayed
+  behind its high watermark (:class:`~app.contract.offsets.SourceReport`);
 - ``maxOffsetsPerTrigger`` bounds a micro-batch, shared between partitions
   in proportion to their backlog; ``minOffsetsPerTrigger`` holds a trigger
   back until that many offsets are there, at most ``maxTriggerDelay``;
@@ -41,7 +48,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pyarrow as pa
@@ -55,12 +62,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from app.contract import offsets as offsets_mod
-from app.contract.offsets import Identities, Offsets, TopicPartition
+from app.contract.offsets import Identities, Offsets, SourceReport, TopicPartition
 from app.errors import ConfigurationError, DataLossError
 from app.sources import ranges
 from app.sources.backend import Backend, Bounds, RangeReader
 from app.sources.backend_options import from_options
 from app.sources.records import SPARK_DDL
+from app.sources.retired import RETIRED_OPTION, RetiredTopic, read_retired
 from app.sources.starting import StartingPosition, StartKind
 
 FORMAT = "tablecast"
@@ -98,7 +106,9 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         min_offsets: int = 0,
         max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         deliver: str = ranges.RECORDS,
+        retired_uri: str = "",
     ) -> None:
         self.backend = backend
         self.deliver = deliver
@@ -108,23 +118,77 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.min_offsets = min_offsets
         self.max_trigger_delay_s = max_trigger_delay_s
         self.clock = clock
+        self.wall_clock = wall_clock
+        self.retired_uri = retired_uri  # where retired topics are recorded ("": nowhere)
         self.target: Offsets | None = None  # the end of an available-now run
         self.listings = 0  # backend listings made (the bench and tests read it)
         self._cached: dict[TopicPartition, Bounds] | None = None
-        self._seen: dict[TopicPartition, Bounds] = {}  # the previous trigger's listing
+        self._retired: dict[str, RetiredTopic] = {}  # as read with the cached listing
+        # Each partition as last listed, kept after it leaves a listing: what a
+        # deleted topic held when the job last saw it.
+        self._last_listed: dict[TopicPartition, Bounds] = {}
+        # Per partition whose last stable offset has records beyond it: that
+        # offset, and since when (ms since the epoch) it has stayed there.
+        self._stable_since: dict[TopicPartition, tuple[int, int]] = {}
+        self._ignored: set[str] = set()  # retired topics found again, logged once
         self._last_batch: float | None = None  # when a micro-batch was last planned
 
-    def _listing(self, *, fresh: bool = False) -> dict[TopicPartition, Bounds]:
-        """The backend's listing of this trigger (a new one when ``fresh``)."""
+    def _listing(
+        self, *, fresh: bool = False, begin: Offsets | None = None
+    ) -> dict[TopicPartition, Bounds]:
+        """The partitions this trigger reads, from a backend listing (a new one when ``fresh``).
+
+        ``begin``: the checkpoint's offsets, whose partitions the backend asks
+        for again before it leaves one out. A retired topic is read only while
+        ``begin`` holds it short of its recorded end, and only up to it
+        (``begin`` None: every retired topic the listing has, up to its end).
+        """
         if fresh or self._cached is None:
-            if self._cached is not None:
-                self._seen = self._cached
-            self._cached = self.backend.bounds()
+            self._retired = read_retired(self.retired_uri) if self.retired_uri else {}
+            listed = self.backend.bounds(begin or ())
             self.listings += 1
+            self._last_listed.update(listed)
+            self._track_stable(listed)
+            self._cached = self._without_retired(listed, begin)
         return self._cached
 
+    def _without_retired(
+        self, listed: Mapping[TopicPartition, Bounds], begin: Offsets | None
+    ) -> dict[TopicPartition, Bounds]:
+        """``listed`` with the retired topics the job no longer reads left out, the rest capped."""
+        reading = None if begin is None else {tp.topic for tp in begin}
+        found: dict[TopicPartition, Bounds] = {}
+        for tp, b in listed.items():
+            record = self._retired.get(tp.topic)
+            if record is None:
+                found[tp] = b
+            elif reading is None or tp.topic in reading:
+                end = record.ends.get(tp.partition, 0)
+                found[tp] = replace(b, stable=min(b.readable, end))
+            elif tp.topic not in self._ignored:
+                self._ignored.add(tp.topic)
+                log.warning(
+                    "topic %s was retired at %s (%s): %s has it again, but this output "
+                    "never reads it again (its partitions' state is the retired topic's)",
+                    tp.topic,
+                    offsets_mod.describe(record.end_offsets()),
+                    record.retired_at,
+                    self.backend.description,
+                )
+        return found
+
+    def _track_stable(self, listed: Mapping[TopicPartition, Bounds]) -> None:
+        """Since when each partition's last stable offset stays put with records beyond it."""
+        now_ms = round(self.wall_clock() * 1000)
+        before, self._stable_since = self._stable_since, {}
+        for tp, b in listed.items():
+            if b.stable is None or b.stable >= b.latest:
+                continue
+            stable, since = before.get(tp, (b.stable, now_ms))
+            self._stable_since[tp] = (b.stable, since if stable == b.stable else now_ms)
+
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (PySpark's names)
-        bounds = self._listing(fresh=True)
+        bounds = self._listing(fresh=True, begin=dict(self.starting))
         kind = self.starting_position.kind
         if kind is StartKind.LATEST:
             start = {tp: max(b.earliest, b.readable) for tp, b in bounds.items()}
@@ -152,19 +216,23 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = {tp: b.readable for tp, b in self._listing(fresh=True).items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
-        bounds = self._listing(fresh=True)
         begin = offsets_mod.from_json(start)
         known = offsets_mod.identities_from_json(start)
+        bounds = self._listing(fresh=True, begin=begin)
         self._check_identities(bounds, known)
         begin = self._without_departed(bounds, begin)
+        # A retired topic that just left is read no more: it is no new partition either.
+        bounds = self._cached = {
+            tp: b for tp, b in bounds.items() if tp in begin or tp.topic not in self._retired
+        }
         ranges = self._ranges(bounds, begin)
         if self._delayed(ranges):
             return start
         end = dict(begin)
         for tp, (_, last) in share(ranges, limit).items():
             end[tp] = last
-        for tp, b in bounds.items():  # new partitions enter at their earliest offset
-            end.setdefault(tp, b.earliest)
+        for tp in bounds:  # new partitions enter from offset 0, read or not
+            end.setdefault(tp, 0)
         return offsets_mod.to_source_json(end, known | _identities(bounds))
 
     def _check_identities(self, bounds: Mapping[TopicPartition, Bounds], known: Identities) -> None:
@@ -185,39 +253,107 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
 
     def _without_departed(self, bounds: Mapping[TopicPartition, Bounds], begin: Offsets) -> Offsets:
-        """``begin`` without the topics that left: no longer matched, or deleted once read.
+        """``begin`` without the topics that left: no longer matched, or retired and read.
 
-        A topic deleted after it was read to the end the previous listing
-        showed has nothing left to read; any other missing partition is data
-        loss (:meth:`_ranges`).
+        A retired topic leaves once read to its recorded end, whether the
+        backend still has it or not. Any other topic the backend no longer
+        has (its absence confirmed, :meth:`Backend.bounds`) is data loss: the
+        job cannot tell what was produced to it after it last listed it.
         """
         listed = {tp.topic for tp in bounds}
-        gone = {tp.topic for tp in begin} - listed
         kept = dict(begin)
-        for topic in sorted(gone):
+        for topic in sorted({tp.topic for tp in begin}):
             parts = {tp: first for tp, first in begin.items() if tp.topic == topic}
-            if not self.backend.matches(topic):
+            record = self._retired.get(topic)
+            if record is not None:
+                unread = record.unread(parts)
+                if unread and topic not in listed:
+                    raise self._retired_unread(record, unread)
+                if unread:
+                    continue  # read on, up to its recorded end
+                log.warning(
+                    "topic %s was retired (%s) and is read to its end (%s): it is no longer read",
+                    topic,
+                    record.retired_at,
+                    offsets_mod.describe(parts),
+                )
+            elif topic in listed:
+                continue
+            elif not self.backend.matches(topic):
                 log.warning(
                     "topic %s no longer matches the source's topics: it is no longer "
                     "read (its offsets were %s)",
                     topic,
                     offsets_mod.describe(parts),
                 )
-            elif all(
-                tp in self._seen and first >= self._seen[tp].readable for tp, first in parts.items()
-            ):
-                log.warning(
-                    "topic %s is gone from %s after it was read to its end (%s): it is "
-                    "no longer read",
-                    topic,
-                    self.backend.description,
-                    offsets_mod.describe(parts),
-                )
             else:
-                continue
+                raise self._deleted(topic, parts)
             for tp in parts:
                 del kept[tp]
         return kept
+
+    def _retired_unread(self, record: RetiredTopic, unread: Offsets) -> DataLossError:
+        """A retired topic gone before the job read it to its recorded end."""
+        where = self.backend.description
+        ends = record.end_offsets()
+        missing = "; ".join(
+            f"partition {tp.partition} offsets {first} to {ends[tp] - 1}"
+            for tp, first in sorted(unread.items())
+        )
+        tp, first = min(unread.items())
+        return DataLossError(
+            f"data loss in {where}: topic {record.topic} was retired at "
+            f"{offsets_mod.describe(ends)} but is gone before the job read it to that end: "
+            f"{missing} were not read",
+            source=where,
+            topic=record.topic,
+            partition=tp.partition,
+            first_missing=first,
+            last_missing=ends[tp] - 1,
+        )
+
+    def _deleted(self, topic: str, parts: Offsets) -> DataLossError:
+        """A topic the backend no longer has (not retired): what the job knows it missed."""
+        where = self.backend.description
+        retire = (
+            f"if it was retired on purpose, `tablecast-ops retire-topic --topic {topic}` "
+            "records that, and the next start carries on without it"
+        )
+        seen = {tp: self._last_listed[tp] for tp in parts if tp in self._last_listed}
+        unread = {tp: (parts[tp], b.latest) for tp, b in seen.items() if b.latest > parts[tp]}
+        if unread:
+            tp, (first, end) = min(unread.items())
+            missing = "; ".join(
+                f"partition {p.partition} offsets {a} to {b - 1}"
+                for p, (a, b) in sorted(unread.items())
+            )
+            return DataLossError(
+                f"data loss in {where}: topic {topic} is gone with records not read yet: {missing}",
+                source=where,
+                topic=topic,
+                partition=tp.partition,
+                first_missing=first,
+                last_missing=end - 1,
+            )
+        tp = min(parts)
+        read = offsets_mod.describe(parts)
+        if seen:
+            what = (
+                f"the job read it to {read}, its end when last listed; records produced to it "
+                "after that are lost with it"
+            )
+        else:
+            what = (
+                f"the job read it up to {read} before it stopped; whether records were "
+                "produced to it after them cannot be told"
+            )
+        return DataLossError(
+            f"data loss in {where}: topic {topic} is gone: {what}; {retire}",
+            source=where,
+            topic=topic,
+            partition=tp.partition,
+            offset=parts[tp],
+        )
 
     def _delayed(self, ranges: Mapping[TopicPartition, tuple[int, int]]) -> bool:
         """Whether to wait for ``min_offsets`` (Spark's minOffsetsPerTrigger, maxTriggerDelay)."""
@@ -235,7 +371,14 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ranges(
         self, bounds: Mapping[TopicPartition, Bounds], begin: Offsets
     ) -> dict[TopicPartition, tuple[int, int]]:
-        """Each partition's unread range, checked for data loss."""
+        """Each partition's unread range, checked for data loss; new partitions from offset 0.
+
+        A partition found after the start (in no offsets yet) is read from
+        offset 0: one whose earliest offset is past 0 lost its first records
+        before the job found it (Spark's "Added partition ... starts from N
+        instead of 0"), unless the archive serves them (the tiered backend's
+        bounds start where the archive's do).
+        """
         where = self.backend.description
         for tp in begin:
             if tp not in bounds:
@@ -248,10 +391,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     offset=begin[tp],
                 )
         ranges: dict[TopicPartition, tuple[int, int]] = {}
-        for tp, first in begin.items():
-            b = bounds[tp]
+        for tp, b in bounds.items():
+            found_late = tp not in begin
+            first = begin.get(tp, 0)
             if first < b.earliest or first > b.latest:
-                raise b.data_loss(where, tp, first)
+                raise b.data_loss(where, tp, first, found_late=found_late)
             readable = b.readable
             last = readable if self.target is None else min(readable, self.target.get(tp, first))
             if last > first:
@@ -260,19 +404,25 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
         bounds = self._listing()
-        return offsets_mod.to_source_json(
-            {tp: b.readable for tp, b in bounds.items()}, _identities(bounds)
+        report = SourceReport(
+            readable={tp: b.readable for tp, b in bounds.items()},
+            high_watermarks={tp: b.latest for tp, b in bounds.items()},
+            stable_since={
+                tp: since for tp, (_, since) in self._stable_since.items() if tp in bounds
+            },
         )
+        return report.to_json(_identities(bounds))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = offsets_mod.from_json(start)
         finish = offsets_mod.from_json(end)
         parts: list[InputPartition] = []
-        for tp in read_in_order(begin, finish):
+        for tp in [*read_in_order(begin, finish), *new_in_order(begin, finish)]:
             if self._cached is None:  # a batch redone after a restart: list once
                 self._listing()
-            reader = self.backend.reader(tp, begin[tp], finish[tp])
-            parts.append(RangePartition(tp, begin[tp], finish[tp], reader))
+            first = begin.get(tp, 0)
+            reader = self.backend.reader(tp, first, finish[tp])
+            parts.append(RangePartition(tp, first, finish[tp], reader))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -291,13 +441,25 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def read_in_order(
     start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
 ) -> list[TopicPartition]:
-    """The partitions a micro-batch reads, in the order of its Spark partitions.
+    """The partitions in ``start`` that a micro-batch reads, in the order of its Spark partitions.
 
-    Those with offsets from ``start`` to ``end``; a partition new in the batch
-    (not in ``start``) reads nothing yet. The engine's task knows its
-    partition by this order before the first record arrives.
+    Those with offsets from ``start`` to ``end``. The engine's task knows its
+    partition by this order before the first record arrives. The partitions
+    new in the batch (:func:`new_in_order`) come after these.
     """
     return [tp for tp in sorted(end) if end[tp] > start.get(tp, end[tp])]
+
+
+def new_in_order(
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
+) -> list[TopicPartition]:
+    """The partitions new in a micro-batch (not in ``start``) that it reads, from offset 0.
+
+    Their Spark partitions follow those of :func:`read_in_order`, so that
+    the engine's order (which knows no start for them, and has no state to
+    load for them) stays the same for every other partition.
+    """
+    return [tp for tp in sorted(end) if tp not in start and end[tp] > 0]
 
 
 def _identities(bounds: Mapping[TopicPartition, Bounds]) -> Identities:
@@ -329,7 +491,8 @@ class TablecastSource(DataSource):
     ``startingOffsets`` (``{"topic:partition": n}``, a repair's), ``startingPosition``
     (:class:`~app.sources.starting.StartingPosition`, for a fresh checkpoint),
     ``deliver`` (``records``, the default, or ``ranges``: one row per range,
-    read where it is processed, :mod:`app.sources.ranges`).
+    read where it is processed, :mod:`app.sources.ranges`), ``retiredTopics``
+    (where the output records its retired topics, :mod:`app.sources.retired`).
     """
 
     @classmethod
@@ -359,4 +522,5 @@ class TablecastSource(DataSource):
             max_trigger_delay_s=int(options.get("maxTriggerDelayMs", "0")) / 1000
             or DEFAULT_MAX_TRIGGER_DELAY_S,
             deliver=self._deliver(),
+            retired_uri=options.get(RETIRED_OPTION, ""),
         )

@@ -38,7 +38,7 @@ Each record carries the tier that served it (``served_by``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -110,7 +110,9 @@ class TieredBounds(Bounds):
             identity=kafka.identity or identity,
         )
 
-    def data_loss(self, where: str, tp: TopicPartition, first: int) -> DataLossError:
+    def data_loss(
+        self, where: str, tp: TopicPartition, first: int, *, found_late: bool = False
+    ) -> DataLossError:
         held = f"{self.kafka_name} {self._kafka_holds()} and {self.archive_name} " + (
             self._archive_holds()
         )
@@ -118,7 +120,9 @@ class TieredBounds(Bounds):
         if first <= self.latest:
             lo, hi = self.missing_from(first)
             missing = (lo, hi - 1)
-        return self._loss_error(where, tp, first, held=held, missing=missing, gone="in neither")
+        return self._loss_error(
+            where, tp, first, held=held, missing=missing, gone="in neither", found_late=found_late
+        )
 
     def missing_from(self, first: int) -> tuple[int, int]:
         """The first offsets at or after ``first`` that neither tier holds: ``[lo, hi)``."""
@@ -176,8 +180,9 @@ class TieredBackend:
         """Kafka's answer: the archive's records are older than any Kafka still holds."""
         return self.kafka.offsets_at(timestamp_ms)
 
-    def bounds(self) -> dict[TopicPartition, Bounds]:
-        kafka = self.kafka.bounds()
+    def bounds(self, expected: Collection[TopicPartition] = ()) -> dict[TopicPartition, Bounds]:
+        """Both tiers' listings; Kafka asks again for an expected partition it lacks."""
+        kafka = self.kafka.bounds(expected)
         index = self.archive.index(holes=True)
         kafka_ids = {tp.topic: b.identity for tp, b in kafka.items() if b.identity}
         for topic, identity in sorted(index.identities.items()):

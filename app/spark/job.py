@@ -23,11 +23,15 @@ from app.contract.processor import Processor, TableProcessor
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, OwnershipLostError
 from app.metrics.listener import MetricsListener
+from app.sink import fencing
+from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport, ExactlyOnceSink
-from app.sink.guard import check_before_start
+from app.sink.fencing import Fence, LeaseKeeper
+from app.sink.guard import StartPlan, check_before_start
+from app.sink.ledger import staging_dir as ledger_staging_dir
 from app.sources import backend_options, ranges, stream
 from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
@@ -115,6 +119,8 @@ class JobConfig:
     session_timeout_ms: int = defaults.SESSION_TIMEOUT_MS
     trace: frozenset[str] = frozenset()
     table: table_live.TableSettings = field(default_factory=table_live.TableSettings)
+    # How long this job may go without renewing its hold on the output (app.sink.fencing).
+    writer_lease_s: float = defaults.WRITER_LEASE_S
 
 
 def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
@@ -141,6 +147,7 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
             source.kafka.timeout_s,
             source.kafka.isolation,
         )
+    options |= backend_options.retired_options(config.output)
     # Ranges, not records: each task reads the range it processes (app.sources.ranges).
     options[ranges.DELIVER_OPTION] = ranges.RANGES
     return spark.readStream.format(stream.FORMAT).options(**options).load()
@@ -152,15 +159,55 @@ def run(
     on_batch: Callable[[BatchReport], None] | None = None,
     processor: Processor[Any] | None = None,
     listener: MetricsListener | None = None,
+    notice: Callable[[str], None] | None = None,
+    gone: fencing.Holder | None = None,
 ) -> None:
     """Run the job until an available-now run is done (or forever); raise on failure.
 
     ``listener`` (optional) publishes every batch's metrics; it is attached
-    for this run only.
+    for this run only. ``notice``: a line for the operator while the start
+    waits to see whether a previous holder of the output is still running;
+    ``gone``: the holder the command line already found quiet, before Spark started.
     """
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
-    plan = check_before_start(config.output, checkpoint, table_commit)
+    writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
+    plan = check_before_start(config.output, checkpoint, table_commit, writer, notice, gone)
+    assert plan.fence is not None  # check_before_start claims the output
+    lease = LeaseKeeper(plan.fence).start()
+    try:
+        _run_query(spark, config, plan, checkpoint, lease, on_batch, processor, listener)
+    except Exception as exc:
+        raise _ownership_lost(plan.fence, exc) from None
+    finally:
+        lease.stop(release=True)  # unless another writer holds it by now
+
+
+def _ownership_lost(fence: Fence, exc: Exception) -> Exception:
+    """``exc``, or the ownership this run lost if that is why it failed: a stale driver's
+    Spark may fail first, writing a checkpoint log entry another driver wrote."""
+    if isinstance(exc, OwnershipLostError):
+        return exc
+    try:
+        fence.check("going on")
+    except OwnershipLostError as lost:
+        return lost
+    except Exception:  # the storage cannot say: the original error stands
+        return exc
+    return exc
+
+
+def _run_query(
+    spark: Any,
+    config: JobConfig,
+    plan: StartPlan,
+    checkpoint: CheckpointLog,
+    lease: LeaseKeeper,
+    on_batch: Callable[[BatchReport], None] | None,
+    processor: Processor[Any] | None,
+    listener: MetricsListener | None,
+) -> None:
+    assert plan.fence is not None
     table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
     processor = processor or TableProcessor()
@@ -172,6 +219,8 @@ def run(
         engine=engine,
         mode=config.integrity,
         table=table_commit,
+        fence=plan.fence,
+        lease=lease,
         on_batch=_reporting(on_batch, listener),
     )
     writer = (
@@ -193,8 +242,16 @@ def run(
         query = writer.start()
         try:
             if listener is not None:
-                listener.bind(str(query.runId))
+                listener.bind(str(query.runId), lambda: _last_progress(query))
             query.awaitTermination()
+            plan.fence.check("removing the last batch's old state versions")
+            engine.collect_garbage()
+            # A rewrite whose owner died while this run worked: finished now, not next run.
+            rewrite_mod.finish_abandoned(
+                resolve(config.output), snapshot=table_commit.snapshot_rewrite
+            )
+            location = resolve(config.output)
+            location.delete_dir(location.child(ledger_staging_dir(plan.fence.claim)))
         except Exception as exc:
             # The sink's own error first (a worker's, rebuilt there), then the source
             # reader's, from the planner; anything else is unexpected.
@@ -207,6 +264,12 @@ def run(
         if listener is not None:
             listener.finish(failure)  # waits (bounded) for the query's last event
             spark.streams.removeListener(listener)
+
+
+def _last_progress(query: Any) -> str | None:
+    """The query's last progress as JSON (an idle trigger's too), or None before the first."""
+    progress = query.lastProgress
+    return None if progress is None else str(progress.json)
 
 
 def _reporting(

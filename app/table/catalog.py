@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from app.engine.output import OUTPUT_SCHEMA
-from app.errors import ConfigurationError
-from app.storage import Location
+from app.errors import ConfigurationError, DamagedOutputError, TablecastError
+from app.storage import Location, refusal
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -205,6 +205,39 @@ def table_exists(location: Location, config: TableConfig) -> bool:
     return bool(catalog(config).table_exists(config.table))
 
 
+def rebuild_command(location: Location) -> str:
+    return f"tablecast table --output {location.uri} --rebuild"
+
+
+def damaged_table(location: Location, what: str) -> DamagedOutputError:
+    """The one line for an Iceberg table that cannot be loaded or does not follow the output."""
+    command = rebuild_command(location)
+    return DamagedOutputError(
+        f"the Iceberg table of {location.uri} {what}: run `{command}` to make it again from "
+        "the ledger and the visible files",
+        output=location.uri,
+        path=location.shown(location.child(TABLE_DIR)),
+        command=command,
+    )
+
+
+def load_table(location: Location, config: TableConfig) -> Table:
+    """The output's table as its catalog has it; one that cannot be loaded (its current
+    metadata file lost or damaged) is a :class:`DamagedOutputError` naming what mends it.
+    ``NoSuchTableError`` when the catalog holds none."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog(config).load_table(config.table)
+    except (NoSuchTableError, TablecastError):
+        raise
+    except Exception as exc:
+        if refusal(exc) is not None:  # the caller names the path: exit 74
+            raise
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise damaged_table(location, f"({config.table}) cannot be loaded: {detail}") from None
+
+
 def open_table(location: Location, config: TableConfig) -> Table:
     """The output's table, created on first use (partitioned by ``day(ts)``)."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
@@ -213,7 +246,7 @@ def open_table(location: Location, config: TableConfig) -> Table:
         location.fs.create_dir(location.child(TABLE_DIR), recursive=True)
     found = catalog(config)
     try:
-        return found.load_table(config.table)
+        return load_table(location, config)
     except NoSuchTableError:
         pass
     namespace = config.table.rsplit(".", 1)[0]

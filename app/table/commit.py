@@ -22,6 +22,7 @@ old rows or the new, never both, never neither.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -39,14 +40,17 @@ from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.rewrite import Rewrite
 from app.sink.visible import visible_files
-from app.storage import Location
+from app.storage import Location, refusal
 from app.table.catalog import (
+    TABLE_DIR,
     TableConfig,
+    catalog,
     config_for,
     open_table,
     table_exists,
     threads_released,
 )
+from app.table.damage import UNREADABLE, damaged_file
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -121,6 +125,11 @@ def _committing(location: Location) -> Iterable[tuple[int, Table]]:
 def catch_up(location: Location, *, below: int | None = None) -> int:
     """Commit every ledger entry the table does not hold yet (numbered below ``below``,
     when given); returns how many snapshots."""
+    with location.refusing(location.child(TABLE_DIR)):  # a full disk: one line, exit 74
+        return _catching_up(location, below)
+
+
+def _catching_up(location: Location, below: int | None) -> int:
     from pyiceberg.exceptions import CommitFailedException
 
     for attempt, table in _committing(location):
@@ -149,7 +158,10 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
         todo = [n for n in numbers if n > held.entry]
     else:
         todo = numbers
-    entries = [ledger.read(n) for n in todo]
+    # Claims hold no offsets: the table takes the data entries (batches, repairs).
+    entries = [e for e in (ledger.read(n) for n in todo) if e.kind is not ledger_mod.WRITER]
+    if not entries:
+        return 0
     if held is None and not all(
         location.exists(location.child(f)) for e in entries for f in e.files if _is_data(f)
     ):
@@ -172,7 +184,7 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
             # output had no table is reconciled with what is visible.
             _reconcile(location, table, _entry_properties(entry, str(entry.kind)))
         log.info("table %s: ledger entry %d committed", table.name(), number)
-    return len(todo)
+    return len(entries)
 
 
 def _visible_data(location: Location) -> set[str]:
@@ -225,9 +237,18 @@ def overwrite(
 ) -> None:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
+    def registered(path: str) -> DataFile:
+        try:
+            return parquet_file_to_data_file(table.io, metadata, path)
+        except UNREADABLE as exc:  # its footer: a visible file registered as it is
+            if isinstance(exc, OSError) and refusal(exc) is not None:
+                raise
+            prefix = data_path(location, "")
+            raise damaged_file(location, path.removeprefix(prefix), exc) from None
+
     with table.transaction() as transaction:
         metadata = transaction.table_metadata
-        added = [parquet_file_to_data_file(table.io, metadata, p) for p in add]
+        added = [registered(p) for p in add]
         with transaction.update_snapshot(snapshot_properties=props).overwrite() as snapshot:
             for data_file in remove:
                 snapshot.delete_data_file(data_file)
@@ -261,6 +282,18 @@ def commit_rewrite(
     (its position goes into the summary). Returns False when the output keeps no table,
     or has not made it yet.
     """
+    with location.refusing(location.child(TABLE_DIR)):  # a full disk: one line, exit 74
+        return _commit_rewrite(location, written, removed, kind, note, entry)
+
+
+def _commit_rewrite(
+    location: Location,
+    written: Sequence[str],
+    removed: Sequence[str],
+    kind: str,
+    note: str,
+    entry: LedgerEntry | None,
+) -> bool:
     from pyiceberg.exceptions import CommitFailedException
 
     config = config_for(location)
@@ -298,6 +331,33 @@ def commit_rewrite(
         )
         return True
     return False
+
+
+def rebuild(location: Location) -> int:
+    """The output's table made again (``tablecast table --rebuild``): dropped from its catalog
+    (its data files and old metadata stay), created, and given the visible data files in
+    one snapshot at the ledger's head, which holds its position; returns how many files.
+
+    For a table that cannot be loaded (its metadata file lost) or no longer lists the
+    output's files: the ledger and the files are the output's record, the table follows."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    config = config_for(location)
+    if config is None:
+        raise OutputStateError(
+            f"output {location.uri} has no Iceberg catalog: run `tablecast table --output "
+            f"{location.uri} --glue-database DATABASE` once",
+            output=location.uri,
+        )
+    with location.refusing(location.child(TABLE_DIR)), threads_released():
+        with contextlib.suppress(NoSuchTableError):
+            catalog(config).drop_table(config.table)
+        table = open_table(location, config)
+        head = Ledger(location).head()
+        if head is not None:
+            _adopt(location, table, head)
+        log.info("table %s of %s made again", config.table, location.uri)
+        return len(_visible_data(location))
 
 
 def describe(config: TableConfig) -> bytes:

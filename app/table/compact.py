@@ -33,8 +33,9 @@ leaves, and is finished the same way:
 Between publishing and retiring (inside step 5) a plain reader listing the
 day sees the inputs and the merged file (Iceberg readers never do); a crash
 there leaves that until the live job's next batch or the next compaction
-finishes the rewrite. Replay and correct refuse offsets
-a compaction merged (:func:`refuse_compacted`): their names are gone.
+finishes the rewrite. Replay and correct find the blocks a merged file
+holds in the records (:func:`merged_blocks`) and rewrite the merged file
+with the blocks' recomputed rows in place of the old (:func:`remerge`).
 """
 
 from __future__ import annotations
@@ -43,21 +44,24 @@ import hashlib
 import logging
 import posixpath
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
 from app.engine.output import OUTPUT_SCHEMA
+from app.engine.writer import write_data_file
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.storage import Location
 from app.table import commit as table_commit
 from app.table.catalog import config_for, open_table, threads_released
+from app.table.damage import read_published
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -151,18 +155,54 @@ def records(location: Location) -> list[CompactionRecord]:
     ]
 
 
-def refuse_compacted(location: Location, blocks: set[str]) -> None:
-    """A recompute of offsets whose files a compaction merged would write them twice."""
+def merged_blocks(location: Location) -> dict[str, frozenset[str]]:
+    """The blocks (:func:`app.sink.rewrite.block_of`) each merged file holds, by the merged
+    file's own block (``compact-<digest>``), through merges of merged files."""
+    direct: dict[str, set[str]] = {}
     for record in records(location):
-        for relative in record.inputs:
-            block = posixpath.basename(relative).removeprefix("part-").removesuffix(".parquet")
-            if block in blocks:
-                raise ConfigurationError(
-                    f"{location.uri}/{relative} was compacted into {record.output} on "
-                    f"{record.written_at}: recomputing a compacted day is not supported",
-                    output=location.uri,
-                    file=relative,
-                )
+        held = direct.setdefault(rewrite_mod.block_of(record.output), set())
+        held.update(rewrite_mod.block_of(relative) for relative in record.inputs)
+
+    def expand(block: str, seen: frozenset[str]) -> set[str]:
+        found: set[str] = set()
+        for held in direct.get(block, ()):
+            if held in direct and held not in seen:
+                found |= expand(held, seen | {held})
+            elif held not in direct:
+                found.add(held)
+        return found
+
+    return {block: frozenset(expand(block, frozenset({block}))) for block in direct}
+
+
+def write_merged(location: Location, path: str, tables: list[pa.Table]) -> int:
+    """One merged file: the rows in topic, partition and offset order (a message's rows in
+    their order), written as every output file is; its row count. The same rows give the
+    same bytes, so a recompute that changes no row keeps a merged file."""
+    merged = pa.concat_tables([t.select(OUTPUT_SCHEMA.names).cast(OUTPUT_SCHEMA) for t in tables])
+    merged = merged.sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+    )
+    write_data_file(location, path, merged, quarantine=False)
+    return len(merged)
+
+
+def remerge(
+    location: Location,
+    merged: str,
+    staged: str,
+    *,
+    replaced: Callable[[pa.Table], pa.ChunkedArray] | None,
+    added: list[pa.Table],
+) -> int:
+    """Stage ``merged`` (relative) again at ``staged`` (relative): its rows but those
+    ``replaced`` selects of them, and the ``added`` rows; with ``replaced`` None every row
+    is replaced (the merged file is not read: a damaged one is mended so). Its row count."""
+    tables = list(added)
+    if replaced is not None:
+        old = read_published(location, merged, schema=OUTPUT_SCHEMA)
+        tables.insert(0, old.filter(pc.invert(replaced(old))))
+    return write_merged(location, location.child(staged), tables or [OUTPUT_SCHEMA.empty_table()])
 
 
 class CompactionSteps(rewrite_mod.RewriteSteps):
@@ -319,18 +359,5 @@ def _relative(location: Location, path: str) -> str:
 
 
 def _write(location: Location, group: Group, staged_relative: str) -> int:
-    tables = [
-        pq.read_table(
-            location.child(r), filesystem=location.fs, schema=OUTPUT_SCHEMA, partitioning=None
-        )
-        for r in group.inputs
-    ]
-    merged = pa.concat_tables(tables).sort_by(
-        [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
-    )
-    staged = location.child(staged_relative)
-    location.fs.create_dir(posixpath.dirname(staged), recursive=True)
-    pq.write_table(
-        merged, staged, filesystem=location.fs, compression="snappy", row_group_size=256 * 1024
-    )
-    return len(merged)
+    tables = [read_published(location, r, schema=OUTPUT_SCHEMA) for r in group.inputs]
+    return write_merged(location, location.child(staged_relative), tables)

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from app import defaults
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.processor import TableProcessor
 from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.output import OUTPUT_COLUMNS, OUTPUT_SCHEMA, QuarantinedRecord
 from app.errors import ConfigurationError, Violation
+from app.sink.ledger import BATCH, Ledger, LiveRules
+from app.sink.visible import visible_files
 from app.sources import archive
-from app.storage import resolve
+from app.storage import Location, refusal, resolve
+from app.table import damage
 
 COLUMNS = list(OUTPUT_COLUMNS)
 SLICE = 8192
@@ -45,6 +50,7 @@ def expected_output(
     mode: IntegrityMode = IntegrityMode.STRICT,
     adopt: Mapping[str, int] | None = None,
     below: Offsets | None = None,
+    timeout_ms: int = defaults.SESSION_TIMEOUT_MS,
 ) -> Expected:
     """What the job outputs for every record of the archive (or only below ``below``)."""
     location = archive.require_root(archive_uri)
@@ -61,7 +67,7 @@ def expected_output(
                 yield RecordColumns.from_arrow(batch.slice(lo, SLICE))
 
     outcome = run_partitions(
-        sorted(index.files), read, TableProcessor(), Rules(mode, adopt=dict(adopt or {}))
+        sorted(index.files), read, TableProcessor(), Rules(mode, timeout_ms, dict(adopt or {}))
     )
     rows = outcome.rows()
     if below is not None:
@@ -69,6 +75,26 @@ def expected_output(
     sessions = {s for state in outcome.states.values() for s in state.sessions}
     sessions |= {d.session for r in outcome.results.values() for d in r.dropped}
     return Expected(rows, outcome.quarantined, outcome.violations, outcome.messages, len(sessions))
+
+
+def recorded_rules(output_uri: str, given: IntegrityMode | None) -> LiveRules:
+    """The rules the live job ran with, as the newest batch of its ledger records them
+    (strict and the default timeout where it records none); ``given`` only confirms them:
+    another mode would make a right output look wrong, so it is refused in one line."""
+    location = resolve(output_uri)
+    entries = Ledger(location).entries() if location.exists(location.path) else []
+    recorded = next(
+        (e.rules for e in reversed(entries) if e.kind is BATCH and e.rules is not None), None
+    )
+    if recorded is None:
+        return LiveRules(given or IntegrityMode.STRICT, defaults.SESSION_TIMEOUT_MS)
+    if given is not None and given is not recorded.mode:
+        raise ConfigurationError(
+            f"--integrity {given.value} differs from the live job's integrity "
+            f"{recorded.mode.value}, which the ledger of {output_uri} records: leave "
+            "--integrity out to verify with the live job's"
+        )
+    return recorded
 
 
 def _below(rows: pa.Table, end: Offsets) -> pa.ChunkedArray:
@@ -106,31 +132,62 @@ class Comparison:
             ("unexpected", self.sample_unexpected),
         ):
             for row in sample:
-                lines.append(f"  {label}: {row}")
+                lines.append(f"  {label}: {describe_row(row)}")
         lines.append("OK: the output is exactly the expected output" if self.ok else "DIFFERENT")
         return "\n".join(lines)
 
 
-def read_output(uri: str, *, required: bool = False) -> pa.Table:
+def describe_row(row: tuple[object, ...]) -> str:
+    """An output row as a person reads it: where it came from, then its columns."""
+    values = dict(zip(COLUMNS, row, strict=True))
+    ts = values["ts"]
+    when = ts.isoformat().replace("+00:00", "Z") if isinstance(ts, datetime) else ts
+    return (
+        f"{values['topic']}:{values['partition']} offset {values['offset']} "
+        f"session {values['session']} seq {values['seq']} {values['type']} at {when}: "
+        f"row {values['row_id']} value={values['value']} status={values['status']}"
+        + (" (deleted)" if values["deleted"] else "")
+    )
+
+
+def read_output(uri: str, *, required: bool = False, archive: str | None = None) -> pa.Table:
     """The output dataset as any pyarrow reader sees it (hidden names skipped).
 
     ``required``: a missing or empty output is an error (``verify``), not an
-    empty table.
+    empty table. A file that cannot be read is a
+    :class:`~app.errors.DamagedOutputError` naming it and the replay that mends
+    it (``archive``: the replay's, where known).
     """
     location = resolve(uri)
     if not location.exists(location.path):
         if required:
             raise ConfigurationError(f"output {uri} does not exist")
         return OUTPUT_SCHEMA.empty_table()
-    dataset = ds.dataset(
-        location.path, filesystem=location.fs, format="parquet", partitioning="hive"
-    )
-    if not dataset.files:
-        if required:
-            raise ConfigurationError(f"output {uri} holds no Parquet file: nothing to verify")
-        return OUTPUT_SCHEMA.empty_table()
-    table = dataset.to_table(columns=COLUMNS)
+    try:
+        with location.refusing(location.path, "read"):
+            dataset = ds.dataset(
+                location.path, filesystem=location.fs, format="parquet", partitioning="hive"
+            )
+            if not dataset.files:
+                if required:
+                    raise ConfigurationError(
+                        f"output {uri} holds no Parquet file: nothing to verify"
+                    )
+                return OUTPUT_SCHEMA.empty_table()
+            table = dataset.to_table(columns=COLUMNS)
+    except damage.UNREADABLE as exc:
+        if isinstance(exc, OSError) and refusal(exc) is not None:
+            raise
+        _name_the_damaged(location, archive)
+        raise
     return table.cast(OUTPUT_SCHEMA)
+
+
+def _name_the_damaged(location: Location, archive: str | None) -> None:
+    """Read the dataset's files one by one: the first that cannot be read is named."""
+    for relative in visible_files(location):
+        if not relative.startswith("_quarantine/"):
+            damage.read_published(location, relative, columns=COLUMNS, archive=archive)
 
 
 def compare(expected: pa.Table, actual: pa.Table, sample: int = 5) -> Comparison:

@@ -101,8 +101,14 @@ def dashboard_body(
             job_metrics(
                 metric_names.RECORDS_BEHIND,
                 metric_names.RECORDS_BEHIND_WORST_PARTITION,
+                metric_names.RECORDS_BEHIND_HIGH_WATERMARK,
                 stat="Maximum",
             ),
+        ),
+        _metrics(
+            "Job: a last stable offset stalled behind its high watermark (s)",
+            region,
+            job_metrics(metric_names.STABLE_OFFSET_STALLED_SECONDS, stat="Maximum"),
         ),
         _metrics(
             "Job: batch duration (ms)",

@@ -47,6 +47,10 @@ HEARTBEAT_MISSED_TRIGGERS = 3
 FIVE_MINUTES = 300
 ONE_MINUTE = 60
 ONE_HOUR = 3600
+# Kafka's transaction.max.timeout.ms (15 minutes by default): no transaction may
+# stay open longer, its coordinator aborts it. A last stable offset that stays
+# put with records beyond it for longer is a transaction left open (hung).
+STABLE_OFFSET_STALLED_SECONDS = 900
 # The driver copies the checkpoint hourly; three missed copies alarm.
 BACKUP_WINDOW_HOURS = 3
 # The archiver publishes its heartbeat every minute; five silent minutes alarm (a restart
@@ -244,6 +248,19 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             comparison=GREATER,
             threshold=config.records_behind_alarm_threshold,
             evaluation_periods=3,
+            # Covered by the heartbeat alarm when the job is silent.
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="job-stable-offset-stalled",
+            description="A partition's last stable offset has not moved for more than "
+            f"{STABLE_OFFSET_STALLED_SECONDS // ONE_MINUTE} minutes with records beyond it: a "
+            "transaction left open holds back every record after it (RecordsBehind stays 0, "
+            "RecordsBehindHighWatermark grows)",
+            metric=metric(metric_names.STABLE_OFFSET_STALLED_SECONDS, "Maximum"),
+            comparison=GREATER,
+            threshold=STABLE_OFFSET_STALLED_SECONDS,
+            evaluation_periods=1,
             # Covered by the heartbeat alarm when the job is silent.
             missing=Missing.NOT_BREACHING,
         ),

@@ -8,7 +8,12 @@ from app import metric_names
 from infra.config import EndpointKind
 from infra.config.environments import dev
 from infra.config.settings import TESTING_SETTINGS, alarm_endpoint, load_settings
-from infra.stacks.monitoring import CHECKPOINT_BACKUPS, HDFS_METRICS, heartbeat_window_seconds
+from infra.stacks.monitoring import (
+    CHECKPOINT_BACKUPS,
+    HDFS_METRICS,
+    STABLE_OFFSET_STALLED_SECONDS,
+    heartbeat_window_seconds,
+)
 from infra.testing import Document, SynthesizedEnvironment, synthesize
 
 TOPIC = "${aws_sns_topic.alarms.arn}"
@@ -97,6 +102,19 @@ def test_records_behind_over_the_configured_threshold(env: SynthesizedEnvironmen
     assert behind["metric_name"] == metric_names.RECORDS_BEHIND
     assert behind["threshold"] == env.config.records_behind_alarm_threshold
     assert behind["comparison_operator"] == "GreaterThanThreshold"
+
+
+def test_a_stable_offset_stalled_longer_than_any_transaction_may_stay_open(
+    env: SynthesizedEnvironment,
+) -> None:
+    stalled = alarm(env, "job-stable-offset-stalled")
+    assert stalled["metric_name"] == metric_names.STABLE_OFFSET_STALLED_SECONDS
+    assert (stalled["comparison_operator"], stalled["threshold"]) == (
+        "GreaterThanThreshold",
+        STABLE_OFFSET_STALLED_SECONDS,
+    )
+    assert STABLE_OFFSET_STALLED_SECONDS == 15 * 60  # Kafka's transaction.max.timeout.ms
+    assert (stalled["statistic"], stalled["treat_missing_data"]) == ("Maximum", "notBreaching")
 
 
 def test_batch_duration_over_the_trigger_interval(env: SynthesizedEnvironment) -> None:

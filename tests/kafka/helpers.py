@@ -19,8 +19,9 @@ def produce(
     *,
     transaction_every: int = 0,
     timestamp_ms: int = 1_700_000_000_000,
+    key: bytes = b"k",
 ) -> None:
-    """``values`` in order, keyed ``k``, one message per batch (tansu's ends are right).
+    """``values`` in order, keyed ``key``, one message per batch (tansu's ends are right).
 
     With ``transaction_every`` > 0, a transaction is committed after every that
     many messages: each commit marker takes an offset that holds no record.
@@ -35,7 +36,7 @@ def produce(
         if transaction_every and index % transaction_every == 0:
             producer.begin_transaction()
         producer.produce(
-            tp.topic, key=b"k", value=value, partition=tp.partition, timestamp=timestamp_ms + index
+            tp.topic, key=key, value=value, partition=tp.partition, timestamp=timestamp_ms + index
         )
         if transaction_every and (index + 1) % transaction_every == 0:
             producer.commit_transaction(30)
@@ -53,3 +54,22 @@ def delete_topics(broker: KafkaEndpoint, names: list[str]) -> None:
     while set(names) & set(admin.list_topics(timeout=10).topics):
         assert time.monotonic() < deadline, f"topics {names} are still listed"
         time.sleep(0.1)
+
+
+def open_transaction(broker: KafkaEndpoint, tp: TopicPartition, count: int) -> Producer:
+    """A producer with ``count`` records of ``tp`` in a transaction it has not ended."""
+    producer = Producer(
+        broker.config(
+            **{
+                "transactional.id": f"tests-open-{tp.topic}",
+                "linger.ms": 0,
+                "batch.num.messages": 1,
+            }
+        )
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for index in range(count):
+        producer.produce(tp.topic, key=b"k", value=b"t%d" % index, partition=tp.partition)
+        producer.flush(30)  # one record a batch: tansu's ends are right
+    return producer

@@ -11,6 +11,7 @@ must give the same rows.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -18,17 +19,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pytest
 
-from app import cli
+from app import cli, metric_names
+from app.contract.offsets import TopicPartition
+from app.metrics.listener import MetricsListener
+from app.metrics.publisher import LogPublisher
+from app.ops import cli as ops_cli
 from app.ops.archiver import Archiver, ArchiverConfig
 from app.ops.produce import LoadSpec, ProduceReport, publish
+from app.sink.ledger import Ledger
 from app.sources.kafka_client import KafkaEndpoint
 from app.spark.job import JobConfig, KafkaSource, Trigger, run
+from app.storage import resolve
 from app.tools import verify
-from app.tools.generate import CaptureSpec
-from tests.kafka.helpers import delete_topics, produce
+from app.tools.generate import START_MS, CaptureSpec
+from tests.kafka.helpers import delete_topics, open_transaction, produce
+from tests.kafka.metadata_proxy import Proxied
 from tests.ops.kafka_helpers import create_topics
 from tests.spark.helpers import assert_exact, ledger_end, run_job
 from tests.spark.killed_runs import assert_readable_and_no_duplicates, kill_group, start_cli
@@ -194,23 +203,8 @@ def test_a_topic_created_while_the_job_runs_is_read(
         CaptureSpec(topics=1, partitions=1, sessions=3, updates=10, prefix="sensor-k2-"),
         "before",
     )
-    config = JobConfig(
-        source=KafkaSource(broker, timeout_s=15),
-        output=str(output),
-        checkpoint=str(tmp_path / "ckpt"),
-        topic_pattern="^sensor-k2-.+",
-        trigger=Trigger.parse("processing-time=1 second"),
-    )
-    failures: list[BaseException] = []
-
-    def job() -> None:
-        try:
-            run(spark, config)
-        except BaseException as exc:  # handed to the test's thread
-            failures.append(exc)
-
-    thread = threading.Thread(target=job, name="tablecast-k2")
-    thread.start()
+    config = every_second(broker, "^sensor-k2-.+", output, tmp_path / "ckpt")
+    thread, failures = running(spark, config)
     try:
         wait_until_exact(archive, output, failures, "^sensor-k2-.+")
         # A second topic appears while the job runs; both get new sessions.
@@ -226,9 +220,7 @@ def test_a_topic_created_while_the_job_runs_is_read(
         assert {"sensor-k2-0", "sensor-k2-1"} <= {tp.topic for tp in ledger_end(output)}
         assert comparison.expected_rows > 0
     finally:
-        for query in spark.streams.active:
-            query.stop()
-        thread.join(timeout=60)
+        stop(spark, thread)
     assert not failures, failures
 
 
@@ -338,3 +330,177 @@ def test_unreachable_brokers_end_the_run_with_one_line_and_exit_5(
     assert line.startswith(
         f"tablecast run: Kafka at {servers}: could not list the topics within 3 s: "
     ), line
+
+
+def every_second(
+    endpoint: KafkaEndpoint, pattern: str, output: Path, checkpoint: Path
+) -> JobConfig:
+    """The job reading ``pattern`` with a trigger every second (run it with :func:`running`)."""
+    return JobConfig(
+        source=KafkaSource(endpoint, timeout_s=15),
+        output=str(output),
+        checkpoint=str(checkpoint),
+        topic_pattern=pattern,
+        trigger=Trigger.parse("processing-time=1 second"),
+    )
+
+
+def archive_now(broker: KafkaEndpoint, archive: Path, pattern: str) -> None:
+    """Bring the archive up to date with the pattern's topics (verify's expectation)."""
+    config = ArchiverConfig(
+        archive_uri=str(archive), topic_pattern=pattern, max_records=100, max_wait_s=3600
+    )
+    with Archiver(broker, config) as archiver:
+        assert archiver.catch_up(timeout_s=60).caught_up
+
+
+def running(
+    spark: Any, config: JobConfig, **kw: Any
+) -> tuple[threading.Thread, list[BaseException]]:
+    """The job with a processing-time trigger, on a thread; its failure is handed back."""
+    failures: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            run(spark, config, **kw)
+        except BaseException as exc:  # handed to the test's thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=job, name=f"tablecast-{config.topic_pattern}")
+    thread.start()
+    return thread, failures
+
+
+def stop(spark: Any, thread: threading.Thread) -> None:
+    for query in spark.streams.active:
+        query.stop()
+    thread.join(timeout=60)
+
+
+def test_a_topic_missing_from_the_metadata_for_a_few_triggers_leaves_the_output_exact(
+    proxied: Proxied, spark: Any, tmp_path: Path
+) -> None:
+    """Read to its end, then missing from every metadata answer for 4 s while the job
+    triggers every second: it is asked for again, not dropped and read anew from offset 0
+    (which stopped the engine, exit 6, at every restart)."""
+    endpoint, proxy = proxied.endpoint, proxied.proxy
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    pattern = "^sensor-k5-.+"
+    spec = CaptureSpec(topics=2, partitions=1, sessions=3, updates=6, prefix="sensor-k5-")
+    load(endpoint, archive, spec, "before")
+    config = every_second(endpoint, pattern, output, tmp_path / "ckpt")
+    thread, failures = running(spark, config)
+    try:
+        wait_until_exact(archive, output, failures, pattern)
+        withheld = proxy.withheld
+        proxy.hide_for("sensor-k5-0", 4.0)
+        time.sleep(5)
+        assert proxy.withheld > withheld  # the job's listings met it
+        load(endpoint, archive, dataclasses.replace(spec, seed=9), "after")
+        comparison = wait_until_exact(archive, output, failures, pattern)
+        assert comparison.expected_rows > 0
+    finally:
+        proxy.show("sensor-k5-0")
+        stop(spark, thread)
+    assert not failures, failures
+
+
+def test_a_deleted_topic_stops_the_run_until_it_is_retired_then_the_next_start_carries_on(
+    broker: KafkaEndpoint,
+    spark: Any,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    pattern = "^sensor-k6-.+"
+    spec = CaptureSpec(topics=2, partitions=1, sessions=3, updates=6, prefix="sensor-k6-")
+    load(broker, archive, spec, "first")
+    # A session still open on the topic to retire: a snapshot after the others, and no end.
+    retiring = TopicPartition("sensor-k6-1", 0)
+    ts = START_MS + 30 * 86_400_000
+    snapshot = b'{"session":"open-1","seq":0,"type":"snapshot","ts":%d,' % ts
+    snapshot += b'"rows":[{"id":"r1","value":1.5,"status":"ok"}]}'
+    produce(broker, retiring, [snapshot], key=b"open-1", timestamp_ms=ts)
+    archive_now(broker, archive, pattern)
+    args = run_args(broker, pattern, output, tmp_path / "ckpt", "--kafka-timeout", "3s")
+    assert cli.main(args) == 0
+    read_to = ledger_end(output)[retiring]
+
+    delete_topics(broker, ["sensor-k6-1"])
+    capfd.readouterr()
+    assert cli.main(args) == 3
+    [line] = capfd.readouterr().err.splitlines()
+    assert line == (
+        f"tablecast run: data loss in {broker.description}: topic sensor-k6-1 is gone: the "
+        f"job read it up to sensor-k6-1:0@{read_to} before it stopped; whether records were "
+        "produced to it after them cannot be told; if it was retired on purpose, "
+        "`tablecast-ops retire-topic --topic sensor-k6-1` records that, and the next start "
+        "carries on without it"
+    )
+
+    retire = ["retire-topic", "--bootstrap-servers", broker.bootstrap_servers]
+    retire += ["--output", str(output), "--topic", "sensor-k6-1", "--topic-pattern", pattern]
+    assert ops_cli.main(retire) == 0
+    said = capfd.readouterr().out.splitlines()
+    head = Ledger(resolve(str(output))).head()
+    assert head is not None
+    assert said == [
+        f"retired topic sensor-k6-1 at sensor-k6-1:0@{read_to} (the offsets the job had "
+        f"published): {output}/_tablecast/retired-topics/sensor-k6-1.json",
+        "Kafka no longer has topic sensor-k6-1: retired at the offsets the job had published; "
+        "records produced after them, if any, were lost with the topic",
+        f"1 sessions still open after the output's batch {head.batch_id} (ledger entry "
+        f"{head.number})",
+        f"  open-1 (sensor-k6-1:0, last seq 0 at offset {read_to - 1})",
+    ]
+
+    load(broker, archive, dataclasses.replace(spec, topics=1, seed=4), "second")
+    assert cli.main(args) == 0
+    assert_exact(archive, output)  # every record of both topics once, the new ones too
+    assert retiring not in ledger_end(output)
+
+
+def test_an_idle_job_behind_an_open_transaction_publishes_its_lag_to_the_high_watermark(
+    broker: KafkaEndpoint, spark: Any, tmp_path: Path
+) -> None:
+    """Nothing readable, so no batch: the idle triggers' metrics say what waits behind the
+    transaction left open, and how long its last stable offset has not moved."""
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    pattern = "^sensor-k7-.+"
+    load(
+        broker,
+        archive,
+        CaptureSpec(topics=1, partitions=1, sessions=2, updates=4, prefix="sensor-k7-"),
+        "idle",
+    )
+    lines: list[str] = []
+    listener = MetricsListener(LogPublisher(environment="k7", write=lines.append))
+    config = every_second(broker, pattern, output, tmp_path / "ckpt")
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "1s")
+    thread, failures = running(spark, config, listener=listener)
+    producer = None
+    try:
+        wait_until_exact(archive, output, failures, pattern)
+        tp = TopicPartition("sensor-k7-0", 0)
+        producer = open_transaction(broker, tp, 2)
+        produce(broker, tp, [b"{}"] * 2)  # committed, behind the transaction
+        deadline = time.monotonic() + 60
+        while True:
+            assert not failures, failures
+            idle = [m for m in map(metrics_of, list(lines)) if metric_names.INPUT_MESSAGES not in m]
+            behind = [m for m in idle if m.get(metric_names.RECORDS_BEHIND_HIGH_WATERMARK) == 4]
+            if any(m[metric_names.STABLE_OFFSET_STALLED_SECONDS] >= 2 for m in behind):
+                break
+            assert time.monotonic() < deadline, lines[-3:]
+            time.sleep(0.5)
+        assert all(m[metric_names.RECORDS_BEHIND] == 0 for m in behind)
+    finally:
+        stop(spark, thread)
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+        if producer is not None:
+            producer.abort_transaction(30)
+    assert not failures, failures
+
+
+def metrics_of(line: str) -> dict[str, float]:
+    return dict(orjson.loads(line)["metrics"])

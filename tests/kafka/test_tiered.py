@@ -364,6 +364,60 @@ def test_offsets_retention_drops_after_planning_are_read_from_the_archive(
     assert served(table) == [(i, "archive" if i < 25 else "kafka") for i in range(40)]
 
 
+def test_a_topic_found_after_the_start_without_its_first_offsets_is_data_loss_unless_archived(
+    stored: StoredBroker, tmp_path: Path
+) -> None:
+    """Spark's Kafka source fails such a query too: "Added partition ... starts from 6
+    instead of 0. Some data may have been missed"."""
+    put(stored, "tt6-a", 3)
+    kafka = stored_kafka(stored, "^tt6-.+")
+    reader = OffsetStreamReader(kafka, max_offsets=0, starting={})
+    begin = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert {k: v for k, v in begin.items() if not k.startswith("@")} == {"tt6-a:0": 3}
+    # A producer starts on a new topic; its first records outlive the retention unread
+    # (the archiver copied them).
+    late = put(stored, "tt6-b", 10)
+    archive_of(stored, tmp_path, late, [(0, 6)])
+    stored.expire({late: 6})
+    with pytest.raises(DataLossError) as lost:
+        reader.latestOffset(begin, ReadAllAvailable())
+    where = kafka.description
+    assert str(lost.value) == (
+        f"data loss in {where}: topic tt6-b partition 0, found after the job started, must "
+        f"be read from offset 0 but {where} holds offsets 6 to 9: offsets 0 to 5 are gone"
+    )
+    assert (lost.value.facts["first_missing"], lost.value.facts["last_missing"]) == (0, 5)
+    assert lost.value.exit_code == 3
+
+    # An archive that stops short of Kafka's earliest offset does not cover the gap.
+    short = tmp_path / "short"
+    archive.write_file(resolve(str(short)), late, 0, 3, stand_in(late, 0, 3))
+    partial = TieredBackend(stored_kafka(stored, "^tt6-.+"), ArchiveBackend(str(short), "^tt6-.+"))
+    with pytest.raises(DataLossError) as gap:
+        OffsetStreamReader(partial, max_offsets=0, starting={}).latestOffset(
+            begin, ReadAllAvailable()
+        )
+    assert str(gap.value).endswith(
+        f"topic tt6-b partition 0, found after the job started, must be read from offset 0 "
+        f"but {where} holds offsets 6 to 9 and the archive {short} holds offsets 0 to 2: "
+        "offsets 3 to 5 are in neither"
+    )
+
+    # The archive holds them: read from it, then Kafka, in the trigger that finds the topic.
+    both = TieredBackend(stored_kafka(stored, "^tt6-.+"), ArchiveBackend(str(tmp_path), "^tt6-.+"))
+    tiered = OffsetStreamReader(both, max_offsets=0, starting={})
+    end = tiered.latestOffset(begin, ReadAllAvailable())
+    assert {k: v for k, v in end.items() if not k.startswith("@")} == {
+        "tt6-a:0": 3,
+        "tt6-b:0": 10,
+    }
+    [part] = tiered.partitions(begin, end)
+    assert (part.tp, part.start, part.end) == (late, 0, 10)  # type: ignore[attr-defined]
+    assert served(read(part.reader)) == [  # type: ignore[attr-defined]
+        (i, "archive" if i < 6 else "kafka") for i in range(10)
+    ]
+
+
 @pytest.mark.spark
 def test_a_run_whose_kafka_lost_its_first_offsets_completes_exactly_from_archive_and_kafka(
     stored: StoredBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]

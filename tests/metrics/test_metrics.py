@@ -33,8 +33,15 @@ from app.contract.offsets import TopicPartition
 from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.metrics.consumer_group import CommitStats, GroupCommitter
-from app.metrics.listener import BatchMetrics, Lag, MetricsListener, batch_metrics, records_behind
-from app.metrics.progress import Console, ProgressDisplay
+from app.metrics.listener import (
+    BatchMetrics,
+    Lag,
+    MetricsListener,
+    SourceLag,
+    batch_metrics,
+    records_behind,
+)
+from app.metrics.progress import Console, ProgressDisplay, batch_line
 from app.metrics.publisher import (
     MAX_DATUMS_PER_CALL,
     CloudWatchPublisher,
@@ -143,7 +150,7 @@ def test_batch_metrics_merge_progress_with_the_report() -> None:
     assert (m.batch_id, m.input_messages, m.duration_ms) == (3, 25, 2500)
     assert (m.sessions_in_state, m.state_bytes) == (7, 1000)
     assert m.end == {TP0: 50, TP1: 75}
-    assert m.lag == Lag(23, TP1, 13)
+    assert m.lag == SourceLag(Lag(23, TP1, 13), None, 0.0)  # no high watermarks reported
     assert (m.rows_written, m.output_files, m.output_bytes) == (90, 3, 4096)
     assert (m.violations, m.quarantined, m.published) == (1, 2, True)
     assert m.messages_per_second == 10.0
@@ -159,7 +166,7 @@ def test_kafka_offsets_are_understood_too() -> None:
     )
     m = batch_metrics(progress, None)
     assert m.end == {TP0: 5, TP1: 9}
-    assert m.lag == Lag(3, TP1, 3)
+    assert m.lag is not None and m.lag.readable == Lag(3, TP1, 3)
     assert (m.rows_written, m.output_files) == (0, 0)
 
 
@@ -171,6 +178,8 @@ def test_a_source_without_latest_offsets_publishes_no_lag() -> None:
     assert names == set(metric_names.ALL) - {
         metric_names.RECORDS_BEHIND,
         metric_names.RECORDS_BEHIND_WORST_PARTITION,
+        metric_names.RECORDS_BEHIND_HIGH_WATERMARK,
+        metric_names.STABLE_OFFSET_STALLED_SECONDS,
     }
 
 
@@ -183,7 +192,7 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
         sessions_in_state=4,
         state_bytes=8544,
         end={TP0: 25},
-        lag=Lag(63, TP0, 63),
+        lag=SourceLag(Lag(63, TP0, 63), Lag(70, TP0, 70), 12.5),
         rows_written=94,
         output_files=4,
         output_bytes=9000,
@@ -200,6 +209,8 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
         metric_names.BATCH_DURATION_MS: 2500,
         metric_names.RECORDS_BEHIND: 63,
         metric_names.RECORDS_BEHIND_WORST_PARTITION: 63,
+        metric_names.RECORDS_BEHIND_HIGH_WATERMARK: 70,
+        metric_names.STABLE_OFFSET_STALLED_SECONDS: 12.5,
         metric_names.SESSIONS_IN_STATE: 4,
         metric_names.STATE_BYTES: 8544,
         metric_names.INTEGRITY_VIOLATIONS: 0,
@@ -212,7 +223,31 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
     assert datums[metric_names.STATE_BYTES].unit is Unit.BYTES
     assert datums[metric_names.OUTPUT_BYTES].unit is Unit.BYTES
     assert datums[metric_names.INPUT_MESSAGES].unit is Unit.COUNT
+    assert datums[metric_names.STABLE_OFFSET_STALLED_SECONDS].unit is Unit.SECONDS
     assert all(d.timestamp == T0 for d in datums.values())
+
+
+def test_lag_to_the_high_watermark_beside_the_stable_offsets_and_how_long_one_stalled() -> None:
+    """A transaction left open on sensor-0:1 since 95 s before the trigger: behind its last
+    stable offset the job is caught up, 40 records wait behind its high watermark."""
+    since = T0 - timedelta(seconds=95)
+    latest = {
+        "sensor-0:0": 60,
+        "sensor-0:1": 75,
+        "@high-watermarks": {"sensor-0:0": 62, "sensor-0:1": 115},
+        "@stable-since": {"sensor-0:1": round(since.timestamp() * 1000)},
+    }
+    end = {"sensor-0:0": 50, "sensor-0:1": 75}
+    m = batch_metrics(progress_json(3, str(uuid.uuid4()), end=end, latest=latest), None)
+    assert m.lag == SourceLag(Lag(10, TP0, 10), Lag(52, TP1, 40), 95.0)
+    values = {d.name: d.value for d in m.datums(T0)}
+    assert values[metric_names.RECORDS_BEHIND] == 10
+    assert values[metric_names.RECORDS_BEHIND_HIGH_WATERMARK] == 52
+    assert values[metric_names.STABLE_OFFSET_STALLED_SECONDS] == 95
+    assert (
+        "behind 10 (worst sensor-0:0: 10), 52 to the high watermark, a last stable offset "
+        "stalled 95 s," in batch_line(m)
+    )
 
 
 # -- the listener ---------------------------------------------------------------
@@ -268,7 +303,7 @@ def test_the_listener_merges_each_report_with_its_progress(log_lines: Lines) -> 
     assert listener.finish(None, timeout_s=0.1)
     assert [m.batch_id for m in seen] == [0, 1, 2]
     assert [m.rows_written for m in seen] == [10, 20, 30]
-    assert [m.lag.total if m.lag else None for m in seen] == [75, 50, 25]
+    assert [m.lag.readable.total if m.lag else None for m in seen] == [75, 50, 25]
     published = log_lines.metrics()
     assert [p[metric_names.ROWS_WRITTEN] for p in published] == [10, 20, 30]
     assert all(set(p) == set(metric_names.ALL) for p in published)
@@ -292,20 +327,46 @@ def test_the_listener_follows_its_own_run_only(log_lines: Lines) -> None:
     assert [m.batch_id for m in seen] == [0]
 
 
+def idle_event(run_id: str) -> QueryIdleEvent:
+    doc = {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
+    return QueryIdleEvent.fromJson(doc)
+
+
 def test_an_idle_query_still_sends_a_heartbeat(log_lines: Lines) -> None:
     listener, seen = listener_with(log_lines)
     run_id = str(uuid.uuid4())
     listener.bind(run_id)
-    listener.onQueryIdle(
-        QueryIdleEvent.fromJson(
-            {"id": str(uuid.uuid4()), "runId": run_id, "timestamp": "2026-01-01T00:00:00.000Z"}
-        )
-    )
+    listener.onQueryIdle(idle_event(run_id))
     assert log_lines.metrics() == [
         {
             metric_names.HEARTBEAT: 1.0,
             metric_names.RECORDS_BEHIND: 0.0,
             metric_names.RECORDS_BEHIND_WORST_PARTITION: 0.0,
+        }
+    ]
+    assert seen == []
+
+
+def test_an_idle_trigger_publishes_the_lag_its_last_progress_shows(log_lines: Lines) -> None:
+    """Spark runs no batch while nothing is readable, and its idle event carries no offsets:
+    the query's last progress (which idle triggers update) says what is behind."""
+    listener, seen = listener_with(log_lines)
+    run_id = str(uuid.uuid4())
+    latest = {
+        "sensor-0:0": 25,
+        "@high-watermarks": {"sensor-0:0": 40},
+        "@stable-since": {"sensor-0:0": round((T0 - timedelta(seconds=30)).timestamp() * 1000)},
+    }
+    idle_progress = progress_json(4, run_id, end={"sensor-0:0": 25}, latest=latest, rows=0)
+    listener.bind(run_id, lambda: orjson.dumps(idle_progress).decode())
+    listener.onQueryIdle(idle_event(run_id))
+    assert log_lines.metrics() == [
+        {
+            metric_names.HEARTBEAT: 1.0,
+            metric_names.RECORDS_BEHIND: 0.0,
+            metric_names.RECORDS_BEHIND_WORST_PARTITION: 0.0,
+            metric_names.RECORDS_BEHIND_HIGH_WATERMARK: 15.0,
+            metric_names.STABLE_OFFSET_STALLED_SECONDS: 30.0,
         }
     ]
     assert seen == []
@@ -504,7 +565,7 @@ def metrics(batch_id: int, **fields: Any) -> BatchMetrics:
         "sessions_in_state": 4,
         "state_bytes": 100,
         "end": {TP0: 30},
-        "lag": Lag(58, TP0, 58),
+        "lag": SourceLag(Lag(58, TP0, 58), Lag(58, TP0, 58), 0.0),
         "rows_written": 94,
         "output_files": 4,
         "output_bytes": 2048,
@@ -527,18 +588,19 @@ def test_plain_progress_is_a_line_per_batch_and_a_summary() -> None:
     display = ProgressDisplay(Console(out, tty=False), clock)
     display.on_report(report(0, trace=("sensor-0:0@3 session s: applied",)))
     display.on_metrics(metrics(0))
-    display.on_metrics(metrics(1, lag=Lag(0, None, 0), quarantined=3, published=False))
+    open_transaction = SourceLag(Lag(0, None, 0), Lag(7, TP0, 7), 0.0)
+    display.on_metrics(metrics(1, lag=open_transaction, quarantined=3, published=False))
     clock.now += 4.0
     display.finish("log", PublishStats(accepted=24, sent=24))
     assert out.getvalue().splitlines() == [
         "trace sensor-0:0@3 session s: applied",
         "batch 0: 30 messages (15/s), 94 rows in 4 files, behind 58 (worst sensor-0:0: 58), "
-        "4 sessions in state",
-        "batch 1: 30 messages (15/s), 94 rows in 4 files, behind 0, 4 sessions in state, "
-        "3 quarantined (already published)",
+        "58 to the high watermark, 4 sessions in state",
+        "batch 1: 30 messages (15/s), 94 rows in 4 files, behind 0, 7 to the high watermark, "
+        "4 sessions in state, 3 quarantined (already published)",
         "done: 2 batches, 60 messages (15/s), 188 rows in 8 files (4.0 KiB), 3 quarantined, "
         "0 violations, 4.0 s",
-        "at the end: behind 0, 4 sessions in state",
+        "at the end: behind 0, 7 to the high watermark, 4 sessions in state",
         "metrics (log): 24 sent, 0 dropped",
     ]
 
@@ -556,7 +618,7 @@ def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines() -> None:
         "cloudwatch", PublishStats(accepted=24, sent=20, dropped=4, failed_calls=1), finished=False
     )
     text = out.getvalue()
-    behind = "behind 58 (worst sensor-0:0: 58)"
+    behind = "behind 58 (worst sensor-0:0: 58), 58 to the high watermark"
     first = f"batches 1 | 30 messages (15/s) | {behind} | 4 sessions | 94 rows"
     second = f"batches 2 | 60 messages (30/s) | {behind} | 4 sessions | 188 rows"
     assert text.startswith(f"\r\x1b[K{first}")

@@ -77,6 +77,8 @@ def test_status_shows_version_heartbeat_batch_lag_and_alarms(
     put(aws, metric_names.ROWS_WRITTEN, 9500, minutes_ago=1)
     put(aws, metric_names.RECORDS_BEHIND, 50, minutes_ago=10)
     put(aws, metric_names.RECORDS_BEHIND, 42, minutes_ago=1)
+    put(aws, metric_names.RECORDS_BEHIND_HIGH_WATERMARK, 90, minutes_ago=1)
+    put(aws, metric_names.STABLE_OFFSET_STALLED_SECONDS, 1260, minutes_ago=1)
     alarm(aws, "tablecast-dev-job-records-behind")
     alarm(aws, "tablecast-prod-job-records-behind")  # another environment's
     aws.cloudwatch.set_alarm_state(
@@ -96,7 +98,10 @@ def test_status_shows_version_heartbeat_batch_lag_and_alarms(
     assert not found.healthy
     text = "\n".join(found.lines())
     assert "1,200 messages in, 9,500 rows out" in text
-    assert "records behind:  42 (worst partition -)" in text
+    assert (
+        "records behind:  42 (worst partition -), 90 to the high watermark, a last stable "
+        "offset stalled 1,260 s"
+    ) in text
     assert "tablecast-dev-job-records-behind since" in text and "lagging" in text
     assert "archiver:        no heartbeat: Kafka is not being archived" in text
 

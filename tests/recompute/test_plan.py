@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from app.contract.offsets import TopicPartition
 from app.engine.segments import OFFSETS_PER_FILE
 from app.errors import ConfigurationError
-from app.recompute.plan import grid_ranges, published_ranges, works
+from app.recompute.plan import RangeRows, grid_ranges, published_ranges, works
 from app.sink.ledger import BATCH, REPAIR, LedgerEntry
 from app.sources.archive import ArchiveFile, ArchiveIndex
 
@@ -70,14 +71,37 @@ def test_ranges_the_archive_does_not_hold_yet_are_refused() -> None:
         works(every, every, _index({A: 80}))
 
 
-def test_a_range_cut_by_a_repair_that_adopted_sessions_is_refused() -> None:
+def test_a_range_a_repair_cut_reads_on_to_the_snapshots_it_kept_and_owns_their_rows() -> None:
     entries = [
         _batch(0, {A: 0}, {A: 100}),
-        LedgerEntry(number=1, kind=REPAIR, end={A: 60}, adopt={"s1": 70}),
+        LedgerEntry(number=1, kind=REPAIR, end={A: 60}, adopt={"s1": 70, "s2": 65}),
+        _batch(2, {A: 60}, {A: 120}),
     ]
     every = published_ranges(entries)
-    with pytest.raises(ConfigurationError, match="cut short by the repair in ledger entry 1"):
-        works(every, every, _index({A: 100}))
+    old, new = every
+    (work,) = works([old], every, _index({A: 120}))
+    # The old epoch's state, read on past the cut to the last snapshot the repair kept.
+    assert (work.begin, work.read_end, work.ranges) == (0, 71, ((0, 100),))
+    assert work.rows == (RangeRows(0, 100, 60, (("s1", 70), ("s2", 65))),)
+    rows = pa.table(
+        {
+            "topic": ["sensor-a"] * 5 + ["sensor-b"],
+            "partition": pa.array([0] * 6, pa.int32()),
+            "offset": pa.array([10, 59, 60, 65, 70, 10], pa.int64()),
+            "session": ["s0", "s0", "s0", "s2", "s1", "s0"],
+        }
+    )
+    # The old range's own rows: before the cut, and the kept snapshots'.
+    assert old.rows.mask(rows, A, 0, 100).to_pylist() == [True, True, False, True, True, False]
+    # The next epoch's range never owns the kept snapshots' rows.
+    assert new.rows.mask(rows, A, 60, 120).to_pylist() == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_grid_ranges_name_the_same_offsets_the_same_way() -> None:

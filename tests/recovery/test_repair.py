@@ -169,4 +169,40 @@ def test_files_of_a_batch_that_crashed_before_its_ledger_entry_do_not_survive_a_
     plan = repair.plan_repair(str(out), repair.archive_reader(root, "^sensor-.+"))
     repair.apply_repair(str(out), str(tmp_path / "ckpt"), plan)
     assert visible_files(location) == []  # the next run publishes partition 1 again, once
-    assert ledger.pending() is None
+    assert ledger.pending_lists() == []
+
+
+def test_a_repair_beside_a_running_job_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job renewing its hold on the output: repair changes nothing, not even the
+    checkpoint's place, and says which job to stop."""
+    from app import cli
+    from app.sink import fencing
+
+    root = _archive(tmp_path / "archive", [("y", 0, "snapshot"), ("y", 1, "update")])
+    out = tmp_path / "out"
+    location = resolve(str(out))
+    live = fencing.claim(location, fencing.new_writer("run", str(tmp_path / "ckpt"), 1.0))
+    keeper = fencing.LeaseKeeper(live).start()
+    try:
+        keeper.committed(live.append(LedgerEntry(-1, ledger_mod.BATCH, {A0: 2}, batch_id=0)))
+        (tmp_path / "ckpt").mkdir()
+        before = _tree(tmp_path)
+        argv = ["repair", "--archive", root, "--output", str(out), "--checkpoint"]
+        code = cli.main([*argv, str(tmp_path / "ckpt"), "--yes"])
+    finally:
+        keeper.stop(release=True)
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert "held by a running writer: `tablecast run`" in err and "ledger entry 1 (batch 0)" in err
+    assert _tree(tmp_path) == before and (tmp_path / "ckpt").is_dir()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file and its bytes, but the running job's lease (it renews it)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "leases" not in p.parts
+    }

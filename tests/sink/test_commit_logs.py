@@ -39,7 +39,8 @@ def test_published_then_recognised_as_published_then_refused(
     assert (
         "app.sink.commit",
         logging.INFO,
-        f"batch 0 published as ledger entry 0: {len(head.files)} files, {head.rows} rows, "
+        f"batch 0 published as ledger entry {head.number}: {len(head.files)} files, "
+        f"{head.rows} rows, "
         f"sensor-0:0@0 to {end}",
     ) in _decisions(caplog)
 
@@ -52,8 +53,8 @@ def test_published_then_recognised_as_published_then_refused(
     assert (
         "app.sink.commit",
         logging.INFO,
-        f"batch 0 ends at {end}, as ledger entry 0 (batch 0) does: published before a restart, "
-        "not publishing again",
+        f"batch 0 ends at {end}, as ledger entry {head.number} (batch 0) does: published "
+        "before a restart, not publishing again",
     ) in decisions
     assert any(
         name == "app.sink.guard"

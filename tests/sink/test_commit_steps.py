@@ -138,7 +138,7 @@ def _assert_at_crash(
     ledger = Ledger(resolve(str(output)))
     head = ledger.head()
     assert head is not None and head.end == (this if step >= 7 else before)
-    assert (ledger.pending() is not None) == (step in (5, 6, 7))
+    assert bool(ledger.pending_lists()) == (step in (5, 6, 7))
     staged = list((output / ledger_mod.STAGING_DIR).rglob("*.parquet"))
     assert bool(staged) == (step in (3, 4, 5)), staged
 
@@ -146,7 +146,7 @@ def _assert_at_crash(
 def _assert_ledger_consistent(archive: Path, output: Path) -> None:
     """Each batch once, ranges back to back up to the archive's end, every file accounted for."""
     entries = Ledger(resolve(str(output))).entries()
-    assert [e.number for e in entries] == list(range(len(entries)))
+    assert [e.number for e in entries] == sorted({e.number for e in entries})
     assert all(e.kind == ledger_mod.BATCH for e in entries)
     assert [e.batch_id for e in entries] == list(range(len(entries)))
     assert len({e.checkpoint_id for e in entries}) == 1
@@ -161,7 +161,7 @@ def _assert_ledger_consistent(archive: Path, output: Path) -> None:
     assert len(files) == len(set(files))
     assert set(files) == _visible_files(output)
     assert sum(e.rows for e in entries) == len(expected_rows(archive).rows)
-    assert Ledger(resolve(str(output))).pending() is None
+    assert Ledger(resolve(str(output))).pending_lists() == []
     assert not list((output / ledger_mod.STAGING_DIR).rglob("*"))
 
 
@@ -181,7 +181,7 @@ def _resume_and_check(
 
     decisions = [r.getMessage() for r in caplog.records if r.name.startswith("app.sink")]
     recognised = f"batch {CRASH_BATCH} ends at"
-    published = f"batch {CRASH_BATCH} published as ledger entry {CRASH_BATCH}:"
+    published = f"batch {CRASH_BATCH} published as ledger entry "
     assert any(m.startswith(recognised if step >= 7 else published) for m in decisions), decisions
     assert not any(m.startswith(published if step >= 7 else recognised) for m in decisions)
     # A crash between writing the pending list and the ledger entry leaves it for the redo.
@@ -240,7 +240,7 @@ def _decided(stderr: str, batch: int, where: str) -> None:
     """The run after a crash at ``where`` of ``batch`` redid that batch as the protocol says."""
     step = int(where.split(".", maxsplit=1)[0])
     recognised = f"batch {batch} ends at"
-    published = f"batch {batch} published as ledger entry {batch}:"
+    published = f"batch {batch} published as ledger entry "
     lines = stderr.splitlines()
     assert any(recognised in line for line in lines) == (step >= 7), stderr[-3000:]
     assert any(published in line for line in lines) == (step < 7), stderr[-3000:]
@@ -272,8 +272,8 @@ def test_sigkilled_inside_each_commit_step_in_turn_every_cold_resume_is_exact(
         if previous is not None:
             _decided(stderr, *previous)
         if "." in where:  # inside step 6: the batch's first file visible, the others not
-            pending = Ledger(resolve(str(output))).pending()
-            assert pending is not None and len(pending.files) > 1
+            [pending] = Ledger(resolve(str(output))).pending_lists()
+            assert len(pending.files) > 1
             assert [f for f in pending.files if (output / f).exists()] == [pending.files[0]]
             assert verify.compare(*[verify.read_output(str(output))] * 2).duplicates == 0
             _visible_files(output)

@@ -90,17 +90,27 @@ def test_adopted_sessions_come_from_repair_entries_only_the_later_winning(tmp_pa
     assert ledger.adopted_sessions() == {"s1": 12, "s2": 6}
 
 
-def test_pending_is_written_read_and_cleared(tmp_path: Path) -> None:
+def test_pending_lists_are_one_per_writer_written_read_and_cleared(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path)
-    assert ledger.pending() is None
-    ledger.set_pending(Pending("k1", ("date=2026-01-01/a.parquet", "date=2026-01-02/b.parquet")))
-    assert ledger.pending() == Pending(
-        "k1", ("date=2026-01-01/a.parquet", "date=2026-01-02/b.parquet")
+    assert ledger.pending(3) is None and ledger.pending_lists() == []
+    files = ("date=2026-01-01/a.parquet", "date=2026-01-02/b.parquet")
+    ledger.set_pending(Pending("k1", files, claim=3))
+    ledger.set_pending(Pending("k2", files[:1], claim=7))
+    assert ledger.pending(3) == Pending("k1", files, claim=3)
+    assert (tmp_path / "out" / "_tablecast" / "pending" / f"{3:020d}.json").is_file()
+    # The one list of an output written before claims counts as the oldest writer's.
+    (tmp_path / "out" / "_tablecast" / "pending.json").write_bytes(
+        b'{"end_key": "k0", "files": []}'
     )
-    assert (tmp_path / "out" / "_tablecast" / "pending.json").is_file()
-    ledger.clear_pending()
-    ledger.clear_pending()  # clearing nothing is fine
-    assert ledger.pending() is None
+    assert [(p.claim, p.end_key) for p in ledger.pending_lists()] == [
+        (ledger_mod.LEGACY_CLAIM, "k0"),
+        (3, "k1"),
+        (7, "k2"),
+    ]
+    ledger.clear_pending(3)
+    ledger.clear_pending(3)  # clearing nothing is fine
+    ledger.clear_pending(ledger_mod.LEGACY_CLAIM)
+    assert [p.claim for p in ledger.pending_lists()] == [7]
 
 
 def test_ranges_are_from_the_recorded_starts() -> None:

@@ -6,6 +6,8 @@ written twice under one key would show two versions).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import signal
 import subprocess
 import sys
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from app.contract.offsets import TopicPartition
-from app.errors import ConfigurationError, OutputStateError
+from app.errors import ConfigurationError, OutputStateError, OwnershipLostError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
@@ -410,3 +412,81 @@ def test_a_grace_out_of_bounds_is_a_one_line_error(bad: float) -> None:
     with pytest.raises(ConfigurationError) as refused:
         rewrite_mod.check_grace(bad)
     assert "--retire-grace" in str(refused.value) and "\n" not in str(refused.value)
+
+
+class _TakenOverAfter(RewriteSteps):
+    """At a step, another process finds the owner's lease run out (the owner paused past
+    it) and finishes the record itself: our finishing code, as the other process runs it."""
+
+    def __init__(self, output: Location, at: str) -> None:
+        self.output = output
+        self.at = at
+        self.taken = False
+
+    def _take_over(self) -> None:
+        if self.taken:
+            return
+        self.taken = True
+        later = time.time() + rewrite_mod.LEASE_SECONDS + 1
+        finished = rewrite_mod.finish_open(self.output, now=later, snapshot=snapshot_rewrite)
+        assert [r.key for r in finished] == ["r1"]
+
+    def recorded(self) -> None:
+        if self.at == "recorded":
+            self._take_over()
+
+    def waiting(self) -> None:
+        if self.at == "waiting":
+            self._take_over()
+
+
+@pytest.mark.parametrize("at", ["recorded", "waiting"])
+def test_an_owner_that_paused_past_its_lease_changes_nothing_once_taken_over(
+    output: Location, at: str
+) -> None:
+    """Before it publishes, snapshots or retires, the owner reads its record back: one that
+    another process finished is not its own any more, and it stops (exit code 7)."""
+    rewrite = _prepare(output)
+    retirement = rewrite_mod.Retirement(grace_s=1.0 if at == "waiting" else 0.0)
+    with pytest.raises(OwnershipLostError, match="another process finished it") as lost:
+        rewrite_mod.carry_out(
+            output,
+            rewrite,
+            _TakenOverAfter(output, at),
+            snapshot=snapshot_rewrite,
+            retirement=retirement,
+        )
+    assert lost.value.exit_code == 7 and lost.value.facts["rewrite"] == "r1"
+    # What the other process left, and nothing of the paused owner's after it.
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}
+    assert rewrite_mod.open_rewrites(output) == []
+
+
+def test_a_snapshot_time_from_a_clock_a_day_ahead_is_read_as_now(
+    output: Location, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rewrite recorded on a host whose clock is a day fast: the live job keeps the old
+    names for the grace from when it first sees the record, not for a day, and says so."""
+    rewrite = _prepare(output)
+    retirement = rewrite_mod.Retirement(grace_s=GRACE_S, wait=False)
+    rewrite_mod.carry_out(output, rewrite, snapshot=snapshot_rewrite, retirement=retirement)
+    (record,) = rewrite_mod.open_rewrites(output)
+    day = 86_400.0
+    fast = dataclasses.replace(
+        record, published_at=record.published_at + day, host="fast-clock-host"
+    )
+    output.write_bytes_atomic(output.child(rewrite_mod.REWRITES_DIR, "r1.json"), fast.to_json())
+    caplog.set_level(logging.WARNING, logger="app.sink.rewrite")
+    first_seen = time.time()
+    assert rewrite_mod.finish_abandoned(output, snapshot=snapshot_rewrite) == []  # in its grace
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("fast-clock-host" in m and "read as now" in m for m in warned), warned
+    (seen,) = rewrite_mod.open_rewrites(output)
+    assert first_seen - 1 <= seen.published_at <= time.time()
+    # Its progress line shows the recorded moment's date: it is not today.
+    assert time.strftime("%Y-%m-%d", time.gmtime(fast.retire_at)) in fast.describe_grace()
+    finished = rewrite_mod.finish_abandoned(
+        output, now=first_seen + GRACE_S + 1, snapshot=snapshot_rewrite
+    )
+    assert [r.key for r in finished] == ["r1"]
+    assert _visible(output) == {rewrite.publish[0][1]: b"new"}

@@ -11,7 +11,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.contract.offsets import TopicPartition
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
-from app.sources import archive, ranges, records
+from app.sources import archive, ranges, records, retired
 from app.sources.archive import ArchiveBackend, ArchiveRange
 from app.sources.stream import OffsetStreamReader, RangePartition, TablecastSource
 from app.storage import resolve
@@ -182,9 +182,9 @@ def test_offsets_start_at_the_earliest_and_pick_up_new_partitions(tmp_path: Path
     assert end == {"sensor-a:0": 110}
     _write(tmp_path, A1, 0, 7)
     _write(tmp_path, A0, 110, 120)
-    # A new partition enters at its earliest offset; the next batch reads it.
+    # A new partition is read in the trigger that finds it, from offset 0.
     later = reader.latestOffset(end, ReadAllAvailable())
-    assert later == {"sensor-a:0": 120, "sensor-a:1": 0}
+    assert later == {"sensor-a:0": 120, "sensor-a:1": 7}
     assert reader.partitions(end, later)[0] == RangePartition(
         A0,
         110,
@@ -196,11 +196,24 @@ def test_offsets_start_at_the_earliest_and_pick_up_new_partitions(tmp_path: Path
             120,
         ),
     )
-    last = reader.latestOffset(later, ReadAllAvailable())
-    assert last == {"sensor-a:0": 120, "sensor-a:1": 7}
-    parts = reader.partitions(later, last)
+    assert reader.latestOffset(later, ReadAllAvailable()) == later
+    parts = reader.partitions(end, later)
     assert all(isinstance(p, RangePartition) for p in parts)
-    assert [(p.tp, p.start, p.end) for p in parts] == [(A1, 0, 7)]  # type: ignore[attr-defined]
+    assert [(p.tp, p.start, p.end) for p in parts] == [  # type: ignore[attr-defined]
+        (A0, 110, 120),
+        (A1, 0, 7),
+    ]
+    # One found after the start whose first offsets are gone lost them before it was read.
+    _write(tmp_path, B0, 4, 9)
+    with pytest.raises(DataLossError) as lost:
+        reader.latestOffset(later, ReadAllAvailable())
+    assert str(lost.value) == (
+        f"data loss in the archive {tmp_path}: topic sensor-b partition 0, found after the "
+        f"job started, must be read from offset 0 but the archive {tmp_path} holds offsets "
+        "4 to 8: offsets 0 to 3 are gone"
+    )
+    assert (lost.value.facts["first_missing"], lost.value.facts["last_missing"]) == (0, 3)
+    parts = parts[1:]
     batches = list(reader.read(parts[0]))
     assert batches[0].schema == records.SOURCE_SCHEMA  # the archive's columns, and served_by
     assert set(batches[0].column(records.SERVED_BY).to_pylist()) == {"archive"}
@@ -251,7 +264,9 @@ def test_offsets_that_are_gone_are_data_loss(tmp_path: Path) -> None:
         f"must continue at offset 70 but the archive {tmp_path} holds offsets 50 to 59"
     )
     assert "first_missing" not in lost.value.facts and lost.value.facts["offset"] == 70
-    with pytest.raises(DataLossError, match="sensor-b partition 0 is gone") as lost:
+    with pytest.raises(
+        DataLossError, match="topic sensor-b is gone: the job read it up to"
+    ) as lost:
         reader.latestOffset({"sensor-a:0": 50, "sensor-b:0": 3}, ReadAllAvailable())
     assert lost.value.facts == {"source": where, "topic": "sensor-b", "partition": 0, "offset": 3}
 
@@ -283,7 +298,7 @@ def test_an_archive_topic_of_another_identity_is_refused_as_data_loss(tmp_path: 
     }
 
 
-def test_a_topic_that_left_the_pattern_or_was_removed_after_it_was_read_is_dropped(
+def test_a_topic_that_left_the_pattern_or_was_retired_is_dropped_one_just_removed_is_loss(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     _write(tmp_path, A0, 0, 10)
@@ -295,12 +310,27 @@ def test_a_topic_that_left_the_pattern_or_was_removed_after_it_was_read_is_dropp
         assert _reader(tmp_path, pattern="^sensor-a").latestOffset(read, ReadAllAvailable()) == {
             "sensor-a:0": 10
         }
-        (tmp_path / "sensor-b" / "0" / archive.file_name(0, 5)).unlink()
-        assert reader.latestOffset(read, ReadAllAvailable()) == {"sensor-a:0": 10}
     assert "topic sensor-b no longer matches the source's topics" in caplog.text
-    assert f"topic sensor-b is gone from the archive {tmp_path} after it was read to its end" in (
-        caplog.text
+    (tmp_path / "sensor-b" / "0" / archive.file_name(0, 5)).unlink()
+    with pytest.raises(DataLossError, match="topic sensor-b is gone: the job read it to"):
+        reader.latestOffset(read, ReadAllAvailable())
+    # Retired on purpose (at the end the job read), it leaves.
+    output = tmp_path / "out"
+    retired.write(
+        retired.retired_uri(str(output)),
+        retired.RetiredTopic(
+            topic="sensor-b", identity="", ends={0: 5}, ends_from=retired.EndsFrom.LEDGER
+        ),
     )
+    retiring = OffsetStreamReader(
+        ArchiveBackend(str(tmp_path), "^sensor-.+"),
+        max_offsets=0,
+        starting={},
+        retired_uri=retired.retired_uri(str(output)),
+    )
+    with caplog.at_level("WARNING", logger="app.sources.stream"):
+        assert retiring.latestOffset(read, ReadAllAvailable()) == {"sensor-a:0": 10}
+    assert "topic sensor-b was retired" in caplog.text
 
 
 class _CountedListing:

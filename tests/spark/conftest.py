@@ -52,3 +52,13 @@ def s3(tmp_path: Path) -> Iterator[dict[str, str]]:
             else:
                 os.environ[k] = v
         server.stop()
+
+
+@pytest.fixture
+def iceberg_pool_ended() -> Iterator[None]:
+    """For tests that read the output's table with pyiceberg themselves: its shared pool of
+    threads ends with the test (tests/leaks.py)."""
+    from app.table.catalog import threads_released
+
+    with threads_released():
+        yield

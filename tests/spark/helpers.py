@@ -140,3 +140,28 @@ def run_argv_over(archive: Path | str, output: Path | str, checkpoint: Path | st
         "--trigger",
         "available-now",
     ]
+
+
+def file_digests(output: Path) -> dict[str, str]:
+    """Every visible file of a local output (dataset and quarantine): its SHA-256."""
+    import hashlib
+
+    from app.sink.visible import visible_files
+
+    return {
+        p: hashlib.sha256((output / p).read_bytes()).hexdigest()
+        for p in visible_files(resolve(str(output)))
+    }
+
+
+def row_keys(rows: Any) -> Any:
+    """``topic:partition:offset:row_id`` of each output row: a row twice is a key twice."""
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(
+        rows["topic"],
+        pc.cast(rows["partition"], "string"),
+        pc.cast(rows["offset"], "string"),
+        rows["row_id"],
+        ":",
+    )

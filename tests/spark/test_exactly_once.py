@@ -117,6 +117,30 @@ def test_a_lost_checkpoint_is_refused_then_repaired(spark: Any, tmp_path: Path) 
     assert all(offset > 0 for offset in repair_entry.end.values())
 
 
+def test_a_repair_at_the_committed_end_is_followed_by_a_run_the_first_time(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The job had caught up and every session had ended: the repair restarts at the
+    committed end itself, and the run after it, with nothing new to read, succeeds."""
+    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
+    write_capture(archive, CaptureSpec(topics=1, partitions=2, sessions=4, concurrent=1, seed=9))
+    run_job(spark, archive, output, checkpoint)
+    ledger = Ledger(resolve(str(output)))
+    caught_up = ledger.head()
+    shutil.rmtree(checkpoint)
+    from app import cli
+
+    assert cli.main(repair_argv(archive, output, checkpoint, "--yes")) == 0
+    repaired = ledger.head()
+    assert caught_up is not None and repaired is not None and repaired.kind == "repair"
+    assert repaired.end == caught_up.end  # nothing to rebuild: the restart is the end
+    run_job(spark, archive, output, checkpoint)
+    run_job(spark, archive, output, checkpoint)  # and the one after it
+    assert_exact(archive, output)
+    head = ledger.head()
+    assert head is not None and head.end == caught_up.end
+
+
 def test_a_swapped_checkpoint_is_refused(spark: Any, tmp_path: Path) -> None:
     spec = CaptureSpec(topics=1, partitions=1, sessions=3, updates=20, seed=8)
     write_capture(tmp_path / "archive", spec)

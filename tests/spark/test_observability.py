@@ -172,6 +172,13 @@ def test_a_run_publishes_every_alarm_metric_with_the_values_of_its_input(
     assert run.statistic(metric_names.RECORDS_BEHIND_WORST_PARTITION, "Minimum") == 0
     worst = run.statistic(metric_names.RECORDS_BEHIND_WORST_PARTITION, "Maximum")
     assert 0 < worst <= run.statistic(metric_names.RECORDS_BEHIND, "Maximum")
+    # The archive's offsets are all readable: its high watermarks are its ends, and no
+    # stable offset stalls.
+    for statistic in ("Maximum", "Minimum"):
+        assert run.statistic(metric_names.RECORDS_BEHIND_HIGH_WATERMARK, statistic) == (
+            run.statistic(metric_names.RECORDS_BEHIND, statistic)
+        )
+    assert run.statistic(metric_names.STABLE_OFFSET_STALLED_SECONDS, "Maximum") == 0
     # Sessions stay in state (closed ones until their idle timeout): the last count is the most.
     in_state = read_state(spark, str(run.checkpoint), str(run.output)).total
     assert run.statistic(metric_names.SESSIONS_IN_STATE, "Maximum") == in_state == SPEC.sessions
@@ -179,7 +186,7 @@ def test_a_run_publishes_every_alarm_metric_with_the_values_of_its_input(
 
     sent = len(metric_names.ALL) * batches
     assert f"): {sent} sent, 0 dropped" in run.stdout
-    assert "at the end: behind 0, 8 sessions in state" in run.stdout
+    assert "at the end: behind 0, 0 to the high watermark, 8 sessions in state" in run.stdout
 
 
 def expected_states(
@@ -296,7 +303,7 @@ def test_an_unreachable_cloudwatch_costs_metrics_and_nothing_else(
     # Every batch was measured and shown, as if CloudWatch were there ...
     assert [m.batch_id for m in seen] == [r.batch_id for r in reports]
     assert sum(m.input_messages for m in seen) == capture.messages
-    assert seen[-1].lag is not None and seen[-1].lag.total == 0
+    assert seen[-1].lag is not None and seen[-1].lag.readable.total == 0
     # ... the listener never waited on it ...
     assert listener.slowest_event_s < 0.5
     # ... and only the metrics were lost, every one of them counted.

@@ -125,3 +125,33 @@ def test_the_catalog_opened_on_a_thread_is_the_one_the_first_commit_uses(tmp_pat
     assert not opening.is_alive()
     assert catalog_mod._catalog.cache_info().misses == 1  # opened once, by whichever came first
     assert table.catalog is catalog_mod.catalog(config)
+
+
+def test_on_s3_and_glue_a_lost_metadata_file_is_named_and_table_rebuild_mends_it(
+    expected: pa.Table, aws: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    from app.errors import DamagedOutputError
+    from app.table.check import check_table
+
+    output = "s3://lake/out"
+    publish_batches(output, expected, cuts(expected, 2))
+    _table_json(output, "--glue-database", "tablecast", capsys=capsys)
+    location = resolve(output)
+    table_commit.catch_up(location)
+    assert "holds the " in (check_table(location) or "")
+    glue = boto3.client("glue", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    metadata = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]["Parameters"]
+    bucket, key = metadata["metadata_location"].removeprefix("s3://").split("/", 1)
+    boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"]).delete_object(Bucket=bucket, Key=key)
+
+    with pytest.raises(DamagedOutputError) as damaged:
+        check_table(location)
+    assert f"run `tablecast table --output {output} --rebuild`" in str(damaged.value)
+    assert cli.main(["table", "--output", output]) == DamagedOutputError.exit_code
+    capsys.readouterr()
+    _table_json(output, "--rebuild", capsys=capsys)
+    assert "holds the " in (check_table(location) or "")
+    comparison = verify.compare(expected, table_rows(output))
+    assert comparison.ok, comparison.report()

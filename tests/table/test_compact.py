@@ -195,7 +195,7 @@ def test_a_crash_at_each_step_of_a_compaction_is_finished_exactly(
 
 
 def test_a_crash_before_the_merge_is_recorded_shows_plain_readers_no_merged_file(
-    expected: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    expected: pa.Table, tmp_path: Path
 ) -> None:
     """The merged files stay hidden until the compaction is recorded: a crash before leaves
     no file that a later compaction (planning other groups) would not retire."""
@@ -211,10 +211,12 @@ def test_a_crash_before_the_merge_is_recorded_shows_plain_readers_no_merged_file
             raise Crashed(path)
         write(self, path, data)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(location.__class__, "write_bytes_atomic", crash_on_records)
-    with pytest.raises(Crashed):
-        table_compact.compact(location, before=date(2100, 1, 1))
-    monkeypatch.undo()
+    # A patch of its own: undoing the test's monkeypatch would undo conftest's grace of 0 too,
+    # and the compaction below would wait out the default grace.
+    with pytest.MonkeyPatch.context() as crashing:
+        crashing.setattr(location.__class__, "write_bytes_atomic", crash_on_records)
+        with pytest.raises(Crashed):
+            table_compact.compact(location, before=date(2100, 1, 1))
     _assert_exact(expected, output)
     sizes = [f.file_size_in_bytes for f in table_commit.data_files(load_table(output))]
     table_compact.compact(resolve(output), before=date(2100, 1, 1), target_bytes=3 * max(sizes))
