@@ -18,7 +18,9 @@ from tests.ami.helpers import AMI, LIB, ROOT, SCRIPTS, shell_env
 
 SCRIPT = SCRIPTS / "ssm-agent.sh"
 KEY = AMI / "keys" / "amazon-ssm-agent.asc"
-VERSION = re.search(r'\[ssm_agent\][^\[]*?version = "([^"]+)"', (ROOT / "versions.toml").read_text())
+VERSION = re.search(
+    r'\[ssm_agent\][^\[]*?version = "([^"]+)"', (ROOT / "versions.toml").read_text()
+)
 
 
 def fingerprints(key: Path, home: Path) -> list[str]:
@@ -103,7 +105,8 @@ def signed_by_another_key(tmp_path: Path) -> tuple[Path, Path]:
         check=True,
     )
     key = tmp_path / "other.asc"
-    key.write_bytes(subprocess.run([*gpg, "--armor", "--export"], capture_output=True).stdout)
+    exported = subprocess.run([*gpg, "--armor", "--export"], capture_output=True, check=True)
+    key.write_bytes(exported.stdout)
     return served, key
 
 
