@@ -120,6 +120,12 @@ for unit in spark-master spark-worker hdfs-namenode hdfs-secondarynamenode hdfs-
     fail "${unit}.service is not installed"
   fi
 done
+# A declared job's service (tablecast-job@<name>.service): the template, started by name.
+if systemctl cat tablecast-job@verify.service 2>/dev/null | grep -qx 'ExecStart=/opt/tablecast/bin/run-job %i'; then
+  pass "tablecast-job@.service installed: run-job <name> for a declared job"
+else
+  fail "tablecast-job@.service is not installed"
+fi
 check_equal "tablecast-bootstrap.service runs node-bootstrap on every boot" enabled \
   "$(systemctl is-enabled tablecast-bootstrap.service 2>/dev/null || true)"
 # Every program the units and node-bootstrap's timers run (as the bootstrap
