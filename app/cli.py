@@ -213,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--environment", default="local", help="the metrics' Environment dimension [local]"
     )
     run.add_argument(
+        "--job",
+        default=None,
+        metavar="NAME",
+        help="a declared job's name: the metrics' Job dimension beside the environment [none]",
+    )
+    run.add_argument(
         "--region",
         default=None,
         help="CloudWatch's region, and MSK's with --kafka-auth iam [AWS_REGION]",
@@ -653,6 +659,7 @@ def _run(args: argparse.Namespace) -> int:
         environment=args.environment,
         region=args.region,
         write=console.line,
+        job=args.job,
     )
     committer = _group_committer(args)  # a refused group costs no JVM start
     from app.sink import fencing
@@ -793,9 +800,7 @@ def _verify(args: argparse.Namespace) -> int:
         (_schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
     )
     last = first if args.schema else verify_mod.output_table_schema(args.output)
-    actual = verify_mod.read_output(
-        args.output, required=True, schema=last, archive=args.archive
-    )
+    actual = verify_mod.read_output(args.output, required=True, schema=last, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
     table = check_table(resolve(args.output), archive=args.archive)
     rules = verify_mod.recorded_rules(

@@ -146,7 +146,7 @@ def test_a_declared_job_runs_with_its_own_topics_output_checkpoint_table_schema_
     from app import cli
 
     args = cli.build_parser().parse_args(argv[argv.index("run") :])
-    assert (args.glue_table, args.schema) == ("lab_meters", str(schema))
+    assert (args.glue_table, args.schema, args.job) == ("lab_meters", str(schema), "lab")
 
 
 def test_a_declared_job_whose_schema_is_not_the_recorded_one_does_not_run(
