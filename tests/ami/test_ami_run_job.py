@@ -3,6 +3,8 @@ the deploy tool recorded (root installs it; nodes only read artifacts/)."""
 
 from __future__ import annotations
 
+import fcntl
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ import boto3
 import pytest
 
 from app import handoff
+from tests.ami.helpers import FILES
 from tests.ami.run_job_harness import (
     BUCKET,
     REGION,
@@ -296,3 +299,34 @@ def test_run_job_names_the_preloading_python_daemon_only_where_the_image_install
         assert argv.index("--conf") < argv.index("run")
     else:
         assert DAEMON not in argv
+
+
+def test_one_service_at_a_time_fetches_and_installs(aws: dict[str, str], tmp_path: Path) -> None:
+    """The declared jobs' services start together: each waits for the wheels folder's lock
+    before it fetches and installs, so no two write one file or the venv at once."""
+    env = prepare(aws, tmp_path, recorded_sha256=None)
+    with (tmp_path / "wheels" / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = subprocess.Popen(
+            [str(FILES / "bin" / "run-job")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            with pytest.raises(subprocess.TimeoutExpired):
+                started.wait(timeout=5)
+            assert not (tmp_path / "pip.log").exists(), "it waits for the lock"
+            assert not list((tmp_path / "wheels").glob("*.part")), "and fetches nothing"
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            _, stderr = started.communicate(timeout=120)
+        finally:
+            if started.poll() is None:
+                started.kill()
+                started.wait()
+    # Then it went on to pip (which the stand-in refuses with 7).
+    assert started.returncode == 7, stderr
+    assert "--no-deps" in (tmp_path / "pip.log").read_text()
