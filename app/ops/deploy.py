@@ -10,12 +10,14 @@ The order of a deploy, each step checked before the next:
    run-job installs exactly that version, and only a wheel of that hash (the
    nodes read ``artifacts/`` and SSM, they cannot write either).
 4. Restart ``tablecast-job.service`` on the driver through SSM Run Command and
-   wait until it is active with that version installed.
-5. Wait for the job's ``Heartbeat`` metric newer than the restart: the job runs
-   micro-batches again.
+   wait until it is active with that version installed; where the deployment
+   settings declare jobs (SSM ``jobs``), each job's ``tablecast-job@<name>.service``.
+5. Wait for the job's ``Heartbeat`` metric newer than the restart (each declared
+   job's, by its ``Job`` dimension): the job runs micro-batches again.
 6. Arm the alarms that wait for the first deploy (``metric_names.ARMED_BY_DEPLOY``:
-   the job's and the archiver's heartbeats, the checkpoint copies), which infra
-   creates with their actions off; every later deploy finds them armed.
+   the job's, or each declared job's, and the archiver's heartbeats, the
+   checkpoint copies), which infra creates with their actions off; every later
+   deploy finds them armed.
 
 A failure after step 3 leaves ``job-version`` at the new version, and systemd
 keeps restarting the service with it; roll back with ``deploy --version <old>``,
@@ -31,6 +33,7 @@ from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
+from app import handoff
 from app.ops import metrics, service
 from app.ops.aws import AwsClients
 from app.ops.environment import find_driver, read_handoff, write_job_version
@@ -132,24 +135,32 @@ def deploy(
     # Step 3: the version the service installs, and the only bytes it installs.
     write_job_version(clients.ssm, environment, target, sha256)
     progress(f"job-version {previous} -> {target}")
-    # Step 4: restart on the driver.
+    # Step 4: restart on the driver: the one job, or every declared job.
+    jobs = found.jobs
+    units = [handoff.job_unit(job) for job in jobs] or [service.UNIT]
     instance = find_driver(clients.ec2, found)
-    progress(f"restarting {service.UNIT} on {instance}")
-    restarted = service.restart(clients.ssm, clients.ec2, instance, target, poll_s=min(poll_s, 5.0))
+    progress(f"restarting {' '.join(units)} on {instance}")
+    restarted = service.restart(
+        clients.ssm, clients.ec2, instance, target, poll_s=min(poll_s, 5.0), units=units
+    )
     progress(
         f"restarted at {restarted.done_at.isoformat(timespec='seconds')}; waiting for a heartbeat"
     )
-    # Step 5: the job's heartbeat after the restart.
-    heartbeat = metrics.wait_for_heartbeat(
-        clients.cloudwatch,
-        namespace=found.metric_namespace,
-        environment=environment,
-        after=restarted.done_at,
-        timeout_s=heartbeat_timeout_s,
-        poll_s=poll_s,
-    )
+    # Step 5: each job's heartbeat after the restart.
+    for job in jobs or (None,):
+        heartbeat = metrics.wait_for_heartbeat(
+            clients.cloudwatch,
+            namespace=found.metric_namespace,
+            environment=environment,
+            after=restarted.done_at,
+            timeout_s=heartbeat_timeout_s,
+            poll_s=poll_s,
+            job=job,
+        )
+        if job is not None:
+            progress(f"job {job}: heartbeat {heartbeat.timestamp.isoformat(timespec='seconds')}")
     # Step 6: what runs now may page.
-    armed = metrics.arm_alarms(clients.cloudwatch, environment)
+    armed = metrics.arm_alarms(clients.cloudwatch, environment, jobs)
     if armed:
         progress(f"armed {', '.join(armed)}")
     return DeployReport(

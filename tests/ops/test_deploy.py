@@ -141,6 +141,76 @@ def test_the_first_deploy_arms_the_alarms_that_waited_for_it(
     }
 
 
+def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_its_heartbeat(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name(environment.name, handoff.JOBS),
+        Value="plant,lab",
+        Type="String",
+    )
+    names = ["job-heartbeat-missing", "job-plant-heartbeat-missing", "job-lab-heartbeat-missing"]
+    for name in names:
+        aws.cloudwatch.put_metric_alarm(
+            AlarmName=f"tablecast-{environment.name}-{name}",
+            Namespace=metric_names.NAMESPACE,
+            MetricName=metric_names.HEARTBEAT,
+            Statistic="Sum",
+            Period=300,
+            EvaluationPeriods=1,
+            Threshold=1,
+            ComparisonOperator="LessThanThreshold",
+            ActionsEnabled=False,
+        )
+    lines: list[str] = []
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant", "lab")):
+        report = deploy.deploy(
+            aws,
+            environment.name,
+            wheel=job_wheel,
+            heartbeat_timeout_s=20,
+            poll_s=0.05,
+            progress=lines.append,
+        )
+    (script,) = commands(aws, environment)
+    assert "systemctl restart tablecast-job@plant.service tablecast-job@lab.service" in script
+    # Both active, each asked (is-active of several succeeds where any is).
+    assert (
+        "systemctl is-active --quiet tablecast-job@plant.service && "
+        "systemctl is-active --quiet tablecast-job@lab.service"
+    ) in script
+    assert "tablecast-job.service" not in script
+    assert [line.split(":")[0] for line in lines if line.startswith("job ")] == [
+        "job plant",
+        "job lab",
+    ]
+    prefix = f"tablecast-{environment.name}-"
+    # Each job's heartbeat alarm, not the one job's (which an environment with jobs lacks).
+    assert {name.removeprefix(prefix) for name in report.armed} == {
+        "job-plant-heartbeat-missing",
+        "job-lab-heartbeat-missing",
+    }
+
+
+def test_a_declared_job_without_a_heartbeat_fails_the_deploy(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name(environment.name, handoff.JOBS),
+        Value="plant,lab",
+        Type="String",
+    )
+    # Only plant beats: the deploy names lab.
+    with (
+        DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant",)),
+        pytest.raises(HeartbeatTimeoutError) as failed,
+    ):
+        deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=1, poll_s=0.05)
+    assert str(failed.value).startswith(
+        f"environment {environment.name}, job lab: no Heartbeat metric newer than"
+    )
+
+
 def test_the_same_wheel_is_not_uploaded_twice_and_a_changed_one_is_refused(
     aws: AwsClients, environment: Environment, job_wheel: Wheel, tmp_path: Path
 ) -> None:
