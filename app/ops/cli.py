@@ -79,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     start = commands.add_parser("start", help="start the job's service, wait for a heartbeat")
     _environment(start, required=True)
+    _job(start)
     _heartbeat(start)
     stop = commands.add_parser("stop", help="stop the job's service (its alarms will fire)")
     _environment(stop, required=True)
+    _job(stop)
 
     topics = commands.add_parser("topics", help="create or list topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True)
@@ -258,6 +260,15 @@ def _environment(parser: argparse.ArgumentParser, *, required: bool) -> None:
     )
 
 
+def _job(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--job",
+        metavar="NAME",
+        default=None,
+        help="one of the jobs the deployment settings declare (SSM jobs) [the one job]",
+    )
+
+
 def _heartbeat(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heartbeat-timeout",
@@ -361,13 +372,14 @@ def _service(args: argparse.Namespace) -> int:
 
     clients = AwsClients.create(args.region)
     found = read_handoff(clients.ssm, args.environment)
+    unit = _job_unit(found, args.job)
     instance = find_driver(clients.ec2, found)
     if args.command == "stop":
-        done = service.stop(clients.ssm, clients.ec2, instance)
-        _say(f"{service.UNIT} stopped on {instance} (command {done.command_id})")
+        done = service.stop(clients.ssm, clients.ec2, instance, unit=unit)
+        _say(f"{unit} stopped on {instance} (command {done.command_id})")
         return 0
-    done = service.start(clients.ssm, clients.ec2, instance)
-    _say(f"{service.UNIT} started on {instance}; waiting for a heartbeat")
+    done = service.start(clients.ssm, clients.ec2, instance, unit=unit)
+    _say(f"{unit} started on {instance}; waiting for a heartbeat")
     heartbeat = metrics.wait_for_heartbeat(
         clients.cloudwatch,
         namespace=found.metric_namespace,
@@ -375,9 +387,25 @@ def _service(args: argparse.Namespace) -> int:
         after=done.done_at,
         timeout_s=args.heartbeat_timeout,
         poll_s=args.poll,
+        job=args.job,
     )
     _say(f"heartbeat at {heartbeat.timestamp.isoformat(timespec='seconds')}")
     return 0
+
+
+def _job_unit(found: Handoff, job: str | None) -> str:
+    """The service of ``--job`` (a declared job's), or of the environment's one job."""
+    declared = ", ".join(found.jobs)
+    if job is None and found.jobs:
+        raise ConfigurationError(
+            f"environment {found.environment} declares jobs ({declared}): name one with --job"
+        )
+    if job is not None and job not in found.jobs:
+        raise ConfigurationError(
+            f"--job {job}: environment {found.environment} declares "
+            + (f"jobs {declared} only" if found.jobs else "no jobs (it runs its one job)")
+        )
+    return handoff.job_unit(job)
 
 
 def _handoff(args: argparse.Namespace) -> Handoff | None:

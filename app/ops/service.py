@@ -84,26 +84,32 @@ def restart_script(version: str, units: Sequence[str] = (UNIT,)) -> list[str]:
     ]
 
 
-def start_script() -> list[str]:
+def start_script(unit: str = UNIT) -> list[str]:
     return [
         "set -eu",
-        f"systemctl start {UNIT}",
+        f"systemctl start {unit}",
         _STAMP,
-        f"systemctl is-active {UNIT}",
+        f"systemctl is-active {unit}",
     ]
 
 
-def stop_script() -> list[str]:
+def stop_script(unit: str = UNIT) -> list[str]:
     return [
         "set -eu",
-        f"systemctl stop {UNIT}",
-        f"if systemctl is-active --quiet {UNIT}; then echo '{UNIT} still active' >&2; exit 1; fi",
-        f"echo '{UNIT} stopped'",
+        f"systemctl stop {unit}",
+        f"if systemctl is-active --quiet {unit}; then echo '{unit} still active' >&2; exit 1; fi",
+        f"echo '{unit} stopped'",
     ]
 
 
 def _run(
-    ssm: SSMClient, ec2: EC2Client, instance_id: str, action: str, script: list[str], poll_s: float
+    ssm: SSMClient,
+    ec2: EC2Client,
+    instance_id: str,
+    action: str,
+    script: list[str],
+    poll_s: float,
+    unit: str = UNIT,
 ) -> ServiceAction:
     # Check, then act: a stopped or terminated driver fails here, by name.
     remote.driver_running_check(ec2, instance_id)
@@ -111,7 +117,7 @@ def _run(
         ssm,
         instance_id,
         script,
-        what=f"{action} of {UNIT}",
+        what=f"{action} of {unit}",
         timeout_s=INSTALL_WAIT_S + 120,
         poll_s=poll_s,
     )
@@ -147,10 +153,12 @@ def restart(
 
 
 def start(
-    ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0
+    ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0, unit: str = UNIT
 ) -> ServiceAction:
-    return _run(ssm, ec2, instance_id, "start", start_script(), poll_s)
+    return _run(ssm, ec2, instance_id, "start", start_script(unit), poll_s, unit)
 
 
-def stop(ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0) -> ServiceAction:
-    return _run(ssm, ec2, instance_id, "stop", stop_script(), poll_s)
+def stop(
+    ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0, unit: str = UNIT
+) -> ServiceAction:
+    return _run(ssm, ec2, instance_id, "stop", stop_script(unit), poll_s, unit)

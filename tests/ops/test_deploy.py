@@ -322,6 +322,36 @@ def test_cli_deploys_a_given_wheel_then_stops_and_starts_the_job(
     assert "systemctl start tablecast-job.service" in start
 
 
+def test_cli_stops_and_starts_a_declared_job_by_name_and_refuses_an_unnamed_one(
+    aws: AwsClients,
+    environment: Environment,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name(environment.name, handoff.JOBS),
+        Value="plant,lab",
+        Type="String",
+    )
+    poll = ["--poll", "50ms", "--heartbeat-timeout", "20s"]
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
+        assert main(["--region", REGION, "stop", "-e", "dev", "--job", "lab"]) == 0
+        assert main(["--region", REGION, "start", "-e", "dev", "--job", "lab", *poll]) == 0
+    out = capsys.readouterr().out
+    assert "tablecast-job@lab.service stopped" in out
+    assert "tablecast-job@lab.service started" in out and "heartbeat at" in out
+    stop, start = commands(aws, environment)
+    assert "systemctl stop tablecast-job@lab.service" in stop
+    assert "systemctl start tablecast-job@lab.service" in start
+    # Without --job, or with one the settings do not declare: one line, nothing sent.
+    assert main(["--region", REGION, "stop", "-e", "dev"]) == 64
+    assert main(["--region", REGION, "start", "-e", "dev", "--job", "meters"]) == 64
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "tablecast-ops stop: environment dev declares jobs (plant, lab): name one with --job",
+        "tablecast-ops start: --job meters: environment dev declares jobs plant, lab only",
+    ]
+    assert len(commands(aws, environment)) == 2
+
+
 def test_cli_reports_a_missing_environment_in_one_line(
     aws: AwsClients, capsys: pytest.CaptureFixture[str]
 ) -> None:
