@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="job version, heartbeat, lag, alarms")
     _environment(status, required=True)
+    _job(status)
 
     start = commands.add_parser("start", help="start the job's service, wait for a heartbeat")
     _environment(start, required=True)
@@ -362,7 +363,9 @@ def _deploy(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from app.ops import status
 
-    found = status.read_status(AwsClients.create(args.region), args.environment)
+    clients = AwsClients.create(args.region)
+    _job_unit(read_handoff(clients.ssm, args.environment), args.job)
+    found = status.read_status(clients, args.environment, args.job)
     _say(*found.lines())
     return 0 if found.healthy else 1
 
