@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="overwrite a different wheel uploaded under the same version",
     )
+    deploy.add_argument(
+        "--schema",
+        action="append",
+        default=[],
+        metavar="JOB=FILE",
+        help="a declared job's table schema document, stored beside the wheels (repeatable)",
+    )
     _heartbeat(deploy)
 
     status = commands.add_parser("status", help="job version, heartbeat, lag, alarms")
@@ -342,6 +349,7 @@ def _commit(args: argparse.Namespace, built: wheel.Wheel | None) -> str:
 
 
 def _deploy(args: argparse.Namespace) -> int:
+    schemas = _schemas(args.schema)  # a bad form costs no build
     built = _wheel(args, _say)
     if built is not None:
         _say(f"wheel {built.name} sha256 {built.sha256}")
@@ -355,9 +363,23 @@ def _deploy(args: argparse.Namespace) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
         poll_s=args.poll,
         progress=_say,
+        schemas=schemas,
     )
     _say(*report.lines())
     return 0
+
+
+def _schemas(given: list[str]) -> dict[str, Path]:
+    """``--schema JOB=FILE``, by job."""
+    found: dict[str, Path] = {}
+    for text in given:
+        job, equals, file = text.partition("=")
+        if not (equals and job and file):
+            raise ConfigurationError(f"--schema {text!r}: give JOB=FILE")
+        if job in found:
+            raise ConfigurationError(f"--schema {text!r}: job {job} has a schema already")
+        found[job] = Path(file)
+    return found
 
 
 def _status(args: argparse.Namespace) -> int:

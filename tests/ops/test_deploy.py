@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -195,6 +196,68 @@ def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_it
         "job-plant-heartbeat-missing",
         "job-lab-heartbeat-missing",
     }
+
+
+SCHEMA = '[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\n'
+
+
+def test_a_deploy_stores_a_declared_jobs_schema_beside_the_wheels_and_records_its_hash(
+    aws: AwsClients,
+    environment: Environment,
+    job_wheel: Wheel,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name(environment.name, handoff.JOBS), Value="lab", Type="String"
+    )
+    schema = tmp_path / "lab.toml"
+    schema.write_text(SCHEMA, encoding="utf-8")
+    digest = hashlib.sha256(SCHEMA.encode()).hexdigest()
+    poll = ["--poll", "50ms", "--heartbeat-timeout", "20s"]
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
+        deployed = ["deploy", "-e", "dev", "--wheel", str(job_wheel.path), *poll]
+        assert main(["--region", REGION, *deployed, "--schema", f"lab={schema}"]) == 0
+    key = f"artifacts/schemas/{digest}.toml"
+    stored = aws.s3.get_object(Bucket=environment.bucket, Key=key)
+    # What run-job fetches and checks (tests/ami/test_ami_run_job.py).
+    assert stored["Body"].read() == SCHEMA.encode()
+    assert stored["Metadata"] == {"sha256": digest}
+    recorded = handoff.job_parameter_name(environment.name, "lab", handoff.SCHEMA_SHA256)
+    assert aws.ssm.get_parameter(Name=recorded)["Parameter"]["Value"] == digest
+    assert f"job lab: schema s3://{environment.bucket}/{key}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("given", "document", "complaint"),
+    [
+        ("meters={file}", SCHEMA, "--schema meters={file}: environment dev declares no job meters"),
+        ("lab={file}", SCHEMA.replace('"string"', '"int65"'), "int65"),
+        ("lab", SCHEMA, "--schema 'lab': give JOB=FILE"),
+    ],
+)
+def test_a_schema_of_no_declared_job_or_malformed_is_refused_before_anything_changes(
+    aws: AwsClients,
+    environment: Environment,
+    job_wheel: Wheel,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    given: str,
+    document: str,
+    complaint: str,
+) -> None:
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name(environment.name, handoff.JOBS), Value="lab", Type="String"
+    )
+    schema = tmp_path / "lab.toml"
+    schema.write_text(document, encoding="utf-8")
+    argv = ["deploy", "-e", "dev", "--wheel", str(job_wheel.path), "--schema"]
+    assert main(["--region", REGION, *argv, given.format(file=schema)]) == 64
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert complaint.format(file=schema) in error
+    listed = aws.s3.list_objects_v2(Bucket=environment.bucket).get("Contents", [])
+    assert listed == [], "nothing uploaded"
+    assert job_version(aws, environment) == "none" and commands(aws, environment) == []
 
 
 def test_a_declared_job_without_a_heartbeat_fails_the_deploy(
