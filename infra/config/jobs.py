@@ -12,8 +12,9 @@ An environment's table may declare jobs, each a table of its own::
 Each runs on the environment's Spark cluster as ``tablecast-job@<name>.service``
 on the driver, with its own checkpoint, hand-off (``/tablecast/<env>/jobs/<name>/``),
 alarms and dashboard rows. An environment that declares none runs its one job
-(``tablecast-job.service``, ``/tablecast/<env>/``). What one job's settings are is :class:`JobSettings`; a new
-setting is a field there and one entry in :data:`FIELDS` (its parser), nothing else.
+(``tablecast-job.service``, ``/tablecast/<env>/``). What one job's settings are is
+:class:`JobSettings`; a new setting is a field there and one entry in :data:`FIELDS`
+(its parser), nothing else.
 """
 
 from __future__ import annotations

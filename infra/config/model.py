@@ -145,7 +145,9 @@ class EnvironmentConfig:
     @property
     def jobs(self) -> tuple[JobSettings, ...]:
         """The jobs the deployment settings declare; none: the environment's one job."""
-        return self.deployment.jobs
+        # Before the settings are checked, deployment may still be missing (None).
+        jobs: tuple[JobSettings, ...] = getattr(self.deployment, "jobs", ())
+        return jobs
 
     @property
     def glue_tables(self) -> tuple[str, ...]:
