@@ -26,10 +26,14 @@ manifest stays. So the table keeps a bounded history:
   (``commit.manifest-merge.enabled``), so a manifest list does not grow with
   the batches.
 - **Files no snapshot references** (:class:`MetadataFiles`): manifest lists
-  and manifests of expired snapshots, and metadata files a crash or an
-  older table left, are deleted by the live job once the retire grace has
-  passed since it found them unreferenced, so a query planned on a snapshot
-  just before it expired still reads its manifests. The table's data files
+  and manifests of expired snapshots, and files a crash or an older table
+  left, are deleted by the live job once the retire grace has passed since
+  it found them unreferenced, so a query planned on a snapshot just before
+  it expired still reads its manifests. It sees snapshots expire as it
+  commits; what it never saw referenced (an earlier run's leftovers) it
+  finds by listing the folder at its start and every hour, taking only
+  files older than the current snapshot (by more than a clock's skew): a
+  commit still under way writes newer ones. The table's data files
   are the output's own: a rewrite retires them (:mod:`app.sink.rewrite`),
   never this.
 """
@@ -44,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app import defaults
+from app.sink import rewrite as rewrite_mod
 from app.storage import Location
 
 if TYPE_CHECKING:
@@ -55,9 +60,6 @@ log = logging.getLogger(__name__)
 
 EVERY_SNAPSHOT_S = 3600.0  # every snapshot of the last hour is kept
 ONE_PER_S = 3600.0  # before it, the newest of each hour
-# A file nobody references, found by the listing of the whole folder (not seen expire
-# by this process): left alone this long, so a commit still writing it is over.
-UNKNOWN_FILE_AGE_S = 3600.0
 SWEEP_EVERY_S = 3600.0  # the folder is listed whole at the job's start and this often
 METADATA_DIR = "metadata"
 
@@ -184,7 +186,7 @@ class MetadataFiles:
             if s.manifest_list in self._lists
         }
         if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY_S:
-            self._sweep(location, referenced, now)
+            self._sweep(location, table, referenced, now)
             self._swept_at = now
 
     def due(self) -> list[str]:
@@ -239,12 +241,16 @@ class MetadataFiles:
             found |= manifests
         return found
 
-    def _sweep(self, location: Location, referenced: set[str], now: float) -> None:
+    def _sweep(self, location: Location, table: Table, referenced: set[str], now: float) -> None:
         """The folder listed whole: files no snapshot references that this process never saw
-        referenced (an earlier run's, a crashed commit's), once older than a commit takes."""
+        referenced (an earlier run's, a crashed commit's). Only those older than the current
+        snapshot by more than a clock's skew: a commit still under way started after it, so
+        its files are newer, and one that started before it can no longer succeed."""
         folder = _relative(location, posixpath.join(_table_root(location), METADATA_DIR))
-        if folder is None:
+        current = table.metadata.current_snapshot()
+        if folder is None or current is None:
             return
+        before = current.timestamp_ms / 1000 - rewrite_mod.MAX_CLOCK_SKEW_S
         for info in location.list_dir(folder):
             name = info.base_name
             if not (name.endswith(".avro") or name.endswith(".metadata.json")):
@@ -252,7 +258,7 @@ class MetadataFiles:
             recorded = _uri(location, info.path)
             if recorded in referenced or recorded in self._found or info.mtime is None:
                 continue
-            if now - info.mtime.timestamp() >= UNKNOWN_FILE_AGE_S:
+            if info.mtime.timestamp() < before:
                 self._found[recorded] = now
 
 

@@ -34,9 +34,9 @@ from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.metrics.consumer_group import CommitStats, GroupCommitter
 from app.metrics.listener import (
+    REPORTS_KEPT,
     BatchMetrics,
     Lag,
-    REPORTS_KEPT,
     MetricsListener,
     SourceLag,
     batch_metrics,

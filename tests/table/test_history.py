@@ -199,15 +199,16 @@ def test_files_an_earlier_run_left_unreferenced_are_found_by_the_folders_listing
     publish_batches(output, expected, cuts(expected, 6))
     table_commit.catch_up(location)
     folder = tmp_path / "out/_iceberg/table/metadata"
-    for number in range(3):  # a crashed commit's leftovers, an hour old and more
+    current = load_table(output).current_snapshot()
+    for number in range(3):  # a crashed run's leftovers, from before the current snapshot
         stray = folder / f"snap-{number}-0-stray.avro"
         stray.write_bytes(b"x")
-        os.utime(stray, (0, 0))
+        old = current.timestamp_ms / 1000 - 61
+        os.utime(stray, (old, old))
     young = folder / "snap-9-0-young.avro"  # a commit still under way elsewhere
     young.write_bytes(b"x")
     files = MetadataFiles(grace_s=60.0)
     clock = files.clock = Clock()
-    clock.now = young.stat().st_mtime + 5
     files.note(location, load_table(output))
     clock.now += 61
     assert files.delete(location, load_table(output), lambda: None) == 3
