@@ -5,15 +5,17 @@ rewrites a metadata file that lists them all, and every manifest list and
 manifest stays. So the table keeps a bounded history:
 
 - **Snapshots** (:class:`TableHistory`, ``tablecast run --table-history``,
-  5 days by default, Iceberg's own default age): every snapshot of the last
-  hour, then the newest snapshot of each hour (UTC) back to the history's
-  start; older ones are expired, in the same commit as the batch that makes
-  them old (:func:`expiring`; one metadata file per batch, as before). The
-  current snapshot always stays, and so does the newest one naming the
-  ledger entry the table holds (:mod:`app.table.commit`'s position).
-  Time travel to a minute of the last hour, or to an hour of the last days,
-  is what readers ask of it; a snapshot per minute for days would cost a
-  metadata file of megabytes rewritten every minute.
+  5 days by default, Iceberg's own default age): the newest sixty, then the
+  newest of each minute of the last hour and of each hour (UTC) back to the
+  history's start; the others are expired, in the same commit as the batch
+  that makes them old (:meth:`TableHistory.expiring`; one metadata file per
+  batch, as before). At a minute's trigger that is every batch of the last
+  hour and one an hour before; at any trigger, at most 120 snapshots and 24
+  a day of history. The current snapshot always stays, and so does the
+  newest one naming the ledger entry the table holds (the position of
+  :mod:`app.table.commit`). Time travel to a minute of the last hour, or to
+  an hour of the last days, is what readers ask of it; a snapshot per batch
+  for days would cost a metadata file of megabytes, rewritten every batch.
 - **Snapshots a rewrite leaves unreadable** (:func:`holding`): a rewrite's
   snapshot (replay, correct, repair, compaction) expires, in the same
   commit, every snapshot that still holds a file it replaces, since those
@@ -58,42 +60,46 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EVERY_SNAPSHOT_S = 3600.0  # every snapshot of the last hour is kept
-ONE_PER_S = 3600.0  # before it, the newest of each hour
+NEWEST = 60  # the newest snapshots, each kept (an hour of batches at a minute's trigger)
+# Then, back to the history: the newest snapshot of each minute of the last hour, and of
+# each hour before it (UTC). However fast the trigger, at most 60 + 60 + 24 a day.
+TIERS = ((3600.0, 60.0), (float("inf"), 3600.0))  # (within this age, one per this long)
 SWEEP_EVERY_S = 3600.0  # the folder is listed whole at the job's start and this often
 METADATA_DIR = "metadata"
 
 
 @dataclass(frozen=True)
 class TableHistory:
-    """How far back the table's snapshots reach (``--table-history``)."""
+    """How far back the table's snapshots reach (``--table-history``), and how thinly."""
 
     keep_s: float = defaults.TABLE_HISTORY_S
-    every_s: float = EVERY_SNAPSHOT_S
-    one_per_s: float = ONE_PER_S
+    newest: int = NEWEST
+    tiers: tuple[tuple[float, float], ...] = TIERS
 
     def expiring(self, metadata: TableMetadata, now_ms: int | None = None) -> list[int]:
-        """The snapshots to expire now: older than the history, or not the newest of their
-        hour once older than an hour; never the current one, the newest holding the
-        table's position, or a branch's or tag's."""
+        """The snapshots to expire now: older than the history, or neither among the
+        newest nor the newest of their minute (last hour) or hour (before); never the
+        current one, the newest holding the table's position, or a branch's or tag's."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        kept = _protected(metadata)
-        recent_ms = now_ms - min(self.every_s, self.keep_s) * 1000
+        order = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
         oldest_ms = now_ms - self.keep_s * 1000
-        newest_of: dict[int, tuple[int, int]] = {}
-        for snapshot in metadata.snapshots:
-            bucket = int(snapshot.timestamp_ms // (self.one_per_s * 1000))
-            key = (snapshot.timestamp_ms, snapshot.sequence_number or 0)
-            newest_of[bucket] = max(newest_of.get(bucket, key), key)
-        expired: list[int] = []
-        for snapshot in metadata.snapshots:
-            if snapshot.snapshot_id in kept or snapshot.timestamp_ms >= recent_ms:
+        newest = [
+            s for s in order[max(0, len(order) - self.newest) :] if s.timestamp_ms >= oldest_ms
+        ]
+        kept = _protected(metadata) | {s.snapshot_id for s in newest}
+        taken: set[tuple[int, int]] = set()  # (tier, bucket) whose newest is kept
+        for snapshot in reversed(order):  # newest first: each bucket keeps its newest
+            if snapshot.timestamp_ms < oldest_ms:
                 continue
-            bucket = int(snapshot.timestamp_ms // (self.one_per_s * 1000))
-            newest = newest_of[bucket] == (snapshot.timestamp_ms, snapshot.sequence_number or 0)
-            if snapshot.timestamp_ms < oldest_ms or not newest:
-                expired.append(snapshot.snapshot_id)
-        return expired
+            age_ms = now_ms - snapshot.timestamp_ms
+            for tier, (within_s, one_per_s) in enumerate(self.tiers):
+                if age_ms <= within_s * 1000:
+                    bucket = (tier, int(snapshot.timestamp_ms // (one_per_s * 1000)))
+                    if bucket not in taken:
+                        taken.add(bucket)
+                        kept.add(snapshot.snapshot_id)
+                    break
+        return [s.snapshot_id for s in order if s.snapshot_id not in kept]
 
 
 def _protected(metadata: TableMetadata) -> set[int]:

@@ -85,37 +85,61 @@ def _metadata(stamps: list[int], current: int | None = None, tags: dict[str, int
     )
 
 
-def test_every_snapshot_of_the_last_hour_then_one_an_hour_back_to_the_history() -> None:
+def test_the_newest_then_one_a_minute_for_an_hour_then_one_an_hour_back_to_the_history() -> None:
     now = 1000 * HOUR_MS
-    # A snapshot a quarter of an hour for a day and a half, the newest now.
-    stamps = [now - k * HOUR_MS // 4 for k in range(6 * 24, -1, -1)]
+    # A snapshot every 15 seconds for a day and a half (a fast trigger), the newest now.
+    stamps = [now - k * 15_000 for k in range(4 * 60 * 36, -1, -1)]
     metadata = _metadata(stamps)
     history = TableHistory(keep_s=24 * 3600)
     expired = set(history.expiring(metadata, now_ms=now))
-    kept = [s for s in metadata.snapshots if s.snapshot_id not in expired]
-    ages = [(now - s.timestamp_ms) / HOUR_MS for s in kept]
-    recent = [a for a in ages if a <= 1]
-    assert len(recent) == 5  # the last hour: every one (0, 1/4, 1/2, 3/4, 1 hour old)
-    older = [s.timestamp_ms // HOUR_MS for s in kept if (now - s.timestamp_ms) > HOUR_MS]
-    assert older == sorted(set(older))  # one per hour
-    assert max(ages) <= 24 and len(older) == 23  # back to the history, no further
-    # The newest of each hour is the one kept: the same ones at the next batch.
-    later = set(history.expiring(metadata, now_ms=now + 60_000))
-    assert expired <= later
+    kept = sorted(
+        (s for s in metadata.snapshots if s.snapshot_id not in expired),
+        key=lambda s: s.timestamp_ms,
+    )
+    assert [s.snapshot_id for s in kept[-60:]] == [s.snapshot_id for s in metadata.snapshots[-60:]]
+    older = [s.timestamp_ms for s in kept[:-60]]
+    minute = [t for t in older if now - t <= HOUR_MS]
+    hourly = [t for t in older if now - t > HOUR_MS]
+    assert len({t // 60_000 for t in minute}) == len(minute) >= 44  # one a minute
+    assert len({t // HOUR_MS for t in hourly}) == len(hourly) == 23  # one an hour
+    assert all(now - t <= 24 * HOUR_MS for t in hourly)  # back to the history, no further
+    assert len(kept) <= 60 + 60 + 24
+    # Expired, they leave nothing more to expire at once: the choice is stable.
+    reduced = metadata.model_copy(update={"snapshots": kept})
+    assert history.expiring(reduced, now_ms=now) == []
+
+
+def test_at_a_minutes_trigger_every_batch_of_the_last_hour_stays() -> None:
+    now = 1000 * HOUR_MS
+    stamps = [now - k * 60_000 for k in range(60 * 48, -1, -1)]  # two days, one a minute
+    metadata = _metadata(stamps)
+    expired = set(TableHistory(keep_s=5 * 24 * 3600).expiring(metadata, now_ms=now))
+    ages = sorted(now - s.timestamp_ms for s in metadata.snapshots if s.snapshot_id not in expired)
+    assert ages[:61] == [k * 60_000 for k in range(61)]
+    assert len(ages) == 61 + 47
+
+
+def test_fewer_snapshots_than_the_newest_kept_are_all_kept() -> None:
+    now = 1000 * HOUR_MS
+    for count in (1, 30, 59, 60):  # within one minute
+        metadata = _metadata([now - k * 100 for k in range(count, 0, -1)])
+        assert TableHistory().expiring(metadata, now_ms=now) == []
+    metadata = _metadata([now - k * 100 for k in range(61, 0, -1)])
+    assert TableHistory().expiring(metadata, now_ms=now) == [1]  # the oldest of the minute
 
 
 def test_the_current_snapshot_its_position_and_tags_never_expire() -> None:
     now = 1000 * HOUR_MS
     stamps = [now - 50 * HOUR_MS, now - 49 * HOUR_MS, now - 48 * HOUR_MS]
     metadata = _metadata(stamps, tags={"t": 1})
-    assert TableHistory(keep_s=3600).expiring(metadata, now_ms=now) == [2]
+    assert TableHistory(keep_s=3600, newest=1).expiring(metadata, now_ms=now) == [2]
     # A current snapshot that names no entry (a rewrite before such snapshots did): the
     # newest one that does stays with it.
     from pyiceberg.table.snapshots import Operation, Summary
 
     rewrite = metadata.snapshots[2].model_copy(update={"summary": Summary(Operation.OVERWRITE)})
     metadata = metadata.model_copy(update={"snapshots": [*metadata.snapshots[:2], rewrite]})
-    assert TableHistory(keep_s=0).expiring(metadata, now_ms=now) == []
+    assert TableHistory(keep_s=0, newest=1).expiring(metadata, now_ms=now) == []
 
 
 def _live(settings: TableSettings | None = None) -> LiveTable:
