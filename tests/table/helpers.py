@@ -102,6 +102,25 @@ def assert_every_snapshot_reads(output: Path | str) -> None:
         assert not gone, (snapshot.snapshot_id, snapshot.summary, gone[:3])
 
 
+def assert_no_snapshot_holds_a_replaced_file(output: Path | str) -> None:
+    """Every file any offered snapshot names is visible now: a rewrite (repair, replay,
+    correct, compaction) expired every snapshot holding a file it replaced, in its own
+    commit, although the replaced files stay through the retire grace."""
+    location = resolve(str(output))
+    visible = {
+        table_commit.data_path(location, f)
+        for f in visible_files(location)
+        if not f.startswith("_quarantine/")
+    }
+    table = load_table(output)
+    for snapshot in table.snapshots():
+        planned = {
+            t.file.file_path for t in table.scan(snapshot_id=snapshot.snapshot_id).plan_files()
+        }
+        replaced = sorted(planned - visible)
+        assert not replaced, (snapshot.snapshot_id, snapshot.summary, replaced[:3])
+
+
 def publish_batches(
     output: str, rows: pa.Table, cuts: list[Offsets], fence: Fence | None = None
 ) -> None:

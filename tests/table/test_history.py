@@ -293,3 +293,33 @@ def test_a_table_made_before_the_history_properties_takes_them_once(tmp_path: Pa
         assert reopened.properties[key] == value
     again = catalog_mod.open_table(location, config)
     assert again.metadata_location == reopened.metadata_location  # no commit more
+
+
+def test_a_commits_manifest_list_does_not_grow_with_the_batches(tmp_path: Path) -> None:
+    """Each batch adds a manifest; once a hundred accumulate they are merged, so however many
+    batches ran, a snapshot's manifest list (what a reader and the next commit read) stays
+    under a hundred and one manifests."""
+    from app.tools.generate import CaptureSpec
+
+    archive = tmp_path / "archive"
+    write_capture(
+        archive,
+        CaptureSpec(topics=1, partitions=1, sessions=4, updates=80, resync_every=20, seed=3),
+    )
+    rows = verify.expected_output(str(archive), "^sensor-.+").rows
+    output = str(tmp_path / "out")
+    location = resolve(output)
+    batches = 130
+    publish_batches(output, rows, cuts(rows, batches))
+    table = _live()
+    counts = []
+    for number in range(batches):
+        table.catch_up(location, below=number + 1)
+        current = load_table(output)
+        counts.append(len(current.current_snapshot().manifests(current.io)))
+    assert counts[:99] == list(range(1, 100))  # a manifest a batch, then merged
+    # The hundredth batch's commit merges them into one; the next batches add theirs to it.
+    assert counts[99:] == list(range(1, batches - 98)), counts[95:]
+    assert_follows_ledger(output)
+    comparison = verify.compare(rows, table_rows(output))
+    assert comparison.ok, comparison.report()
