@@ -66,20 +66,26 @@ def _metadata(stamps: list[int], current: int | None = None, tags: dict[str, int
         {},
     )
     snapshots = [
-        Snapshot(
-            snapshot_id=n + 1,
-            parent_snapshot_id=n or None,
-            sequence_number=n + 1,
-            timestamp_ms=stamp,
-            manifest_list=f"/t/snap-{n}.avro",
-            summary=Summary(Operation.APPEND, **{ENTRY: str(n)}),
+        Snapshot.model_validate(  # by Iceberg's field names, as pyiceberg's models take them
+            {
+                "snapshot-id": n + 1,
+                "parent-snapshot-id": n or None,
+                "sequence-number": n + 1,
+                "timestamp-ms": stamp,
+                "manifest-list": f"/t/snap-{n}.avro",
+                "summary": Summary(Operation.APPEND, **{ENTRY: str(n)}),
+            }
         )
         for n, stamp in enumerate(stamps)
     ]
     head = current if current is not None else len(stamps)
-    refs = {"main": SnapshotRef(snapshot_id=head, snapshot_ref_type=SnapshotRefType.BRANCH)}
+    refs = {
+        "main": SnapshotRef.model_validate({"snapshot-id": head, "type": SnapshotRefType.BRANCH})
+    }
     for name, snapshot in (tags or {}).items():
-        refs[name] = SnapshotRef(snapshot_id=snapshot, snapshot_ref_type=SnapshotRefType.TAG)
+        refs[name] = SnapshotRef.model_validate(
+            {"snapshot-id": snapshot, "type": SnapshotRefType.TAG}
+        )
     return base.model_copy(
         update={"snapshots": snapshots, "current_snapshot_id": head, "refs": refs}
     )
