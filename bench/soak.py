@@ -437,7 +437,8 @@ def real_run(name: str, batches: int, extra: list[str], marks: tuple[int, ...]) 
     ]
     run = Run()
     started = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    errors = (work / "stderr.txt").open("w")  # the job's log lines; its metrics on stdout
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True)
     location = resolve(str(output))
     done = threading.Event()
 
@@ -454,11 +455,12 @@ def real_run(name: str, batches: int, extra: list[str], marks: tuple[int, ...]) 
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    assert process.stderr is not None
-    for line in process.stderr:
+    assert process.stdout is not None
+    for line in process.stdout:
         if line.startswith("{") and '"BatchDurationMs"' in line:
-            run.durations_ms.append(float(json.loads(line)["BatchDurationMs"]))
+            run.durations_ms.append(float(json.loads(line)["metrics"]["BatchDurationMs"]))
     process.wait()
+    errors.close()
     done.set()
     watcher.join()
     run.seconds = time.monotonic() - started
