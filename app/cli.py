@@ -793,9 +793,7 @@ def _verify(args: argparse.Namespace) -> int:
         (_schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
     )
     last = first if args.schema else verify_mod.output_table_schema(args.output)
-    actual = verify_mod.read_output(
-        args.output, required=True, schema=last, archive=args.archive
-    )
+    actual = verify_mod.read_output(args.output, required=True, schema=last, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
     table = check_table(resolve(args.output), archive=args.archive)
     rules = verify_mod.recorded_rules(
