@@ -34,6 +34,7 @@ from app.tools import generate as gen
 # duckdb and confluent-kafka cost seconds that `--help`, `generate` or a mistyped
 # option should not pay.
 if TYPE_CHECKING:
+    from app.contract.schema import TableSchema
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.plan import PartitionWork
     from app.recompute.run import Planned, RecomputeReport
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--output", required=True, help="output dataset (local path or s3://)")
     run.add_argument("--checkpoint", required=True, help="checkpoint (local path or hdfs://)")
+    _schema_option(
+        run, "the table schema (TOML, local path or s3://) [the default: row_id, value, status]"
+    )
     run.add_argument(
         "--trigger",
         default=defaults.TRIGGER,
@@ -305,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument(
         "--fault", action="append", default=[], choices=[f.value for f in gen.Fault]
     )
+    _schema_option(generate, "the table schema the capture's rows follow [the default]")
 
     repair = commands.add_parser(
         "repair", help="realign output and checkpoint: restart from the last snapshots"
@@ -339,6 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
     replay.add_argument("--topic-pattern", default=defaults.TOPIC_PATTERN)
     replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _schema_option(
+        replay,
+        "into an output without a ledger: the table schema the rows follow [the default]; "
+        "an output's ledger names its own",
+    )
     _recompute_options(replay)
 
     correct = commands.add_parser(
@@ -362,8 +372,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the live job's --integrity [from the output's ledger; else strict]",
     )
+    _schema_option(verify, "the table schema the job ran with [the one the output's ledger names]")
     _table_commands(commands)
     return parser
+
+
+def _schema_option(command: argparse.ArgumentParser, text: str) -> None:
+    command.add_argument("--schema", default=None, metavar="FILE", help=text)
+
+
+def _schema(args: argparse.Namespace) -> TableSchema:
+    """``--schema``: the table schema in the file (CONTRACT.md section 1a), or the default."""
+    from app.contract.schema import DEFAULT_SCHEMA, load_schema
+
+    return DEFAULT_SCHEMA if args.schema is None else load_schema(args.schema)
 
 
 def _table_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -621,11 +643,17 @@ def _run(args: argparse.Namespace) -> int:
         session_timeout_ms=parse_duration_ms(args.session_timeout),
         trace=frozenset(args.trace),
         table=_table_settings(args),
+        schema=_schema(args),
+        schema_document=args.schema or "(default)",
         writer_lease_s=_writer_lease(args),
     )
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
     from app.metrics.publisher import make_publisher
+    from app.sink import schemas
+
+    # A schema the output cannot take costs no JVM start (the job checks again, and records it).
+    schemas.check(resolve(config.output), config.schema, config.schema_document)
 
     console = Console()
     publisher = make_publisher(
@@ -746,6 +774,7 @@ def _generate(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         seed=args.seed,
         faults=tuple(gen.Fault(f) for f in args.fault),
+        schema=_schema(args),
     )
     capture = gen.generate(spec)
     progress = _Progress("writing archive")
@@ -767,14 +796,24 @@ def _verify(args: argparse.Namespace) -> int:
     from app.table.check import check_table
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    actual = verify_mod.read_output(args.output, required=True, archive=args.archive)
+    # The schema given, or each range's as the output's ledger records it.
+    first, changes = (
+        (_schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
+    )
+    last = first if args.schema else verify_mod.output_table_schema(args.output)
+    actual = verify_mod.read_output(args.output, required=True, schema=last, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
     table = check_table(resolve(args.output), archive=args.archive)
     rules = verify_mod.recorded_rules(
         args.output, None if args.integrity is None else IntegrityMode(args.integrity)
     )
     expected = verify_mod.expected_output(
-        args.archive, args.topic_pattern, rules.mode, timeout_ms=rules.timeout_ms
+        args.archive,
+        args.topic_pattern,
+        rules.mode,
+        timeout_ms=rules.timeout_ms,
+        schema=first,
+        changes=changes,
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
@@ -836,6 +875,7 @@ def _replay(args: argparse.Namespace) -> int:
         since,
         until,
         topic_pattern=_pattern(args.topic_pattern),
+        schema=_schema(args),
         **_recompute_rules(args),
     )
     return _carry_out(args, planned, retirement, "replaying partitions")

@@ -171,6 +171,9 @@ class LedgerEntry:
     # a claim's own entry names its writer.
     claim: int | None = None
     writer: WriterInfo | None = None
+    # The digest of the table schema the entry's rows were computed with, its document
+    # in _tablecast/schemas/ (app.sink.schemas); None in older entries: the default.
+    schema: str | None = None
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -211,6 +214,7 @@ class LedgerEntry:
             },
             "claim": self.claim,
             "writer": None if self.writer is None else self.writer.to_json(),
+            "schema": self.schema,
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -243,6 +247,7 @@ class LedgerEntry:
             },
             claim=doc.get("claim"),
             writer=None if doc.get("writer") is None else WriterInfo.from_json(doc["writer"]),
+            schema=doc.get("schema"),
         )
 
 
