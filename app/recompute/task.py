@@ -140,6 +140,8 @@ def _stage_own(
     result.rows = RowColumns(tp, result.rows.schema)
     result.quarantined = []
     return staged
+
+
 def _processors(plan: RecomputePlan) -> dict[str, Processor[Any]]:
     """A processor per table schema the ranges ran with: the plan's for its own."""
     own = plan.processor.schema.digest
