@@ -97,29 +97,39 @@ def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
     assert any(line.startswith("heartbeat:") for line in report.lines())
 
 
+def alarm(aws: AwsClients, environment: Environment, name: str, *, enabled: bool) -> None:
+    """A heartbeat alarm ``tablecast-<env>-<name>``, its actions on or off."""
+    aws.cloudwatch.put_metric_alarm(
+        AlarmName=f"tablecast-{environment.name}-{name}",
+        Namespace=metric_names.NAMESPACE,
+        MetricName=metric_names.HEARTBEAT,
+        Statistic="Sum",
+        Period=300,
+        EvaluationPeriods=1,
+        Threshold=1,
+        ComparisonOperator="LessThanThreshold",
+        ActionsEnabled=enabled,
+    )
+
+
+def declare_jobs(aws: AwsClients, environment: Environment, *names: str) -> None:
+    """The hand-off's ``jobs``, as infra writes it where the settings declare jobs."""
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name(environment.name, handoff.JOBS),
+        Value=",".join(names),
+        Type="String",
+    )
+
+
 def test_the_first_deploy_arms_the_alarms_that_waited_for_it(
     aws: AwsClients, environment: Environment, job_wheel: Wheel
 ) -> None:
     """infra creates them with their actions off (nothing runs before the first deploy);
     the deploy turns them on once the job beats, and no other alarm."""
-
-    def alarm(name: str, *, enabled: bool) -> None:
-        aws.cloudwatch.put_metric_alarm(
-            AlarmName=f"tablecast-{environment.name}-{name}",
-            Namespace=metric_names.NAMESPACE,
-            MetricName=metric_names.HEARTBEAT,
-            Statistic="Sum",
-            Period=300,
-            EvaluationPeriods=1,
-            Threshold=1,
-            ComparisonOperator="LessThanThreshold",
-            ActionsEnabled=enabled,
-        )
-
     for name in metric_names.ARMED_BY_DEPLOY:
-        alarm(name, enabled=False)
-    alarm("job-records-behind", enabled=False)  # off for another reason: left alone
-    alarm("job-batch-duration", enabled=True)
+        alarm(aws, environment, name, enabled=False)
+    alarm(aws, environment, "job-records-behind", enabled=False)  # off for another reason
+    alarm(aws, environment, "job-batch-duration", enabled=True)
     with DriverStandIn(REGION, environment.name, environment.driver):
         first = deploy.deploy(
             aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
@@ -145,24 +155,10 @@ def test_the_first_deploy_arms_the_alarms_that_waited_for_it(
 def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_its_heartbeat(
     aws: AwsClients, environment: Environment, job_wheel: Wheel
 ) -> None:
-    aws.ssm.put_parameter(
-        Name=handoff.parameter_name(environment.name, handoff.JOBS),
-        Value="plant,lab",
-        Type="String",
-    )
+    declare_jobs(aws, environment, "plant", "lab")
     names = ["job-heartbeat-missing", "job-plant-heartbeat-missing", "job-lab-heartbeat-missing"]
     for name in names:
-        aws.cloudwatch.put_metric_alarm(
-            AlarmName=f"tablecast-{environment.name}-{name}",
-            Namespace=metric_names.NAMESPACE,
-            MetricName=metric_names.HEARTBEAT,
-            Statistic="Sum",
-            Period=300,
-            EvaluationPeriods=1,
-            Threshold=1,
-            ComparisonOperator="LessThanThreshold",
-            ActionsEnabled=False,
-        )
+        alarm(aws, environment, name, enabled=False)
     lines: list[str] = []
     with DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant", "lab")):
         report = deploy.deploy(
@@ -208,9 +204,7 @@ def test_a_deploy_stores_a_declared_jobs_schema_beside_the_wheels_and_records_it
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    aws.ssm.put_parameter(
-        Name=handoff.parameter_name(environment.name, handoff.JOBS), Value="lab", Type="String"
-    )
+    declare_jobs(aws, environment, "lab")
     schema = tmp_path / "lab.toml"
     schema.write_text(SCHEMA, encoding="utf-8")
     digest = hashlib.sha256(SCHEMA.encode()).hexdigest()
@@ -246,9 +240,7 @@ def test_a_schema_of_no_declared_job_or_malformed_is_refused_before_anything_cha
     document: str,
     complaint: str,
 ) -> None:
-    aws.ssm.put_parameter(
-        Name=handoff.parameter_name(environment.name, handoff.JOBS), Value="lab", Type="String"
-    )
+    declare_jobs(aws, environment, "lab")
     schema = tmp_path / "lab.toml"
     schema.write_text(document, encoding="utf-8")
     argv = ["deploy", "-e", "dev", "--wheel", str(job_wheel.path), "--schema"]
@@ -263,11 +255,7 @@ def test_a_schema_of_no_declared_job_or_malformed_is_refused_before_anything_cha
 def test_a_declared_job_without_a_heartbeat_fails_the_deploy(
     aws: AwsClients, environment: Environment, job_wheel: Wheel
 ) -> None:
-    aws.ssm.put_parameter(
-        Name=handoff.parameter_name(environment.name, handoff.JOBS),
-        Value="plant,lab",
-        Type="String",
-    )
+    declare_jobs(aws, environment, "plant", "lab")
     # Only plant beats: the deploy names lab.
     with (
         DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant",)),
@@ -390,11 +378,7 @@ def test_cli_stops_and_starts_a_declared_job_by_name_and_refuses_an_unnamed_one(
     environment: Environment,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    aws.ssm.put_parameter(
-        Name=handoff.parameter_name(environment.name, handoff.JOBS),
-        Value="plant,lab",
-        Type="String",
-    )
+    declare_jobs(aws, environment, "plant", "lab")
     poll = ["--poll", "50ms", "--heartbeat-timeout", "20s"]
     with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
         assert main(["--region", REGION, "stop", "-e", "dev", "--job", "lab"]) == 0
