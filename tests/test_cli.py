@@ -264,8 +264,8 @@ def test_the_kafka_source_options_of_run_are_refused_in_one_line_when_wrong(
         "8601 time",
         ("--kafka-auth", "scram"): "--kafka-auth scram needs --kafka-secret-arn (the cluster's "
         "Secrets Manager secret)",
-        ("--max-trigger-delay", "soon"): "duration 'soon' is not like '1 hour', '30 minutes' or "
-        "'90s'",
+        ("--max-trigger-delay", "soon"): "--max-trigger-delay 'soon' is not a duration like "
+        "'90s', '30 minutes' or '1h'",
     }
     for args, message in cases.items():
         assert _cli_error(["run", *kafka, *args, *paths], capsys) == (

@@ -156,8 +156,9 @@ def test_the_environments_retire_grace_reaches_tablecast_run(
     assert ("--retire-grace", "10 minutes") in job_options(argv)
     # `tablecast run` takes it as given: its compactions' inputs stay 10 minutes.
     from app import cli
+    from app.cli import options as cli_options
 
-    assert cli._retire_grace(cli.build_parser().parse_args(argv[argv.index("run") :])) == 600
+    assert cli_options.retire_grace(cli.build_parser().parse_args(argv[argv.index("run") :])) == 600
 
 
 DAEMON = "spark.python.daemon.module=tablecast_preload"
