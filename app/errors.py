@@ -60,10 +60,10 @@ _MEANINGS: dict[ExitCode, str] = {
     "unhealthy, a test run is not exact, an executor runs other code than the driver",
     ExitCode.INTEGRITY: "integrity violation (strict): the line names topic, partition, "
     "offset, session, expected and got",
-    ExitCode.DATA_LOSS: "data loss: offsets neither Kafka nor the archive holds, an archive "
-    "file out of layout, or a second archiver",
-    ExitCode.START_REFUSED: "start refused: output, checkpoint and archive disagree, or "
-    "another job holds the output (the line says what to run)",
+    ExitCode.DATA_LOSS: "data loss: offsets neither Kafka nor the archive holds, a topic "
+    "or archive that is not the one the checkpoint read, an archive file out of layout",
+    ExitCode.START_REFUSED: "start refused: output and checkpoint disagree, or another job "
+    "holds the output (the line says what to run)",
     ExitCode.UNAVAILABLE: "no answer in time: Kafka's brokers, the job's heartbeat, or a "
     "command on the driver",
     ExitCode.STATE: "a partition's state version that the ledger records is missing or damaged",

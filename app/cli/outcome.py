@@ -37,7 +37,9 @@ def outcome(
     """
     say = report or (lambda prefix, exc: print(f"{prefix}: {exc}", file=sys.stderr))
     try:
-        return call()
+        code = call()
+        sys.stdout.flush()  # a reader gone (`| head`) is found here, not at the exit's flush
+        return code
     except TablecastError as exc:
         say(prog, exc)
         return exc.exit_code

@@ -83,9 +83,11 @@ def _run(commands: Commands[CommandParser]) -> None:
     where.add_argument(
         "--archive",
         help="read the raw archive (local path or s3://bucket/prefix); with "
-        "--bootstrap-servers, for the offsets Kafka no longer holds",
+        "--bootstrap-servers, for the offsets Kafka no longer holds [not read]",
     )
-    where.add_argument("--bootstrap-servers", metavar="HOST:PORT,...", help="read Kafka's brokers")
+    where.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT,...", help="read Kafka's brokers [not read]"
+    )
     where.add_argument(
         "--output", required=True, help="the output dataset (local path or s3://bucket/prefix)"
     )
@@ -559,7 +561,7 @@ def _topic_options(group: argparse._MutuallyExclusiveGroup) -> None:
         "--topics",
         default=None,
         metavar="A,B",
-        help="these topics, by name (instead of --topic-pattern)",
+        help="these topics, by name (instead of --topic-pattern) [the pattern's]",
     )
 
 
@@ -576,7 +578,7 @@ def _kafka_sign_in(group: argparse._ArgumentGroup) -> None:
         default="",
         metavar="ARN",
         help="with --kafka-auth scram: the Secrets Manager secret holding the user name and "
-        "password (read in --region)",
+        "password (read in --region) [none]",
     )
 
 

@@ -87,7 +87,10 @@ def build_parser() -> CommandParser:
     artifact.add_argument(
         "--wheel", type=Path, help="deploy this wheel instead of building one [build one]"
     )
-    artifact.add_argument("--version", help="re-deploy a version already uploaded (rollback)")
+    artifact.add_argument(
+        "--version",
+        help="re-deploy a version already uploaded (rollback) [the wheel built or given]",
+    )
     deploy.add_argument(
         "--project", type=Path, default=_PROJECT, help="the project to build [this checkout]"
     )
@@ -259,7 +262,9 @@ def build_parser() -> CommandParser:
     run_artifact.add_argument(
         "--wheel", type=Path, help="deploy this wheel instead of building one [build one]"
     )
-    run_artifact.add_argument("--version", help="deploy a version already uploaded")
+    run_artifact.add_argument(
+        "--version", help="deploy a version already uploaded [the wheel built or given]"
+    )
     run.add_argument(
         "--project", type=Path, default=_PROJECT, help="the project to build [this checkout]"
     )

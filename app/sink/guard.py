@@ -261,9 +261,9 @@ def _no_progress(head: LedgerEntry, output_uri: str, checkpoint_uri: str) -> Out
     )
     if head.checkpoint and not same_place(head.checkpoint, checkpoint_uri):
         message = (
-            f"checkpoint {checkpoint_uri} holds no progress, but output {output_uri} was "
-            f"written up to {held} with checkpoint {head.checkpoint}: if --checkpoint is "
-            f"mistyped, run again with --checkpoint {head.checkpoint}; only if that "
+            f"checkpoint {checkpoint_uri} holds no progress, but output {output_uri} holds "
+            f"offsets up to {held}, written with checkpoint {head.checkpoint}: if --checkpoint "
+            f"is mistyped, run again with --checkpoint {head.checkpoint}; only if that "
             f"checkpoint is lost, run {repair}"
         )
     else:

@@ -63,7 +63,7 @@ from pyspark.sql.types import StructType
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Identities, Offsets, SourceReport, TopicPartition
-from app.errors import ConfigurationError, DataLossError, OutputStateError
+from app.errors import ConfigurationError, DataLossError
 from app.sources import ranges
 from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend, Bounds, RangeReader
@@ -242,12 +242,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, identity in sorted(_identities(bounds).items()):
             was = known.get(topic)
             if was and was != identity and isinstance(self.backend, ArchiveBackend):
-                # The archiver refuses to archive a re-created topic beside the old one's
-                # files: another identity here is another archive (or one restored wrong).
-                raise OutputStateError(
-                    f"{where} is not the archive the checkpoint read: its topic {topic} has "
-                    f"identity {identity}, the checkpoint's offsets are of identity {was}; "
-                    "give --archive the archive the job read, or start a new run with a new "
+                raise DataLossError(
+                    f"data loss in {where}: its topic {topic} is not the one the checkpoint's "
+                    f"offsets were read from (its identity was {was}, is {identity}): the "
+                    "archive was swapped, or the topic deleted and archived again; give "
+                    "--archive the archive the job read, or start a new run with a new "
                     "--output and --checkpoint",
                     source=where,
                     topic=topic,
