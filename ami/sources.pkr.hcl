@@ -15,19 +15,22 @@ source "amazon-ebs" "spark_node" {
   subnet_id     = var.subnet_id
   ssh_username  = var.ssh_username
   ssh_timeout   = "10m"
+  # SSH to the build instance from the build host only, never from the internet
+  # (Packer's default for its temporary security group is 0.0.0.0/0).
+  temporary_security_group_source_cidrs = var.ssh_source_cidrs
 
-  # Newest Debian 12 amd64 HVM EBS image from Debian's own account: every
-  # filter is explicit, so most_recent only picks among Debian's point builds.
+  # One dated Debian 12 amd64 HVM EBS build from Debian's own account, by its
+  # exact name: building again gives the same base, whatever Debian published
+  # since. A name matches one image per account and region.
   source_ami_filter {
     filters = {
-      name                = var.base_ami_name_filter
+      name                = var.base_ami_name
       architecture        = "x86_64"
       virtualization-type = "hvm"
       root-device-type    = "ebs"
       state               = "available"
     }
-    owners      = [var.base_ami_owner]
-    most_recent = true
+    owners = [var.base_ami_owner]
   }
 
   ami_name        = local.ami_name

@@ -43,10 +43,24 @@ variable "base_ami_owner" {
   default     = "136693071363"
 }
 
-variable "base_ami_name_filter" {
-  description = "Name filter selecting the base image: Debian 12 (bookworm), amd64. The newest image matching every filter is used."
+variable "base_ami_name" {
+  description = "The base image's exact name: one dated Debian 12 (bookworm) amd64 point build of Debian's account, the same in every region. Never a pattern: a new Debian build changes the image only when this changes."
   type        = string
-  default     = "debian-12-amd64-*"
+  default     = "debian-12-amd64-20250316-2053"
+  validation {
+    condition     = regex_replace(var.base_ami_name, "^debian-12-amd64-[0-9]{8}-[0-9]+$", "") == ""
+    error_message = "The base_ami_name must name one dated Debian 12 amd64 build (debian-12-amd64-YYYYMMDD-NNNN), never a pattern."
+  }
+}
+
+variable "ssh_source_cidrs" {
+  description = "Who may reach the build instance's SSH while it builds (Packer's temporary security group): the build host's address, e.g. [\"203.0.113.7/32\"] (curl -s https://checkip.amazonaws.com). The default admits nobody: set it for a build."
+  type        = list(string)
+  default     = ["127.0.0.1/32"]
+  validation {
+    condition     = length(var.ssh_source_cidrs) > 0 && length([for cidr in var.ssh_source_cidrs : cidr if ! can(cidrhost(cidr, 0)) || ! contains([for n in range(16, 33) : format("%d", n)], element(split("/", cidr), 1))]) == 0
+    error_message = "The ssh_source_cidrs must be IPv4 networks of /16 or narrower: never the internet (0.0.0.0/0)."
+  }
 }
 
 variable "ssh_username" {

@@ -187,13 +187,22 @@ class ErrorMarker:
 
 
 class EnvelopeError(ValueError):
-    """A record value breaks the envelope (rule 7); raised without location.
+    """A record value breaks the envelope or its table schema (rule 7); raised without location.
 
     Never leaves the engine: the machine turns it into a rule-7 violation
     with the record's location, once per bad record, on the hot path. So it
     stays outside :class:`TablecastError`, whose marker note costs a JSON
-    encoding per instance.
+    encoding per instance. A row that breaks its schema names the
+    ``column``, what was ``expected`` and what arrived (``got``).
     """
+
+    def __init__(
+        self, message: str, *, column: str = "", expected: str = "", got: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.column = column
+        self.expected = expected
+        self.got = got
 
 
 class Rule(IntEnum):
@@ -219,12 +228,14 @@ class Violation:
     rule: Rule
     expected: str
     got: str
+    column: str = ""  # where a row broke its table schema (rule 7)
 
     def describe(self) -> str:
+        column = f", column {self.column!r}" if self.column else ""
         return (
             f"integrity violation (rule {int(self.rule)}) at topic {self.topic} "
-            f"partition {self.partition} offset {self.offset}, session {self.session!r}: "
-            f"expected {self.expected}, got {self.got}"
+            f"partition {self.partition} offset {self.offset}, session {self.session!r}"
+            f"{column}: expected {self.expected}, got {self.got}"
         )
 
 
@@ -243,6 +254,7 @@ class IntegrityViolationError(TablecastError):
             rule=int(violation.rule),
             expected=violation.expected,
             got=violation.got,
+            column=violation.column,
         )
         self.violation = violation
 
@@ -257,6 +269,7 @@ class IntegrityViolationError(TablecastError):
             rule=Rule(int(facts["rule"])),
             expected=str(facts["expected"]),
             got=str(facts["got"]),
+            column=str(facts.get("column", "")),
         )
         return cls(violation)
 

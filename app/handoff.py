@@ -96,6 +96,10 @@ TABLE_OPTIONAL: Final = (RETIRE_GRACE,)
 OPTIONAL: Final = KAFKA_OPTIONAL + TABLE_OPTIONAL
 """Every parameter only some environments have: run-job's ``OPTIONAL_PARAMETERS``."""
 
+# Where the archive is under S3 Object Lock (production): the days each file the
+# archiver writes stays locked (governance mode). The archiver's, not run-job's.
+ARCHIVE_LOCK_DAYS: Final = "archive-lock-days"
+
 
 # Kafka consumer groups the job and its tools may use (`tablecast run
 # --consumer-group`, the archiver): the nodes' IAM role grants these only.

@@ -66,3 +66,20 @@ SOURCES: Final = (SOURCE_ARCHIVE, SOURCE_KAFKA)
 # Published only by a job reading both tiers, hence not in ALL (what every
 # run publishes, with the Environment dimension alone).
 BY_SOURCE: Final = (RECORDS_SERVED,)
+
+# The archiver's (``tablecast-ops archive --follow --metrics cloudwatch``, the driver's
+# service), every minute with the Environment dimension: a heartbeat while it runs, and
+# the records Kafka holds that the archive does not yet (over every partition).
+ARCHIVER_HEARTBEAT: Final = "ArchiverHeartbeat"
+ARCHIVER_RECORDS_BEHIND: Final = "ArchiverRecordsBehind"
+ARCHIVER: Final = (ARCHIVER_HEARTBEAT, ARCHIVER_RECORDS_BEHIND)
+
+# Alarms (named ``tablecast-<env>-<name>``) whose silence is normal until the job's first
+# deploy: there is no job, no checkpoint to copy and no archiver (it runs the deployed
+# wheel) before it. infra creates them with their actions off; ``tablecast-ops deploy``
+# turns them on, so nobody is paged for an environment that runs nothing yet.
+ARMED_BY_DEPLOY: Final = (
+    "job-heartbeat-missing",
+    "checkpoint-backup-missing",
+    "archiver-heartbeat-missing",
+)

@@ -29,6 +29,9 @@ assertions: ``make bench``.
    once (about 750k messages each): the job's messages per second.
 3. A capture of about 5M messages in one available-now run, batches
    bounded by ``--max-offsets-per-trigger``, Spark's default driver memory.
+4. A wide declared schema (:data:`WIDE_SCHEMA`: a composite key and about
+   ten columns of every type, one renamed; :data:`WIDE`, about 300,000
+   messages): the job with ``--schema`` against the copy of the same archive.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.contract.schema import load_schema
 from app.spark.session import LOCAL_JAVA_OPTIONS
 from app.tools import generate as gen
 from bench.peer import TWS
@@ -61,6 +65,22 @@ HEAVY = gen.CaptureSpec(
     resync_every=55,
     records_per_file=50_000,
     seed=1,
+)
+
+
+WIDE_SCHEMA = Path(__file__).with_name("wide.toml")
+# The wide schema's capture: 160 sessions of 100-row tables, a resync every 55 messages.
+WIDE = gen.CaptureSpec(
+    topics=4,
+    partitions=2,
+    sessions=160,
+    rows_min=100,
+    rows_max=100,
+    updates=1900,
+    resync_every=55,
+    records_per_file=50_000,
+    seed=5,
+    schema=load_schema(str(WIDE_SCHEMA)),
 )
 
 
@@ -147,7 +167,13 @@ def write(name: str, spec: gen.CaptureSpec) -> tuple[str, int]:
     return archive, capture.messages
 
 
-def job(name: str, archive: str, max_offsets: int, env: dict[str, str] | None = None) -> Measured:
+def job(
+    name: str,
+    archive: str,
+    max_offsets: int,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+) -> Measured:
     return measure(
         [
             PYTHON,
@@ -164,6 +190,7 @@ def job(name: str, archive: str, max_offsets: int, env: dict[str, str] | None = 
             "available-now",
             "--max-offsets-per-trigger",
             str(max_offsets),
+            *extra,
         ],
         env=env,
     )
@@ -181,7 +208,7 @@ HEADER = f"{'run':<44} {'seconds':>8} {'messages/s':>11} {'core-s':>9} {'peak me
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["runs", "sessions", "big"], action="append")
+    parser.add_argument("--only", choices=["runs", "sessions", "big", "wide"], action="append")
     parser.add_argument(
         "--big-sessions",
         type=int,
@@ -211,7 +238,7 @@ def main() -> int:
         code, archive, output, checkpoint = args.peer
         run_peer(archive, output, checkpoint, 1_000_000, code=code, java_options=args.java_options)
         return 0
-    parts = set(args.only or ["runs", "sessions", "big"])
+    parts = set(args.only or ["runs", "sessions", "big", "wide"])
     shutil.rmtree(OUT, ignore_errors=True)
 
     if "runs" in parts:
@@ -363,7 +390,43 @@ def main() -> int:
         print(HEADER)
         print(row(f"job, {messages:,} messages", messages, m))
         print(f"{batches} batches of at most 500,000 offsets, Spark's default driver memory (1g)")
+
+    if "wide" in parts:
+        wide_part()
     return 0
+
+
+def wide_part() -> None:
+    """The job over a wide declared schema against the copy of the same archive."""
+    archive, messages = write("wide", WIDE)
+    d = OUT / "wide"
+    copies = {
+        name: measure(
+            [
+                PYTHON,
+                "-m",
+                "bench.job",
+                "--copy",
+                archive,
+                str(d / f"copy-{name}"),
+                str(d / f"copy-{name}-checkpoint"),
+                f"--java-options={options}",
+            ]
+        )
+        for name, options in (("tablecast", LOCAL_JAVA_OPTIONS), ("spark", ""))
+    }
+    copy = min(copies.values(), key=lambda m: m.seconds)
+    ours = job("wide", archive, 1_000_000, extra=("--schema", str(WIDE_SCHEMA)))
+    rows = _rows(d / "job")
+    print(HEADER)
+    print(row("copy, the job's JVM options", messages, copies["tablecast"]))
+    print(row("copy, Spark's default JVM options", messages, copies["spark"]))
+    print(row(f"job, wide schema ({len(WIDE.schema.columns)} columns)", messages, ours))
+    print(
+        f"wide schema: {rows:,} output rows ({rows / messages:.1f} a message); job at "
+        f"{copy.seconds / ours.seconds:.2f} of the faster copy's speed (target >= 1.0)",
+        flush=True,
+    )
 
 
 def _rows(path: Path) -> int:

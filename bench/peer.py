@@ -156,7 +156,7 @@ def update_session_with_engine_code(
     )
     last_seq: int = stored["seq"]
     raw: dict[str, list[Any]] | None = stored["table"]
-    table: Table | None = None if raw is None else {k: (v[0], v[1]) for k, v in raw.items()}
+    table: Table | None = None if raw is None else {k: tuple(v) for k, v in raw.items()}
     frame = pd.concat(list(frames)).sort_values("offset")
     out: dict[str, list[Any]] = {name: [] for name in OUTPUT_DDL_NAMES}
     for topic, partition, offset, value in zip(

@@ -333,7 +333,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     command.stdout.close()  # `| head -0`: the reader is gone before the first line
     error = command.stderr.read()
     command.stderr.close()
-    assert command.wait(timeout=120) == ExitCode.CLOSED_PIPE == 141
+    assert command.wait(timeout=120) == int(ExitCode.CLOSED_PIPE) == 141
     assert [line for line in error.splitlines() if not line.startswith("writing archive")] == []
 
 

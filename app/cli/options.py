@@ -22,6 +22,7 @@ from app.sources.kafka_client import KafkaAuth, KafkaEndpoint, parse_option
 from app.storage import Location, resolve
 
 if TYPE_CHECKING:
+    from app.contract.schema import TableSchema
     from app.sink.rewrite import Retirement
     from app.table.live import TableSettings
 
@@ -31,6 +32,7 @@ PATHS: dict[str, tuple[str, tuple[str, ...]]] = {
     "archive": ("--archive", (storage.LOCAL, storage.S3)),
     "output": ("--output", (storage.LOCAL, storage.S3)),
     "checkpoint": ("--checkpoint", (storage.LOCAL, storage.HDFS)),
+    "schema": ("--schema", (storage.LOCAL, storage.S3)),
 }
 
 
@@ -179,6 +181,13 @@ def table_settings(args: argparse.Namespace) -> TableSettings:
         ),
         retire_grace_s=retire_grace(args),
     )
+
+
+def schema(args: argparse.Namespace) -> TableSchema:
+    """``--schema``: the table schema in the file (CONTRACT.md section 1a), or the default."""
+    from app.contract.schema import DEFAULT_SCHEMA, load_schema
+
+    return DEFAULT_SCHEMA if args.schema is None else load_schema(args.schema)
 
 
 def say(line: str) -> None:

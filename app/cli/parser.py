@@ -96,6 +96,9 @@ def _run(commands: Commands[CommandParser]) -> None:
         required=True,
         help="the job's position and state (local path or hdfs://namenode/path); one per output",
     )
+    _schema_option(
+        where, "the table schema (TOML, local path or s3://) [the default: row_id, value, status]"
+    )
     topics = where.add_mutually_exclusive_group()
     _topic_options(topics)
 
@@ -387,6 +390,7 @@ def _generate(commands: Commands[CommandParser]) -> None:
         help="inject one violation of this kind (" + ", ".join(f.value for f in gen.Fault) + "); "
         "repeatable [none]",
     )
+    _schema_option(generate, "the table schema the capture's rows follow [the default]")
 
 
 def _verify(commands: Commands[CommandParser]) -> None:
@@ -409,6 +413,7 @@ def _verify(commands: Commands[CommandParser]) -> None:
         default=None,
         help="the live job's --integrity [the output's ledger's; else strict]",
     )
+    _schema_option(verify, "the table schema the job ran with [the one the output's ledger names]")
 
 
 def _repair(commands: Commands[CommandParser]) -> None:
@@ -472,6 +477,11 @@ def _replay(commands: Commands[CommandParser]) -> None:
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
     _topic_options(replay.add_mutually_exclusive_group())
     replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _schema_option(
+        replay,
+        "into an output without a ledger: the table schema the rows follow [the default]; "
+        "an output's ledger names its own",
+    )
     _recompute_options(replay)
 
 
@@ -546,6 +556,10 @@ def _compact(commands: Commands[CommandParser]) -> None:
         "--target-size", default="128MiB", metavar="SIZE", help="merged files' size [128MiB]"
     )
     _retire_options(compact)
+
+
+def _schema_option(group: argparse._ActionsContainer, text: str) -> None:
+    group.add_argument("--schema", default=None, metavar="FILE", help=text)
 
 
 def _topic_options(group: argparse._MutuallyExclusiveGroup) -> None:

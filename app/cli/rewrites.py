@@ -83,6 +83,7 @@ def replay(args: argparse.Namespace) -> int:
         since,
         until,
         topic_pattern=options.topics_of(args),
+        schema=options.schema(args),
         **options.recompute_rules(args),
     )
     return _carry_out(args, planned, retirement, "replaying partitions")

@@ -48,8 +48,14 @@ def run(args: argparse.Namespace) -> int:
         session_timeout_ms=parse_duration_ms(args.session_timeout, "--session-timeout"),
         trace=frozenset(args.trace),
         table=options.table_settings(args),
+        schema=options.schema(args),
+        schema_document=args.schema or "(default)",
         writer_lease_s=options.writer_lease(args),
     )
+    from app.sink import schemas
+
+    # A schema the output cannot take costs no JVM start (the job checks again, and records it).
+    schemas.check(resolve(config.output), config.schema, config.schema_document)
     console = Console()
     publisher = make_publisher(
         PublisherKind(args.metrics),

@@ -28,6 +28,7 @@ def generate(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         seed=args.seed,
         faults=tuple(gen.Fault(f) for f in args.fault),
+        schema=options.schema(args),
     )
     _refuse_overlap(args.archive, [f"{spec.prefix}{n}" for n in range(spec.topics)], args)
     capture = gen.generate(spec)
@@ -75,14 +76,24 @@ def verify(args: argparse.Namespace) -> int:
     from app.table.check import check_table
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    actual = verify_mod.read_output(args.output, required=True, archive=args.archive)
+    # The schema given, or each range's as the output's ledger records it.
+    first, changes = (
+        (options.schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
+    )
+    last = first if args.schema else verify_mod.output_table_schema(args.output)
+    actual = verify_mod.read_output(args.output, required=True, schema=last, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
     table = check_table(resolve(args.output), archive=args.archive)
     rules = verify_mod.recorded_rules(
         args.output, None if args.integrity is None else IntegrityMode(args.integrity)
     )
     expected = verify_mod.expected_output(
-        args.archive, options.topics_of(args), rules.mode, timeout_ms=rules.timeout_ms
+        args.archive,
+        options.topics_of(args),
+        rules.mode,
+        timeout_ms=rules.timeout_ms,
+        schema=first,
+        changes=changes,
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")

@@ -1,21 +1,33 @@
 """The Kafka envelope of CONTRACT.md section 1, parsed into typed values.
 
 Parsing enforces rule 7 of section 2 (valid JSON, every field present and of
-the right type, ``session`` equal to the key). Everything that needs the
+the right type, ``session`` equal to the key, every row and deleted key as
+the table schema of section 1a declares it). Everything that needs the
 session's history (rules 1 to 6) is enforced in :mod:`app.engine.machine`.
+
+A row is a tuple of every declared column's value, in declared order and as
+the output stores it (:mod:`app.contract.values`); a deleted key is the key
+column's value, or a tuple of the key columns' values for a composite key.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
 from enum import StrEnum
 from functools import partial
-from typing import Any, NamedTuple
+from operator import attrgetter
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import orjson
 
+from app.contract import values
+from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
 from app.errors import EnvelopeError
 
 
@@ -25,10 +37,11 @@ class MessageType(StrEnum):
     END = "end"
 
 
-# One row of a session's table (CONTRACT.md section 1): (id, value, status).
-# A plain tuple: hundreds are built per snapshot, and a NamedTuple costs ten
-# times as much to build.
-TableRow = tuple[str, float | None, str | None]
+# One row of a session's table: every declared column, in declared order. A plain
+# tuple: hundreds are built per snapshot, and a NamedTuple costs ten times as much.
+Row = tuple[Any, ...]
+# A row's key: the key column's value, or a tuple of the key columns' values.
+Key = Any
 
 
 class Envelope(NamedTuple):
@@ -38,8 +51,8 @@ class Envelope(NamedTuple):
     seq: int
     type: MessageType
     ts: int
-    rows: Sequence[TableRow]
-    deleted: Sequence[str]
+    rows: Sequence[Row]
+    deleted: Sequence[Key]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -65,6 +78,21 @@ class Record:
 
 
 _MESSAGE_TYPES = {t.value: t for t in MessageType}
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads as integers
+_Int64 = Annotated[int, msgspec.Meta(ge=values.INT64_MIN, le=values.INT64_MAX)]
+_Float64 = Annotated[float, msgspec.Meta(ge=-values.FLOAT_MAX, le=values.FLOAT_MAX)]
+_EpochMs = Annotated[int, msgspec.Meta(ge=values.MS_MIN, le=values.MS_MAX)]
+# What msgspec decodes each type into; the rest of the way is values' converters.
+_DECODED: dict[ColumnType, Any] = {
+    ColumnType.STRING: str,
+    ColumnType.INT64: _Int64,
+    ColumnType.FLOAT64: _Float64,
+    ColumnType.BOOL: bool,
+    ColumnType.TIMESTAMP: _EpochMs | values.AwareTime,
+    ColumnType.DATE: date,
+    ColumnType.DECIMAL: msgspec.Raw,
+}
+_CONVERTED = (ColumnType.TIMESTAMP, ColumnType.DECIMAL)
 
 
 def decode_key(key: bytes | None) -> str:
@@ -77,105 +105,283 @@ def decode_key(key: bytes | None) -> str:
         raise EnvelopeError(f"key is not UTF-8: {exc.reason}") from None
 
 
-def parse_envelope(key: str, value: bytes | None) -> Envelope:
-    """Parse and validate one record value against the envelope of section 1.
+class EnvelopeParser:
+    """Parses record values against the envelope and one table schema.
 
     msgspec decodes the common case straight into typed fields, checking
     each field's presence and JSON type as it goes (about twice as fast as
-    orjson's dicts and the checks in Python). A value it refuses, or one
-    that fails a rule it does not check, goes through :func:`_parse_orjson`,
-    which gives the same envelope for the same value, or the error that names
-    what is wrong: msgspec only ever takes the fast way to the same result.
+    orjson's dicts and the checks in Python); its decoder is built from the
+    schema when the parser is made. A value it refuses, or one that fails a
+    rule it does not check, goes through :meth:`parse_checked`, which gives
+    the same envelope for the same value, or the error that names what is
+    wrong: msgspec only ever takes the fast way to the same result.
     """
-    if value is None:
-        raise EnvelopeError("value is null")
-    try:
-        doc = _decode_document(value)
-    except msgspec.MsgspecError:
-        return _parse_orjson(key, value)
-    seq, ts, message_type = doc.seq, doc.ts, doc.type
-    # orjson, and so the full checks, read integers beyond 64 bits as floats.
-    if doc.session == key and 0 <= seq <= _INT_MAX and _INT_MIN <= ts <= _INT_MAX:
-        raw_rows, raw_deleted = doc.rows, doc.deleted
-        rows: Sequence[TableRow] = (
-            () if raw_rows is None else [(r.id, r.value, r.status) for r in raw_rows]
+
+    def __init__(self, schema: TableSchema = DEFAULT_SCHEMA) -> None:
+        self.schema = schema
+        self._build()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self.schema}  # the decoders are rebuilt where it is unpickled
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.schema = state["schema"]
+        self._build()
+
+    def _build(self) -> None:
+        schema = self.schema
+        columns = schema.columns
+        names = [f"c{i}" for i in range(len(columns))]
+        row_type = msgspec.defstruct(
+            "Row",
+            [_struct_field(name, c) for name, c in zip(names, columns, strict=True)],
+            rename=dict(zip(names, (c.name for c in columns), strict=True)),
+            kw_only=True,  # a required column may follow a nullable one
+            gc=False,
         )
-        if message_type is MessageType.UPDATE:
-            if raw_rows is not None or raw_deleted is not None:
-                deleted = () if raw_deleted is None else raw_deleted
-                return _new_envelope((key, seq, message_type, ts, rows, deleted))
-        elif raw_rows is not None and not raw_deleted:
-            if message_type is MessageType.SNAPSHOT or not rows:
-                return _new_envelope((key, seq, message_type, ts, rows, ()))
-        elif raw_rows is None and not raw_deleted and message_type is MessageType.END:
-            return _new_envelope((key, seq, message_type, ts, (), ()))
-    return _parse_orjson(key, value)
+        key_columns = [columns[i] for i in schema.key_indexes]
+        key_names = [names[i] for i in schema.key_indexes]
+        key_type = msgspec.defstruct(
+            "Key",
+            [(n, _DECODED[c.type]) for n, c in zip(key_names, key_columns, strict=True)],
+            rename=dict(zip(key_names, schema.key, strict=True)),
+            gc=False,
+        )
+        single = len(key_columns) == 1
+        deleted_item: Any = key_type  # a key object; a one-column key's bare value too
+        if single and key_columns[0].type is ColumnType.DECIMAL:
+            deleted_item = msgspec.Raw  # an object, or the decimal's literal
+        elif single:
+            deleted_item = key_type | _DECODED[key_columns[0].type]
+        document = msgspec.defstruct(
+            "Document",
+            [
+                ("session", str),
+                ("seq", int),
+                ("type", MessageType),
+                ("ts", int),
+                ("rows", list[row_type] | None, None),  # type: ignore[valid-type]
+                ("deleted", list[deleted_item] | None, None),
+            ],
+            gc=False,
+        )
+        self._decode: Callable[[bytes], Any] = msgspec.json.Decoder(document).decode
+        self._row_values: Callable[[Any], Row] = (
+            attrgetter(*names) if len(names) > 1 else lambda r: (r.c0,)
+        )
+        self._key_values = attrgetter(*key_names)
+        self._key_type = key_type
+        self._decode_key = msgspec.json.Decoder(key_type).decode
+        self._single = single
+        # Columns whose decoded form is not yet the stored one: (index, its converter).
+        self._converted = [
+            (i, _converter(c)) for i, c in enumerate(columns) if c.type in _CONVERTED
+        ]
+        self._key_converted = [
+            (i, _converter(c)) for i, c in enumerate(key_columns) if c.type in _CONVERTED
+        ]
+        self._exact = any(c.type is ColumnType.DECIMAL for c in columns)
+        first = self._key_converted[0] if self._key_converted else None
+        self._convert_first: Callable[[Any], Any] = (
+            first[1] if first is not None and first[0] == 0 else _unchanged
+        )
+
+    def __call__(self, key: str, value: bytes | None) -> Envelope:
+        """Parse and validate one record value against the envelope and the schema."""
+        if value is None:
+            raise EnvelopeError("value is null")
+        try:
+            doc = self._decode(value)
+        except msgspec.MsgspecError:
+            return self.parse_full(key, value)
+        seq, ts, message_type = doc.seq, doc.ts, doc.type
+        # orjson, and so the full checks, read integers beyond 64 bits as floats.
+        if doc.session == key and 0 <= seq <= _INT_MAX and _INT_MIN <= ts <= _INT_MAX:
+            raw_rows, raw_deleted = doc.rows, doc.deleted
+            try:
+                rows: Sequence[Row] = () if raw_rows is None else self._rows(raw_rows)
+                if message_type is MessageType.UPDATE:
+                    if raw_rows is not None or raw_deleted is not None:
+                        deleted = () if raw_deleted is None else self._deleted(raw_deleted)
+                        return _new_envelope((key, seq, message_type, ts, rows, deleted))
+                elif raw_rows is not None and not raw_deleted:
+                    if message_type is MessageType.SNAPSHOT or not rows:
+                        return _new_envelope((key, seq, message_type, ts, rows, ()))
+                elif raw_rows is None and not raw_deleted and message_type is MessageType.END:
+                    return _new_envelope((key, seq, message_type, ts, (), ()))
+            except EnvelopeError:
+                pass  # the checked parser names it, with where
+        return self.parse_full(key, value)
+
+    def _rows(self, raw_rows: list[Any]) -> Sequence[Row]:
+        rows = list(map(self._row_values, raw_rows))
+        converted = self._converted
+        if not converted:
+            return rows
+        for n, row in enumerate(rows):
+            cells = list(row)
+            for i, convert in converted:
+                cells[i] = convert(cells[i])
+            rows[n] = tuple(cells)
+        return rows
+
+    def _deleted(self, raw_deleted: list[Any]) -> Sequence[Key]:
+        key_type, convert_first = self._key_type, self._convert_first
+        found: list[Key] = []
+        for given in raw_deleted:
+            item = given
+            if isinstance(given, msgspec.Raw):  # a decimal key: an object, or its literal
+                raw = bytes(given)
+                if raw[:1] != b"{":
+                    found.append(convert_first(given))
+                    continue
+                item = self._decode_key(raw)
+            if type(item) is key_type:
+                found.append(self._key_of(self._key_values(item)))
+            else:  # the bare value of a one-column key
+                found.append(convert_first(item))
+        return found
+
+    def _key_of(self, raw: Any) -> Key:
+        if not self._key_converted:
+            return raw
+        if self._single:
+            return self._convert_first(raw)
+        cells = list(raw)
+        for i, convert in self._key_converted:
+            cells[i] = convert(cells[i])
+        return tuple(cells)
+
+    def parse_full(self, key: str, value: bytes) -> Envelope:
+        """The envelope through orjson (validity) and the field-by-field checks."""
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise EnvelopeError(f"value is not valid JSON: {exc}") from None
+        if self._exact:  # a decimal is the literal's exact value, never the nearest double
+            doc = json.loads(value, parse_float=Decimal)
+        return self.parse_checked(key, doc)
+
+    def parse_checked(self, key: str, doc: Any) -> Envelope:
+        """The field-by-field checks: every rule, and a message naming what is wrong."""
+        if not isinstance(doc, dict):
+            raise EnvelopeError(f"value is a JSON {_json_kind(doc)}, not an object")
+
+        session = _field(doc, "session", str, "a string")
+        if session != key:
+            raise EnvelopeError(f"field 'session' is {session!r} but the key is {key!r}")
+        seq = _field(doc, "seq", int, "an integer")
+        if seq < 0:
+            raise EnvelopeError(f"field 'seq' is {seq}, must be >= 0")
+        type_name = _field(doc, "type", str, "a string")
+        message_type = _MESSAGE_TYPES.get(type_name)
+        if message_type is None:
+            raise EnvelopeError(
+                f"field 'type' is {type_name!r}, must be one of snapshot, update, end"
+            )
+        ts = _field(doc, "ts", int, "an integer")
+
+        raw_rows = doc.get("rows")
+        raw_deleted = doc.get("deleted")
+        if message_type is MessageType.SNAPSHOT and raw_rows is None:
+            raise EnvelopeError("snapshot lacks field 'rows'")
+        if message_type is MessageType.UPDATE and raw_rows is None and raw_deleted is None:
+            raise EnvelopeError("update lacks field 'rows' (and has no 'deleted')")
+        rows = self._checked_rows(raw_rows)
+        deleted = self._checked_deleted(raw_deleted)
+        if message_type is MessageType.END and rows:
+            raise EnvelopeError(f"end message carries {len(rows)} rows, must carry none")
+        if message_type is not MessageType.UPDATE and deleted:
+            raise EnvelopeError(f"field 'deleted' is only allowed on updates, not on {type_name}")
+        return Envelope(session, seq, message_type, ts, rows, deleted)
+
+    def _checked_rows(self, raw: Any) -> Sequence[Row]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            raise EnvelopeError(f"field 'rows' is a JSON {_json_kind(raw)}, must be an array")
+        columns = self.schema.columns
+        rows: list[Row] = []
+        for index, item in enumerate(raw):
+            where = f"rows[{index}]"
+            if not isinstance(item, dict):
+                raise EnvelopeError(f"{where} is a JSON {_json_kind(item)}, must be an object")
+            rows.append(tuple(_cell(c, item, where) for c in columns))
+        return rows
+
+    def _checked_deleted(self, raw: Any) -> Sequence[Key]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            raise EnvelopeError(f"field 'deleted' is a JSON {_json_kind(raw)}, must be an array")
+        key_columns = [self.schema.columns[i] for i in self.schema.key_indexes]
+        found: list[Key] = []
+        for index, item in enumerate(raw):
+            where = f"deleted[{index}]"
+            if isinstance(item, dict):
+                cells = tuple(_cell(c, item, where) for c in key_columns)
+                found.append(cells[0] if self._single else cells)
+            elif self._single:
+                column = key_columns[0]
+                found.append(values.check(column, item, where))
+            else:
+                names = ", ".join(self.schema.key)
+                raise EnvelopeError(
+                    f"{where} is a JSON {_json_kind(item)}, must be an object with the key "
+                    f"columns ({names})",
+                    column=self.schema.key[0],
+                    expected=f"an object with the key columns ({names})",
+                    got=f"a JSON {_json_kind(item)} in {where}",
+                )
+        return found
 
 
-class _Row(msgspec.Struct, gc=False):
-    id: str
-    value: float | None  # a JSON integer too, as a float; never a boolean
-    status: str | None
+def _struct_field(name: str, column: Column) -> tuple[str, Any] | tuple[str, Any, Any]:
+    """A column as a field of the row struct; a nullable one may be absent (null)."""
+    if column.type is ColumnType.DECIMAL:  # its literal, null included
+        return (name, msgspec.Raw, msgspec.Raw(b"null")) if column.nullable else (name, msgspec.Raw)
+    decoded = _DECODED[column.type]
+    return (name, decoded | None, None) if column.nullable else (name, decoded)
 
 
-class _Document(msgspec.Struct, gc=False):
-    """The envelope's fields with their JSON types; unknown fields are ignored."""
-
-    session: str
-    seq: int
-    type: MessageType
-    ts: int
-    rows: list[_Row] | None = None
-    deleted: list[str] | None = None
+def _unchanged(value: Any) -> Any:
+    return value
 
 
-_decode_document = msgspec.json.Decoder(_Document).decode
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads as integers
+def _converter(column: Column) -> Callable[[Any], Any]:
+    """The fast parser's last step for a value msgspec does not decode to its stored form
+    (a decimal's JSON text, a time as epoch milliseconds); a refusal sends the value to the
+    full checks, which name where it is."""
+    if column.type is ColumnType.DECIMAL:
+        read = values.DecimalReader(column).raw
+        return lambda value: read(value, "rows")
+
+    def timestamp(value: Any) -> Any:
+        if type(value) is int:
+            return values.timestamp_ms(column, value, "rows")
+        return value  # None, or a time with an offset (msgspec refuses one without)
+
+    return timestamp
+
+
+def _cell(column: Column, item: dict[str, Any], where: str) -> Any:
+    if column.name in item:
+        return values.check(column, item[column.name], where)
+    if column.nullable:
+        return None
+    want = values.expected(column)
+    raise EnvelopeError(
+        f"{where} lacks field {column.name!r}",
+        column=column.name,
+        expected=want,
+        got=f"no field {column.name!r} in {where}",
+    )
+
+
 # One Envelope a message: tuple.__new__ skips the NamedTuple's Python-level __new__.
 _new_envelope: Callable[
-    [tuple[str, int, MessageType, int, Sequence[TableRow], Sequence[str]]], Envelope
+    [tuple[str, int, MessageType, int, Sequence[Row], Sequence[Key]]], Envelope
 ] = partial(tuple.__new__, Envelope)
-
-
-def _parse_orjson(key: str, value: bytes) -> Envelope:
-    """The envelope through orjson's dicts and the field-by-field checks (naming what is wrong)."""
-    try:
-        doc = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise EnvelopeError(f"value is not valid JSON: {exc}") from None
-    return _parse_checked(key, doc)
-
-
-def _parse_checked(key: str, doc: Any) -> Envelope:
-    """The field-by-field checks: every rule, and a message naming what is wrong."""
-    if not isinstance(doc, dict):
-        raise EnvelopeError(f"value is a JSON {_json_kind(doc)}, not an object")
-
-    session = _field(doc, "session", str, "a string")
-    if session != key:
-        raise EnvelopeError(f"field 'session' is {session!r} but the key is {key!r}")
-    seq = _field(doc, "seq", int, "an integer")
-    if seq < 0:
-        raise EnvelopeError(f"field 'seq' is {seq}, must be >= 0")
-    type_name = _field(doc, "type", str, "a string")
-    message_type = _MESSAGE_TYPES.get(type_name)
-    if message_type is None:
-        raise EnvelopeError(f"field 'type' is {type_name!r}, must be one of snapshot, update, end")
-    ts = _field(doc, "ts", int, "an integer")
-
-    raw_rows = doc.get("rows")
-    raw_deleted = doc.get("deleted")
-    if message_type is MessageType.SNAPSHOT and raw_rows is None:
-        raise EnvelopeError("snapshot lacks field 'rows'")
-    if message_type is MessageType.UPDATE and raw_rows is None and raw_deleted is None:
-        raise EnvelopeError("update lacks field 'rows' (and has no 'deleted')")
-    rows = _parse_rows(raw_rows)
-    deleted = _parse_deleted(raw_deleted)
-    if message_type is MessageType.END and rows:
-        raise EnvelopeError(f"end message carries {len(rows)} rows, must carry none")
-    if message_type is not MessageType.UPDATE and deleted:
-        raise EnvelopeError(f"field 'deleted' is only allowed on updates, not on {type_name}")
-    return Envelope(session, seq, message_type, ts, rows, deleted)
 
 
 def _field(doc: dict[str, Any], name: str, kind: type, kind_name: str) -> Any:
@@ -188,55 +394,25 @@ def _field(doc: dict[str, Any], name: str, kind: type, kind_name: str) -> Any:
     return found
 
 
-def _parse_rows(raw: Any) -> Sequence[TableRow]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise EnvelopeError(f"field 'rows' is a JSON {_json_kind(raw)}, must be an array")
-    rows: list[TableRow] = []
-    for index, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise EnvelopeError(f"rows[{index}] is a JSON {_json_kind(item)}, must be an object")
-        if "id" not in item or "value" not in item or "status" not in item:
-            missing = [k for k in ("id", "value", "status") if k not in item]
-            raise EnvelopeError(f"rows[{index}] lacks field {missing[0]!r}")
-        row_id, value, status = item["id"], item["value"], item["status"]
-        if not isinstance(row_id, str):
-            raise EnvelopeError(
-                f"rows[{index}].id is a JSON {_json_kind(row_id)}, must be a string"
-            )
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise EnvelopeError(
-                f"rows[{index}].value is a JSON {_json_kind(value)}, must be a number or null"
-            )
-        if status is not None and not isinstance(status, str):
-            raise EnvelopeError(
-                f"rows[{index}].status is a JSON {_json_kind(status)}, must be a string or null"
-            )
-        rows.append((row_id, None if value is None else float(value), status))
-    return rows
-
-
-def _parse_deleted(raw: Any) -> Sequence[str]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise EnvelopeError(f"field 'deleted' is a JSON {_json_kind(raw)}, must be an array")
-    for index, item in enumerate(raw):
-        if not isinstance(item, str):
-            raise EnvelopeError(f"deleted[{index}] is a JSON {_json_kind(item)}, must be a string")
-    return raw
-
-
 def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return "number"
     if isinstance(value, str):
         return "string"
     if isinstance(value, list):
         return "array"
     return "object"
+
+
+@functools.lru_cache(maxsize=16)
+def parser_for(schema: TableSchema) -> EnvelopeParser:
+    """The parser of ``schema``, made once per process (its decoders are built at run time)."""
+    return EnvelopeParser(schema)
+
+
+# The default schema's parser (CONTRACT.md section 1a: the shape of versions 1.x).
+parse_envelope = parser_for(DEFAULT_SCHEMA)

@@ -16,12 +16,16 @@ integrity, state versioning and exactly-once output come with it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import date, datetime
+from decimal import Decimal
 from functools import partial
-from typing import NamedTuple, Protocol, TypeVar
+from operator import itemgetter
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
 
-from app.contract.envelope import Envelope, MessageType, TableRow
+from app.contract.envelope import Envelope, Key, MessageType, Row
+from app.contract.schema import DEFAULT_SCHEMA, ColumnType, TableSchema
 from app.errors import Rule
 
 StateT = TypeVar("StateT")
@@ -30,20 +34,19 @@ StateT = TypeVar("StateT")
 class Changes(NamedTuple):
     """What one message did to a session's table.
 
-    The engine writes one output row per deleted id (``deleted=true``,
-    value and status null), then one per upserted row, so that the last
-    row of a message for a row id is its state after the message.
+    The engine writes one output row per deleted key (``deleted=true``, the
+    key columns set and every other column null), then one per upserted
+    row, so that the last row of a message for a key is its state after the
+    message.
     """
 
-    deleted: Sequence[str]
-    upserted: Sequence[TableRow]
+    deleted: Sequence[Key]
+    upserted: Sequence[Row]
 
 
 NO_CHANGES = Changes((), ())
 # Changes((deleted, upserted)) without NamedTuple's Python-level __new__ (one per message).
-_changes: Callable[[tuple[Sequence[str], Sequence[TableRow]]], Changes] = partial(
-    tuple.__new__, Changes
-)
+_changes: Callable[[tuple[Sequence[Key], Sequence[Row]]], Changes] = partial(tuple.__new__, Changes)
 
 
 class ProcessorViolation(Exception):
@@ -59,12 +62,20 @@ class ProcessorViolation(Exception):
 class Processor(Protocol[StateT]):
     """What a session's transformation implements.
 
+    ``schema`` is the table schema its messages are parsed with: rows reach
+    it as tuples of the declared columns' values, in declared order
+    (:mod:`app.contract.values` says each type's Python form), and the rows
+    it returns are written as those columns.
+
     ``apply`` receives the state left by the previous message (``None`` for
     the first message of a session, which is always a snapshot) and returns
     the new state with the changes the message makes. It may update the
     state in place: the engine never reuses a state after a failed batch.
     ``end`` messages never reach it: the session's state is dropped.
     """
+
+    @property
+    def schema(self) -> TableSchema: ...
 
     def apply(self, state: StateT | None, message: Envelope) -> tuple[StateT, Changes]: ...
 
@@ -73,50 +84,99 @@ class Processor(Protocol[StateT]):
     def decode(self, data: bytes) -> StateT: ...
 
 
-# row id -> (value, status); dicts keep insertion order, so output is stable.
-Table = dict[str, tuple[float | None, str | None]]
+# key -> the row (every column); dicts keep insertion order, so output is stable.
+Table = dict[Key, Row]
 
 
 class TableProcessor:
     """Rebuilds a session's table from snapshots and updates (the reference)."""
 
+    def __init__(self, schema: TableSchema = DEFAULT_SCHEMA) -> None:
+        self._schema = schema
+        self._key: Callable[[Row], Key] = itemgetter(*schema.key_indexes)
+
+    @property
+    def schema(self) -> TableSchema:
+        return self._schema
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self._schema}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["schema"])  # type: ignore[misc]
+
     def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
         _, _, kind, _, rows, deleted = message
+        key = self._key
         if kind is MessageType.SNAPSHOT:
-            table: Table = {row_id: (value, status) for row_id, value, status in rows}
+            table: Table = {key(row): row for row in rows}
             if len(table) != len(rows):
                 raise ProcessorViolation(
-                    Rule.ENVELOPE, "unique row ids in a snapshot", f"row id {_twice(rows)!r} twice"
+                    Rule.ENVELOPE, "unique keys in a snapshot", f"key {_twice(rows, key)!r} twice"
                 )
-            gone = [row_id for row_id in state if row_id not in table] if state else []
+            gone = [k for k in state if k not in table] if state else []
             return table, _changes((gone, rows))
 
         table = state if state is not None else {}
-        for row_id in deleted:  # all checked before any is removed: a violation changes nothing
-            if row_id not in table:
+        for k in deleted:  # all checked before any is removed: a violation changes nothing
+            if k not in table:
                 raise ProcessorViolation(
                     Rule.DELETE_UNKNOWN_ROW,
-                    "a row id present in the table",
-                    f"delete of unknown row id {row_id!r}",
+                    "a key present in the table",
+                    f"delete of unknown key {k!r}",
                 )
-        for row_id in deleted:
-            del table[row_id]
-        for row_id, value, status in rows:
-            table[row_id] = (value, status)
+        for k in deleted:
+            del table[k]
+        for row in rows:
+            table[key(row)] = row
         return table, _changes((deleted, rows))
 
     def encode(self, state: Table) -> bytes:
-        return orjson.dumps(state)
+        """The table as ``[column names, rows]`` (decimals, times and dates as text): a
+        state saved before columns were added reads them as null."""
+        return orjson.dumps([self._schema.names, list(state.values())], default=str)
 
     def decode(self, data: bytes) -> Table:
-        raw: dict[str, list[float | str | None]] = orjson.loads(data)
-        return {row_id: (value, status) for row_id, (value, status) in raw.items()}  # type: ignore[misc]
+        return decode_table(self._schema, orjson.loads(data))
 
 
-def _twice(rows: Sequence[TableRow]) -> str:
-    seen: set[str] = set()
-    for row_id, _, _ in rows:
-        if row_id in seen:
-            return row_id
-        seen.add(row_id)
-    raise AssertionError("no repeated row id")
+def decode_table(schema: TableSchema, raw: Any) -> Table:
+    """A table from :meth:`TableProcessor.encode`, under ``schema``: columns matched by
+    name, a column the state lacks (added since) null. A state of versions 1.x (``{id:
+    [value, status]}``) reads as the default schema's."""
+    if isinstance(raw, dict):
+        raw = [("id", "value", "status"), [[k, *v] for k, v in raw.items()]]
+    names, rows = raw
+    key = itemgetter(*schema.key_indexes)
+    where = {name: i for i, name in enumerate(names)}
+    places = [where.get(c.name) for c in schema.columns]
+    # What JSON holds as text: decimals, times and dates.
+    typed = [(i, _FROM_TEXT[c.type]) for i, c in enumerate(schema.columns) if c.type in _FROM_TEXT]
+    if places == list(range(len(names))) and not typed:
+        return {key(row): row for row in map(tuple, rows)}
+    table: Table = {}
+    for stored in rows:
+        cells: list[Any] = [None if at is None else stored[at] for at in places]
+        for i, read in typed:
+            if cells[i] is not None:
+                cells[i] = read(cells[i])
+        row = tuple(cells)
+        table[key(row)] = row
+    return table
+
+
+_FROM_TEXT: dict[ColumnType, Callable[[str], Any]] = {
+    ColumnType.DECIMAL: Decimal,
+    ColumnType.TIMESTAMP: datetime.fromisoformat,
+    ColumnType.DATE: date.fromisoformat,
+}
+
+
+def _twice(rows: Sequence[Row], key: Callable[[Row], Key]) -> Key:
+    seen: set[Key] = set()
+    for row in rows:
+        k = key(row)
+        if k in seen:
+            return k
+        seen.add(k)
+    raise AssertionError("no repeated key")

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Processor
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.machine import (
     Claim,
     Drop,
@@ -25,13 +26,16 @@ from app.engine.machine import (
     RecordColumns,
     Rules,
 )
-from app.engine.output import OUTPUT_SCHEMA, QuarantinedRecord, RowColumns
+from app.engine.output import QuarantinedRecord, RowColumns, output_schema
 from app.engine.ownership import Foreign, Registry, settle
 from app.engine.state import PartitionState
 from app.errors import Violation
 
 # A partition's records, a slice at a time, in offset order.
 PartitionReader = Callable[[TopicPartition], Iterable[RecordColumns]]
+# Where the live job restarted a partition with another table schema: (offset, processor),
+# ascending; records before the first change use the processor run_partitions was given.
+SchemaChanges = Mapping[TopicPartition, Sequence[tuple[int, Processor[Any]]]]
 
 
 @dataclass
@@ -42,6 +46,7 @@ class InProcessOutcome:
     states: dict[TopicPartition, PartitionState[Any]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     foreign: Foreign = field(default_factory=dict)
+    schema: TableSchema = DEFAULT_SCHEMA
 
     @property
     def claims(self) -> Mapping[TopicPartition, Sequence[Claim]]:
@@ -51,9 +56,21 @@ class InProcessOutcome:
     def dropped(self) -> Mapping[TopicPartition, Sequence[Drop]]:
         return {tp: r.dropped for tp, r in self.results.items()}
 
+    # Rows made with a partition's earlier schemas, before it changed (a table each).
+    earlier: dict[TopicPartition, list[pa.Table]] = field(default_factory=dict)
+
     def rows(self) -> pa.Table:
-        tables = [r.rows.to_table() for _, r in sorted(self.results.items())]
-        return pa.concat_tables(tables) if tables else OUTPUT_SCHEMA.empty_table()
+        """Every row; under the last schema's columns (files read by name: added ones null)."""
+        schema = output_schema(self.schema)
+        tables = [
+            table
+            for tp, r in sorted(self.results.items())
+            for table in [*self.earlier.get(tp, []), r.rows.to_table()]
+        ]
+        if not tables:
+            return schema.empty_table()
+        whole = pa.concat_tables(tables, promote_options="default")
+        return whole.select(schema.names).cast(schema)
 
     @property
     def quarantined(self) -> list[QuarantinedRecord]:
@@ -69,17 +86,34 @@ def run_partitions(
     read: PartitionReader,
     processor: Processor[Any],
     rules: Rules,
+    changes: SchemaChanges | None = None,
 ) -> InProcessOutcome:
-    """Run every partition from an empty state; rule 6 settled across them."""
+    """Run every partition from an empty state; rule 6 settled across them. ``changes``:
+    where a partition goes on with another schema's processor (the last one is
+    ``processor``'s or a superset of it)."""
+    last = processor.schema
+    for switches in (changes or {}).values():
+        if switches:
+            last = switches[-1][1].schema
 
     def run_pass(foreign: Foreign) -> InProcessOutcome:
-        outcome = InProcessOutcome()
+        outcome = InProcessOutcome(schema=last)
         for tp in partitions:
             machine = PartitionMachine(processor, rules, foreign.get(tp))
             state: PartitionState[Any] = PartitionState.empty(tp, 0)
-            result = PartitionResult(RowColumns(tp))
+            result = PartitionResult(RowColumns(tp, machine.processor.schema))
+            pending = list((changes or {}).get(tp, ()))
             for records in read(tp):
-                machine.run(state, records, result)
+                for part in _at_changes(records, pending):
+                    while pending and part.offsets and part.offsets[0] >= pending[0][0]:
+                        _, switched = pending.pop(0)
+                        if switched is not machine.processor:
+                            outcome.earlier.setdefault(tp, []).append(result.rows.to_table())
+                            machine.switch(state, switched)
+                            result.rows = RowColumns(tp, switched.schema)
+                    machine.run(state, part, result)
+                    if result.violations and rules.mode is IntegrityMode.STRICT:
+                        break
                 if result.violations and rules.mode is IntegrityMode.STRICT:
                     break
             outcome.results[tp] = result
@@ -89,3 +123,22 @@ def run_partitions(
         return outcome
 
     return settle(run_pass, Registry(), rules.mode is IntegrityMode.STRICT)
+
+
+def _at_changes(
+    records: RecordColumns, pending: Sequence[tuple[int, Processor[Any]]]
+) -> Iterable[RecordColumns]:
+    """``records`` cut where a schema change of ``pending`` falls inside them."""
+    lo = 0
+    offsets = records.offsets
+    for at, _ in pending:
+        cut = next((i for i in range(lo, len(offsets)) if offsets[i] >= at), len(offsets))
+        if lo < cut < len(offsets):
+            yield _slice(records, lo, cut)
+            lo = cut
+    yield _slice(records, lo, len(offsets)) if lo else records
+
+
+def _slice(records: RecordColumns, lo: int, hi: int) -> RecordColumns:
+    keys, values, offsets, stamps = records
+    return RecordColumns(keys[lo:hi], values[lo:hi], offsets[lo:hi], stamps[lo:hi])

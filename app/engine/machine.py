@@ -23,14 +23,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Generic, NamedTuple
+from operator import itemgetter
+from typing import Any, Generic, NamedTuple
 
 import pyarrow as pa
 
 from app import defaults
-from app.contract.envelope import Envelope, MessageType, parse_envelope
+from app.contract.envelope import Envelope, MessageType, parser_for
 from app.contract.offsets import TopicPartition
 from app.contract.processor import NO_CHANGES, Processor, ProcessorViolation, StateT
+from app.contract.schema import TableSchema
 from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
 from app.engine.state import PartitionState, SessionState
@@ -101,6 +103,7 @@ class TraceEvent(NamedTuple):
     type: str
     rows: int
     outcome: str
+    keys: str = ""  # the keys the message names, in the declared key columns
 
 
 @dataclass(slots=True)
@@ -130,9 +133,26 @@ class PartitionMachine(Generic[StateT]):
         rules: Rules,
         foreign: Mapping[str, TopicPartition] | None = None,
     ) -> None:
-        self.processor = processor
         self.rules = rules
         self.foreign: Mapping[str, TopicPartition] = foreign or {}
+        self.use(processor)
+
+    def use(self, processor: Processor[StateT]) -> None:
+        """Apply the records from now on with ``processor`` (and its schema's parser)."""
+        self.processor = processor
+        self.parse = parser_for(processor.schema)
+
+    def switch(self, state: PartitionState[StateT], processor: Processor[StateT]) -> None:
+        """Go on with ``processor`` where the live job restarted with another table schema:
+        the sessions' tables carry on, read as it reads a state saved before (a column
+        added since is null)."""
+        before = self.processor
+        if processor is before:
+            return
+        for session in state.sessions.values():
+            if session.user is not None:
+                session.user = processor.decode(before.encode(session.user))
+        self.use(processor)
 
     def run(
         self,
@@ -158,7 +178,7 @@ class PartitionMachine(Generic[StateT]):
     ) -> PartitionResult:
         tp = state.tp
         if result is None:
-            result = PartitionResult(RowColumns(tp))
+            result = PartitionResult(RowColumns(tp, self.processor.schema))
         sessions = state.sessions
         strict = self.rules.mode is IntegrityMode.STRICT
         timeout = self.rules.timeout_ms
@@ -166,6 +186,7 @@ class PartitionMachine(Generic[StateT]):
         keys, values, offsets, stamps = records
         violation: Violation | None
         clock = state.clock_ms
+        parse = self.parse
         for i in range(len(offsets)):
             offset = offsets[i]
             seen = stamps[i]
@@ -193,11 +214,9 @@ class PartitionMachine(Generic[StateT]):
             message: Envelope | None = None
             rows = 0
             try:
-                message = parse_envelope(session, values[i])
+                message = parse(session, values[i])
             except EnvelopeError as exc:
-                violation = _violation(
-                    tp, offset, session, Rule.ENVELOPE, "a valid envelope", str(exc)
-                )
+                violation = _envelope_violation(tp, offset, session, exc)
                 if current is None:
                     result.claims.append(Claim(session, offset, False))
             else:
@@ -206,7 +225,15 @@ class PartitionMachine(Generic[StateT]):
                 )
             if session in traced:
                 result.trace.append(
-                    _trace(offset, session, message, sessions.get(session), rows, violation)
+                    _trace(
+                        offset,
+                        session,
+                        message,
+                        sessions.get(session),
+                        rows,
+                        violation,
+                        self.processor.schema,
+                    )
                 )
             if violation is not None:
                 if strict:
@@ -413,6 +440,24 @@ def _violation(
     )
 
 
+def _envelope_violation(
+    tp: TopicPartition, offset: int, session: str, exc: EnvelopeError
+) -> Violation:
+    """Rule 7: a row that broke its schema names the column, what was expected and arrived."""
+    if not exc.column:
+        return _violation(tp, offset, session, Rule.ENVELOPE, "a valid envelope", str(exc))
+    return Violation(
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=offset,
+        session=session,
+        rule=Rule.ENVELOPE,
+        expected=exc.expected,
+        got=exc.got,
+        column=exc.column,
+    )
+
+
 def _rule_6(tp: TopicPartition, offset: int, session: str, owner: TopicPartition) -> Violation:
     return _violation(tp, offset, session, Rule.ONE_PARTITION, str(owner), str(tp))
 
@@ -446,6 +491,7 @@ def _trace(
     current: SessionState[StateT] | None,
     rows: int,
     violation: Violation | None,
+    schema: TableSchema,
 ) -> TraceEvent:
     if violation is not None:
         outcome = violation.describe()
@@ -460,4 +506,29 @@ def _trace(
         "invalid" if message is None else message.type.value,
         rows,
         outcome,
+        _keys(message, schema),
     )
+
+
+def _keys(message: Envelope | None, schema: TableSchema, shown: int = 3) -> str:
+    """The keys a traced message names: ``rows (site, id): (a, 1), (b, 2) and 4 more``."""
+    if message is None or not (message.rows or message.deleted):
+        return ""
+    key = itemgetter(*schema.key_indexes)
+    names = ", ".join(schema.key)
+
+    def listed(keys: list[Any]) -> str:
+        def one(k: Any) -> str:
+            cells = k if isinstance(k, tuple) else (k,)
+            text = ", ".join(str(c) for c in cells)
+            return f"({text})" if len(cells) > 1 else text
+
+        more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+        return ", ".join(one(k) for k in keys[:shown]) + more
+
+    parts = []
+    if message.rows:
+        parts.append(f"rows ({names}): {listed([key(r) for r in message.rows])}")
+    if message.deleted:
+        parts.append(f"deleted: {listed(list(message.deleted))}")
+    return "; ".join(parts)

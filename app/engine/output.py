@@ -10,52 +10,82 @@ object is made.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from app.contract.envelope import TableRow
+from app.contract.envelope import Key, Row
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes
+from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
 from app.engine.gc_pause import cyclic_gc_paused
 
-# The output dataset's file schema (CONTRACT.md section 3).
-OUTPUT_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("session", pa.string()),
-        pa.field("seq", pa.int64()),
-        pa.field("type", pa.string()),
-        pa.field("ts", pa.timestamp("ms", tz="UTC")),
-        pa.field("row_id", pa.string()),
-        pa.field("value", pa.float64()),
-        pa.field("status", pa.string()),
-        pa.field("deleted", pa.bool_()),
-    ]
-)
+_US_UTC = pa.timestamp("us", tz="UTC")
+# The output's own columns before the declared ones (CONTRACT.md section 3), never null.
+_METADATA = [
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("session", pa.string(), nullable=False),
+    pa.field("seq", pa.int64(), nullable=False),
+    pa.field("type", pa.string(), nullable=False),
+    # Microseconds: Iceberg's timestamptz, in the files as in the table.
+    pa.field("ts", _US_UTC, nullable=False),
+]
+_DELETED = pa.field("deleted", pa.bool_(), nullable=False)
+
+
+def arrow_type(column: Column) -> pa.DataType:
+    """A declared column's output type (CONTRACT.md section 1a)."""
+    kind = column.type
+    if kind is ColumnType.DECIMAL:
+        return pa.decimal128(column.precision, column.scale)
+    return {
+        ColumnType.STRING: pa.string(),
+        ColumnType.INT64: pa.int64(),
+        ColumnType.FLOAT64: pa.float64(),
+        ColumnType.BOOL: pa.bool_(),
+        ColumnType.TIMESTAMP: _US_UTC,
+        ColumnType.DATE: pa.date32(),
+    }[kind]
+
+
+def declared_fields(schema: TableSchema) -> list[pa.Field]:
+    """The declared columns under their output names. Only key columns are never null: a
+    deleted row holds its key and null in every other column."""
+    keys = set(schema.key)
+    return [pa.field(c.output, arrow_type(c), nullable=c.name not in keys) for c in schema.columns]
+
+
+@functools.lru_cache(maxsize=16)
+def output_schema(schema: TableSchema) -> pa.Schema:
+    """The output dataset's file schema for ``schema`` (CONTRACT.md section 3)."""
+    return pa.schema([*_METADATA, *declared_fields(schema), _DELETED])
+
+
+# The output dataset's file schema with the default schema (versions 1.x's columns).
+OUTPUT_SCHEMA = output_schema(DEFAULT_SCHEMA)
 OUTPUT_COLUMNS: tuple[str, ...] = tuple(OUTPUT_SCHEMA.names)
+METADATA_NAMES: tuple[str, ...] = (*(f.name for f in _METADATA), _DELETED.name)
 
 # The quarantine dataset (``<output>/_quarantine/``): records set aside in
 # resync mode, with the reason, and the raw value as it arrived.
 QUARANTINE_SCHEMA = pa.schema(
     [
-        *(OUTPUT_SCHEMA.field(i) for i in range(6)),  # topic, partition, offset, session, seq, type
+        *(pa.field(f.name, f.type) for f in _METADATA[:6]),  # topic ... type
         pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
         pa.field("reason", pa.string()),
         pa.field("value", pa.binary()),
     ]
 )
 
-_MS_UTC = pa.timestamp("ms", tz="UTC")
-# A row's own columns, as the processor gives them: (row_id, value, status).
-_ROW = pa.struct([OUTPUT_SCHEMA.field(name) for name in ("row_id", "value", "status")])
 # What RowColumns keeps of a message with rows: its columns, its rows and deletions.
 _MESSAGE = pa.struct(
     [
-        *(OUTPUT_SCHEMA.field(name) for name in ("offset", "session", "seq", "type")),
+        *(pa.field(f.name, f.type) for f in _METADATA[2:6]),  # offset, session, seq, type
         pa.field("ts_ms", pa.int64()),
         pa.field("rows", pa.int64()),
         pa.field("deleted_rows", pa.int64()),
@@ -80,13 +110,15 @@ class QuarantinedRecord(NamedTuple):
 class RowColumns:
     """One topic-partition's output rows, in the order they were produced."""
 
-    __slots__ = ("_messages", "_rows", "tp")
+    __slots__ = ("_deleted_row", "_messages", "_rows", "schema", "tp")
 
-    def __init__(self, tp: TopicPartition) -> None:
+    def __init__(self, tp: TopicPartition, schema: TableSchema = DEFAULT_SCHEMA) -> None:
         self.tp = tp
+        self.schema = schema
         # (offset, session, seq, type, ts, rows, deleted rows): one per message with rows.
         self._messages: list[tuple[int, str, int, str, int, int, int]] = []
-        self._rows: list[TableRow] = []  # deleted rows as (id, None, None)
+        self._rows: list[Row] = []  # a deleted row: its key, null elsewhere
+        self._deleted_row = _deleted_row(schema)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -100,30 +132,32 @@ class RowColumns:
         if count:
             self._messages.append((offset, session, seq, kind, ts, count, len(deleted)))
             if deleted:
-                self._rows.extend([(row_id, None, None) for row_id in deleted])
+                self._rows.extend(map(self._deleted_row, deleted))
             self._rows.extend(upserted)
         return count
 
     def to_table(self) -> pa.Table:
-        """The rows as an Arrow table of :data:`OUTPUT_SCHEMA`."""
+        """The rows as an Arrow table of :func:`output_schema`."""
         with cyclic_gc_paused():
             return self._table()
 
     def _table(self) -> pa.Table:
+        schema = output_schema(self.schema)
         n = len(self._rows)
         if not n:
-            return OUTPUT_SCHEMA.empty_table()
+            return schema.empty_table()
         # One conversion each of the message and row tuples as structs: unzipping
         # millions of tuples in Python cost several times the conversions.
         offsets, sessions, seqs, kinds, stamps, counts, deleted_counts = pa.array(
             self._messages, _MESSAGE
         ).flatten()
-        ids, values, statuses = pa.array(self._rows, _ROW).flatten()
+        declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
         repeat = counts.to_numpy()
         per_row = np.repeat(np.arange(len(repeat)), repeat)
         # Each message's rows start with its deletions.
         firsts = np.repeat(np.cumsum(repeat) - repeat, repeat)
         deleted = (np.arange(n) - firsts) < np.repeat(deleted_counts.to_numpy(), repeat)
+        micros = pa.array(stamps.take(per_row).to_numpy() * 1000, pa.int64())
         return pa.table(
             [
                 pa.repeat(pa.scalar(self.tp.topic, pa.string()), n),
@@ -132,14 +166,34 @@ class RowColumns:
                 sessions.take(per_row),
                 seqs.take(per_row),
                 kinds.take(per_row),
-                stamps.take(per_row).cast(_MS_UTC),
-                ids,
-                values,
-                statuses,
+                micros.cast(_US_UTC),
+                *declared,
                 pa.array(deleted, pa.bool_()),
             ],
-            schema=OUTPUT_SCHEMA,
+            schema=schema,
         )
+
+
+@functools.lru_cache(maxsize=16)
+def _row_struct(schema: TableSchema) -> pa.StructType:
+    """A row tuple as Arrow converts it (every field nullable: the table's schema says more)."""
+    return pa.struct([pa.field(f.name, f.type) for f in declared_fields(schema)])
+
+
+def _deleted_row(schema: TableSchema) -> Callable[[Key], Row]:
+    """The output row of a deleted key: the key columns set, every other column null."""
+    width, indexes = len(schema.columns), schema.key_indexes
+    if len(indexes) == 1:
+        before, after = (None,) * indexes[0], (None,) * (width - indexes[0] - 1)
+        return lambda key: (*before, key, *after)
+
+    def row(key: Key) -> Row:
+        cells: list[object] = [None] * width
+        for i, value in zip(indexes, key, strict=True):
+            cells[i] = value
+        return tuple(cells)
+
+    return row
 
 
 def quarantine_table(records: list[QuarantinedRecord]) -> pa.Table:

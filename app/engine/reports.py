@@ -105,7 +105,7 @@ class Reports:
         self._add(kind, path=path, rows=rows, bytes=size)
 
     def violation(self, v: Violation) -> None:
-        detail = {"rule": int(v.rule), "expected": v.expected, "got": v.got}
+        detail = {"rule": int(v.rule), "expected": v.expected, "got": v.got, "column": v.column}
         self._add(
             ReportKind.VIOLATION,
             offset=v.offset,
@@ -114,7 +114,13 @@ class Reports:
         )
 
     def trace(self, t: TraceEvent) -> None:
-        detail = {"seq": t.seq, "type": t.type, "rows": t.rows, "outcome": t.outcome}
+        detail = {
+            "seq": t.seq,
+            "type": t.type,
+            "rows": t.rows,
+            "outcome": t.outcome,
+            "keys": t.keys,
+        }
         self._add(
             ReportKind.TRACE,
             offset=t.offset,
@@ -187,12 +193,19 @@ class BatchOutcome:
                         rule=Rule(d["rule"]),
                         expected=d["expected"],
                         got=d["got"],
+                        column=d.get("column", ""),
                     )
                 )
             elif kind is ReportKind.TRACE:
                 d = orjson.loads(r["detail"])
                 event = TraceEvent(
-                    r["offset"], r["session"], d["seq"], d["type"], d["rows"], d["outcome"]
+                    r["offset"],
+                    r["session"],
+                    d["seq"],
+                    d["type"],
+                    d["rows"],
+                    d["outcome"],
+                    d.get("keys", ""),
                 )
                 outcome.trace.append((tp, event))
             elif kind is ReportKind.CLAIM:

@@ -173,7 +173,7 @@ class PartitionTask:
             state, cache = self._load(store, tp, start)
         machine = PartitionMachine(plan.processor, plan.rules, plan.foreign.get(tp))
         location = resolve(plan.output_uri)
-        result = PartitionResult(RowColumns(tp))
+        result = PartitionResult(RowColumns(tp, machine.processor.schema))
         offsets_np = records.column("offset").to_numpy()
         for segment in plan_segments(offsets_np, [(start, end)], tp):
             run_segment(machine, state, records, segment, result)
@@ -313,7 +313,7 @@ def stage_segment(
     if result.quarantined:
         table = quarantine_table(result.quarantined)
         staged += stage_table(location, staging_dir, QUARANTINE_DIR, table, "timestamp", name)
-    result.rows = RowColumns(result.rows.tp)
+    result.rows = RowColumns(result.rows.tp, result.rows.schema)
     result.quarantined = []
     return staged
 

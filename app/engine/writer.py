@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from app.engine.output import OUTPUT_SCHEMA, QUARANTINE_SCHEMA
+from app.engine.output import QUARANTINE_SCHEMA
 from app.engine.reports import StagedFile
 from app.storage import Location
 
@@ -33,18 +33,15 @@ COMPRESSION = "snappy"
 ROW_GROUP_SIZE = 256 * 1024
 
 
-def file_schema(quarantine: bool) -> pa.Schema:
-    """The columns a file holds: never the ``date`` of its directory (readers add it)."""
-    return QUARANTINE_SCHEMA if quarantine else OUTPUT_SCHEMA
+def write_data_file(location: Location, path: str, table: pa.Table, schema: pa.Schema) -> int:
+    """Write one output (or quarantine) file whole, in ``schema``; its size.
 
-
-def write_data_file(location: Location, path: str, table: pa.Table, quarantine: bool) -> int:
-    """Write one output (or quarantine) file whole, in its one physical schema; its size.
-
-    Run, redo, repair, replay and correct all write through here, so a hive
-    reader merging the dataset meets one schema in every file.
+    ``schema`` is the output's (:func:`app.engine.output.output_schema` of the
+    table schema the rows were computed with) or the quarantine's, never the
+    ``date`` of the file's directory (readers add it). Run, redo, repair,
+    replay and correct all write through here, so a hive reader merging the
+    dataset meets the same physical form in every file of a table schema.
     """
-    schema = file_schema(quarantine)
     rows = table.select(schema.names).cast(schema)
     location.write_whole(
         path,
@@ -73,16 +70,18 @@ def stage_table(
     if not len(table):
         return []
     quarantine = subdir == QUARANTINE_DIR
+    schema = QUARANTINE_SCHEMA if quarantine else table.schema
     # Whole UTC days since the epoch: integer arithmetic, not a date string per row.
     # Floor division: a time before 1970 belongs to the day before, not to day 0.
-    ms = table.column(time_column).cast(pa.int64()).to_numpy()
-    days = pa.array(np.floor_divide(ms, _MS_PER_DAY))
+    stamps = table.column(time_column)
+    per_day = _MS_PER_DAY * (1000 if stamps.type.unit == "us" else 1)
+    days = pa.array(np.floor_divide(stamps.cast(pa.int64()).to_numpy(), per_day))
     found = sorted(pc.unique(days).to_pylist())
     staged: list[StagedFile] = []
     for number in found:
         day = table if len(found) == 1 else table.filter(pc.equal(days, number))
         date = (_EPOCH + timedelta(days=number)).isoformat()
         relative = posixpath.join(subdir, f"date={date}", f"part-{name}.parquet")
-        size = write_data_file(location, location.child(staging_dir, relative), day, quarantine)
+        size = write_data_file(location, location.child(staging_dir, relative), day, schema)
         staged.append(StagedFile(relative, len(day), size, quarantine))
     return staged

@@ -4,7 +4,7 @@ moto records Run Commands (``tablecast-ops deploy`` restarts the job's
 service with one) and runs none. This agent polls the commands sent to the
 driver's instance and does what their scripts ask of the services: a
 ``systemctl restart`` of the job's unit restarts the supervised service (run-job
-then installs the version SSM names, as on a node), a ``try-restart`` of the
+then installs the version SSM names, as on a node), a ``restart`` of the
 archiver's restarts it. Other commands are only logged.
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RESTARTS = {
     "systemctl restart tablecast-job.service": "tablecast-job",
-    "systemctl try-restart tablecast-archiver.service": "tablecast-archiver",
+    "systemctl restart tablecast-archiver.service": "tablecast-archiver",
 }
 
 

@@ -3,8 +3,11 @@
 Each service runs in its own process group with its output in one log file
 under the pipeline's log folder. A service that exits with a failure (a
 non-zero code or a signal) is started again after its ``RestartSec``, as
-``Restart=on-failure`` does; stopping sends SIGTERM to the whole group and,
-after the unit's ``TimeoutStopSec``, SIGKILL. One thread watches them all.
+``Restart=on-failure`` does, unless its code is one of the unit's
+``RestartPreventExitStatus`` or its starts would pass the unit's start limit
+(then it stays failed, as systemd leaves it); stopping sends SIGTERM to the
+whole group and, after the unit's ``TimeoutStopSec``, SIGKILL. One thread
+watches them all.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class Service:
     starts: int = 0
     failures: list[int] = field(default_factory=list)  # exit codes of failed runs
     restart_at: float | None = None
+    started_at: list[float] = field(default_factory=list)  # monotonic, for the start limit
+    gave_up: bool = False
+    """Failed and not restarted: a code that prevents it, or the start limit reached."""
 
 
 class Supervisor:
@@ -73,6 +79,7 @@ class Supervisor:
             service.spec.argv, service.log_path, env=service.env, cwd=self.cwd
         )
         service.starts += 1
+        service.started_at.append(time.monotonic())
         service.restart_at = None
 
     def _watch(self) -> None:
@@ -87,8 +94,13 @@ class Supervisor:
         if process is not None and process.poll() is not None:
             code = process.returncode
             service.process = None
-            if code != 0 and service.spec.restart_on_failure:
+            if code != 0:
                 service.failures.append(code)
+            if code != 0 and service.spec.restart_on_failure:
+                if code in service.spec.restart_prevent_codes or self._start_limited(service, now):
+                    service.gave_up = True
+                    log.info("%s failed (%s); not restarted", service.spec.name, code)
+                    return
                 service.restart_at = now + service.spec.restart_sec
                 log.info(
                     "%s failed (%s); restarting in %.0f s",
@@ -99,10 +111,19 @@ class Supervisor:
         if service.process is None and service.restart_at is not None and now >= service.restart_at:
             self._launch(service)
 
+    @staticmethod
+    def _start_limited(service: Service, now: float) -> bool:
+        """Whether one more start would pass the unit's ``StartLimitBurst`` in its interval."""
+        spec = service.spec
+        if not spec.start_limit_burst or not spec.start_limit_interval_s:
+            return False
+        recent = [t for t in service.started_at if now - t <= spec.start_limit_interval_s]
+        return len(recent) >= spec.start_limit_burst
+
     def raise_if_failing(self, failures: int = 3) -> None:
         """Stop waiting on a service that keeps failing: name it and its log's last line."""
         for service in list(self.services.values()):
-            if len(service.failures) >= failures:
+            if len(service.failures) >= failures or service.gave_up:
                 lines = service.log_path.read_text(errors="replace").strip().splitlines()
                 raise SupervisedServiceError(
                     f"{service.spec.name} failed {len(service.failures)} times (last: "

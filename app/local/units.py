@@ -2,7 +2,9 @@
 
 The pipeline on loopback runs the services the AMI runs, from the unit files
 the image's build installs (staged by :mod:`app.local.image`): their
-``ExecStart`` command, ``Restart`` policy and ``RestartSec``, with the
+``ExecStart`` command, ``Restart`` policy, ``RestartSec``,
+``RestartPreventExitStatus`` and start limit (``StartLimitIntervalSec``,
+``StartLimitBurst``), with the
 image's paths mapped to this machine's (``/opt/spark`` to PySpark's own
 Spark, ``/opt/tablecast/bin`` to the staged programs, ...) and the node's
 variables filled in. A unit changed in the image is run changed here;
@@ -31,10 +33,16 @@ class ServiceSpec:
     restart_on_failure: bool
     restart_sec: float
     stop_timeout_s: float
+    restart_prevent_codes: frozenset[int] = frozenset()
+    """Exit codes after which the service is not restarted (``RestartPreventExitStatus``)."""
+    start_limit_burst: int = 0
+    """At most this many starts within ``start_limit_interval_s``; 0: no limit."""
+    start_limit_interval_s: float = 0.0
 
 
-def read_unit(name: str, units: Path) -> dict[str, str]:
-    """The ``[Service]`` settings of ``<name>.service`` (continuation lines joined)."""
+def read_unit(name: str, units: Path, section_name: str = "[Service]") -> dict[str, str]:
+    """The ``[Service]`` (or another section's) settings of ``<name>.service`` (continuation
+    lines joined)."""
     path = units / f"{name}.service"
     try:
         text = path.read_text(encoding="utf-8")
@@ -48,7 +56,7 @@ def read_unit(name: str, units: Path) -> dict[str, str]:
             continue
         if line.startswith("["):
             section = line
-        elif section == "[Service]" and "=" in line:
+        elif section == section_name and "=" in line:
             key, _, value = line.partition("=")
             settings[key.strip()] = value.strip()
     return settings
@@ -81,12 +89,18 @@ def render(
     restart_sec = float(unit.get("RestartSec", "0.1").removesuffix("s"))
     if restart_sec_cap is not None:
         restart_sec = min(restart_sec, restart_sec_cap)
+    limits = read_unit(name, units, "[Unit]")
     return ServiceSpec(
         name=name,
         argv=tuple(argv),
         restart_on_failure=unit.get("Restart", "no") in ("on-failure", "always"),
         restart_sec=restart_sec,
         stop_timeout_s=float(unit.get("TimeoutStopSec", "90").removesuffix("s")),
+        restart_prevent_codes=frozenset(
+            int(code) for code in unit.get("RestartPreventExitStatus", "").split()
+        ),
+        start_limit_burst=int(limits.get("StartLimitBurst", "0")),
+        start_limit_interval_s=float(limits.get("StartLimitIntervalSec", "0").removesuffix("s")),
     )
 
 

@@ -22,7 +22,8 @@ The order of one partition's file:
    + 1: the files continue one another exactly. Each record keeps its
    headers (the ``headers`` column, CONTRACT.md 1.1). A file may hold fewer records
    than ``end - start`` where Kafka skipped offsets (transaction markers,
-   compaction), never one outside its range.
+   compaction), never one outside its range. Where the archive is under Object
+   Lock, lock the file.
 5. The partition's next file starts at ``end``.
 
 It reads what the job's Kafka source reads (its isolation level, by default
@@ -32,6 +33,11 @@ It reads what the job's Kafka source reads (its isolation level, by default
 Run it as a catch-up (``catch_up``: until every partition is at its end, then
 exit; from cron or a systemd timer) or as a service (``follow``: until told to
 stop, picking up new topics and partitions of the pattern as they appear).
+A service publishes, every ``metrics_every_s``, its heartbeat and how many
+records Kafka holds that the archive does not yet
+(:data:`app.metric_names.ARCHIVER`): infra's alarms watch them, since once
+Kafka's retention passes the archive is the only copy. Where the archive is
+under Object Lock (:mod:`app.ops.archive_lock`), step 4 locks each file.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -49,9 +56,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from app import handoff
+from app import handoff, metric_names
 from app.contract.offsets import TopicPartition
 from app.errors import DataLossError
+from app.metrics.publisher import Datum, MetricsPublisher, NullPublisher, Unit
+from app.ops.archive_lock import ArchiveLock
 from app.ops.errors import ArchiveConflictError, KafkaClientError
 from app.sources import archive
 from app.sources.kafka import KafkaBackend, KafkaColumns
@@ -91,6 +100,8 @@ class ArchiverConfig:
     isolation: Isolation = Isolation.READ_COMMITTED
     """The job's isolation level (the environment's ``kafka-isolation-level``): the archive
     holds the records the job reads from Kafka, so the tiered source reads the same."""
+    metrics_every_s: float = 60.0
+    """How often a following archiver publishes its heartbeat and lag."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +201,12 @@ class Archiver:
         on_file: Callable[[WrittenFile], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         timeout_s: float = 30.0,
+        publisher: MetricsPublisher | None = None,
+        lock: ArchiveLock | None = None,
     ) -> None:
         self.config = config
+        self._publisher: MetricsPublisher = publisher or NullPublisher()
+        self._lock = lock
         self._pattern = re.compile(config.topic_pattern)
         self._location: Location = resolve(config.archive_uri)
         self._on_file = on_file
@@ -230,18 +245,45 @@ class Archiver:
         return self._run
 
     def follow(self, stop: threading.Event) -> ArchiveRun:
-        """Archive until ``stop`` is set, then write what is buffered."""
+        """Archive until ``stop`` is set, then write what is buffered; a heartbeat and the
+        lag every ``metrics_every_s`` meanwhile."""
         self._start()
-        refreshed = self._clock()
+        refreshed = published = self._clock()
+        self._publish()
         while not stop.is_set():
             self._poll()
             self._cut(force=False)
             if self._clock() - refreshed >= self.config.refresh_s:
                 self._discover()
                 refreshed = self._clock()
+            if self._clock() - published >= self.config.metrics_every_s:
+                self._publish()
+                published = self._clock()
         self._cut(force=True)
         self._run.caught_up = set(self._archived) <= self._at_end
         return self._run
+
+    def records_behind(self) -> int:
+        """Records Kafka holds (by the high watermarks of the last fetches) that the archive
+        does not yet, over every partition; a partition not fetched yet counts none."""
+        behind = 0
+        for tp, end in self._archived.items():
+            low, high = self._consumer.get_watermark_offsets(
+                KafkaPartition(tp.topic, tp.partition), cached=True
+            )
+            if high < 0:
+                continue
+            behind += max(0, high - (end if end is not None else max(low, 0)))
+        return behind
+
+    def _publish(self) -> None:
+        now = datetime.now(UTC)
+        self._publisher.publish(
+            [
+                Datum(metric_names.ARCHIVER_HEARTBEAT, 1.0, Unit.COUNT, now),
+                Datum(metric_names.ARCHIVER_RECORDS_BEHIND, self.records_behind(), Unit.COUNT, now),
+            ]
+        )
 
     def _start(self) -> None:
         # The end-of-partition events come once per arrival at the end: an
@@ -273,6 +315,9 @@ class Archiver:
         for tp in new:
             files = index.files.get(tp)
             end = files[-1].end if files else None
+            if files and self._lock is not None and self._lock.ensure_locked(files[-1].path):
+                # Written, then the archiver died before locking it (step 4).
+                log.warning("locked %s, which its writer left unlocked", files[-1].path)
             if end is not None:
                 low, _high = self._consumer.get_watermark_offsets(
                     KafkaPartition(tp.topic, tp.partition), timeout=self._timeout_s, cached=False
@@ -357,6 +402,8 @@ class Archiver:
         # Step 4: the whole file, then Step 5: the next one starts at its end.
         records = len(buffer.offsets)
         path = archive.write_file(self._location, tp, start, end, buffer.table())
+        if self._lock is not None:
+            self._lock.lock(path)
         self._archived[tp] = end
         written = WrittenFile(tp, start, end, records, path)
         self._run.files.append(written)

@@ -10,6 +10,7 @@ and exit with a code of the one table, :class:`app.errors.ExitCode`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -36,10 +37,19 @@ from app.cli.parsing import (
 from app.code_version import checkout_commit, job_version
 from app.durations import parse_duration_ms
 from app.errors import ConfigurationError
+from app.metrics.publisher import MetricsPublisher, NullPublisher, PublisherKind, make_publisher
 from app.ops import deploy, wheel
+from app.ops.archive_lock import ArchiveLock
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff
-from app.ops.pipelines import PRICES, Declarations, list_pipelines, load_prices, settings_path
+from app.ops.pipelines import (
+    PRICES,
+    Declarations,
+    list_pipelines,
+    load_prices,
+    settings_path,
+)
+from app.ops.pipelines import deployed as deployed_pipelines
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
 
@@ -265,6 +275,11 @@ def build_parser() -> CommandParser:
     run_artifact.add_argument(
         "--version", help="deploy a version already uploaded [the wheel built or given]"
     )
+    run_artifact.add_argument(
+        "--no-deploy",
+        action="store_true",
+        help="test what is deployed (on a test pipeline's driver, which may not deploy)",
+    )
     run.add_argument(
         "--project", type=Path, default=_PROJECT, help="the project to build [this checkout]"
     )
@@ -304,10 +319,12 @@ def build_parser() -> CommandParser:
     pipelines = add_command(
         commands,
         "pipelines",
-        summary="list the declared test pipelines: age, expiry, owner, cost per hour",
-        description="List the test pipelines the deployment settings declare, with age, "
-        "expiry, owner and cost per hour; expired ones are named with their destroy command.",
-        examples=["tablecast-ops pipelines"],
+        summary="list the test pipelines declared and deployed: age, expiry, owner, cost per "
+        "hour, and the deployed ones nobody declares (orphans)",
+        description="List the test pipelines the deployment settings declare and those the "
+        "account runs, with age, expiry, owner and cost per hour; expired ones are named with "
+        "their destroy command, and deployed ones nobody declares (orphans) make it exit 1.",
+        examples=["tablecast-ops pipelines", "tablecast-ops pipelines --declared-only"],
     )
     _region(pipelines)
     pipelines.add_argument(
@@ -315,6 +332,11 @@ def build_parser() -> CommandParser:
     )
     pipelines.add_argument("--prices", type=Path, help="price table [infra/prices.toml]")
     pipelines.add_argument("--today", type=date.fromisoformat, help=argparse.SUPPRESS)
+    pipelines.add_argument(
+        "--declared-only",
+        action="store_true",
+        help="read the settings only, not what the account runs (no AWS credentials needed)",
+    )
 
     retire = add_command(
         commands,
@@ -389,6 +411,13 @@ def build_parser() -> CommandParser:
         help="longest a record waits for its file [1 minute]",
     )
     _catch_up_timeout(archive, 3600.0, "without --follow: a catch-up stops after this [1 hour]")
+    archive.add_argument(
+        "--metrics",
+        choices=[kind.value for kind in PublisherKind],
+        default=PublisherKind.NONE.value,
+        help="where --follow publishes its heartbeat and lag every minute, with --environment "
+        "(the driver's service: cloudwatch) [none]",
+    )
     return parser
 
 
@@ -676,7 +705,16 @@ def _archive(args: argparse.Namespace) -> int:
     def written(file: archiver.WrittenFile) -> None:
         _say(f"wrote {file.path} ({file.records:,} records)")
 
-    with archiver.Archiver(endpoint, config, on_file=written) as copier:
+    publisher = _archiver_publisher(args, found)
+    lock = None
+    if found is not None and found.archive_lock_days:
+        lock = ArchiveLock.of(AwsClients.create(found.region).s3, found.archive_lock_days, uri)
+    with (
+        contextlib.closing(publisher),
+        archiver.Archiver(
+            endpoint, config, on_file=written, publisher=publisher, lock=lock
+        ) as copier,
+    ):
         if not args.follow:
             run = copier.catch_up(timeout_s=args.catch_up_timeout)
         else:
@@ -691,6 +729,16 @@ def _archive(args: argparse.Namespace) -> int:
             run = copier.follow(stop)
     _say(run.lines()[0])
     return 0
+
+
+def _archiver_publisher(args: argparse.Namespace, found: Handoff | None) -> MetricsPublisher:
+    """Where a following archiver's heartbeat and lag go: the environment's namespace."""
+    kind = PublisherKind(args.metrics)
+    if kind is PublisherKind.NONE:
+        return NullPublisher()
+    if found is None or not args.follow:
+        raise ConfigurationError("--metrics publishes with --environment and --follow only")
+    return make_publisher(kind, environment=found.environment, region=found.region)
 
 
 def _retire_topic(args: argparse.Namespace) -> int:
@@ -723,17 +771,24 @@ def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> i
             "pipelines reads infra/'s configuration: run it from a checkout "
             "(scripts/tablecast_ops.py)"
         )
+    settings = settings_path(args.settings, os.environ, declarations.settings_variable)
     listing = list_pipelines(
-        settings_path(args.settings, os.environ, declarations.settings_variable),
+        settings,
         declarations,
         today=args.today or datetime.now(UTC).date(),
         prices=load_prices(args.prices or PRICES),
+        deployed=None if args.declared_only else deployed_pipelines(args.region),
     )
     for line in listing.lines():
         _say(line)
     for name in listing.expired:
         _say(f"expired: {name}; destroy it with {declarations.destroy_command(name)}")
-    return 0
+    for orphan in listing.orphans:
+        _say(
+            f"orphan: {orphan.name}; declare it again in {settings} (its state is in the "
+            f"state backend) and destroy it with {declarations.destroy_command(orphan.name)}"
+        )
+    return 1 if listing.orphans else 0
 
 
 # Shared environments: a test run's load must never reach their topics.
@@ -752,6 +807,11 @@ def _test_run(args: argparse.Namespace) -> int:
         )
     found = _handoff(args)
     assert found is not None
+    if args.no_deploy and found.job_version == "none":
+        raise ConfigurationError(
+            f"{args.environment} runs no job yet: deploy one first (tablecast-ops deploy -e "
+            f"{args.environment}), then test it with --no-deploy"
+        )
     clients = AwsClients.create(args.region)
     endpoint = _endpoint(args, found)
     load = test_run.Load(
@@ -770,6 +830,8 @@ def _test_run(args: argparse.Namespace) -> int:
     topics.Topics(endpoint).create(load.topic_names, policy, topic_pattern=found.topic_pattern)
 
     def deploy_job() -> str:
+        if args.no_deploy:
+            return f"tablecast {found.job_version}, as deployed (--no-deploy)"
         built = _wheel(args, lambda line: None)
         report = deploy.deploy(
             clients,

@@ -13,6 +13,9 @@ The order of a deploy, each step checked before the next:
    wait until it is active with that version installed.
 5. Wait for the job's ``Heartbeat`` metric newer than the restart: the job runs
    micro-batches again.
+6. Arm the alarms that wait for the first deploy (``metric_names.ARMED_BY_DEPLOY``:
+   the job's and the archiver's heartbeats, the checkpoint copies), which infra
+   creates with their actions off; every later deploy finds them armed.
 
 A failure after step 3 leaves ``job-version`` at the new version, and systemd
 keeps restarting the service with it; roll back with ``deploy --version <old>``,
@@ -51,6 +54,8 @@ class DeployReport:
     uploaded: bool
     restart: service.ServiceAction
     heartbeat: metrics.Datapoint
+    armed: tuple[str, ...] = ()
+    """The alarms this deploy armed (the first deploy's)."""
 
     def lines(self) -> list[str]:
         return [
@@ -62,6 +67,7 @@ class DeployReport:
             f"restarted:    {self.restart.done_at.isoformat(timespec='seconds')} on "
             f"{self.restart.instance_id} (command {self.restart.command_id})",
             f"heartbeat:    {self.heartbeat.timestamp.isoformat(timespec='seconds')}",
+            *([f"armed:        {', '.join(self.armed)}"] if self.armed else []),
         ]
 
 
@@ -142,6 +148,10 @@ def deploy(
         timeout_s=heartbeat_timeout_s,
         poll_s=poll_s,
     )
+    # Step 6: what runs now may page.
+    armed = metrics.arm_alarms(clients.cloudwatch, environment)
+    if armed:
+        progress(f"armed {', '.join(armed)}")
     return DeployReport(
         environment=environment,
         version=target,
@@ -150,6 +160,7 @@ def deploy(
         uploaded=uploaded,
         restart=restarted,
         heartbeat=heartbeat,
+        armed=armed,
     )
 
 

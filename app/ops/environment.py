@@ -149,6 +149,15 @@ class Handoff:
     def region(self) -> str:
         return self.value(handoff.REGION)
 
+    @property
+    def archive_lock_days(self) -> int:
+        """Days the archiver locks each file for; 0 where the archive is not locked."""
+        return (
+            self.integer(handoff.ARCHIVE_LOCK_DAYS)
+            if self.values.get(handoff.ARCHIVE_LOCK_DAYS)
+            else 0
+        )
+
 
 def find_driver(ec2: EC2Client, found: Handoff) -> str:
     """The driver's instance id: the live instance tagged ``tablecast-<env>-driver``.

@@ -134,6 +134,17 @@ def wait_for_heartbeat(
         sleep(min(poll_s, max(0.0, timeout_s - waited)))
 
 
+def arm_alarms(cloudwatch: CloudWatchClient, environment: str) -> tuple[str, ...]:
+    """Turn on the actions of the environment's alarms that wait for the first deploy
+    (:data:`app.metric_names.ARMED_BY_DEPLOY`); the names of those that were off."""
+    names = [alarm_prefix(environment) + name for name in metric_names.ARMED_BY_DEPLOY]
+    found = cloudwatch.describe_alarms(AlarmNames=names, AlarmTypes=["MetricAlarm"])
+    off = tuple(a["AlarmName"] for a in found["MetricAlarms"] if not a["ActionsEnabled"])
+    if off:
+        cloudwatch.enable_alarm_actions(AlarmNames=list(off))
+    return off
+
+
 def alarms_in_alarm(cloudwatch: CloudWatchClient, environment: str) -> list[Alarm]:
     """The environment's alarms whose state is ALARM, oldest first."""
     alarms: list[Alarm] = []

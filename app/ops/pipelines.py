@@ -1,14 +1,19 @@
-"""``tablecast-ops pipelines``: every declared test pipeline, its age, expiry, owner and cost.
+"""``tablecast-ops pipelines``: every test pipeline declared or deployed: age, expiry, owner,
+cost, and the deployed ones nobody declares any more.
 
 Test pipelines are declared in the deployment settings (``$TABLECAST_SETTINGS``,
 ``[test_pipelines.<name>]``; see ``infra/config/test_pipelines.py``). The cost
-is an estimate per hour from the instance, broker and volume sizes of its
-configuration and the price table ``infra/prices.toml`` (its date is printed).
-Runs from a checkout: it reads ``infra/``'s configuration, not AWS. ``infra/``
-imports ``app/``, so nothing here imports ``infra/``: the caller passes in
-:class:`Declarations`, infra's reading of the settings
-(:func:`infra.config.pipeline_listing.declarations` makes it;
-``scripts/tablecast_ops.py`` and the tests pass it).
+is an estimate per hour from the instance, broker, volume and VPC endpoint
+counts of its configuration and the price table ``infra/prices.toml`` (its date
+is printed). What is deployed is what the account's resources say: every
+resource of a test pipeline carries the tags ``TestPipeline=true`` and
+``Environment=<name>`` (the Resource Groups Tagging API finds them), so a
+pipeline whose declaration was removed and whose stacks were not destroyed is
+listed as an orphan, with what it runs. Runs from a checkout: it reads
+``infra/``'s configuration. ``infra/`` imports ``app/``, so nothing here
+imports ``infra/``: the caller passes in :class:`Declarations`, infra's
+reading of the settings (:func:`infra.config.pipeline_listing.declarations`
+makes it; ``scripts/tablecast_ops.py`` and the tests pass it).
 """
 
 from __future__ import annotations
@@ -18,12 +23,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_resourcegroupstaggingapi import ResourceGroupsTaggingAPIClient
+
 PRICES = Path(__file__).resolve().parents[2] / "infra" / "prices.toml"
 HOURS_PER_MONTH = 730  # AWS prices storage per GiB-month of 730 hours
+# The tags infra puts on every resource of a test pipeline (infra/config/declared.py, and
+# the provider's Environment): how the account's resources name their pipeline.
+TEST_PIPELINE_TAG = "TestPipeline"
+ENVIRONMENT_TAG = "Environment"
+OWNER_TAG = "Owner"
+EXPIRES_TAG = "Expires"
+PURPOSE_TAG = "Purpose"
 
 
 class PriceTableError(ConfigurationError):
@@ -44,6 +60,7 @@ class PriceTable:
     msk_broker_per_hour: Mapping[str, float]
     msk_storage_per_gib_month: float
     ebs_per_gib_month: float
+    interface_endpoint_per_az_hour: float
     path: Path
 
     def ec2(self, instance_type: str) -> float:
@@ -74,6 +91,7 @@ def load_prices(path: Path = PRICES) -> PriceTable:
             msk_broker_per_hour={k: float(v) for k, v in doc["msk_broker_per_hour"].items()},
             msk_storage_per_gib_month=float(storage["msk"]),
             ebs_per_gib_month=float(storage["ebs_gp3"]),
+            interface_endpoint_per_az_hour=float(doc["vpc"]["interface_endpoint_per_az_hour"]),
             path=path,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -97,6 +115,8 @@ class Footprint:
     """Each broker's storage."""
     node_volume_gib: int
     """Each node's EBS volumes together: its root and its Spark data volume."""
+    interface_endpoint_zones: int
+    """Interface endpoints times the zones each sits in: what PrivateLink bills by the hour."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +144,7 @@ class Declarations:
 
 
 def hourly_cost(footprint: Footprint, prices: PriceTable) -> float:
-    """Estimated on-demand cost per hour: nodes, brokers, and their storage."""
+    """Estimated on-demand cost per hour: nodes, brokers, their storage, VPC endpoints."""
     if footprint.region != prices.region:
         raise PriceTableError(
             prices.path, f"prices are for {prices.region}, not {footprint.region}"
@@ -139,7 +159,96 @@ def hourly_cost(footprint: Footprint, prices: PriceTable) -> float:
     storage = (
         msk_gib * prices.msk_storage_per_gib_month + ebs_gib * prices.ebs_per_gib_month
     ) / HOURS_PER_MONTH
-    return compute + brokers + storage
+    endpoints = footprint.interface_endpoint_zones * prices.interface_endpoint_per_az_hour
+    return compute + brokers + storage + endpoints
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployed:
+    """A test pipeline as the account's resources show it, by their tags."""
+
+    name: str
+    resources: int
+    services: tuple[str, ...]
+    """The services its resources belong to (``ec2``, ``kafka``, ``s3``, ...)."""
+    owner: str
+    expires: str
+    purpose: str
+
+
+# What a test pipeline runs and pays for by the hour: what "deployed" counts. (The
+# tagging API also lists what is gone but still tagged a while, such as KMS keys
+# pending deletion; terminated instances are dropped by their state.)
+RUNNING_TYPES = (
+    "ec2:instance",
+    "ec2:volume",
+    "ec2:vpc",
+    "ec2:vpc-endpoint",
+    "ec2:natgateway",
+    "kafka:cluster",
+)
+_GONE = ("shutting-down", "terminated")
+
+
+def deployed_pipelines(
+    tagging: ResourceGroupsTaggingAPIClient, ec2: EC2Client
+) -> dict[str, Deployed]:
+    """Every test pipeline with running resources in the account and region, by name."""
+    found: dict[str, list[dict[str, str]]] = {}
+    services: dict[str, set[str]] = {}
+    pages = tagging.get_paginator("get_resources").paginate(
+        TagFilters=[{"Key": TEST_PIPELINE_TAG, "Values": ["true"]}],
+        ResourceTypeFilters=list(RUNNING_TYPES),
+    )
+    mappings = [resource for page in pages for resource in page["ResourceTagMappingList"]]
+    gone = _gone_instances(
+        ec2,
+        [m["ResourceARN"].rsplit("/", 1)[1] for m in mappings if ":instance/" in m["ResourceARN"]],
+    )
+    for resource in mappings:
+        if resource["ResourceARN"].rsplit("/", 1)[1] in gone:
+            continue
+        tags = {tag["Key"]: tag["Value"] for tag in resource.get("Tags", [])}
+        name = tags.get(ENVIRONMENT_TAG, "?")
+        found.setdefault(name, []).append(tags)
+        services.setdefault(name, set()).add(resource["ResourceARN"].split(":")[2])
+    return {
+        name: Deployed(
+            name=name,
+            resources=len(tagged),
+            services=tuple(sorted(services[name])),
+            owner=_most(tagged, OWNER_TAG),
+            expires=_most(tagged, EXPIRES_TAG),
+            purpose=_most(tagged, PURPOSE_TAG),
+        )
+        for name, tagged in found.items()
+    }
+
+
+def _gone_instances(ec2: EC2Client, instance_ids: Sequence[str]) -> set[str]:
+    if not instance_ids:
+        return set()
+    pages = ec2.get_paginator("describe_instances").paginate(InstanceIds=list(instance_ids))
+    return {
+        instance["InstanceId"]
+        for page in pages
+        for reservation in page["Reservations"]
+        for instance in reservation["Instances"]
+        if instance["State"]["Name"] in _GONE
+    }
+
+
+def _most(tagged: Sequence[Mapping[str, str]], key: str) -> str:
+    values = [tags[key] for tags in tagged if key in tags]
+    return max(set(values), key=values.count) if values else "?"
+
+
+def deployed(region: str | None) -> dict[str, Deployed]:
+    """What the account runs of test pipelines, with the caller's credentials."""
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+    return deployed_pipelines(session.client("resourcegroupstaggingapi"), session.client("ec2"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +262,7 @@ class PipelineRow:
     expires: date
     age_days: int
     hourly_cost: float
+    deployed: Deployed | None = None
 
     def expiry(self, today: date) -> str:
         days = (self.expires - today).days
@@ -167,11 +277,28 @@ class PipelineListing:
     today: date
     prices: PriceTable
     settings: Path
+    orphans: Sequence[Deployed] = ()
+    """Deployed test pipelines the settings do not declare."""
+    looked_up: bool = True
+    """Whether the account was asked what is deployed (not with ``--declared-only``)."""
+
+    def _deployed(self, row: PipelineRow) -> str:
+        if not self.looked_up:
+            return "not asked"
+        return f"{row.deployed.resources} resources" if row.deployed else "no"
 
     def lines(self) -> list[str]:
-        if not self.rows:
+        if not self.rows and not self.orphans:
             return [f"no test pipelines declared in {self.settings}"]
-        header = ("name", "owner", "age", "expires", f"{self.prices.currency}/h", "purpose")
+        header = (
+            "name",
+            "owner",
+            "age",
+            "expires",
+            f"{self.prices.currency}/h",
+            "deployed",
+            "purpose",
+        )
         table = [header] + [
             (
                 row.name,
@@ -179,6 +306,7 @@ class PipelineListing:
                 f"{row.age_days} d",
                 row.expiry(self.today),
                 f"{row.hourly_cost:.2f}",
+                self._deployed(row),
                 row.purpose,
             )
             for row in self.rows
@@ -196,6 +324,12 @@ class PipelineListing:
             f"together (on-demand, {self.prices.region}, prices as of {self.prices.as_of}, "
             f"{self.prices.path.name})"
         )
+        out += [
+            f"ORPHAN {orphan.name}: deployed, not declared in {self.settings.name}: "
+            f"{orphan.resources} resources ({', '.join(orphan.services)}), owner "
+            f"{orphan.owner}, expired {orphan.expires}"
+            for orphan in self.orphans
+        ]
         return out
 
     @property
@@ -204,9 +338,16 @@ class PipelineListing:
 
 
 def list_pipelines(
-    settings: Path, declarations: Declarations, *, today: date, prices: PriceTable
+    settings: Path,
+    declarations: Declarations,
+    *,
+    today: date,
+    prices: PriceTable,
+    deployed: Mapping[str, Deployed] | None = None,
 ) -> PipelineListing:
-    """Every test pipeline ``settings`` declares, oldest first."""
+    """Every test pipeline ``settings`` declares, oldest first, with what of it is deployed;
+    then the deployed ones it does not declare. ``deployed``: None when not asked."""
+    found = deployed or {}
     rows = [
         PipelineRow(
             name=declared.name,
@@ -216,11 +357,20 @@ def list_pipelines(
             expires=declared.expires,
             age_days=max(0, (today - declared.created).days),
             hourly_cost=hourly_cost(declared.footprint, prices),
+            deployed=found.get(declared.name),
         )
         for declared in declarations.read(settings)
     ]
     rows.sort(key=lambda row: (row.created, row.name))
-    return PipelineListing(rows=rows, today=today, prices=prices, settings=settings)
+    declared_names = {row.name for row in rows}
+    return PipelineListing(
+        rows=rows,
+        today=today,
+        prices=prices,
+        settings=settings,
+        orphans=[found[name] for name in sorted(found) if name not in declared_names],
+        looked_up=deployed is not None,
+    )
 
 
 def settings_path(given: Path | None, environ: Mapping[str, str], variable: str) -> Path:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from app.contract.offsets import Offsets, TopicPartition
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.state import SessionState
 from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError, TablecastError
@@ -193,6 +194,10 @@ def _open(tp: TopicPartition, state: SessionState[bytes]) -> OpenSession:
 
 class _SessionsOnly:
     """A processor that leaves each session's table encoded: only the sessions are read."""
+
+    @property
+    def schema(self) -> TableSchema:
+        return DEFAULT_SCHEMA  # never used: no row is made
 
     def apply(self, state: bytes | None, message: object) -> NoReturn:
         raise NotImplementedError("retire-topic reads state, it applies no message")

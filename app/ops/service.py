@@ -58,8 +58,12 @@ def restart_script(version: str) -> list[str]:
         "'import importlib.metadata as m; print(m.version(\"tablecast\"))' 2>/dev/null || true)",
         f'  if [ "$installed" = "{version}" ] && systemctl is-active --quiet {UNIT}; then',
         f'    echo "{UNIT} active with tablecast $installed (attempt $attempt)"',
-        # The archiver service, where there is one, runs the same installed wheel.
-        f"    systemctl try-restart {ARCHIVER_UNIT} 2>/dev/null || true",
+        # The archiver service, where there is one, runs the same installed wheel: from
+        # its start limit's failed state too (before the first deploy it had no wheel).
+        f"    systemctl reset-failed {ARCHIVER_UNIT} 2>/dev/null || true",
+        f"    if systemctl is-enabled --quiet {ARCHIVER_UNIT} 2>/dev/null; then",
+        f"      systemctl restart {ARCHIVER_UNIT}",
+        "    fi",
         "    exit 0",
         "  fi",
         f"  sleep {_INSTALL_POLL_S}",

@@ -1,4 +1,5 @@
-"""An environment at a glance: job version, last heartbeat and batch, lag, alarms in ALARM."""
+"""An environment at a glance: job version, last heartbeat and batch, lag, the archiver's
+heartbeat and lag, alarms in ALARM."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ _METRICS = (
     (metric_names.RECORDS_BEHIND_HIGH_WATERMARK, "Maximum"),
     (metric_names.STABLE_OFFSET_STALLED_SECONDS, "Maximum"),
     (metric_names.INTEGRITY_VIOLATIONS, "Sum"),
+    (metric_names.ARCHIVER_HEARTBEAT, "Sum"),
+    (metric_names.ARCHIVER_RECORDS_BEHIND, "Maximum"),
 )
 
 
@@ -46,6 +49,7 @@ class JobStatus:
     def lines(self) -> list[str]:
         heartbeat = self.last_heartbeat
         batch = self.latest[metric_names.INPUT_MESSAGES]
+        archiver = self.latest[metric_names.ARCHIVER_HEARTBEAT]
         lines = [
             f"environment:     {self.environment}",
             f"job version:     {self.job_version}",
@@ -62,6 +66,13 @@ class JobStatus:
             "a last stable offset stalled "
             f"{self._value(metric_names.STABLE_OFFSET_STALLED_SECONDS)} s",
             f"violations:      {self._value(metric_names.INTEGRITY_VIOLATIONS)}",
+            "archiver:        "
+            + (
+                f"last heartbeat {self._ago(archiver.timestamp)}, "
+                f"{self._value(metric_names.ARCHIVER_RECORDS_BEHIND)} records behind Kafka"
+                if archiver
+                else "no heartbeat: Kafka is not being archived"
+            ),
             f"alarms in ALARM: {len(self.alarms)}",
         ]
         lines += [

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
+from app.contract.schema import TableSchema
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
@@ -62,6 +63,7 @@ class Correction:
     works: list[plan_mod.PartitionWork]
     adopt: dict[str, int]
     rules: LiveRules | None  # the live job's over those ranges (None: older ledger entries)
+    schemas: dict[str, TableSchema]  # the table schemas the ledger records, by digest
 
 
 def plan_correction(
@@ -94,11 +96,13 @@ def plan_correction(
         )
     topics = sorted({r.tp.topic for r in every})
     index = archive.scan(location, "|".join(re.escape(t) for t in topics))
+    works = plan_mod.works(chosen, every, index)
     return Correction(
         selector,
-        plan_mod.works(chosen, every, index),
+        works,
         ledger.adopted_sessions(),
         plan_mod.recorded_rules(chosen, every),
+        plan_mod.recorded_schemas(output, works),
     )
 
 
@@ -118,6 +122,7 @@ def planned_correction(
     rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
     plan = RecomputePlan(
         processor=processor or TableProcessor(),
+        schemas=correction.schemas,
         rules=rules,
         archive_uri=archive_uri,
         output_uri=output_uri,

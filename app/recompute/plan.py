@@ -36,10 +36,12 @@ import pyarrow.parquet as pq
 
 from app import defaults
 from app.contract.offsets import TopicPartition
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.segments import OFFSETS_PER_FILE, range_stem
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
+from app.sink import schemas as schemas_mod
 from app.sink.ledger import LedgerEntry, LiveRules
 from app.sources.archive import ArchiveFile, ArchiveIndex
 from app.storage import Location
@@ -132,6 +134,16 @@ class ForeignRange:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaRange:
+    """Offsets ``[start, end)`` of a live batch and the digest of the table schema it ran
+    with (the ledger entry's ``schema``): a recompute reads them with that schema."""
+
+    start: int
+    end: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionWork:
     """One task: a partition read from ``begin`` with empty state, ``ranges`` written."""
 
@@ -142,6 +154,7 @@ class PartitionWork:
     files: tuple[ArchiveFile, ...]  # the archive files of [begin, read_end)
     foreign: tuple[ForeignRange, ...] = ()  # the live job's rule 6 owners, by range
     rows: tuple[RangeRows, ...] = ()  # which rows of ``ranges`` are theirs (after repairs)
+    schemas: tuple[SchemaRange, ...] = ()  # the live job's table schemas, by range
 
     def owned(self) -> dict[str, RangeRows]:
         """Each range's rows by its files' common name (:func:`range_stem`)."""
@@ -235,8 +248,23 @@ def works(
             if r.tp == tp and r.epoch == epoch and r.entry is not None and r.entry.foreign.get(tp)
         )
         rows = tuple(sorted({r.rows for r in group}, key=lambda r: r.start))
-        out.append(PartitionWork(tp, begin, read_end, ranges, files, foreign, rows))
+        schemas = tuple(
+            SchemaRange(r.start, r.end, _digest(r.entry.schema))
+            for r in sorted(every, key=lambda r: r.start)
+            if r.tp == tp and r.epoch == epoch and r.entry is not None
+        )
+        out.append(PartitionWork(tp, begin, read_end, ranges, files, foreign, rows, schemas))
     return out
+
+
+def _digest(recorded: str | None) -> str:
+    return DEFAULT_SCHEMA.digest if recorded is None else recorded
+
+
+def recorded_schemas(location: Location, works: Iterable[PartitionWork]) -> dict[str, TableSchema]:
+    """Every table schema the ranges ``works`` read were published with, by digest."""
+    digests = {r.digest for w in works for r in w.schemas}
+    return {d: schemas_mod.load(location, d) for d in sorted(digests)}
 
 
 def recorded_rules(

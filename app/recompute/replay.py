@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.contract.processor import Processor, TableProcessor
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
@@ -67,6 +68,7 @@ def plan_replay(
     integrity: IntegrityMode | None = None,
     session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
+    schema: TableSchema = DEFAULT_SCHEMA,
 ) -> Planned:
     """The ranges to recompute and where to read them; every refusal is raised here,
     before Spark starts. Nothing is changed."""
@@ -92,7 +94,9 @@ def plan_replay(
     works = plan_mod.works(chosen, every, index)
     recorded = plan_mod.recorded_rules(chosen, every)
     plan = RecomputePlan(
-        processor=processor or TableProcessor(),
+        # Without a ledger: the schema given (the live job's); with one, the ledger's.
+        processor=processor or TableProcessor(schema),
+        schemas=plan_mod.recorded_schemas(output, works),
         rules=plan_mod.live_rules(recorded, integrity, session_timeout_ms, adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,
@@ -115,6 +119,7 @@ def replay(
     integrity: IntegrityMode | None = None,
     session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
+    schema: TableSchema = DEFAULT_SCHEMA,
     progress: Progress | None = None,
     steps: RewriteSteps | None = None,
     retirement: Retirement | None = None,
@@ -128,6 +133,7 @@ def replay(
         integrity=integrity,
         session_timeout_ms=session_timeout_ms,
         processor=processor,
+        schema=schema,
     )
     return recompute(spark, planned, progress, steps, retirement)
 

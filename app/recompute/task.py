@@ -17,7 +17,8 @@ range a repair cut short stages only its own rows
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,8 @@ import pyarrow.compute as pc
 
 from app.code_version import check_code, code_digest
 from app.contract.offsets import TopicPartition
-from app.contract.processor import Processor
+from app.contract.processor import Processor, TableProcessor
+from app.contract.schema import TableSchema
 from app.engine.machine import IntegrityMode, PartitionMachine, PartitionResult, Rules
 from app.engine.output import RowColumns, quarantine_table
 from app.engine.reports import StagedFile
@@ -36,7 +38,7 @@ from app.engine.state import PartitionState
 from app.engine.task import run_segment, stage_segment
 from app.engine.writer import QUARANTINE_DIR, stage_table
 from app.errors import Violation
-from app.recompute.plan import ForeignRange, PartitionWork, RangeRows
+from app.recompute.plan import ForeignRange, PartitionWork, RangeRows, SchemaRange
 from app.sources.archive import read_range
 from app.storage import Location, resolve
 
@@ -51,6 +53,9 @@ class RecomputePlan:
     output_uri: str
     staging_dir: str  # relative to the output
     window_ms: tuple[int, int] | None = None  # replay: stage blocks with a record in it
+    # The table schemas the live job's ranges ran with, by digest (each work's ``schemas``
+    # says which range ran with which); {}: the processor's, for every offset.
+    schemas: Mapping[str, TableSchema] = field(default_factory=dict)
     code_digest: str = field(default_factory=code_digest)
 
 
@@ -69,9 +74,10 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
     check_code(plan.code_digest)
     tp = work.tp
     output = resolve(plan.output_uri)
+    processors = _processors(plan)
     machine = PartitionMachine(plan.processor, plan.rules)
     state: PartitionState[Any] = PartitionState.empty(tp, work.begin)
-    result = PartitionResult(RowColumns(tp))
+    result = PartitionResult(RowColumns(tp, machine.processor.schema))
     done = WorkResult(tp)
     strict = plan.rules.mode is IntegrityMode.STRICT
     block: str | None = None  # the block whose rows ``result`` holds
@@ -88,7 +94,7 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
                 done.staged += _stage_own(output, plan.staging_dir, result, block, rows)
             done.blocks.append(block)
         else:  # rows of records read only to rebuild the state
-            result.rows = RowColumns(tp)
+            result.rows = RowColumns(tp, machine.processor.schema)
             result.quarantined = []
 
     archive = resolve(plan.archive_uri)
@@ -101,10 +107,13 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
                 block, wanted = segment.name, False
             for piece, foreign in _with_foreign(offsets, segment, work.foreign):
                 machine.foreign = foreign
-                run_segment(machine, state, records, piece, result)
-                if result.violations and strict:
-                    done.messages, done.violations = result.messages, list(result.violations)
-                    return done
+                for part in _by_schema(offsets, piece, work.schemas):
+                    at = int(offsets[part.lo])
+                    _use_schema(machine, state, result, processors, work, at, block is None)
+                    run_segment(machine, state, records, part, result)
+                    if result.violations and strict:
+                        done.messages, done.violations = result.messages, list(result.violations)
+                        return done
             if plan.window_ms is not None and block is not None and not wanted:
                 wanted = _in_window(
                     records.slice(segment.lo, segment.hi - segment.lo), plan.window_ms
@@ -128,9 +137,59 @@ def _stage_own(
         held = quarantine_table(result.quarantined)
         held = held.filter(rows.mask(held, tp, *everything))
         staged += stage_table(location, staging_dir, QUARANTINE_DIR, held, "timestamp", name)
-    result.rows = RowColumns(tp)
+    result.rows = RowColumns(tp, result.rows.schema)
     result.quarantined = []
     return staged
+
+
+def _processors(plan: RecomputePlan) -> dict[str, Processor[Any]]:
+    """A processor per table schema the ranges ran with: the plan's for its own."""
+    own = plan.processor.schema.digest
+    return {
+        digest: plan.processor if digest == own else TableProcessor(schema)
+        for digest, schema in plan.schemas.items()
+    }
+
+
+def _use_schema(
+    machine: PartitionMachine[Any],
+    state: PartitionState[Any],
+    result: PartitionResult,
+    processors: Mapping[str, Processor[Any]],
+    work: PartitionWork,
+    offset: int,
+    unstaged: bool,
+) -> None:
+    """Apply the records from ``offset`` on with the schema the live job read them with.
+
+    Schemas change only where a live batch began (a restart), where a staged block
+    begins too; the sessions' tables carry on, read as the new schema reads a state
+    saved before (its added columns null). ``unstaged``: the rows held so far only
+    rebuilt the state, and are dropped.
+    """
+    found = next((r.digest for r in work.schemas if r.start <= offset < r.end), None)
+    processor = processors.get(found) if found is not None else None
+    if processor is None or processor is machine.processor:
+        return
+    machine.switch(state, processor)
+    if len(result.rows) and not unstaged:
+        raise AssertionError(f"{work.tp}: the table schema changes inside a block at {offset}")
+    result.rows = RowColumns(result.rows.tp, processor.schema)
+
+
+def _by_schema(
+    offsets: np.ndarray, piece: Segment, schemas: tuple[SchemaRange, ...]
+) -> Iterator[Segment]:
+    """The piece cut where the live job's table schema changes (``schemas`` in offset order)."""
+    lo = piece.lo
+    changes = [b.start for a, b in itertools.pairwise(schemas) if a.digest != b.digest]
+    for cut in changes:
+        at = int(np.searchsorted(offsets, cut))
+        if lo < at < piece.hi:
+            yield Segment(lo, at, piece.name)
+            lo = at
+    if lo < piece.hi:
+        yield Segment(lo, piece.hi, piece.name)
 
 
 def _with_foreign(

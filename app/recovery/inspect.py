@@ -16,18 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.processor import Table, TableProcessor
+from app.contract.schema import ColumnType, TableSchema
 from app.engine.state import SessionState, StateVersion
 from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError, StateError
 from app.sink import ledger as ledger_mod
+from app.sink import schemas
 from app.sink.checkpoint import CheckpointLog
-from app.sink.ledger import Ledger
+from app.sink.ledger import Ledger, LedgerEntry
 from app.storage import resolve
 
 __all__ = [
@@ -61,6 +64,7 @@ class SessionView:
 class StateSnapshot:
     """The state after batch ``batch_id`` of a checkpoint."""
 
+    schema: TableSchema  # the table schema of the sessions' rows
     checkpoint: str
     batch_id: int
     end: Offsets  # the batch's end offsets: the state holds every record before them
@@ -93,9 +97,12 @@ def read_state(
     batch_id = _batch_check(log, at_batch)
     end = log.offsets(batch_id) or {}
     store = StateStore(state_root(log.uri))
-    processor = TableProcessor()
+    entry = _entry(log, output, batch_id)
+    recorded = entry.states
+    # The state holds rows of the schema the batch ran with (the ledger names it).
+    schema = schemas.of_entry(resolve(output), entry)
+    processor = TableProcessor(schema)
     views: list[SessionView] = []
-    recorded = _recorded_versions(log, output, batch_id)
     head = Ledger(resolve(output)).head()
     loaded_next = head.states if head is not None and head.states is not None else {}
     for tp in sorted(recorded if recorded is not None else end):
@@ -125,6 +132,7 @@ def read_state(
             )
     shown = views if limit is None else views[:limit]
     return StateSnapshot(
+        schema,
         log.uri,
         batch_id,
         end,
@@ -135,11 +143,9 @@ def read_state(
     )
 
 
-def _recorded_versions(
-    log: CheckpointLog, output: str, batch_id: int
-) -> dict[TopicPartition, StateVersion] | None:
-    """The versions the ledger entry of ``batch_id`` of this checkpoint records (None: an
-    entry older than recorded versions)."""
+def _entry(log: CheckpointLog, output: str, batch_id: int) -> LedgerEntry:
+    """The ledger entry of ``batch_id`` of this checkpoint: the state versions it records
+    (None: an entry older than recorded versions) and its table schema."""
     query = log.query_id()
     found = [
         e
@@ -151,7 +157,7 @@ def _recorded_versions(
             f"output {output} has no ledger entry of batch {batch_id} of checkpoint {log.uri} "
             f"(query {query}): give the output this checkpoint writes (--output)"
         )
-    return found[-1].states
+    return found[-1]
 
 
 def _newest_at(
@@ -205,11 +211,13 @@ def format_session(snapshot: StateSnapshot, view: SessionView) -> str:
         lines.append("  table           (none)" + (": the session ended" if s.closed else ""))
         return "\n".join(lines)
     lines.append(f"  table           {len(s.user)} rows")
-    cells = [("row id", "value", "status")] + [
-        (row_id, _value(value), "null" if status is None else status)
-        for row_id, (value, status) in s.user.items()
+    columns = snapshot.schema.columns
+    cells = [tuple(c.output for c in columns)] + [
+        tuple(_value(value) for value in row) for row in s.user.values()
     ]
-    lines.extend("    " + line for line in _columns(cells, right={1}))
+    numeric = (ColumnType.INT64, ColumnType.FLOAT64, ColumnType.DECIMAL)
+    right = {i for i, c in enumerate(columns) if c.type in numeric}
+    lines.extend("    " + line for line in _columns(cells, right=right))
     return "\n".join(lines)
 
 
@@ -257,8 +265,15 @@ def _columns(cells: Sequence[Sequence[str]], right: set[int]) -> list[str]:
     ]
 
 
-def _value(value: float | None) -> str:
-    return "null" if value is None else repr(value)
+def _value(value: object) -> str:
+    """A stored value as the table shows it (times and dates as the output reads them)."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value) if isinstance(value, Decimal | bool) else repr(value)
 
 
 def _ts(ms: int) -> str:

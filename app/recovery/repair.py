@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from app.contract import offsets as offsets_mod
 from app.contract.envelope import Record
 from app.contract.offsets import Offsets, TopicPartition
-from app.engine.writer import QUARANTINE_DIR, write_data_file
+from app.engine.writer import write_data_file
 from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
 from app.sink import fencing
@@ -224,6 +224,8 @@ def apply_repair(
                     end=plan.end,
                     checkpoint=checkpoint_uri,
                     adopt=plan.adopt,
+                    # Its files keep the schema their rows were computed with.
+                    schema=head.schema,
                 ),
                 doing="recording the repair",
             )
@@ -307,8 +309,8 @@ def _rewrite(
         retire.append(relative)
         if len(remaining):
             staged = posixpath.join(REPAIR_DIR, name, relative)
-            quarantine = relative.startswith(f"{QUARANTINE_DIR}/")
-            write_data_file(location, location.child(staged), remaining, quarantine)
+            # The file's own schema: the one its rows were computed with.
+            write_data_file(location, location.child(staged), remaining, table.schema)
             publish.append((staged, rewrite_mod.renamed(relative, name)))
     return rewrite_mod.Rewrite(name, tuple(publish), tuple(retire))
 

@@ -298,6 +298,7 @@ class ExactlyOnceSink:
                 states=states,
                 rules=LiveRules.of(self.engine.rules),
                 foreign={tp: dict(sessions) for tp, sessions in outcome.foreign.items()},
+                schema=self.engine.processor.schema.digest,
             ),
             doing=f"recording batch {batch_id}",
         )
@@ -332,7 +333,7 @@ class ExactlyOnceSink:
     ) -> BatchReport:
         trace = tuple(
             f"{tp.key()}@{t.offset} session {t.session}: seq {t.seq} {t.type}: {t.outcome}; "
-            f"{t.rows} rows"
+            f"{t.rows} rows" + (f"; {t.keys}" if t.keys else "")
             for tp, t in outcome.trace
         )
         return BatchReport(

@@ -155,6 +155,9 @@ class LedgerEntry:
     # a claim's own entry names its writer.
     claim: int | None = None
     writer: WriterInfo | None = None
+    # The digest of the table schema the entry's rows were computed with, its document
+    # in _tablecast/schemas/ (app.sink.schemas); None in older entries: the default.
+    schema: str | None = None
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -195,6 +198,7 @@ class LedgerEntry:
             },
             "claim": self.claim,
             "writer": None if self.writer is None else self.writer.to_json(),
+            "schema": self.schema,
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -227,6 +231,7 @@ class LedgerEntry:
             },
             claim=doc.get("claim"),
             writer=None if doc.get("writer") is None else WriterInfo.from_json(doc["writer"]),
+            schema=doc.get("schema"),
         )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from app import defaults
 from app.contract.offsets import Offsets
 from app.contract.processor import Processor, TableProcessor
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.durations import EXAMPLES as DURATION_EXAMPLES
 from app.durations import parse_duration_ms, spark_interval
 from app.engine.driver import EngineDriver
@@ -26,7 +27,7 @@ from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
 from app.errors import ConfigurationError, OwnershipLostError
 from app.metrics.listener import MetricsListener
-from app.sink import fencing
+from app.sink import fencing, schemas
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport, ExactlyOnceSink
@@ -125,6 +126,8 @@ class JobConfig:
     session_timeout_ms: int = defaults.SESSION_TIMEOUT_MS
     trace: frozenset[str] = frozenset()
     table: table_live.TableSettings = field(default_factory=table_live.TableSettings)
+    schema: TableSchema = DEFAULT_SCHEMA  # the table schema (CONTRACT.md section 1a)
+    schema_document: str = "(default)"  # where it was read from, for the operator's eyes
     # How long this job may go without renewing its hold on the output (app.sink.fencing).
     writer_lease_s: float = defaults.WRITER_LEASE_S
 
@@ -175,6 +178,9 @@ def run(
     waits to see whether a previous holder of the output is still running;
     ``gone``: the holder the command line already found quiet, before Spark started.
     """
+    processor = processor or TableProcessor(config.schema)
+    # A schema the output cannot take is refused before anything is written (a claim too).
+    schemas.check(resolve(config.output), processor.schema, config.schema_document)
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
     writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
@@ -210,13 +216,15 @@ def _run_query(
     checkpoint: CheckpointLog,
     lease: LeaseKeeper,
     on_batch: Callable[[BatchReport], None] | None,
-    processor: Processor[Any] | None,
+    processor: Processor[Any],
     listener: MetricsListener | None,
 ) -> None:
     assert plan.fence is not None
-    table_live.prepare(config.output, config.table)  # Glue's table, before the first batch
+    # The output is this run's now: its schema is recorded, and Glue's table evolved to it
+    # (made, with --glue-database), before the first batch.
+    schemas.check_start(resolve(config.output), processor.schema, config.schema_document)
+    table_live.prepare(config.output, config.table, processor.schema)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
-    processor = processor or TableProcessor()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
     sink = ExactlyOnceSink(

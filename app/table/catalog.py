@@ -9,8 +9,13 @@ no table for it (the plain dataset and its ledger are unchanged).
 
 The table registers the files the sink publishes (no second copy): its data
 files are the output's own ``date=<day>/part-*.parquet``, partitioned by
-``day(ts)`` (the day directory is derived from ``ts`` too); its metadata
-lives under ``<output>/_iceberg/table/metadata/``.
+``day(ts)`` (the day directory is derived from ``ts`` too), sorted by
+topic, partition and offset as every file is; its metadata lives under
+``<output>/_iceberg/table/metadata/``. Its schema is the output's
+(:func:`app.engine.output.output_schema` of the table schema the ledger
+names), required where a column is never null; a job started with a schema
+that adds columns evolves it first (:func:`evolve`: new field ids, files
+written before read them as null).
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from app.engine.output import OUTPUT_SCHEMA
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.engine.output import output_schema
 from app.errors import ConfigurationError, DamagedOutputError, TablecastError
+from app.sink import schemas
 from app.storage import Location, refusal
 
 if TYPE_CHECKING:
@@ -44,6 +51,7 @@ CATALOG_NAME = "tablecast"
 NAMESPACE = "tablecast"
 TABLE_NAME = "output"
 PARTITION_FIELD = "ts_day"
+SORT_ORDER = ("topic", "partition", "offset")
 
 
 @dataclass(frozen=True)
@@ -238,8 +246,9 @@ def load_table(location: Location, config: TableConfig) -> Table:
         raise damaged_table(location, f"({config.table}) cannot be loaded: {detail}") from None
 
 
-def open_table(location: Location, config: TableConfig) -> Table:
-    """The output's table, created on first use (partitioned by ``day(ts)``)."""
+def open_table(location: Location, config: TableConfig, schema: TableSchema | None = None) -> Table:
+    """The output's table, created on first use (partitioned by ``day(ts)``) with ``schema``
+    (by default the one the output's ledger names last)."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
     if location.is_local:  # the SQLite file's directory, before the catalog opens it
@@ -253,11 +262,63 @@ def open_table(location: Location, config: TableConfig) -> Table:
     if not found.namespace_exists(namespace):  # on AWS infra made it: the job may not
         found.create_namespace_if_not_exists(namespace)
     with contextlib.suppress(TableAlreadyExistsError):  # another process made it meanwhile
-        _create(found, config)
-    return found.load_table(config.table)
+        _create(found, config, schema or schemas.current(location) or DEFAULT_SCHEMA)
+    return load_table(location, config)
 
 
-def _create(found: Catalog, config: TableConfig) -> None:
+def evolve(location: Location, schema: TableSchema) -> bool:
+    """Bring the output's table to ``schema`` before a batch writes its columns: added
+    columns get new field ids, columns made nullable become optional, the name mapping
+    follows; a table made before it declared a sort order declares the files' one.
+    Returns whether it changed; an output without a table is left alone (it is made
+    with the schema, as its first batch commits)."""
+    config = config_for(location)
+    if config is None or not table_exists(location, config):
+        return False
+    from pyiceberg.table import TableProperties
+
+    table = load_table(location, config)
+    wanted = output_schema(schema)
+    current = table.schema()
+    held = {f.name.lower(): f for f in current.fields}
+    added = [f.name for f in wanted if f.name.lower() not in held]
+    relaxed = [
+        f.name
+        for f in wanted
+        if f.name.lower() in held and f.nullable and held[f.name.lower()].required
+    ]
+    unsorted = table.sort_order().is_unsorted
+    if not added and not relaxed and not unsorted:
+        return False
+    with table.transaction() as transaction:
+        if added or relaxed:
+            with transaction.update_schema() as update:
+                update.union_by_name(wanted)  # new fields get new ids; required ones relaxed
+            mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
+            transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        if unsorted:
+            _declare_sort_order(transaction)
+    log.info(
+        "table %s: schema evolved (columns added: %s; made nullable: %s)",
+        config.table,
+        ", ".join(added) or "none",
+        ", ".join(relaxed) or "none",
+    )
+    return True
+
+
+def _declare_sort_order(transaction: Any) -> None:
+    """Every file holds its rows in this order (the sink's, compaction's): engines may rely
+    on it."""
+    from pyiceberg.table.sorting import NullOrder
+    from pyiceberg.transforms import IdentityTransform
+
+    with transaction.update_sort_order() as order:
+        for name in SORT_ORDER:
+            order.asc(name, IdentityTransform(), NullOrder.NULLS_FIRST)
+
+
+def _create(found: Catalog, config: TableConfig, schema: TableSchema) -> None:
     from pyiceberg.table import TableProperties
     from pyiceberg.transforms import DayTransform
 
@@ -271,12 +332,13 @@ def _create(found: Catalog, config: TableConfig) -> None:
     }
     transaction = found.create_table_transaction(
         config.table,
-        schema=OUTPUT_SCHEMA,
+        schema=output_schema(schema),  # never-null columns required
         location=config.location or None,
         properties=properties,
     )
     with transaction.update_spec() as spec:
         spec.add_field("ts", DayTransform(), PARTITION_FIELD)
+    _declare_sort_order(transaction)
     # The files carry no Iceberg field ids: columns are matched by name.
     mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
     transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})

@@ -53,11 +53,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from app.engine.output import OUTPUT_SCHEMA
+from app.contract.schema import DEFAULT_SCHEMA
+from app.engine.output import output_schema
 from app.engine.writer import write_data_file
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink import schemas
 from app.storage import Location
 from app.table import commit as table_commit
 from app.table.catalog import config_for, open_table, threads_released
@@ -175,16 +177,28 @@ def merged_blocks(location: Location) -> dict[str, frozenset[str]]:
     return {block: frozenset(expand(block, frozenset({block}))) for block in direct}
 
 
-def write_merged(location: Location, path: str, tables: list[pa.Table]) -> int:
-    """One merged file: the rows in topic, partition and offset order (a message's rows in
-    their order), written as every output file is; its row count. The same rows give the
-    same bytes, so a recompute that changes no row keeps a merged file."""
-    merged = pa.concat_tables([t.select(OUTPUT_SCHEMA.names).cast(OUTPUT_SCHEMA) for t in tables])
+def write_merged(location: Location, path: str, tables: list[pa.Table], schema: pa.Schema) -> int:
+    """One merged file in the output's ``schema``: the rows in topic, partition and offset
+    order (a message's rows in their order), written as every output file is; its row
+    count. The same rows give the same bytes, so a recompute that changes no row keeps a
+    merged file."""
+    merged = pa.concat_tables([_conformed(t, schema) for t in tables])
     merged = merged.sort_by(
         [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
     )
-    write_data_file(location, path, merged, quarantine=False)
+    write_data_file(location, path, merged, schema)
     return len(merged)
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``: a column it lacks (added to the schema since) is null."""
+    columns = {
+        f.name: table.column(f.name)
+        if f.name in table.column_names
+        else pa.nulls(len(table), f.type)
+        for f in schema
+    }
+    return pa.table(columns).cast(schema)
 
 
 def remerge(
@@ -198,11 +212,14 @@ def remerge(
     """Stage ``merged`` (relative) again at ``staged`` (relative): its rows but those
     ``replaced`` selects of them, and the ``added`` rows; with ``replaced`` None every row
     is replaced (the merged file is not read: a damaged one is mended so). Its row count."""
+    # Merged files hold the output's schema now: rows computed with an older one read
+    # the columns added since as null.
+    schema = output_schema(schemas.current(location) or DEFAULT_SCHEMA)
     tables = list(added)
     if replaced is not None:
-        old = read_published(location, merged, schema=OUTPUT_SCHEMA)
+        old = read_published(location, merged, schema=schema)
         tables.insert(0, old.filter(pc.invert(replaced(old))))
-    return write_merged(location, location.child(staged), tables or [OUTPUT_SCHEMA.empty_table()])
+    return write_merged(location, location.child(staged), tables or [schema.empty_table()], schema)
 
 
 class CompactionSteps(rewrite_mod.RewriteSteps):
@@ -359,5 +376,7 @@ def _relative(location: Location, path: str) -> str:
 
 
 def _write(location: Location, group: Group, staged_relative: str) -> int:
-    tables = [read_published(location, r, schema=OUTPUT_SCHEMA) for r in group.inputs]
-    return write_merged(location, location.child(staged_relative), tables)
+    # The output's schema now: files written before a column was added read it as null.
+    schema = output_schema(schemas.current(location) or DEFAULT_SCHEMA)
+    tables = [read_published(location, r, schema=schema) for r in group.inputs]
+    return write_merged(location, location.child(staged_relative), tables, schema)

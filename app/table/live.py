@@ -4,7 +4,9 @@
   output is catalogued in Glue (``<output>/_iceberg/catalog.json``), its
   table created if it is not there and caught up with the ledger. Every
   start does it again and changes nothing that is already so, so the
-  deployed job makes the table on the day of deployment.
+  deployed job makes the table on the day of deployment. A table schema
+  that adds columns (or makes some nullable) evolves the table first, so
+  the Glue table has the columns before a batch's files do.
 - :class:`ScheduledCompaction`, with ``--compact-every``: wraps the sink's
   ``foreachBatch`` function. After a batch is committed (ledger entry and
   table snapshot), when the period has passed since the last scheduled
@@ -32,13 +34,22 @@ from typing import Any
 
 import orjson
 
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.errors import ConfigurationError, TablecastError
+from app.sink import schemas
 from app.sink.ledger import CONTROL_DIR
 from app.sink.rewrite import Retirement
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
-from app.table.catalog import TABLE_NAME, config_for, glue_config, save_config, threads_released
+from app.table.catalog import (
+    TABLE_NAME,
+    config_for,
+    evolve,
+    glue_config,
+    save_config,
+    threads_released,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +68,9 @@ class TableSettings:
     retire_grace_s: float | None = None  # its compactions' grace (None: the rewrites' default)
 
 
-def prepare(output: str, settings: TableSettings) -> None:
-    """Catalogue the output as the settings say, and make its table, before the first batch."""
+def prepare(output: str, settings: TableSettings, schema: TableSchema = DEFAULT_SCHEMA) -> None:
+    """Catalogue the output as the settings say, make its table and bring it to ``schema``
+    (the run's table schema, already checked against the output's), before the first batch."""
     location = resolve(output)
     if settings.glue_database:
         if not settings.region:
@@ -74,6 +86,12 @@ def prepare(output: str, settings: TableSettings) -> None:
             log.info("output %s catalogued as %s in Glue", location.uri, config.table)
         with threads_released():
             table_commit.catch_up(location)  # creates the table when it is not there
+    held = schemas.current(location)
+    # The columns a schema added, before a batch writes them; an unchanged schema leaves
+    # the table as it is (a start opens the local catalog only with --glue-database).
+    if settings.glue_database or (held is not None and held != schema):
+        with threads_released():
+            evolve(location, schema)
     if settings.compact_every_s and config_for(location) is None:
         raise ConfigurationError(
             f"--compact-every needs the Iceberg table of {location.uri}: give --glue-database "

@@ -4,6 +4,12 @@
 tool publishes the same messages to Kafka. Every fault kind of CONTRACT.md
 section 2 (and a hole in the archive) can be injected, and the generator
 says where each one landed, so tests can assert the exact error.
+
+Rows follow the spec's table schema (CONTRACT.md section 1a). A declared
+schema's rows carry the edge values producers send (:class:`TypedRows`):
+times with offsets and as epoch milliseconds, decimals as strings and as
+numbers, large and negative integers, unicode, nullable fields absent or
+null, deletes by key object (and by bare value for a one-column key).
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import orjson
 import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.errors import Rule
 from app.sources import archive, records
 from app.storage import Location, resolve
+from app.tools.typed_rows import TypedRows
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 STATUSES = ("ok", "warn", "alarm", "offline", None)
@@ -74,6 +82,7 @@ class CaptureSpec:
     seed: int = 7
     start_ms: int = START_MS
     faults: tuple[Fault, ...] = ()
+    schema: TableSchema = DEFAULT_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -119,10 +128,16 @@ def generate(spec: CaptureSpec) -> Capture:
         topic = f"{spec.prefix}{index % spec.topics}"
         session = f"{topic}-session-{index:05d}"
         tp = TopicPartition(topic, zlib.crc32(session.encode()) % spec.partitions)
-        messages = _session_messages(rng, spec, session)
+        if spec.schema == DEFAULT_SCHEMA:
+            messages = _session_messages(rng, spec, session)
+            unknown: Any = "no-such-row"
+        else:
+            typed = TypedRows(spec.schema, rng)
+            messages = typed.session_messages(spec, session)
+            unknown = typed.unknown_key()
         fault = fault_for.get(index)
         if fault is not None:
-            messages = _inject(rng, fault, session, messages)
+            messages = _inject(rng, fault, session, messages, unknown)
         streams.setdefault(tp, []).append(messages)
 
     capture = Capture()
@@ -275,7 +290,11 @@ def _session_messages(rng: random.Random, spec: CaptureSpec, session: str) -> li
 
 
 def _inject(
-    rng: random.Random, fault: Fault, session: str, messages: list[dict[str, Any]]
+    rng: random.Random,
+    fault: Fault,
+    session: str,
+    messages: list[dict[str, Any]],
+    unknown: Any = "no-such-row",
 ) -> list[dict[str, Any]]:
     """Break one session as ``fault`` says; mark the record that violates."""
     k = max(1, len(messages) // 2)
@@ -292,7 +311,7 @@ def _inject(
         broken[k], broken[k + 1] = broken[k + 1], broken[k]
         broken[k]["_fault"] = fault
     elif fault is Fault.DELETE_UNKNOWN:
-        broken[k] = dict(broken[k], type="update", rows=[], deleted=["no-such-row"], _fault=fault)
+        broken[k] = dict(broken[k], type="update", rows=[], deleted=[unknown], _fault=fault)
     elif fault is Fault.AFTER_END:
         broken.append(
             {"session": session, "seq": len(broken), "type": "update", "rows": [], "_fault": fault}

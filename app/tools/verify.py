@@ -9,7 +9,7 @@ missing rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,17 +21,19 @@ import pyarrow.dataset as ds
 from app import defaults
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.processor import TableProcessor
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
-from app.engine.output import OUTPUT_COLUMNS, OUTPUT_SCHEMA, QuarantinedRecord
+from app.engine.output import QuarantinedRecord, output_schema
 from app.errors import ConfigurationError, Violation
-from app.sink.ledger import BATCH, Ledger, LiveRules
+from app.sink import ledger as ledger_mod
+from app.sink import schemas
+from app.sink.ledger import BATCH, Ledger, LedgerEntry, LiveRules
 from app.sink.visible import visible_files
 from app.sources import archive
 from app.storage import Location, refusal, resolve
 from app.table import damage
 
-COLUMNS = list(OUTPUT_COLUMNS)
 SLICE = 8192
 
 
@@ -42,6 +44,7 @@ class Expected:
     violations: list[Violation]
     messages: int
     sessions: int
+    schema: TableSchema = DEFAULT_SCHEMA  # the last table schema: the rows' columns
 
 
 def expected_output(
@@ -51,8 +54,12 @@ def expected_output(
     adopt: Mapping[str, int] | None = None,
     below: Offsets | None = None,
     timeout_ms: int = defaults.SESSION_TIMEOUT_MS,
+    schema: TableSchema = DEFAULT_SCHEMA,
+    changes: Mapping[TopicPartition, Sequence[tuple[int, TableSchema]]] | None = None,
 ) -> Expected:
-    """What the job outputs for every record of the archive (or only below ``below``)."""
+    """What the job outputs for every record of the archive (or only below ``below``),
+    with the table schema ``schema``, and where ``changes`` says, from an offset on, another
+    (:func:`recorded_schemas`: where the live job restarted with one)."""
     location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
     if not index.files:
@@ -66,15 +73,35 @@ def expected_output(
             for lo in range(0, batch.num_rows, SLICE):
                 yield RecordColumns.from_arrow(batch.slice(lo, SLICE))
 
+    processors: dict[TableSchema, TableProcessor] = {}
+
+    def processor(of: TableSchema) -> TableProcessor:
+        return processors.setdefault(of, TableProcessor(of))
+
+    switches = {
+        tp: [(offset, processor(changed)) for offset, changed in found]
+        for tp, found in (changes or {}).items()
+    }
     outcome = run_partitions(
-        sorted(index.files), read, TableProcessor(), Rules(mode, timeout_ms, dict(adopt or {}))
+        sorted(index.files),
+        read,
+        processor(schema),
+        Rules(mode, timeout_ms, dict(adopt or {})),
+        switches,
     )
     rows = outcome.rows()
     if below is not None:
         rows = rows.filter(_below(rows, below))
     sessions = {s for state in outcome.states.values() for s in state.sessions}
     sessions |= {d.session for r in outcome.results.values() for d in r.dropped}
-    return Expected(rows, outcome.quarantined, outcome.violations, outcome.messages, len(sessions))
+    return Expected(
+        rows,
+        outcome.quarantined,
+        outcome.violations,
+        outcome.messages,
+        len(sessions),
+        outcome.schema,
+    )
 
 
 def recorded_rules(output_uri: str, given: IntegrityMode | None) -> LiveRules:
@@ -114,6 +141,7 @@ class Comparison:
     duplicates: int  # rows present more often than once
     sample_missing: list[tuple[object, ...]]
     sample_unexpected: list[tuple[object, ...]]
+    columns: tuple[str, ...] = ()  # the samples' columns
 
     @property
     def ok(self) -> bool:
@@ -132,26 +160,70 @@ class Comparison:
             ("unexpected", self.sample_unexpected),
         ):
             for row in sample:
-                lines.append(f"  {label}: {describe_row(row)}")
+                lines.append(f"  {label}: {describe_row(self.columns, row)}")
         lines.append("OK: the output is exactly the expected output" if self.ok else "DIFFERENT")
         return "\n".join(lines)
 
 
-def describe_row(row: tuple[object, ...]) -> str:
-    """An output row as a person reads it: where it came from, then its columns."""
-    values = dict(zip(COLUMNS, row, strict=True))
-    ts = values["ts"]
+# Where a row came from: every other column is a declared one, shown as name=value.
+_PROVENANCE = ("topic", "partition", "offset", "session", "seq", "type", "ts", "deleted")
+
+
+def describe_row(columns: Sequence[str], row: tuple[object, ...]) -> str:
+    """An output row as a person reads it: where it came from, then its declared columns."""
+    values = dict(zip(columns, row, strict=True))
+    ts = values.get("ts")
     when = ts.isoformat().replace("+00:00", "Z") if isinstance(ts, datetime) else ts
+    declared = " ".join(f"{c}={values[c]}" for c in columns if c not in _PROVENANCE)
     return (
         f"{values['topic']}:{values['partition']} offset {values['offset']} "
         f"session {values['session']} seq {values['seq']} {values['type']} at {when}: "
-        f"row {values['row_id']} value={values['value']} status={values['status']}"
-        + (" (deleted)" if values["deleted"] else "")
+        f"{declared}" + (" (deleted)" if values.get("deleted") else "")
     )
 
 
-def read_output(uri: str, *, required: bool = False, archive: str | None = None) -> pa.Table:
-    """The output dataset as any pyarrow reader sees it (hidden names skipped).
+def recorded_schemas(
+    uri: str,
+) -> tuple[TableSchema, dict[TopicPartition, list[tuple[int, TableSchema]]]]:
+    """The table schema the output's first batch ran with, and per partition each offset
+    from which its batches ran with another (the ledger's ``schema`` of each entry)."""
+    location = resolve(uri)
+    entries = Ledger(location).entries() if location.exists(location.path) else []
+    batches = [e for e in entries if e.kind is ledger_mod.BATCH]
+    if not batches:
+        return output_table_schema(uri), {}
+    first = schemas.of_entry(location, batches[0])
+    held: dict[TopicPartition, str] = {}
+    changes: dict[TopicPartition, list[tuple[int, TableSchema]]] = {}
+    previous: LedgerEntry | None = None
+    for entry in entries:
+        if entry.kind is ledger_mod.BATCH:
+            schema = schemas.of_entry(location, entry)
+            for tp, (start, _) in sorted(entry.ranges(previous).items()):
+                if held.get(tp, first.digest) != schema.digest:
+                    changes.setdefault(tp, []).append((start, schema))
+                held[tp] = schema.digest
+        previous = entry
+    return first, changes
+
+
+def output_table_schema(uri: str) -> TableSchema:
+    """The table schema the output's ledger names last (the default without a ledger)."""
+    location = resolve(uri)
+    found = schemas.current(location) if location.exists(location.path) else None
+    return found or DEFAULT_SCHEMA
+
+
+def read_output(
+    uri: str,
+    *,
+    required: bool = False,
+    schema: TableSchema | None = None,
+    archive: str | None = None,
+) -> pa.Table:
+    """The output dataset as any pyarrow reader sees it (hidden names skipped), given the
+    output's schema (``schema``, else the one its ledger names last): files written before
+    a column was added read it as null.
 
     ``required``: a missing or empty output is an error (``verify``), not an
     empty table. A file that cannot be read is a
@@ -159,42 +231,48 @@ def read_output(uri: str, *, required: bool = False, archive: str | None = None)
     it (``archive``: the replay's, where known).
     """
     location = resolve(uri)
+    wanted = output_schema(schema or output_table_schema(uri))
     if not location.exists(location.path):
         if required:
             raise ConfigurationError(f"output {uri} does not exist")
-        return OUTPUT_SCHEMA.empty_table()
+        return wanted.empty_table()
     try:
         with location.refusing(location.path, "read"):
             dataset = ds.dataset(
-                location.path, filesystem=location.fs, format="parquet", partitioning="hive"
+                location.path,
+                filesystem=location.fs,
+                format="parquet",
+                partitioning="hive",
+                schema=wanted,
             )
             if not dataset.files:
                 if required:
                     raise ConfigurationError(
                         f"output {uri} holds no Parquet file: nothing to verify"
                     )
-                return OUTPUT_SCHEMA.empty_table()
-            table = dataset.to_table(columns=COLUMNS)
+                return wanted.empty_table()
+            table = dataset.to_table(columns=wanted.names)
     except damage.UNREADABLE as exc:
         if isinstance(exc, OSError) and refusal(exc) is not None:
             raise
-        _name_the_damaged(location, archive)
+        _name_the_damaged(location, archive, wanted)
         raise
-    return table.cast(OUTPUT_SCHEMA)
+    return table.cast(wanted)
 
 
-def _name_the_damaged(location: Location, archive: str | None) -> None:
+def _name_the_damaged(location: Location, archive: str | None, wanted: pa.Schema) -> None:
     """Read the dataset's files one by one: the first that cannot be read is named."""
     for relative in visible_files(location):
         if not relative.startswith("_quarantine/"):
-            damage.read_published(location, relative, columns=COLUMNS, archive=archive)
+            damage.read_published(location, relative, schema=wanted, archive=archive)
 
 
 def compare(expected: pa.Table, actual: pa.Table, sample: int = 5) -> Comparison:
+    """The multiset difference over the expectation's columns."""
     con = duckdb.connect()
     con.register("expected_rows", expected)
-    con.register("actual_rows", actual)
-    cols = ", ".join(f'"{c}"' for c in COLUMNS)
+    con.register("actual_rows", actual.select(expected.column_names))
+    cols = ", ".join(f'"{c}"' for c in expected.column_names)
 
     def count(sql: str) -> int:
         found = con.execute(sql).fetchone()
@@ -216,4 +294,5 @@ def compare(expected: pa.Table, actual: pa.Table, sample: int = 5) -> Comparison
         sample_unexpected=[
             tuple(r) for r in con.execute(f"{unexpected_sql} LIMIT {sample}").fetchall()
         ],
+        columns=tuple(expected.column_names),
     )

@@ -5,12 +5,17 @@ Kept apart from its parsing (``infra/config/test_pipelines.py``) so that
 """
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
+from app.ops.pipelines import EXPIRES_TAG, OWNER_TAG, PURPOSE_TAG, TEST_PIPELINE_TAG
 from infra.config.settings import AlarmEndpoint
 
 EXPIRY_NOTICE_HOUR_UTC = 9
-"""The owner is told at 09:00 UTC on the expiry date, and every day after."""
+"""The owner is told at 09:00 UTC on the expiry date, and every day after; the pipeline's
+Spark nodes are stopped then too."""
+ADVANCE_NOTICE_DAYS = 3
+"""The owner is told daily this many days before the expiry date (from its creation at the
+earliest)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,14 +37,24 @@ class DeclaredPipeline:
     @property
     def tags(self) -> dict[str, str]:
         """Tags every resource of its stacks carries (the provider's default tags)."""
+        # tablecast-ops pipelines finds what is deployed by these (app/ops/pipelines.py).
         return {
-            "Owner": self.owner.address,
-            "Expires": self.expires.isoformat(),
-            "Purpose": self.purpose,
-            "TestPipeline": "true",
+            OWNER_TAG: self.owner.address,
+            EXPIRES_TAG: self.expires.isoformat(),
+            PURPOSE_TAG: self.purpose,
+            TEST_PIPELINE_TAG: "true",
         }
 
     @property
     def first_notice(self) -> str:
         """The first notification's moment, as EventBridge Scheduler's ``start_date`` takes it."""
-        return f"{self.expires.isoformat()}T{EXPIRY_NOTICE_HOUR_UTC:02d}:00:00Z"
+        return _at_notice_hour(self.expires)
+
+    @property
+    def first_advance_notice(self) -> str:
+        """The first notification before expiry (``ADVANCE_NOTICE_DAYS`` before it)."""
+        return _at_notice_hour(max(self.created, self.expires - timedelta(ADVANCE_NOTICE_DAYS)))
+
+
+def _at_notice_hour(day: date) -> str:
+    return f"{day.isoformat()}T{EXPIRY_NOTICE_HOUR_UTC:02d}:00:00Z"

@@ -27,7 +27,8 @@ def handoff_values(
     bootstrap_brokers: str = "",
 ) -> dict[str, str]:
     """The value of every name in ``app.handoff.ALL``, in that order, then the environment's
-    Kafka options (:func:`kafka_job_values`) and table settings (:func:`table_values`).
+    Kafka options (:func:`kafka_job_values`), table settings (:func:`table_values`) and
+    archive lock (:func:`archive_values`).
 
     :param bootstrap_brokers: the brokers of ``config.kafka.auth`` when it is not IAM.
     """
@@ -49,13 +50,21 @@ def handoff_values(
         handoff.RETENTION_HOURS: str(config.retention_hours),
         handoff.REPLICATION_FACTOR: str(config.replication_factor),
         handoff.REGION: config.region,
-        handoff.GLUE_DATABASE: layout.GLUE_DATABASE,
+        handoff.GLUE_DATABASE: layout.glue_database(config.name),
         handoff.COMPACT_EVERY: config.compact_every,
     }
     return (
         {name: values[name] for name in handoff.ALL}
         | kafka_job_values(config, bootstrap_brokers)
         | table_values(config)
+        | archive_values(config)
+    )
+
+
+def archive_values(config: EnvironmentConfig) -> dict[str, str]:
+    """How long the archiver locks each file, where the archive is under Object Lock."""
+    return (
+        {handoff.ARCHIVE_LOCK_DAYS: str(config.archive_lock_days)} if config.archive_locked else {}
     )
 
 

@@ -8,12 +8,13 @@ of the environment's pattern, no minimum batch.
 """
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.errors import ConfigurationError
 from app.sources.kafka_client import Isolation, KafkaAuth, parse_option
 from app.sources.starting import StartingPosition
-from infra.config import parsing
+from infra.config import layout, parsing
 
 # MSK reads a SCRAM secret only under a name starting AmazonMSK_.
 _SECRET_ARN = re.compile(
@@ -21,8 +22,19 @@ _SECRET_ARN = re.compile(
 )
 _KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:(?P<region>[a-z0-9-]+):\d{12}:key/[0-9a-f-]{36}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_CERTIFICATE_AUTHORITY_ARN = re.compile(
+    r"^arn:aws[a-z-]*:acm-pca:(?P<region>[a-z0-9-]+):\d{12}:certificate-authority/[0-9a-f-]{36}$"
+)
 # The modes the deployed cluster offers beside IAM (which is always on: the tools use it).
 DEPLOYED_AUTH = (KafkaAuth.IAM, KafkaAuth.TLS, KafkaAuth.SCRAM)
+LISTENER_PORTS: Mapping[KafkaAuth, int] = {
+    KafkaAuth.IAM: layout.KAFKA_IAM_PORT,
+    KafkaAuth.TLS: layout.KAFKA_TLS_PORT,
+    KafkaAuth.SCRAM: layout.KAFKA_SCRAM_PORT,
+}
+"""MSK's listener of each sign-in: the brokers open a port only for the sign-ins they take."""
+# What a client certificate takes in librdkafka's settings (--kafka-option each).
+CLIENT_CERTIFICATE_OPTIONS = ("ssl.certificate.location", "ssl.key.location")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,14 +42,20 @@ class KafkaJobSettings:
     """The job's Kafka options in one environment (each named as `tablecast run`'s option)."""
 
     auth: KafkaAuth = KafkaAuth.IAM
-    """``--kafka-auth``: ``iam``; ``tls`` (TLS only: the cluster also lets unauthenticated
-    TLS clients in); ``scram`` (SASL/SCRAM over TLS with ``secret_arn``)."""
+    """``--kafka-auth``: ``iam``; ``tls`` (mutual TLS: MSK checks each client's certificate
+    against ``certificate_authority_arns``); ``scram`` (SASL/SCRAM over TLS with
+    ``secret_arn``)."""
     secret_arn: str = ""
     """``--kafka-secret-arn``: scram only, the Secrets Manager secret (``AmazonMSK_...``) MSK
     associates with the cluster; the driver, workers and archiver may read exactly it."""
     secret_key_arn: str = ""
     """The customer managed KMS key the secret is encrypted with (MSK requires one):
     the same roles may decrypt with it, through Secrets Manager only."""
+    certificate_authority_arns: tuple[str, ...] = ()
+    """tls only: the ACM Private CAs whose certificates MSK accepts from clients (never
+    unauthenticated TLS: anyone who reached the port could write or delete any topic). The
+    job's certificate and key are its ``options`` ``ssl.certificate.location`` and
+    ``ssl.key.location``, files the operator puts on the nodes."""
     isolation_level: Isolation = Isolation.READ_COMMITTED
     """``--kafka-isolation-level``, the job's and the archiver's."""
     options: tuple[str, ...] = ()
@@ -51,10 +69,18 @@ class KafkaJobSettings:
     max_trigger_delay: str = ""
     """``--max-trigger-delay`` (``"15 minutes"``), with ``min_offsets_per_trigger`` only."""
 
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """The brokers' ports the Spark nodes reach: IAM's (the tools), and the job's sign-in's."""
+        return tuple(sorted({LISTENER_PORTS[KafkaAuth.IAM], LISTENER_PORTS[self.auth]}))
+
     def problem(self, *, region: str, topic_pattern: str) -> tuple[str, str] | None:
         """The first wrong setting as ``(field, problem)``, or None."""
         if self.auth not in DEPLOYED_AUTH:
             return "kafka.auth", f"must be one of {', '.join(DEPLOYED_AUTH)}"
+        problem = self._tls_problem(region)
+        if problem is not None:
+            return problem
         if self.auth == KafkaAuth.SCRAM:
             match = _SECRET_ARN.match(self.secret_arn)
             if match is None:
@@ -100,4 +126,33 @@ class KafkaJobSettings:
                 parsing.trigger_seconds(self.max_trigger_delay)
             except ValueError as exc:
                 return "kafka.max_trigger_delay", str(exc)
+        return None
+
+    def _tls_problem(self, region: str) -> tuple[str, str] | None:
+        """tls only with client certificates: MSK never lets an unauthenticated client in."""
+        if self.auth != KafkaAuth.TLS:
+            if self.certificate_authority_arns:
+                return (
+                    "kafka.certificate_authority_arns",
+                    f"only with auth tls (auth is {self.auth})",
+                )
+            return None
+        if not self.certificate_authority_arns:
+            return "kafka.auth", (
+                "tls needs client certificates: set kafka.certificate_authority_arns (ACM "
+                "Private CA); unauthenticated TLS would let anyone who reaches port "
+                f"{LISTENER_PORTS[KafkaAuth.TLS]} write or delete any topic"
+            )
+        for arn in self.certificate_authority_arns:
+            match = _CERTIFICATE_AUTHORITY_ARN.match(arn)
+            if match is None or match["region"] != region:
+                return "kafka.certificate_authority_arns", (
+                    f"{arn!r} is not the ARN of an ACM Private CA in {region}"
+                )
+        given = {option.split("=", 1)[0].strip() for option in self.options}
+        missing = [name for name in CLIENT_CERTIFICATE_OPTIONS if name not in given]
+        if missing:
+            return "kafka.options", (
+                f"tls signs the job in with a client certificate: give {' and '.join(missing)}"
+            )
         return None

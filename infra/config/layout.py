@@ -11,8 +11,6 @@ ARCHIVE_PREFIX: Final = "archive"
 ARTIFACTS_PREFIX: Final = "artifacts"
 CHECKPOINT_BACKUPS_PREFIX: Final = "checkpoint-backups"
 ATHENA_RESULTS_PREFIX: Final = "athena-results"
-# The Glue database of the output's Iceberg table (Athena: SELECT ... FROM tablecast.output).
-GLUE_DATABASE: Final = "tablecast"
 BUCKET_PREFIXES: Final = (
     OUTPUT_PREFIX,
     ARCHIVE_PREFIX,
@@ -36,8 +34,11 @@ AMI_NAME_PATTERN: Final = "tablecast-spark-node-*"
 AMI_TAGS: Final = {"Project": "tablecast", "Component": "spark-node"}
 AMI_SPARK_VERSION_TAG: Final = "SparkVersion"
 
-# MSK's listener for IAM-authenticated TLS clients.
+# MSK's listeners: IAM-authenticated TLS clients (always on: the operator's tools),
+# TLS with client certificates, and SASL/SCRAM over TLS.
 KAFKA_IAM_PORT: Final = 9098
+KAFKA_TLS_PORT: Final = 9094
+KAFKA_SCRAM_PORT: Final = 9096
 HTTPS_PORT: Final = 443
 
 # Log groups the nodes' CloudWatch agent ships to (the AMI's agent template
@@ -54,6 +55,14 @@ LOG_RETENTION_DAYS: Final = 365
 def checkpoint_uri(driver_host: str) -> str:
     """Where the job keeps its checkpoint: HDFS on the Spark nodes."""
     return f"hdfs://{driver_host}:{HDFS_NAMENODE_PORT}{CHECKPOINT_PATH}"
+
+
+def glue_database(environment: str) -> str:
+    """The Glue database of an environment's Iceberg table, one per environment (Athena:
+    ``SELECT ... FROM tablecast_<env>.output``): environments and test pipelines share an
+    account and a region's one catalog. Glue and Athena take ``_``, not ``-``; environment
+    names are ``a-z0-9-``, so no two map to one database."""
+    return f"{JOB_NAME}_{environment.replace('-', '_')}"
 
 
 def node_log_group(environment: str, name: str) -> str:

@@ -31,6 +31,8 @@ HDFS_REPLICATION = 3
 SPREAD_GROUP_MAX_NODES = 7
 SPARK_PLACEMENTS = ("spread", "none")
 DLM_INTERVALS_HOURS = (1, 2, 3, 4, 6, 8, 12, 24)
+# S3 Object Lock retention: at most 100 years.
+MAX_LOCK_DAYS = 36_500
 # Kafka's durable default: three copies, a write needs two of them.
 DURABLE_REPLICATION_FACTOR = 3
 
@@ -115,6 +117,10 @@ class EnvironmentConfig:
     """Age at which ``archive/`` objects move to GLACIER_IR; after the STANDARD_IA move."""
     noncurrent_version_days: int = 30
     """Days S3 keeps an overwritten or deleted object's previous version."""
+    archive_lock_days: int = 365
+    """Production: each archive file stays under S3 Object Lock in governance mode this many
+    days from its writing; until then only a role allowed ``s3:BypassGovernanceRetention``
+    deletes it for good (docs/operations.md, 'Break glass')."""
     test_pipeline: DeclaredPipeline | None = None
     """Set for a test pipeline declared in the deployment settings (owner, expiry, purpose):
     its stacks are tagged with them and its owner is notified from the expiry date on."""
@@ -128,6 +134,12 @@ class EnvironmentConfig:
     def is_production(self) -> bool:
         """Whether the stricter production rules apply."""
         return self.production or self.name == "prod"
+
+    @property
+    def archive_locked(self) -> bool:
+        """Whether the archive is under S3 Object Lock: production's only (the raw archive is
+        the only copy once Kafka's retention has passed)."""
+        return self.is_production
 
     @property
     def trigger_seconds(self) -> int:
@@ -490,3 +502,5 @@ def _check_operations(config: EnvironmentConfig) -> None:
         )
     if config.noncurrent_version_days < 1:
         raise _problem(config, "noncurrent_version_days", "must be positive")
+    if not 1 <= config.archive_lock_days <= MAX_LOCK_DAYS:
+        raise _problem(config, "archive_lock_days", f"must be 1 to {MAX_LOCK_DAYS} days")

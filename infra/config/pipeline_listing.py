@@ -12,6 +12,7 @@ from app.errors import ConfigurationError
 from app.ops.pipelines import Declaration, Declarations, Footprint
 from infra.config.errors import ConfigError
 from infra.config.model import EnvironmentConfig
+from infra.config.node_services import interface_endpoint_services
 from infra.config.settings import SETTINGS_VARIABLE, load_settings
 from infra.config.sizing import ROOT_VOLUME_GIB
 from infra.config.test_pipelines import destroy_command, pipeline_configs
@@ -28,6 +29,9 @@ def footprint(config: EnvironmentConfig) -> Footprint:
         broker_count=config.broker_count,
         broker_volume_gib=config.effective_broker_volume_gib,
         node_volume_gib=ROOT_VOLUME_GIB + config.spark_data_volume_gib,
+        # Each interface endpoint sits in every zone's Spark subnet (infra/stacks/network.py).
+        interface_endpoint_zones=len(interface_endpoint_services(config))
+        * len(config.availability_zones),
     )
 
 

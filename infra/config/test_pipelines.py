@@ -14,8 +14,11 @@ A platform team spins one up without editing code. Each is a table under
 
 It has the sandbox's shape (:func:`infra.config.environments.sandbox`) with
 those overrides, the ``[sandbox]`` table's account, image and state
-backend, the owner added to its alarm endpoints, and a VPC range of its own
-(:func:`allocate_vpc_cidr`). Its stacks are ``tablecast-<name>-*``.
+backend (which it requires: anyone on the team destroys it from the same
+state), the owner added to its alarm endpoints, a VPC range of its own
+(:func:`allocate_vpc_cidr`) and none of the sandbox's producer networks (a
+peering or a gateway route belongs to one VPC). Its stacks are
+``tablecast-<name>-*``, which no other environment's pattern matches.
 """
 
 import hashlib
@@ -171,9 +174,19 @@ def pipeline_config(
             field=f"deployment settings (in {source})",
             problem=f"a test pipeline takes the [{BASE}] table's account and image: add one",
         )
+    if base_settings.state_backend is None:
+        raise ConfigError(
+            environment=table.name,
+            field=f"state_backend (in {source})",
+            problem=f"a test pipeline keeps its Terraform state in S3, so that its team, not "
+            f"one checkout, can change and destroy it: give the [{BASE}] table a "
+            "state_backend",
+        )
     deployment = replace(
         base_settings,
         alarm_endpoints=(*base_settings.alarm_endpoints, table.declared.owner),
+        # A route back through a peering or a gateway belongs to the sandbox's VPC.
+        producer_networks=(),
         source=source,
     )
     base = ENVIRONMENTS[BASE](deployment)
@@ -184,7 +197,9 @@ def pipeline_config(
 def check_no_overlap(
     pipelines: Sequence[EnvironmentConfig], environments: Sequence[EnvironmentConfig]
 ) -> None:
-    """Refuse, in one line, a test pipeline whose VPC overlaps another's or an environment's."""
+    """Refuse, in one line, a test pipeline whose VPC overlaps another's or an environment's,
+    or whose stacks another's ``tablecast-<name>-*`` would match."""
+    check_stack_patterns(pipelines, environments)
     seen: list[EnvironmentConfig] = list(environments)
     for config in pipelines:
         network = ipaddress.IPv4Network(config.vpc_cidr)
@@ -199,6 +214,27 @@ def check_no_overlap(
                     f"{other.vpc_cidr}: give one of them another vpc_cidr (a /20 of {POOL})",
                 )
         seen.append(config)
+
+
+def check_stack_patterns(
+    pipelines: Sequence[EnvironmentConfig], environments: Sequence[EnvironmentConfig]
+) -> None:
+    """Refuse a test pipeline named ``<other>-...`` for any environment or test pipeline
+    ``<other>``: the documented ``deploy 'tablecast-<other>-*'`` and ``destroy
+    'tablecast-<other>-*'`` would take its stacks too (``prod-x`` under ``prod``)."""
+    from infra.config.environments import ENVIRONMENTS
+
+    names = {*ENVIRONMENTS, *(c.name for c in environments), *(c.name for c in pipelines)}
+    for config in pipelines:
+        for other in sorted(names - {config.name}):
+            if config.name.startswith(f"{other}-"):
+                source = config.test_pipeline.source if config.test_pipeline else "<code>"
+                raise ConfigError(
+                    environment=config.name,
+                    field=f"{TABLE}.{config.name} (in {source})",
+                    problem=f"starts with {other!r} and '-': {destroy_command(other)} would "
+                    "destroy its stacks too; choose a name that does not",
+                )
 
 
 def pipeline_configs(

@@ -46,6 +46,9 @@ class AlarmSpec:
     expression: str | None = None
     extra_actions: tuple[str, ...] = ()
     """Further actions on firing, e.g. EC2 recover."""
+    armed_by_deploy: bool = False
+    """Created with its actions off, which ``tablecast-ops deploy`` turns on (its name is in
+    ``app.metric_names.ARMED_BY_DEPLOY``): it watches what runs only once the job is deployed."""
 
     def __post_init__(self) -> None:
         if (self.metric is None) == (self.expression is None):

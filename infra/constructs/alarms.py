@@ -9,6 +9,7 @@ from cdktf_cdktf_provider_aws.cloudwatch_metric_alarm import (
 )
 from constructs import Construct
 
+from infra.cdk import TerraformResourceLifecycle
 from infra.constructs.alarm_specs import AlarmSpec, Metric
 
 
@@ -50,9 +51,13 @@ class TopicAlarms:
             period=single.period if single else None,
             dimensions=dict(single.dimensions) if single else None,
             metric_query=None if single else _queries(spec),
-            actions_enabled=True,
+            # The deploy tool owns an armed alarm's switch once it exists.
+            actions_enabled=not spec.armed_by_deploy,
             alarm_actions=[*spec.extra_actions, *self._topic_arns],
             ok_actions=list(self._topic_arns),
+            lifecycle=TerraformResourceLifecycle(ignore_changes=["actions_enabled"])
+            if spec.armed_by_deploy
+            else None,
         )
         self.alarms.append(alarm)
         return alarm

@@ -8,6 +8,8 @@ from app import metric_names
 
 MSK_NAMESPACE = "AWS/Kafka"
 EC2_NAMESPACE = "AWS/EC2"
+EBS_NAMESPACE = "AWS/EBS"  # DLM's snapshot metrics
+SNS_NAMESPACE = "AWS/SNS"
 WIDTH = 12
 HEIGHT = 6
 
@@ -126,6 +128,14 @@ def dashboard_body(
         ),
         _metrics(
             "Job: output", region, job_metrics(metric_names.OUTPUT_FILES, metric_names.OUTPUT_BYTES)
+        ),
+        _metrics(
+            "Archiver: heartbeat and records Kafka holds that the archive does not yet",
+            region,
+            [
+                *job_metrics(metric_names.ARCHIVER_HEARTBEAT),
+                *job_metrics(metric_names.ARCHIVER_RECORDS_BEHIND, stat="Maximum"),
+            ],
         ),
         _metrics(
             "Kafka: data disk used (%)",

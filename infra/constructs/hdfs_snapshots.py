@@ -24,7 +24,6 @@ from infra.constructs.policies import allow, assume_role_policy, policy_json
 
 # EC2 defines no resource for its Describe actions.
 DLM_DESCRIBE_ACTIONS = ("ec2:DescribeInstances", "ec2:DescribeSnapshots", "ec2:DescribeVolumes")
-DLM_SNAPSHOT_ACTIONS = ("ec2:CreateSnapshot", "ec2:CreateSnapshots", "ec2:DeleteSnapshot")
 
 
 class HdfsSnapshots(Construct):
@@ -40,6 +39,9 @@ class HdfsSnapshots(Construct):
         kms_key_arn: str,
         interval_hours: int,
         retain: int,
+        region: str,
+        account: str,
+        partition: str,
     ) -> None:
         """Create the policy.
 
@@ -48,15 +50,21 @@ class HdfsSnapshots(Construct):
         :param kms_key_arn: the key that encrypts the volumes (snapshots keep it).
         :param interval_hours: hours between snapshots.
         :param retain: snapshots kept per volume.
+        :param region, account, partition: where the volumes and snapshots are.
         """
         super().__init__(scope, id_)
         key, value = target_tag
+        # The policy copies the volumes' tags to their snapshots, so the tag scopes both:
+        # DLM snapshots only the environment's data volumes and deletes only their snapshots.
+        tagged = {"StringEquals": {f"aws:ResourceTag/{key}": value}}
+        volumes = f"arn:{partition}:ec2:{region}:{account}:volume/*"
+        snapshots = f"arn:{partition}:ec2:{region}::snapshot/*"
         role = IamRole(
             self,
             "role",
             name=f"{name}-hdfs-snapshots",
             description=f"DLM snapshots {name}'s HDFS volumes",
-            assume_role_policy=assume_role_policy("dlm.amazonaws.com"),
+            assume_role_policy=assume_role_policy("dlm.amazonaws.com", source_account=account),
         )
         IamRolePolicy(
             self,
@@ -66,12 +74,12 @@ class HdfsSnapshots(Construct):
             policy=policy_json(
                 [
                     allow("FindVolumes", DLM_DESCRIBE_ACTIONS, ["*"]),
-                    allow(
-                        "SnapshotTaggedVolumes",
-                        DLM_SNAPSHOT_ACTIONS,
-                        ["arn:aws:ec2:*::snapshot/*", "arn:aws:ec2:*:*:volume/*"],
-                    ),
-                    allow("TagSnapshots", ["ec2:CreateTags"], ["arn:aws:ec2:*::snapshot/*"]),
+                    allow("SnapshotTaggedVolumes", ["ec2:CreateSnapshot"], [volumes], tagged),
+                    # The new snapshot, which has no tags yet (the volume's condition above
+                    # decides which volumes may be snapshotted).
+                    allow("CreateSnapshots", ["ec2:CreateSnapshot"], [snapshots]),
+                    allow("TagSnapshots", ["ec2:CreateTags"], [snapshots]),
+                    allow("DeleteOwnSnapshots", ["ec2:DeleteSnapshot"], [snapshots], tagged),
                     allow(
                         # Snapshots of an encrypted volume are encrypted with its key.
                         "UseVolumeKey",

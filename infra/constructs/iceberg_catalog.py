@@ -1,19 +1,21 @@
 """The output's Iceberg table in Glue, and an Athena workgroup to query it.
 
-- **Glue database** ``tablecast`` (``--glue-database`` of ``tablecast table``):
-  the job creates and commits the table ``output`` in it (``app/table/``).
-- **The job's rights** (:func:`job_statements`): read the catalog and the
-  database, create and update that one table, nothing else in Glue.
+- **Glue database** ``tablecast_<env>`` (:func:`infra.config.layout.glue_database`,
+  ``--glue-database`` of ``tablecast run``), one per environment and test pipeline:
+  they share the account's one catalog per region. The job creates and commits
+  the table ``output`` in it (``app/table/``).
+- **The job's rights** (:func:`job_statements`): read the catalog and its own
+  database, create and update its one table, nothing else in Glue.
 - **Athena workgroup** whose query results go to the pipeline bucket under
   ``athena-results/``, encrypted with the pipeline's KMS key; the workgroup's
   settings are enforced, so a client cannot send results elsewhere or
-  unencrypted. ``SELECT ... FROM tablecast.output`` works on the day of
+  unencrypted. ``SELECT ... FROM tablecast_<env>.output`` works on the day of
   deployment (the job makes the table at its first start: ``run-job`` passes
   ``--glue-database``).
 - **Athena readers' policy** ``<prefix>-athena-reader`` (:func:`reader_statements`,
   output ``athena_reader_policy_arn``), a managed policy an analyst's role
-  attaches: queries in this workgroup only; Glue reads of the database and
-  its one table; S3 reads of ``output/``; reads and writes of
+  attaches: queries in this workgroup only; Glue reads of its environment's
+  database and its one table; S3 reads of ``output/``; reads and writes of
   ``athena-results/``; the pipeline key, through S3 only, to read the output
   and to read and write encrypted results. Nothing else.
 """
@@ -32,7 +34,6 @@ from infra.cdk import TerraformOutput
 from infra.config import layout
 from infra.constructs.policies import Statement, allow, policy_json
 
-DATABASE = layout.GLUE_DATABASE
 TABLE = "output"
 RESULTS_PREFIX = layout.ATHENA_RESULTS_PREFIX
 GLUE_READ_ACTIONS = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
@@ -72,6 +73,7 @@ class IcebergCatalog(Construct):
         id_: str,
         *,
         prefix: str,
+        database: str,
         bucket_name: str,
         kms_key_arn: str,
         force_destroy: bool,
@@ -83,6 +85,7 @@ class IcebergCatalog(Construct):
         """Create the database and the workgroup.
 
         :param prefix: the environment's resource prefix, e.g. ``tablecast-prod``.
+        :param database: the environment's Glue database (``tablecast_<env>``).
         :param bucket_name: the pipeline bucket (Athena's results go under ``athena-results/``).
         :param kms_key_arn: the pipeline's data key, which encrypts the results.
         :param force_destroy: a test environment's workgroup goes with its saved queries.
@@ -92,8 +95,8 @@ class IcebergCatalog(Construct):
         self.database = GlueCatalogDatabase(
             self,
             "database",
-            name=DATABASE,
-            description=f"{prefix}: the output as an Iceberg table (tablecast table)",
+            name=database,
+            description=f"{prefix}: the output as an Iceberg table (tablecast run --glue-database)",
         )
         self.workgroup = AthenaWorkgroup(
             self,
@@ -119,11 +122,12 @@ class IcebergCatalog(Construct):
             self,
             "athena-reader",
             name=f"{prefix}-athena-reader",
-            description=f"Query {DATABASE}.{TABLE} of {prefix} in Athena workgroup {prefix} "
+            description=f"Query {database}.{TABLE} of {prefix} in Athena workgroup {prefix} "
             "(attach to analysts' roles)",
             policy=policy_json(
                 reader_statements(
                     workgroup=prefix,
+                    database=database,
                     bucket_arn=bucket_arn,
                     kms_key_arn=kms_key_arn,
                     region=region,
@@ -140,20 +144,26 @@ class IcebergCatalog(Construct):
         )
 
 
-def job_statements(*, region: str, account: str, partition: str) -> list[Statement]:
+def job_statements(*, database: str, region: str, account: str, partition: str) -> list[Statement]:
     """What the job may do in Glue: commit its own table, read its database, nothing else."""
-    base = f"arn:{partition}:glue:{region}:{account}"
-    catalog, database = f"{base}:catalog", f"{base}:database/{DATABASE}"
-    table = f"{base}:table/{DATABASE}/{TABLE}"
+    resources = _table_resources(database, region=region, account=account, partition=partition)
     return [
-        allow("ReadOutputTableCatalog", GLUE_READ_ACTIONS, [catalog, database, table]),
-        allow("CommitOutputTable", GLUE_COMMIT_ACTIONS, [catalog, database, table]),
+        allow("ReadOutputTableCatalog", GLUE_READ_ACTIONS, resources),
+        allow("CommitOutputTable", GLUE_COMMIT_ACTIONS, resources),
     ]
+
+
+def _table_resources(database: str, *, region: str, account: str, partition: str) -> list[str]:
+    """The catalog, the environment's database and its one table (Glue authorizes a table's
+    calls on all three)."""
+    base = f"arn:{partition}:glue:{region}:{account}"
+    return [f"{base}:catalog", f"{base}:database/{database}", f"{base}:table/{database}/{TABLE}"]
 
 
 def reader_statements(
     *,
     workgroup: str,
+    database: str,
     bucket_arn: str,
     kms_key_arn: str,
     region: str,
@@ -161,7 +171,6 @@ def reader_statements(
     partition: str,
 ) -> list[Statement]:
     """What an Athena reader of the output's table may do, and nothing more."""
-    glue = f"arn:{partition}:glue:{region}:{account}"
     athena = f"arn:{partition}:athena:{region}:{account}"
     output, results = layout.OUTPUT_PREFIX, RESULTS_PREFIX
     return [
@@ -172,7 +181,7 @@ def reader_statements(
         allow(
             "ReadOutputTableCatalog",
             GLUE_READ_ACTIONS,
-            [f"{glue}:catalog", f"{glue}:database/{DATABASE}", f"{glue}:table/{DATABASE}/{TABLE}"],
+            _table_resources(database, region=region, account=account, partition=partition),
         ),
         allow(
             "ListOutputAndResults",

@@ -13,8 +13,9 @@ sets, each the least its holder needs:
 - **produce** (a managed policy producers attach to their own roles): write
   topics under the prefix, idempotently; no topic or group administration.
 - **administer topics** (the topic-admin role, for ``tablecast-ops topics``
-  and ``produce``): create and alter topics under the prefix, and the load
-  tool's transactions (``tablecast-produce-*``).
+  and ``produce``, and a test pipeline's driver, for ``test-run``): create and
+  alter topics under the prefix, and the load tool's transactions
+  (``tablecast-produce-*``).
 """
 
 from dataclasses import dataclass
@@ -89,21 +90,34 @@ def consume_statements(kafka: KafkaResources) -> list[Statement]:
 
 def produce_statements(kafka: KafkaResources) -> list[Statement]:
     """Producers: connect and write the pipeline's topics, idempotently."""
-    return [
-        allow("ConnectToCluster", CONNECT_ACTIONS, [kafka.cluster_arn]),
-        allow("WriteIdempotently", IDEMPOTENT_WRITE_ACTIONS, [kafka.cluster_arn]),
-        allow("WritePipelineTopics", WRITE_TOPIC_ACTIONS, [kafka.pipeline_topics]),
-    ]
+    return [allow("ConnectToCluster", CONNECT_ACTIONS, [kafka.cluster_arn]), *_write(kafka)]
 
 
 def topic_admin_statements(kafka: KafkaResources) -> list[Statement]:
     """``tablecast-ops topics`` and ``produce``: administer and load the pipeline's topics."""
     return [
-        *produce_statements(kafka),
+        allow("ConnectToCluster", CONNECT_ACTIONS, [kafka.cluster_arn]),
+        *load_statements(kafka),
+    ]
+
+
+def load_statements(kafka: KafkaResources) -> list[Statement]:
+    """What the topic-admin role adds to connecting: create, alter and write the pipeline's
+    topics, the load tool's transactions. A test pipeline's driver has it too (beside
+    consuming), so that ``tablecast-ops test-run`` runs there with the pipeline's own roles."""
+    return [
+        *_write(kafka),
         allow("AdministerPipelineTopics", ADMIN_TOPIC_ACTIONS, [kafka.pipeline_topics]),
         allow(
             "LoadToolTransactions",
             TRANSACTION_ACTIONS,
             [kafka.transactional_ids(PRODUCE_TOOL_TRANSACTION_PREFIX)],
         ),
+    ]
+
+
+def _write(kafka: KafkaResources) -> list[Statement]:
+    return [
+        allow("WriteIdempotently", IDEMPOTENT_WRITE_ACTIONS, [kafka.cluster_arn]),
+        allow("WritePipelineTopics", WRITE_TOPIC_ACTIONS, [kafka.pipeline_topics]),
     ]

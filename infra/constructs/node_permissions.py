@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Final
 
-from app import handoff
+from app import handoff, metric_names
 from infra.config import layout
 from infra.constructs.iceberg_catalog import job_statements as iceberg_job_statements
-from infra.constructs.kafka_access import KafkaResources, consume_statements
+from infra.constructs.kafka_access import KafkaResources, consume_statements, load_statements
 from infra.constructs.policies import Statement, allow
 
 # What each role may do under one prefix of the bucket. No role deletes under
@@ -51,6 +51,26 @@ BUCKET_ACCESS: Final[Mapping[NodeKind, Mapping[str, tuple[str, ...]]]] = {
     NodeKind.ARCHIVER: {layout.ARCHIVE_PREFIX: S3_WRITE},
 }
 """Per role, each prefix it may touch and how."""
+
+S3_BUCKET_ACTIONS = ("s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketMultipartUploads")
+# The archiver puts each archive file under Object Lock where the environment's archive is
+# locked (production): governance retention it may set and read, never shorten or lift.
+S3_RETENTION_ACTIONS = ("s3:GetObjectRetention", "s3:PutObjectRetention")
+S3_ENDPOINT_ACTIONS = tuple(
+    sorted(
+        {
+            *S3_BUCKET_ACTIONS,
+            *S3_RETENTION_ACTIONS,
+            *(
+                a
+                for access in BUCKET_ACCESS.values()
+                for actions in access.values()
+                for a in actions
+            ),
+        }
+    )
+)
+"""Everything any node does in the bucket: what the S3 endpoint's policy lets through."""
 
 LOG_SHIPPING_ACTIONS = ("logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents")
 SSM_READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath")
@@ -91,6 +111,8 @@ def node_statements(
     archiver_role_arn: str | None = None,
     kafka_secret_arn: str = "",
     kafka_secret_key_arn: str = "",
+    archive_locked: bool = False,
+    test_pipeline: bool = False,
 ) -> list[Statement]:
     """Every statement of the inline policy of ``kind``'s role.
 
@@ -104,6 +126,10 @@ def node_statements(
         every role reads Kafka (the driver plans, the workers' tasks read ranges, the
         archiver copies), so each may read exactly this secret.
     :param kafka_secret_key_arn: the secret's KMS key, used through Secrets Manager only.
+    :param archive_locked: the archive is under Object Lock: the archiver puts each file's
+        retention.
+    :param test_pipeline: a test pipeline's driver also creates and loads the pipeline's
+        topics, so that ``tablecast-ops test-run`` runs there (it reaches the brokers).
     """
     parameters = f"arn:{partition}:ssm:{region}:{account}:parameter{handoff.PREFIX}/{environment}"
     access = BUCKET_ACCESS[kind]
@@ -116,7 +142,7 @@ def node_statements(
         ),
         allow(
             "BucketMetadata",
-            ["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+            [a for a in S3_BUCKET_ACTIONS if a != "s3:ListBucket"],
             [bucket_arn],
         ),
         *(
@@ -139,15 +165,19 @@ def node_statements(
         *kafka_secret_statements(region, kafka_secret_arn, kafka_secret_key_arn),
     ]
     if kind is NodeKind.ARCHIVER:
-        # It reads the hand-off (brokers, archive); its logs and its node are the driver's.
-        return [*statements, _handoff_reads(parameters)]
+        # It reads the hand-off (brokers, archive) and publishes its heartbeat and lag;
+        # its logs and its node are the driver's.
+        archiver = [
+            *statements,
+            _handoff_reads(parameters),
+            _publish_metrics([metric_names.NAMESPACE]),
+        ]
+        if archive_locked:
+            archive = [f"{bucket_arn}/{layout.ARCHIVE_PREFIX}/*"]
+            archiver.append(allow("LockArchiveFiles", S3_RETENTION_ACTIONS, archive))
+        return archiver
     statements += [
-        allow(
-            "PublishMetrics",
-            ["cloudwatch:PutMetricData"],
-            ["*"],
-            {"StringEquals": {"cloudwatch:namespace": list(metric_namespaces)}},
-        ),
+        _publish_metrics(metric_namespaces),
         allow("SsmAgentMessages", SSM_AGENT_MESSAGE_ACTIONS, ["*"]),
         allow(
             "SsmAgentRegisters",
@@ -169,8 +199,24 @@ def node_statements(
         _handoff_reads(parameters),
         allow("BecomeTheArchiver", ["sts:AssumeRole"], [archiver_role_arn]),
         # The output's Iceberg table: the sink and the recomputes commit on the driver.
-        *iceberg_job_statements(region=region, account=account, partition=partition),
+        *iceberg_job_statements(
+            database=layout.glue_database(environment),
+            region=region,
+            account=account,
+            partition=partition,
+        ),
+        *(load_statements(kafka) if test_pipeline else []),
     ]
+
+
+def _publish_metrics(namespaces: Sequence[str]) -> Statement:
+    # PutMetricData has no resource type: the namespace condition is its scope.
+    return allow(
+        "PublishMetrics",
+        ["cloudwatch:PutMetricData"],
+        ["*"],
+        {"StringEquals": {"cloudwatch:namespace": list(namespaces)}},
+    )
 
 
 def kafka_secret_statements(region: str, secret_arn: str, key_arn: str) -> list[Statement]:

@@ -13,6 +13,9 @@ from cdktf_cdktf_provider_aws.s3_bucket_lifecycle_configuration import (
     S3BucketLifecycleConfigurationRuleNoncurrentVersionExpiration,
     S3BucketLifecycleConfigurationRuleTransition,
 )
+from cdktf_cdktf_provider_aws.s3_bucket_object_lock_configuration import (
+    S3BucketObjectLockConfigurationA,
+)
 from cdktf_cdktf_provider_aws.s3_bucket_ownership_controls import (
     S3BucketOwnershipControls,
     S3BucketOwnershipControlsRule,
@@ -62,6 +65,7 @@ class SecureBucket(Construct):
         expiring: Sequence[tuple[str, int]] = (),
         force_destroy: bool = False,
         prevent_destroy: bool = False,
+        object_lock: bool = False,
     ) -> None:
         """Create the bucket and its guards.
 
@@ -72,6 +76,10 @@ class SecureBucket(Construct):
         :param expiring: ``(prefix with its /, days)``: objects there are deleted that old.
         :param force_destroy: let ``destroy`` empty the bucket (test environments only).
         :param prevent_destroy: refuse any plan that destroys the bucket.
+        :param object_lock: S3 Object Lock on, with no default retention: the writer of
+            what must be kept (the archiver) locks each object it writes. A default
+            retention would lock every prefix's objects (the output's rewritten files, the
+            checkpoint copies) and make every upload carry a checksum header.
         """
         super().__init__(scope, id_)
         self.bucket = S3Bucket(
@@ -79,6 +87,7 @@ class SecureBucket(Construct):
             "bucket",
             bucket=bucket_name,
             force_destroy=force_destroy,
+            object_lock_enabled=True if object_lock else None,
             lifecycle=TerraformResourceLifecycle(prevent_destroy=prevent_destroy),
         )
         bucket_id = self.bucket.id
@@ -98,12 +107,21 @@ class SecureBucket(Construct):
             ignore_public_acls=True,
             restrict_public_buckets=True,
         )
-        S3BucketVersioningA(
+        versioning = S3BucketVersioningA(
             self,
             "versioning",
             bucket=bucket_id,
             versioning_configuration=S3BucketVersioningVersioningConfiguration(status="Enabled"),
         )
+        if object_lock:
+            # Object Lock needs versioning on: created after it, gone before it.
+            S3BucketObjectLockConfigurationA(
+                self,
+                "object-lock",
+                bucket=bucket_id,
+                object_lock_enabled="Enabled",
+                depends_on=[versioning],
+            )
         S3BucketServerSideEncryptionConfigurationA(
             self,
             "encryption",

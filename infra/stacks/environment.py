@@ -52,7 +52,11 @@ def build_environment(scope: Construct, config: EnvironmentConfig) -> Environmen
         cluster_uuid=kafka.cluster_uuid,
     )
     monitoring = MonitoringStack(
-        scope, config=config, cluster_name=kafka.cluster_name, nodes=spark.nodes
+        scope,
+        config=config,
+        cluster_name=kafka.cluster_name,
+        nodes=spark.nodes,
+        dlm_policy_id=spark.dlm_policy_id,
     )
     handoff = HandoffStack(
         scope,

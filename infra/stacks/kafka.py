@@ -26,6 +26,7 @@ from cdktf_cdktf_provider_aws.msk_cluster import (
     MskClusterBrokerNodeGroupInfoStorageInfoEbsStorageInfo,
     MskClusterClientAuthentication,
     MskClusterClientAuthenticationSasl,
+    MskClusterClientAuthenticationTls,
     MskClusterConfigurationInfo,
     MskClusterEncryptionInfo,
     MskClusterEncryptionInfoEncryptionInTransit,
@@ -126,12 +127,19 @@ class KafkaStack(EnvironmentStack):
                 ),
             ),
             # IAM always (the operator's tools sign in with it); the job's other
-            # sign-in beside it when the environment names one (config.kafka).
+            # sign-in beside it when the environment names one (config.kafka): SCRAM,
+            # or TLS with client certificates of the environment's CAs. Never a client
+            # without a sign-in.
             client_authentication=MskClusterClientAuthentication(
                 sasl=MskClusterClientAuthenticationSasl(
                     iam=True, scram=True if config.kafka.auth == KafkaAuth.SCRAM else None
                 ),
-                unauthenticated=config.kafka.auth == KafkaAuth.TLS,
+                tls=MskClusterClientAuthenticationTls(
+                    certificate_authority_arns=list(config.kafka.certificate_authority_arns)
+                )
+                if config.kafka.auth == KafkaAuth.TLS
+                else None,
+                unauthenticated=False,
             ),
             encryption_info=MskClusterEncryptionInfo(
                 encryption_at_rest_kms_key_arn=key.arn,

@@ -4,6 +4,7 @@ import math
 from collections.abc import Mapping
 
 from cdktf_cdktf_provider_aws.cloudwatch_dashboard import CloudwatchDashboard
+from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
 from cdktf_cdktf_provider_aws.sns_topic import SnsTopic
 from cdktf_cdktf_provider_aws.sns_topic_subscription import SnsTopicSubscription
 from constructs import Construct
@@ -14,7 +15,13 @@ from infra.config.settings import EndpointKind
 from infra.config.test_pipelines import destroy_command
 from infra.constructs import EncryptionKey, TopicAlarms
 from infra.constructs.alarm_specs import AT_LEAST, GREATER, LESS, AlarmSpec, Metric, Missing
-from infra.constructs.dashboard import EC2_NAMESPACE, MSK_NAMESPACE, dashboard_body
+from infra.constructs.dashboard import (
+    EBS_NAMESPACE,
+    EC2_NAMESPACE,
+    MSK_NAMESPACE,
+    SNS_NAMESPACE,
+    dashboard_body,
+)
 from infra.constructs.expiry_notice import ExpiryNotice
 from infra.stacks.base import EnvironmentStack
 
@@ -46,6 +53,9 @@ ONE_HOUR = 3600
 STABLE_OFFSET_STALLED_SECONDS = 900
 # The driver copies the checkpoint hourly; three missed copies alarm.
 BACKUP_WINDOW_HOURS = 3
+# The archiver publishes its heartbeat every minute; five silent minutes alarm (a restart
+# of its service takes 30 s and a few for the catalog of topics).
+ARCHIVER_WINDOW_SECONDS = 300
 # The CloudWatch agent's file systems: the root (Debian's ext4) and the HDFS
 # data volume (XFS, formatted by node-bootstrap), by path and type.
 NODE_FILE_SYSTEMS = (("root", "/", "ext4"), ("data", "/data", "xfs"))
@@ -161,7 +171,11 @@ def kafka_alarms(config: EnvironmentConfig, cluster_name: str) -> list[AlarmSpec
             comparison=GREATER,
             threshold=0,
             evaluation_periods=2,
-            missing=Missing.BREACHING,
+            # A controller's metric: with KRaft, MSK's own controllers may report none,
+            # and every broker's disk, CPU and heap alarms already breach on silence.
+            missing=Missing.BREACHING
+            if config.kafka_metadata_mode == "zookeeper"
+            else Missing.NOT_BREACHING,
         ),
     ]
     if config.kafka_metadata_mode == "zookeeper":
@@ -214,6 +228,7 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             evaluation_periods=1,
             # No data at all is exactly what a dead job looks like.
             missing=Missing.BREACHING,
+            armed_by_deploy=True,
         ),
         AlarmSpec(
             name="job-integrity-violations",
@@ -263,7 +278,89 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
     ]
 
 
-def node_alarms(config: EnvironmentConfig, nodes: Mapping[str, str]) -> list[AlarmSpec]:
+def archiver_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
+    """The archiver's heartbeat and lag: once Kafka's retention passes, the archive is the
+    only copy, so a stopped or stuck archiver is a loss in waiting."""
+    archiver = {metric_names.ENVIRONMENT_DIMENSION: config.name}
+
+    def metric(name: str, statistic: str) -> Metric:
+        return Metric(
+            namespace=metric_names.NAMESPACE,
+            name=name,
+            dimensions=archiver,
+            statistic=statistic,
+            period=ARCHIVER_WINDOW_SECONDS,
+        )
+
+    return [
+        AlarmSpec(
+            name="archiver-heartbeat-missing",
+            description="The archiver published no heartbeat: Kafka is not being archived, and "
+            "what retention drops meanwhile is lost",
+            metric=metric(metric_names.ARCHIVER_HEARTBEAT, "Sum"),
+            comparison=LESS,
+            threshold=1,
+            evaluation_periods=1,
+            missing=Missing.BREACHING,
+            armed_by_deploy=True,
+        ),
+        AlarmSpec(
+            name="archiver-records-behind",
+            description=f"The archive is more than {config.records_behind_alarm_threshold} "
+            "records behind Kafka",
+            metric=metric(metric_names.ARCHIVER_RECORDS_BEHIND, "Maximum"),
+            comparison=GREATER,
+            threshold=config.records_behind_alarm_threshold,
+            evaluation_periods=3,
+            # Covered by the heartbeat alarm when the archiver is silent.
+            missing=Missing.NOT_BREACHING,
+        ),
+    ]
+
+
+def delivery_alarms(*, topic_name: str, dlm_policy_id: str) -> list[AlarmSpec]:
+    """What fails quietly: DLM's snapshots of the HDFS volumes, SNS's deliveries of alarms."""
+    return [
+        AlarmSpec(
+            name="hdfs-snapshots-failed",
+            description="DLM failed to snapshot HDFS data volumes",
+            metric=Metric(
+                namespace=EBS_NAMESPACE,
+                name="SnapshotsCreateFailed",
+                dimensions={"DLMPolicyId": dlm_policy_id},
+                statistic="Sum",
+                period=ONE_HOUR,
+            ),
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=1,
+            # DLM reports only the runs it makes; the data volumes' own alarms (disk,
+            # the nodes) are not about it, so silence is no failure here.
+            missing=Missing.NOT_BREACHING,
+        ),
+        AlarmSpec(
+            name="alarm-deliveries-failed",
+            description=f"SNS failed to deliver notifications of {topic_name} (an endpoint "
+            "refuses them or was never confirmed)",
+            metric=Metric(
+                namespace=SNS_NAMESPACE,
+                name="NumberOfNotificationsFailed",
+                dimensions={"TopicName": topic_name},
+                statistic="Sum",
+                period=FIVE_MINUTES,
+            ),
+            comparison=GREATER,
+            threshold=0,
+            evaluation_periods=1,
+            # SNS reports only when it delivers something.
+            missing=Missing.NOT_BREACHING,
+        ),
+    ]
+
+
+def node_alarms(
+    config: EnvironmentConfig, nodes: Mapping[str, str], partition: str
+) -> list[AlarmSpec]:
     """Per node: EC2 status checks (with recovery), disk and memory (CloudWatch agent)."""
     region = config.region
 
@@ -296,7 +393,7 @@ def node_alarms(config: EnvironmentConfig, nodes: Mapping[str, str]) -> list[Ala
                 # recovering a stopped instance fails.
                 missing=Missing.NOT_BREACHING,
                 # Same instance id, private address and volumes on new hardware.
-                extra_actions=(f"arn:aws:automate:{region}:ec2:recover",),
+                extra_actions=(f"arn:{partition}:automate:{region}:ec2:recover",),
             ),
             AlarmSpec(
                 name=f"{name}-instance-status-check",
@@ -306,7 +403,7 @@ def node_alarms(config: EnvironmentConfig, nodes: Mapping[str, str]) -> list[Ala
                 threshold=1,
                 evaluation_periods=3,
                 missing=Missing.NOT_BREACHING,
-                extra_actions=(f"arn:aws:automate:{region}:ec2:reboot",),
+                extra_actions=(f"arn:{partition}:automate:{region}:ec2:reboot",),
             ),
             AlarmSpec(
                 name=f"{name}-memory-used",
@@ -434,6 +531,8 @@ def hdfs_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             threshold=1,
             evaluation_periods=1,
             missing=Missing.BREACHING,
+            # No checkpoint to copy before the job's first run.
+            armed_by_deploy=True,
         ),
     ]
 
@@ -448,15 +547,18 @@ class MonitoringStack(EnvironmentStack):
         config: EnvironmentConfig,
         cluster_name: str,
         nodes: Mapping[str, str],
+        dlm_policy_id: str,
     ) -> None:
         """Create the alarms.
 
         :param config: the environment.
         :param cluster_name: the MSK cluster's name (the kafka stack's).
         :param nodes: Spark instance ids by node name (the spark stack's).
+        :param dlm_policy_id: the HDFS volumes' snapshot policy (the spark stack's).
         """
         super().__init__(scope, config=config, component="monitoring")
         prefix = config.resource_prefix
+        partition = DataAwsPartition(self, "partition").partition
         key = EncryptionKey(
             self,
             "alarms-key",
@@ -487,6 +589,9 @@ class MonitoringStack(EnvironmentStack):
                 topic_arn=self.topic_arn,
                 key_arn=key.arn,
                 destroy=destroy_command(config.name),
+                instance_ids=list(nodes.values()),
+                region=config.region,
+                partition=partition,
             )
         else:
             self.expiry_notice = None
@@ -497,8 +602,10 @@ class MonitoringStack(EnvironmentStack):
         self.specs = [
             *kafka_alarms(config, cluster_name),
             *job_alarms(config),
-            *node_alarms(config, nodes),
+            *archiver_alarms(config),
+            *node_alarms(config, nodes, partition),
             *hdfs_alarms(config),
+            *delivery_alarms(topic_name=f"{prefix}-alarms", dlm_policy_id=dlm_policy_id),
         ]
         """Every alarm of the environment, as data."""
         for spec in self.specs:

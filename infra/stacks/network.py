@@ -1,15 +1,19 @@
 """The network: a private VPC with no route to or from the internet.
 
 Broker subnets in every zone, one Spark subnet in the first zone, an S3
-gateway endpoint and interface endpoints for what the nodes call (SSM,
-CloudWatch), and the security groups that decide who talks to whom: the Spark
-nodes reach the brokers, and so do producers in the private networks the
-operator names (``producer_networks``: a CIDR reached through an accepted VPC
-peering or a transit gateway), on the IAM port only.
+gateway endpoint (reaching the environment's bucket and the SSM agent's
+only) and an interface endpoint for every other AWS service the nodes call
+(``infra/config/node_services.py``), and the security groups that decide
+who talks to whom: the Spark nodes reach the brokers on the ports of the
+sign-ins the cluster takes (IAM's, and the job's TLS or SCRAM), and so do
+producers in the private networks the operator names (``producer_networks``:
+a CIDR reached through an accepted VPC peering or a transit gateway), on the
+IAM port only.
 """
 
 from cdktf_cdktf_provider_aws.cloudwatch_log_group import CloudwatchLogGroup
 from cdktf_cdktf_provider_aws.data_aws_caller_identity import DataAwsCallerIdentity
+from cdktf_cdktf_provider_aws.data_aws_partition import DataAwsPartition
 from cdktf_cdktf_provider_aws.default_security_group import DefaultSecurityGroup
 from cdktf_cdktf_provider_aws.ec2_transit_gateway_vpc_attachment import (
     Ec2TransitGatewayVpcAttachment,
@@ -29,14 +33,23 @@ from cdktf_cdktf_provider_aws.vpc_security_group_ingress_rule import VpcSecurity
 from constructs import Construct
 
 from infra.config import EnvironmentConfig, layout
+from infra.config.node_services import interface_endpoint_services
 from infra.constructs import EncryptionKey
-from infra.constructs.policies import allow, assume_role_policy, policy_json
+from infra.constructs.node_permissions import S3_ENDPOINT_ACTIONS
+from infra.constructs.policies import Statement, allow, assume_role_policy, policy_json
 from infra.stacks.base import EnvironmentStack
 
-# What the nodes call besides S3 and Kafka: SSM (agent, Run Command, Session
-# Manager), CloudWatch (the job's metrics, logs) and STS (the driver assumes
-# the archiver's role for it).
-INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "sts")
+# The SSM agent's own buckets of the region (its documents, updates, plugins):
+# the S3 endpoint's policy lets the nodes read these and nothing else of AWS's.
+SSM_AGENT_BUCKETS = (
+    "aws-ssm-{region}",
+    "amazon-ssm-{region}",
+    "amazon-ssm-packages-{region}",
+    "{region}-birdwatcher-prod",
+    "aws-ssm-distributor-file-{region}",
+    "aws-ssm-document-attachments-{region}",
+    "patch-baseline-snapshot-{region}",
+)
 
 
 class NetworkStack(EnvironmentStack):
@@ -88,6 +101,8 @@ class NetworkStack(EnvironmentStack):
             RouteTableAssociation(
                 self, f"private-routes-{index}", route_table_id=route_table.id, subnet_id=subnet_id
             )
+        account = DataAwsCallerIdentity(self, "account").account_id
+        partition = DataAwsPartition(self, "partition").partition
         s3_endpoint = VpcEndpoint(
             self,
             "s3-endpoint",
@@ -95,11 +110,14 @@ class NetworkStack(EnvironmentStack):
             service_name=f"com.amazonaws.{config.region}.s3",
             vpc_endpoint_type="Gateway",
             route_table_ids=[route_table.id],
+            policy=policy_json(
+                s3_endpoint_statements(config, account=account, partition=partition)
+            ),
             tags={"Name": f"{prefix}-s3"},
         )
         self._security_groups(s3_prefix_list_id=s3_endpoint.prefix_list_id)
         self._producer_access(route_table)
-        for service in INTERFACE_ENDPOINT_SERVICES:
+        for service in interface_endpoint_services(config):
             VpcEndpoint(
                 self,
                 f"{service}-endpoint",
@@ -113,7 +131,7 @@ class NetworkStack(EnvironmentStack):
                 security_group_ids=[self.endpoint_security_group_id],
                 tags={"Name": f"{prefix}-{service}"},
             )
-        self._flow_logs()
+        self._flow_logs(account)
 
     def _subnet(self, id_: str, zone: str, cidr: str, *, name: str | None = None) -> Subnet:
         return Subnet(
@@ -128,21 +146,32 @@ class NetworkStack(EnvironmentStack):
 
     def _security_groups(self, *, s3_prefix_list_id: str) -> None:
         prefix = self.config.resource_prefix
-        brokers = self._group("brokers", "MSK brokers: Kafka over TLS with IAM from Spark nodes")
+        brokers = self._group("brokers", "MSK brokers: Kafka over TLS from Spark nodes")
         spark = self._group("spark", "Spark nodes: each other, the brokers, S3 and endpoints")
         endpoints = self._group("endpoints", "Interface endpoints: HTTPS from Spark nodes")
         self.brokers_group = brokers
         self.broker_security_group_id: str = brokers.id
         self.spark_security_group_id: str = spark.id
         self.endpoint_security_group_id: str = endpoints.id
-        # Rules as resources of their own: the groups refer to each other.
-        self._ingress(
-            "brokers-from-spark",
-            brokers,
-            source=spark,
-            port=layout.KAFKA_IAM_PORT,
-            description="Kafka TLS+IAM from Spark nodes",
-        )
+        # Rules as resources of their own: the groups refer to each other. One
+        # port per sign-in the cluster takes, in both directions; IAM's keeps the
+        # ids it always had, so that no deployed rule is replaced.
+        for port in self.config.kafka.ports:
+            suffix = "" if port == layout.KAFKA_IAM_PORT else f"-{port}"
+            self._ingress(
+                f"brokers-from-spark{suffix}",
+                brokers,
+                source=spark,
+                port=port,
+                description=f"Kafka {_LISTENERS[port]} from Spark nodes",
+            )
+            self._egress(
+                f"spark-to-brokers{suffix}",
+                spark,
+                port=port,
+                destination=brokers,
+                description=f"Kafka {_LISTENERS[port]} to the brokers",
+            )
         self._ingress(
             "endpoints-from-spark",
             endpoints,
@@ -168,13 +197,6 @@ class NetworkStack(EnvironmentStack):
             ip_protocol="-1",
             description="Spark and HDFS between cluster nodes",
             tags={"Name": f"{prefix}-spark-to-spark"},
-        )
-        self._egress(
-            "spark-to-brokers",
-            spark,
-            port=layout.KAFKA_IAM_PORT,
-            destination=brokers,
-            description="Kafka TLS+IAM to the brokers",
         )
         self._egress(
             "spark-to-endpoints",
@@ -280,7 +302,7 @@ class NetworkStack(EnvironmentStack):
             tags={"Name": f"{self.config.resource_prefix}-{name}"},
         )
 
-    def _flow_logs(self) -> None:
+    def _flow_logs(self, account: str) -> None:
         config = self.config
         prefix = config.resource_prefix
         key = EncryptionKey(
@@ -298,7 +320,6 @@ class NetworkStack(EnvironmentStack):
             kms_key_id=key.arn,
             retention_in_days=layout.LOG_RETENTION_DAYS,
         )
-        account = DataAwsCallerIdentity(self, "account").account_id
         role = IamRole(
             self,
             "flow-logs-role",
@@ -331,3 +352,32 @@ class NetworkStack(EnvironmentStack):
             log_destination=log_group.arn,
             iam_role_arn=role.arn,
         )
+
+
+_LISTENERS = {
+    layout.KAFKA_IAM_PORT: "TLS+IAM",
+    layout.KAFKA_TLS_PORT: "TLS with client certificates",
+    layout.KAFKA_SCRAM_PORT: "TLS+SCRAM",
+}
+
+
+def s3_endpoint_statements(
+    config: EnvironmentConfig, *, account: str, partition: str
+) -> list[Statement]:
+    """What goes through the S3 endpoint: the environment's bucket, what the nodes do there,
+    and reads of the SSM agent's buckets; no other bucket, this account's or anyone's."""
+    bucket = (
+        f"arn:{partition}:s3:::{layout.bucket_name(config.resource_prefix, account, config.region)}"
+    )
+    agent = [
+        f"arn:{partition}:s3:::{name.format(region=config.region)}/*" for name in SSM_AGENT_BUCKETS
+    ]
+    # An endpoint policy's statements name their principal: anyone in the VPC, whose own
+    # policies then decide what of it they may do.
+    return [
+        {
+            **allow("ThisEnvironmentsBucket", S3_ENDPOINT_ACTIONS, [bucket, f"{bucket}/*"]),
+            "Principal": "*",
+        },
+        {**allow("SsmAgentBuckets", ["s3:GetObject"], agent), "Principal": "*"},
+    ]

@@ -60,6 +60,8 @@ class SparkStack(EnvironmentStack):
         """
         super().__init__(scope, config=config, component="spark")
         prefix = config.resource_prefix
+        self.partition: str = DataAwsPartition(self, "partition").partition
+        self.account: str = DataAwsCallerIdentity(self, "account").account_id
         key = EncryptionKey(
             self,
             "node-key",
@@ -152,7 +154,7 @@ class SparkStack(EnvironmentStack):
             for index, worker in enumerate(self.workers, start=1)
         }
         """Instance ids by node name, for the monitoring stack."""
-        HdfsSnapshots(
+        snapshots = HdfsSnapshots(
             self,
             "hdfs-snapshots",
             name=prefix,
@@ -160,7 +162,12 @@ class SparkStack(EnvironmentStack):
             kms_key_arn=key.arn,
             interval_hours=config.hdfs_snapshot_interval_hours,
             retain=config.hdfs_snapshots_kept,
+            region=config.region,
+            account=self.account,
+            partition=self.partition,
         )
+        self.dlm_policy_id: str = snapshots.policy.id
+        """The DLM policy's id, whose failed snapshots the monitoring stack alarms on."""
 
     def _roles(
         self,
@@ -179,8 +186,7 @@ class SparkStack(EnvironmentStack):
         """
         config = self.config
         prefix = config.resource_prefix
-        partition = DataAwsPartition(self, "partition").partition
-        account = DataAwsCallerIdentity(self, "account").account_id
+        partition, account = self.partition, self.account
         descriptions = {
             NodeKind.DRIVER: "Spark driver node: the job, its wheel, checkpoint copies, SSM",
             NodeKind.WORKER: "Spark worker nodes: the job's executors",
@@ -230,6 +236,8 @@ class SparkStack(EnvironmentStack):
                         archiver_role_arn=roles[NodeKind.ARCHIVER].arn,
                         kafka_secret_arn=config.kafka.secret_arn,
                         kafka_secret_key_arn=config.kafka.secret_key_arn,
+                        archive_locked=config.archive_locked,
+                        test_pipeline=config.test_pipeline is not None,
                     )
                 ),
             )

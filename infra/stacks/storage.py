@@ -43,10 +43,12 @@ class StorageStack(EnvironmentStack):
                     ),
                 )
             ],
-            # Test pipelines are torn down whole; production data never is:
-            # a plan that would destroy the production bucket fails.
-            force_destroy=not config.is_production,
+            # Throwaway environments are torn down whole; shared ones are emptied by
+            # hand, on purpose, and a plan that would destroy production's bucket fails.
+            force_destroy=config.throwaway,
             prevent_destroy=config.is_production,
+            # Production's archive: each file locked by the archiver as it writes it.
+            object_lock=config.archive_locked,
             expiring=[(f"{layout.CHECKPOINT_BACKUPS_PREFIX}/", config.checkpoint_backup_days)],
         )
         self.bucket_name = self.bucket.name
@@ -58,9 +60,10 @@ class StorageStack(EnvironmentStack):
             self,
             "iceberg",
             prefix=prefix,
+            database=layout.glue_database(config.name),
             bucket_name=self.bucket.name,
             kms_key_arn=self.key.arn,
-            force_destroy=not config.is_production,
+            force_destroy=config.throwaway,
             bucket_arn=self.bucket.arn,
             region=config.region,
             account=account,

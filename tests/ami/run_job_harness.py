@@ -66,7 +66,7 @@ def prepare(aws: dict[str, str], tmp_path: Path, recorded_sha256: str | None) ->
         handoff.ARTIFACTS_URI: f"s3://{BUCKET}/artifacts",
         handoff.REGION: REGION,
         handoff.JOB_WHEEL_SHA256: recorded_sha256 or sha256(wheel),
-        handoff.GLUE_DATABASE: "tablecast",
+        handoff.GLUE_DATABASE: "tablecast_t",
         handoff.COMPACT_EVERY: "1 day",
     }
     for name, value in values.items():

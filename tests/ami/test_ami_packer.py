@@ -1,5 +1,6 @@
 """The Packer templates: valid for Debian's Packer 1.6.6, and built to the
-agreements (base image by filters, IMDSv2, tags, manifest, validation last).
+agreements (one dated base image by name, SSH from the build host only, IMDSv2,
+tags, manifest, validation last).
 
 These tests need the `packer` binary (CI: `apt-get install -y packer`). When
 it is missing they fail with that message; they never skip.
@@ -75,17 +76,36 @@ def test_image_name_and_tags_follow_the_agreement() -> None:
     assert re.search(r"^\s*tags\s*=\s*local\.image_tags$", sources, re.M)
 
 
-def test_base_image_is_found_by_explicit_filters() -> None:
+def test_base_image_is_one_dated_debian_build_by_its_exact_name() -> None:
     sources = template("sources.pkr.hcl")
     block = re.search(r"source_ami_filter \{(.*?)\n  \}", sources, re.S)
     assert block is not None
     body = block.group(1)
     for key in ("name", "architecture", "virtualization-type", "root-device-type"):
         assert re.search(rf"^\s*{key}\s*=", body, re.M), f"filter {key} is missing"
+    assert re.search(r"name\s*=\s*var\.base_ami_name$", body, re.M)
     assert re.search(r"owners\s*=\s*\[var\.base_ami_owner\]", body)
+    assert "most_recent" not in body, "a name matches one image: nothing to pick among"
     variables = template("variables.pkr.hcl")
     assert 'default     = "136693071363"' in variables, "Debian's official account"
-    assert 'default     = "debian-12-amd64-*"' in variables
+    assert re.search(r'default\s*=\s*"debian-12-amd64-\d{8}-\d+"', variables)
+    # A pattern is refused before anything is built.
+    refused = run_packer("validate", "-var", "base_ami_name=debian-12-amd64-*", "ami")
+    assert refused.returncode != 0 and "never a pattern" in refused.stderr + refused.stdout
+
+
+def test_ssh_reaches_the_build_instance_from_the_build_host_only() -> None:
+    sources = template("sources.pkr.hcl")
+    assert re.search(
+        r"^\s*temporary_security_group_source_cidrs\s*=\s*var\.ssh_source_cidrs$", sources, re.M
+    )
+    for cidrs in ('["0.0.0.0/0"]', '["10.0.0.0/8"]', "[]", '["not-a-network"]'):
+        refused = run_packer("validate", "-var", f"ssh_source_cidrs={cidrs}", "ami")
+        assert refused.returncode != 0, cidrs
+        assert "never the internet" in " ".join((refused.stderr + refused.stdout).split()), cidrs
+    assert (
+        run_packer("validate", "-var", 'ssh_source_cidrs=["203.0.113.7/32"]', "ami").returncode == 0
+    )
 
 
 def test_every_variable_has_a_description_type_and_default() -> None:

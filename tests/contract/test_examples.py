@@ -451,7 +451,7 @@ def test_rule_6_a_session_stays_in_one_topic_partition() -> None:
         ("s1", b'["s1", 1, "update"]'),
         ("s1", json.dumps({"session": "s1", "seq": 1, "type": "update", "rows": []}).encode()),
         ("s1", envelope("s1", 1, "update", 1, rows=[{"id": "a", "value": "1", "status": "ok"}])),
-        ("s1", envelope("s1", 1, "update", 1, rows=[{"id": "a", "value": 1}])),
+        ("s1", envelope("s1", 1, "update", 1, rows=[{"value": 1, "status": "ok"}])),
         ("s1", envelope("s1", 1, "update", 1, rows=[r("a", 1, "ok")], deleted="a")),
         ("s1", envelope("s1", 1, "delta", 1, rows=[])),
         ("s1", envelope("s1", "1", "update", 1, rows=[])),  # type: ignore[arg-type]
@@ -462,7 +462,7 @@ def test_rule_6_a_session_stays_in_one_topic_partition() -> None:
         "not-an-object",
         "no-ts",
         "value-a-string",
-        "row-lacks-status",
+        "row-lacks-its-key",
         "deleted-not-an-array",
         "unknown-type",
         "seq-a-string",

@@ -128,8 +128,8 @@ def test_every_output_row_carries_its_message_and_position() -> None:
             "deleted": False,
         }
     ]
-    assert table["ts"].type == pa.timestamp("ms", tz="UTC")
-    assert table["ts"].cast(pa.int64()).to_pylist() == [1007]
+    assert table["ts"].type == pa.timestamp("us", tz="UTC")
+    assert table["ts"].cast(pa.int64()).to_pylist() == [1_007_000]
 
 
 def _first_violation(records: list[Rec]) -> tuple[Rule, int, str, str]:
@@ -156,7 +156,7 @@ def test_rule_2_gap_repeat_and_reorder() -> None:
 def test_rule_3_a_resync_snapshot_replaces_the_table() -> None:
     result, state = run([snap(0, 0, {"a": 1, "b": 2}), snap(1, 1, {"b": 5})])
     assert result.violations == []
-    assert state.sessions[SESSION].user == {"b": (5.0, "ok")}
+    assert state.sessions[SESSION].user == {"b": ("b", 5.0, "ok")}
 
 
 def test_rule_4_delete_of_an_unknown_row() -> None:
@@ -261,7 +261,7 @@ def test_adopted_sessions_may_begin_with_a_resync_snapshot() -> None:
     assert result.violations == []
     # The adopted snapshot's rows were published before the repair: only later rows.
     assert [(o, r) for o, r, _, _ in rows_of(result)] == [(11, "a")]
-    assert state.sessions[SESSION].user == {"a": (2.0, "ok")}
+    assert state.sessions[SESSION].user == {"a": ("a", 2.0, "ok")}
     # An adopted session must still begin with a snapshot.
     assert run([upd(10, 4, {"a": 1})], adopt={SESSION: 10})[0].violations
 

@@ -19,7 +19,7 @@ PROCESSOR = TableProcessor()
 
 def a_state(offset: int = 120) -> PartitionState[Table]:
     state: PartitionState[Table] = PartitionState(TP, offset, clock_ms=9_000)
-    table = {"r1": (1.5, "ok"), "r2": (None, None)}
+    table = {"r1": ("r1", 1.5, "ok"), "r2": ("r2", None, None)}
     state.sessions = {
         "open": SessionState("open", 4, 110, 8_000, 8_500, user=table),
         "closed": SessionState("closed", 9, 100, 7_000, 7_000, closed=True),

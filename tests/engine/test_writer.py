@@ -43,7 +43,7 @@ def _rows(stamps: list[str]) -> pa.Table:
         "session": ["s1"] * n,
         "seq": list(range(n)),
         "type": ["update"] * n,
-        "ts": [_ms(s) for s in stamps],
+        "ts": [_ms(s) * 1000 for s in stamps],  # microseconds
         "row_id": [f"r{i}" for i in range(n)],
         "value": [float(i) for i in range(n)],
         "status": ["ok"] * n,

@@ -8,7 +8,9 @@ MSK cluster created in moto with boto3 (its bootstrap string is a stand-in
 too). moto has no DLM lifecycle policies and no placement groups: the spark
 stack is applied without them, its instances without a placement group (an
 override sets it null) and without detailed monitoring (moto has no
-``MonitorInstances``). Everything else is applied.
+``MonitorInstances``), and the policy's id, which the monitoring stack's
+failed-snapshots alarm reads, is a stand-in output. Everything else is
+applied.
 """
 
 import base64
@@ -33,6 +35,8 @@ from infra.testing import SynthesizedEnvironment, synthesize
 from tests.infra.terraform import (
     OVERRIDE_FILE,
     Mirror,
+    S3State,
+    State,
     Terraform,
     cluster_outputs,
     moto_override,
@@ -156,23 +160,35 @@ class MotoDeployment:
     """False: the instances are applied without their fixed private addresses, for a test
     that replaces the driver: moto never frees a terminated instance's address, and its
     replacement at the same address fails ("IP already in use")."""
+    state_bucket: str | None = None
+    """A bucket in moto: the stacks keep their state there, at the keys their S3 backend
+    names, as a team's shared state; None: local files under ``states``."""
 
     def stack(self, component: str) -> Path:
         return self.outdir / "stacks" / self.env[component].name
+
+    def state(self, stack_name: str) -> State:
+        """Where the stack named so keeps its state here."""
+        if self.state_bucket is None:
+            return self.states / f"{stack_name}.tfstate"
+        component = stack_name.removeprefix(f"{self.env.config.resource_prefix}-")
+        document = json.loads((self.stack(component) / "cdk.tf.json").read_text("utf-8"))
+        key = document["terraform"]["backend"]["s3"]["key"]
+        return S3State(self.state_bucket, key, self.endpoint)
 
     def override(self, component: str, *, lift_guards: bool = False) -> None:
         """Write the component's moto override; ``lift_guards`` turns ``prevent_destroy`` off
         (for the test's own destroy only: the applies and the roll run guarded)."""
         stack = self.stack(component)
 
-        def state_of(reference: str) -> Path:
+        def state_of(reference: str) -> State:
             name = reference.removeprefix("cross-stack-reference-input-")
-            return self.stand_in if name.endswith("-kafka") else self.states / f"{name}.tfstate"
+            return self.stand_in if name.endswith("-kafka") else self.state(name)
 
         document = moto_override(
             version=self.mirror.version,
             endpoint=self.endpoint,
-            state=self.states / f"{self.env[component].name}.tfstate",
+            state=self.state(self.env[component].name),
             remote_states={r: state_of(r) for r in remote_state_names(stack)},
             instances=resource_names(stack, "aws_instance"),
         )
@@ -186,11 +202,35 @@ class MotoDeployment:
                 body["placement_group"] = None
             if not self.fixed_addresses:
                 body["private_ip"] = None
+        # An output that names a resource moto lacks (the DLM policy's id, which the
+        # monitoring stack's alarm reads) holds a stand-in instead.
+        for name, value in self.stand_in_outputs(component).items():
+            document.setdefault("output", {})[name] = {"value": value}
         for resource_type, names in guarded(stack).items() if lift_guards else ():
             for name in names:
                 body = document.setdefault("resource", {}).setdefault(resource_type, {})
                 body.setdefault(name, {})["lifecycle"] = {"prevent_destroy": False}
         write_override(stack, document)
+
+    def stand_in_outputs(self, component: str) -> dict[str, str]:
+        """The component's outputs that name a resource moto lacks, each with a stand-in:
+        ``stand-in-<type>``, as an expression on a resource that is applied, since a
+        targeted apply writes only outputs that depend on what it targets (and a constant
+        depends on nothing)."""
+        left_out = NOT_IN_MOTO.get(component, ())
+        stack = self.env[component]
+        applied = [
+            f"{kind}.{name}"
+            for kind, resources in stack.document.get("resource", {}).items()
+            if kind not in left_out
+            for name in resources
+        ]
+        return {
+            name: f"stand-in-{kind}${{substr({applied[0]}.id, 0, 0)}}"
+            for name, output in stack.outputs().items()
+            for kind in left_out
+            if f"${{{kind}." in str(output["value"])
+        }
 
     def init(self, component: str) -> None:
         self.override(component)
@@ -266,9 +306,11 @@ def prepared(
     outdir: Path,
     states: Path,
     fixed_addresses: bool = True,
+    state_bucket: str | None = None,
 ) -> MotoDeployment:
     """``config`` synthesized into ``outdir``, its Kafka cluster stood in for in moto, its
-    states to be kept in ``states`` (made here): ready for overrides and applies."""
+    states to be kept in ``states`` (made here) or ``state_bucket``: ready for overrides
+    and applies."""
     (env,) = synthesize([config], outdir).values()
     states.mkdir()
     deployment = MotoDeployment(
@@ -280,6 +322,7 @@ def prepared(
         mirror=mirror,
         terraform=terraform,
         fixed_addresses=fixed_addresses,
+        state_bucket=state_bucket,
     )
     stand_in_cluster(config, endpoint, deployment.stack("kafka"), deployment.stand_in)
     return deployment
@@ -294,6 +337,7 @@ def applied(
     terraform: Terraform,
     workdir: Path,
     fixed_addresses: bool = True,
+    state_bucket: str | None = None,
 ) -> Iterator[MotoDeployment]:
     """Synthesize ``config``, apply its stacks to moto wave by wave, yield, destroy them all."""
     deployment = prepared(
@@ -304,11 +348,18 @@ def applied(
         outdir=workdir / "cdktf.out",
         states=workdir / "states",
         fixed_addresses=fixed_addresses,
+        state_bucket=state_bucket,
     )
     with ThreadPoolExecutor(max_workers=3) as pool:
 
         def each(action: Callable[[str], object], components: Sequence[str]) -> None:
-            list(pool.map(action, components))
+            # Every stack's command ends before a failure is raised: a destroy must not
+            # meet an apply still holding a stack's state lock.
+            futures = [pool.submit(action, component) for component in components]
+            for future in futures:
+                future.exception()
+            for future in futures:
+                future.result()
 
         each(deployment.init, COMPONENTS)
         done: list[tuple[str, ...]] = []

@@ -9,7 +9,8 @@ deploy gets:
   ``$TABLECAST_TF_MIRROR``) holds one ``hashicorp/aws`` version, which may
   differ from the deploy pin (``versions.toml`` ``[cdktf] provider_aws``);
 - the backend: a shared environment's S3 backend becomes a local one in a
-  throwaway directory (only for ``apply``; ``validate`` needs no backend);
+  throwaway directory, or an S3 one in moto (:class:`S3State`) (only for
+  ``apply``; ``validate`` needs no backend);
 - for ``apply``: the provider talks to a moto server on 127.0.0.1 with test
   credentials.
 """
@@ -46,6 +47,7 @@ MOTO_SERVICES = (
     "kms",
     "logs",
     "s3",
+    "scheduler",
     "sns",
     "ssm",
     "sts",
@@ -54,6 +56,43 @@ MOTO_SERVICES = (
 
 class TerraformError(AssertionError):
     """A terraform command failed; carries its output."""
+
+
+@dataclass(frozen=True)
+class S3State:
+    """A state file in a bucket of a moto server: Terraform's S3 backend, pointed at moto."""
+
+    bucket: str
+    key: str
+    endpoint: str
+    region: str = "eu-west-1"
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "bucket": self.bucket,
+            "key": self.key,
+            "region": self.region,
+            "encrypt": True,
+            "use_lockfile": True,
+            "endpoints": {"s3": self.endpoint},
+            "use_path_style": True,
+            "access_key": "moto",
+            "secret_key": "moto",
+            "skip_credentials_validation": True,
+            "skip_requesting_account_id": True,
+            "skip_metadata_api_check": True,
+            "skip_region_validation": True,
+        }
+
+    def backend(self) -> dict[str, Any]:
+        return {"s3": self.config()}
+
+    def remote(self) -> dict[str, Any]:
+        return {"backend": "s3", "config": self.config()}
+
+
+State = Path | S3State
+"""Where a stack keeps its state, or where a cross-stack read finds another's."""
 
 
 @dataclass(frozen=True)
@@ -157,11 +196,11 @@ def moto_override(
     *,
     version: str,
     endpoint: str,
-    state: Path,
-    remote_states: Mapping[str, Path],
+    state: State,
+    remote_states: Mapping[str, State],
     instances: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Local state, and every AWS call to moto.
+    """Local state (or S3's in moto), and every AWS call to moto.
 
     :param remote_states: cross-stack reads (``terraform_remote_state`` names) and
         the state file each reads instead of its S3 or local original.
@@ -169,7 +208,9 @@ def moto_override(
         moto has no ``MonitorInstances`` (the provider would retry it for minutes).
     """
     document = provider_version_override(version)
-    document["terraform"]["backend"] = {"local": {"path": str(state)}}
+    document["terraform"]["backend"] = (
+        state.backend() if isinstance(state, S3State) else {"local": {"path": str(state)}}
+    )
     document["provider"] = {
         "aws": {
             "access_key": "moto",
@@ -186,7 +227,11 @@ def moto_override(
     if remote_states:
         document["data"] = {
             "terraform_remote_state": {
-                name: {"backend": "local", "config": {"path": str(path)}}
+                name: (
+                    path.remote()
+                    if isinstance(path, S3State)
+                    else {"backend": "local", "config": {"path": str(path)}}
+                )
                 for name, path in remote_states.items()
             }
         }

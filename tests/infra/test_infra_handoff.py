@@ -10,7 +10,9 @@ def value(env: SynthesizedEnvironment, name: str) -> str:
 
 
 def test_every_handoff_name_is_a_parameter(env: SynthesizedEnvironment) -> None:
-    expected = {handoff.parameter_name(env.config.name, name) for name in handoff.ALL}
+    # The archive's lock, where there is one (production).
+    locked = (handoff.ARCHIVE_LOCK_DAYS,) if env.config.archive_locked else ()
+    expected = {handoff.parameter_name(env.config.name, name) for name in (*handoff.ALL, *locked)}
     assert set(parameters(env)) == expected
     for parameter in parameters(env).values():
         assert parameter["type"] == "String"

@@ -3,7 +3,11 @@
 from app import handoff, metric_names
 from infra.config import layout
 from infra.constructs.hdfs_snapshots import DLM_DESCRIBE_ACTIONS
-from infra.constructs.node_permissions import ACTIONS_WITHOUT_RESOURCES, SSM_AGENT_MESSAGE_ACTIONS
+from infra.constructs.node_permissions import (
+    ACTIONS_WITHOUT_RESOURCES,
+    S3_RETENTION_ACTIONS,
+    SSM_AGENT_MESSAGE_ACTIONS,
+)
 from infra.testing import Document, SynthesizedEnvironment, as_list, policy_statements
 from tests.infra.synthesized_documents import KINDS, role_statements
 
@@ -52,7 +56,10 @@ def test_each_role_touches_only_its_prefixes_and_nobody_deletes_the_archive(
         "checkpoint-backups": write,
     }
     assert access["worker"] == {"archive": {"s3:GetObject"}, "output": write | {"s3:DeleteObject"}}
-    assert access["archiver"] == {"archive": write}
+    # Where the archive is under Object Lock, the archiver locks each file it writes.
+    locks = set(S3_RETENTION_ACTIONS) if env.config.archive_locked else set()
+    assert access["archiver"] == {"archive": write | locks}
+    assert not any("Bypass" in a for kind in KINDS for acts in access[kind].values() for a in acts)
     for kind in KINDS:
         assert "s3:DeleteObject" not in access[kind].get("archive", set()), kind
         assert access[kind].get("artifacts", {"s3:GetObject"}) == {"s3:GetObject"}, kind
@@ -101,11 +108,9 @@ def test_wildcard_resource_only_where_aws_has_no_resource(env: SynthesizedEnviro
             ACTIONS_WITHOUT_RESOURCES | set(DLM_DESCRIBE_ACTIONS)
         ), statement
         if "cloudwatch:PutMetricData" in as_list(statement["Action"]):
-            assert statement["Condition"] == {
-                "StringEquals": {
-                    "cloudwatch:namespace": [metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE]
-                }
-            }
+            namespaces = statement["Condition"]["StringEquals"]["cloudwatch:namespace"]
+            assert set(statement["Condition"]) == {"StringEquals"}
+            assert set(namespaces) <= {metric_names.NAMESPACE, layout.NODE_METRICS_NAMESPACE}
 
 
 def test_no_aws_managed_policy_on_the_nodes(env: SynthesizedEnvironment) -> None:
@@ -150,6 +155,10 @@ def test_metrics_only_in_the_jobs_and_the_nodes_namespaces(env: SynthesizedEnvir
         "Tablecast",
         "Tablecast/Nodes",
     ]
+    # The archiver publishes its heartbeat and lag beside the job's metrics, and nothing else.
+    archiver = role_statements(env, "archiver")["PublishMetrics"]
+    assert as_list(archiver["Action"]) == ["cloudwatch:PutMetricData"]
+    assert archiver["Condition"] == {"StringEquals": {"cloudwatch:namespace": ["Tablecast"]}}
 
 
 def kafka_actions(statements: dict[str, Document]) -> set[str]:
@@ -161,17 +170,37 @@ def kafka_actions(statements: dict[str, Document]) -> set[str]:
     }
 
 
+CONSUME = {
+    "kafka-cluster:Connect",
+    "kafka-cluster:DescribeCluster",
+    "kafka-cluster:DescribeTopic",
+    "kafka-cluster:ReadData",
+    "kafka-cluster:DescribeGroup",
+    "kafka-cluster:AlterGroup",
+}
+LOAD = {
+    "kafka-cluster:WriteData",
+    "kafka-cluster:WriteDataIdempotently",
+    "kafka-cluster:CreateTopic",
+    "kafka-cluster:AlterTopic",
+    "kafka-cluster:DescribeTopicDynamicConfiguration",
+    "kafka-cluster:AlterTopicDynamicConfiguration",
+    "kafka-cluster:DescribeTransactionalId",
+    "kafka-cluster:AlterTransactionalId",
+}
+
+
 def test_nodes_only_consume_and_use_tablecast_groups(env: SynthesizedEnvironment) -> None:
     statements = node_statements(env)
     prefix = env.config.topic_prefix
-    assert kafka_actions(statements) == {
-        "kafka-cluster:Connect",
-        "kafka-cluster:DescribeCluster",
-        "kafka-cluster:DescribeTopic",
-        "kafka-cluster:ReadData",
-        "kafka-cluster:DescribeGroup",
-        "kafka-cluster:AlterGroup",
-    }, "the job and the archiver neither write nor administer topics"
+    for kind in ("worker", "archiver"):
+        assert kafka_actions(role_statements(env, kind)) == CONSUME, kind
+    # A test pipeline's driver also creates and loads the pipeline's topics: test-run runs
+    # there, where the brokers are, with the pipeline's own roles. No shared environment's.
+    loads = LOAD if env.config.test_pipeline is not None else set()
+    assert kafka_actions(statements) == CONSUME | loads
+    for sid in ("WritePipelineTopics", "AdministerPipelineTopics") if loads else ():
+        assert all(r.endswith(f"/{prefix}*") for r in as_list(statements[sid]["Resource"]))
     read = statements["ReadPipelineTopics"]
     for resource in as_list(read["Resource"]):
         assert f":kafka:{env.config.region}:" in resource
@@ -278,3 +307,49 @@ def test_kms_key_policies_have_no_wildcard_principal(env: SynthesizedEnvironment
         for statement in policy_statements(key["policy"]):
             assert statement["Principal"] != "*"
             assert statement["Principal"] != {"AWS": "*"}
+
+
+def test_dlm_snapshots_and_deletes_only_the_environments_volumes(
+    env: SynthesizedEnvironment,
+) -> None:
+    spark = env["spark"]
+    (role,) = [r for r in spark.resources("aws_iam_role").values() if "hdfs-snapshots" in r["name"]]
+    (trust,) = policy_statements(role["assume_role_policy"])
+    assert trust["Principal"] == {"Service": "dlm.amazonaws.com"}
+    assert trust["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": "${data.aws_caller_identity.account.account_id}"}
+    }
+    (policy,) = [
+        p for p in spark.resources("aws_iam_role_policy").values() if "snapshot" in p["name"]
+    ]
+    statements = {s["Sid"]: s for s in policy_statements(policy["policy"])}
+    tagged = {
+        "StringEquals": {f"aws:ResourceTag/{layout.HDFS_SNAPSHOT_TAG}": env.config.resource_prefix}
+    }
+    partition = "${data.aws_partition.partition.partition}"
+    region = env.config.region
+    # Only the environment's tagged volumes are snapshotted, only their snapshots deleted.
+    assert statements["SnapshotTaggedVolumes"]["Condition"] == tagged
+    assert statements["DeleteOwnSnapshots"]["Condition"] == tagged
+    assert statements["DeleteOwnSnapshots"]["Action"] == ["ec2:DeleteSnapshot"]
+    for statement in statements.values():
+        for resource in as_list(statement["Resource"]):
+            assert (
+                resource == "*"
+                or resource.startswith(f"arn:{partition}:ec2:{region}:")
+                or (resource.startswith("${aws_kms_key."))
+            ), resource
+    deletes = [s for s in statements.values() if "ec2:DeleteSnapshot" in s["Action"]]
+    assert deletes == [statements["DeleteOwnSnapshots"]]
+
+
+def test_no_arn_names_the_aws_partition_literally(env: SynthesizedEnvironment) -> None:
+    """ARNs are built with the partition's data source (aws-cn, aws-us-gov alike); only the
+    operator's settings name ARNs whole (alarm topics, the topic administrators)."""
+    settings = env.config.deployment
+    given = [e.address for e in settings.alarm_endpoints] + list(settings.topic_admin_principals)
+    for stack in env.synthesized.values():
+        text = stack.text
+        for arn in given:
+            text = text.replace(arn, "")
+        assert "arn:aws:" not in text, stack.name

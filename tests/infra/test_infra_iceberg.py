@@ -1,14 +1,33 @@
-"""The output's Iceberg table: a Glue database, the job's rights on its one table,
-and an Athena workgroup whose results are encrypted with the pipeline's key."""
+"""The output's Iceberg table: a Glue database per environment, the job's rights on its one
+table, and an Athena workgroup whose results are encrypted with the pipeline's key."""
 
-from infra.constructs.iceberg_catalog import DATABASE, RESULTS_PREFIX, TABLE
+from app import handoff
+from infra.config import layout
+from infra.constructs.iceberg_catalog import RESULTS_PREFIX, TABLE
 from infra.testing import SynthesizedEnvironment, policy_statements
+from tests.infra.synthesized_documents import parameters
+
+
+def glue_resources(env: SynthesizedEnvironment) -> set[str]:
+    """Every Glue database and table any policy of the environment names."""
+    return {
+        resource.split(":", 5)[5]
+        for resource_type in ("aws_iam_role_policy", "aws_iam_policy")
+        for _, policy in env.all_resources(resource_type)
+        for statement in policy_statements(policy["policy"])
+        for resource in statement["Resource"]
+        if ":glue:" in resource and not resource.endswith(":catalog")
+    }
 
 
 def test_glue_database_and_an_enforced_encrypted_athena_workgroup(
     env: SynthesizedEnvironment,
 ) -> None:
-    assert env["storage"].has_resource("aws_glue_catalog_database", {"name": DATABASE})
+    database = layout.glue_database(env.config.name)
+    assert env["storage"].has_resource("aws_glue_catalog_database", {"name": database})
+    # The job makes its table where the hand-off says (run-job: --glue-database).
+    found = parameters(env)[handoff.parameter_name(env.config.name, handoff.GLUE_DATABASE)]
+    assert found["value"] == database
     (workgroup,) = env["storage"].resources("aws_athena_workgroup").values()
     configuration = workgroup["configuration"]
     assert configuration["enforce_workgroup_configuration"] is True
@@ -36,10 +55,11 @@ def test_the_job_may_commit_its_table_and_nothing_else_in_glue(
     }, by_policy.keys()
     glue = [s for found in by_policy.values() for s in found]
     assert glue, "the driver's role has no Glue statement"
+    database = layout.glue_database(env.config.name)
     for statement in glue:
         assert not any(r == "*" or r.endswith("/*") for r in statement["Resource"])
         tables = [r for r in statement["Resource"] if ":table/" in r]
-        assert all(r.endswith(f":table/{DATABASE}/{TABLE}") for r in tables)
+        assert all(r.endswith(f":table/{database}/{TABLE}") for r in tables)
     actions = {a for s in glue for a in s["Action"]}
     assert actions == {
         "glue:GetDatabase",
@@ -78,8 +98,9 @@ def test_athena_readers_get_a_least_privilege_managed_policy(
         "glue:GetTable",
         "glue:GetTables",
     }
+    database = layout.glue_database(env.config.name)
     tables = [r for r in resources("ReadOutputTableCatalog") if ":table/" in r]
-    assert tables and all(r.endswith(f":table/{DATABASE}/{TABLE}") for r in tables)
+    assert tables and all(r.endswith(f":table/{database}/{TABLE}") for r in tables)
     # S3: the output read-only; athena-results/ read and write; nothing else of the bucket.
     object_grants = {
         r.split("}", 1)[-1]: set(s["Action"])
@@ -114,3 +135,18 @@ def test_athena_readers_get_a_least_privilege_managed_policy(
         ]
     ]
     assert key["Condition"]["StringEquals"]["kms:ViaService"].startswith("s3.")
+
+
+def test_no_two_environments_share_a_glue_database_or_grant_on_each_others(
+    synthesized: dict[str, SynthesizedEnvironment],
+) -> None:
+    """Every environment and test pipeline shares the account's one catalog per region: each
+    creates its own database, and its roles and readers' policy name nothing but it."""
+    databases: dict[str, str] = {}
+    for name, env in synthesized.items():
+        (database,) = env["storage"].resources("aws_glue_catalog_database").values()
+        assert database["name"] not in databases, (name, databases.get(database["name"]))
+        databases[database["name"]] = name
+        own = database["name"]
+        assert glue_resources(env) == {f"database/{own}", f"table/{own}/{TABLE}"}, name
+    assert len(databases) == len(synthesized) >= 5

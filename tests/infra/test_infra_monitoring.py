@@ -45,11 +45,25 @@ def watched_metrics(alarm: Document) -> list[tuple[str, str]]:
 def test_every_alarm_in_every_stack_notifies_the_topic(env: SynthesizedEnvironment) -> None:
     found = list(env.all_resources("aws_cloudwatch_metric_alarm"))
     assert found
+    prefix = f"tablecast-{env.config.name}-"
     for stack, alarm in found:
-        assert stack == f"tablecast-{env.config.name}-monitoring"
-        assert alarm["actions_enabled"] is True
+        assert stack == f"{prefix}monitoring"
+        armed = alarm["alarm_name"].removeprefix(prefix) in metric_names.ARMED_BY_DEPLOY
+        # The deploy tool turns an armed alarm's actions on; Terraform leaves them to it.
+        assert alarm["actions_enabled"] is not armed, alarm["alarm_name"]
+        assert alarm.get("lifecycle", {}).get("ignore_changes", []) == (
+            ["actions_enabled"] if armed else []
+        )
         assert TOPIC in alarm["alarm_actions"], alarm["alarm_name"]
         assert TOPIC in alarm["ok_actions"], alarm["alarm_name"]
+
+
+def test_only_what_runs_after_the_first_deploy_waits_for_it(env: SynthesizedEnvironment) -> None:
+    armed = {spec.name for spec in env.stacks.monitoring.specs if spec.armed_by_deploy}
+    assert armed == set(metric_names.ARMED_BY_DEPLOY)
+    # Each would be in alarm from the apply on: silence breaches, and nothing runs yet.
+    for name in armed:
+        assert alarm(env, name)["treat_missing_data"] == "breaching", name
 
 
 def test_job_alarms_watch_only_metrics_the_job_publishes(env: SynthesizedEnvironment) -> None:
@@ -58,7 +72,7 @@ def test_job_alarms_watch_only_metrics_the_job_publishes(env: SynthesizedEnviron
         for namespace, metric in watched_metrics(alarm):
             if namespace == metric_names.NAMESPACE:
                 job_alarms += 1
-                assert metric in metric_names.ALL, alarm["alarm_name"]
+                assert metric in (*metric_names.ALL, *metric_names.ARCHIVER), alarm["alarm_name"]
                 assert alarm["dimensions"] == {metric_names.ENVIRONMENT_DIMENSION: env.config.name}
     assert job_alarms >= 4
 
@@ -150,7 +164,7 @@ def test_every_alarm_says_what_silence_means(env: SynthesizedEnvironment) -> Non
     # Where silence means something is gone, silence alarms.
     expected = {
         "job-heartbeat-missing",
-        "kafka-offline-partitions",
+        "archiver-heartbeat-missing",
         "kafka-under-replicated-partitions",
         "kafka-under-min-isr-partitions",
         "hdfs-live-datanodes",
@@ -286,7 +300,9 @@ def test_ec2_status_checks_recover_every_node(env: SynthesizedEnvironment) -> No
         if found.get("metric_name") == "StatusCheckFailed_System"
     ]
     assert len(system_checks) == len(instances)
-    recover = f"arn:aws:automate:{env.config.region}:ec2:recover"
+    recover = (
+        f"arn:${{data.aws_partition.partition.partition}}:automate:{env.config.region}:ec2:recover"
+    )
     watched = set()
     for check in system_checks:
         assert recover in check["alarm_actions"]
@@ -364,3 +380,69 @@ def test_dashboard_shows_the_job_brokers_nodes_and_alarms(env: SynthesizedEnviro
     assert ("AWS/EC2", "StatusCheckFailed") in metrics
     (alarm_widget,) = [widget for widget in body["widgets"] if widget["type"] == "alarm"]
     assert len(alarm_widget["properties"]["alarms"]) == len(alarms(env))
+
+
+def test_the_archiver_has_a_heartbeat_and_a_lag_alarm_and_a_dashboard_row(
+    env: SynthesizedEnvironment,
+) -> None:
+    heartbeat = alarm(env, "archiver-heartbeat-missing")
+    assert (heartbeat["namespace"], heartbeat["metric_name"]) == (
+        metric_names.NAMESPACE,
+        metric_names.ARCHIVER_HEARTBEAT,
+    )
+    assert heartbeat["dimensions"] == {metric_names.ENVIRONMENT_DIMENSION: env.config.name}
+    assert (heartbeat["comparison_operator"], heartbeat["threshold"]) == ("LessThanThreshold", 1)
+    assert heartbeat["treat_missing_data"] == "breaching"
+    # The archiver publishes every minute (app/ops/archiver.py): five minutes of silence.
+    assert heartbeat["period"] == 300 and heartbeat["evaluation_periods"] == 1
+    behind = alarm(env, "archiver-records-behind")
+    assert behind["metric_name"] == metric_names.ARCHIVER_RECORDS_BEHIND
+    assert behind["threshold"] == env.config.records_behind_alarm_threshold
+    assert behind["treat_missing_data"] == "notBreaching"  # the heartbeat covers silence
+    (dashboard,) = env["monitoring"].resources("aws_cloudwatch_dashboard").values()
+    lines = [
+        line
+        for widget in json.loads(dashboard["dashboard_body"])["widgets"]
+        if widget["type"] == "metric"
+        for line in widget["properties"]["metrics"]
+    ]
+    assert {line[1] for line in lines if line[0] == metric_names.NAMESPACE} >= set(
+        metric_names.ARCHIVER
+    )
+
+
+def test_failed_snapshots_and_failed_alarm_deliveries_alarm(env: SynthesizedEnvironment) -> None:
+    snapshots = alarm(env, "hdfs-snapshots-failed")
+    assert (snapshots["namespace"], snapshots["metric_name"]) == (
+        "AWS/EBS",
+        "SnapshotsCreateFailed",
+    )
+    (policy,) = env["spark"].resources("aws_dlm_lifecycle_policy")
+    assert env.follow(snapshots["dimensions"]["DLMPolicyId"]) == (
+        f"${{aws_dlm_lifecycle_policy.{policy}.id}}"
+    )
+    deliveries = alarm(env, "alarm-deliveries-failed")
+    assert (deliveries["namespace"], deliveries["metric_name"]) == (
+        "AWS/SNS",
+        "NumberOfNotificationsFailed",
+    )
+    assert deliveries["dimensions"] == {"TopicName": f"tablecast-{env.config.name}-alarms"}
+    for found in (snapshots, deliveries):
+        assert (found["comparison_operator"], found["threshold"]) == ("GreaterThanThreshold", 0)
+        assert found["treat_missing_data"] == "notBreaching"
+
+
+def test_offline_partitions_breach_on_silence_only_where_a_broker_is_the_controller(
+    env: SynthesizedEnvironment,
+) -> None:
+    # KRaft (every environment here): MSK's controllers may report no OfflinePartitionsCount.
+    assert env.config.kafka_metadata_mode == "kraft"
+    assert alarm(env, "kafka-offline-partitions")["treat_missing_data"] == "notBreaching"
+
+
+def test_a_zookeeper_cluster_breaches_on_silent_offline_partitions(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        dev(load_settings(TESTING_SETTINGS)["dev"]), kafka_metadata_mode="zookeeper"
+    )
+    (zookeeper,) = synthesize([config], tmp_path / "cdktf.out").values()
+    assert alarm(zookeeper, "kafka-offline-partitions")["treat_missing_data"] == "breaching"

@@ -1,8 +1,10 @@
 """The network: private only, and only the Spark nodes reach the brokers."""
 
 import ipaddress
+import json
 
 from infra.config import EnvironmentConfig, layout
+from infra.constructs.node_permissions import S3_ENDPOINT_ACTIONS
 from infra.testing import SynthesizedEnvironment
 
 PUBLIC_RESOURCE_TYPES = (
@@ -123,7 +125,7 @@ def test_s3_gateway_endpoint_and_private_interface_endpoints(env: SynthesizedEnv
     services = {endpoint["service_name"]: endpoint for endpoint in endpoints}
     s3 = services[f"com.amazonaws.{env.config.region}.s3"]
     assert s3["vpc_endpoint_type"] == "Gateway"
-    for service in ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "sts"):
+    for service in ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "sts", "glue"):
         endpoint = services[f"com.amazonaws.{env.config.region}.{service}"]
         assert endpoint["vpc_endpoint_type"] == "Interface"
         assert endpoint["private_dns_enabled"] is True
@@ -147,3 +149,28 @@ def test_some_environment_has_producers(configs: dict[str, EnvironmentConfig]) -
     # The testing settings exercise peering and transit gateways.
     vias = {n.via[:3] for c in configs.values() for n in c.deployment.producer_networks}
     assert vias == {"pcx", "tgw"}
+
+
+def test_the_s3_endpoint_reaches_the_environments_bucket_and_the_ssm_agents_only(
+    env: SynthesizedEnvironment,
+) -> None:
+    (s3,) = [
+        e
+        for e in env["network"].resources("aws_vpc_endpoint").values()
+        if e["vpc_endpoint_type"] == "Gateway"
+    ]
+    statements = {s["Sid"]: s for s in json.loads(s3["policy"])["Statement"]}
+    assert set(statements) == {"ThisEnvironmentsBucket", "SsmAgentBuckets"}
+    bucket = statements["ThisEnvironmentsBucket"]
+    name = f"{env.config.resource_prefix}-${{data.aws_caller_identity.account.account_id}}-"
+    arn = f"arn:${{data.aws_partition.partition.partition}}:s3:::{name}{env.config.region}"
+    assert bucket["Resource"] == [arn, f"{arn}/*"]
+    # What the nodes do there, and no more: no bucket-wide or lock-lifting action.
+    assert set(bucket["Action"]) == set(S3_ENDPOINT_ACTIONS)
+    assert not [a for a in bucket["Action"] if "*" in a or "Bypass" in a or "Version" in a]
+    agent = statements["SsmAgentBuckets"]
+    assert agent["Action"] == ["s3:GetObject"]
+    assert all("ssm" in r or "birdwatcher" in r or "patch-baseline" in r for r in agent["Resource"])
+    assert all(env.config.region in r for r in agent["Resource"])
+    for statement in statements.values():
+        assert statement["Effect"] == "Allow" and statement["Principal"] == "*"

@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from app import handoff
-from infra.config import EnvironmentConfig
+from infra.config import EnvironmentConfig, layout
 from infra.config.environments import prod
+from infra.config.node_services import interface_endpoint_services
 from infra.config.settings import TESTING_SETTINGS, ProducerNetwork, alarm_endpoint, load_settings
-from infra.constructs.node_permissions import BUCKET_ACCESS, NodeKind
+from infra.constructs.node_permissions import BUCKET_ACCESS, S3_RETENTION_ACTIONS, NodeKind
 from tests.infra.moto_apply import (
     AGAIN,
     COMPONENTS,
@@ -88,6 +89,9 @@ def nodes(endpoint: str, config: EnvironmentConfig) -> dict[str, dict[str, Any]]
     return found
 
 
+# Alone it takes about 8 minutes; beside the other terraform process on two shared cores
+# (make terraform-check) it took 14: most of it the provider's polling.
+@pytest.mark.timeout(1800)
 def test_production_applies_to_moto_rolls_node_by_node_and_is_destroyed(
     mirror: Mirror, terraform: Terraform, moto: str, tmp_path: Path
 ) -> None:
@@ -165,8 +169,11 @@ def check_production_shape(deployment: MotoDeployment) -> None:
             iam.get_role_policy(RoleName=role_name, PolicyName=policy)["PolicyDocument"]
             for policy in iam.list_role_policies(RoleName=role_name)["PolicyNames"]
         ]
+        # Production's archive is locked file by file: its archiver may put (and read) locks.
+        locks = set(S3_RETENTION_ACTIONS) if kind is NodeKind.ARCHIVER else set()
         assert object_access(documents, bucket_arn) == {
-            prefix: set(actions) for prefix, actions in BUCKET_ACCESS[kind].items()
+            prefix: set(actions) | (locks if prefix == layout.ARCHIVE_PREFIX else set())
+            for prefix, actions in BUCKET_ACCESS[kind].items()
         }, kind
     archiver_trust = iam.get_role(RoleName=f"{config.resource_prefix}-archiver")["Role"]
     trusted = json.dumps(archiver_trust["AssumeRolePolicyDocument"])
@@ -174,9 +181,26 @@ def check_production_shape(deployment: MotoDeployment) -> None:
     assert f"role/{config.resource_prefix}-worker" not in trusted
 
     # Guarded data: the production bucket and the data volumes are applied with their guards.
-    assert client(endpoint, "s3").get_bucket_versioning(Bucket=bucket_arn.rsplit(":", 1)[1])[
-        "Status"
-    ] == ("Enabled")
+    s3 = client(endpoint, "s3")
+    bucket = bucket_arn.rsplit(":", 1)[1]
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == ("Enabled")
+    # The archive's Object Lock: on, no default retention (the archiver locks each file).
+    lock = s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
+    assert lock["ObjectLockEnabled"] == "Enabled" and "Rule" not in lock
+
+    # Its own Glue database; an endpoint for every service the nodes call, and S3's policy.
+    glue = client(endpoint, "glue")
+    assert glue.get_database(Name=layout.glue_database(config.name))["Database"]["Name"] == (
+        "tablecast_prod"
+    )
+    found = ec2.describe_vpc_endpoints(Filters=vpc_filter)["VpcEndpoints"]
+    services = {e["ServiceName"].rsplit(".", 1)[1]: e for e in found}
+    assert set(services) == {"s3", *interface_endpoint_services(config)}
+    s3_policy = json.loads(services["s3"]["PolicyDocument"])
+    assert {s["Sid"] for s in s3_policy["Statement"]} == {
+        "ThisEnvironmentsBucket",
+        "SsmAgentBuckets",
+    }
 
 
 def object_access(documents: list[Any], bucket_arn: str) -> dict[str, set[str]]:

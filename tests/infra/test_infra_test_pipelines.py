@@ -9,6 +9,7 @@ import ipaddress
 import json
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,10 +187,11 @@ def test_synth_writes_the_pipelines_stacks_tagged_with_owner_expiry_and_purpose(
     assert "Owner" not in provider["default_tags"][0]["tags"]
 
 
-def test_the_owner_is_notified_from_the_pipelines_own_topic_at_expiry_and_daily_after(
+def test_expiry_is_enforced_the_owner_told_before_and_after_the_nodes_stopped(
     synthesized: dict[str, SynthesizedEnvironment],
 ) -> None:
-    monitoring = synthesized[NAME]["monitoring"]
+    env = synthesized[NAME]
+    monitoring = env["monitoring"]
     ((topic_id, topic),) = monitoring.resources("aws_sns_topic").items()
     topic_arn = f"${{aws_sns_topic.{topic_id}.arn}}"
     assert topic["name"] == f"tablecast-{NAME}-alarms"
@@ -197,29 +199,146 @@ def test_the_owner_is_notified_from_the_pipelines_own_topic_at_expiry_and_daily_
     assert {(s["topic_arn"], s["protocol"], s["endpoint"]) for s in subscriptions} == {
         (topic_arn, "email", "tablecast-testing@tablecast-testing.net")
     }
-    (schedule,) = monitoring.resources("aws_scheduler_schedule").values()
-    assert schedule["schedule_expression"] == "rate(1 day)"
-    assert schedule["start_date"] == "2026-12-07T09:00:00Z"
-    assert schedule["flexible_time_window"] == {"mode": "OFF"}
-    target = schedule["target"]
-    assert target["arn"] == topic_arn
-    assert destroy_command(NAME) in target["input"]
-    assert "expired on 2026-12-07" in target["input"]
-    ((role_id, role),) = monitoring.resources("aws_iam_role").items()
-    assert target["role_arn"] == f"${{aws_iam_role.{role_id}.arn}}"
-    trust = json.loads(role["assume_role_policy"])["Statement"]
-    assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
+    schedules = {s["name"]: s for s in monitoring.resources("aws_scheduler_schedule").values()}
+    assert set(schedules) == {
+        f"tablecast-{NAME}-{kind}" for kind in ("advance-notice", "expiry-notice", "expiry-stop")
+    }
+    advance = schedules[f"tablecast-{NAME}-advance-notice"]
+    notice = schedules[f"tablecast-{NAME}-expiry-notice"]
+    stop = schedules[f"tablecast-{NAME}-expiry-stop"]
+    for schedule in schedules.values():
+        assert schedule["schedule_expression"] == "rate(1 day)"
+        assert schedule["flexible_time_window"] == {"mode": "OFF"}
+    # Daily in the three days before expiry (expires 2026-12-07), then daily from it on.
+    assert (advance["start_date"], advance["end_date"]) == (
+        "2026-12-04T09:00:00Z",
+        "2026-12-07T09:00:00Z",
+    )
+    assert "expires on 2026-12-07" in advance["target"]["input"]
+    assert notice["start_date"] == stop["start_date"] == "2026-12-07T09:00:00Z"
+    assert "end_date" not in notice and "end_date" not in stop
+    assert "expired on 2026-12-07" in notice["target"]["input"]
+    for message in (advance, notice):
+        assert message["target"]["arn"] == topic_arn
+        assert destroy_command(NAME) in message["target"]["input"]
+        assert message["kms_key_arn"] == topic["kms_master_key_id"]
+    # The stop: EC2 StopInstances of exactly the pipeline's nodes, with a role that may only that.
+    target = stop["target"]
+    assert (
+        target["arn"]
+        == "arn:${data.aws_partition.partition.partition}:scheduler:::aws-sdk:ec2:stopInstances"
+    )
+    stopped = [env.follow(i) for i in json.loads(target["input"])["InstanceIds"]]
+    assert stopped == [f"${{aws_instance.{n}.id}}" for n in env["spark"].resources("aws_instance")]
+    roles = {
+        f"${{aws_iam_role.{rid}.arn}}": r for rid, r in monitoring.resources("aws_iam_role").items()
+    }
+    policies = {p["role"]: p for p in monitoring.resources("aws_iam_role_policy").values()}
+    for schedule in schedules.values():
+        role = roles[schedule["target"]["role_arn"]]
+        (trust,) = json.loads(role["assume_role_policy"])["Statement"]
+        assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+        assert "aws:SourceAccount" in trust["Condition"]["StringEquals"]
     (key_id,) = monitoring.resources("aws_kms_key")
     assert topic["kms_master_key_id"] == f"${{aws_kms_key.{key_id}.arn}}"
-    assert schedule["kms_key_arn"] == topic["kms_master_key_id"]
-    (policy,) = monitoring.resources("aws_iam_role_policy").values()
-    statements = json.loads(policy["policy"])["Statement"]
-    assert {s["Sid"]: (s["Action"], s["Resource"]) for s in statements} == {
+    key = topic["kms_master_key_id"]
+
+    def granted(schedule: dict[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
+        role_id = schedule["target"]["role_arn"].removeprefix("${").removesuffix(".arn}")
+        policy = policies[f"${{{role_id}.id}}"]
+        return {
+            s["Sid"]: (s["Action"], s["Resource"])
+            for s in json.loads(policy["policy"])["Statement"]
+        }
+
+    notices = {
         "PublishToTheAlarmTopic": (["sns:Publish"], [topic_arn]),
-        "UseTheTopicsKey": (["kms:Decrypt", "kms:GenerateDataKey"], [topic["kms_master_key_id"]]),
+        "UseTheTopicsKey": (["kms:Decrypt", "kms:GenerateDataKey"], [key]),
     }
-    # No fixed environment has one.
+    assert granted(advance) == granted(notice) == notices
+    stopping = granted(stop)
+    assert stopping.pop("UseTheTopicsKey") == (["kms:Decrypt"], [key])
+    ((actions, instances),) = stopping.values()
+    assert actions == ["ec2:StopInstances"]
+    assert [r.rsplit("/", 1)[1] for r in instances] == json.loads(target["input"])["InstanceIds"]
+    assert stop["kms_key_arn"] == key
+    # No fixed environment has any.
     assert not synthesized["sandbox"]["monitoring"].resources("aws_scheduler_schedule")
+
+
+def test_a_pipeline_declared_days_before_expiry_is_told_from_its_creation(tmp_path: Path) -> None:
+    path = settings_file(
+        tmp_path,
+        declaration("exp-short", created=date(2026, 12, 5), expires=date(2026, 12, 6)),
+    )
+    (config,) = pipeline_configs(path, load_settings(path))
+    assert config.test_pipeline is not None
+    assert config.test_pipeline.first_advance_notice == "2026-12-05T09:00:00Z"
+
+
+def test_a_pipeline_has_its_own_network_and_state_not_the_sandboxs_producers(
+    tmp_path: Path, synthesized: dict[str, SynthesizedEnvironment]
+) -> None:
+    sandbox_table = (
+        '[sandbox]\naccount_id = "000000000000"\nspark_image_id = "ami-00000000000000004"\n'
+        'state_backend = { bucket = "team-state-000000000000" }\n'
+        'producer_networks = [{ name = "plants", cidr = "10.60.0.0/16", '
+        'via = "pcx-00000000000000001" }]\n'
+    )
+    path = tmp_path / "settings.toml"
+    path.write_text(sandbox_table + declaration("exp-own"), encoding="utf-8")
+    settings = load_settings(path)
+    (config,) = pipeline_configs(path, settings)
+    assert settings["sandbox"].producer_networks and not config.deployment.producer_networks
+    assert config.deployment.state_backend == settings["sandbox"].state_backend
+    # Synthesized: S3 state under its own name, no route or ingress for another VPC's peering.
+    env = synthesized[NAME]
+    for stack in env.synthesized.values():
+        backend = stack.document["terraform"]["backend"]["s3"]
+        component = stack.name.removeprefix(f"tablecast-{NAME}-")
+        assert backend["key"] == f"tablecast/{NAME}/{component}.tfstate"
+    assert not env["network"].resources("aws_route")
+    rules = env["network"].resources("aws_vpc_security_group_ingress_rule").values()
+    assert not [rule for rule in rules if "cidr_ipv4" in rule]
+
+
+def test_a_pipeline_without_a_state_backend_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "settings.toml"
+    path.write_text(
+        BASE_TEXT.replace(
+            'state_backend = { bucket = "testing-terraform-state-000000000000" }\n\n# A test',
+            "\n# A test",
+        )
+        + declaration("exp-local"),
+        encoding="utf-8",
+    )
+    assert load_settings(path)["sandbox"].state_backend is None
+    error = synth_error(path, capsys, tmp_path)
+    assert "environment 'exp-local': state_backend (in " in error
+    assert "a test pipeline keeps its Terraform state in S3" in error
+
+
+@pytest.mark.parametrize(
+    ("names", "refused", "under"),
+    [
+        (["prod-x"], "prod-x", "prod"),
+        (["exp", "exp-b"], "exp-b", "exp"),
+        (["sandbox-2"], "sandbox-2", "sandbox"),
+    ],
+)
+def test_a_name_another_environments_pattern_matches_is_refused(
+    names: list[str],
+    refused: str,
+    under: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = settings_file(tmp_path, *(declaration(name) for name in names))
+    error = synth_error(path, capsys, tmp_path)
+    assert f"environment '{refused}': test_pipelines.{refused} (in " in error
+    assert f"starts with '{under}' and '-': {destroy_command(under)} would destroy" in error
 
 
 def test_make_synth_covers_the_declared_pipeline(

@@ -12,7 +12,7 @@ import pytest
 
 from app.errors import ConfigurationError
 from app.local.image import StagedImage, stage
-from app.local.supervisor import Supervisor
+from app.local.supervisor import SupervisedServiceError, Supervisor
 from app.local.units import ServiceSpec, read_unit, render
 
 NODE = {"TABLECAST_DRIVER_HOST": "127.0.0.1", "SPARK_LOCAL_IP": "127.0.0.1", "TABLECAST_ENV": "t"}
@@ -50,6 +50,13 @@ def test_the_images_units_render_with_this_machines_paths(image: StagedImage) ->
     archiver = render("tablecast-archiver", NODE, PATHS, units=units)
     assert archiver.argv[:4] == ("/x/venv/bin/python", "-m", "app.ops", "archive")
     assert "t" in archiver.argv and read_unit("tablecast-archiver", units)["RestartSec"] == "30"
+    # It publishes its heartbeat and lag; it restarts a bounded number of times, and never
+    # after data loss or beside a second archiver (exit 3).
+    assert archiver.argv[-2:] == ("--metrics", "cloudwatch")
+    assert (archiver.start_limit_burst, archiver.start_limit_interval_s) == (10, 1800.0)
+    assert archiver.restart_prevent_codes == {3}
+    # The job's service retries until its first deploy: no limit.
+    assert (job.start_limit_burst, job.restart_prevent_codes) == (0, frozenset())
 
 
 def test_a_unit_needing_a_variable_this_machine_lacks_is_refused(image: StagedImage) -> None:
@@ -91,3 +98,37 @@ def test_a_failed_or_killed_service_is_started_again_a_clean_exit_is_not(tmp_pat
     finally:
         supervisor.stop_all()
     assert not supervisor.running("steady")
+
+
+def test_a_service_past_its_start_limit_or_with_a_preventing_code_stays_failed(
+    tmp_path: Path,
+) -> None:
+    supervisor = Supervisor(tmp_path / "logs", poll_s=0.05)
+    limited = ServiceSpec(
+        "limited",
+        (sys.executable, "-c", "import sys; sys.exit(1)"),
+        True,
+        restart_sec=0.05,
+        stop_timeout_s=2,
+        start_limit_burst=3,
+        start_limit_interval_s=60,
+    )
+    lost = ServiceSpec(
+        "lost",
+        (sys.executable, "-c", "import sys; sys.exit(3)"),
+        True,
+        restart_sec=0.05,
+        stop_timeout_s=2,
+        restart_prevent_codes=frozenset({3}),
+    )
+    try:
+        first = supervisor.start(limited, {})
+        second = supervisor.start(lost, {})
+        wait_for(lambda: first.gave_up and second.gave_up)
+        time.sleep(0.5)
+        assert (first.starts, first.failures) == (3, [1, 1, 1])
+        assert (second.starts, second.failures) == (1, [3])
+        with pytest.raises(SupervisedServiceError, match="limited failed 3 times"):
+            supervisor.raise_if_failing()
+    finally:
+        supervisor.stop_all()

@@ -13,7 +13,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from pyspark.sql.streaming.listener import (
 
 from app import metric_names
 from app.contract.offsets import TopicPartition
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema, parse_schema
 from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.metrics.consumer_group import CommitStats, GroupCommitter
@@ -632,8 +634,11 @@ def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines() -> None:
 # -- inspect's printing (reading the state is tested on Spark) -------------------
 
 
-def snapshot_of(*views: SessionView, total: int | None = None) -> StateSnapshot:
+def snapshot_of(
+    *views: SessionView, total: int | None = None, schema: TableSchema = DEFAULT_SCHEMA
+) -> StateSnapshot:
     return StateSnapshot(
+        schema,
         "/ck",
         4,
         {TP0: 60},
@@ -645,7 +650,7 @@ def snapshot_of(*views: SessionView, total: int | None = None) -> StateSnapshot:
 
 
 def test_a_session_prints_its_table_and_position() -> None:
-    table = {"r1": (1.5, "ok"), "r22": (None, None)}
+    table = {"r1": ("r1", 1.5, "ok"), "r22": ("r22", None, None)}
     view = SessionView(TP0, SessionState("s-1", 7, 41, 1_767_225_600_000, 0, user=table))
     assert format_session(snapshot_of(view), view).splitlines() == [
         "session s-1 in checkpoint /ck after batch 4 (ends at sensor-0:0@60)",
@@ -656,14 +661,32 @@ def test_a_session_prints_its_table_and_position() -> None:
         "  last offset     41",
         "  last ts         2026-01-01T00:00:00.000+00:00",
         "  table           2 rows",
-        "    row id  value  status",
+        "    row_id  value  status",
         "    r1        1.5  ok",
         "    r22      null  null",
     ]
 
 
+def test_a_session_of_a_declared_schema_prints_its_columns_as_the_output_names_them() -> None:
+    schema = parse_schema(
+        '[key]\ncolumns = ["site", "id"]\n[columns]\nsite = "string"\nid = "int64"\n'
+        'at = { type = "timestamp", nullable = true }\nday = { type = "date", nullable = true }\n'
+        'price = { type = "decimal(6,2)", nullable = true, output = "cost" }\n',
+        "t.toml",
+    )
+    at = datetime(2026, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    row = ("a", -7, at, date(2026, 2, 3), Decimal("12.50"))
+    table = {("a", -7): row, ("b", 12): ("b", 12, None, None, None)}
+    view = SessionView(TP0, SessionState("s-1", 7, 41, 0, 0, user=table))
+    assert format_session(snapshot_of(view, schema=schema), view).splitlines()[-3:] == [
+        "    site  id  at                         day          cost",
+        "    a     -7  2026-01-01T01:00:00+01:00  2026-02-03  12.50",
+        "    b     12  null                       null         null",
+    ]
+
+
 def test_the_summary_lists_sessions_and_counts() -> None:
-    open_ = SessionView(TP0, SessionState("s-1", 7, 41, 0, 0, user={"r1": (1.0, None)}))
+    open_ = SessionView(TP0, SessionState("s-1", 7, 41, 0, 0, user={"r1": ("r1", 1.0, None)}))
     closed = SessionView(TP0, SessionState("s-2", 9, 50, 0, 0, closed=True))
     quarantined = SessionView(
         TP0, SessionState("s-3", 3, 52, 0, 0, quarantine="rule 2: expected seq 4")

@@ -63,7 +63,7 @@ def environment(aws: AwsClients) -> Environment:
             handoff.RETENTION_HOURS: "96",
             handoff.REPLICATION_FACTOR: "1",
             handoff.REGION: REGION,
-            handoff.GLUE_DATABASE: "tablecast",
+            handoff.GLUE_DATABASE: "tablecast_dev",
             handoff.COMPACT_EVERY: "1 day",
         },
     )

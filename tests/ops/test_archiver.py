@@ -8,18 +8,26 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import boto3
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from botocore.exceptions import ClientError
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
+from app import metric_names
 from app.contract.offsets import TopicPartition
-from app.errors import DataLossError
+from app.errors import ConfigurationError, DataLossError
+from app.metrics.publisher import LogPublisher
+from app.ops.archive_lock import ArchiveLock
 from app.ops.archiver import Archiver, ArchiverConfig, ArchiveRun, WrittenFile, retention_check
 from app.ops.cli import ONE_MESSAGE_PER_BATCH_VARIABLE, main
 from app.ops.errors import ArchiveConflictError
@@ -31,8 +39,13 @@ from app.sources.kafka_client import KafkaEndpoint
 from app.sources.tiered import TieredBackend
 from app.storage import resolve
 from app.tools.generate import CaptureSpec
+from tests.infra.moto_apply import moto_server
+from tests.ops.conftest import REGION
 from tests.ops.kafka_helpers import create_topics, read_back
 from tests.spark.helpers import assert_exact, run_job
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 
 def archived(root: Path, pattern: str) -> dict[TopicPartition, list[archive.ArchiveFile]]:
@@ -375,3 +388,110 @@ def test_the_archiver_reads_as_the_environments_job_does() -> None:
         Handoff("t", base | {handoff.KAFKA_AUTH: "kerberos"}).job_kafka()
     with pytest.raises(HandoffError, match="bootstrap-brokers-tls: missing"):
         Handoff("t", base | {handoff.KAFKA_AUTH: "tls"}).job_kafka()
+
+
+def produce_singly(broker: KafkaEndpoint, topic: str, count: int) -> None:
+    """``count`` records, one batch each: tansu then reports the partition's end right."""
+    producer = Producer(broker.config(**{"linger.ms": 0, "batch.num.messages": 1}))
+    for index in range(count):
+        producer.produce(topic, key=b"k", value=b"v%d" % index, partition=0)
+        producer.flush(10)
+
+
+def test_a_following_archiver_publishes_its_heartbeat_and_how_far_behind_kafka_it_is(
+    broker: KafkaEndpoint, tmp_path: Path
+) -> None:
+    topic = "sensor-m1-0"
+    create_topics(broker, [topic], partitions=1)
+    produce_singly(broker, topic, 7)
+    lines: list[dict[str, Any]] = []
+    publisher = LogPublisher(environment="dev", write=lambda line: lines.append(orjson.loads(line)))
+    config = ArchiverConfig(
+        archive_uri=str(tmp_path / "archive"),
+        topic_pattern="^sensor-m1-.+",
+        max_wait_s=3600,  # nothing is cut until it stops: all 7 stay behind
+        poll_s=0.1,
+        metrics_every_s=0.2,
+    )
+    stop = threading.Event()
+    with Archiver(broker, config, publisher=publisher) as archiver:
+        follower = threading.Thread(target=archiver.follow, args=(stop,))
+        follower.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not any(
+                line["metrics"].get(metric_names.ARCHIVER_RECORDS_BEHIND) == 7 for line in lines
+            ):
+                assert time.monotonic() < deadline, lines[-3:]
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            follower.join(timeout=30)
+        assert archiver.records_behind() == 0  # written whole at the stop
+    beats = [line["metrics"][metric_names.ARCHIVER_HEARTBEAT] for line in lines]
+    assert len(beats) >= 2 and set(beats) == {1.0}
+    assert all(line["Environment"] == "dev" and line["namespace"] == "Tablecast" for line in lines)
+    assert count(tmp_path / "archive") == 7
+
+
+@pytest.fixture
+def locking_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Client]:
+    """A moto server whose bucket has Object Lock on, as production's; the archive is there."""
+    with moto_server(tmp_path / "moto.log") as endpoint:
+        for name, value in {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+        }.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        s3: S3Client = boto3.client("s3", region_name=REGION, endpoint_url=endpoint)
+        s3.create_bucket(
+            Bucket="locked",
+            CreateBucketConfiguration={"LocationConstraint": REGION},
+            ObjectLockEnabledForBucket=True,
+        )
+        yield s3
+
+
+def test_each_archive_file_is_locked_and_one_left_unlocked_by_a_crash_is_locked_at_start(
+    broker: KafkaEndpoint, locking_s3: S3Client
+) -> None:
+    topic = "sensor-l1-0"
+    create_topics(broker, [topic], partitions=1)
+    produce_singly(broker, topic, 6)
+    config = ArchiverConfig(
+        archive_uri="s3://locked/archive", topic_pattern="^sensor-l1-.+", max_records=3
+    )
+    lock = ArchiveLock.of(locking_s3, 30, config.archive_uri)
+    before = datetime.now(UTC)
+    with Archiver(broker, config, lock=lock) as archiver:
+        assert len(archiver.catch_up(timeout_s=60).files) == 2
+    # A crash between a file's write and its lock: the next one is written unlocked ...
+    produce_singly(broker, topic, 3)
+    with Archiver(broker, config) as unlocked:
+        (left,) = unlocked.catch_up(timeout_s=60).files
+    files = archive.scan(resolve(config.archive_uri), config.topic_pattern).files
+    (last,) = [f for f in files[TopicPartition(topic, 0)] if f.start == left.start]
+    key = last.path.split("/", 1)[1]
+    assert "ObjectLockMode" not in locking_s3.head_object(Bucket="locked", Key=key)
+    # ... and the next archiver locks it before anything else.
+    with Archiver(broker, config, lock=lock) as archiver:
+        assert archiver.catch_up(timeout_s=60).files == []
+    for file in files[TopicPartition(topic, 0)]:
+        key = file.path.split("/", 1)[1]
+        head = locking_s3.head_object(Bucket="locked", Key=key)
+        assert head["ObjectLockMode"] == "GOVERNANCE"
+        until = head["ObjectLockRetainUntilDate"]
+        assert before + timedelta(days=30) <= until <= datetime.now(UTC) + timedelta(days=30)
+        # Nobody deletes a locked version for good without bypassing governance.
+        version = head["VersionId"]
+        with pytest.raises(ClientError, match="AccessDenied"):
+            locking_s3.delete_object(Bucket="locked", Key=key, VersionId=version)
+
+
+def test_a_lock_is_refused_for_an_archive_off_s3() -> None:
+    with pytest.raises(ConfigurationError, match="only an s3:// archive is put under lock"):
+        ArchiveLock.of(boto3.client("s3", region_name=REGION), 30, "/tmp/archive")

@@ -96,6 +96,51 @@ def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
     assert any(line.startswith("heartbeat:") for line in report.lines())
 
 
+def test_the_first_deploy_arms_the_alarms_that_waited_for_it(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    """infra creates them with their actions off (nothing runs before the first deploy);
+    the deploy turns them on once the job beats, and no other alarm."""
+
+    def alarm(name: str, *, enabled: bool) -> None:
+        aws.cloudwatch.put_metric_alarm(
+            AlarmName=f"tablecast-{environment.name}-{name}",
+            Namespace=metric_names.NAMESPACE,
+            MetricName=metric_names.HEARTBEAT,
+            Statistic="Sum",
+            Period=300,
+            EvaluationPeriods=1,
+            Threshold=1,
+            ComparisonOperator="LessThanThreshold",
+            ActionsEnabled=enabled,
+        )
+
+    for name in metric_names.ARMED_BY_DEPLOY:
+        alarm(name, enabled=False)
+    alarm("job-records-behind", enabled=False)  # off for another reason: left alone
+    alarm("job-batch-duration", enabled=True)
+    with DriverStandIn(REGION, environment.name, environment.driver):
+        first = deploy.deploy(
+            aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
+        )
+        second = deploy.deploy(
+            aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
+        )
+    prefix = f"tablecast-{environment.name}-"
+    assert set(first.armed) == {prefix + name for name in metric_names.ARMED_BY_DEPLOY}
+    assert f"armed:        {', '.join(first.armed)}" in first.lines()
+    assert second.armed == ()
+    enabled = {
+        a["AlarmName"].removeprefix(prefix): a["ActionsEnabled"]
+        for a in aws.cloudwatch.describe_alarms(AlarmNamePrefix=prefix)["MetricAlarms"]
+    }
+    assert enabled == {
+        **dict.fromkeys(metric_names.ARMED_BY_DEPLOY, True),
+        "job-records-behind": False,
+        "job-batch-duration": True,
+    }
+
+
 def test_the_same_wheel_is_not_uploaded_twice_and_a_changed_one_is_refused(
     aws: AwsClients, environment: Environment, job_wheel: Wheel, tmp_path: Path
 ) -> None:

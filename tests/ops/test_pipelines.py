@@ -1,4 +1,5 @@
-"""``tablecast-ops pipelines``: every declared test pipeline with age, expiry, owner and cost."""
+"""``tablecast-ops pipelines``: every declared test pipeline with age, expiry, owner, cost and
+what of it is deployed, and the deployed ones nobody declares (moto's tagging API)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from app.ops import cli
+from app.ops.aws import AwsClients
 from app.ops.pipelines import PRICES, load_prices
+from infra.config.node_services import interface_endpoint_services
 from infra.config.pipeline_listing import declarations
 from infra.config.settings import TESTING_SETTINGS, load_settings
 from infra.config.sizing import ROOT_VOLUME_GIB
@@ -44,6 +47,8 @@ currency = "USD"
 [storage_per_gib_month]
 msk = {msk}
 ebs_gp3 = {ebs}
+[vpc]
+interface_endpoint_per_az_hour = {vpc}
 """
 
 
@@ -52,16 +57,16 @@ def main(argv: list[str]) -> int:
     return cli.main(argv, declarations=declarations())
 
 
-def files(tmp_path: Path, msk: float = 0.0, ebs: float = 0.0) -> list[str]:
+def files(tmp_path: Path, msk: float = 0.0, ebs: float = 0.0, vpc: float = 0.0) -> list[str]:
     settings = tmp_path / "settings.toml"
     settings.write_text(BASE_TEXT + PIPELINES, encoding="utf-8")
     prices = tmp_path / "prices.toml"
-    prices.write_text(PRICES_TEXT.format(msk=msk, ebs=ebs), encoding="utf-8")
+    prices.write_text(PRICES_TEXT.format(msk=msk, ebs=ebs, vpc=vpc), encoding="utf-8")
     return ["--settings", str(settings), "--prices", str(prices), "--today", "2026-12-01"]
 
 
 def listing(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, list[str]]:
-    assert main(["pipelines", *argv]) == 0
+    assert main(["pipelines", "--declared-only", *argv]) == 0
     rows: dict[str, list[str]] = {}
     for line in capsys.readouterr().out.splitlines():
         cells = line.split()
@@ -70,11 +75,11 @@ def listing(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, li
 
 
 def test_every_declared_pipeline_is_listed_oldest_first_with_age_expiry_owner_and_cost(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    aws: AwsClients, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["pipelines", *files(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["name", "owner", "age", "expires", "USD/h", "purpose"]
+    assert lines[0].split() == ["name", "owner", "age", "expires", "USD/h", "deployed", "purpose"]
     assert [line.split()[0] for line in lines[1:3]] == ["early-exp", "late-exp"]
     early, late = (line.split() for line in lines[1:3])
     # The sandbox's shape: a driver and 1 worker of m7i.large, 2 brokers; 3 workers overridden.
@@ -89,6 +94,7 @@ def test_every_declared_pipeline_is_listed_oldest_first_with_age_expiry_owner_an
         "d",
         "ago)",
         "22.00",
+        "no",  # nothing of it in the account
         "first",
     ]
     assert late == [
@@ -101,6 +107,7 @@ def test_every_declared_pipeline_is_listed_oldest_first_with_age_expiry_owner_an
         "19",
         "d)",
         "24.00",
+        "no",
         "second",
     ]
     assert "2 test pipeline(s), about 46.00 USD/h together" in lines[3]
@@ -134,7 +141,7 @@ def test_a_type_missing_from_the_price_table_is_named_in_one_line(
     settings.write_text(
         settings.read_text() + 'spark_worker_instance_type = "r7i.xlarge"\n', encoding="utf-8"
     )
-    assert main(["pipelines", *argv]) == 64
+    assert main(["pipelines", "--declared-only", *argv]) == 64
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert "no price for r7i.xlarge in [ec2_per_hour]: add it" in error
@@ -155,14 +162,15 @@ def test_the_repositorys_price_table_prices_every_declared_type_and_has_its_date
 ) -> None:
     prices = load_prices(PRICES)
     assert prices.as_of >= date(2026, 11, 23)
-    assert main(["pipelines", "--settings", str(TESTING_SETTINGS), "--today", "2026-11-24"]) == 0
+    argv = ["pipelines", "--declared-only", "--settings", str(TESTING_SETTINGS)]
+    assert main([*argv, "--today", "2026-11-24"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1].split()[0] == "resync-exp"
     assert f"prices as of {prices.as_of}" in out
 
 
 def test_it_runs_from_a_checkout_and_says_so_where_infra_is_missing(tmp_path: Path) -> None:
-    argv = ["pipelines", "--settings", str(TESTING_SETTINGS)]
+    argv = ["pipelines", "--declared-only", "--settings", str(TESTING_SETTINGS)]
     script = [sys.executable, str(PROJECT / "scripts" / "tablecast_ops.py"), *argv]
     done = subprocess.run(script, cwd=tmp_path, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -174,4 +182,65 @@ def test_it_runs_from_a_checkout_and_says_so_where_infra_is_missing(tmp_path: Pa
     assert done.stderr == (
         "tablecast-ops pipelines: pipelines reads infra/'s configuration: run it from a "
         "checkout (scripts/tablecast_ops.py)\n"
+    )
+
+
+def test_the_vpc_endpoints_are_priced_per_zone_and_hour(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = files(tmp_path, vpc=1.0)
+    early = next(
+        c
+        for c in pipeline_configs(Path(argv[1]), load_settings(Path(argv[1])))
+        if c.name == "early-exp"
+    )
+    endpoints = len(interface_endpoint_services(early)) * len(early.availability_zones)
+    assert endpoints == 8 * 2  # the sandbox's shape: eight services in two zones
+    assert listing(argv, capsys)["early-exp"][9] == f"{22 + endpoints:.2f}"
+
+
+def tag(aws: AwsClients, name: str, **tags: str) -> str:
+    """An instance tagged as infra tags a test pipeline's resources."""
+    image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    (instance,) = aws.ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"]
+    every = {"Environment": name, "TestPipeline": "true", "Project": "tablecast", **tags}
+    aws.ec2.create_tags(
+        Resources=[instance["InstanceId"]],
+        Tags=[{"Key": k, "Value": v} for k, v in every.items()],
+    )
+    return str(instance["InstanceId"])
+
+
+def test_what_is_deployed_is_listed_by_tag_and_a_deployed_undeclared_one_is_an_orphan(
+    aws: AwsClients, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = files(tmp_path)
+    tag(aws, "late-exp", Owner="bea@tablecast-testing.net")
+    tag(aws, "late-exp", Owner="bea@tablecast-testing.net")
+    # Terminated, still tagged a while: no longer deployed.
+    aws.ec2.terminate_instances(InstanceIds=[tag(aws, "late-exp"), tag(aws, "dead-exp")])
+    tag(aws, "gone-exp", Owner="cy@tablecast-testing.net", Expires="2026-11-02")
+    # A fixed environment's resources are no test pipeline's.
+    image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    aws.ec2.run_instances(
+        ImageId=image,
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": "Environment", "Value": "prod"}]}
+        ],
+    )
+    assert main(["pipelines", *argv]) == 1  # an orphan fails the listing: act on it
+    out = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in out[1:3]}
+    assert rows["late-exp"][9:11] == ["2", "resources"]
+    assert rows["early-exp"][10] == "no"
+    (orphan,) = [line for line in out if line.startswith("ORPHAN ")]
+    assert orphan == (
+        "ORPHAN gone-exp: deployed, not declared in settings.toml: 1 resources (ec2), "
+        "owner cy@tablecast-testing.net, expired 2026-11-02"
+    )
+    assert out[-1] == (
+        f"orphan: gone-exp; declare it again in {argv[1]} (its state is in the state backend) "
+        "and destroy it with npx cdktf-cli@0.21.0 destroy 'tablecast-gone-exp-*'"
     )

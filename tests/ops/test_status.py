@@ -103,6 +103,17 @@ def test_status_shows_version_heartbeat_batch_lag_and_alarms(
         "offset stalled 1,260 s"
     ) in text
     assert "tablecast-dev-job-records-behind since" in text and "lagging" in text
+    assert "archiver:        no heartbeat: Kafka is not being archived" in text
+
+
+def test_status_shows_the_archivers_heartbeat_and_lag(
+    aws: AwsClients, environment: Environment
+) -> None:
+    put(aws, metric_names.ARCHIVER_HEARTBEAT, 1, minutes_ago=2)
+    put(aws, metric_names.ARCHIVER_RECORDS_BEHIND, 1500, minutes_ago=2)
+    (line,) = [line for line in status.read_status(aws, "dev").lines() if "archiver:" in line]
+    assert line.startswith("archiver:        last heartbeat ")
+    assert line.endswith("ago, 1,500 records behind Kafka")
 
 
 def test_status_exit_code_says_whether_the_job_is_healthy(

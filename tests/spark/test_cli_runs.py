@@ -129,7 +129,7 @@ def test_ctrl_c_is_one_line_and_exit_130_and_the_next_run_carries_on_exactly(
         if job.poll() is None:
             job.kill()
             job.communicate()
-    assert job.returncode == ExitCode.INTERRUPTED == 130
+    assert job.returncode == int(ExitCode.INTERRUPTED) == 130
     assert err == "tablecast run: interrupted\n"  # no py4j traceback before it
     if moment == "batch 0":
         assert "stopped: 1 batches" in out

@@ -16,6 +16,7 @@ from app.contract.envelope import Envelope
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes, Table, TableProcessor
 from app.engine.machine import IntegrityMode
+from app.engine.output import OUTPUT_COLUMNS
 from app.errors import ArchiveLayoutError, DataLossError, IntegrityViolationError, TablecastError
 from app.sink.ledger import Ledger
 from app.storage import resolve
@@ -46,8 +47,8 @@ def test_output_equals_the_expectation_and_holds_offsets(spark: Any, tmp_path: P
     comparison = assert_exact(tmp_path / "archive", tmp_path / "out")
     assert comparison.actual_rows == sum(r.rows for r in reports)
     table = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table()
-    assert set(verify.COLUMNS) <= set(table.column_names)
-    assert str(table.schema.field("ts").type) == "timestamp[ms, tz=UTC]"
+    assert set(OUTPUT_COLUMNS) <= set(table.column_names)
+    assert str(table.schema.field("ts").type) == "timestamp[us, tz=UTC]"  # Iceberg's timestamptz
     assert str(table.schema.field("partition").type) == "int32"
     # The ledger's end is every partition's last offset.
     assert ledger_end(tmp_path / "out") == {tp: len(m) for tp, m in capture.partitions.items()}

@@ -266,7 +266,7 @@ def test_inspect_shows_each_sessions_state_after_a_batch(
     printed = [line.split() for line in lines[header + 2 :]]
     assert printed == [
         [row_id, "null" if value is None else repr(value), "null" if status is None else status]
-        for row_id, (value, status) in state.user.items()
+        for row_id, value, status in state.user.values()
     ]
 
 

@@ -36,13 +36,18 @@ def _digests(output: Path) -> dict[str, str]:
     }
 
 
+def _ms(rows: Any) -> Any:
+    """The rows' ``ts`` in epoch milliseconds (the files hold microseconds)."""
+    return pc.divide(rows.column("ts").cast("int64"), 1000)
+
+
 def _thirds(output: Path) -> list[int]:
-    ts = sorted(verify.read_output(str(output)).column("ts").cast("int64").to_pylist())
+    ts = sorted(_ms(verify.read_output(str(output))).to_pylist())
     return [ts[len(ts) * k // 6] for k in range(7)[:-1]] + [ts[-1] + 1]
 
 
 def _in_window(rows: Any, since: int, until: int) -> Any:
-    ms = rows.column("ts").cast("int64")
+    ms = _ms(rows)
     return rows.filter(pc.and_(pc.greater_equal(ms, since), pc.less(ms, until)))
 
 

@@ -93,13 +93,23 @@ def test_inspect_reads_the_version_the_ledger_records_not_the_newest(
     store = StateStore(state_root(str(checkpoint)))
     state = store.load(tp, recorded, TableProcessor())
     assert len(state.sessions) > 1
-    for name in sorted(state.sessions):  # drop one session, until the digest sorts after
-        sessions = {k: v for k, v in state.sessions.items() if k != name}
-        stale = dataclasses.replace(state, sessions=sessions)
-        if content_digest(encode(stale, TableProcessor())) > recorded.digest:
-            break
-    else:
-        raise AssertionError("no stale version sorts after the recorded one")
+    # Drop one session (and move the clock, if need be) until the digest sorts after.
+    candidates = (
+        (name, dataclasses.replace(state, sessions=sessions, clock_ms=state.clock_ms + k))
+        for k in range(16)
+        for name in sorted(state.sessions)
+        for sessions in [{s: v for s, v in state.sessions.items() if s != name}]
+    )
+    found = next(
+        (
+            (name, c)
+            for name, c in candidates
+            if content_digest(encode(c, TableProcessor())) > recorded.digest
+        ),
+        None,
+    )
+    assert found is not None, "no stale version sorts after the recorded one"
+    name, stale = found
     version, _ = store.save(stale, TableProcessor())
     assert max(store.versions(tp)) == version != recorded  # what "the newest" would pick
 

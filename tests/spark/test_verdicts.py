@@ -158,7 +158,7 @@ def test_verify_applies_the_integrity_the_ledger_records_and_shows_rows_readably
     [sample, *_] = [line for line in out.splitlines() if line.startswith("  unexpected: ")]
     assert re.fullmatch(
         r"  unexpected: sensor-1:\d offset \d+ session \S+ seq \d+ \w+ at "
-        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z: row \S+ value=\S+ status=\S+( \(deleted\))?",
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z: row_id=\S+ value=\S+ status=\S+( \(deleted\))?",
         sample,
     ), sample
     assert "datetime.datetime(" not in out and "DIFFERENT" in out

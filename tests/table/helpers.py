@@ -120,3 +120,24 @@ def cuts(rows: pa.Table, batches: int) -> list[Offsets]:
         )
     }
     return [{tp: end * (i + 1) // batches for tp, end in ends.items()} for i in range(batches)]
+
+
+def duckdb_table_rows(output: Path | str) -> pa.Table:
+    """The table's current rows as DuckDB's iceberg extension reads them (from the
+    ``duckdb-extension-iceberg`` wheel: ``INSTALL iceberg`` downloads from DuckDB's site)."""
+    import importlib
+    import os
+
+    import duckdb
+
+    metadata = load_table(output).metadata_location
+    con = duckdb.connect()
+    try:
+        for name in ("avro", "iceberg"):  # iceberg reads its manifests with avro
+            module = importlib.import_module(f"duckdb_extension_{name}")
+            assert module.__file__ is not None
+            folder = os.path.join(os.path.dirname(module.__file__), "extensions")
+            con.execute(f"LOAD '{folder}/v{duckdb.__version__}/{name}.duckdb_extension'")
+        return con.execute(f"SELECT * FROM iceberg_scan('{metadata}')").to_arrow_table()
+    finally:
+        con.close()

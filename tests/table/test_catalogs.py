@@ -163,3 +163,69 @@ def test_on_s3_and_glue_a_lost_metadata_file_is_named_and_table_rebuild_mends_it
     assert "holds the " in (check_table(location) or "")
     comparison = verify.compare(expected, table_rows(output))
     assert comparison.ok, comparison.report()
+
+
+def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
+    expected: pa.Table, aws: dict[str, str]
+) -> None:
+    import boto3
+
+    from app.contract.schema import DEFAULT_SCHEMA, parse_schema
+    from app.sink import schemas
+    from app.table import live
+
+    output = "s3://lake/evolving"
+    publish_batches(output, expected, cuts(expected, 2))
+    settings = live.TableSettings(glue_database="tablecast", region="us-east-1")
+    live.prepare(output, settings, DEFAULT_SCHEMA)
+    glue = boto3.client("glue", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1")
+
+    def glue_table() -> dict[str, Any]:
+        found: dict[str, Any] = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
+        return found
+
+    before = glue_table()["Parameters"]["metadata_location"]
+    live.prepare(output, settings, DEFAULT_SCHEMA)  # the same schema changes nothing
+    assert glue_table()["Parameters"]["metadata_location"] == before
+
+    added = parse_schema(
+        '[key]\ncolumns = ["id"]\n[columns]\nid = { type = "string", output = "row_id" }\n'
+        'value = { type = "float64", nullable = true }\n'
+        'status = { type = "string", nullable = true }\n'
+        'firmware = { type = "string", nullable = true }\n',
+        "with-firmware.toml",
+    )
+    schemas.check_start(resolve(output), added, "with-firmware.toml")
+    live.prepare(output, settings, added)
+    found = glue_table()
+    assert found["Parameters"]["metadata_location"] != before
+    columns = [c["Name"] for c in found["StorageDescriptor"]["Columns"]]
+    assert "firmware" in columns
+    config = catalog_mod.config_for(resolve(output))
+    assert config is not None
+    table = catalog_mod.catalog(config).load_table(config.table)
+    fields = {f.name: f for f in table.schema().fields}
+    assert fields["firmware"].field_id == max(f.field_id for f in fields.values())
+    scanned = table.scan().to_arrow()
+    assert scanned.num_rows == len(expected) and scanned["firmware"].null_count == len(expected)
+
+
+def test_a_table_made_before_it_declared_a_sort_order_declares_the_files_one(
+    tmp_path: Path,
+) -> None:
+    from app.contract.schema import DEFAULT_SCHEMA
+
+    location = resolve(str(tmp_path / "out"))
+    config = catalog_mod.config_for(location)
+    assert config is not None
+    location.fs.create_dir(location.child(catalog_mod.TABLE_DIR), recursive=True)
+    found = catalog_mod.catalog(config)
+    found.create_namespace_if_not_exists(catalog_mod.NAMESPACE)
+    found.create_table(config.table, schema=OUTPUT_SCHEMA, location=config.location)  # as before
+    assert found.load_table(config.table).sort_order().is_unsorted
+    assert catalog_mod.evolve(location, DEFAULT_SCHEMA)
+    order = found.load_table(config.table).sort_order()
+    table = found.load_table(config.table)
+    names = [table.schema().find_column_name(f.source_id) for f in order.fields]
+    assert names == ["topic", "partition", "offset"]
+    assert not catalog_mod.evolve(location, DEFAULT_SCHEMA)  # then nothing is left to do

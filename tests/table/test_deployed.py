@@ -15,7 +15,7 @@ import pytest
 from app import cli, handoff
 from app.cli import options as cli_options
 from app.table.live import TableSettings
-from infra.config.layout import GLUE_DATABASE
+from infra.config.layout import glue_database
 from infra.config.stand_in import environment_config
 from tests.ami.run_job_harness import REGION, VERSION, moto_aws, prepare, run_job
 from tests.infra.valid_config import ssm_values
@@ -72,9 +72,9 @@ def test_run_job_passes_the_glue_database_and_the_compaction_period_to_the_job(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     command, settings = deployed_settings(aws, tmp_path, monkeypatch)
-    assert command[command.index("--glue-database") + 1] == "tablecast"
+    assert command[command.index("--glue-database") + 1] == "tablecast_t"
     assert command[command.index("--compact-every") + 1] == "1 day"
-    assert settings.glue_database == "tablecast" and settings.compact_every_s == 86_400
+    assert settings.glue_database == "tablecast_t" and settings.compact_every_s == 86_400
     assert settings.region == aws["AWS_REGION"]
     # The environment keeps the job's grace: none is passed, the rewrites' default holds.
     assert "--retire-grace" not in command and settings.retire_grace_s is None
@@ -97,7 +97,7 @@ def test_an_environments_retire_grace_reaches_the_jobs_compactions(
 def test_infra_hands_the_job_its_glue_database_and_a_daily_compaction() -> None:
     config = environment_config()
     values = ssm_values(config)
-    assert values[handoff.GLUE_DATABASE] == GLUE_DATABASE
+    assert values[handoff.GLUE_DATABASE] == glue_database(config.name) == "tablecast_sandbox"
     assert values[handoff.COMPACT_EVERY] == "1 day"
     parsed = cli.build_parser().parse_args(
         [

@@ -1,0 +1,201 @@
+"""A declared column's JSON value, checked against its type and converted (CONTRACT.md 1a).
+
+Rows hold each value as Python and Arrow take it: ``string`` a str,
+``int64`` an int, ``float64`` a float, ``bool`` a bool, ``timestamp`` an
+aware :class:`~datetime.datetime` (equal, and hashed, by its instant:
+``...T01:00:00+01:00`` is the key ``...T00:00:00Z`` is), ``date`` a
+:class:`~datetime.date`, ``decimal(p,s)`` a :class:`~decimal.Decimal` with
+exactly ``s`` decimals. Times and dates are read by msgspec's RFC 3339
+parser in both of the envelope's parsers (:mod:`app.contract.envelope`),
+decimals by the same patterns in both, so the fast parser and the checked
+one agree on every value; :func:`check` says, for any JSON value, what was
+expected and what arrived.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, timedelta
+from decimal import Context, Decimal, InvalidOperation
+from typing import Annotated, Any
+
+import msgspec
+import orjson
+
+from app.contract.schema import Column, ColumnType
+from app.errors import EnvelopeError
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z: every reader's range.
+MS_MIN, MS_MAX = -62_135_596_800_000, 253_402_300_799_999
+FLOAT_MAX = 1.7976931348623157e308
+# A time with an offset, as msgspec's RFC 3339 parser reads it (refused without one).
+AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DECIMAL_STRING = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_DECIMAL_QUOTED = re.compile(rb'"-?[0-9]+(?:\.[0-9]+)?"')
+_DECIMAL_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+# Exact arithmetic for any literal a decimal128 can hold, and refusal beyond.
+_EXACT = Context(prec=80, Emax=999_999, Emin=-999_999)
+
+EXPECTED = {
+    ColumnType.STRING: "a string",
+    ColumnType.INT64: "an integer in the signed 64-bit range",
+    ColumnType.FLOAT64: "a finite number",
+    ColumnType.BOOL: "true or false",
+    ColumnType.TIMESTAMP: "an RFC 3339 time with an offset or integer epoch milliseconds",
+    ColumnType.DATE: "a date YYYY-MM-DD",
+}
+
+
+def expected(column: Column) -> str:
+    """What a column's value must be, in a violation's words."""
+    if column.type is ColumnType.DECIMAL:
+        return (
+            f"a decimal({column.precision},{column.scale}): a number or string with at most "
+            f"{column.scale} decimals and {column.precision} digits"
+        )
+    return EXPECTED[column.type]
+
+
+def shown(value: Any) -> str:
+    """A JSON value as a violation shows what arrived (kind and value, cut short)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        text = repr(value)
+        return f"string {text if len(text) <= 60 else text[:57] + '...'}"
+    if isinstance(value, int | float | Decimal):
+        return f"number {value}"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _bad(column: Column, where: str, got: str) -> EnvelopeError:
+    want = expected(column)
+    return EnvelopeError(
+        f"{where}.{column.name} is {got}, must be {want}",
+        column=column.name,
+        expected=want,
+        got=f"{got} in {where}",
+    )
+
+
+def timestamp_ms(column: Column, ms: int, where: str) -> datetime:
+    """Epoch milliseconds as the aware time they name."""
+    if not MS_MIN <= ms <= MS_MAX:
+        raise _bad(column, where, f"number {ms} (epoch milliseconds outside years 1 to 9999)")
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def timestamp_text(column: Column, text: str, where: str) -> datetime:
+    """An RFC 3339 time with an offset, read as msgspec's typed decoding reads it."""
+    try:
+        return msgspec.convert(text, AwareTime)
+    except msgspec.ValidationError:
+        raise _bad(column, where, shown(text)) from None
+
+
+def date_text(column: Column, text: str, where: str) -> date:
+    try:
+        return msgspec.convert(text, date)
+    except msgspec.ValidationError:
+        raise _bad(column, where, shown(text)) from None
+
+
+class DecimalReader:
+    """A ``decimal(p,s)`` column's values from their JSON text (a number literal or a string):
+    the literal's exact value, with exactly ``s`` decimals, or refused."""
+
+    def __init__(self, column: Column) -> None:
+        self.column = column
+        self.exponent = Decimal(1).scaleb(-column.scale)
+        self.limit = Decimal(10) ** (column.precision - column.scale)
+
+    def raw(self, given: msgspec.Raw | bytes, where: str) -> Decimal | None:
+        """From the JSON text msgspec leaves raw (``null`` included)."""
+        if _DECIMAL_QUOTED.fullmatch(given) is not None:  # the common case first
+            return self._exact(Decimal(bytes(given)[1:-1].decode("ascii")), where, given, True)
+        raw = bytes(given)
+        if raw[:1] == b'"':  # escapes too: the checks decide
+            return self.text(orjson.loads(raw), where)
+        if raw == b"null":
+            if self.column.nullable:
+                return None
+            raise _bad(self.column, where, "null (the column is not nullable)")
+        if _DECIMAL_NUMBER.fullmatch(raw) is None:
+            kinds = {b"t": "true", b"f": "false", b"[": "an array", b"{": "an object"}
+            raise _bad(self.column, where, kinds.get(raw[:1], f"{raw[:40]!r}"))
+        return self._exact(Decimal(raw.decode("ascii")), where, raw, False)
+
+    def text(self, text: Any, where: str) -> Decimal:
+        """From a JSON string's content."""
+        if not isinstance(text, str) or _DECIMAL_STRING.fullmatch(text) is None:
+            raise _bad(self.column, where, shown(text))
+        return self._exact(Decimal(text), where, text, True)
+
+    def number(self, value: int | Decimal, where: str) -> Decimal:
+        """From a JSON number read exactly (an int, or a Decimal of the literal)."""
+        return self._exact(Decimal(value), where, value, False)
+
+    def _exact(
+        self,
+        value: Decimal,
+        where: str,
+        given: str | bytes | msgspec.Raw | int | Decimal,
+        quoted: bool,
+    ) -> Decimal:
+        try:
+            scaled: Decimal | None = value.quantize(self.exponent, context=_EXACT)
+        except InvalidOperation:
+            scaled = None
+        if scaled is None or scaled != value or not -self.limit < scaled < self.limit:
+            if isinstance(given, msgspec.Raw):
+                given = bytes(given)
+            text = given.decode("utf-8", "replace") if isinstance(given, bytes) else str(given)
+            got = shown(text.strip('"')) if quoted else f"number {text}"
+            raise _bad(self.column, where, got)
+        return scaled
+
+
+def check(column: Column, value: Any, where: str) -> Any:
+    """A JSON value (as :func:`json.loads` with exact decimals gives it) converted, or the
+    :class:`EnvelopeError` naming the column, what was expected and what arrived."""
+    kind = column.type
+    if value is None:
+        if column.nullable:
+            return None
+        raise _bad(column, where, "null (the column is not nullable)")
+    if kind is ColumnType.STRING:
+        if isinstance(value, str):
+            return value
+    elif kind is ColumnType.INT64:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if INT64_MIN <= value <= INT64_MAX:
+                return value
+            raise _bad(column, where, f"number {value} (outside the signed 64-bit range)")
+    elif kind is ColumnType.FLOAT64:
+        if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+            number = float(value)
+            if -FLOAT_MAX <= number <= FLOAT_MAX:
+                return number
+            raise _bad(column, where, f"number {value} (not finite as a float64)")
+    elif kind is ColumnType.BOOL:
+        if isinstance(value, bool):
+            return value
+    elif kind is ColumnType.TIMESTAMP:
+        if isinstance(value, str):
+            return timestamp_text(column, value, where)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return timestamp_ms(column, value, where)
+    elif kind is ColumnType.DATE:
+        if isinstance(value, str):
+            return date_text(column, value, where)
+    elif isinstance(value, str):
+        return DecimalReader(column).text(value, where)
+    elif isinstance(value, int | Decimal) and not isinstance(value, bool):
+        return DecimalReader(column).number(value, where)
+    raise _bad(column, where, shown(value))

@@ -1,0 +1,302 @@
+"""Rows of declared schemas: the typed decoding against the full checks and against a
+plain-Python model of the table, over generated schemas and captures; every bad-row kind
+of rule 7, located, in strict and resync modes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.contract import values
+from app.contract.envelope import EnvelopeParser
+from app.contract.offsets import TopicPartition
+from app.contract.processor import TableProcessor
+from app.contract.schema import Column, TableSchema, parse_schema
+from app.engine.in_process import run_partitions
+from app.engine.machine import IntegrityMode, PartitionMachine, RecordColumns, Rules
+from app.engine.state import PartitionState
+from app.errors import EnvelopeError, Rule
+from app.tools import generate as gen
+
+_TYPES = ["string", "int64", "float64", "bool", "timestamp", "date", "decimal(18,3)"]
+_KEY_TYPES = ["string", "int64", "timestamp", "date", "decimal(12,2)"]
+
+
+@st.composite
+def schemas(draw: st.DrawFn) -> TableSchema:
+    """A declared schema: one or two key columns, up to six others of any type."""
+    lines = [f'k0 = "{draw(st.sampled_from(_KEY_TYPES))}"']
+    key = ["k0"]
+    if draw(st.booleans()):
+        lines.append(f'k1 = "{draw(st.sampled_from(_TYPES))}"')
+        key.append("k1")
+    for i in range(draw(st.integers(0, 6))):
+        kind = draw(st.sampled_from(_TYPES))
+        nullable = str(draw(st.booleans())).lower()
+        renamed = f', output = "out_{i}"' if draw(st.booleans()) else ""
+        lines.append(f'v{i} = {{ type = "{kind}", nullable = {nullable}{renamed} }}')
+    text = f"[key]\ncolumns = {json.dumps(key)}\n[columns]\n" + "\n".join(lines)
+    return parse_schema(text, "generated.toml")
+
+
+def _capture(schema: TableSchema, seed: int, resync: int) -> gen.Capture:
+    spec = gen.CaptureSpec(
+        topics=1,
+        partitions=2,
+        sessions=3,
+        rows_min=1,
+        rows_max=6,
+        updates=8,
+        resync_every=resync,
+        seed=seed,
+        schema=schema,
+    )
+    return gen.generate(spec)
+
+
+def _records(capture: gen.Capture, tp: TopicPartition) -> Iterator[RecordColumns]:
+    messages = capture.partitions[tp]
+    yield RecordColumns(
+        [m.session.encode() for m in messages],
+        [m.value for m in messages],
+        list(range(len(messages))),
+        [m.ts for m in messages],
+    )
+
+
+def _model(schema: TableSchema, capture: gen.Capture) -> list[tuple[Any, ...]]:
+    """The output rows as a plain Python model of CONTRACT.md section 3 computes them, from
+    the JSON text with exact numbers, one session table (a dict by key) at a time."""
+    keys = [schema.columns[i] for i in schema.key_indexes]
+    rows: list[tuple[Any, ...]] = []
+    for tp, messages in sorted(capture.partitions.items()):
+        tables: dict[str, dict[Any, tuple[Any, ...]]] = {}
+        for offset, message in enumerate(messages):
+            doc = json.loads(message.value, parse_float=Decimal)
+            table = tables.setdefault(doc["session"], {})
+            head = (tp.topic, tp.partition, offset, doc["session"], doc["seq"], doc["type"])
+
+            def typed(raw: dict[str, Any], columns: list[Column]) -> tuple[Any, ...]:
+                return tuple(values.check(c, raw.get(c.name), "model") for c in columns)
+
+            def key_of(item: Any) -> Any:
+                return (
+                    typed(item, keys)
+                    if isinstance(item, dict)
+                    else typed({keys[0].name: item}, keys)
+                )
+
+            def gone(key: Any, head: tuple[Any, ...] = head) -> tuple[Any, ...]:
+                cells: list[Any] = [None] * len(schema.columns)
+                for i, value in zip(schema.key_indexes, key, strict=True):
+                    cells[i] = value
+                return (*head, *cells, True)
+
+            new = {}
+            for raw in doc.get("rows") or []:
+                row = typed(raw, list(schema.columns))
+                new[tuple(row[i] for i in schema.key_indexes)] = row
+            if doc["type"] == "snapshot":
+                rows += [gone(k) for k in table if k not in new]
+                table.clear()
+            elif doc["type"] == "update":
+                for item in doc.get("deleted") or []:
+                    rows.append(gone(key_of(item)))
+                    del table[key_of(item)]
+            else:
+                del tables[doc["session"]]
+            table.update(new)
+            rows += [(*head, *row, False) for row in new.values()]
+    return rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(schemas(), st.integers(0, 2**16), st.sampled_from([0, 3]))
+def test_declared_rows_are_exactly_what_a_plain_model_of_the_contract_computes(
+    schema: TableSchema, seed: int, resync: int
+) -> None:
+    capture = _capture(schema, seed, resync)
+    parser = EnvelopeParser(schema)
+    for messages in capture.partitions.values():
+        for message in messages:  # the typed decoding gives what the full checks give
+            fast = parser(message.session, message.value)
+            assert fast == parser.parse_full(message.session, message.value)
+    outcome = run_partitions(
+        sorted(capture.partitions),
+        lambda tp: _records(capture, tp),
+        TableProcessor(schema),
+        Rules(IntegrityMode.STRICT),
+    )
+    assert outcome.violations == []
+    table = outcome.rows()
+    got = [
+        (*r[:6], *r[7:-1], r[-1])  # every column but ts (the model keeps no record times)
+        for r in zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True)
+    ]
+    assert got == _model(schema, capture)
+
+
+WIDE = parse_schema(
+    """
+    [key]
+    columns = ["site", "id"]
+    [columns]
+    site  = "string"
+    id    = "int64"
+    n     = { type = "int64", nullable = true }
+    x     = { type = "float64", nullable = true }
+    on    = { type = "bool", nullable = true }
+    at    = { type = "timestamp", nullable = true }
+    day   = { type = "date", nullable = true }
+    price = { type = "decimal(6,2)", nullable = true }
+    name  = "string"
+    """,
+    "wide.toml",
+)
+
+
+def _snapshot(*rows: dict[str, Any], seq: int = 0) -> bytes:
+    return orjson.dumps(
+        {"session": "s1", "seq": seq, "type": "snapshot", "ts": 1, "rows": list(rows)}
+    )
+
+
+def _row(**fields: Any) -> dict[str, Any]:
+    return {"site": "a", "id": 1, "name": "n", **fields}
+
+
+BAD_ROWS = [
+    ("int64 beyond 64 bits", _snapshot(_row(n=2**63)), "n", "outside the signed 64-bit range"),
+    ("int64 given 1.0", _snapshot(_row(n=1.0)), "n", "number 1.0"),
+    ("int64 given true", _snapshot(_row(n=True)), "n", "true"),
+    (
+        "int64 given 1e2",
+        b'{"session":"s1","seq":0,"type":"snapshot","ts":1,"rows":[{"site":"a","id":1,"name":"n","n":1e2}]}',
+        "n",
+        "number 1E+2",
+    ),
+    ("float64 given true", _snapshot(_row(x=True)), "x", "true"),
+    ("float64 given a string", _snapshot(_row(x="1.5")), "x", "string '1.5'"),
+    ("bool given 1", _snapshot(_row(on=1)), "on", "number 1"),
+    ("decimal beyond its scale", _snapshot(_row(price="1.234")), "price", "string '1.234'"),
+    ("decimal beyond its precision", _snapshot(_row(price=12345.6)), "price", "number 12345.6"),
+    ("decimal not a number string", _snapshot(_row(price="1e3")), "price", "string '1e3'"),
+    (
+        "timestamp without an offset",
+        _snapshot(_row(at="2026-01-01T00:00:00")),
+        "at",
+        "string '2026-01-01T00:00:00'",
+    ),
+    (
+        "timestamp not RFC 3339",
+        _snapshot(_row(at="2026-13-01T00:00:00Z")),
+        "at",
+        "string '2026-13-01T00:00:00Z'",
+    ),
+    ("timestamp as a float", _snapshot(_row(at=1.5)), "at", "number 1.5"),
+    ("date not YYYY-MM-DD", _snapshot(_row(day="2026-1-2")), "day", "string '2026-1-2'"),
+    ("date that does not exist", _snapshot(_row(day="2026-02-30")), "day", "string '2026-02-30'"),
+    ("key column missing", _snapshot({"site": "a", "name": "n"}), "id", "no field 'id'"),
+    ("key column null", _snapshot(_row(site=None)), "site", "null"),
+    ("non-nullable column null", _snapshot(_row(name=None)), "name", "null"),
+    ("non-nullable column missing", _snapshot({"site": "a", "id": 1}), "name", "no field 'name'"),
+]
+
+
+@pytest.mark.parametrize("mode", list(IntegrityMode))
+@pytest.mark.parametrize(("kind", "value", "column", "got"), BAD_ROWS, ids=[b[0] for b in BAD_ROWS])
+def test_each_bad_row_kind_violates_rule_7_located_with_column_expected_and_got(
+    kind: str, value: bytes, column: str, got: str, mode: IntegrityMode
+) -> None:
+    tp = TopicPartition("sensor-9", 3)
+    machine = PartitionMachine(TableProcessor(WIDE), Rules(mode))
+    records = RecordColumns([b"s1"], [value], [41], [1_000])
+    result = machine.run(PartitionState.empty(tp, 41), records)
+    assert len(result.violations) == 1, kind
+    v = result.violations[0]
+    assert (v.topic, v.partition, v.offset, v.session, v.rule) == ("sensor-9", 3, 41, "s1", Rule(7))
+    assert v.column == column and got in v.got and "rows[0]" in v.got
+    assert v.expected == values.expected(WIDE.column(column))  # type: ignore[arg-type]
+    line = v.describe()
+    assert "topic sensor-9 partition 3 offset 41, session 's1'" in line
+    assert f"column {column!r}" in line and "\n" not in line
+    if mode is IntegrityMode.RESYNC:  # set aside with the reason, the job goes on
+        assert [q.offset for q in result.quarantined] == [41]
+        assert column in result.quarantined[0].reason or got in result.quarantined[0].reason
+    else:
+        assert result.quarantined == []
+
+
+def test_a_snapshot_holding_one_key_twice_violates_rule_7() -> None:
+    machine = PartitionMachine(TableProcessor(WIDE), Rules())
+    value = _snapshot(_row(), _row(n=2))
+    result = machine.run(
+        PartitionState.empty(TopicPartition("t", 0), 0),
+        RecordColumns([b"s1"], [value], [0], [0]),
+    )
+    v = result.violations[0]
+    assert v.rule is Rule.ENVELOPE and v.expected == "unique keys in a snapshot"
+    assert "('a', 1)" in v.got
+
+
+def test_deletes_name_rows_by_key_object_or_bare_value_typed_like_rows() -> None:
+    schema = parse_schema(
+        '[key]\ncolumns = ["at"]\n[columns]\nat = "timestamp"\nv = { type = "int64", '
+        "nullable = true }\n",
+        "t.toml",
+    )
+    parser = EnvelopeParser(schema)
+    update = orjson.dumps(
+        {
+            "session": "s",
+            "seq": 1,
+            "type": "update",
+            "ts": 1,
+            "deleted": [{"at": "1970-01-01T01:00:00+01:00"}, 1000],
+        }
+    )
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert list(parser("s", update).deleted) == [epoch, epoch + timedelta(seconds=1)]
+    with pytest.raises(EnvelopeError, match=r"deleted\[0\]\.at"):
+        parser("s", update.replace(b"+01:00", b""))
+
+
+def test_a_traced_message_names_its_keys_in_the_declared_key_columns() -> None:
+    machine = PartitionMachine(TableProcessor(WIDE), Rules(trace=frozenset({"s1"})))
+    rows = [_row(id=i) for i in range(5)]
+    update = orjson.dumps(
+        {"session": "s1", "seq": 1, "type": "update", "ts": 2, "deleted": [{"site": "a", "id": 0}]}
+    )
+    result = machine.run(
+        PartitionState.empty(TopicPartition("t", 0), 0),
+        RecordColumns([b"s1", b"s1"], [_snapshot(*rows), update], [0, 1], [0, 0]),
+    )
+    assert [(t.outcome, t.keys) for t in result.trace] == [
+        ("applied", "rows (site, id): (a, 0), (a, 1), (a, 2) and 2 more"),
+        ("applied", "deleted: (a, 0)"),
+    ]
+
+
+def test_every_fault_of_a_declared_schemas_capture_violates_where_generate_says() -> None:
+    faults = tuple(f for f in gen.Fault if f is not gen.Fault.ARCHIVE_HOLE)
+    spec = gen.CaptureSpec(sessions=len(faults) + 3, updates=20, faults=faults, schema=WIDE)
+    capture = gen.generate(spec)
+    outcome = run_partitions(
+        sorted(capture.partitions),
+        lambda tp: _records(capture, tp),
+        TableProcessor(WIDE),
+        Rules(IntegrityMode.RESYNC),
+    )
+    found = {(v.topic, v.partition, v.offset, v.rule) for v in outcome.violations}
+    assert found == {
+        (f.topic, f.partition, f.offset, gen.FAULT_RULES[f.fault]) for f in capture.faults
+    }
+    assert len(capture.faults) == len(faults)

@@ -1,0 +1,184 @@
+"""A declared table schema on local Spark: a wide schema end to end for outside readers, an
+added nullable column across a restart, a retyped one refused with the output untouched."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from app import cli
+from app.contract.schema import TableSchema, parse_schema
+from app.engine.output import output_schema
+from app.errors import ConfigurationError
+from app.recompute.replay import replay
+from app.table.catalog import threads_released
+from app.tools import generate as gen
+from app.tools import verify
+from tests.spark.helpers import copy_files, ledger_end, run_job, tp_of, write_capture
+from tests.table.helpers import duckdb_table_rows, load_table
+
+pytestmark = pytest.mark.spark
+
+PATTERN = "^sensor-.+"
+BEFORE = """
+[key]
+columns = ["site", "id"]
+
+[columns]
+site    = "string"
+id      = "int64"
+reading = { type = "float64", nullable = true }
+alarm   = "bool"
+seen_at = { type = "timestamp", nullable = true }
+day     = { type = "date", nullable = true }
+price   = { type = "decimal(12,4)", nullable = true }
+label   = { type = "string", nullable = true, output = "site_label" }
+"""
+# The restart's schema: a column added, and alarm made nullable.
+AFTER = BEFORE.replace('alarm   = "bool"', 'alarm   = { type = "bool", nullable = true }') + (
+    'extra   = { type = "int64", nullable = true }\n'
+)
+RETYPED = AFTER.replace("decimal(12,4)", "decimal(14,4)")
+
+
+def _schema(text: str, name: str, root: Path) -> tuple[TableSchema, str]:
+    path = root / name
+    path.write_text(text)
+    return parse_schema(text, str(path)), str(path)
+
+
+def _spec(schema: TableSchema) -> gen.CaptureSpec:
+    return gen.CaptureSpec(
+        topics=2,
+        partitions=2,
+        sessions=8,
+        rows_min=4,
+        rows_max=10,
+        updates=30,
+        resync_every=9,
+        records_per_file=25,
+        schema=schema,
+    )
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with its content's digest."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _expected(archive: Path, schema: TableSchema, end: dict[Any, int], after: bool) -> pa.Table:
+    """The expectation with ``schema`` for the offsets before ``end`` (or from it on)."""
+    rows = verify.expected_output(str(archive), PATTERN, schema=schema).rows
+    keep = pc.equal(pa.repeat(pa.scalar(True), len(rows)), False)
+    for tp, offset in end.items():
+        here = pc.and_(pc.equal(rows["topic"], tp.topic), pc.equal(rows["partition"], tp.partition))
+        keep = pc.or_(keep, pc.and_(here, pc.less(rows["offset"], offset)))
+    return rows.filter(pc.invert(keep) if after else keep)
+
+
+def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    before, before_path = _schema(BEFORE, "before.toml", tmp_path)
+    after, after_path = _schema(AFTER, "after.toml", tmp_path)
+    full, archive = tmp_path / "full", tmp_path / "archive"
+    # Producers send the new column from the start, and alarm always.
+    sent = parse_schema(BEFORE + 'extra   = { type = "int64", nullable = true }\n', "sent")
+    write_capture(full, _spec(sent))
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+
+    # The first half with the schema before: the new column is a field it ignores.
+    copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) < 50)
+    run_job(spark, archive, output, checkpoint, schema=before, schema_document=before_path)
+    half = ledger_end(output)
+    assert half and all(offset == 50 for offset in half.values())
+
+    # The rest with the schema after: the job carries on.
+    copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) >= 50)
+    run_job(spark, archive, output, checkpoint, schema=after, schema_document=after_path)
+    assert set(ledger_end(output)) == {tp_of(p.relative_to(full)) for p in full.rglob("*.parquet")}
+
+    layout = output_schema(after)
+    expected = (
+        pa.concat_tables(
+            [
+                _expected(full, before, half, after=False),
+                _expected(full, after, half, after=True),
+            ],
+            promote_options="default",
+        )
+        .select(layout.names)
+        .cast(layout)
+    )
+    assert expected.column("extra").null_count < len(expected)  # the new column is filled
+
+    # verify's expectation reads each range with the schema its ledger entry names.
+    first, changes = verify.recorded_schemas(str(output))
+    assert first == before and set(changes) == set(half)
+    assert all(found == [(50, after)] for found in changes.values())
+    recomputed = verify.expected_output(str(full), PATTERN, schema=first, changes=changes)
+    assert verify.compare(expected, recomputed.rows).ok
+    assert cli.main(["verify", "--archive", str(full), "--output", str(output)]) == 0
+    # (The schema after for every range would fill the column where the output holds null.)
+    all_after = verify.expected_output(str(full), PATTERN, schema=after).rows
+    assert not verify.compare(all_after, verify.read_output(str(output))).ok
+
+    # Plain readers that unify by name: pyarrow given the output's schema, DuckDB.
+    plain = verify.read_output(str(output))
+    assert plain.schema == output_schema(after)
+    comparison = verify.compare(expected, plain)
+    assert comparison.ok, comparison.report()
+    assert plain.filter(pc.less(plain["offset"], 50))["extra"].null_count == len(
+        plain.filter(pc.less(plain["offset"], 50))
+    )
+    con = duckdb.connect()
+    try:
+        glob = str(output / "date=*" / "*.parquet")
+        duck = con.execute(
+            f"SELECT * EXCLUDE (date) FROM read_parquet('{glob}', hive_partitioning=true, "
+            "union_by_name=true)"
+        ).to_arrow_table()
+    finally:
+        con.close()
+    assert verify.compare(expected, duck.select(expected.column_names)).ok
+
+    # The table's readers: pyiceberg, its schema evolved with a new field id.
+    table = load_table(output)
+    fields = {f.name: f for f in table.schema().fields}
+    assert fields["extra"].field_id > fields["site_label"].field_id
+    assert fields["site"].required and fields["id"].required and fields["ts"].required
+    assert not fields["alarm"].required and not fields["extra"].required
+    with threads_released():  # pyiceberg's pool ends with the scan
+        scanned = table.scan().to_arrow().select(expected.column_names)
+    assert verify.compare(expected, scanned).ok
+    # And DuckDB's iceberg extension, through the table's metadata alone.
+    ducked = duckdb_table_rows(output).select(expected.column_names)
+    assert verify.compare(expected, ducked).ok
+
+    # A replay of all of it reads each range with the schema it ran with: the same bytes.
+    untouched = _tree(output)
+    report = replay(spark, str(full), str(output), 0, 4_102_444_800_000, topic_pattern=PATTERN)
+    assert report.record.published and not report.record.removed
+    assert {k: v for k, v in _tree(output).items() if k.startswith("date=")} == {
+        k: v for k, v in untouched.items() if k.startswith("date=")
+    }
+
+    # A retyped column is refused at start, in one line, before anything is written.
+    untouched = _tree(output)
+    retyped, retyped_path = _schema(RETYPED, "retyped.toml", tmp_path)
+    with pytest.raises(ConfigurationError) as info:
+        run_job(spark, archive, output, checkpoint, schema=retyped, schema_document=retyped_path)
+    message = str(info.value)
+    assert message.startswith(f"schema {retyped_path}, column 'price'")
+    assert "retyped from decimal(12,4) to decimal(14,4)" in message
+    assert _tree(output) == untouched
