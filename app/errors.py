@@ -75,7 +75,7 @@ _MEANINGS: dict[ExitCode, str] = {
     ExitCode.STORAGE: "the storage refused a read or a write (full disk, denied, read-only); "
     "nothing committed is lost",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGINT); what was committed stays",
-    ExitCode.CLOSED_PIPE: "the reader of the output went away (`| head`)",
+    ExitCode.CLOSED_PIPE: "the reader of the output went away (a pipe that `head` closed)",
 }
 
 
