@@ -201,7 +201,8 @@ def summary_lines(
 ) -> list[str]:
     rate = totals.messages / elapsed_s if elapsed_s > 0 else 0.0
     lines = [
-        f"{'done' if finished else 'stopped'}: {totals.batches} batches, "
+        f"{'done' if finished else 'stopped'}: {totals.batches} "
+        f"{'batch' if totals.batches == 1 else 'batches'}, "
         f"{totals.messages:,} messages ({rate:,.0f}/s), "
         f"{totals.rows:,} rows in {totals.files} files ({_size(totals.bytes)}), "
         f"{totals.quarantined:,} quarantined, {totals.violations:,} violations, "

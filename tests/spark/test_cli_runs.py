@@ -132,7 +132,7 @@ def test_ctrl_c_is_one_line_and_exit_130_and_the_next_run_carries_on_exactly(
     assert job.returncode == int(ExitCode.INTERRUPTED) == 130
     assert err == "tablecast run: interrupted\n"  # no py4j traceback before it
     if moment == "batch 0":
-        assert "stopped: 1 batches" in out
+        assert "stopped: 1 batch," in out
     carried_on = run(TABLECAST, "run", *paths, "--trigger", "available-now", cwd=tmp_path)
     assert carried_on.returncode == 0, carried_on.stderr
     verified = run(TABLECAST, "verify", "--archive", "archive", "--output", "out", cwd=tmp_path)
