@@ -137,3 +137,52 @@ def test_ctrl_c_is_one_line_and_exit_130_and_the_next_run_carries_on_exactly(
     assert carried_on.returncode == 0, carried_on.stderr
     verified = run(TABLECAST, "verify", "--archive", "archive", "--output", "out", cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_verify_and_replay_keep_the_rules_the_ledger_records_and_replay_says_what_it_changed(
+    tmp_path: Path,
+) -> None:
+    # A gap in a session's numbering: under resync its rows wait for the next snapshot, under
+    # strict the run would stop; the expected output of the one differs from the other's.
+    _generate(tmp_path, "archive", "--fault", "seq-gap")
+    paths = ["--archive", "archive", "--output", "out"]
+    done = run(
+        TABLECAST,
+        *("run", *paths, "--checkpoint", "ckpt", "--trigger", "available-now"),
+        *("--integrity", "resync"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ", 1 violations, " in done.stdout
+
+    # No --integrity: the live job's, as its ledger records it.
+    verified = run(TABLECAST, "verify", *paths, cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "rules: integrity resync, session timeout 1 hour\n" in verified.stdout
+    assert verified.stdout.endswith("OK: the output is exactly the expected output\n")
+    strict = run(TABLECAST, "verify", *paths, "--integrity", "strict", cwd=tmp_path)
+    assert (strict.returncode, strict.stdout) == (ExitCode.USAGE, "")
+    assert strict.stderr == (
+        "tablecast verify: --integrity strict differs from the live job's integrity resync, "
+        "which the ledger of out records: leave --integrity out to verify with the live job's\n"
+    )
+
+    # A replay of every day that recomputes the same rows rewrites nothing and says so.
+    files = sorted(p.relative_to(tmp_path) for p in (tmp_path / "out").rglob("*.parquet"))
+    window = ["--since", "2026-01-01T00:00:00Z", "--until", "2100-01-01T00:00:00Z"]
+    planned = run(TABLECAST, "replay", *paths, *window, "--dry-run", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.endswith("dry run: nothing was changed\n")
+    replayed = run(TABLECAST, "replay", *paths, *window, cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    last = replayed.stdout.splitlines()[-1]
+    kept = re.fullmatch(
+        r"replay of window .*: 4 partition tasks read 4\d\d messages into [\d,]+ rows; "
+        r"0 files rewritten under new names, (\d+) identical \(kept\), 0 old names retired",
+        last,
+    )
+    assert kept is not None, last
+    assert int(kept.group(1)) == len(files)
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "out").rglob("*.parquet")) == files
+    again = run(TABLECAST, "verify", *paths, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
