@@ -83,7 +83,7 @@ def test_verify_refuses_a_missing_or_empty_archive_or_output(
             f"tablecast verify: output {tmp_path / 'out'} holds no Parquet file: nothing to verify",
         ),
         (
-            ["--archive", missing, "--output", missing],
+            ["--archive", str(tmp_path / "empty"), "--output", missing],
             f"tablecast verify: output {missing} does not exist",
         ),
     ]
@@ -272,7 +272,7 @@ def test_the_kafka_source_options_of_run_are_refused_in_one_line_when_wrong(
             64,
             f"tablecast run: {message}",
         )
-    archive_only = ["run", "--archive", str(tmp_path), "--kafka-option", "a=b", *paths]
+    archive_only = ["run", "--archive", str(tmp_path / "archive"), "--kafka-option", "a=b", *paths]
     needs = "tablecast run: --kafka-option needs --bootstrap-servers"
     assert _cli_error(archive_only, capsys) == (64, needs)
     with pytest.raises(SystemExit):  # argparse: one or the other

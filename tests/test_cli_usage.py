@@ -251,6 +251,29 @@ def test_the_operator_tools_check_paths_too(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_output_in_the_archive_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    # The run's start-up check would see the archive's files as strays to delete.
+    (tmp_path / "archive" / "sensor-0").mkdir(parents=True)
+    for argv in (
+        ["run", "--archive", "archive", "--output", "archive/", "--checkpoint", "ckpt"],
+        ["run", "--archive", "./archive", "--output", "archive/out", "--checkpoint", "ckpt"],
+        ["verify", "--archive", "archive/", "--output", "archive"],
+    ):
+        line = _one_line(run(TABLECAST, *argv, cwd=tmp_path), 64)
+        assert line == (
+            f"tablecast {argv[0]}: --output {argv[argv.index('--output') + 1]} and --archive "
+            f"{argv[argv.index('--archive') + 1]} overlap: the output is a folder of its own, "
+            "never inside the archive"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
+    assert [p.name for p in (tmp_path / "archive").iterdir()] == ["sensor-0"]
+    # A sibling whose name starts with the archive's is its own folder.
+    beside = run(
+        TABLECAST, "verify", "--archive", "archive", "--output", "archive-out", cwd=tmp_path
+    )
+    assert _one_line(beside, 64) == "tablecast verify: output archive-out does not exist"
+
+
 def test_commands_that_read_an_output_refuse_a_missing_one_and_create_nothing(
     tmp_path: Path,
 ) -> None:

@@ -42,6 +42,22 @@ def check_paths(args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if value is not None:
             storage.require_scheme(option, value, schemes)
+    archive, output = getattr(args, "archive", None), getattr(args, "output", None)
+    if archive and output:
+        a, o = _place(archive), _place(output)
+        if a == o or o.startswith(a + "/") or a.startswith(o + "/"):
+            # The output's checks would find the archive's files as strays to delete.
+            raise ConfigurationError(
+                f"--output {output} and --archive {archive} overlap: the output is a folder "
+                "of its own, never inside the archive"
+            )
+
+
+def _place(uri: str) -> str:
+    """Where a path option points, comparable with another's (local paths made absolute)."""
+    if "://" in uri and not uri.startswith("file://"):
+        return uri.rstrip("/")
+    return os.path.realpath(uri.removeprefix("file://"))
 
 
 def existing_output(uri: str, *, ledger: bool = True) -> Location:
