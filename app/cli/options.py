@@ -196,6 +196,7 @@ def table_settings(args: argparse.Namespace) -> TableSettings:
             args.compact_target_size, option="--compact-target-size"
         ),
         retire_grace_s=retire_grace(args),
+        history_s=parse_duration_ms(args.table_history, "--table-history") / 1000,
     )
 
 

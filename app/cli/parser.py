@@ -213,8 +213,16 @@ def _run(commands: Commands[CommandParser]) -> None:
         "--retire-grace",
         default=None,
         metavar="DURATION",
-        help="with --compact-every: how long a compaction's inputs stay after its snapshot, "
-        "for Iceberg queries planned before it; a later batch deletes them [2 minutes]",
+        help="how long a compaction's inputs, and the table's files of expired snapshots, "
+        "stay for Iceberg queries planned before; a later batch deletes them [2 minutes]",
+    )
+    table.add_argument(
+        "--table-history",
+        default=defaults.TABLE_HISTORY,
+        metavar="DURATION",
+        help="how far back the output's Iceberg table keeps snapshots for time travel: every "
+        "one of the last hour, then one an hour; ledger entries older are folded "
+        f"[{defaults.TABLE_HISTORY}]",
     )
 
     seeing = run.add_argument_group("seeing it")
