@@ -7,6 +7,7 @@ was wrong and where, with a distinct exit code (see :mod:`app.errors`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
@@ -34,6 +35,8 @@ from app.tools import generate as gen
 # duckdb and confluent-kafka cost seconds that `--help`, `generate` or a mistyped
 # option should not pay.
 if TYPE_CHECKING:
+    from app.contract.offsets import TopicPartition
+    from app.contract.processor import Processor
     from app.contract.schema import TableSchema
     from app.metrics.consumer_group import GroupCommitter
     from app.recompute.plan import PartitionWork
@@ -143,12 +146,23 @@ def build_parser() -> argparse.ArgumentParser:
     _schema_option(
         run, "the table schema (TOML, local path or s3://) [the default: row_id, value, status]"
     )
+    _processor_option(
+        run,
+        "the processor: package.module:Class, a tablecast.Processor installed beside tablecast "
+        "(docs/processors.md) [table: the built-in table rebuild]",
+    )
     run.add_argument(
         "--trigger",
         default=defaults.TRIGGER,
         help=f"'available-now' or 'processing-time=<interval>' [{defaults.TRIGGER}]",
     )
-    run.add_argument("--integrity", choices=[m.value for m in IntegrityMode], default="strict")
+    run.add_argument(
+        "--integrity",
+        choices=[m.value for m in IntegrityMode],
+        default="strict",
+        help="strict or resync (CONTRACT.md's rules), ordered (rising seqs; repeats dropped, "
+        "gaps counted), once (each seq once, in arrival order) or none [strict]",
+    )
     topics = run.add_mutually_exclusive_group()
     topics.add_argument(
         "--topic-pattern",
@@ -341,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
         "into an output without a ledger: the table schema the rows follow [the default]; "
         "an output's ledger names its own",
     )
+    _processor_option(
+        replay, "into an output without a ledger: the processor [table]; a ledger names its own"
+    )
     _recompute_options(replay)
 
     correct = commands.add_parser(
@@ -351,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     which = correct.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", help="the faulty package version, as the ledger records it")
     which.add_argument("--commit", help="the faulty commit (7 or more hex digits)")
+    which.add_argument(
+        "--processor-version",
+        help="the faulty version of the processor's package, as the ledger records it",
+    )
     correct.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     _recompute_options(correct)
 
@@ -365,12 +386,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="the live job's --integrity [from the output's ledger; else strict]",
     )
     _schema_option(verify, "the table schema the job ran with [the one the output's ledger names]")
+    _processor_option(verify, "the processor the job ran [the one the output's ledger names]")
     _table_commands(commands)
     return parser
 
 
 def _schema_option(command: argparse.ArgumentParser, text: str) -> None:
     command.add_argument("--schema", default=None, metavar="FILE", help=text)
+
+
+def _processor_option(command: argparse.ArgumentParser, text: str) -> None:
+    command.add_argument("--processor", default=None, metavar="MODULE:CLASS", help=text)
+
+
+def _processor(args: argparse.Namespace) -> Processor[Any]:
+    """``--processor`` (the built-in without it), reading messages with ``--schema``."""
+    from app.contract import loader
+
+    return loader.load(args.processor, _schema(args), schema_given=args.schema is not None)
+
+
+def _recorded_processor(args: argparse.Namespace) -> Processor[Any] | None:
+    """A user's processor for a command on ``--output``: ``--processor``, else the one the
+    output's ledger names; None for the built-in."""
+    from app.contract import loader
+    from app.sink import processors
+
+    location = resolve(args.output)
+    if args.processor is None:
+        found = processors.current(location)
+    else:
+        found = _processor(args)
+        held = processors.current_record(location)
+        if held is not None and held.name != found.name:
+            raise ConfigurationError(
+                f"--processor {args.processor}: output {args.output} was written by processor "
+                f"{held.name}; leave --processor out"
+            )
+    return None if found is None or found.name == loader.BUILT_IN else found
 
 
 def _schema(args: argparse.Namespace) -> TableSchema:
@@ -639,13 +692,17 @@ def _run(args: argparse.Namespace) -> int:
         schema_document=args.schema or "(default)",
         writer_lease_s=_writer_lease(args),
     )
+    # A processor that cannot load costs no JVM start.
+    processor = _processor(args)
+    config = dataclasses.replace(config, processor=processor.name)
     from app.metrics.listener import MetricsListener
     from app.metrics.progress import Console, ProgressDisplay
     from app.metrics.publisher import make_publisher
-    from app.sink import schemas
+    from app.sink import processors
 
-    # A schema the output cannot take costs no JVM start (the job checks again, and records it).
-    schemas.check(resolve(config.output), config.schema, config.schema_document)
+    # A processor or schema the output cannot take costs no JVM start (the job checks
+    # again, and records them).
+    processors.check(resolve(config.output), processor, config.schema_document)
 
     console = Console()
     publisher = make_publisher(
@@ -664,7 +721,15 @@ def _run(args: argparse.Namespace) -> int:
     listener = MetricsListener(publisher, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
-        job.run(spark, config, display.on_report, listener=listener, notice=console.line, gone=gone)
+        job.run(
+            spark,
+            config,
+            display.on_report,
+            processor=processor,
+            listener=listener,
+            notice=console.line,
+            gone=gone,
+        )
         finished = True
     finally:
         stats = publisher.close()  # bounded: what CloudWatch does not take in time is dropped
@@ -788,14 +853,18 @@ def _verify(args: argparse.Namespace) -> int:
     from app.table.check import check_table
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    # The schema given, or each range's as the output's ledger records it.
-    first, changes = (
-        (_schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
-    )
-    last = first if args.schema else verify_mod.output_table_schema(args.output)
-    actual = verify_mod.read_output(
-        args.output, required=True, schema=last, archive=args.archive
-    )
+    # A user's processor runs over all of it; the built-in reads each range with the schema
+    # given, or each range's as the output's ledger records it.
+    processor = _recorded_processor(args)
+    changes: dict[TopicPartition, list[tuple[int, TableSchema]]] = {}
+    if processor is not None:
+        first, last = processor.output, processor.output
+    else:
+        first, changes = (
+            (_schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
+        )
+        last = first if args.schema else verify_mod.output_table_schema(args.output)
+    actual = verify_mod.read_output(args.output, required=True, schema=last, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
     table = check_table(resolve(args.output), archive=args.archive)
     rules = verify_mod.recorded_rules(
@@ -808,10 +877,15 @@ def _verify(args: argparse.Namespace) -> int:
         timeout_ms=rules.timeout_ms,
         schema=first,
         changes=changes,
+        processor=processor,
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
     print(f"rules: {rules.describe()}")
+    if processor is not None:
+        print(f"processor: {processor.name} (state version {processor.state_version})")
+    if expected.repeats or expected.gaps:
+        print(f"integrity class: {expected.repeats:,} dropped, {expected.gaps:,} seqs missing")
     if table is not None:
         print(f"table: {table}")
     print(comparison.report())
@@ -870,6 +944,7 @@ def _replay(args: argparse.Namespace) -> int:
         until,
         topic_pattern=_pattern(args.topic_pattern),
         schema=_schema(args),
+        processor=_recorded_processor(args),
         **_recompute_rules(args),
     )
     return _carry_out(args, planned, retirement, "replaying partitions")
@@ -923,6 +998,7 @@ def _correct(args: argparse.Namespace) -> int:
         args.output,
         version=args.version,
         commit=args.commit,
+        processor_version=args.processor_version,
         **_recompute_rules(args),
     )
     return _carry_out(args, planned, retirement, "correcting partitions")

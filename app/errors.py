@@ -289,6 +289,17 @@ class DamagedOutputError(TablecastError):
     exit_code = 8
 
 
+class ProcessorError(TablecastError):
+    """A processor (``--processor``, the user's code) failed: it raised, returned what is not
+    a state and its changes, rows its output schema refuses, or it cannot be loaded.
+
+    Facts: ``processor`` (its name), ``step`` (apply, start, end, timeout, migrate,
+    output), and ``topic``, ``partition``, ``offset``, ``session`` where it was.
+    """
+
+    exit_code = 9
+
+
 class StorageAccessError(TablecastError):
     """The machine refused a read or a write: a full disk, a denied permission, a
     read-only filesystem. Nothing committed is lost; run again once it is fixed.

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from app.contract.offsets import TopicPartition
-from app.contract.processor import Table, TableProcessor
+from app.contract.table_processor import Table, TableProcessor
 from app.engine.machine import PartitionMachine, RecordColumns, Rules
 from app.engine.state import PartitionState
 from app.engine.store import encode

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from app.contract.envelope import MessageType, parse_envelope
-from app.contract.processor import Table, TableProcessor
+from app.contract.table_processor import Table, TableProcessor
 
 OUTPUT_DDL = (
     "topic string, partition int, offset long, session string, seq long, type string, "
