@@ -47,8 +47,8 @@ Message = Envelope
 
 
 class Changes(NamedTuple):
-    """The output rows of one call: ``rows``, then one ``deleted=true`` row per key of
-    ``deleted`` (its key columns set, every other column null).
+    """The output rows of one call: one ``deleted=true`` row per key of ``deleted`` (its key
+    columns set, every other column null), written before ``rows``.
 
     A row is a tuple of the output schema's columns in declared order, as
     :mod:`app.contract.values` stores them (str, int, float, bool, an aware
