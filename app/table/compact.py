@@ -193,7 +193,9 @@ def write_merged(location: Location, path: str, tables: list[pa.Table], schema: 
 def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` in ``schema``: a column it lacks (added to the schema since) is null."""
     columns = {
-        f.name: table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
+        f.name: table.column(f.name)
+        if f.name in table.column_names
+        else pa.nulls(len(table), f.type)
         for f in schema
     }
     return pa.table(columns).cast(schema)

@@ -155,6 +155,8 @@ def test_on_s3_and_glue_a_lost_metadata_file_is_named_and_table_rebuild_mends_it
     assert "holds the " in (check_table(location) or "")
     comparison = verify.compare(expected, table_rows(output))
     assert comparison.ok, comparison.report()
+
+
 def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
     expected: pa.Table, aws: dict[str, str]
 ) -> None:
