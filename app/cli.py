@@ -255,8 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--retire-grace",
         default=None,
         metavar="DURATION",
-        help="with --compact-every: how long a compaction's inputs stay after its snapshot, "
-        "for Iceberg queries planned before it; a later batch deletes them [2 minutes]",
+        help="how long a compaction's inputs, and the table's files of expired snapshots, "
+        "stay for Iceberg queries planned before; a later batch deletes them [2 minutes]",
+    )
+    run.add_argument(
+        "--table-history",
+        default=defaults.TABLE_HISTORY,
+        metavar="DURATION",
+        help="how far back the output's Iceberg table keeps snapshots for time travel: every "
+        "one of the last hour, then one an hour; ledger entries older are folded "
+        f"[{defaults.TABLE_HISTORY}]",
     )
     _writer_lease_option(run)
     run.add_argument(
@@ -1035,7 +1043,18 @@ def _table_settings(args: argparse.Namespace) -> TableSettings:
             args.compact_target_size, option="--compact-target-size"
         ),
         retire_grace_s=_retire_grace(args),
+        history_s=_table_history(args),
     )
+
+
+def _table_history(args: argparse.Namespace) -> float:
+    """``--table-history`` in seconds, or a one-line error."""
+    try:
+        return parse_duration_ms(args.table_history) / 1000
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"--table-history {args.table_history!r} is not a duration like '5 days' or '12 hours'"
+        ) from None
 
 
 def _table(args: argparse.Namespace) -> int:

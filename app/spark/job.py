@@ -184,11 +184,12 @@ def run(
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
     writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
-    plan = check_before_start(config.output, checkpoint, table_commit, writer, notice, gone)
+    table = table_live.LiveTable(config.table)
+    plan = check_before_start(config.output, checkpoint, table, writer, notice, gone)
     assert plan.fence is not None  # check_before_start claims the output
     lease = LeaseKeeper(plan.fence).start()
     try:
-        _run_query(spark, config, plan, checkpoint, lease, on_batch, processor, listener)
+        _run_query(spark, config, plan, checkpoint, table, lease, on_batch, processor, listener)
     except Exception as exc:
         raise _ownership_lost(plan.fence, exc) from None
     finally:
@@ -214,6 +215,7 @@ def _run_query(
     config: JobConfig,
     plan: StartPlan,
     checkpoint: CheckpointLog,
+    table: table_live.LiveTable,
     lease: LeaseKeeper,
     on_batch: Callable[[BatchReport], None] | None,
     processor: Processor[Any],
@@ -232,8 +234,9 @@ def _run_query(
         checkpoint=checkpoint,
         engine=engine,
         mode=config.integrity,
-        table=table_commit,
+        table=table,
         fence=plan.fence,
+        history_s=config.table.history_s,
         lease=lease,
         on_batch=_reporting(on_batch, listener),
     )
