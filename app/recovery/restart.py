@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from app.contract.envelope import MessageType, Record
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class RestartPoint:
 
 
 class CannotRebuildError(TablecastError):
-    exit_code = 4
+    exit_code = ExitCode.START_REFUSED
 
     def __init__(self, session: str, offset: int, what: str = "snapshot") -> None:
         super().__init__(

@@ -222,7 +222,8 @@ class ExactlyOnceSink:
             raise OutputStateError(
                 message, output=self.output_uri, checkpoint=self.checkpoint.uri, batch=batch_id
             )
-        self.engine.prepare(start, *_recorded_states(ledger, head, already_published))
+        if not self.engine.prepared:  # the ledger's earlier entries are read once a run
+            self.engine.prepare(start, *_recorded_states(ledger, head, already_published))
         self._step_done(2, batch_id)
 
         # Step 3

@@ -44,6 +44,7 @@ import pyarrow.fs as pafs
 from app.code_version import JobVersion, job_version
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition, parse_key
+from app.durations import spark_interval
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.state import StateVersion
 from app.storage import Location
@@ -125,7 +126,7 @@ class LiveRules:
         return cls(mode=rules.mode, timeout_ms=rules.timeout_ms)
 
     def describe(self) -> str:
-        return f"integrity {self.mode.value}, session timeout {self.timeout_ms:,} ms"
+        return f"integrity {self.mode.value}, session timeout {spark_interval(self.timeout_ms)}"
 
     def to_json(self) -> dict[str, Any]:
         return {"integrity": self.mode.value, "session_timeout_ms": self.timeout_ms}

@@ -51,7 +51,7 @@ from app.table.catalog import (
     threads_released,
 )
 from app.table.damage import UNREADABLE, damaged_file
-from app.table.history import TableHistory, expire, holding
+from app.table.history import ENTRY_KEY, TableHistory, expire, holding
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENTRY_KEY = "tablecast.ledger-entry"  # the ledger entry number the snapshot stands for
 END_KEY = "tablecast.end"  # that entry's end offsets, {"topic:partition": next}
 START_KEY = "tablecast.start"
 KIND_KEY = "tablecast.kind"  # batch, repair, adopt, replay, correction, compaction

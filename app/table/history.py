@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+ENTRY_KEY = "tablecast.ledger-entry"  # the ledger entry number a snapshot stands for (commit.py)
 NEWEST = 60  # the newest snapshots, each kept (an hour of batches at a minute's trigger)
 # Then, back to the history: the newest snapshot of each minute of the last hour, and of
 # each hour before it (UTC). However fast the trigger, at most 60 + 60 + 24 a day.
@@ -105,8 +106,6 @@ class TableHistory:
 def _protected(metadata: TableMetadata) -> set[int]:
     """The current snapshot, its ancestors down to the newest one that names a ledger entry
     (the table's position), and every branch's and tag's."""
-    from app.table.commit import ENTRY_KEY
-
     kept = {ref.snapshot_id for ref in metadata.refs.values()}
     by_id = {s.snapshot_id: s for s in metadata.snapshots}
     snapshot = by_id.get(metadata.current_snapshot_id or -1)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from app import handoff
-from app.cli import parse_duration_ms
 from app.defaults import TABLE_HISTORY_S
+from app.durations import parse_duration_ms
 from infra.config import ConfigError, EnvironmentConfig, parsing
 from infra.config.environments import dev
 from infra.config.settings import TESTING_SETTINGS, load_settings

@@ -18,6 +18,7 @@ from app.sink.visible import visible_files
 from app.storage import resolve
 from app.table import catalog as catalog_mod
 from app.table import commit as table_commit
+from app.table.history import ENTRY_KEY
 
 
 def load_table(output: Path | str) -> Any:
@@ -61,17 +62,15 @@ def assert_follows_ledger(output: Path | str, *, complete: bool = False) -> None
     marks = [
         s.summary.additional_properties
         for s in snapshots
-        if s.summary is not None and table_commit.ENTRY_KEY in s.summary.additional_properties
+        if s.summary is not None and ENTRY_KEY in s.summary.additional_properties
     ]
-    held = [int(p[table_commit.ENTRY_KEY]) for p in marks]
+    held = [int(p[ENTRY_KEY]) for p in marks]
     assert held == sorted(held), held
-    batches = [
-        int(p[table_commit.ENTRY_KEY]) for p in marks if p.get(table_commit.KIND_KEY) == "batch"
-    ]
+    batches = [int(p[ENTRY_KEY]) for p in marks if p.get(table_commit.KIND_KEY) == "batch"]
     assert len(batches) == len(set(batches)), batches  # each batch committed once
     by_number = {e.number: e for e in entries}
     for props in marks:
-        entry = by_number[int(props[table_commit.ENTRY_KEY])]
+        entry = by_number[int(props[ENTRY_KEY])]
         if entry.number > through:  # a folded entry keeps the partitions it published
             assert offsets_mod.from_json(props[table_commit.END_KEY]) == entry.end
     if complete:

@@ -22,7 +22,7 @@ from app.storage import resolve
 from app.table import catalog as catalog_mod
 from app.table import commit as table_commit
 from app.table import compact as table_compact
-from app.table.history import MetadataFiles, TableHistory
+from app.table.history import ENTRY_KEY, MetadataFiles, TableHistory
 from app.table.live import LiveTable, TableSettings
 from app.tools import verify
 from tests.spark.helpers import write_capture
@@ -36,7 +36,7 @@ from tests.table.helpers import (
 )
 
 HOUR_MS = 3_600_000
-ENTRY = table_commit.ENTRY_KEY
+ENTRY = ENTRY_KEY
 
 
 @pytest.fixture(scope="module")

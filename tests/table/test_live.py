@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from app import cli
+from app.cli import options as cli_options
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger
@@ -186,7 +187,7 @@ def test_the_jobs_compaction_never_waits_and_the_first_batch_after_its_grace_ret
     args = cli.build_parser().parse_args(
         ["run", "--archive", "a", "--output", output, "--checkpoint", "c", *schedule]
     )
-    settings = cli._table_settings(args)
+    settings = cli_options.table_settings(args)
     assert settings.retire_grace_s == 90.0
     job = ScheduledCompaction(
         sink=lambda frame, batch: None,
@@ -281,7 +282,7 @@ def test_the_job_path_creates_the_glue_table_idempotently(
             "1 day",
         ]
     )
-    settings = cli._table_settings(args)
+    settings = cli_options.table_settings(args)
     assert settings == TableSettings(
         glue_database="tablecast", region="us-east-1", compact_every_s=86_400.0
     )
