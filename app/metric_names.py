@@ -34,6 +34,11 @@ SESSIONS_IN_STATE: Final = "SessionsInState"
 STATE_BYTES: Final = "StateBytes"
 INTEGRITY_VIOLATIONS: Final = "IntegrityViolations"
 QUARANTINED_MESSAGES: Final = "QuarantinedMessages"
+# Integrity classes ordered and once (``run --integrity``): messages dropped for their seq
+# (at or below the last applied, or applied before), and seqs that never arrived (skipped
+# under ordered; missing when a session ended or timed out, under once). 0 otherwise.
+DROPPED_MESSAGES: Final = "DroppedMessages"
+MISSING_SEQS: Final = "MissingSeqs"
 OUTPUT_FILES: Final = "OutputFiles"
 OUTPUT_BYTES: Final = "OutputBytes"
 
@@ -50,6 +55,8 @@ ALL: Final = (
     STATE_BYTES,
     INTEGRITY_VIOLATIONS,
     QUARANTINED_MESSAGES,
+    DROPPED_MESSAGES,
+    MISSING_SEQS,
     OUTPUT_FILES,
     OUTPUT_BYTES,
 )

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.listener import (
 from app import metric_names
 from app.contract.offsets import TopicPartition
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema, parse_schema
+from app.contract.table_processor import TableProcessor
 from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.metrics.consumer_group import CommitStats, GroupCommitter
@@ -201,6 +202,8 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
         output_bytes=9000,
         violations=0,
         quarantined=0,
+        dropped=3,
+        missing=7,
     )
     datums = {d.name: d for d in m.datums(T0)}
     assert set(datums) == set(metric_names.ALL)
@@ -218,6 +221,8 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
         metric_names.STATE_BYTES: 8544,
         metric_names.INTEGRITY_VIOLATIONS: 0,
         metric_names.QUARANTINED_MESSAGES: 0,
+        metric_names.DROPPED_MESSAGES: 3,
+        metric_names.MISSING_SEQS: 7,
         metric_names.OUTPUT_FILES: 4,
         metric_names.OUTPUT_BYTES: 9000,
     }
@@ -676,6 +681,7 @@ def snapshot_of(
 ) -> StateSnapshot:
     return StateSnapshot(
         schema,
+        TableProcessor(schema),
         "/ck",
         4,
         {TP0: 60},

@@ -64,6 +64,8 @@ def test_the_built_wheel_is_what_run_job_installs(job_wheel: Wheel) -> None:
     with zipfile.ZipFile(job_wheel.path) as archive:
         names = set(archive.namelist())
     assert {"app/__main__.py", "app/spark/job.py", "app/ops/deploy.py", "app/py.typed"} <= names
+    # A user's processor imports the public API from the job's wheel.
+    assert {"tablecast/__init__.py", "tablecast/_process.py", "tablecast/py.typed"} <= names
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
 
 
