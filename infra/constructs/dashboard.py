@@ -169,7 +169,13 @@ def _job_widgets(environment: str, region: str, job: str | None, trigger_ms: int
         _metrics(
             f"{title}: integrity",
             region,
-            job_metrics(metric_names.INTEGRITY_VIOLATIONS, metric_names.QUARANTINED_MESSAGES),
+            # Under ordered and once, what the integrity class dropped and skipped.
+            job_metrics(
+                metric_names.INTEGRITY_VIOLATIONS,
+                metric_names.QUARANTINED_MESSAGES,
+                metric_names.DROPPED_MESSAGES,
+                metric_names.MISSING_SEQS,
+            ),
         ),
         _metrics(
             f"{title}: state",
