@@ -256,6 +256,12 @@ def _run(commands: Commands[CommandParser]) -> None:
         "--environment", default="local", help="the metrics' Environment dimension [local]"
     )
     seeing.add_argument(
+        "--job",
+        default=None,
+        metavar="NAME",
+        help="a declared job's name: the metrics' Job dimension beside the environment [none]",
+    )
+    seeing.add_argument(
         "--region",
         default=None,
         help="AWS region: CloudWatch's, Glue's, and MSK's with --kafka-auth iam "

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         environment=args.environment,
         region=args.region,
         write=console.line,
+        job=args.job,
     )
     committer = _group_committer(args)  # a refused group costs no JVM start
     location = resolve(args.output)

@@ -442,6 +442,27 @@ def test_the_log_publisher_writes_one_json_line_per_publish(log_lines: Lines) ->
     assert publisher.close() == PublishStats(accepted=2, sent=2)
 
 
+def test_a_declared_jobs_metrics_carry_its_name_beside_the_environment(
+    log_lines: Lines, moto_aws: None
+) -> None:
+    logged = make_publisher(PublisherKind.LOG, environment="dev", write=log_lines.write, job="lab")
+    logged.publish([Datum(metric_names.HEARTBEAT, 1, Unit.COUNT, T0)])
+    [line] = log_lines.lines
+    assert (orjson.loads(line)["Environment"], orjson.loads(line)["Job"]) == ("dev", "lab")
+    client = boto3.client("cloudwatch", region_name="eu-west-1")
+    publisher = CloudWatchPublisher(environment="staging", client=client, job="lab")
+    publisher.publish([Datum(metric_names.HEARTBEAT, 1.0, Unit.COUNT, datetime.now(UTC))])
+    assert publisher.close(timeout_s=30) == PublishStats(accepted=1, sent=1)
+    [metric] = client.list_metrics(Namespace=metric_names.NAMESPACE)["Metrics"]
+    # What the job's alarms watch (infra/stacks/monitoring.py, job_dimensions).
+    assert metric["Dimensions"] == [
+        {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "staging"},
+        {"Name": metric_names.JOB_DIMENSION, "Value": "lab"},
+    ]
+    with pytest.raises(ConfigurationError, match="--job"):
+        make_publisher(PublisherKind.LOG, environment="dev", job=" ")
+
+
 def test_a_log_publisher_that_cannot_write_drops_and_does_not_raise() -> None:
     def closed(line: str) -> None:
         raise BrokenPipeError
