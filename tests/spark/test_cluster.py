@@ -158,6 +158,8 @@ def test_a_cluster_run_without_the_executors_interpreter_is_refused(
     cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in cluster.env().items() if k != "PYSPARK_PYTHON"}
+    archive = tmp_path / "archive"
+    archive.mkdir()
     done = subprocess.run(
         [
             sys.executable,
@@ -167,7 +169,7 @@ def test_a_cluster_run_without_the_executors_interpreter_is_refused(
             "--master",
             cluster.master_url,
             "--archive",
-            str(tmp_path),
+            str(archive),
             "--output",
             str(tmp_path / "o"),
             "--checkpoint",
