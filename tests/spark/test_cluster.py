@@ -86,6 +86,7 @@ def run_job_submit_options(wheel: Path, master_url: str) -> list[str]:
     values = {
         "${py_files}": str(wheel),
         "${TABLECAST_ENV}": "test",
+        "${app_name}": "tablecast-test",  # one job: the environment's name
         "spark://${TABLECAST_DRIVER_HOST}:${MASTER_PORT}": master_url,
     }
     # ${spark_conf[@]}: empty, as run-job leaves it where the image's preloading daemon is
