@@ -17,7 +17,7 @@ on the driver, with its own checkpoint, hand-off (``/tablecast/<env>/jobs/<name>
 alarms and dashboard rows. An environment that declares none runs its one job
 (``tablecast-job.service``, ``/tablecast/<env>/``). What one job's settings are is
 :class:`JobSettings`; a new setting is a field there and one entry in :data:`FIELDS`
-(its parser), nothing else.
+(its parser), and a check in :func:`parse_jobs` where it needs another setting.
 """
 
 from __future__ import annotations
@@ -194,7 +194,9 @@ def parse_jobs(environment: str, value: Any, *, source: str) -> tuple[JobSetting
     return tuple(jobs)
 
 
-def _check_processor(fail: Callable[[str, str], ConfigError], job: str, values: Any) -> None:
+def _check_processor(
+    fail: Callable[[str, str], ConfigError], job: str, values: Mapping[str, Any]
+) -> None:
     """A processor comes with its wheel, and the wheel holds it."""
     processor, wheel = values.get("processor"), values.get("processor_wheel")
     if processor is not None and wheel is None:

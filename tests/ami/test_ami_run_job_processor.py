@@ -20,8 +20,16 @@ import pytest
 
 from app import handoff
 from app.cli import build_parser
-from tests.ami.run_job_harness import BUCKET, REGION, VERSION, moto_aws, prepare, run_job
-from tests.ami.test_ami_run_job import declared, job_options
+from tests.ami.run_job_harness import (
+    BUCKET,
+    REGION,
+    VERSION,
+    declared,
+    job_options,
+    moto_aws,
+    prepare,
+    run_job,
+)
 from tests.processor_wheel import PROCESSOR, example_wheel
 
 

@@ -21,8 +21,8 @@ from app.ops.cli import main
 from app.ops.wheel import Wheel
 from infra.config.pipeline_listing import declarations
 from tests.ops.conftest import REGION, Environment
+from tests.ops.deploy_harness import commands, declare_jobs, job_version
 from tests.ops.standin import DriverStandIn
-from tests.ops.test_deploy import commands, declare_jobs, job_version
 from tests.processor_wheel import PROCESSOR, example_wheel
 
 SCHEMA = '[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\n'
