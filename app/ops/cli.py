@@ -99,6 +99,7 @@ def build_parser() -> CommandParser:
             "tablecast-ops deploy -e dev",
             "tablecast-ops deploy -e dev --version 1.4.0",
             "tablecast-ops deploy -e dev --schema lab=schemas/lab.toml",
+            "tablecast-ops deploy -e dev --settings settings.toml",
         ],
     )
     _environment(deploy, required=True)
@@ -602,19 +603,17 @@ def _job_processors(
 ) -> list[JobProcessor] | None:
     """The processors the deployment settings give the environment's jobs; None where no
     settings are named (the deploy leaves the recorded ones)."""
-    reader = declarations.job_processors if declarations is not None else None
-    variable = declarations.settings_variable if declarations is not None else ""
-    named = args.settings or (Path(found) if (found := os.environ.get(variable, "")) else None)
-    if named is None:
+    if declarations is None or declarations.job_processors is None:
+        if args.settings is not None:
+            raise ConfigurationError(
+                "deploy --settings reads infra's configuration: run it from a checkout "
+                "(scripts/tablecast_ops.py)"
+            )
+        return None  # on a node: the job's wheel holds no infra/
+    named = args.settings or os.environ.get(declarations.settings_variable, "").strip()
+    if not named:
         return None
-    if reader is None:
-        if args.settings is None:
-            return None
-        raise ConfigurationError(
-            "deploy --settings reads infra's configuration: run it from a checkout "
-            "(scripts/tablecast_ops.py)"
-        )
-    return list(reader(named, args.environment))
+    return list(declarations.job_processors(Path(named), args.environment))
 
 
 def _schemas(given: list[str]) -> dict[str, Path]:

@@ -73,6 +73,7 @@ def test_a_deploy_ships_a_jobs_processor_wheel_beside_ours_and_records_it(
     user_wheel: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     declare_jobs(aws, environment, "plant", "lab")
     shutil.copy(user_wheel, tmp_path)
@@ -90,10 +91,15 @@ def test_a_deploy_ships_a_jobs_processor_wheel_beside_ours_and_records_it(
     argv = ["--region", REGION, "deploy", "-e", "dev", "--wheel", str(job_wheel.path), *POLL]
     with DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant", "lab")):
         assert main([*argv, "--settings", str(path)], declarations=declarations()) == 0
-        # Again: the same bytes are not uploaded twice, and nothing changes.
-        assert main([*argv, "--settings", str(path)], declarations=declarations()) == 0
-    digest = hashlib.sha256(user_wheel.read_bytes()).hexdigest()
-    key = f"processors/{digest}/{user_wheel.name}"
+        digest = hashlib.sha256(user_wheel.read_bytes()).hexdigest()
+        key = f"processors/{digest}/{user_wheel.name}"
+        first = aws.s3.head_object(Bucket=environment.bucket, Key=f"artifacts/{key}")
+        # Again, the settings named by $TABLECAST_SETTINGS: the same bytes are not uploaded
+        # twice (the deploy takes seconds: a new upload would be stamped later).
+        monkeypatch.setenv("TABLECAST_SETTINGS", str(path))
+        assert main(argv, declarations=declarations()) == 0
+    again = aws.s3.head_object(Bucket=environment.bucket, Key=f"artifacts/{key}")
+    assert again["LastModified"] == first["LastModified"]
     stored = aws.s3.get_object(Bucket=environment.bucket, Key=f"artifacts/{key}")
     # What run-job fetches and checks (tests/ami/test_ami_run_job_processor.py).
     assert stored["Body"].read() == user_wheel.read_bytes()
