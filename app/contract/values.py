@@ -115,6 +115,12 @@ def date_text(column: Column, text: str, where: str) -> date:
         raise _bad(column, where, shown(text)) from None
 
 
+def _literals(number: str, nullable: bool) -> re.Pattern[bytes]:
+    """Comma-separated JSON texts, each ``number`` as a literal or a string (or null)."""
+    item = f'(?:"{number}"|{number}{"|null" if nullable else ""})'
+    return re.compile(f"{item}(?:,{item})*".encode())
+
+
 class DecimalReader:
     """A ``decimal(p,s)`` column's values from their JSON text (a number literal or a string):
     the literal's exact value, with exactly ``s`` decimals, or refused."""
@@ -125,25 +131,31 @@ class DecimalReader:
         self.limit = Decimal(10) ** (column.precision - column.scale)
         # A literal that is exact at the scale and within the precision by its digits alone:
         # no leading zero, at most p-s digits before the point and s after it.
-        whole = column.precision - column.scale
-        integer = "0" if whole == 0 else f"(?:0|[1-9][0-9]{{0,{whole - 1}}})"
-        fraction = f"(?:\\.[0-9]{{1,{column.scale}}})?" if column.scale else ""
-        plain = f"-?{integer}{fraction}"
-        item = f'(?:"{plain}"|{plain}{"|null" if column.nullable else ""})'
-        self._plain_column = re.compile(f"{item}(?:,{item})*".encode())
+        whole, scale = column.precision - column.scale, column.scale
+        integer = "-?" + ("0" if whole == 0 else f"(?:0|[1-9][0-9]{{0,{whole - 1}}})")
+        plain = f"{integer}(?:\\.[0-9]{{1,{scale}}})?" if scale else integer
+        self._plain_column = _literals(plain, column.nullable)
+        # Written with exactly s decimals, a literal is its own stored form.
+        self._scaled_column = _literals(
+            f"{integer}\\.[0-9]{{{scale}}}" if scale else integer, column.nullable
+        )
 
     def raw_column(self, given: Sequence[msgspec.Raw]) -> list[Decimal | None]:
         """A column of a message's rows from the JSON texts msgspec leaves raw: when every
         value is a plain literal within the column's scale and precision (or null), all of
         them at once; otherwise each through :meth:`raw`."""
-        texts = list(map(bytes, given))
-        joined = b",".join(texts)
-        if self._plain_column.fullmatch(joined) is None:
-            return [self.raw(text, "rows") for text in texts]
+        joined = b",".join(given)
+        scaled = self._scaled_column.fullmatch(joined) is not None
+        if not scaled and self._plain_column.fullmatch(joined) is None:
+            return [self.raw(text, "rows") for text in given]
         literals = joined.replace(b'"', b"").decode("ascii").split(",")
         quantize, exponent = _EXACT.quantize, self.exponent
         if "null" in literals:
+            if scaled:
+                return [None if x == "null" else Decimal(x) for x in literals]
             return [None if x == "null" else quantize(Decimal(x), exponent) for x in literals]
+        if scaled:
+            return list(map(Decimal, literals))
         return list(map(quantize, map(Decimal, literals), repeat(exponent)))
 
     def raw(self, given: msgspec.Raw | bytes, where: str) -> Decimal | None:
@@ -203,7 +215,9 @@ def float_column(column: Column) -> Callable[[Sequence[msgspec.Raw]], list[float
     nullable = column.nullable
 
     def read(given: Sequence[msgspec.Raw]) -> list[float | None]:
-        texts = list(map(bytes, given))
+        texts = b",".join(given).split(b",")
+        if len(texts) != len(given):  # a comma inside a value: a string, an array, an object
+            raise _bad(column, "rows", "not a number")
         found: list[float | None]
         try:  # float() refuses every JSON value but a number (true, a string, ...)
             if nullable and b"null" in texts:
