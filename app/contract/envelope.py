@@ -177,6 +177,7 @@ class EnvelopeParser:
         self._row_values: Callable[[Any], Row] = (
             attrgetter(*names) if len(names) > 1 else lambda r: (r.c0,)
         )
+        self._cells = [attrgetter(name) for name in names]  # each column's value of a row
         self._key_values = attrgetter(*key_names)
         self._key_type = key_type
         self._decode_key = msgspec.json.Decoder(key_type).decode
@@ -223,17 +224,14 @@ class EnvelopeParser:
                     decoded.append((value, decode(value)))
                 except msgspec.MsgspecError:
                     continue
-        rows = list(
-            map(self._row_values, [r for _, doc in decoded if doc.rows for r in doc.rows])
-        )
-        if rows:
-            columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
-            try:
-                for i, read in self._converted:
-                    columns[i] = read(columns[i])
-            except EnvelopeError:
-                return self
-            rows = list(zip(*columns, strict=True))
+        structs = [r for _, doc in decoded if doc.rows for r in doc.rows]
+        columns: list[Sequence[Any]] = [list(map(cell, structs)) for cell in self._cells]
+        try:
+            for i, read in self._converted if structs else ():
+                columns[i] = read(columns[i])
+        except EnvelopeError:
+            return self
+        rows: list[Row] = list(zip(*columns, strict=True))
         prepared: dict[int, tuple[Any, Sequence[Row]]] = {}
         at = 0
         for value, doc in decoded:
@@ -248,9 +246,9 @@ class EnvelopeParser:
         # Keyed by the value object, which the slice holds while it runs; the same object
         # at two offsets is the same bytes, so the same document.
         found = prepared.get(id(value))
-        if found is None:
+        if found is None or value is None:
             return self(key, value)
-        return self._envelope(key, value, found[0], found[1])  # type: ignore[arg-type]
+        return self._envelope(key, value, *found)
 
     def _envelope(self, key: str, value: bytes, doc: Any, rows: Sequence[Row] | None) -> Envelope:
         """The envelope of a decoded document; ``rows``: its rows converted already (None:
