@@ -351,7 +351,8 @@ _TIMES = [
 _COLUMN_WISE = parse_schema(
     '[key]\ncolumns = ["id"]\n[columns]\nid = "int64"\n'
     'x = { type = "float64", nullable = true }\ny = "float64"\n'
-    'price = { type = "decimal(6,2)", nullable = true }\nat = { type = "timestamp", nullable = true }\n',
+    'price = { type = "decimal(6,2)", nullable = true }\n'
+    'at = { type = "timestamp", nullable = true }\n',
     "column-wise.toml",
 )
 
