@@ -93,6 +93,10 @@ _DECODED: dict[ColumnType, Any] = {
     ColumnType.DECIMAL: msgspec.Raw,
 }
 _CONVERTED = (ColumnType.TIMESTAMP, ColumnType.DECIMAL)
+# Rows of a schema with converted columns are rebuilt a column at a time anyway; there
+# a float is left raw too and read with the column (values.float_column): msgspec's float
+# decoding takes tens of microseconds for a literal beyond about 1e288 or below 1e-307.
+_RAW_FLOATS = _DECODED | {ColumnType.FLOAT64: msgspec.Raw}
 
 
 def decode_key(key: bytes | None) -> str:
@@ -132,9 +136,13 @@ class EnvelopeParser:
         schema = self.schema
         columns = schema.columns
         names = [f"c{i}" for i in range(len(columns))]
+        converted = {ColumnType.FLOAT64, *_CONVERTED}
+        if not any(c.type in _CONVERTED for c in columns):
+            converted = set()  # msgspec's values are the stored ones: no rebuilding at all
+        decoded = _RAW_FLOATS if converted else _DECODED
         row_type = msgspec.defstruct(
             "Row",
-            [_struct_field(name, c) for name, c in zip(names, columns, strict=True)],
+            [_struct_field(name, c, decoded) for name, c in zip(names, columns, strict=True)],
             rename=dict(zip(names, (c.name for c in columns), strict=True)),
             kw_only=True,  # a required column may follow a nullable one
             gc=False,
@@ -169,13 +177,14 @@ class EnvelopeParser:
         self._row_values: Callable[[Any], Row] = (
             attrgetter(*names) if len(names) > 1 else lambda r: (r.c0,)
         )
+        self._cells = [attrgetter(name) for name in names]  # each column's value of a row
         self._key_values = attrgetter(*key_names)
         self._key_type = key_type
         self._decode_key = msgspec.json.Decoder(key_type).decode
         self._single = single
-        # Columns whose decoded form is not yet the stored one: (index, its converter).
+        # Columns whose decoded form is not yet the stored one: (index, its column's reader).
         self._converted = [
-            (i, _converter(c)) for i, c in enumerate(columns) if c.type in _CONVERTED
+            (i, _column_reader(c)) for i, c in enumerate(columns) if c.type in converted
         ]
         self._key_converted = [
             (i, _converter(c)) for i, c in enumerate(key_columns) if c.type in _CONVERTED
@@ -194,12 +203,63 @@ class EnvelopeParser:
             doc = self._decode(value)
         except msgspec.MsgspecError:
             return self.parse_full(key, value)
+        return self._envelope(key, value, doc, None)
+
+    def over(self, values: Sequence[bytes | None]) -> Callable[[str, bytes | None], Envelope]:
+        """The parser of a run over ``values`` (a slice of records, parsed in any order).
+
+        A schema whose rows are converted (:func:`_column_reader`) has every row of
+        ``values`` decoded and converted here, a column at a time across all of them, so
+        that each conversion is one loop of C calls rather than one Python call per
+        message and column; each envelope is then checked as :meth:`__call__` checks it.
+        A value that is not a record's of ``values``, or a slice holding a value its
+        column refuses, is parsed alone, by :meth:`__call__`, which names what is wrong.
+        """
+        if not self._converted:
+            return self
+        decode, decoded = self._decode, []
+        for value in values:
+            if value is not None:
+                try:
+                    decoded.append((value, decode(value)))
+                except msgspec.MsgspecError:
+                    continue
+        structs = [r for _, doc in decoded if doc.rows for r in doc.rows]
+        columns: list[Sequence[Any]] = [list(map(cell, structs)) for cell in self._cells]
+        try:
+            for i, read in self._converted if structs else ():
+                columns[i] = read(columns[i])
+        except EnvelopeError:
+            return self
+        rows: list[Row] = list(zip(*columns, strict=True))
+        prepared: dict[int, tuple[Any, Sequence[Row]]] = {}
+        at = 0
+        for value, doc in decoded:
+            count = len(doc.rows) if doc.rows else 0
+            prepared[id(value)] = (doc, () if doc.rows is None else rows[at : at + count])
+            at += count
+        return partial(self._prepared, prepared)
+
+    def _prepared(
+        self, prepared: dict[int, tuple[Any, Sequence[Row]]], key: str, value: bytes | None
+    ) -> Envelope:
+        # Keyed by the value object, which the slice holds while it runs; the same object
+        # at two offsets is the same bytes, so the same document.
+        found = prepared.get(id(value))
+        if found is None or value is None:
+            return self(key, value)
+        return self._envelope(key, value, *found)
+
+    def _envelope(self, key: str, value: bytes, doc: Any, rows: Sequence[Row] | None) -> Envelope:
+        """The envelope of a decoded document; ``rows``: its rows converted already (None:
+        convert them here)."""
         seq, ts, message_type = doc.seq, doc.ts, doc.type
         # orjson, and so the full checks, read integers beyond 64 bits as floats.
         if doc.session == key and 0 <= seq <= _INT_MAX and _INT_MIN <= ts <= _INT_MAX:
             raw_rows, raw_deleted = doc.rows, doc.deleted
             try:
-                rows: Sequence[Row] = () if raw_rows is None else self._rows(raw_rows)
+                if rows is None:
+                    rows = () if raw_rows is None else self._rows(raw_rows)
                 if message_type is MessageType.UPDATE:
                     if raw_rows is not None or raw_deleted is not None:
                         deleted = () if raw_deleted is None else self._deleted(raw_deleted)
@@ -215,15 +275,13 @@ class EnvelopeParser:
 
     def _rows(self, raw_rows: list[Any]) -> Sequence[Row]:
         rows = list(map(self._row_values, raw_rows))
-        converted = self._converted
-        if not converted:
+        if not self._converted or not rows:
             return rows
-        for n, row in enumerate(rows):
-            cells = list(row)
-            for i, convert in converted:
-                cells[i] = convert(cells[i])
-            rows[n] = tuple(cells)
-        return rows
+        # A column at a time: one call per converted column of the message, not per value.
+        columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
+        for i, read in self._converted:
+            columns[i] = read(columns[i])
+        return list(zip(*columns, strict=True))
 
     def _deleted(self, raw_deleted: list[Any]) -> Sequence[Key]:
         key_type, convert_first = self._key_type, self._convert_first
@@ -336,11 +394,13 @@ class EnvelopeParser:
         return found
 
 
-def _struct_field(name: str, column: Column) -> tuple[str, Any] | tuple[str, Any, Any]:
+def _struct_field(
+    name: str, column: Column, types: dict[ColumnType, Any]
+) -> tuple[str, Any] | tuple[str, Any, Any]:
     """A column as a field of the row struct; a nullable one may be absent (null)."""
-    if column.type is ColumnType.DECIMAL:  # its literal, null included
-        return (name, msgspec.Raw, msgspec.Raw(b"null")) if column.nullable else (name, msgspec.Raw)
-    decoded = _DECODED[column.type]
+    decoded = types[column.type]
+    if decoded is msgspec.Raw:  # its literal, null included
+        return (name, decoded, msgspec.Raw(b"null")) if column.nullable else (name, decoded)
     return (name, decoded | None, None) if column.nullable else (name, decoded)
 
 
@@ -362,6 +422,17 @@ def _converter(column: Column) -> Callable[[Any], Any]:
         return value  # None, or a time with an offset (msgspec refuses one without)
 
     return timestamp
+
+
+def _column_reader(column: Column) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """The fast parser's last step for a column of rows that msgspec does not
+    decode to its stored form (a float's or a decimal's JSON text, times as epoch
+    milliseconds); a refusal sends the message to the full checks, which name where it is."""
+    if column.type is ColumnType.DECIMAL:
+        return values.DecimalReader(column).raw_column
+    if column.type is ColumnType.FLOAT64:
+        return values.float_column(column)
+    return values.timestamp_column(column)
 
 
 def _cell(column: Column, item: dict[str, Any], where: str) -> Any:

@@ -222,7 +222,7 @@ class PartitionMachine(Generic[StateT]):
         violation: Violation | None
         clock = state.clock_ms
         idle = _IdleClock(clock, offsets, stamps)
-        parse = self.parse
+        parse = self.parse.over(values)  # the slice's rows converted a column at a time
         for i in range(len(offsets)):
             offset = offsets[i]
             seen = stamps[i]

@@ -300,3 +300,111 @@ def test_every_fault_of_a_declared_schemas_capture_violates_where_generate_says(
         (f.topic, f.partition, f.offset, gen.FAULT_RULES[f.fault]) for f in capture.faults
     }
     assert len(capture.faults) == len(faults)
+
+
+# JSON texts of a float64, a decimal(6,2) and a timestamp column: the forms a column-wise
+# reading takes at once (plain literals, exactly scaled decimals), the ones it reads one by
+# one (exponents, leading zeros, escapes) and the ones the checks refuse.
+_FLOATS = [
+    b"0.5",
+    b"-0",
+    b"3",
+    b"1e+300",
+    b"1.7976931348623157e308",
+    b"5e-324",
+    b"-2.5e-300",
+    b"1e400",
+    b"null",
+    b"true",
+    b'"1.5"',
+    b'"a,b"',
+    b"[1,2]",
+    b"18446744073709551617",
+]
+_DECIMALS = [
+    b"1.25",
+    b'"1.25"',
+    b"1.5",
+    b'"-0"',
+    b"0",
+    b"9999.99",
+    b"10000",
+    b"1.5e1",
+    b'"0012.5"',
+    b'"1.\\u0035"',
+    b"1.255",
+    b"null",
+    b'"x"',
+    b"true",
+    b'"1,5"',
+]
+_TIMES = [
+    b"0",
+    b"1700000000123",
+    b'"2026-01-01T00:00:00+05:30"',
+    b'"2026-01-01T00:00:00Z"',
+    b"null",
+    b'"2026-01-01T00:00:00"',
+    b"1.5",
+    b"253402300800000",
+]
+_COLUMN_WISE = parse_schema(
+    '[key]\ncolumns = ["id"]\n[columns]\nid = "int64"\n'
+    'x = { type = "float64", nullable = true }\ny = "float64"\n'
+    'price = { type = "decimal(6,2)", nullable = true }\n'
+    'at = { type = "timestamp", nullable = true }\n',
+    "column-wise.toml",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(_FLOATS),
+                st.sampled_from(_FLOATS[:7]),
+                st.sampled_from(_DECIMALS),
+                st.sampled_from(_TIMES),
+            ),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_slice_parsed_together_gives_what_each_message_parsed_alone_gives(
+    messages: list[list[tuple[bytes, bytes, bytes, bytes]]],
+) -> None:
+    """The column-wise reading of a slice's rows against each message alone and the full
+    checks: the same envelopes, and the same located line for each refused message."""
+    parser = EnvelopeParser(_COLUMN_WISE)
+    values = [
+        b'{"session":"s","seq":0,"type":"snapshot","ts":1,"rows":['
+        + b",".join(
+            b'{"id":%d,"x":%s,"y":%s,"price":%s,"at":%s}' % (i, *row) for i, row in enumerate(rows)
+        )
+        + b"]}"
+        for rows in messages
+    ]
+
+    def parsed(parse: Any, value: bytes) -> Any:
+        try:
+            return parse("s", value)
+        except EnvelopeError as exc:
+            return str(exc)
+
+    together = parser.over(values)
+    for value in values:
+        alone = parsed(parser, value)
+        assert repr(parsed(together, value)) == repr(alone)  # decimals' scales and all
+        full = parsed(parser.parse_full, value)
+        assert alone == full
+        if not isinstance(alone, str):
+            assert all(type(row) is tuple for row in alone.rows)
+            assert _scales(alone) == _scales(full)
+            assert all(scale == -2 for row in _scales(alone) for scale in row)
+
+
+def _scales(envelope: Any) -> list[list[object]]:
+    return [[v.as_tuple().exponent for v in row if isinstance(v, Decimal)] for row in envelope.rows]
