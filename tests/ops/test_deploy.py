@@ -267,6 +267,8 @@ def test_a_declared_job_without_a_heartbeat_fails_the_deploy(
     assert str(failed.value).startswith(
         f"environment {environment.name}, job lab: no Heartbeat metric newer than"
     )
+    # Where lab's lines are: its own log group.
+    assert str(failed.value).endswith(f"see the log group /tablecast/{environment.name}/jobs/lab")
 
 
 def test_the_same_wheel_is_not_uploaded_twice_and_a_changed_one_is_refused(
