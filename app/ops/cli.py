@@ -286,7 +286,10 @@ def build_parser() -> CommandParser:
         description="On the sandbox or a test pipeline: deploy the working tree, publish a "
         "generated load, wait until the job has caught up and verify its output exactly. "
         "Exit 0 when exact, 1 otherwise.",
-        examples=["tablecast-ops test-run -e resync-exp --sessions 48 --resync-every 10"],
+        examples=[
+            "tablecast-ops test-run -e resync-exp --sessions 48 --resync-every 10",
+            "tablecast-ops test-run -e resync-exp --job lab",
+        ],
     )
     _kafka(run)
     run_artifact = run.add_mutually_exclusive_group()
@@ -373,7 +376,10 @@ def build_parser() -> CommandParser:
         description="Record a topic as retired at its current end offsets: the job reads it "
         "to there, then carries on without it, and its deletion is no data loss. Stop the "
         "topic's producers first.",
-        examples=["tablecast-ops retire-topic -e dev --topic sensor-17"],
+        examples=[
+            "tablecast-ops retire-topic -e dev --topic sensor-17",
+            "tablecast-ops retire-topic -e dev --job lab --topic sensor-lab-3",
+        ],
     )
     _kafka(retire)
     retire.add_argument("--topic", required=True, help="the topic to retire")
