@@ -4,8 +4,11 @@ loopback (SSM, and S3 for boto3 and pyarrow alike)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +21,9 @@ from app.ops.environment import read_handoff, read_job_handoff, write_handoff
 from app.ops.errors import HandoffError
 from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
 from app.sources.retired import EndsFrom, RetiredTopic, retired_uri, write
+from app.tools.generate import CaptureSpec, generate, write_archive
 from tests.s3_server import S3Server
+from tests.spark.helpers import run_job
 
 REGION = "us-east-1"  # the S3 server's
 BUCKET = "tablecast-dev-jobs"
@@ -201,3 +206,28 @@ def test_a_test_run_of_a_job_takes_its_deployed_schema_topics_and_output(
         f"s3://{BUCKET}/output/lab/meters",
         f"s3://{BUCKET}/archive",
     )
+
+
+def test_a_test_run_of_a_job_verifies_its_output_against_its_topics_of_the_shared_archive(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The archive holds every job's topics; lab's output, lab's only: exact for lab's run,
+    and what the one job's run would call missing rows."""
+    archive = tmp_path / "archive"
+    for prefix, seed in (("sensor-lab-", 3), ("sensor-plant-", 4)):
+        spec = CaptureSpec(topics=1, partitions=1, sessions=3, updates=5, prefix=prefix, seed=seed)
+        write_archive(generate(spec), str(archive), spec)
+    output = tmp_path / "output"
+    run_job(spark, archive, output, tmp_path / "checkpoint", topic_pattern="^sensor-lab-.+")
+    lab = test_run.Target(
+        environment="dev",
+        endpoint=KafkaEndpoint("127.0.0.1:9", KafkaAuth.NONE),
+        topic_pattern="^sensor-lab-.+",
+        output_uri=str(output),
+        archive_uri=str(archive),
+        job="lab",
+    )
+    exact, said = test_run.verify(lab)
+    assert exact, said
+    exact, said = test_run.verify(dataclasses.replace(lab, job=None))
+    assert not exact, said
