@@ -181,3 +181,45 @@ def test_each_jobs_service_log_reaches_its_own_log_group(tmp_path: Path) -> None
     assert rules.index("re_match($programname") < rules.index("startswith 'tablecast-'")
     for other in ("tablecast-job", "tablecast-archiver", "tablecast-job-"):
         assert not re.fullmatch(pattern, other)
+
+
+def test_node_bootstrap_jobs_takes_a_job_declared_while_the_driver_runs(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    """`node-bootstrap jobs`: the agent ships the new job's log, its service is enabled and
+    started, the one job's stopped; nothing else is restarted."""
+    declare(aws, "prod", "plant,lab")
+    env = driver(tmp_path, aws)
+    stubs = Path(env["PATH"].split(":", 1)[0])
+    ctl = stubs / "amazon-cloudwatch-agent-ctl"
+    ctl.write_text(f'#!/bin/sh\necho "$@" >>"{tmp_path}/agent.log"\n')
+    ctl.chmod(0o755)
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    env |= {
+        "TABLECAST_AGENT_ETC": str(agent),
+        "TABLECAST_AGENT_CTL": str(ctl),
+        "TABLECAST_TEMPLATES_DIR": str(FILES / "templates"),
+    }
+    result = bash(f'source "{NODE_BOOTSTRAP}"\njobs_again', env)
+    assert result.returncode == 0, result.stderr
+    config = json.loads((agent / "tablecast.json").read_text())
+    groups = {
+        e["log_group_name"] for e in config["logs"]["logs_collected"]["files"]["collect_list"]
+    }
+    assert {"/tablecast/prod/jobs/plant", "/tablecast/prod/jobs/lab"} <= groups
+    assert (tmp_path / "agent.log").read_text().splitlines() == [
+        f"-a fetch-config -m ec2 -c file:{agent}/tablecast.json",
+        f"-a append-config -m ec2 -s -c file:{agent}/tablecast-metrics.json",
+    ]
+    calls = systemctl_calls(tmp_path)
+    assert calls == {
+        "disable --now": ["tablecast-job.service"],
+        "enable --now": ["tablecast-job@plant.service", "tablecast-job@lab.service"],
+    }
+    # A worker has no jobs to take.
+    node_env = Path(env["TABLECAST_NODE_ENV_FILE"])
+    node_env.write_text(node_env.read_text().replace("ROLE=driver", "ROLE=worker"))
+    result = bash(f'source "{NODE_BOOTSTRAP}"\njobs_again', env)
+    assert result.returncode == 1
+    assert "node-bootstrap jobs runs on the driver (this node is a worker)" in result.stderr
