@@ -173,11 +173,18 @@ def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_it
         )
     (script,) = commands(aws, environment)
     assert "systemctl restart tablecast-job@plant.service tablecast-job@lab.service" in script
-    # Enabled, so that they start at the driver's next boot (node-bootstrap enables the
-    # one job's service only).
-    assert "systemctl enable --quiet tablecast-job@plant.service tablecast-job@lab.service" in (
-        script
-    )
+    # The jobs taken again on the driver (their services enabled, each one's log shipped:
+    # tests/ami/test_ami_node_jobs.py); by an image without that step, enabled alone.
+    assert (
+        "if grep -q '^jobs_again()' /opt/tablecast/bin/node-bootstrap 2>/dev/null; then\n"
+        "  /opt/tablecast/bin/node-bootstrap jobs\n"
+        "else\n"
+        "  systemctl enable --quiet tablecast-job@plant.service tablecast-job@lab.service\n"
+        "fi\n"
+        "systemctl restart tablecast-job@plant.service tablecast-job@lab.service"
+    ) in script
+    # The node-bootstrap the deploy finds so is the one with the step.
+    assert "\njobs_again() {" in (PROJECT / "ami/files/bin/node-bootstrap").read_text()
     # Both active, each asked (is-active of several succeeds where any is).
     assert (
         "systemctl is-active --quiet tablecast-job@plant.service && "
