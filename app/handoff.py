@@ -113,13 +113,27 @@ GLUE_TABLE: Final = "glue-table"  # run --glue-table
 SCHEMA_SHA256: Final = "schema-sha256"
 CORES: Final = "cores"  # spark.cores.max, where the settings give one
 NO_SCHEMA: Final = "none"
+# The job's processor (app/ops/processors.py): infra writes the settings' processor and
+# integrity, "none" for the wheel and its SHA-256, and the deploy tool owns all four from
+# then on; run-job installs the wheel <artifacts-uri>/<processor-wheel> only if its
+# SHA-256 is processor-wheel-sha256. "none" in the three: the built-in table rebuild.
+PROCESSOR: Final = "processor"  # run --processor: package.module:Class
+PROCESSOR_WHEEL: Final = "processor-wheel"  # processors/<sha256>/<file>, below artifacts-uri
+PROCESSOR_WHEEL_SHA256: Final = "processor-wheel-sha256"
+INTEGRITY: Final = "integrity"  # run --integrity
+NO_PROCESSOR: Final = "none"
+JOB_PROCESSOR: Final = (PROCESSOR, PROCESSOR_WHEEL, PROCESSOR_WHEEL_SHA256, INTEGRITY)
+"""The parameters of a declared job's processor: infra writes them for every job."""
 
 JOB_ALL: Final = (TOPIC_PATTERN, OUTPUT_URI, CHECKPOINT_URI, GLUE_TABLE, SCHEMA_SHA256)
-"""The parameters of every declared job."""
-JOB_OPTIONAL: Final = (CORES,)
-"""A declared job's parameters, where its settings give them."""
+"""The parameters of every declared job that run-job requires."""
+JOB_OPTIONAL: Final = (CORES, *JOB_PROCESSOR)
+"""A declared job's parameters run-job does without: ``cores`` where its settings give it;
+without the processor's, it runs the built-in processor under ``strict``."""
 SCHEMAS_FOLDER: Final = "schemas"
 """Below the artifacts prefix: each deployed table schema, named ``<sha256>.toml``."""
+PROCESSORS_FOLDER: Final = "processors"
+"""Below the artifacts prefix: each deployed processor wheel, ``<sha256>/<file name>``."""
 
 
 # Kafka consumer groups the job and its tools may use (`tablecast run

@@ -24,6 +24,7 @@ from app.storage import Location, resolve
 if TYPE_CHECKING:
     from app.contract.processor import Processor
     from app.contract.schema import TableSchema
+    from app.recompute.plan import GivenRules
     from app.sink.rewrite import Retirement
     from app.table.live import TableSettings
 
@@ -168,15 +169,17 @@ def endpoint(args: argparse.Namespace) -> KafkaEndpoint:
     )
 
 
-def recompute_rules(args: argparse.Namespace) -> dict[str, Any]:
+def recompute_rules(args: argparse.Namespace) -> GivenRules:
     """The rules given on the command line (None: the live job's, from the ledger)."""
+    from app.recompute.plan import GivenRules
+
     timeout = args.session_timeout
-    return {
-        "integrity": None if args.integrity is None else IntegrityMode(args.integrity),
-        "session_timeout_ms": None
+    return GivenRules(
+        integrity=None if args.integrity is None else IntegrityMode(args.integrity),
+        session_timeout_ms=None
         if timeout is None
         else parse_duration_ms(timeout, "--session-timeout"),
-    }
+    )
 
 
 def table_settings(args: argparse.Namespace) -> TableSettings:

@@ -104,8 +104,7 @@ def _run(commands: Commands[CommandParser]) -> None:
         "the processor: a tablecast.Processor installed beside tablecast (docs/processors.md) "
         "[table: the built-in table rebuild]",
     )
-    topics = where.add_mutually_exclusive_group()
-    _topic_options(topics)
+    _topic_options(where)
 
     batches = run.add_argument_group("batches and rules")
     batches.add_argument(
@@ -115,11 +114,10 @@ def _run(commands: Commands[CommandParser]) -> None:
         help="'available-now' (read what is there, then stop) or "
         f"'processing-time=DURATION' (a batch every DURATION, forever) [{defaults.TRIGGER}]",
     )
-    batches.add_argument(
-        "--integrity",
-        choices=[m.value for m in IntegrityMode],
-        default=IntegrityMode.STRICT.value,
-        help="strict: the first violation stops the run (exit 2) and nothing of its batch "
+    _integrity_option(
+        batches,
+        IntegrityMode.STRICT.value,
+        "strict: the first violation stops the run (exit 2) and nothing of its batch "
         "is written; resync: a violating session's messages go to <output>/_quarantine/ "
         "until a snapshot re-establishes it; ordered: rising seqs only (repeats and late "
         "ones dropped, gaps counted); once: each seq once, in arrival order; none: every "
@@ -167,8 +165,7 @@ def _run(commands: Commands[CommandParser]) -> None:
         "--master", default=None, help="Spark's master [local[2]; under spark-submit, its own]"
     )
 
-    kafka = run.add_argument_group("Kafka (with --bootstrap-servers)")
-    _kafka_sign_in(kafka)
+    kafka = _kafka_options(run)
     kafka.add_argument(
         "--kafka-isolation-level",
         choices=[i.value for i in Isolation],
@@ -192,7 +189,6 @@ def _run(commands: Commands[CommandParser]) -> None:
         help="this node's availability zone id (librdkafka's client.rack), to fetch from a "
         "replica in its zone [none]",
     )
-    _kafka_timeout(kafka)
     kafka.add_argument(
         "--consumer-group",
         default=None,
@@ -426,13 +422,10 @@ def _verify(commands: Commands[CommandParser]) -> None:
         examples=["tablecast verify --archive .demo/archive --output .demo/output"],
     )
     verify.add_argument("--archive", required=True, help="the raw archive the job read")
-    verify.add_argument("--output", required=True, help="the job's output")
-    _topic_options(verify.add_mutually_exclusive_group())
-    verify.add_argument(
-        "--integrity",
-        choices=[m.value for m in IntegrityMode],
-        default=None,
-        help="the live job's --integrity [the output's ledger's; else strict]",
+    _output_option(verify)
+    _topic_options(verify)
+    _integrity_option(
+        verify, None, "the live job's --integrity [the output's ledger's; else strict]"
     )
     _schema_option(verify, "the table schema the job ran with [the one the output's ledger names]")
     _processor_option(verify, "the processor the job ran [the one the output's ledger names]")
@@ -459,14 +452,12 @@ def _repair(commands: Commands[CommandParser]) -> None:
     source.add_argument(
         "--bootstrap-servers", metavar="HOST:PORT,...", help="read the messages from Kafka"
     )
-    repair.add_argument("--output", required=True, help="the job's output")
+    _output_option(repair)
     repair.add_argument("--checkpoint", required=True, help="the checkpoint the next run uses")
-    _topic_options(repair.add_mutually_exclusive_group())
-    repair.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _topic_options(repair)
+    _dry_run_option(repair)
     repair.add_argument("--yes", action="store_true", help="apply the plan without asking")
-    kafka = repair.add_argument_group("Kafka (with --bootstrap-servers)")
-    _kafka_sign_in(kafka)
-    _kafka_timeout(kafka)
+    _kafka_options(repair)
     repair.add_argument(
         "--region", default=None, help="MSK's region for --kafka-auth iam [AWS_REGION]"
     )
@@ -494,11 +485,11 @@ def _replay(commands: Commands[CommandParser]) -> None:
         ],
     )
     replay.add_argument("--archive", required=True, help="the raw archive to read")
-    replay.add_argument("--output", required=True, help="the job's output")
+    _output_option(replay)
     replay.add_argument("--since", required=True, help="ISO 8601 time, inclusive (UTC)")
     replay.add_argument("--until", required=True, help="ISO 8601 time, exclusive (UTC)")
-    _topic_options(replay.add_mutually_exclusive_group())
-    replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _topic_options(replay)
+    _dry_run_option(replay)
     _schema_option(
         replay,
         "into an output without a ledger: the table schema the rows follow [the default]; "
@@ -525,7 +516,7 @@ def _correct(commands: Commands[CommandParser]) -> None:
         ],
     )
     correct.add_argument("--archive", required=True, help="the raw archive to read")
-    correct.add_argument("--output", required=True, help="the job's output")
+    _output_option(correct)
     which = correct.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", help="the faulty package version, as the ledger records it")
     which.add_argument("--commit", help="the faulty commit (7 or more hex digits)")
@@ -535,7 +526,7 @@ def _correct(commands: Commands[CommandParser]) -> None:
         help="the faulty version of the processor's package (--processor), as the ledger "
         "records it",
     )
-    correct.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _dry_run_option(correct)
     _recompute_options(correct)
 
 
@@ -554,7 +545,7 @@ def _table(commands: Commands[CommandParser]) -> None:
             "--region eu-west-1",
         ],
     )
-    table.add_argument("--output", required=True, help="the job's output")
+    _output_option(table)
     _glue_options(table)
     table.add_argument(
         "--region", default=None, help="Glue's region [AWS_REGION, else the AWS configuration's]"
@@ -577,7 +568,7 @@ def _compact(commands: Commands[CommandParser]) -> None:
         "may keep running.",
         examples=["tablecast compact --output .demo/output --before 2026-01-31"],
     )
-    compact.add_argument("--output", required=True, help="the job's output")
+    _output_option(compact)
     compact.add_argument(
         "--before",
         default=None,
@@ -590,6 +581,20 @@ def _compact(commands: Commands[CommandParser]) -> None:
     _retire_options(compact)
 
 
+def _output_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--output", required=True, help="the job's output")
+
+
+def _dry_run_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+
+
+def _integrity_option(group: argparse._ActionsContainer, default: str | None, text: str) -> None:
+    group.add_argument(
+        "--integrity", choices=[m.value for m in IntegrityMode], default=default, help=text
+    )
+
+
 def _schema_option(group: argparse._ActionsContainer, text: str) -> None:
     group.add_argument("--schema", default=None, metavar="FILE", help=text)
 
@@ -598,8 +603,9 @@ def _processor_option(group: argparse._ActionsContainer, text: str) -> None:
     group.add_argument("--processor", default=None, metavar="MODULE:CLASS", help=text)
 
 
-def _topic_options(group: argparse._MutuallyExclusiveGroup) -> None:
+def _topic_options(command: argparse._ActionsContainer) -> None:
     """``--topic-pattern`` or ``--topics``: which topics a command reads."""
+    group = command.add_mutually_exclusive_group()
     group.add_argument(
         "--topic-pattern",
         default=defaults.TOPIC_PATTERN,
@@ -615,7 +621,10 @@ def _topic_options(group: argparse._MutuallyExclusiveGroup) -> None:
     )
 
 
-def _kafka_sign_in(group: argparse._ArgumentGroup) -> None:
+def _kafka_options(command: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """How a command that reads Kafka signs in to the brokers and how long it waits for them:
+    the group, for a command's own Kafka options."""
+    group = command.add_argument_group("Kafka (with --bootstrap-servers)")
     group.add_argument(
         "--kafka-auth",
         choices=[a.value for a in KafkaAuth],
@@ -630,9 +639,6 @@ def _kafka_sign_in(group: argparse._ArgumentGroup) -> None:
         help="with --kafka-auth scram: the Secrets Manager secret holding the user name and "
         "password (read in --region) [none]",
     )
-
-
-def _kafka_timeout(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--kafka-timeout",
         default="30s",
@@ -641,6 +647,7 @@ def _kafka_timeout(group: argparse._ArgumentGroup) -> None:
         "before the command fails (exit 5), and how long a topic missing from the brokers' "
         "answers is asked for again [30s]",
     )
+    return group
 
 
 def _glue_options(group: argparse._ActionsContainer) -> None:
@@ -677,12 +684,7 @@ def _recompute_options(command: argparse.ArgumentParser) -> None:
     """What replay and correct share with ``run``: the rules the live job applied."""
     # The live job's rules come from its ledger; these confirm them (another value is
     # refused) or stand in for ledger entries older than that record.
-    command.add_argument(
-        "--integrity",
-        choices=[m.value for m in IntegrityMode],
-        default=None,
-        help="the live job's --integrity [the ledger's; else strict]",
-    )
+    _integrity_option(command, None, "the live job's --integrity [the ledger's; else strict]")
     command.add_argument(
         "--session-timeout",
         default=None,

@@ -54,13 +54,19 @@ def load(name: str | None, schema: TableSchema, *, schema_given: bool = False) -
     return processor
 
 
-def find(name: str) -> type[Processor[Any]]:
-    """The class ``module:Class`` names, imported."""
+def split(name: str) -> tuple[str, str]:
+    """``package.module:Class`` as its module and its class, or the one line saying why not."""
     if not _NAME.match(name):
         raise ConfigurationError(
             f"--processor {name!r} is not like package.module:Class (or 'table', the built-in)"
         )
     module_name, _, class_name = name.partition(":")
+    return module_name, class_name
+
+
+def find(name: str) -> type[Processor[Any]]:
+    """The class ``module:Class`` names, imported."""
+    module_name, class_name = split(name)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

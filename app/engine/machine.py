@@ -314,35 +314,12 @@ class PartitionMachine(Generic[StateT]):
         tp = state.tp
         snapshot = kind is MessageType.SNAPSHOT
         if current is not None and current.owner is not None:
-            result.quarantined.append(
-                _quarantined(
-                    tp,
-                    offset,
-                    session,
-                    message,
-                    seen,
-                    value,
-                    f"rule 6: the session belongs to {current.owner}",
-                )
-            )
-            current.seen_ms = seen
-            return None, 0
+            return _held(result, current, tp, offset, message, seen, value, _owned(current))
         reopening = False
         if current is not None and current.quarantine is not None:
             if not snapshot:
-                result.quarantined.append(
-                    _quarantined(
-                        tp,
-                        offset,
-                        session,
-                        message,
-                        seen,
-                        value,
-                        f"awaiting a snapshot: {current.quarantine}",
-                    )
-                )
-                current.seen_ms = seen
-                return None, 0
+                reason = f"awaiting a snapshot: {current.quarantine}"
+                return _held(result, current, tp, offset, message, seen, value, reason)
             reopening = True  # a snapshot re-establishes the session
 
         owner = self.foreign.get(session)
@@ -422,19 +399,7 @@ class PartitionMachine(Generic[StateT]):
         processor. The rows it produced; -1: the class dropped the message."""
         tp = state.tp
         if current is not None and current.owner is not None:
-            result.quarantined.append(
-                _quarantined(
-                    tp,
-                    offset,
-                    session,
-                    message,
-                    seen,
-                    value,
-                    f"rule 6: the session belongs to {current.owner}",
-                )
-            )
-            current.seen_ms = seen
-            return None, 0
+            return _held(result, current, tp, offset, message, seen, value, _owned(current))
         owner = self.foreign.get(session)
         if owner is not None and current is None:
             return _rule_6(tp, offset, session, owner), 0
@@ -727,6 +692,30 @@ def _refused(tp: TopicPartition, offset: int, session: str, exc: Reject) -> Viol
 
 def _rule_6(tp: TopicPartition, offset: int, session: str, owner: TopicPartition) -> Violation:
     return _violation(tp, offset, session, Rule.ONE_PARTITION, str(owner), str(tp))
+
+
+def _owned(current: SessionState[Any]) -> str:
+    """Why a message of a session that lives in another topic-partition is quarantined."""
+    return f"rule 6: the session belongs to {current.owner}"
+
+
+def _held(
+    result: PartitionResult,
+    current: SessionState[Any],
+    tp: TopicPartition,
+    offset: int,
+    message: Envelope,
+    seen: int,
+    value: bytes | None,
+    reason: str,
+) -> tuple[None, int]:
+    """A message of a session set aside (rule 6, or awaiting a snapshot): quarantined
+    unapplied, no violation, no rows; the session's idle clock runs on."""
+    result.quarantined.append(
+        _quarantined(tp, offset, current.session, message, seen, value, reason)
+    )
+    current.seen_ms = seen
+    return None, 0
 
 
 def _quarantined(

@@ -51,6 +51,7 @@ from app.ops.pipelines import (
     settings_path,
 )
 from app.ops.pipelines import deployed as deployed_pipelines
+from app.ops.processors import JobProcessor
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
 
@@ -92,11 +93,14 @@ def build_parser() -> CommandParser:
         "record it as the environment's job version, restart the job on the driver and wait "
         "for a heartbeat from the new run. --version deploys one already uploaded (rollback). "
         "Where the deployment settings declare jobs, every job's service is restarted and "
-        "each job's heartbeat awaited; --schema stores a job's table schema first.",
+        "each job's heartbeat awaited; --schema stores a job's table schema first, and the "
+        "settings' processors (their wheels beside ours) and integrity classes are recorded "
+        "for each job.",
         examples=[
             "tablecast-ops deploy -e dev",
             "tablecast-ops deploy -e dev --version 1.4.0",
             "tablecast-ops deploy -e dev --schema lab=schemas/lab.toml",
+            "tablecast-ops deploy -e dev --settings settings.toml",
         ],
     )
     _environment(deploy, required=True)
@@ -123,6 +127,12 @@ def build_parser() -> CommandParser:
         metavar="JOB=FILE",
         help="a declared job's table schema document, stored beside the wheels as "
         "schemas/<sha256>.toml and recorded as its schema-sha256; repeatable [the recorded ones]",
+    )
+    deploy.add_argument(
+        "--settings",
+        type=Path,
+        help="deployment settings whose jobs' processor, processor_wheel and integrity to "
+        "ship (from a checkout) [$TABLECAST_SETTINGS; without it: the recorded ones]",
     )
     _heartbeat(deploy)
 
@@ -546,8 +556,9 @@ _PATHS = (
 def _dispatch(args: argparse.Namespace, declarations: Declarations | None) -> int:
     if args.command == "pipelines":
         return _pipelines(args, declarations)
+    if args.command == "deploy":
+        return _deploy(args, declarations)
     commands = {
-        "deploy": _deploy,
         "status": _status,
         "start": _service,
         "stop": _service,
@@ -580,8 +591,9 @@ def _commit(args: argparse.Namespace, built: wheel.Wheel | None) -> str:
     return (checkout_commit(args.project) or "") if built is not None else ""
 
 
-def _deploy(args: argparse.Namespace) -> int:
+def _deploy(args: argparse.Namespace, declarations: Declarations | None) -> int:
     schemas = _schemas(args.schema)  # a bad form costs no build
+    job_processors = _job_processors(args, declarations)  # an invalid one too
     built = _wheel(args, _say)
     if built is not None:
         _say(f"wheel {built.name} sha256 {built.sha256}")
@@ -596,9 +608,28 @@ def _deploy(args: argparse.Namespace) -> int:
         poll_s=args.poll,
         progress=_say,
         schemas=schemas,
+        job_processors=job_processors,
     )
     _say(*report.lines())
     return 0
+
+
+def _job_processors(
+    args: argparse.Namespace, declarations: Declarations | None
+) -> list[JobProcessor] | None:
+    """The processors the deployment settings give the environment's jobs; None where no
+    settings are named (the deploy leaves the recorded ones)."""
+    if declarations is None or declarations.job_processors is None:
+        if args.settings is not None:
+            raise ConfigurationError(
+                "deploy --settings reads infra's configuration: run it from a checkout "
+                "(scripts/tablecast_ops.py)"
+            )
+        return None  # on a node: the job's wheel holds no infra/
+    named = args.settings or os.environ.get(declarations.settings_variable, "").strip()
+    if not named:
+        return None
+    return list(declarations.job_processors(Path(named), args.environment))
 
 
 def _schemas(given: list[str]) -> dict[str, Path]:

@@ -9,6 +9,11 @@ The order of a deploy, each step checked before the next:
    Each declared job's table schema given (``--schema JOB=FILE``), checked first:
    to ``<artifacts>/schemas/<sha256>.toml``, and its SHA-256 to the job's
    ``schema-sha256``, which run-job checks the document against.
+   Each declared job's processor, where the deployment settings are read
+   (``processors``, app/ops/processors.py), checked first too: its wheel to
+   ``<artifacts>/processors/<sha256>/<file>``, and the class, the wheel's key,
+   its SHA-256 and the job's integrity class to the job's parameters, which
+   run-job reads (it installs only a wheel of that SHA-256).
 3. Put the wheel's SHA-256 (``job-wheel-sha256``) and ``job-version`` in SSM;
    run-job installs exactly that version, and only a wheel of that hash (the
    nodes read ``artifacts/`` and SSM, they cannot write either).
@@ -30,7 +35,7 @@ which repeats steps 3 to 5 with a wheel already uploaded.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +46,7 @@ from botocore.exceptions import ClientError
 from app import handoff
 from app.contract.schema import parse_schema
 from app.errors import ConfigurationError
-from app.ops import metrics, service
+from app.ops import metrics, processors, service
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff, write_job_version
 from app.ops.errors import ArtifactConflictError, ArtifactMissingError
@@ -118,9 +123,12 @@ def deploy(
     poll_s: float = 20.0,
     progress: Callable[[str], None] = lambda line: None,
     schemas: Mapping[str, Path] | None = None,
+    job_processors: Sequence[processors.JobProcessor] | None = None,
 ) -> DeployReport:
     """Deploy ``wheel``, or re-deploy ``version`` already uploaded (exactly one of them);
-    with ``schemas``, each declared job's table schema document, by job."""
+    with ``schemas``, each declared job's table schema document, by job; with
+    ``job_processors`` (the deployment settings'), every declared job's processor and
+    integrity class (None: as recorded)."""
     if (wheel is None) == (version is None):
         raise ValueError("deploy takes a wheel or a version, not both")
     # Step 1: the hand-off.
@@ -128,6 +136,11 @@ def deploy(
     previous = found.job_version
     prefix = found.artifacts_uri
     documents = _read_schemas(found, schemas or {})
+    shipped = (
+        None
+        if job_processors is None
+        else processors.read_all(job_processors, found.jobs, environment)
+    )
     # Step 2: the artifact.
     if wheel is not None:
         uri, uploaded = upload_wheel(clients.s3, prefix, wheel, replace=replace, commit=commit)
@@ -151,6 +164,10 @@ def deploy(
             Overwrite=True,
         )
         progress(f"job {owner}: schema {schema_uri}")
+    for declared, user_wheel in (shipped or {}).values():
+        _ship_processor(clients, environment, prefix, declared, user_wheel, progress)
+    if shipped is None and found.jobs:
+        progress("jobs' processors and integrity: as recorded (no deployment settings named)")
     # Step 3: the version the service installs, and the only bytes it installs.
     write_job_version(clients.ssm, environment, target, sha256)
     progress(f"job-version {previous} -> {target}")
@@ -192,6 +209,39 @@ def deploy(
         heartbeat=heartbeat,
         armed=armed,
     )
+
+
+def _ship_processor(
+    clients: AwsClients,
+    environment: str,
+    artifacts_prefix: str,
+    declared: processors.JobProcessor,
+    user_wheel: processors.ProcessorWheel | None,
+    progress: Callable[[str], None],
+) -> None:
+    """Upload a job's processor wheel (unless there) and record its parameters."""
+    if user_wheel is not None:
+        uri = f"{artifacts_prefix.rstrip('/')}/{user_wheel.key}"
+        bucket, key = _split(uri)
+        if _object_sha256(clients.s3, bucket, key) != user_wheel.sha256:
+            clients.s3.put_object(
+                Bucket=bucket,
+                Key=key,
+                Body=user_wheel.path.read_bytes(),
+                ContentType="application/zip",
+                Metadata={SHA256_METADATA: user_wheel.sha256},
+            )
+        what = f"processor {declared.processor} from {uri}"
+    else:
+        what = "the built-in processor"
+    for name, value in processors.parameters(declared, user_wheel).items():
+        clients.ssm.put_parameter(
+            Name=handoff.job_parameter_name(environment, declared.job, name),
+            Value=value,
+            Type="String",
+            Overwrite=True,
+        )
+    progress(f"job {declared.job}: {what}, integrity {declared.integrity}")
 
 
 def _read_schemas(found: Handoff, schemas: Mapping[str, Path]) -> dict[str, tuple[bytes, str]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.errors import ConfigurationError
+from app.ops.processors import JobProcessor
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -133,7 +134,8 @@ class Declaration:
 
 @dataclass(frozen=True, kw_only=True)
 class Declarations:
-    """infra's reading of the test pipelines a settings file declares."""
+    """infra's reading of a settings file: the test pipelines it declares, and (for the
+    deploy) an environment's jobs' processors."""
 
     read: Callable[[Path], Sequence[Declaration]]
     """Every test pipeline the settings file declares; :class:`ConfigurationError` if invalid."""
@@ -141,6 +143,9 @@ class Declarations:
     """The one command that destroys the named test pipeline."""
     settings_variable: str
     """The environment variable that names the deployment settings."""
+    job_processors: Callable[[Path, str], Sequence[JobProcessor]] | None = None
+    """Each job the settings file declares in the named environment, its processor and
+    integrity class; :class:`ConfigurationError` if the file is invalid."""
 
 
 def hourly_cost(footprint: Footprint, prices: PriceTable) -> float:

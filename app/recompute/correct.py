@@ -25,9 +25,9 @@ from app.contract import loader
 from app.contract.processor import Processor
 from app.contract.schema import TableSchema
 from app.contract.table_processor import TableProcessor
-from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
+from app.recompute.plan import LEDGER_RULES, GivenRules
 from app.recompute.run import (
     CORRECTION,
     Planned,
@@ -131,8 +131,7 @@ def planned_correction(
     version: str | None = None,
     commit: str | None = None,
     processor_version: str | None = None,
-    integrity: IntegrityMode | None = None,
-    session_timeout_ms: int | None = None,
+    rules: GivenRules = LEDGER_RULES,
     processor: Processor[Any] | None = None,
 ) -> Planned:
     """The correction planned with the live job's rules and its newest processor (the fixed
@@ -145,12 +144,11 @@ def planned_correction(
         commit=commit,
         processor_version=processor_version,
     )
-    rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
     processor = processor or processors.current(resolve(output_uri)) or TableProcessor()
     plan = RecomputePlan(
         processor=processor,
         schemas=correction.schemas if processor.name == loader.BUILT_IN else {},
-        rules=rules,
+        rules=plan_mod.live_rules(correction.rules, rules, correction.adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,
         staging_dir="",
@@ -167,8 +165,7 @@ def correct(
     version: str | None = None,
     commit: str | None = None,
     processor_version: str | None = None,
-    integrity: IntegrityMode | None = None,
-    session_timeout_ms: int | None = None,
+    rules: GivenRules = LEDGER_RULES,
     processor: Processor[Any] | None = None,
     progress: Progress | None = None,
     steps: RewriteSteps | None = None,
@@ -176,9 +173,8 @@ def correct(
 ) -> RecomputeReport:
     """Recompute the ranges the selected version published, and replace their files.
 
-    With the live job's rules, as its ledger records them; ``integrity`` and
-    ``session_timeout_ms`` only for entries older than that record, or to
-    confirm them (a different value is refused).
+    With the live job's rules, as its ledger records them; ``rules`` only for entries
+    older than that record, or to confirm them (a different value is refused).
     """
     planned = planned_correction(
         archive_uri,
@@ -186,8 +182,7 @@ def correct(
         version=version,
         commit=commit,
         processor_version=processor_version,
-        integrity=integrity,
-        session_timeout_ms=session_timeout_ms,
+        rules=rules,
         processor=processor,
     )
     return recompute(spark, planned, progress, steps, retirement)

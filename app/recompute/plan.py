@@ -49,6 +49,19 @@ from app.storage import Location
 
 
 @dataclass(frozen=True, slots=True)
+class GivenRules:
+    """The rules a recompute is given (``--integrity``, ``--session-timeout``): each
+    confirms the live job's (another value is refused) or stands in where its ledger does
+    not record them; None: the ledger's."""
+
+    integrity: IntegrityMode | None = None
+    session_timeout_ms: int | None = None
+
+
+LEDGER_RULES = GivenRules()  # none given: the live job's, as its ledger records them
+
+
+@dataclass(frozen=True, slots=True)
 class PublishedRange:
     """Offsets ``[start, end)`` of a partition, published by one ledger entry."""
 
@@ -288,14 +301,10 @@ def recorded_rules(
     return next(iter(found), None)
 
 
-def live_rules(
-    recorded: LiveRules | None,
-    mode: IntegrityMode | None,
-    timeout_ms: int | None,
-    adopt: Mapping[str, int],
-) -> Rules:
+def live_rules(recorded: LiveRules | None, given: GivenRules, adopt: Mapping[str, int]) -> Rules:
     """The rules to recompute with: the live job's; an option that contradicts them is
     refused (the rows would differ from what the live job published)."""
+    mode, timeout_ms = given.integrity, given.session_timeout_ms
     if recorded is None:
         return Rules(
             mode or IntegrityMode.STRICT, timeout_ms or defaults.SESSION_TIMEOUT_MS, dict(adopt)

@@ -24,10 +24,9 @@ from app.contract import loader
 from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.contract.table_processor import TableProcessor
-from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
-from app.recompute.plan import PublishedRange
+from app.recompute.plan import LEDGER_RULES, GivenRules, PublishedRange
 from app.recompute.run import (
     REPLAY,
     Planned,
@@ -68,8 +67,7 @@ def plan_replay(
     until_ms: int,
     *,
     topic_pattern: str,
-    integrity: IntegrityMode | None = None,
-    session_timeout_ms: int | None = None,
+    rules: GivenRules = LEDGER_RULES,
     processor: Processor[Any] | None = None,
     schema: TableSchema = DEFAULT_SCHEMA,
 ) -> Planned:
@@ -106,7 +104,7 @@ def plan_replay(
         schemas=plan_mod.recorded_schemas(output, works)
         if processor.name == loader.BUILT_IN
         else {},
-        rules=plan_mod.live_rules(recorded, integrity, session_timeout_ms, adopt),
+        rules=plan_mod.live_rules(recorded, rules, adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,
         staging_dir="",
@@ -125,8 +123,7 @@ def replay(
     until_ms: int,
     *,
     topic_pattern: str,
-    integrity: IntegrityMode | None = None,
-    session_timeout_ms: int | None = None,
+    rules: GivenRules = LEDGER_RULES,
     processor: Processor[Any] | None = None,
     schema: TableSchema = DEFAULT_SCHEMA,
     progress: Progress | None = None,
@@ -139,8 +136,7 @@ def replay(
         since_ms,
         until_ms,
         topic_pattern=topic_pattern,
-        integrity=integrity,
-        session_timeout_ms=session_timeout_ms,
+        rules=rules,
         processor=processor,
         schema=schema,
     )

@@ -66,7 +66,8 @@ def job_values(
     config: EnvironmentConfig, *, bucket_name: str, driver_private_ip: str
 ) -> dict[str, dict[str, str]]:
     """Each declared job's parameters (``/tablecast/<env>/jobs/<name>/``), by job: every
-    name of ``app.handoff.JOB_ALL`` and those of ``JOB_OPTIONAL`` its settings give."""
+    name of ``app.handoff.JOB_ALL`` and ``JOB_PROCESSOR``, and ``cores`` where its settings
+    give it."""
     found: dict[str, dict[str, str]] = {}
     for job in config.jobs:
         values = {
@@ -79,6 +80,13 @@ def job_values(
         }
         if job.cores is not None:
             values[handoff.CORES] = str(job.cores)
+        # The deploy ships the wheel and owns these four from then on.
+        values |= {
+            handoff.PROCESSOR: job.processor or handoff.NO_PROCESSOR,
+            handoff.PROCESSOR_WHEEL: handoff.NO_PROCESSOR,
+            handoff.PROCESSOR_WHEEL_SHA256: handoff.NO_PROCESSOR,
+            handoff.INTEGRITY: str(job.integrity),
+        }
         found[job.name] = values
     return found
 

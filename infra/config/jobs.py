@@ -8,13 +8,16 @@ An environment's table may declare jobs, each a table of its own::
     output_prefix = "sensors"           # s3://<bucket>/output/sensors [the name]
     glue_table = "sensors"              # tablecast_<env>.sensors [the name, - as _]
     cores = 4                           # spark.cores.max: its share of the cluster
+    processor = "meters.energy:Energy"  # run --processor [the built-in table rebuild]
+    processor_wheel = "dist/meters-1.0.0-py3-none-any.whl"  # its wheel, with processor
+    integrity = "ordered"               # run --integrity [strict]
 
 Each runs on the environment's Spark cluster as ``tablecast-job@<name>.service``
 on the driver, with its own checkpoint, hand-off (``/tablecast/<env>/jobs/<name>/``),
 alarms and dashboard rows. An environment that declares none runs its one job
 (``tablecast-job.service``, ``/tablecast/<env>/``). What one job's settings are is
 :class:`JobSettings`; a new setting is a field there and one entry in :data:`FIELDS`
-(its parser), nothing else.
+(its parser), and a check in :func:`parse_jobs` where it needs another setting.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.contract import loader
 from app.contract.schema import TableSchema, parse_schema
+from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
+from app.ops.processors import JobProcessor, read_processor_wheel
 from infra.config import parsing
 from infra.config.errors import ConfigError
 
@@ -62,6 +68,23 @@ class JobSettings:
     """``spark.cores.max``: the most of the cluster's cores it takes. Spark's standalone
     master gives an application every core unless told, so with two jobs or more each needs
     one, or the first to start takes them all and the others wait."""
+    processor: str | None = None
+    """``run --processor``: ``package.module:Class`` in :attr:`processor_wheel`; None: the
+    built-in table rebuild."""
+    processor_wheel: Path | None = None
+    """The wheel of the processor's package (pure Python, holding its module), checked at
+    synth; the deploy uploads it beside ours and records its SHA-256, which run-job checks."""
+    integrity: IntegrityMode = IntegrityMode.STRICT
+    """``run --integrity``: what a message's seq means (docs/processors.md)."""
+
+    def shipped(self) -> JobProcessor:
+        """What the deploy ships of it (app/ops/processors.py)."""
+        return JobProcessor(
+            job=self.name,
+            processor=self.processor,
+            wheel=self.processor_wheel,
+            integrity=str(self.integrity),
+        )
 
 
 def _text(pattern: re.Pattern[str], what: str) -> Callable[[Any, str], str]:
@@ -87,6 +110,23 @@ def _schema(value: Any, base: str) -> Path:
     return path if path.is_absolute() else Path(base) / path
 
 
+def _processor(value: Any, _base: str) -> str:
+    if not isinstance(value, str) or value == loader.BUILT_IN:
+        raise ValueError(f"{value!r} is not like package.module:Class (leave it out: the built-in)")
+    try:
+        loader.split(value)
+    except ConfigurationError:
+        raise ValueError(f"{value!r} is not like package.module:Class") from None
+    return value
+
+
+def _integrity(value: Any, _base: str) -> IntegrityMode:
+    known = [str(mode) for mode in IntegrityMode]
+    if value not in known:
+        raise ValueError(f"{value!r} is not one of {', '.join(known)}")
+    return IntegrityMode(value)
+
+
 def _cores(value: Any, _base: str) -> int:
     if type(value) is not int or not 1 <= value <= MAX_CORES:
         raise ValueError(f"{value!r} is not a whole number of cores from 1 to {MAX_CORES}")
@@ -99,6 +139,9 @@ FIELDS: Mapping[str, Callable[[Any, str], Any]] = {
     "output_prefix": _text(_OUTPUT_PREFIX, "a prefix of 1-4 elements of a-z0-9.- below output/"),
     "glue_table": _text(_GLUE_TABLE, "a Glue table name (a-z, 0-9, _; a letter first)"),
     "cores": _cores,
+    "processor": _processor,
+    "processor_wheel": _schema,  # a file beside the settings, as the schema
+    "integrity": _integrity,
 }
 """Each setting of a job and its parser (the value, the settings file's folder): a parser
 raises ``ValueError`` saying what is wrong."""
@@ -144,10 +187,35 @@ def parse_jobs(environment: str, value: Any, *, source: str) -> tuple[JobSetting
             raise fail(f"jobs.{name}.schema", f"cannot be read: {exc.strerror}") from None
         except ConfigurationError as exc:
             raise fail(f"jobs.{name}.schema", str(exc)) from None
+        _check_processor(fail, name, values)
         values.setdefault("output_prefix", name)
         values.setdefault("glue_table", name.replace("-", "_"))
         jobs.append(JobSettings(name=name, schema_document=document, **values))
     return tuple(jobs)
+
+
+def _check_processor(
+    fail: Callable[[str, str], ConfigError], job: str, values: Mapping[str, Any]
+) -> None:
+    """A processor comes with its wheel, and the wheel holds it."""
+    processor, wheel = values.get("processor"), values.get("processor_wheel")
+    if processor is not None and wheel is None:
+        raise fail(
+            f"jobs.{job}.processor_wheel",
+            f"is missing: processor {processor} needs "
+            "the wheel of its package, which the deploy ships",
+        )
+    if wheel is not None and processor is None:
+        raise fail(
+            f"jobs.{job}.processor",
+            f"is missing: processor_wheel {wheel.name} needs "
+            "the class it runs (package.module:Class)",
+        )
+    if processor is not None and wheel is not None:
+        try:
+            read_processor_wheel(wheel, processor)
+        except ConfigurationError as exc:
+            raise fail(f"jobs.{job}.processor_wheel", str(exc)) from None
 
 
 def jobs_problem(

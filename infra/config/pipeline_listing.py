@@ -1,7 +1,8 @@
-"""infra's test pipelines, as ``tablecast-ops pipelines`` lists them.
+"""infra's test pipelines, as ``tablecast-ops pipelines`` lists them, and an
+environment's jobs' processors, as ``tablecast-ops deploy`` ships them.
 
 ``app`` does not import ``infra``: this module reads the declarations of a
-settings file and makes the facts the listing needs
+settings file and makes the facts the listing and the deploy need
 (:class:`app.ops.pipelines.Declarations`); ``scripts/tablecast_ops.py`` and the
 tests pass them in.
 """
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from app.errors import ConfigurationError
 from app.ops.pipelines import Declaration, Declarations, Footprint
+from app.ops.processors import JobProcessor
 from infra.config.errors import ConfigError
 from infra.config.model import EnvironmentConfig
 from infra.config.node_services import interface_endpoint_services
@@ -58,8 +60,21 @@ def read(settings: Path) -> list[Declaration]:
     return declarations
 
 
+def job_processors(settings: Path, environment: str) -> list[JobProcessor]:
+    """Each job ``settings`` declares in ``environment`` (none where it names no such
+    environment, e.g. a test pipeline's), its processor; one line naming what is invalid."""
+    try:
+        found = load_settings(settings).get(environment)
+    except ConfigError as exc:
+        raise ConfigurationError(f"invalid configuration: {exc}") from None
+    return [job.shipped() for job in found.jobs] if found is not None else []
+
+
 def declarations() -> Declarations:
-    """What ``tablecast-ops pipelines`` needs of infra's configuration."""
+    """What ``tablecast-ops pipelines`` and ``deploy`` need of infra's configuration."""
     return Declarations(
-        read=read, destroy_command=destroy_command, settings_variable=SETTINGS_VARIABLE
+        read=read,
+        destroy_command=destroy_command,
+        settings_variable=SETTINGS_VARIABLE,
+        job_processors=job_processors,
     )

@@ -55,9 +55,18 @@ JOB_DESCRIPTIONS = {
     handoff.GLUE_TABLE: "The job's Iceberg table in the Glue database (--glue-table)",
     handoff.SCHEMA_SHA256: "SHA-256 of the job's deployed table schema; set by the deploy tool",
     handoff.CORES: "The most of the cluster's cores the job takes (spark.cores.max)",
+    handoff.PROCESSOR: "The job's processor (--processor; none: the built-in); set by deploy",
+    handoff.PROCESSOR_WHEEL: "Its wheel below artifacts-uri; set by the deploy tool",
+    handoff.PROCESSOR_WHEEL_SHA256: "SHA-256 of the processor's wheel; set by the deploy tool",
+    handoff.INTEGRITY: "The job's integrity class (--integrity); set by the deploy tool",
 }
 # What the deploy tool owns once it exists: Terraform writes the first value only.
-DEPLOYED = (handoff.JOB_VERSION, handoff.JOB_WHEEL_SHA256, handoff.SCHEMA_SHA256)
+DEPLOYED = (
+    handoff.JOB_VERSION,
+    handoff.JOB_WHEEL_SHA256,
+    handoff.SCHEMA_SHA256,
+    *handoff.JOB_PROCESSOR,
+)
 
 
 class HandoffStack(EnvironmentStack):

@@ -17,7 +17,10 @@ from tests.ami.helpers import FILES
 from tests.ami.run_job_harness import (
     BUCKET,
     REGION,
+    SCHEMA,
     VERSION,
+    declared,
+    job_options,
     moto_aws,
     prepare,
     run_job,
@@ -91,43 +94,6 @@ def submitted(
     return arguments.read_bytes().decode().split("\0")[:-1]
 
 
-SCHEMA = b'[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\n'
-
-
-def declared(
-    aws: dict[str, str],
-    tmp_path: Path,
-    *,
-    stored: bytes = SCHEMA,
-    recorded: str | None = None,
-    jobs: str = "plant,lab",
-) -> dict[str, str]:
-    """SSM's hand-off of an environment declaring ``jobs``, job lab's own parameters, and
-    ``stored`` as lab's schema document in artifacts/schemas/ (named by its SHA-256, or
-    ``recorded``, which schema-sha256 holds)."""
-    session = boto3.session.Session(
-        region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
-    )
-    ssm = session.client("ssm", endpoint_url=aws["AWS_ENDPOINT_URL"])
-    s3 = session.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"])
-    digest = recorded or sha256(stored)
-    s3.put_object(Bucket=BUCKET, Key=f"artifacts/schemas/{digest}.toml", Body=stored)
-    ssm.put_parameter(Name=handoff.parameter_name("t", handoff.JOBS), Value=jobs, Type="String")
-    values = {
-        handoff.TOPIC_PATTERN: "^s-lab-.+",
-        handoff.OUTPUT_URI: f"s3://{BUCKET}/output/lab/meters",
-        handoff.CHECKPOINT_URI: "hdfs://h/tablecast/checkpoints/jobs/lab",
-        handoff.GLUE_TABLE: "lab_meters",
-        handoff.SCHEMA_SHA256: digest,
-        handoff.CORES: "2",
-    }
-    for name, value in values.items():
-        ssm.put_parameter(
-            Name=handoff.job_parameter_name("t", "lab", name), Value=value, Type="String"
-        )
-    return {}
-
-
 def test_a_declared_job_runs_with_its_own_topics_output_checkpoint_table_schema_and_cores(
     aws: dict[str, str], tmp_path: Path
 ) -> None:
@@ -193,16 +159,6 @@ def test_where_the_settings_declare_jobs_the_environments_one_job_does_not_run(
     assert done.returncode == 0, done.stderr
     assert "declare jobs (plant,lab): each runs as tablecast-job@<name>.service" in done.stderr
     assert not (tmp_path / "pip.log").exists(), "nothing was installed"
-
-
-def job_options(argv: list[str]) -> list[tuple[str, str]]:
-    """``tablecast run``'s options as (name, value) pairs, in order."""
-    run = argv[argv.index("run") + 1 :]
-    pairs = []
-    for index, word in enumerate(run):
-        if word.startswith("--") and index + 1 < len(run) and not run[index + 1].startswith("--"):
-            pairs.append((word, run[index + 1]))
-    return pairs
 
 
 def test_the_environments_kafka_options_reach_tablecast_run(

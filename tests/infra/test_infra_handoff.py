@@ -1,8 +1,16 @@
 """The hand-off: every name in app.handoff in SSM under /tablecast/<env>/ and as an output."""
 
+import shutil
+from pathlib import Path
+
+import pytest
+
 from app import handoff, metric_names
-from infra.testing import SynthesizedEnvironment
+from infra.config.environments import staging
+from infra.config.settings import TESTING_SETTINGS, load_settings
+from infra.testing import SynthesizedEnvironment, synthesize
 from tests.infra.synthesized_documents import parameters
+from tests.processor_wheel import PROCESSOR, example_wheel
 
 
 def value(env: SynthesizedEnvironment, name: str) -> str:
@@ -20,7 +28,11 @@ def test_every_handoff_name_is_a_parameter(env: SynthesizedEnvironment) -> None:
     expected |= {
         handoff.job_parameter_name(env.config.name, job.name, name)
         for job in env.config.jobs
-        for name in (*handoff.JOB_ALL, *((handoff.CORES,) if job.cores else ()))
+        for name in (
+            *handoff.JOB_ALL,
+            *handoff.JOB_PROCESSOR,
+            *((handoff.CORES,) if job.cores else ()),
+        )
     }
     assert set(parameters(env)) == expected
     for parameter in parameters(env).values():
@@ -45,10 +57,12 @@ def test_job_version_starts_as_none_and_belongs_to_the_deploy_tool(
     ] + [
         parameters(env)[handoff.job_parameter_name(env.config.name, job.name, name)]
         for job in env.config.jobs
-        for name in (handoff.SCHEMA_SHA256,)
+        for name in (handoff.SCHEMA_SHA256, *handoff.JOB_PROCESSOR)
     ]
     for parameter in owned:
-        assert parameter["value"] == "none"
+        # A job's integrity starts as its settings' (testing.toml's jobs: the default).
+        start = "strict" if parameter["name"].endswith("/integrity") else "none"
+        assert parameter["value"] == start
         assert parameter["lifecycle"] == {"ignore_changes": ["value"]}
     others = [p for p in parameters(env).values() if all(p is not o for o in owned)]
     assert all("lifecycle" not in other for other in others)
@@ -135,3 +149,45 @@ def test_each_declared_job_has_its_own_topics_output_checkpoint_and_table(
         for j in config.jobs
     }
     assert len(checkpoints) == len(config.jobs)
+
+
+def test_synth_writes_each_jobs_processor_and_integrity_for_the_deploy_to_own(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """staging's jobs, lab's with a processor in its wheel under ``ordered``: what run-job
+    reads starts as the settings say, the wheel as none until the deploy ships it."""
+    wheel = tmp_path / "dist" / example_wheel(tmp_path_factory).name
+    wheel.parent.mkdir()
+    shutil.copy(example_wheel(tmp_path_factory), wheel)
+    text = TESTING_SETTINGS.read_text(encoding="utf-8").replace(
+        'glue_table = "lab_meters"\n',
+        f'glue_table = "lab_meters"\nprocessor = "{PROCESSOR}"\n'
+        f'processor_wheel = "{wheel}"\nintegrity = "ordered"\n',
+    )
+    assert PROCESSOR in text
+    shutil.copytree(TESTING_SETTINGS.parent / "schemas", tmp_path / "schemas")
+    path = tmp_path / "settings.toml"
+    path.write_text(text, encoding="utf-8")
+    settings = load_settings(path)["staging"]
+    (env,) = synthesize([staging(settings)], tmp_path / "cdktf.out").values()
+
+    def parameter(job: str, name: str) -> dict[str, object]:
+        found: dict[str, object] = parameters(env)[handoff.job_parameter_name("staging", job, name)]
+        return found
+
+    assert {name: parameter("lab", name)["value"] for name in handoff.JOB_PROCESSOR} == {
+        handoff.PROCESSOR: PROCESSOR,
+        handoff.PROCESSOR_WHEEL: "none",
+        handoff.PROCESSOR_WHEEL_SHA256: "none",
+        handoff.INTEGRITY: "ordered",
+    }
+    assert {name: parameter("plant", name)["value"] for name in handoff.JOB_PROCESSOR} == {
+        handoff.PROCESSOR: "none",
+        handoff.PROCESSOR_WHEEL: "none",
+        handoff.PROCESSOR_WHEEL_SHA256: "none",
+        handoff.INTEGRITY: "strict",
+    }
+    for name in handoff.JOB_PROCESSOR:
+        assert parameter("lab", name)["lifecycle"] == {"ignore_changes": ["value"]}
+        output = env["handoff"].outputs()[f"job_lab_{name}".replace("-", "_")]
+        assert output["description"].startswith("Job lab: ")

@@ -2,16 +2,22 @@
 
 import dataclasses
 import json
+import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from app.engine.machine import IntegrityMode
+from app.ops.processors import JobProcessor
 from infra.config import ConfigError
 from infra.config.jobs import FIELDS, REQUIRED
+from infra.config.pipeline_listing import job_processors
 from infra.config.settings import load_settings
 from infra.config.spark_cores import vcpus
 from infra.main import main
 from tests.infra.valid_config import SHARED, valid
+from tests.processor_wheel import PROCESSOR, example_wheel
 
 SCHEMA = (
     '[key]\ncolumns = ["id"]\n\n[columns]\nid = "int64"\n'
@@ -155,7 +161,16 @@ def test_a_job_setting_is_a_field_and_a_parser() -> None:
     """What #36 extends (a job's processor): every setting has a parser, and the required
     ones are settings."""
     assert set(REQUIRED) <= set(FIELDS)
-    assert set(FIELDS) == {"topic_pattern", "schema", "output_prefix", "glue_table", "cores"}
+    assert set(FIELDS) == {
+        "topic_pattern",
+        "schema",
+        "output_prefix",
+        "glue_table",
+        "cores",
+        "processor",
+        "processor_wheel",
+        "integrity",
+    }
 
 
 @pytest.mark.parametrize(
@@ -252,3 +267,117 @@ def test_synth_stops_on_jobs_that_need_more_cores_than_the_workers_have(
         f"(in {path})"
     ]
     assert not (tmp_path / "over").exists(), "nothing is written"
+
+
+@pytest.fixture(scope="module")
+def user_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return example_wheel(tmp_path_factory)
+
+
+def test_a_jobs_processor_its_wheel_and_integrity_class_are_read(
+    tmp_path: Path, user_wheel: Path
+) -> None:
+    (tmp_path / "dist").mkdir()
+    shutil.copy(user_wheel, tmp_path / "dist")
+    wheel = f"dist/{user_wheel.name}"
+    path = settings(
+        tmp_path,
+        {
+            "lab": job("^sensor-lab-.+", cores=1, processor=PROCESSOR, processor_wheel=wheel),
+            "plant": job("^sensor-plant-.+", cores=1, integrity="resync"),
+        },
+    )
+    lab, plant = load_settings(path)["team"].jobs
+    assert (lab.processor, lab.processor_wheel, lab.integrity) == (
+        PROCESSOR,
+        tmp_path / wheel,
+        IntegrityMode.STRICT,
+    )
+    assert (plant.processor, plant.processor_wheel, plant.integrity) == (
+        None,
+        None,
+        IntegrityMode.RESYNC,
+    )
+    # What the deploy ships (tablecast-ops deploy reads them through infra).
+    assert job_processors(path, "team") == [
+        JobProcessor(job="lab", processor=PROCESSOR, wheel=tmp_path / wheel, integrity="strict"),
+        JobProcessor(job="plant", processor=None, wheel=None, integrity="resync"),
+    ]
+    assert job_processors(path, "a-test-pipeline") == []
+
+
+def _without_module(wheel: Path, target: Path) -> Path:
+    """``wheel``'s name and metadata without the processor's module."""
+    target.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target / wheel.name, "w") as out:
+        for item in source.infolist():
+            if not item.filename.endswith("energy.py"):
+                out.writestr(item, source.read(item))
+    return target / wheel.name
+
+
+@pytest.mark.parametrize(
+    ("more", "complaint"),
+    [
+        (
+            {"processor": PROCESSOR},
+            "jobs.a.processor_wheel (in {path}): is missing: processor "
+            f"{PROCESSOR} needs the wheel of its package",
+        ),
+        (
+            {"processor_wheel": "{wheel}"},
+            "jobs.a.processor (in {path}): is missing: processor_wheel meter_energy-1.0.0-py3-"
+            "none-any.whl needs the class it runs",
+        ),
+        (
+            {"processor": "meter_energy", "processor_wheel": "{wheel}"},
+            "jobs.a.processor (in {path}): 'meter_energy' is not like package.module:Class",
+        ),
+        (
+            {"processor": "table", "processor_wheel": "{wheel}"},
+            "jobs.a.processor (in {path}): 'table' is not like package.module:Class (leave it "
+            "out: the built-in)",
+        ),
+        (
+            {"integrity": "exactly"},
+            "jobs.a.integrity (in {path}): 'exactly' is not one of strict, resync, ordered, "
+            "once, none",
+        ),
+        (
+            {"processor": PROCESSOR, "processor_wheel": "dist/gone-1.0-py3-none-any.whl"},
+            "jobs.a.processor_wheel (in {path}): {dir}/dist/gone-1.0-py3-none-any.whl does not "
+            "exist (build it: pip wheel --no-deps)",
+        ),
+        (
+            {"processor": PROCESSOR, "processor_wheel": "s.toml"},
+            "jobs.a.processor_wheel (in {path}): s.toml is not a pure-Python wheel's name",
+        ),
+        (
+            {"processor": "meter_energy.other:HourlyEnergy", "processor_wheel": "{wheel}"},
+            "jobs.a.processor_wheel (in {path}): meter_energy-1.0.0-py3-none-any.whl holds no "
+            "module meter_energy.other (meter_energy/other.py), which processor "
+            "meter_energy.other:HourlyEnergy names",
+        ),
+        (
+            {"processor": PROCESSOR, "processor_wheel": "{stripped}"},
+            "jobs.a.processor_wheel (in {path}): meter_energy-1.0.0-py3-none-any.whl holds no "
+            "module meter_energy.energy",
+        ),
+    ],
+)
+def test_a_bad_processor_setting_is_refused_in_one_line_naming_file_job_and_key(
+    tmp_path: Path, user_wheel: Path, more: dict[str, str], complaint: str
+) -> None:
+    (tmp_path / "dist").mkdir()
+    shutil.copy(user_wheel, tmp_path / "dist")
+    stripped = _without_module(user_wheel, tmp_path / "stripped")
+    given = {
+        key: value.format(
+            wheel=f"dist/{user_wheel.name}", stripped=str(stripped.relative_to(tmp_path))
+        )
+        for key, value in more.items()
+    }
+    with pytest.raises(ConfigError) as refused:
+        load_settings(settings(tmp_path, {"a": job("^sensor-.+", **given)}))
+    assert complaint.format(path=tmp_path / "settings.toml", dir=tmp_path) in str(refused.value)
+    assert "\n" not in str(refused.value)

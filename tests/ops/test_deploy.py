@@ -25,25 +25,13 @@ from app.ops.errors import (
 )
 from app.ops.wheel import Wheel, read_wheel
 from tests.ops.conftest import PROJECT, REGION, Environment
+from tests.ops.deploy_harness import commands, declare_jobs, job_version
 from tests.ops.standin import DriverStandIn
-
-
-def job_version(aws: AwsClients, env: Environment) -> str:
-    name = handoff.parameter_name(env.name, handoff.JOB_VERSION)
-    return aws.ssm.get_parameter(Name=name)["Parameter"]["Value"]
 
 
 def wheel_sha256(aws: AwsClients, env: Environment) -> str:
     name = handoff.parameter_name(env.name, handoff.JOB_WHEEL_SHA256)
     return aws.ssm.get_parameter(Name=name)["Parameter"]["Value"]
-
-
-def commands(aws: AwsClients, env: Environment) -> list[str]:
-    """The scripts sent to the driver, oldest first."""
-    sent = aws.ssm.list_commands(InstanceId=env.driver)["Commands"]
-    assert all(c["DocumentName"] == "AWS-RunShellScript" for c in sent)
-    assert all(c["InstanceIds"] == [env.driver] for c in sent)
-    return ["\n".join(c["Parameters"]["commands"]) for c in sent]
 
 
 def variant(wheel: Wheel, directory: Path) -> Wheel:
@@ -111,15 +99,6 @@ def alarm(aws: AwsClients, environment: Environment, name: str, *, enabled: bool
         Threshold=1,
         ComparisonOperator="LessThanThreshold",
         ActionsEnabled=enabled,
-    )
-
-
-def declare_jobs(aws: AwsClients, environment: Environment, *names: str) -> None:
-    """The hand-off's ``jobs``, as infra writes it where the settings declare jobs."""
-    aws.ssm.put_parameter(
-        Name=handoff.parameter_name(environment.name, handoff.JOBS),
-        Value=",".join(names),
-        Type="String",
     )
 
 

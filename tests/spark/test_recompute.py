@@ -17,6 +17,7 @@ import pytest
 from app.engine.machine import IntegrityMode
 from app.errors import ArchiveLayoutError, ConfigurationError
 from app.recompute.correct import correct
+from app.recompute.plan import GivenRules
 from app.recompute.replay import replay
 from app.recompute.run import CORRECTION, REPLAY, RecomputeReport, records
 from app.sink.rewrite import RewriteSteps
@@ -382,7 +383,7 @@ def test_a_recompute_applies_the_live_jobs_rules_and_refuses_others(
             str(out),
             *everything,
             topic_pattern=PATTERN,
-            integrity=IntegrityMode.STRICT,
+            rules=GivenRules(integrity=IntegrityMode.STRICT),
         )
     assert "\n" not in str(refused.value)
     assert "integrity strict" in str(refused.value) and "resync" in str(refused.value)
@@ -393,5 +394,5 @@ def test_a_recompute_applies_the_live_jobs_rules_and_refuses_others(
             str(out),
             *everything,
             topic_pattern=PATTERN,
-            session_timeout_ms=3_600_000,
+            rules=GivenRules(session_timeout_ms=3_600_000),
         )
