@@ -159,3 +159,10 @@ def job_parameter_name(environment: str, job: str, name: str) -> str:
 def job_unit(job: str | None) -> str:
     """The job's service on the driver: the environment's one job, or a declared one's."""
     return "tablecast-job.service" if job is None else f"tablecast-job@{job}.service"
+
+
+def job_log_group(environment: str, job: str | None) -> str:
+    """The CloudWatch log group of the job's service: the environment's ``job`` group (which
+    the archiver shares), or a declared job's own (infra/ creates it, node-bootstrap ships
+    its service's lines there)."""
+    return f"{PREFIX}/{environment}/job" if job is None else f"{PREFIX}/{environment}/jobs/{job}"

@@ -35,13 +35,14 @@ from app.cli.parsing import (
     positive,
 )
 from app.code_version import checkout_commit, job_version
+from app.contract.schema import DEFAULT_SCHEMA
 from app.durations import parse_duration_ms
 from app.errors import ConfigurationError
 from app.metrics.publisher import MetricsPublisher, NullPublisher, PublisherKind, make_publisher
 from app.ops import deploy, wheel
 from app.ops.archive_lock import ArchiveLock
 from app.ops.aws import AwsClients
-from app.ops.environment import Handoff, find_driver, read_handoff
+from app.ops.environment import Handoff, find_driver, read_handoff, read_job_handoff
 from app.ops.pipelines import (
     PRICES,
     Declarations,
@@ -295,7 +296,10 @@ def build_parser() -> CommandParser:
         description="On the sandbox or a test pipeline: deploy the working tree, publish a "
         "generated load, wait until the job has caught up and verify its output exactly. "
         "Exit 0 when exact, 1 otherwise.",
-        examples=["tablecast-ops test-run -e resync-exp --sessions 48 --resync-every 10"],
+        examples=[
+            "tablecast-ops test-run -e resync-exp --sessions 48 --resync-every 10",
+            "tablecast-ops test-run -e resync-exp --job lab",
+        ],
     )
     _kafka(run)
     run_artifact = run.add_mutually_exclusive_group()
@@ -322,7 +326,12 @@ def build_parser() -> CommandParser:
         help="topics <prefix>0 to <prefix>N-1 [3]",
     )
     hidden_alias(run_count, "--topics", "topic_count", type=positive)
-    run.add_argument("--prefix", default="sensor-", help="the topics' names' start [sensor-]")
+    run.add_argument(
+        "--prefix",
+        default=None,
+        help="the topics' names' start [sensor-; with --job, the literal start of the job's "
+        "topic-pattern]",
+    )
     run.add_argument("--partitions", type=positive, default=2, help="per topic [2]")
     run.add_argument("--sessions", type=positive, default=24, help="in all [24]")
     run.add_argument(
@@ -345,6 +354,7 @@ def build_parser() -> CommandParser:
         help=argparse.SUPPRESS,
     )
     _heartbeat(run)
+    _job(run)
 
     pipelines = add_command(
         commands,
@@ -376,7 +386,10 @@ def build_parser() -> CommandParser:
         description="Record a topic as retired at its current end offsets: the job reads it "
         "to there, then carries on without it, and its deletion is no data loss. Stop the "
         "topic's producers first.",
-        examples=["tablecast-ops retire-topic -e dev --topic sensor-17"],
+        examples=[
+            "tablecast-ops retire-topic -e dev --topic sensor-17",
+            "tablecast-ops retire-topic -e dev --job lab --topic sensor-lab-3",
+        ],
     )
     _kafka(retire)
     retire.add_argument("--topic", required=True, help="the topic to retire")
@@ -391,6 +404,7 @@ def build_parser() -> CommandParser:
         metavar="REGEX",
         help="the job's topics [the environment's topic-pattern]",
     )
+    _job(retire)
 
     archive = add_command(
         commands,
@@ -448,6 +462,8 @@ def build_parser() -> CommandParser:
         help="where --follow publishes its heartbeat and lag every minute, with --environment "
         "(the driver's service: cloudwatch) [none]",
     )
+    # Refused in one line (_archive): the archive is every job's.
+    archive.add_argument("--job", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -680,6 +696,21 @@ def _job_unit(found: Handoff, job: str | None) -> str:
     return handoff.job_unit(job)
 
 
+def _job_handoff(args: argparse.Namespace, found: Handoff | None) -> Handoff | None:
+    """``--job``'s hand-off over its environment's (``read_job_handoff``), the job checked as
+    status, start and stop check it; without --job, the environment's."""
+    if found is None:
+        if args.job is not None:
+            raise ConfigurationError(
+                f"--job {args.job}: name its --environment (a job's settings are its environment's)"
+            )
+        return None
+    _job_unit(found, args.job)
+    if args.job is None:
+        return found
+    return read_job_handoff(AwsClients.create(args.region).ssm, found, args.job)
+
+
 def _handoff(args: argparse.Namespace) -> Handoff | None:
     if not args.environment:
         return None
@@ -776,6 +807,12 @@ def _produce(args: argparse.Namespace) -> int:
 def _archive(args: argparse.Namespace) -> int:
     from app.ops import archiver
 
+    if args.job is not None:
+        raise ConfigurationError(
+            f"--job {args.job}: archive takes no job: one archiver copies every job's topics "
+            "(within the environment's topic-pattern) into the environment's one archive; "
+            "run it without --job"
+        )
     found = _handoff(args)
     endpoint, isolation = _endpoint(args, found), Isolation.READ_COMMITTED
     if found is not None:
@@ -838,7 +875,7 @@ def _archiver_publisher(args: argparse.Namespace, found: Handoff | None) -> Metr
 def _retire_topic(args: argparse.Namespace) -> int:
     from app.ops import retire
 
-    found = _handoff(args)
+    found = _job_handoff(args, _handoff(args))
     endpoint = _endpoint(args, found)
     if found is not None and not (
         args.bootstrap_servers or args.kafka_auth or os.environ.get(KAFKA_AUTH_VARIABLE)
@@ -885,6 +922,12 @@ def _pipelines(args: argparse.Namespace, declarations: Declarations | None) -> i
     return 1 if listing.orphans else 0
 
 
+def _literal_start(pattern: str) -> str:
+    """The literal characters a topic pattern starts with (``^sensor-lab-.+``: ``sensor-lab-``)."""
+    found = re.match(r"\^([A-Za-z0-9_-]*)", pattern)
+    return found.group(1) if found else ""
+
+
 # Shared environments: a test run's load must never reach their topics.
 _NOT_FOR_TEST_RUNS = ("dev", "staging", "prod")
 
@@ -899,7 +942,7 @@ def _test_run(args: argparse.Namespace) -> int:
             f"{args.environment} is a shared environment: test-run publishes generated load and "
             "deploys the working tree, so it runs on the sandbox or a test pipeline only"
         )
-    found = _handoff(args)
+    found = _job_handoff(args, _handoff(args))
     assert found is not None
     if args.no_deploy and found.job_version == "none":
         raise ConfigurationError(
@@ -910,7 +953,7 @@ def _test_run(args: argparse.Namespace) -> int:
     endpoint = _endpoint(args, found)
     load = test_run.Load(
         topics=args.topic_count,
-        prefix=args.prefix,
+        prefix=args.prefix or (_literal_start(found.topic_pattern) if args.job else "sensor-"),
         partitions=args.partitions,
         sessions=args.sessions,
         updates=args.updates,
@@ -918,6 +961,7 @@ def _test_run(args: argparse.Namespace) -> int:
         rate=args.rate,
         seed=args.seed,
         one_message_per_batch=args.one_message_per_batch,
+        schema=test_run.job_schema(clients.s3, found, args.job) if args.job else DEFAULT_SCHEMA,
     )
     # The load's topics, with the environment's retention and replication.
     policy = topics.TopicPolicy(found.retention_hours, found.replication_factor, args.partitions)
@@ -944,7 +988,7 @@ def _test_run(args: argparse.Namespace) -> int:
         )
 
     report = test_run.run(
-        test_run.Target.of(found, endpoint),
+        test_run.Target.of(found, endpoint, job=args.job),
         load,
         deploy=deploy_job,
         timeout_s=args.catch_up_timeout,

@@ -227,3 +227,27 @@ def write_handoff(ssm: SSMClient, environment: str, values: Mapping[str, str]) -
             Type="String",
             Overwrite=True,
         )
+
+
+def read_job_handoff(ssm: SSMClient, found: Handoff, job: str) -> Handoff:
+    """A declared job's hand-off: its parameters (``/tablecast/<env>/jobs/<job>/``, JOB_ALL)
+    over the environment's, as run-job reads them: its topics, output and checkpoint take
+    the environment's place, and the environment's explicit ``topics`` (the one job's) go."""
+    path = handoff.job_parameter_name(found.environment, job, "")
+    values = {name: value for name, value in found.values.items() if name != handoff.TOPICS}
+    pages = ssm.get_paginator("get_parameters_by_path").paginate(
+        Path=path, Recursive=False, WithDecryption=True
+    )
+    own = {
+        parameter["Name"][len(path) :]: parameter["Value"]
+        for page in pages
+        for parameter in page["Parameters"]
+    }
+    missing = [name for name in handoff.JOB_ALL if not own.get(name)]
+    if missing:
+        raise HandoffError(
+            found.environment,
+            f"{handoff.JOBS}/{job}/{missing[0]}",
+            "missing or empty (has infra/ been applied since the job was declared?)",
+        )
+    return Handoff(found.environment, values | own)

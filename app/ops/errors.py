@@ -6,6 +6,7 @@ it as one line and exits with its ``exit_code``.
 
 from __future__ import annotations
 
+from app import handoff
 from app.errors import ExitCode, TablecastError
 
 
@@ -93,7 +94,7 @@ class HeartbeatTimeoutError(OpsError):
         super().__init__(
             f"environment {environment}{whose}: no Heartbeat metric newer than {since} after "
             f"{waited_s:.0f} s (last heartbeat: {last_seen}); see the log group "
-            f"/tablecast/{environment}/job"
+            f"{handoff.job_log_group(environment, job)}"
         )
         self.environment = environment
         self.job = job

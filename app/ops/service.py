@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 UNIT = "tablecast-job.service"
 ARCHIVER_UNIT = "tablecast-archiver.service"
 VENV_PYTHON = "/opt/tablecast/venv/bin/python"
+NODE_BOOTSTRAP = "/opt/tablecast/bin/node-bootstrap"
 # run-job downloads and installs the wheel before spark-submit: allow it 3 minutes.
 INSTALL_WAIT_S = 180
 _INSTALL_POLL_S = 5
@@ -53,12 +54,21 @@ def restart_script(version: str, units: Sequence[str] = (UNIT,)) -> list[str]:
     names = " ".join(units)
     # is-active of several units succeeds where any is: ask each.
     active = " && ".join(f"systemctl is-active --quiet {unit}" for unit in units)
-    # node-bootstrap enables the one job's service; a declared job's (a template's
-    # instance) the deploy enables, so that it starts at the driver's next boot too.
+    # Declared jobs' services (a template's instances): `node-bootstrap jobs` reads the jobs
+    # again, enables their services and has the agent ship each one's log (a job declared
+    # since the driver booted); an image older than that step, whose node-bootstrap would
+    # take the argument for a whole bootstrap, has the services enabled alone.
     declared = [unit for unit in units if "@" in unit]
+    jobs = [
+        f"if grep -q '^jobs_again()' {NODE_BOOTSTRAP} 2>/dev/null; then",
+        f"  {NODE_BOOTSTRAP} jobs",
+        "else",
+        f"  systemctl enable --quiet {' '.join(declared)}",
+        "fi",
+    ]
     return [
         "set -eu",
-        *([f"systemctl enable --quiet {' '.join(declared)}"] if declared else []),
+        *(jobs if declared else []),
         f"systemctl restart {names}",
         _STAMP,
         'installed=""',

@@ -17,6 +17,7 @@ and ``make pipeline-demo`` runs on one machine (``app/local/exercise.py``):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -24,14 +25,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from app import handoff
 from app.contract.offsets import Offsets
-from app.errors import ExitCode, TablecastError
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema, parse_schema
+from app.errors import ConfigurationError, ExitCode, TablecastError
 from app.ops import produce
 from app.ops.environment import Handoff
 from app.sources.kafka_client import KafkaEndpoint
 from app.tools.generate import CaptureSpec
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 CATCH_UP_TIMEOUT_S = 600.0
 Progress = Callable[[str], None]
@@ -64,6 +70,8 @@ class Load:
     """Suffix of every session id; empty: the UTC time, so a run never reuses a session."""
     one_message_per_batch: bool = False
     """A record batch per message, for a broker (tansu) that reports ends by batch."""
+    schema: TableSchema = DEFAULT_SCHEMA
+    """The table schema the sessions' rows follow: a declared job's (its deployed document)."""
 
     @property
     def topic_names(self) -> list[str]:
@@ -81,12 +89,20 @@ class Target:
     archive_uri: str
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     """The environment ``tablecast verify`` runs in (AWS credentials, endpoints)."""
+    job: str | None = None
+    """A declared job's name: its topics of the archive, which every job's topics share,
+    are the ones verified. ``None``: the environment's one job, which reads them all."""
 
     @classmethod
     def of(
-        cls, found: Handoff, endpoint: KafkaEndpoint, env: Mapping[str, str] | None = None
+        cls,
+        found: Handoff,
+        endpoint: KafkaEndpoint,
+        env: Mapping[str, str] | None = None,
+        job: str | None = None,
     ) -> Target:
-        """The environment's test run as its hand-off names it, its brokers at ``endpoint``."""
+        """The environment's test run as its hand-off names it (a declared job's:
+        ``read_job_handoff``), its brokers at ``endpoint``."""
         return cls(
             environment=found.environment,
             endpoint=endpoint,
@@ -94,6 +110,7 @@ class Target:
             output_uri=found.s3_uri(handoff.OUTPUT_URI),
             archive_uri=found.archive_uri,
             env=dict(os.environ) if env is None else env,
+            job=job,
         )
 
 
@@ -162,6 +179,28 @@ class TestRunReport:
         ]
 
 
+def job_schema(s3: S3Client, found: Handoff, job: str) -> TableSchema:
+    """A declared job's table schema as deployed: ``<artifacts>/schemas/<schema-sha256>.toml``
+    (``found`` is the job's hand-off), refused unless its SHA-256 is the recorded one."""
+    digest = found.value(handoff.SCHEMA_SHA256)
+    if digest == handoff.NO_SCHEMA:
+        raise ConfigurationError(
+            f"job {job} of {found.environment} has no table schema deployed (schema-sha256 "
+            f"none): deploy one first (tablecast-ops deploy -e {found.environment} --schema "
+            f"{job}=FILE)"
+        )
+    bucket, _, prefix = found.artifacts_uri.removeprefix("s3://").partition("/")
+    key = f"{prefix}/{handoff.SCHEMAS_FOLDER}/{digest}.toml".lstrip("/")
+    uri = f"s3://{bucket}/{key}"
+    document = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    if hashlib.sha256(document).hexdigest() != digest:
+        raise ConfigurationError(
+            f"{uri}: its SHA-256 is not job {job}'s schema-sha256 {digest}: deploy the job's "
+            "schema again"
+        )
+    return parse_schema(document, uri)
+
+
 def publish(
     target: Target,
     load: Load,
@@ -180,6 +219,7 @@ def publish(
             prefix=load.prefix,
             seed=load.seed,
             start_ms=int(time.time() * 1000),
+            schema=load.schema,
         ),
         run_id=load.run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
         rate=load.rate,
@@ -245,6 +285,7 @@ def verify(target: Target) -> tuple[bool, str]:
             target.archive_uri,
             "--output",
             target.output_uri,
+            *(["--topic-pattern", target.topic_pattern] if target.job is not None else []),
         ],
         env=dict(target.env),
         capture_output=True,
@@ -295,7 +336,7 @@ def run(
     progress("[test-run] tablecast verify ...")
     exact, verified = verify(target)
     return TestRunReport(
-        environment=target.environment,
+        environment=target.environment + (f", job {target.job}" if target.job is not None else ""),
         deployed=deployed,
         produced=produced,
         caught=caught,

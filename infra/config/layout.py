@@ -2,6 +2,8 @@
 
 from typing import Final
 
+from app import handoff
+
 JOB_NAME: Final = "tablecast"
 
 # Prefixes of the pipeline's bucket: the job's output dataset, the raw Kafka
@@ -83,6 +85,11 @@ def glue_database(environment: str) -> str:
 def node_log_group(environment: str, name: str) -> str:
     """Name of one of the nodes' log groups."""
     return f"/tablecast/{environment}/{name}"
+
+
+def job_log_group(environment: str, job: str) -> str:
+    """A declared job's own log group (``app.handoff.job_log_group``)."""
+    return handoff.job_log_group(environment, job)
 
 
 def bucket_name(resource_prefix: str, account: str, region: str) -> str:

@@ -14,6 +14,7 @@ from infra.config.jobs import JobSettings, jobs_problem
 from infra.config.kafka_job import KafkaJobSettings
 from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings, EndpointKind
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
+from infra.config.spark_cores import cores_problem
 from infra.config.versions import versions
 
 MIN_RETENTION_HOURS = 72
@@ -381,6 +382,12 @@ def _check_kafka(config: EnvironmentConfig) -> None:
     problem = jobs_problem(
         config.jobs, topic_pattern=config.topic_pattern, explicit_topics=bool(config.kafka.topics)
     )
+    if problem is None:
+        problem = cores_problem(
+            config.jobs,
+            worker_count=config.spark_worker_count,
+            worker_instance_type=config.spark_worker_instance_type,
+        )
     if problem is not None:
         field, text = problem
         raise _problem(config, field, f"{text} (in {config.deployment.source})")

@@ -82,6 +82,17 @@ class SparkStack(EnvironmentStack):
             )
             for name in layout.NODE_LOG_GROUPS
         ]
+        # One group per declared job, as the environment's: its lines apart from the others'.
+        log_groups += [
+            CloudwatchLogGroup(
+                self,
+                f"job-{job.name}-logs",
+                name=layout.job_log_group(config.name, job.name),
+                kms_key_id=key.arn,
+                retention_in_days=layout.LOG_RETENTION_DAYS,
+            )
+            for job in config.jobs
+        ]
         profiles = self._roles(
             log_group_arns=[group.arn for group in log_groups],
             bucket_arn=bucket_arn,

@@ -14,6 +14,7 @@ from infra.config import ConfigError
 from infra.config.jobs import FIELDS, REQUIRED
 from infra.config.pipeline_listing import job_processors
 from infra.config.settings import load_settings
+from infra.config.spark_cores import vcpus
 from infra.main import main
 from tests.infra.valid_config import SHARED, valid
 from tests.processor_wheel import PROCESSOR, example_wheel
@@ -192,6 +193,80 @@ def test_synth_stops_in_one_line_on_a_bad_job(
     assert len(error) == 1, error
     assert error[0].startswith("infra: invalid configuration: environment 'dev': " + complaint)
     assert not (tmp_path / "out").exists(), "nothing is written"
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "cores"),
+    [
+        ("m7i.large", 2),
+        ("r7i.xlarge", 4),
+        ("r7i.2xlarge", 8),
+        ("m7g.medium", 1),
+        ("c7i.48xlarge", 192),
+        ("m7i.metal-48xl", None),
+        ("hpc7g.16xlarge", None),
+    ],
+)
+def test_a_workers_cores_are_its_types_vcpus_by_the_sizes_name(
+    instance_type: str, cores: int | None
+) -> None:
+    assert vcpus(instance_type) == cores
+
+
+def test_jobs_whose_cores_fit_the_workers_pass(tmp_path: Path) -> None:
+    # valid(): 2 workers of r7i.xlarge, 4 cores each.
+    config = configured(
+        tmp_path, {"a": job("^sensor-a.+", cores=5), "b": job("^sensor-b.+", cores=3)}
+    )
+    assert [j.cores for j in config.jobs] == [5, 3]  # type: ignore[attr-defined]
+
+
+def test_jobs_whose_cores_the_workers_do_not_have_are_refused_with_the_figures(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        configured(tmp_path, {"a": job("^sensor-a.+", cores=6), "b": job("^sensor-b.+", cores=3)})
+    line = str(refused.value)
+    assert line.startswith("environment 'team': jobs.b.cores: jobs a 6, b 3 ask for 9 cores ")
+    assert "the 2 Spark workers (r7i.xlarge, 4 cores each) have 8" in line
+    assert line.endswith(f"(in {tmp_path})") and "\n" not in line
+
+
+def test_jobs_asking_cores_of_a_type_without_a_known_count_are_refused(tmp_path: Path) -> None:
+    deployment = load_settings(settings(tmp_path, {"a": job("^sensor-a.+", cores=2)}))["team"]
+    with pytest.raises(ConfigError) as refused:
+        valid(
+            deployment=dataclasses.replace(deployment, source=str(tmp_path)),
+            spark_worker_instance_type="m7i.metal-24xl",
+        )
+    assert "spark_worker_instance_type: jobs a 2 ask for 2 cores" in str(refused.value)
+
+
+def test_synth_stops_on_jobs_that_need_more_cores_than_the_workers_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dev: 2 workers of m7i.xlarge, 8 cores; 4 and 4 synthesize, 6 and 4 stop synth."""
+    jobs = {"plant": job("^sensor-plant-.+", cores=4), "lab": job("^sensor-lab-.+", cores=4)}
+    environ = {
+        "TABLECAST_SETTINGS": str(settings(tmp_path, jobs, environment="dev")),
+        "TABLECAST_ENVIRONMENTS": "dev",
+    }
+    assert main(outdir=str(tmp_path / "fits"), environ=environ) == 0
+    stack = tmp_path / "fits" / "stacks" / "tablecast-dev-handoff" / "cdk.tf.json"
+    parameters = json.loads(stack.read_text(encoding="utf-8"))["resource"]["aws_ssm_parameter"]
+    cores = {p["name"]: p["value"] for p in parameters.values() if p["name"].endswith("/cores")}
+    assert cores == {"/tablecast/dev/jobs/plant/cores": "4", "/tablecast/dev/jobs/lab/cores": "4"}
+    jobs["plant"]["cores"] = 6
+    path = settings(tmp_path, jobs, environment="dev")
+    assert main(outdir=str(tmp_path / "over"), environ=environ) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [
+        "infra: invalid configuration: environment 'dev': jobs.lab.cores: jobs plant 6, lab 4 "
+        "ask for 10 cores together; the 2 Spark workers (m7i.xlarge, 4 cores each) have 8: a "
+        "job whose cores are not free waits for them, so lower the jobs' cores or add workers "
+        f"(in {path})"
+    ]
+    assert not (tmp_path / "over").exists(), "nothing is written"
 
 
 @pytest.fixture(scope="module")

@@ -191,12 +191,19 @@ def test_log_groups_for_the_nodes_agent(env: SynthesizedEnvironment) -> None:
         group["name"]: group
         for group in env["spark"].resources("aws_cloudwatch_log_group").values()
     }
+    environment = env.config.name
+    # Each declared job's lines in a group of its own; the archiver's stay in "job".
     assert set(groups) == {
-        f"/tablecast/{env.config.name}/{name}" for name in ("job", "spark", "hdfs", "bootstrap")
-    }
+        f"/tablecast/{environment}/{name}" for name in ("job", "spark", "hdfs", "bootstrap")
+    } | {f"/tablecast/{environment}/jobs/{job.name}" for job in env.config.jobs}
     for group in groups.values():
+        assert group["kms_key_id"] == groups[f"/tablecast/{environment}/job"]["kms_key_id"]
         assert group["kms_key_id"].startswith("${aws_kms_key.")
         assert group["retention_in_days"] >= 365
+        assert (
+            group["retention_in_days"]
+            == groups[f"/tablecast/{environment}/job"]["retention_in_days"]
+        )
 
 
 def test_zone_id_is_looked_up_for_the_nodes_zone(env: SynthesizedEnvironment) -> None:

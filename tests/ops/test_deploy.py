@@ -152,11 +152,18 @@ def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_it
         )
     (script,) = commands(aws, environment)
     assert "systemctl restart tablecast-job@plant.service tablecast-job@lab.service" in script
-    # Enabled, so that they start at the driver's next boot (node-bootstrap enables the
-    # one job's service only).
-    assert "systemctl enable --quiet tablecast-job@plant.service tablecast-job@lab.service" in (
-        script
-    )
+    # The jobs taken again on the driver (their services enabled, each one's log shipped:
+    # tests/ami/test_ami_node_jobs.py); by an image without that step, enabled alone.
+    assert (
+        "if grep -q '^jobs_again()' /opt/tablecast/bin/node-bootstrap 2>/dev/null; then\n"
+        "  /opt/tablecast/bin/node-bootstrap jobs\n"
+        "else\n"
+        "  systemctl enable --quiet tablecast-job@plant.service tablecast-job@lab.service\n"
+        "fi\n"
+        "systemctl restart tablecast-job@plant.service tablecast-job@lab.service"
+    ) in script
+    # The node-bootstrap the deploy finds so is the one with the step.
+    assert "\njobs_again() {" in (PROJECT / "ami/files/bin/node-bootstrap").read_text()
     # Both active, each asked (is-active of several succeeds where any is).
     assert (
         "systemctl is-active --quiet tablecast-job@plant.service && "
@@ -246,6 +253,8 @@ def test_a_declared_job_without_a_heartbeat_fails_the_deploy(
     assert str(failed.value).startswith(
         f"environment {environment.name}, job lab: no Heartbeat metric newer than"
     )
+    # Where lab's lines are: its own log group.
+    assert str(failed.value).endswith(f"see the log group /tablecast/{environment.name}/jobs/lab")
 
 
 def test_the_same_wheel_is_not_uploaded_twice_and_a_changed_one_is_refused(
