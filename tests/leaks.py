@@ -10,8 +10,11 @@ ended; a short grace lets those that are finishing finish.
 Spark's own threads (py4j's gateway and callback server) live as long as the
 session-scoped SparkSession and start lazily, during whichever test first
 needs them: they are the session fixture's, not the test's, and are not
-counted. Everything else is: ours, moto's servers, librdkafka's Python
-callbacks, subprocesses.
+counted. So is the CDK's jsii kernel (a node process and the thread that
+drains its stderr), which the first import of ``cdktf`` starts for the rest
+of the interpreter's life: in the whole suite a module's import starts it at
+collection, run alone the first test that imports infra does. Everything
+else is: ours, moto's servers, librdkafka's Python callbacks, subprocesses.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from tests.fixture_processes import FIXTURE_OWNED
 __all__ = ["child_processes", "leaked_threads"]
 
 GRACE_S = 5.0
-_SESSION_OWNED = ("py4j", "pyspark")
+_SESSION_OWNED = ("py4j", "pyspark", "jsii")
+_SESSION_PROCESSES = ("jsii-runtime.js",)
 
 
 def _origin(thread: threading.Thread) -> str:
@@ -87,7 +91,9 @@ def _ends_what_it_starts() -> Iterator[None]:
         processes = {
             pid: cmd
             for pid, cmd in child_processes().items()
-            if pid not in processes_before and pid not in FIXTURE_OWNED
+            if pid not in processes_before
+            and pid not in FIXTURE_OWNED
+            and not any(marker in cmd for marker in _SESSION_PROCESSES)
         }
         if not threads and not processes:
             return
