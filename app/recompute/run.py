@@ -11,7 +11,9 @@
    one is published under a new name (``part-<block>~<rewrite>.parquet``),
    and then the visible files of the recomputed blocks it replaces are
    retired. A block a compaction merged lives in its day's merged file
-   (:func:`app.table.compact.merged_blocks`): that file is staged again with
+   (:func:`app.table.compact.merged_blocks`), and one of a group of small
+   partitions in its group's file (:func:`app.recompute.plan.group_blocks`):
+   that file is staged again with
    the block's recomputed rows in place of its old ones and, unless its bytes
    are the same, published under a new name in its place. A published object
    is never written again in place. Between the two, a plain-listing reader
@@ -57,7 +59,7 @@ from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode
 from app.engine.output import OUTPUT_SCHEMA
 from app.errors import IntegrityViolationError, OutputStateError
-from app.recompute.plan import PartitionWork, RangeRows
+from app.recompute.plan import PartitionWork, RangeRows, group_blocks
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
@@ -282,7 +284,8 @@ def _rewrite(
     """
     blocks = {b for r in results for b in r.blocks}
     owners = _owners(works, blocks)
-    every_merge = table_compact.merged_blocks(location)
+    grouped = group_blocks(ledger_mod.Ledger(location).entries())
+    every_merge = table_compact.merged_blocks(location, grouped)
     compacted = {b for held in every_merge.values() for b in held}
     merges = {m: held for m, held in every_merge.items() if held & blocks}
     current: dict[tuple[str, str], list[str]] = {}

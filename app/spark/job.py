@@ -153,6 +153,8 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     options |= backend_options.retired_options(config.output)
     # Ranges, not records: each task reads the range it processes (app.sources.ranges).
     options[ranges.DELIVER_OPTION] = ranges.RANGES
+    # Small topic-partitions share a task (app.sources.stream.task_groups).
+    options[stream.GROUP_OFFSETS_OPTION] = str(stream.GROUP_OFFSETS)
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
@@ -220,7 +222,13 @@ def _run_query(
     table_live.prepare(config.output, config.table, processor.schema)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
-    engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
+    engine = EngineDriver(
+        processor,
+        rules,
+        state_root(config.checkpoint),
+        config.output,
+        group_offsets=stream.GROUP_OFFSETS,
+    )
     sink = ExactlyOnceSink(
         output_uri=config.output,
         checkpoint=checkpoint,
