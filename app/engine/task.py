@@ -1,8 +1,10 @@
-"""The executor half of the engine: one task per topic-partition range.
+"""The executor half of the engine: one task per topic-partition range, or per group of them.
 
 Spark runs :class:`PartitionTask` with ``mapInArrow`` over a micro-batch's
-ranges, one task per topic-partition, with no shuffle. For its partition a
-task:
+ranges, one task per Spark partition of the source, with no shuffle: a
+topic-partition, or a group of small ones
+(:func:`~app.sources.stream.task_groups`), run one after another in name
+order. For each of its partitions a task:
 
 1. reads the records of the range with the reader the driver planned
    (:mod:`app.sources.ranges`: the records go from the archive or Kafka
@@ -13,13 +15,16 @@ task:
    worker's cache when it holds that very version), after checking that its
    records are those an earlier pass of the batch read. The load starts
    before the first record arrives, on a thread (:class:`_EarlyLoad`): the
-   task knows its partition from its Spark partition's index
-   (:func:`~app.sources.stream.read_in_order`), so on a new Python worker
+   task knows its partitions from its Spark partition's index
+   (:func:`~app.sources.stream.task_groups`), so on a new Python worker
    the state's read (on the cluster: libhdfs starting its JVM, then HDFS)
    runs while the source's worker makes its consumer, signs in and fetches,
    instead of after the last record;
 3. runs the :class:`~app.engine.machine.PartitionMachine` over the records,
-   a slice at a time, staging output and quarantine files as they fill;
+   a slice at a time, staging output and quarantine files as they fill; a
+   group's partitions stage theirs together, one file per day after the
+   last of them (:func:`~app.engine.segments.group_block`), rows in
+   topic-partition and offset order;
 4. saves the state at the range's end (not when a strict run found a
    violation: that batch fails), and keeps it in the worker's cache, frozen
    out of the garbage collector's walks (:mod:`app.engine.gc_pause`);

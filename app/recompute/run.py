@@ -57,7 +57,8 @@ from app import worker_errors
 from app.code_version import JobVersion, job_version
 from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode
-from app.engine.output import OUTPUT_SCHEMA
+from app.engine.output import OUTPUT_SCHEMA, QUARANTINE_SCHEMA
+from app.engine.writer import QUARANTINE_DIR
 from app.errors import IntegrityViolationError, OutputStateError
 from app.recompute.plan import PartitionWork, RangeRows, group_blocks
 from app.recompute.task import RecomputePlan, WorkResult, run_work
@@ -311,6 +312,8 @@ def _rewrite(
         ]
         consumed.update(into)
         restaged = posixpath.join(staging_dir, "_merged", merged)
+        # A group's quarantine file (compactions merge the dataset's files only).
+        schema = QUARANTINE_SCHEMA if merged.startswith(f"{QUARANTINE_DIR}/") else None
         rows = table_compact.remerge(
             location,
             merged,
@@ -318,9 +321,12 @@ def _rewrite(
             # Every block it holds recomputed: the merged file is not read (if damaged, mended).
             replaced=None if held <= blocks else _replaced([owners[b] for b in held & blocks]),
             added=[
-                read_published(location, posixpath.join(staging_dir, p), schema=OUTPUT_SCHEMA)
+                read_published(
+                    location, posixpath.join(staging_dir, p), schema=schema or OUTPUT_SCHEMA
+                )
                 for p in into
             ],
+            schema=schema,
         )
         if rows and location.same_bytes(location.child(restaged), location.child(merged)):
             kept.append(merged)

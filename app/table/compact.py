@@ -212,13 +212,15 @@ def remerge(
     *,
     replaced: Callable[[pa.Table], pa.ChunkedArray] | None,
     added: list[pa.Table],
+    schema: pa.Schema | None = None,
 ) -> int:
     """Stage ``merged`` (relative) again at ``staged`` (relative): its rows but those
     ``replaced`` selects of them, and the ``added`` rows; with ``replaced`` None every row
-    is replaced (the merged file is not read: a damaged one is mended so). Its row count."""
+    is replaced (the merged file is not read: a damaged one is mended so). Its row count.
+    ``schema``: the file's (a group's quarantine file); by default the output's."""
     # Merged files hold the output's schema now: rows computed with an older one read
     # the columns added since as null.
-    schema = output_schema(schemas.current(location) or DEFAULT_SCHEMA)
+    schema = schema or output_schema(schemas.current(location) or DEFAULT_SCHEMA)
     tables = list(added)
     if replaced is not None:
         old = read_published(location, merged, schema=schema)
