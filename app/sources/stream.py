@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -78,9 +79,9 @@ DEFAULT_MAX_TRIGGER_DELAY_S: Final = 900.0  # Spark's maxTriggerDelay: 15 minute
 _EARLIEST: Final = StartingPosition()
 GROUP_OFFSETS_OPTION = "groupOffsets"
 # The job's bound of a task's topic-partitions (:func:`task_groups`): offsets of their
-# ranges together. Below the engine's offsets per output file, so that each range of a
-# group is one block (app.engine.segments).
-GROUP_OFFSETS: Final = 50_000
+# ranges together (0: a task each). The job keeps it below the engine's offsets per
+# output file, so that each range of a group is one block (app.engine.segments).
+GROUP_OFFSETS: Final = int(os.environ.get("TABLECAST_GROUP_OFFSETS", "50000"))
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from app import defaults
 from app.contract.offsets import Offsets
 from app.contract.processor import Processor, TableProcessor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.engine import segments
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
@@ -154,7 +155,7 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     # Ranges, not records: each task reads the range it processes (app.sources.ranges).
     options[ranges.DELIVER_OPTION] = ranges.RANGES
     # Small topic-partitions share a task (app.sources.stream.task_groups).
-    options[stream.GROUP_OFFSETS_OPTION] = str(stream.GROUP_OFFSETS)
+    options[stream.GROUP_OFFSETS_OPTION] = str(group_offsets())
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
@@ -227,7 +228,7 @@ def _run_query(
         rules,
         state_root(config.checkpoint),
         config.output,
-        group_offsets=stream.GROUP_OFFSETS,
+        group_offsets=group_offsets(),
     )
     sink = ExactlyOnceSink(
         output_uri=config.output,
@@ -301,3 +302,9 @@ def _reporting(
             on_batch(batch)
 
     return report
+
+
+def group_offsets() -> int:
+    """The bound of a task's small topic-partitions (:func:`app.sources.stream.task_groups`):
+    each range of a group is one block of the output's files."""
+    return max(0, min(stream.GROUP_OFFSETS, segments.OFFSETS_PER_FILE))
