@@ -15,12 +15,14 @@ topic-partitions into one task (docs/design.md, "Tasks") keeps low.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
+from app.sink import ledger as ledger_mod
+from app.sink.ledger import Ledger
+from app.storage import resolve
 from app.tools import generate as gen
 from bench.job import measure
 
@@ -37,12 +39,8 @@ def spec(topics: int) -> gen.CaptureSpec:
 
 def files_per_batch(output: Path) -> tuple[int, float, int]:
     """Batches, files published per batch (mean) and at most, from the ledger's entries."""
-    ledger = output / "_tablecast" / "ledger"
-    counts = []
-    for entry in sorted(ledger.glob("*.json")):
-        doc = json.loads(entry.read_bytes())
-        if doc.get("kind") == "batch":
-            counts.append(len(doc.get("files", ())))
+    entries = Ledger(resolve(str(output))).entries()
+    counts = [len(e.files) for e in entries if e.kind == ledger_mod.BATCH]
     if not counts:
         return 0, 0.0, 0
     return len(counts), sum(counts) / len(counts), max(counts)
