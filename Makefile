@@ -15,13 +15,18 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 setup: $(STAMP)
 
 # Re-install only when the pins change: `make setup` is quick when nothing did.
+# Each step says what it does: the first install takes minutes, with pip kept quiet.
 $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.lock
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	$(BIN)/python -m tablecast_preload.pth  # PySpark from the package, not Spark's zips
-	touch $(STAMP)
+	@test -x $(BIN)/python || { echo "setup: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "setup: installing pip 25.3"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
+	@echo "setup: installing $$(grep -c '^[a-z]' requirements-dev.lock) pinned packages from requirements-dev.lock, hashes checked (minutes the first time: PySpark alone is hundreds of MB)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.lock
+	@echo "setup: installing this checkout (editable) and PySpark's path hook"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@$(BIN)/python -m tablecast_preload.pth  # PySpark from the package, not Spark's zips
+	@touch $(STAMP)
+	@echo "setup: done; .venv/bin/tablecast --help lists the commands"
 
 # Regenerate the hashed locks after changing a pin in pyproject.toml.
 lock:
@@ -130,6 +135,7 @@ bench: setup
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.job
 	$(BIN)/python -m bench.kafka_source
+	$(BIN)/python -m bench.soak
 	$(BIN)/python -m bench.topics
 
 clean:

@@ -20,7 +20,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import app
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 
 PACKAGE = "app"
 # The files that make the package: what a wheel of it holds.
@@ -30,7 +30,7 @@ _SUFFIXES = (".py", ".typed", ".properties", "COMMIT")
 class CodeMismatchError(TablecastError):
     """An executor imported other code than the driver runs."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 def package_files(root: Traversable, prefix: str = PACKAGE) -> list[tuple[str, Traversable]]:

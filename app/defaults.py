@@ -26,3 +26,7 @@ MAX_RETIRE_GRACE_S: Final = 3600.0
 # the longest a restart on another host waits for a holder that died without a word.
 WRITER_LEASE: Final = "30 seconds"
 WRITER_LEASE_S: Final = 30.0
+# How far back the output's Iceberg table keeps snapshots for time travel
+# (app.table.history, --table-history): Iceberg's own default age, 5 days.
+TABLE_HISTORY: Final = "5 days"
+TABLE_HISTORY_S: Final = 432_000.0

@@ -27,6 +27,66 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+class ExitCode(IntEnum):
+    """Every exit code of ``tablecast`` and ``tablecast-ops``: the one documented table.
+
+    Each error class names its code here; the commands' ``--help`` and the
+    README print :func:`exit_code_table`, so the three cannot drift apart.
+    """
+
+    OK = 0
+    CHECK_FAILED = 1
+    INTEGRITY = 2
+    DATA_LOSS = 3
+    START_REFUSED = 4
+    UNAVAILABLE = 5
+    STATE = 6
+    OWNERSHIP_LOST = 7
+    DAMAGED_OUTPUT = 8
+    USAGE = 64  # EX_USAGE
+    UNEXPECTED = 70  # EX_SOFTWARE
+    STORAGE = 74  # EX_IOERR
+    INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+    CLOSED_PIPE = 141  # 128 + SIGPIPE, as a shell reports `| head` closing early
+
+    @property
+    def meaning(self) -> str:
+        return _MEANINGS[self]
+
+
+_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "done (verify: the output is exact; status: the job is healthy)",
+    ExitCode.CHECK_FAILED: "a check found a fault: verify's output differs, status is "
+    "unhealthy, a test run is not exact, an executor runs other code than the driver",
+    ExitCode.INTEGRITY: "integrity violation (strict): the line names topic, partition, "
+    "offset, session, expected and got",
+    ExitCode.DATA_LOSS: "data loss: offsets neither Kafka nor the archive holds, a topic "
+    "or archive that is not the one the checkpoint read, an archive file out of layout",
+    ExitCode.START_REFUSED: "start refused: output and checkpoint disagree, or another job "
+    "holds the output (the line says what to run)",
+    ExitCode.UNAVAILABLE: "no answer in time: Kafka's brokers, the job's heartbeat, or a "
+    "command on the driver",
+    ExitCode.STATE: "a partition's state version that the ledger records is missing or damaged",
+    ExitCode.OWNERSHIP_LOST: "another writer took the output over; this one changed nothing",
+    ExitCode.DAMAGED_OUTPUT: "a published file or the output's table cannot be read (the "
+    "line names what mends it)",
+    ExitCode.USAGE: "bad usage: an option, a path or a setting (the line names it)",
+    ExitCode.UNEXPECTED: "unexpected error (the line names the file holding its traceback)",
+    ExitCode.STORAGE: "the storage refused a read or a write (full disk, denied, read-only); "
+    "nothing committed is lost",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGINT); what was committed stays",
+    ExitCode.CLOSED_PIPE: "the reader of the output went away (a pipe that `head` closed)",
+}
+
+
+def exit_code_table(*, markdown: bool = False) -> str:
+    """The exit codes as the commands' ``--help`` ends (or as the README's table)."""
+    if markdown:
+        rows = [f"| {int(code)} | {code.meaning} |" for code in ExitCode]
+        return "\n".join(["| exit code | meaning |", "|---|---|", *rows])
+    return "exit codes:\n" + "\n".join(f"  {int(code):<4} {code.meaning}" for code in ExitCode)
+
+
 class TablecastError(Exception):
     """Root of every error the job reports to its operator.
 
@@ -35,7 +95,7 @@ class TablecastError(Exception):
     without parsing the message.
     """
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.CHECK_FAILED
 
     def __init__(self, message: str, **facts: str | int) -> None:
         super().__init__(message)
@@ -182,7 +242,7 @@ class Violation:
 class IntegrityViolationError(TablecastError):
     """A strict run stopped on the first violation of its micro-batch."""
 
-    exit_code = 2
+    exit_code = ExitCode.INTEGRITY
 
     def __init__(self, violation: Violation) -> None:
         super().__init__(
@@ -223,7 +283,7 @@ class DataLossError(TablecastError):
     ``latest`` (what the source holds, ``latest`` exclusive), ``path``.
     """
 
-    exit_code = 3
+    exit_code = ExitCode.DATA_LOSS
 
 
 class ArchiveLayoutError(TablecastError):
@@ -232,7 +292,7 @@ class ArchiveLayoutError(TablecastError):
     Facts: ``path``, ``topic`` and ``partition`` (when the path names them).
     """
 
-    exit_code = 3
+    exit_code = ExitCode.DATA_LOSS
 
 
 class OutputStateError(TablecastError):
@@ -242,7 +302,7 @@ class OutputStateError(TablecastError):
     when the message names them.
     """
 
-    exit_code = 4
+    exit_code = ExitCode.START_REFUSED
 
 
 class StateError(TablecastError):
@@ -253,19 +313,19 @@ class StateError(TablecastError):
     records) and ``path``.
     """
 
-    exit_code = 6
+    exit_code = ExitCode.STATE
 
 
 class SourceUnavailableError(TablecastError):
     """The source (Kafka's brokers) could not be reached or read in the time allowed."""
 
-    exit_code = 5
+    exit_code = ExitCode.UNAVAILABLE
 
 
 class ConfigurationError(TablecastError):
     """A command-line option or setting is invalid."""
 
-    exit_code = 64
+    exit_code = ExitCode.USAGE
 
 
 class OwnershipLostError(TablecastError):
@@ -277,7 +337,7 @@ class OwnershipLostError(TablecastError):
     ``checkpoint`` when the message names them.
     """
 
-    exit_code = 7
+    exit_code = ExitCode.OWNERSHIP_LOST
 
 
 class DamagedOutputError(TablecastError):
@@ -286,7 +346,7 @@ class DamagedOutputError(TablecastError):
     Facts: ``output``, ``path``, and ``command`` (what mends it) when known.
     """
 
-    exit_code = 8
+    exit_code = ExitCode.DAMAGED_OUTPUT
 
 
 class StorageAccessError(TablecastError):
@@ -296,4 +356,4 @@ class StorageAccessError(TablecastError):
     Facts: ``path`` and ``cause``.
     """
 
-    exit_code = 74  # EX_IOERR
+    exit_code = ExitCode.STORAGE

@@ -89,8 +89,9 @@ KAFKA_OPTIONAL: Final = (
 # The output table's settings written the same way (infra/config/model.py), `tablecast
 # run`'s options of the same names: only where the environment sets them otherwise.
 RETIRE_GRACE: Final = "retire-grace"  # how long a compaction's inputs stay [2 minutes]
+TABLE_HISTORY: Final = "table-history"  # how far back the table's snapshots reach [5 days]
 
-TABLE_OPTIONAL: Final = (RETIRE_GRACE,)
+TABLE_OPTIONAL: Final = (RETIRE_GRACE, TABLE_HISTORY)
 """The table's parameters, of the environments that set them."""
 
 OPTIONAL: Final = KAFKA_OPTIONAL + TABLE_OPTIONAL

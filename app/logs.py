@@ -10,6 +10,7 @@ find every failure of a partition without parsing messages.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -43,8 +44,16 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
+def _not_py4j(record: logging.LogRecord) -> bool:
+    """py4j logs on the root logger, with a traceback, a call that Ctrl-C interrupted (the
+    command says "interrupted" itself) or that failed because the JVM went away (the
+    command's own error says what happened): none of it is for the operator."""
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def configure(log_format: LogFormat, level: int = logging.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_not_py4j)
     if log_format is LogFormat.JSON:
         handler.setFormatter(JsonFormatter())
     else:

@@ -293,6 +293,31 @@ def _s3_endpoint() -> tuple[str | None, str]:
     return endpoint or None, region or "us-east-1"
 
 
+# The schemes a path option may take, as the refusal spells them.
+LOCAL, S3, HDFS = "local", "s3", "hdfs"
+_SPELLED = {LOCAL: "a local path", S3: "s3://bucket/prefix", HDFS: "hdfs://namenode/path"}
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
+
+
+def require_scheme(option: str, uri: str, schemes: tuple[str, ...]) -> str:
+    """``uri`` if it is a local path or URI of one of ``schemes`` (:data:`LOCAL`,
+    :data:`S3`, :data:`HDFS`); else one line naming the option and what it takes.
+
+    Checked before anything runs: an unknown scheme would otherwise be a local
+    directory named ``s4:`` (pyarrow), or an error from deep inside Spark.
+    """
+    takes = " or ".join(_SPELLED[s] for s in schemes)
+    if not uri.strip():
+        raise ConfigurationError(f"{option} is empty: give {takes}")
+    found = _SCHEME.match(uri)
+    scheme = found.group(1).lower() if found else LOCAL
+    if {LOCAL: LOCAL, "file": LOCAL, "s3": S3, "s3a": S3, "hdfs": HDFS}.get(scheme) not in schemes:
+        raise ConfigurationError(
+            f"{option} {uri!r}: give {takes}; {scheme}:// is not supported there"
+        )
+    return uri
+
+
 def resolve(uri: str) -> Location:
     """The :class:`Location` of a local path, ``file://``, ``s3://`` or ``hdfs://`` URI."""
     if uri.startswith("hdfs://"):

@@ -29,7 +29,7 @@ def main() -> int:
                 "generate",
                 "--archive",
                 str(archive),
-                "--topics",
+                "--topic-count",
                 "3",
                 "--partitions",
                 "2",

@@ -83,7 +83,7 @@ def test_verify_refuses_a_missing_or_empty_archive_or_output(
             f"tablecast verify: output {tmp_path / 'out'} holds no Parquet file: nothing to verify",
         ),
         (
-            ["--archive", missing, "--output", missing],
+            ["--archive", str(tmp_path / "empty"), "--output", missing],
             f"tablecast verify: output {missing} does not exist",
         ),
     ]
@@ -264,15 +264,15 @@ def test_the_kafka_source_options_of_run_are_refused_in_one_line_when_wrong(
         "8601 time",
         ("--kafka-auth", "scram"): "--kafka-auth scram needs --kafka-secret-arn (the cluster's "
         "Secrets Manager secret)",
-        ("--max-trigger-delay", "soon"): "duration 'soon' is not like '1 hour', '30 minutes' or "
-        "'90s'",
+        ("--max-trigger-delay", "soon"): "--max-trigger-delay 'soon' is not a duration like "
+        "'90s', '30 minutes' or '1h'",
     }
     for args, message in cases.items():
         assert _cli_error(["run", *kafka, *args, *paths], capsys) == (
             64,
             f"tablecast run: {message}",
         )
-    archive_only = ["run", "--archive", str(tmp_path), "--kafka-option", "a=b", *paths]
+    archive_only = ["run", "--archive", str(tmp_path / "archive"), "--kafka-option", "a=b", *paths]
     needs = "tablecast run: --kafka-option needs --bootstrap-servers"
     assert _cli_error(archive_only, capsys) == (64, needs)
     with pytest.raises(SystemExit):  # argparse: one or the other

@@ -69,6 +69,11 @@ class EngineDriver:
         self.sessions: dict[TopicPartition, int] = {}
         self.state_bytes: dict[TopicPartition, int] = {}
 
+    @property
+    def prepared(self) -> bool:
+        """Whether :meth:`prepare` has learnt the state (a run's first batch has started)."""
+        return self._states is not None
+
     def prepare(
         self,
         start: Offsets,
@@ -85,7 +90,7 @@ class EngineDriver:
         collector). Every version is read here, so a missing or damaged one
         stops the run before its first batch.
         """
-        if self._states is not None:
+        if self.prepared:
             return
         if states is None:
             states = self._found_at(start)

@@ -478,6 +478,7 @@ def _quarantined(
         session,
         None if message is None else message.seq,
         None if message is None else message.type.value,
+        None if message is None else message.ts,
         seen,
         reason,
         value,

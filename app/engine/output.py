@@ -11,11 +11,12 @@ object is made.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from app.contract.envelope import Key, Row
 from app.contract.offsets import TopicPartition
@@ -72,10 +73,13 @@ OUTPUT_COLUMNS: tuple[str, ...] = tuple(OUTPUT_SCHEMA.names)
 METADATA_NAMES: tuple[str, ...] = (*(f.name for f in _METADATA), _DELETED.name)
 
 # The quarantine dataset (``<output>/_quarantine/``): records set aside in
-# resync mode, with the reason, and the raw value as it arrived.
+# resync mode, with the reason, and the raw value as it arrived. Its columns are
+# named as the output's where they mean the same (``ts``: the message's own time,
+# null where its value could not be read); ``timestamp`` is the record's, Kafka's.
 QUARANTINE_SCHEMA = pa.schema(
     [
         *(pa.field(f.name, f.type) for f in _METADATA[:6]),  # topic ... type
+        pa.field("ts", _US_UTC),
         pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
         pa.field("reason", pa.string()),
         pa.field("value", pa.binary()),
@@ -102,7 +106,8 @@ class QuarantinedRecord(NamedTuple):
     session: str
     seq: int | None
     type: str | None
-    timestamp_ms: int
+    ts_ms: int | None  # the message's ``ts``, where its value could be read
+    timestamp_ms: int  # the record's timestamp (Kafka's)
     reason: str
     value: bytes | None
 
@@ -200,9 +205,18 @@ def quarantine_table(records: list[QuarantinedRecord]) -> pa.Table:
     """Quarantined records as an Arrow table of :data:`QUARANTINE_SCHEMA`."""
     columns = list(zip(*records, strict=True)) if records else [()] * len(QuarantinedRecord._fields)
     arrays = [
-        pa.array(values, field.type if name != "timestamp" else pa.int64()).cast(field.type)
+        _quarantine_column(name, values).cast(field.type)
         for name, field, values in zip(
             QUARANTINE_SCHEMA.names, QUARANTINE_SCHEMA, columns, strict=True
         )
     ]
     return pa.table(arrays, schema=QUARANTINE_SCHEMA)
+
+
+def _quarantine_column(name: str, values: Sequence[object]) -> pa.Array:
+    """One quarantine column; its times arrive as milliseconds since the epoch."""
+    if name == "ts":
+        return pc.multiply(pa.array(values, pa.int64()), 1000)  # microseconds, as the output's
+    if name == "timestamp":
+        return pa.array(values, pa.int64())
+    return pa.array(values, QUARANTINE_SCHEMA.field(name).type)

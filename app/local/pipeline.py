@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, cast
 import boto3
 
 from app import handoff
-from app.errors import ConfigurationError, TablecastError
+from app.errors import ConfigurationError, ExitCode, TablecastError
 from app.local.image import StagedImage, stage
 from app.local.processes import LOOPBACK, poll_until, start_logged
 from app.local.run_command import RunCommandAgent
@@ -91,7 +91,7 @@ def say(line: str) -> None:
 class PipelineError(TablecastError):
     """The pipeline on this machine could not be brought up, or did not catch up."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 @dataclass(frozen=True)

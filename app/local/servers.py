@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 from app.local import tansu
 from app.local.processes import LOOPBACK, free_port, poll_until, start_logged, stop_group
 
@@ -27,7 +27,7 @@ FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
 class ServerError(TablecastError):
     """A stand-in service did not start."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 @dataclass

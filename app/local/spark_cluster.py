@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 from app.local.processes import LOOPBACK, free_port, poll_until, start_logged, stop_group
 
 
 class ClusterError(TablecastError):
     """The local Spark cluster did not come up."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 def spark_home() -> Path:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 from app.local.processes import start_logged, stop_group
 from app.local.units import ServiceSpec
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class SupervisedServiceError(TablecastError):
     """A service keeps failing, however often it is started again."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 @dataclass

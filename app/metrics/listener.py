@@ -64,6 +64,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+REPORTS_KEPT = 16  # batches' reports waiting for their progress event, at most
+
 Observer = Callable[["BatchMetrics"], None]
 
 
@@ -260,6 +262,16 @@ class MetricsListener(StreamingQueryListener):
         """The sink's report of a batch it just committed (Spark's event follows)."""
         with self._reports_lock:
             self._reports[report.batch_id] = report
+            # A batch whose progress event never came (Spark drops events when its
+            # listener bus is full): forgotten, so a job of months holds a few at most.
+            for stale in [b for b in self._reports if b < report.batch_id - REPORTS_KEPT]:
+                del self._reports[stale]
+
+    @property
+    def waiting_reports(self) -> int:
+        """Batches' reports still waiting for their progress event."""
+        with self._reports_lock:
+            return len(self._reports)
 
     def bind(self, run_id: str, last_progress: Callable[[], str | None] | None = None) -> None:
         """Follow the query run ``run_id`` only (and replay its early events).

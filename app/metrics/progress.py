@@ -97,11 +97,20 @@ class RunTotals:
 class ProgressDisplay:
     """Observer of the metrics listener (and of the sink's reports, for trace lines)."""
 
-    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        console: Console,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        to_the_end: bool = False,
+    ) -> None:
+        """``to_the_end``: the run stops once caught up (available-now), so each batch also
+        says how much of the way is done and about how long the rest takes."""
         self.console = console
         self.clock = clock
         self.started = clock()
         self.totals = RunTotals()
+        self.to_the_end = to_the_end
         self._lock = threading.Lock()
 
     def on_report(self, report: BatchReport) -> None:
@@ -113,17 +122,45 @@ class ProgressDisplay:
         with self._lock:
             self.totals.add(metrics)
             elapsed = self.clock() - self.started
+            way = remaining(self.totals, elapsed) if self.to_the_end else ""
             if self.console.tty:
-                self.console.status(status_line(self.totals, elapsed))
+                self.console.status(
+                    " | ".join(filter(None, (status_line(self.totals, elapsed), way)))
+                )
             else:
-                self.console.line(batch_line(metrics))
+                self.console.line(", ".join(filter(None, (batch_line(metrics), way))))
 
     def finish(self, sink: str, stats: PublishStats, *, finished: bool = True) -> None:
-        """End the status line and print the run's summary (``finished``: no failure)."""
+        """End the status line and print the run's summary (``finished``: no failure). A run
+        that failed before its first batch has nothing to sum up: its error says it all."""
         self.console.end_status()
+        if not finished and not self.totals.batches:
+            return
         elapsed = self.clock() - self.started
         for line in summary_lines(self.totals, elapsed, sink, stats, finished=finished):
             self.console.line(line)
+
+
+def remaining(totals: RunTotals, elapsed_s: float) -> str:
+    """How much of a run to the end is done, and about how long the rest takes at this
+    run's rate: ``62% read, about 40 s left`` (empty while the lag is unknown)."""
+    if totals.lag is None:
+        return ""
+    behind = totals.lag.readable.total
+    done = 100 * totals.messages // max(1, totals.messages + behind)
+    if not behind:
+        return "100% read"
+    rate = totals.messages / elapsed_s if elapsed_s > 0 else 0.0
+    left = f"about {_duration(behind / rate)} left" if rate > 0 else "time left unknown"
+    return f"{done}% read, {left}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def batch_line(m: BatchMetrics) -> str:
@@ -164,12 +201,15 @@ def summary_lines(
 ) -> list[str]:
     rate = totals.messages / elapsed_s if elapsed_s > 0 else 0.0
     lines = [
-        f"{'done' if finished else 'stopped'}: {totals.batches} batches, "
+        f"{'done' if finished else 'stopped'}: {totals.batches} "
+        f"{'batch' if totals.batches == 1 else 'batches'}, "
         f"{totals.messages:,} messages ({rate:,.0f}/s), "
         f"{totals.rows:,} rows in {totals.files} files ({_size(totals.bytes)}), "
         f"{totals.quarantined:,} quarantined, {totals.violations:,} violations, "
         f"{elapsed_s:.1f} s",
-        f"at the end: behind {_lag(totals.lag)}, {totals.sessions:,} sessions in state",
+        f"at the end: {totals.sessions:,} sessions in state"
+        if totals.lag is None
+        else f"at the end: behind {_lag(totals.lag)}, {totals.sessions:,} sessions in state",
     ]
     if totals.served:
         lines.insert(1, f"messages served: {_served(totals.served)}")

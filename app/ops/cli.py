@@ -4,7 +4,7 @@ Every command that names ``--environment`` reads that environment's hand-off
 from SSM Parameter Store (``/tablecast/<env>/``): brokers, buckets, the driver,
 the topic policy. The Kafka commands also take ``--bootstrap-servers`` for a
 broker outside any environment (a laptop, a test). Failures print one line
-and exit non-zero (:mod:`app.ops.errors` lists the codes).
+and exit with a code of the one table, :class:`app.errors.ExitCode`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,20 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from types import FrameType
 
-from app import handoff
-from app.cli import parse_duration_ms, parse_positive
-from app.code_version import checkout_commit
-from app.errors import ConfigurationError, TablecastError
+from app import handoff, storage
+from app.cli.outcome import outcome
+from app.cli.parsing import (
+    CommandParser,
+    add_command,
+    add_version,
+    epilog,
+    hidden_alias,
+    natural,
+    positive,
+)
+from app.code_version import checkout_commit, job_version
+from app.durations import parse_duration_ms
+from app.errors import ConfigurationError
 from app.metrics.publisher import MetricsPublisher, NullPublisher, PublisherKind, make_publisher
 from app.ops import deploy, wheel
 from app.ops.archive_lock import ArchiveLock
@@ -54,19 +64,46 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tablecast-ops", description="Operate a tablecast environment."
+def build_parser() -> CommandParser:
+    parser = CommandParser(
+        prog="tablecast-ops",
+        description="Operate a tablecast environment: deploy and watch the job, manage "
+        "topics, publish load, archive Kafka. Commands that take --environment read its "
+        "settings from SSM (/tablecast/<env>/).",
+        epilog=epilog(
+            [
+                "tablecast-ops status -e dev --region eu-west-1",
+                "tablecast-ops deploy -e dev",
+                "tablecast-ops produce --bootstrap-servers 127.0.0.1:9092 --sessions 6",
+            ]
+        ),
     )
-    parser.add_argument("--region", help="AWS region of the environment [AWS configuration]")
-    commands = parser.add_subparsers(dest="command", required=True)
+    add_version(parser, lambda: job_version().describe())
+    # Before the subcommand, as this tool once took it; after it, as every command does.
+    parser.add_argument("--region", default=None, help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    deploy = commands.add_parser("deploy", help="build, upload and start a job version")
+    deploy = add_command(
+        commands,
+        "deploy",
+        summary="build, upload and start a job version",
+        description="Build the job's wheel (or take --wheel), upload it with its SHA-256, "
+        "record it as the environment's job version, restart the job on the driver and wait "
+        "for a heartbeat from the new run. --version deploys one already uploaded (rollback).",
+        examples=["tablecast-ops deploy -e dev", "tablecast-ops deploy -e dev --version 1.4.0"],
+    )
     _environment(deploy, required=True)
     artifact = deploy.add_mutually_exclusive_group()
-    artifact.add_argument("--wheel", type=Path, help="deploy this wheel instead of building one")
-    artifact.add_argument("--version", help="re-deploy a version already uploaded (rollback)")
-    deploy.add_argument("--project", type=Path, default=_PROJECT, help="the project to build")
+    artifact.add_argument(
+        "--wheel", type=Path, help="deploy this wheel instead of building one [build one]"
+    )
+    artifact.add_argument(
+        "--version",
+        help="re-deploy a version already uploaded (rollback) [the wheel built or given]",
+    )
+    deploy.add_argument(
+        "--project", type=Path, default=_PROJECT, help="the project to build [this checkout]"
+    )
     deploy.add_argument(
         "--replace",
         action="store_true",
@@ -74,61 +111,135 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _heartbeat(deploy)
 
-    status = commands.add_parser("status", help="job version, heartbeat, lag, alarms")
+    status = add_command(
+        commands,
+        "status",
+        summary="job version, heartbeat, lag, alarms",
+        description="Print the environment's job version, its last heartbeat, lag and "
+        "violations, and its alarms. Exit 0 when healthy (a heartbeat in the last 3 hours, "
+        "no alarm firing), 1 otherwise.",
+        examples=["tablecast-ops status -e dev --region eu-west-1"],
+    )
     _environment(status, required=True)
 
-    start = commands.add_parser("start", help="start the job's service, wait for a heartbeat")
+    start = add_command(
+        commands,
+        "start",
+        summary="start the job's service, wait for a heartbeat",
+        description="Start the job's service on the driver and wait for its first heartbeat.",
+        examples=["tablecast-ops start -e dev"],
+    )
     _environment(start, required=True)
     _heartbeat(start)
-    stop = commands.add_parser("stop", help="stop the job's service (its alarms will fire)")
+    stop = add_command(
+        commands,
+        "stop",
+        summary="stop the job's service (its alarms will fire)",
+        description="Stop the job's service on the driver; it resumes from its checkpoint "
+        "when started again.",
+        examples=["tablecast-ops stop -e dev"],
+    )
     _environment(stop, required=True)
 
-    topics = commands.add_parser("topics", help="create or list topics")
-    topic_commands = topics.add_subparsers(dest="topics_command", required=True)
-    create = topic_commands.add_parser("create", help="create topics for new sources")
+    topics = add_command(
+        commands,
+        "topics",
+        summary="create or list topics",
+        description="Create topics with the environment's policy (retention, replication, "
+        "name pattern), or list them with their retention.",
+        examples=[
+            "tablecast-ops topics create -e dev sensor-17 sensor-18",
+            "tablecast-ops topics list --bootstrap-servers 127.0.0.1:9092",
+        ],
+    )
+    topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    create = add_command(
+        topic_commands,
+        "create",
+        summary="create topics for new sources",
+        description="Create topics; each must match the job's pattern and get at least 72 "
+        "hours of retention. Topics that exist are listed, not changed.",
+        examples=["tablecast-ops topics create -e dev sensor-17"],
+    )
     _kafka(create)
-    create.add_argument("names", nargs="+", metavar="TOPIC")
-    create.add_argument("--partitions", type=parse_positive, default=6)
+    create.add_argument("names", nargs="+", metavar="TOPIC", help="the topics to create")
+    create.add_argument("--partitions", type=positive, default=6, help="partitions per topic [6]")
     create.add_argument(
         "--retention-hours", type=int, help="at least 72 [the environment's retention-hours]"
     )
     create.add_argument(
-        "--replication-factor", type=parse_positive, help="[the environment's replication-factor]"
+        "--replication-factor", type=positive, help="[the environment's replication-factor]"
     )
     create.add_argument(
-        "--topic-pattern", help="names must match it [the environment's topic-pattern]"
+        "--topic-pattern",
+        metavar="REGEX",
+        help="names must match it [the environment's topic-pattern]",
     )
-    listing = topic_commands.add_parser("list", help="list topics with their retention")
+    listing = add_command(
+        topic_commands,
+        "list",
+        summary="list topics with their retention",
+        description="List the topics with their partitions and retention.",
+        examples=["tablecast-ops topics list -e dev"],
+    )
     _kafka(listing)
-    listing.add_argument("--topic-pattern", help="only these [all topics]")
+    listing.add_argument("--topic-pattern", metavar="REGEX", help="only these [all topics]")
 
-    produce = commands.add_parser("produce", help="publish generated capture sessions")
+    produce = add_command(
+        commands,
+        "produce",
+        summary="publish generated capture sessions",
+        description="Publish generated capture sessions (the load `tablecast generate` writes "
+        "to an archive) to topics <prefix>0 to <prefix>N-1, in order, with faults if asked.",
+        examples=[
+            "tablecast-ops produce -e sandbox --sessions 6 --updates 20 --resync-every 8",
+            "tablecast-ops produce --bootstrap-servers 127.0.0.1:9092 --topic-count 3 --rate 50",
+        ],
+    )
     _kafka(produce)
-    produce.add_argument("--sources", type=parse_positive, default=2, help="topics <prefix>0..N-1")
-    produce.add_argument("--prefix", default="sensor-")
+    count = produce.add_mutually_exclusive_group()
+    count.add_argument(
+        "--topic-count",
+        type=positive,
+        default=2,
+        metavar="N",
+        help="topics <prefix>0 to <prefix>N-1 [2]",
+    )
+    hidden_alias(count, "--sources", "topic_count", type=positive)
+    produce.add_argument("--prefix", default="sensor-", help="the topics' names' start [sensor-]")
     produce.add_argument(
         "--partitions",
-        type=parse_positive,
+        type=positive,
         help="partitions to spread sessions over [the topics' fewest]",
     )
-    produce.add_argument("--sessions", type=parse_positive, default=8)
-    produce.add_argument("--updates", type=int, default=40, help="updates per session")
-    produce.add_argument("--rows-min", type=parse_positive, default=5)
-    produce.add_argument("--rows-max", type=parse_positive, default=20)
+    produce.add_argument("--sessions", type=positive, default=8, help="in all [8]")
+    produce.add_argument(
+        "--updates", type=natural, default=40, help="update messages per session [40]"
+    )
+    produce.add_argument(
+        "--rows-min", type=positive, default=5, help="fewest rows in a session's table [5]"
+    )
+    produce.add_argument(
+        "--rows-max", type=positive, default=20, help="most rows in a session's table [20]"
+    )
     produce.add_argument(
         "--resync-every",
-        type=int,
+        type=natural,
         default=0,
-        help="a resync snapshot every N messages of a session",
+        metavar="N",
+        help="a resync snapshot every N messages of a session [0: none]",
     )
+    faults = [f.value for f in gen.Fault if f is not gen.Fault.ARCHIVE_HOLE]
     produce.add_argument(
         "--fault",
         action="append",
         default=[],
-        choices=[f.value for f in gen.Fault if f is not gen.Fault.ARCHIVE_HOLE],
+        choices=faults,
+        metavar="KIND",
+        help=f"inject one violation of this kind ({', '.join(faults)}); repeatable [none]",
     )
     produce.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
-    produce.add_argument("--seed", type=int, default=7)
+    produce.add_argument("--seed", type=int, default=7, help="the same seed, the same sessions [7]")
     produce.add_argument(
         "--run-id", default=None, help="suffix of session ids; '' keeps the generator's [UTC time]"
     )
@@ -141,37 +252,62 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.add_argument(
         "--transaction-size",
-        type=int,
+        type=natural,
         default=0,
-        help="commit a transaction every N messages [no transactions]",
+        metavar="N",
+        help="commit a transaction every N messages [0: no transactions]",
     )
 
-    run = commands.add_parser(
-        "test-run", help="deploy, publish a load, wait until caught up, verify exactly, report"
+    run = add_command(
+        commands,
+        "test-run",
+        summary="deploy, publish a load, wait until caught up, verify exactly, report",
+        description="On the sandbox or a test pipeline: deploy the working tree, publish a "
+        "generated load, wait until the job has caught up and verify its output exactly. "
+        "Exit 0 when exact, 1 otherwise.",
+        examples=["tablecast-ops test-run -e resync-exp --sessions 48 --resync-every 10"],
     )
     _kafka(run)
     run_artifact = run.add_mutually_exclusive_group()
     run_artifact.add_argument(
-        "--wheel", type=Path, help="deploy this wheel instead of building one"
+        "--wheel", type=Path, help="deploy this wheel instead of building one [build one]"
     )
-    run_artifact.add_argument("--version", help="deploy a version already uploaded")
+    run_artifact.add_argument(
+        "--version", help="deploy a version already uploaded [the wheel built or given]"
+    )
     run_artifact.add_argument(
         "--no-deploy",
         action="store_true",
         help="test what is deployed (on a test pipeline's driver, which may not deploy)",
     )
-    run.add_argument("--project", type=Path, default=_PROJECT, help="the project to build")
-    run.add_argument("--topics", type=parse_positive, default=3, help="topics <prefix>0..N-1 [3]")
-    run.add_argument("--prefix", default="sensor-")
-    run.add_argument("--partitions", type=parse_positive, default=2, help="per topic [2]")
-    run.add_argument("--sessions", type=parse_positive, default=24)
-    run.add_argument("--updates", type=int, default=100, help="updates per session [100]")
-    run.add_argument("--resync-every", type=int, default=25)
-    run.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
-    run.add_argument("--seed", type=int, default=7)
     run.add_argument(
-        "--timeout", type=_seconds, default=600.0, help="to catch up after publishing [10 minutes]"
+        "--project", type=Path, default=_PROJECT, help="the project to build [this checkout]"
     )
+    run_count = run.add_mutually_exclusive_group()
+    run_count.add_argument(
+        "--topic-count",
+        type=positive,
+        default=3,
+        metavar="N",
+        help="topics <prefix>0 to <prefix>N-1 [3]",
+    )
+    hidden_alias(run_count, "--topics", "topic_count", type=positive)
+    run.add_argument("--prefix", default="sensor-", help="the topics' names' start [sensor-]")
+    run.add_argument("--partitions", type=positive, default=2, help="per topic [2]")
+    run.add_argument("--sessions", type=positive, default=24, help="in all [24]")
+    run.add_argument(
+        "--updates", type=natural, default=100, help="update messages per session [100]"
+    )
+    run.add_argument(
+        "--resync-every",
+        type=natural,
+        default=25,
+        metavar="N",
+        help="a resync snapshot every N messages of a session [25]",
+    )
+    run.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
+    run.add_argument("--seed", type=int, default=7, help="the same seed, the same sessions [7]")
+    _catch_up_timeout(run, 600.0, "to catch up after publishing [10 minutes]")
     run.add_argument(
         "--one-message-per-batch",
         action="store_true",
@@ -180,11 +316,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _heartbeat(run)
 
-    pipelines = commands.add_parser(
+    pipelines = add_command(
+        commands,
         "pipelines",
-        help="list the test pipelines declared and deployed: age, expiry, owner, cost per "
+        summary="list the test pipelines declared and deployed: age, expiry, owner, cost per "
         "hour, and the deployed ones nobody declares (orphans)",
+        description="List the test pipelines the deployment settings declare and those the "
+        "account runs, with age, expiry, owner and cost per hour; expired ones are named with "
+        "their destroy command, and deployed ones nobody declares (orphans) make it exit 1.",
+        examples=["tablecast-ops pipelines", "tablecast-ops pipelines --declared-only"],
     )
+    _region(pipelines)
     pipelines.add_argument(
         "--settings", type=Path, help="deployment settings [$TABLECAST_SETTINGS]"
     )
@@ -196,10 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the settings only, not what the account runs (no AWS credentials needed)",
     )
 
-    retire = commands.add_parser(
+    retire = add_command(
+        commands,
         "retire-topic",
-        help="record a topic as retired at its end: the job reads it to there, then carries "
-        "on without it (stop its producers first)",
+        summary="record a topic as retired at its end: the job reads it to there, then "
+        "carries on without it (stop its producers first)",
+        description="Record a topic as retired at its current end offsets: the job reads it "
+        "to there, then carries on without it, and its deletion is no data loss. Stop the "
+        "topic's producers first.",
+        examples=["tablecast-ops retire-topic -e dev --topic sensor-17"],
     )
     _kafka(retire)
     retire.add_argument("--topic", required=True, help="the topic to retire")
@@ -210,13 +357,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the job's state is [the checkpoint the output's last batch names]",
     )
     retire.add_argument(
-        "--topic-pattern", help="the job's topics [the environment's topic-pattern]"
+        "--topic-pattern",
+        metavar="REGEX",
+        help="the job's topics [the environment's topic-pattern]",
     )
 
-    archive = commands.add_parser("archive", help="copy Kafka into the raw archive")
+    archive = add_command(
+        commands,
+        "archive",
+        summary="copy Kafka into the raw archive",
+        description="Copy Kafka's records into the raw archive: catch up, then exit, or "
+        "--follow as a service until SIGTERM. One archiver per archive.",
+        examples=[
+            "tablecast-ops archive -e dev --follow",
+            "tablecast-ops archive --bootstrap-servers 127.0.0.1:9092 --archive /tmp/archive",
+        ],
+    )
     _kafka(archive)
     archive.add_argument("--archive", help="archive URI [the environment's archive-uri]")
-    archive.add_argument("--topic-pattern", help="[the environment's topic-pattern]")
+    archive.add_argument(
+        "--topic-pattern", metavar="REGEX", help="[the environment's topic-pattern]"
+    )
     archive.add_argument(
         "--kafka-isolation-level",
         choices=[i.value for i in Isolation],
@@ -227,21 +388,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run until SIGTERM, as a service [catch up, then exit]",
     )
-    archive.add_argument("--max-records", type=parse_positive, default=50_000)
     archive.add_argument(
-        "--group-id",
-        default="tablecast-archiver",
-        help="names the client to the brokers (no offsets are committed) [tablecast-archiver]",
+        "--max-records",
+        type=positive,
+        default=50_000,
+        metavar="N",
+        help="records per archive file at most [50000]",
     )
+    archive.add_argument(
+        "--consumer-group",
+        default="tablecast-archiver",
+        metavar="NAME",
+        help="the group id that names the client to the brokers (no offsets are committed) "
+        "[tablecast-archiver]",
+    )
+    hidden_alias(archive, "--group-id", "consumer_group")
     archive.add_argument(
         "--max-wait",
         type=_seconds,
         default=60.0,
+        metavar="DURATION",
         help="longest a record waits for its file [1 minute]",
     )
-    archive.add_argument(
-        "--timeout", type=_seconds, default=3600.0, help="a catch-up stops after this [1 hour]"
-    )
+    _catch_up_timeout(archive, 3600.0, "without --follow: a catch-up stops after this [1 hour]")
     archive.add_argument(
         "--metrics",
         choices=[kind.value for kind in PublisherKind],
@@ -252,10 +421,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _catch_up_timeout(parser: argparse.ArgumentParser, default_s: float, text: str) -> None:
+    parser.add_argument(
+        "--catch-up-timeout", type=_seconds, default=default_s, metavar="DURATION", help=text
+    )
+    hidden_alias(parser, "--timeout", "catch_up_timeout", type=_seconds)
+
+
+def _region(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a --region given before the subcommand is kept when none follows it.
+    parser.add_argument(
+        "--region",
+        default=argparse.SUPPRESS,
+        help="AWS region of the environment [AWS_REGION, else the AWS configuration's]",
+    )
+
+
 def _environment(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument(
-        "--environment", "-e", required=required, help="environment name: SSM /tablecast/<env>/"
+        "--environment",
+        "-e",
+        required=required,
+        help="environment name: its settings are SSM's /tablecast/<env>/"
+        + ("" if required else " [none: name the brokers]"),
     )
+    _region(parser)
 
 
 def _heartbeat(parser: argparse.ArgumentParser) -> None:
@@ -263,6 +453,7 @@ def _heartbeat(parser: argparse.ArgumentParser) -> None:
         "--heartbeat-timeout",
         type=_seconds,
         default=900.0,
+        metavar="DURATION",
         help="how long to wait for the job's heartbeat [15 minutes]",
     )
     parser.add_argument("--poll", type=_seconds, default=20.0, help=argparse.SUPPRESS)
@@ -271,12 +462,14 @@ def _heartbeat(parser: argparse.ArgumentParser) -> None:
 def _kafka(parser: argparse.ArgumentParser) -> None:
     _environment(parser, required=False)
     parser.add_argument(
-        "--bootstrap-servers", help="HOST:PORT,... [the environment's bootstrap-brokers-iam]"
+        "--bootstrap-servers",
+        metavar="HOST:PORT,...",
+        help="the brokers [the environment's bootstrap-brokers-iam]",
     )
     parser.add_argument(
         "--kafka-auth",
         choices=[a.value for a in KafkaAuth],
-        help="[iam with the environment's brokers, else none]",
+        help="none, iam, tls or scram [iam with the environment's brokers, else none]",
     )
 
 
@@ -285,11 +478,24 @@ def main(argv: Sequence[str] | None = None, *, declarations: Declarations | None
     settings (``scripts/tablecast_ops.py`` passes it; the job's wheel has no ``infra/``)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    try:
+    # boto3 reads AWS_DEFAULT_REGION only; `tablecast` reads AWS_REGION too, and so does this.
+    args.region = args.region or os.environ.get("AWS_REGION") or None
+
+    def command() -> int:
+        for dest, option, schemes in _PATHS:
+            if getattr(args, dest, None):
+                storage.require_scheme(option, getattr(args, dest), schemes)
         return _dispatch(args, declarations)
-    except TablecastError as exc:
-        print(f"tablecast-ops {args.command}: {exc}", file=sys.stderr)
-        return exc.exit_code
+
+    return outcome(f"tablecast-ops {args.command}", command)
+
+
+# The path options and the schemes each takes (as `tablecast`'s).
+_PATHS = (
+    ("archive", "--archive", (storage.LOCAL, storage.S3)),
+    ("output", "--output", (storage.LOCAL, storage.S3)),
+    ("checkpoint", "--checkpoint", (storage.LOCAL, storage.HDFS)),
+)
 
 
 def _dispatch(args: argparse.Namespace, declarations: Declarations | None) -> int:
@@ -441,7 +647,7 @@ def _produce(args: argparse.Namespace) -> int:
 
     found = _handoff(args)
     endpoint = _endpoint(args, found)
-    names = [f"{args.prefix}{index}" for index in range(args.sources)]
+    names = [f"{args.prefix}{index}" for index in range(args.topic_count)]
     pattern = found.topic_pattern if found else None
     if pattern and not all(re.fullmatch(pattern, name) for name in names):
         print(f"warning: the job's pattern {pattern!r} does not match {names[0]}", file=sys.stderr)
@@ -451,7 +657,7 @@ def _produce(args: argparse.Namespace) -> int:
         run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     spec = produce.LoadSpec(
         capture=gen.CaptureSpec(
-            topics=args.sources,
+            topics=args.topic_count,
             partitions=partitions,
             sessions=args.sessions,
             rows_min=args.rows_min,
@@ -492,7 +698,7 @@ def _archive(args: argparse.Namespace) -> int:
         topic_pattern=_topic_pattern(args, found) or DEFAULT_TOPIC_PATTERN,
         max_records=args.max_records,
         max_wait_s=args.max_wait,
-        group_id=args.group_id,
+        group_id=args.consumer_group,
         isolation=Isolation(args.kafka_isolation_level or isolation),
     )
 
@@ -510,7 +716,7 @@ def _archive(args: argparse.Namespace) -> int:
         ) as copier,
     ):
         if not args.follow:
-            run = copier.catch_up(timeout_s=args.timeout)
+            run = copier.catch_up(timeout_s=args.catch_up_timeout)
         else:
             stop = threading.Event()
 
@@ -609,7 +815,7 @@ def _test_run(args: argparse.Namespace) -> int:
     clients = AwsClients.create(args.region)
     endpoint = _endpoint(args, found)
     load = test_run.Load(
-        topics=args.topics,
+        topics=args.topic_count,
         prefix=args.prefix,
         partitions=args.partitions,
         sessions=args.sessions,
@@ -647,7 +853,7 @@ def _test_run(args: argparse.Namespace) -> int:
         test_run.Target.of(found, endpoint),
         load,
         deploy=deploy_job,
-        timeout_s=args.timeout,
+        timeout_s=args.catch_up_timeout,
         progress=_say,
     )
     _say("")

@@ -6,19 +6,19 @@ it as one line and exits with its ``exit_code``.
 
 from __future__ import annotations
 
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 
 
 class OpsError(TablecastError):
     """Root of every error an operator tool reports."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 class HandoffError(OpsError):
     """The environment's SSM hand-off lacks a parameter or holds a bad value."""
 
-    exit_code = 64
+    exit_code = ExitCode.USAGE
 
     def __init__(self, environment: str, parameter: str, problem: str) -> None:
         super().__init__(f"SSM parameter /tablecast/{environment}/{parameter}: {problem}")
@@ -65,7 +65,7 @@ class DriverStateError(OpsError):
 class CommandError(OpsError):
     """An SSM Run Command on the driver did not succeed."""
 
-    exit_code = 6
+    exit_code = ExitCode.UNAVAILABLE
 
     def __init__(
         self, instance_id: str, command_id: str, status: str, what: str, output: str
@@ -84,7 +84,7 @@ class CommandError(OpsError):
 class HeartbeatTimeoutError(OpsError):
     """The job published no heartbeat newer than its (re)start in time."""
 
-    exit_code = 5
+    exit_code = ExitCode.UNAVAILABLE
 
     def __init__(self, environment: str, since: str, waited_s: float, last_seen: str) -> None:
         super().__init__(
@@ -101,7 +101,7 @@ class HeartbeatTimeoutError(OpsError):
 class TopicPolicyError(OpsError):
     """A topic request breaks the environment's topic policy; nothing was created."""
 
-    exit_code = 64
+    exit_code = ExitCode.USAGE
 
 
 class KafkaAdminError(OpsError):
@@ -127,7 +127,7 @@ class ProduceError(OpsError):
 class ArchiveConflictError(OpsError):
     """Another writer extended the archive: two archivers must never run at once."""
 
-    exit_code = 3
+    exit_code = ExitCode.DATA_LOSS
 
     def __init__(self, topic: str, partition: int, expected_start: int, found_end: int) -> None:
         super().__init__(

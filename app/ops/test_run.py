@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from app import handoff
 from app.contract.offsets import Offsets
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 from app.ops import produce
 from app.ops.environment import Handoff
 from app.sources.kafka_client import KafkaEndpoint
@@ -40,7 +40,7 @@ Progress = Callable[[str], None]
 class NotCaughtUpError(TablecastError):
     """The job or the archiver did not reach Kafka's end offsets in time."""
 
-    exit_code = 1
+    exit_code = ExitCode.CHECK_FAILED
 
 
 @dataclass(frozen=True, kw_only=True)

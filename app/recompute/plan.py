@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from app import defaults
 from app.contract.offsets import TopicPartition
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.durations import spark_interval
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.segments import OFFSETS_PER_FILE, group_members, range_stem
 from app.errors import ConfigurationError
@@ -326,9 +327,9 @@ def live_rules(
         )
     if timeout_ms is not None and timeout_ms != recorded.timeout_ms:
         raise ConfigurationError(
-            f"--session-timeout of {timeout_ms:,} ms differs from the live job's session "
-            f"timeout of {recorded.timeout_ms:,} ms for these ranges (its ledger): leave "
-            "--session-timeout out to recompute with the live job's"
+            f"--session-timeout {spark_interval(timeout_ms)} differs from the live job's "
+            f"session timeout of {spark_interval(recorded.timeout_ms)} for these ranges (its "
+            "ledger): leave --session-timeout out to recompute with the live job's"
         )
     return Rules(recorded.mode, recorded.timeout_ms, dict(adopt))
 

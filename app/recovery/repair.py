@@ -176,8 +176,10 @@ def apply_repair(
     writer_lease_s: float | None = None,
     notice: Callable[[str], None] | None = None,
     archive: str | None = None,
+    master: str | None = None,
 ) -> str | None:
-    """Steps 4 to 6; returns where the old checkpoint went (None if there was none)."""
+    """Steps 4 to 6; returns where the old checkpoint went (None if there was none).
+    ``master``: Spark's, which moves an ``hdfs://`` checkpoint aside."""
     location = resolve(output_uri)
     ledger = Ledger(location)
     # Step 4
@@ -194,7 +196,7 @@ def apply_repair(
                 output=output_uri,
             )
         tidy_older_writers(fence, redo_key=None)
-        moved = move_checkpoint_aside(checkpoint_uri)
+        moved = move_checkpoint_aside(checkpoint_uri, master)
         # Step 5
         fence.check("rewriting the output's files")
         # A crashed rewrite changed which files hold rows:
@@ -235,7 +237,7 @@ def apply_repair(
     return moved
 
 
-def move_checkpoint_aside(uri: str) -> str | None:
+def move_checkpoint_aside(uri: str, master: str | None = None) -> str | None:
     suffix = "before-repair-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     if "://" not in uri or uri.startswith("file://"):
         path = uri.removeprefix("file://").rstrip("/")
@@ -244,7 +246,7 @@ def move_checkpoint_aside(uri: str) -> str | None:
         target = f"{path}.{suffix}"
         os.rename(path, target)
         return target
-    log = CheckpointLog(spark_session(), uri)
+    log = CheckpointLog(spark_session(master), uri)
     return log.move_aside(suffix) if log.exists() else None
 
 
@@ -313,11 +315,14 @@ def _rewrite(
     return rewrite_mod.Rewrite(name, tuple(publish), tuple(retire))
 
 
-def kafka_reader(endpoint: KafkaEndpoint, topic_pattern: str) -> RecordReader:
-    """Read a partition from Kafka's earliest retained offset, with the job's range reader."""
-    from app.sources.kafka import KafkaBackend  # confluent-kafka: only for a repair from Kafka
+def kafka_reader(
+    endpoint: KafkaEndpoint, topic_pattern: str, *, timeout_s: float | None = None
+) -> RecordReader:
+    """Read a partition from Kafka's earliest retained offset, with the job's range reader
+    (``timeout_s``: how long the brokers may take to answer; None: the source's default)."""
+    from app.sources.kafka import DEFAULT_TIMEOUT_S, KafkaBackend  # confluent-kafka: only here
 
-    backend = KafkaBackend(endpoint, topic_pattern)
+    backend = KafkaBackend(endpoint, topic_pattern, timeout_s or DEFAULT_TIMEOUT_S)
     listed: dict[TopicPartition, Bounds] = {}
 
     def read(tp: TopicPartition, end: int) -> Iterator[Record]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from app.contract.envelope import MessageType, Record
-from app.errors import TablecastError
+from app.errors import ExitCode, TablecastError
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ class RestartPoint:
 
 
 class CannotRebuildError(TablecastError):
-    exit_code = 4
+    exit_code = ExitCode.START_REFUSED
 
     def __init__(self, session: str, offset: int) -> None:
         super().__init__(

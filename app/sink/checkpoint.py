@@ -8,12 +8,22 @@ Hadoop's FileSystem makes ``hdfs://`` work exactly as Spark sees it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
+
+
+class OffsetLog(Protocol):
+    """What the sink reads of a checkpoint: each batch's end offsets and the query's id."""
+
+    uri: str
+
+    def offsets(self, batch_id: int) -> Offsets | None: ...
+
+    def query_id(self) -> str | None: ...
 
 
 class CheckpointLog:

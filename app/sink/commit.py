@@ -44,6 +44,14 @@ by the writer that claimed the output at start (:mod:`app.sink.fencing`):
 8. Clear the pending lists of this batch and this writer's staging; record
    the batch's sessions. Spark then writes its commit to the checkpoint.
 
+Then the upkeep that keeps what a batch costs flat however long the job runs
+(steps 9 to 13, each after a check of the fence before it deletes): the
+table's commit at step 7 expired the snapshots older than the history
+(:mod:`app.table.history`); step 9 deletes the table's metadata files that
+no snapshot has referenced for the retire grace; steps 10 to 13 fold old
+ledger entries into a few parts (:mod:`app.sink.fold`). A crash in them
+leaves the next batch to finish them, and changes nothing a reader sees.
+
 A crash anywhere before step 7 leaves Spark to redo the batch with the same
 offsets, which loads the same state versions, stages the same files and
 publishes the same names; after step 7, step 2 recognises the batch, and
@@ -56,9 +64,9 @@ stops it before it deletes anything.
 Each decision is logged: published, recognised as published before, refused
 (output and checkpoint disagree, or a strict violation). After each step,
 and inside step 6 after each publish, the sink calls its step hook
-(:data:`StepHook`): nothing, unless a test installed one
-(:func:`install_step_hook`; :mod:`app.sink.crash_points` kills the driver
-there).
+(:data:`StepHook`), and inside steps 9 and 12 after each delete: nothing,
+unless a test installed one (:func:`install_step_hook`;
+:mod:`app.sink.crash_points` kills the driver there).
 """
 
 from __future__ import annotations
@@ -68,7 +76,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app import worker_errors
+from app import defaults, worker_errors
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets
 from app.engine.driver import RETAIN_VERSIONS, EngineDriver, States
@@ -77,24 +85,32 @@ from app.engine.reports import BatchOutcome
 from app.errors import (
     IntegrityViolationError,
     OutputStateError,
+    OwnershipLostError,
     TablecastError,
 )
+from app.sink import fold as fold_mod
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
-from app.sink.checkpoint import CheckpointLog
+from app.sink.checkpoint import OffsetLog
 from app.sink.fencing import Fence, LeaseKeeper
-from app.sink.follower import LedgerFollower
+from app.sink.fold import LedgerFold
+from app.sink.follower import TableUpkeep
 from app.sink.ledger import Ledger, LedgerEntry, LiveRules, Pending
-from app.storage import resolve
+from app.storage import Location, resolve
 
 log = logging.getLogger(__name__)
 
 STEPS = 8
 PUBLISH_STEP = 6
+TABLE_TIDY_STEP = 9
+LAST_STEP = fold_mod.MERGED  # steps 9 to 13: upkeep
+# Steps whose hook is also called inside, after each file (a publish, a delete).
+COUNTED_STEPS = (PUBLISH_STEP, TABLE_TIDY_STEP, fold_mod.ENTRIES_DELETED)
 
 
 class StepHook(Protocol):
-    """Called after each step of a batch, and inside step 6 after each publish (``files``)."""
+    """Called after each step of a batch, and inside steps 6, 9 and 12 after each file
+    published or deleted (``files``: how many so far)."""
 
     def __call__(self, step: int, batch_id: int, files: int | None = None) -> None: ...
 
@@ -139,17 +155,22 @@ class ExactlyOnceSink:
     """The ``foreachBatch`` function of the job."""
 
     output_uri: str
-    checkpoint: CheckpointLog
+    checkpoint: OffsetLog  # Spark's checkpoint (app.sink.checkpoint.CheckpointLog)
     engine: EngineDriver
     mode: IntegrityMode
-    table: LedgerFollower  # the output's Iceberg table: app.table.commit
+    table: TableUpkeep  # the output's Iceberg table: app.table.live.LiveTable
     fence: Fence  # this writer's claim on the output (app.sink.fencing)
+    history_s: float = defaults.TABLE_HISTORY_S  # ledger entries older than this are folded
     lease: LeaseKeeper | None = None  # told of each commit, for a refused second job's line
     on_batch: Callable[[BatchReport], None] | None = None
     step_hook: StepHook | None = field(default_factory=_installed_step_hook)
     # Why the last batch failed, when it is ours: Spark's query fails with its
     # own exception, and the job raises this one instead (the CLI's one line).
     failure: TablecastError | None = field(default=None, init=False)
+    fold: LedgerFold = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fold = LedgerFold(Ledger(resolve(self.output_uri)))
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         try:
@@ -195,7 +216,8 @@ class ExactlyOnceSink:
             raise OutputStateError(
                 message, output=self.output_uri, checkpoint=self.checkpoint.uri, batch=batch_id
             )
-        self.engine.prepare(start, *_recorded_states(ledger, head, already_published))
+        if not self.engine.prepared:  # the ledger's earlier entries are read once a run
+            self.engine.prepare(start, *_recorded_states(ledger, head, already_published))
         self._step_done(2, batch_id)
 
         # Step 3
@@ -322,7 +344,36 @@ class ExactlyOnceSink:
             offsets_mod.describe(end),
         )
         self._step_done(8, batch_id)
+        self._upkeep(location, batch_id)
         self._report(self._batch_report(batch_id, end, outcome, published=True))
+
+    def _upkeep(self, location: Location, batch_id: int) -> None:
+        """Steps 9 to 13: what the table and the ledger no longer need. A storage's refusal
+        here is logged and the next batch tries again; a lost output is not."""
+        fence = self.fence
+
+        def hook(step: int, done: int | None) -> None:
+            self._step_done(step, batch_id, done)
+
+        try:
+            # Step 9
+            self.table.tidy(
+                location,
+                before=lambda: fence.check("deleting the table's unreferenced files"),
+                deleted=lambda done: hook(TABLE_TIDY_STEP, done),
+            )
+            self._step_done(TABLE_TIDY_STEP, batch_id)
+            # Steps 10 to 13
+            self.fold.fold(fence, self.history_s, hook)
+        except OwnershipLostError:
+            raise
+        except (TablecastError, OSError) as exc:
+            log.warning(
+                "upkeep after batch %d of %s not done: %s; the next batch tries again",
+                batch_id,
+                self.output_uri,
+                exc,
+            )
 
     def _report(self, report: BatchReport) -> None:
         if self.on_batch is not None:

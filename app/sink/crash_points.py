@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from app.errors import ConfigurationError
-from app.sink.commit import PUBLISH_STEP, STEPS, install_step_hook
+from app.sink.commit import COUNTED_STEPS, LAST_STEP, install_step_hook
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +57,15 @@ class SimulatedCrash(Exception):
 class CrashPoint:
     """Where the sink dies: right after ``step`` of batch ``batch`` (None: any).
 
-    ``files`` (step 6 only) dies inside the step, after that many files were
-    published.
+    ``files`` (steps 6, 9 and 12) dies inside the step, after that many files
+    were published (6) or deleted (9: the table's unreferenced files; 12: folded
+    ledger entries).
     """
 
     step: int
     batch: int | None = None
     mode: CrashMode = CrashMode.SIGKILL
-    files: int | None = None  # inside step 6: after this many publishes
+    files: int | None = None  # inside step 6, 9 or 12: after this many files
 
     @classmethod
     def from_environment(cls) -> CrashPoint | None:
@@ -74,12 +75,13 @@ class CrashPoint:
         match = re.fullmatch(r"(\d+)(?:\.(\d+))?(?::(\d+))?", text)
         if (
             match is None
-            or not 1 <= int(match.group(1)) <= STEPS
-            or (match.group(2) is not None and int(match.group(1)) != PUBLISH_STEP)
+            or not 1 <= int(match.group(1)) <= LAST_STEP
+            or (match.group(2) is not None and int(match.group(1)) not in COUNTED_STEPS)
         ):
+            counted = ", ".join(map(str, COUNTED_STEPS))
             raise ConfigurationError(
                 f"{CRASH_ENV}={text!r} must be <step>[.<files>][:<batch>] with a step from 1 "
-                f"to {STEPS} (.<files> for step {PUBLISH_STEP} only)"
+                f"to {LAST_STEP} (.<files> for steps {counted} only)"
             )
         files, batch = match.group(2), match.group(3)
         mode_text = os.environ.get(CRASH_MODE_ENV, CrashMode.SIGKILL.value).strip()

@@ -25,6 +25,7 @@ Nothing is changed until the start is found allowed, in this order:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,7 +38,7 @@ from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.fencing import Fence
 from app.sink.follower import LedgerFollower
-from app.sink.ledger import Ledger, WriterInfo, retire_unledgered
+from app.sink.ledger import Ledger, LedgerEntry, WriterInfo, retire_unledgered
 from app.sink.visible import visible_files
 from app.storage import Location, resolve
 
@@ -156,13 +157,7 @@ def _agreed_start(
             return StartPlan(None, adopt), redo_key
         if head.kind == ledger_mod.REPAIR:
             return _from_repair(head.end, adopt, checkpoint.uri), redo_key
-        raise _refused(
-            f"checkpoint {checkpoint.uri} holds no progress but output {output_uri} holds "
-            f"offsets up to {offsets_mod.describe(head.end)} (the checkpoint was deleted, "
-            f"lost or swapped); {repair_hint}",
-            output_uri,
-            checkpoint.uri,
-        )
+        raise _no_progress(head, output_uri, checkpoint.uri)
 
     committed = checkpoint.last_committed()
     if head is None:
@@ -184,9 +179,15 @@ def _agreed_start(
 
     query_id = checkpoint.query_id()
     if head.kind == ledger_mod.BATCH and head.checkpoint_id != query_id:
+        mistyped = (
+            f"if --checkpoint is mistyped, give {head.checkpoint}; otherwise "
+            if head.checkpoint and not same_place(head.checkpoint, checkpoint.uri)
+            else ""
+        )
         raise _refused(
             f"checkpoint {checkpoint.uri} (query {query_id}) is not the one that wrote output "
-            f"{output_uri} (query {head.checkpoint_id}, {head.checkpoint}); {repair_hint}",
+            f"{output_uri} (query {head.checkpoint_id}, {head.checkpoint}); {mistyped}"
+            f"{repair_hint}",
             output_uri,
             checkpoint.uri,
         )
@@ -221,6 +222,57 @@ def _agreed_start(
         output_uri,
         checkpoint.uri,
     )
+
+
+def refuse_missing_checkpoint(output_uri: str, checkpoint_uri: str) -> None:
+    """Step 2 for a checkpoint that does not exist, before Spark starts: beside an output
+    whose last entry is a batch it is refused as step 2 would refuse it."""
+    head = Ledger(resolve(output_uri)).head()
+    if head is not None and head.kind == ledger_mod.BATCH:
+        raise _no_progress(head, output_uri, checkpoint_uri)
+
+
+def recorded_checkpoint(output_uri: str) -> str | None:
+    """The checkpoint that wrote the output's last batch, as the ledger records it."""
+    head = Ledger(resolve(output_uri)).head()
+    return head.checkpoint if head is not None and head.kind == ledger_mod.BATCH else None
+
+
+def same_place(one: str, other: str) -> bool:
+    """Whether two checkpoint URIs name the same place (a local path relative or not)."""
+
+    def place(uri: str) -> str:
+        uri = uri.rstrip("/")
+        if uri.startswith("file://") or "://" not in uri:
+            return os.path.abspath(uri.removeprefix("file://"))
+        return uri
+
+    return place(one) == place(other)
+
+
+def _no_progress(head: LedgerEntry, output_uri: str, checkpoint_uri: str) -> OutputStateError:
+    """A checkpoint without progress beside an output a batch was published to: a
+    mistyped path (the ledger names another checkpoint) or a lost checkpoint. Only the
+    second needs a repair, which removes output rows: the line says which is which."""
+    held = offsets_mod.describe(head.end)
+    repair = (
+        f"`tablecast repair --output {output_uri} --checkpoint {checkpoint_uri} --archive PATH` "
+        "(or --bootstrap-servers)"
+    )
+    if head.checkpoint and not same_place(head.checkpoint, checkpoint_uri):
+        message = (
+            f"checkpoint {checkpoint_uri} holds no progress, but output {output_uri} holds "
+            f"offsets up to {held}, written with checkpoint {head.checkpoint}: if --checkpoint "
+            f"is mistyped, run again with --checkpoint {head.checkpoint}; only if that "
+            f"checkpoint is lost, run {repair}"
+        )
+    else:
+        message = (
+            f"checkpoint {checkpoint_uri} holds no progress but output {output_uri} holds "
+            f"offsets up to {held}, written with this checkpoint: it was deleted or lost; "
+            f"run {repair} to realign them"
+        )
+    return _refused(message, output_uri, checkpoint_uri)
 
 
 def _from_repair(end: Offsets, adopt: dict[str, int], checkpoint_uri: str) -> StartPlan:

@@ -18,27 +18,40 @@ under the next number, and each entry it writes after that takes the number
 after its last: a writer whose next number another writer took has lost the
 output (:mod:`app.sink.fencing`). Claims hold no offsets; :meth:`Ledger.head`
 and :meth:`Ledger.entries` give the data entries (batches and repairs) only.
+
+The numbered files do not pile up: the live job folds old data entries into
+a few compressed parts under ``folded/`` (:mod:`app.sink.fold`), as Delta's
+log checkpoints fold its log, and :meth:`Ledger.entries` reads them and the
+numbered files as one ledger. A part never holds a claim: claims stay where
+they are, so the number after any writer's last entry is still taken.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import posixpath
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+import pyarrow.fs as pafs
 
 from app.code_version import JobVersion, job_version
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition, parse_key
+from app.durations import spark_interval
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.state import StateVersion
 from app.storage import Location
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 CONTROL_DIR = "_tablecast"
 LEDGER_DIR = posixpath.join(CONTROL_DIR, "ledger")
@@ -47,6 +60,10 @@ PENDING_DIR = posixpath.join(CONTROL_DIR, "pending")  # <claim>.json
 # The one pending list of outputs written before claims: an older claim's than any.
 LEGACY_PENDING_FILE = posixpath.join(CONTROL_DIR, "pending.json")
 LEGACY_CLAIM = -1
+# Old data entries, folded (app.sink.fold): parts of entries and the heads that say how far.
+FOLDED_DIR = posixpath.join(LEDGER_DIR, "folded")
+# A reader that finds a part or an entry gone (a fold moved it meanwhile) reads again.
+READ_ATTEMPTS = 5
 
 
 class EntryKind(StrEnum):
@@ -109,7 +126,7 @@ class LiveRules:
         return cls(mode=rules.mode, timeout_ms=rules.timeout_ms)
 
     def describe(self) -> str:
-        return f"integrity {self.mode.value}, session timeout {self.timeout_ms:,} ms"
+        return f"integrity {self.mode.value}, session timeout {spark_interval(self.timeout_ms)}"
 
     def to_json(self) -> dict[str, Any]:
         return {"integrity": self.mode.value, "session_timeout_ms": self.timeout_ms}
@@ -244,6 +261,103 @@ class Pending:
     claim: int = LEGACY_CLAIM  # the writer whose list it is
 
 
+@dataclass(frozen=True)
+class FoldHead:
+    """``folded/head-<through>.json``: how far the fold went, and what a start needs of it."""
+
+    through: int  # every data entry numbered up to here is in the parts (claims never are)
+    adopt: dict[str, int]  # every repair's adopted sessions up to ``through``, merged
+    end: Offsets  # the end of the last folded data entry, in full (a part keeps its ranges)
+    entries: int  # data entries folded in all
+
+    def path(self, location: Location) -> str:
+        return head_path(location, self.through)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "through": self.through,
+                "adopt": dict(sorted(self.adopt.items())),
+                "end": offsets_mod.to_archive_json(self.end),
+                "entries": self.entries,
+            },
+            option=orjson.OPT_INDENT_2,
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> FoldHead:
+        doc = orjson.loads(data)
+        return cls(
+            through=int(doc["through"]),
+            adopt={str(s): int(o) for s, o in doc["adopt"].items()},
+            end=offsets_mod.from_json(doc["end"]),
+            entries=int(doc["entries"]),
+        )
+
+
+# Not ".gz": pyarrow would inflate it on reading.
+_PART = re.compile(r"part-(\d{2})-(\d{20})-(\d{20})\.jsonl\.gzip")
+_HEAD = re.compile(r"head-(\d{20})\.json")
+
+
+@dataclass(frozen=True, order=True)
+class FoldedPart:
+    """``folded/part-<level>-<first>-<last>.jsonl.gzip``: the data entries numbered from
+    ``first`` to ``last``, one JSON line each, gzipped. Level 0 is one fold's; a part of
+    level n + 1 merges parts of level n."""
+
+    first: int
+    last: int
+    level: int
+
+    @property
+    def name(self) -> str:
+        return f"part-{self.level:02d}-{self.first:020d}-{self.last:020d}.jsonl.gzip"
+
+    def path(self, location: Location) -> str:
+        return location.child(FOLDED_DIR, self.name)
+
+    def covers(self, other: FoldedPart) -> bool:
+        return self != other and self.first <= other.first and other.last <= self.last
+
+    @classmethod
+    def parse(cls, name: str) -> FoldedPart | None:
+        match = _PART.fullmatch(name)
+        if match is None:
+            return None
+        return cls(first=int(match[2]), last=int(match[3]), level=int(match[1]))
+
+
+def folded_line(entry: LedgerEntry, previous_end: Offsets) -> bytes:
+    """A data entry as a part holds it: without the state versions (only the newest few
+    are ever loaded), and a batch with only the partitions it published, each with its
+    range's start and end (``previous_end``: the end of the data entry before it, for
+    entries older than recorded starts)."""
+    doc = orjson.loads(entry.to_json())
+    doc["states"] = None
+    if entry.kind is BATCH:
+        ranges = entry.ranges(LedgerEntry(number=-1, kind=BATCH, end=previous_end, job=None))
+        doc["start"] = {tp.key(): a for tp, (a, _) in sorted(ranges.items())}
+        doc["end"] = {tp.key(): b for tp, (_, b) in sorted(ranges.items())}
+    return orjson.dumps(doc)
+
+
+def head_path(location: Location, through: int) -> str:
+    return location.child(FOLDED_DIR, f"head-{through:020d}.json")
+
+
+def encode_part(lines: list[bytes]) -> bytes:
+    return gzip.compress(b"\n".join(lines), compresslevel=6, mtime=0)  # the same bytes each time
+
+
+def part_lines(data: bytes) -> list[bytes]:
+    return [line for line in gzip.decompress(data).splitlines() if line]
+
+
+def decode_part(data: bytes) -> list[LedgerEntry]:
+    return [LedgerEntry.from_json(line) for line in part_lines(data)]
+
+
 class Ledger:
     def __init__(self, location: Location) -> None:
         self.location = location
@@ -284,22 +398,92 @@ class Ledger:
         return None
 
     def entries(self) -> list[LedgerEntry]:
-        """The data entries (batches and repairs), oldest first; claims left out."""
-        return [e for e in self.all_entries() if e.kind is not WRITER]
+        """The data entries (batches and repairs), oldest first, folded ones included (a
+        folded batch entry holds the partitions it published: its ``start`` and ``end``
+        name those only); claims left out."""
+
+        def read() -> list[LedgerEntry]:
+            numbers = self.numbers()  # before the head: a fold deletes after its head
+            head = self.fold_head()
+            through = -1 if head is None else head.through
+            live = [self.read(n) for n in numbers if n > through]
+            folded = [] if head is None else self.folded_entries(head)
+            return folded + [e for e in live if e.kind is not WRITER]
+
+        return self._again_if_folded(read)
+
+    def _again_if_folded(self, read: Callable[[], _T]) -> _T:
+        """``read()``, again if a fold moved what it read meanwhile (a part merged, an
+        entry folded: gone between listing and reading)."""
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                return read()
+            except FileNotFoundError:
+                if attempt == READ_ATTEMPTS:
+                    raise
+                log.info("ledger of %s folded while read; reading it again", self.location.uri)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def all_entries(self) -> list[LedgerEntry]:
+        """Every numbered entry still in place, claims included (folded ones are not)."""
         return [self.read(n) for n in self.numbers()]
+
+    def fold_head(self) -> FoldHead | None:
+        """The newest fold's head, None if nothing was folded."""
+        return self.folded()[0]
+
+    def folded(self) -> tuple[FoldHead | None, list[FoldedPart]]:
+        """The newest fold's head and the parts there are, from one listing."""
+        names = [i.base_name for i in self._folded_listing()]
+        heads = sorted(int(m[1]) for m in map(_HEAD.fullmatch, names) if m is not None)
+        parts = sorted(p for p in map(FoldedPart.parse, names) if p is not None)
+        if not heads:
+            return None, parts
+        path = head_path(self.location, heads[-1])
+        return FoldHead.from_json(self.location.read_bytes(path)), parts
+
+    def fold_heads(self) -> list[int]:
+        """The folds' heads there are (how far each went), oldest first."""
+        found = (_HEAD.fullmatch(i.base_name) for i in self._folded_listing())
+        return sorted(int(m[1]) for m in found if m is not None)
+
+    def folded_parts(self) -> list[FoldedPart]:
+        return self.folded()[1]
+
+    def folded_entries(self, head: FoldHead) -> list[LedgerEntry]:
+        """The data entries the parts hold, up to ``head``, each once, oldest first."""
+        parts = [p for p in self.folded_parts() if p.first <= head.through]
+        # A part another covers is a merge's input its crash left: read the merged one.
+        kept = [p for p in parts if not any(o.covers(p) for o in parts)]
+        found: dict[int, LedgerEntry] = {}
+        for part in kept:
+            for entry in decode_part(self.location.read_bytes(part.path(self.location))):
+                if entry.number <= head.through:
+                    found.setdefault(entry.number, entry)
+        return [found[n] for n in sorted(found)]
+
+    def _folded_listing(self) -> list[pafs.FileInfo]:
+        return self.location.list_dir(self.location.child(FOLDED_DIR))
 
     def append(self, entry: LedgerEntry) -> bool:
         """Create entry ``entry.number``; False, writing nothing, if another writer has."""
         return self.location.create_exclusive(self._entry_path(entry.number), entry.to_json())
 
     def adopted_sessions(self) -> dict[str, int]:
-        adopted: dict[str, int] = {}
-        for entry in self.entries():
-            if entry.kind == REPAIR:
-                adopted.update(entry.adopt)
-        return adopted
+        """Every repair's adopted sessions, merged (the folded ones from the fold's head)."""
+
+        def read() -> dict[str, int]:
+            numbers = self.numbers()
+            head = self.fold_head()
+            adopted: dict[str, int] = {} if head is None else dict(head.adopt)
+            for number in numbers:
+                if head is None or number > head.through:
+                    entry = self.read(number)
+                    if entry.kind == REPAIR:
+                        adopted.update(entry.adopt)
+            return adopted
+
+        return self._again_if_folded(read)
 
     def _pending_path(self, claim: int) -> str:
         if claim == LEGACY_CLAIM:

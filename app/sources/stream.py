@@ -68,6 +68,7 @@ from app.contract import offsets as offsets_mod
 from app.contract.offsets import Identities, Offsets, SourceReport, TopicPartition
 from app.errors import ConfigurationError, DataLossError
 from app.sources import ranges
+from app.sources.archive import ArchiveBackend
 from app.sources.backend import Backend, Bounds, RangeReader
 from app.sources.backend_options import from_options
 from app.sources.records import SPARK_DDL
@@ -257,6 +258,18 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         where = self.backend.description
         for topic, identity in sorted(_identities(bounds).items()):
             was = known.get(topic)
+            if was and was != identity and isinstance(self.backend, ArchiveBackend):
+                raise DataLossError(
+                    f"data loss in {where}: its topic {topic} is not the one the checkpoint's "
+                    f"offsets were read from (its identity was {was}, is {identity}): the "
+                    "archive was swapped, or the topic deleted and archived again; give "
+                    "--archive the archive the job read, or start a new run with a new "
+                    "--output and --checkpoint",
+                    source=where,
+                    topic=topic,
+                    identity=identity,
+                    previous_identity=was,
+                )
             if was and was != identity:
                 raise DataLossError(
                     f"data loss in {where}: topic {topic} was deleted and created again (its "

@@ -11,7 +11,6 @@ they staged.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,6 +20,8 @@ from app import defaults
 from app.contract.offsets import Offsets
 from app.contract.processor import Processor, TableProcessor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.durations import EXAMPLES as DURATION_EXAMPLES
+from app.durations import parse_duration_ms, spark_interval
 from app.engine import segments
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
@@ -63,20 +64,25 @@ class Trigger:
 
     @classmethod
     def parse(cls, text: str) -> Trigger:
-        if text == TriggerKind.AVAILABLE_NOW:
+        """``available-now``, ``processing-time=<duration>`` or a bare duration (what SSM's
+        ``trigger`` parameter holds): the interval in Spark's spelling."""
+        if text.strip() == TriggerKind.AVAILABLE_NOW:
             return cls(TriggerKind.AVAILABLE_NOW)
-        given = text
-        if not text.strip().startswith(TriggerKind.PROCESSING_TIME):
-            text = f"{TriggerKind.PROCESSING_TIME}={text.strip()}"  # a bare "1 minute"
-        match = re.fullmatch(
-            r"processing-time=(\d+\s*(?:ms|milliseconds?|seconds?|minutes?|hours?))", text.strip()
-        )
-        if match is None:
+        kind, equals, interval = text.strip().partition("=")
+        if not equals:
+            kind, interval = TriggerKind.PROCESSING_TIME, kind  # a bare "1 minute"
+        try:
+            if kind.strip() != TriggerKind.PROCESSING_TIME:
+                raise ConfigurationError(kind)
+            ms = parse_duration_ms(interval)
+            if ms <= 0:
+                raise ConfigurationError(interval)
+        except ConfigurationError:
             raise ConfigurationError(
-                f"--trigger {given!r} is neither 'available-now' nor "
-                "'processing-time=<n> seconds|minutes|hours'"
-            )
-        return cls(TriggerKind.PROCESSING_TIME, match.group(1))
+                f"--trigger {text!r} is neither 'available-now' nor 'processing-time=<duration>' "
+                f"with a duration like {DURATION_EXAMPLES}"
+            ) from None
+        return cls(TriggerKind.PROCESSING_TIME, spark_interval(ms))
 
     def __str__(self) -> str:
         return self.kind.value if not self.interval else f"{self.kind.value}={self.interval}"
@@ -181,11 +187,12 @@ def run(
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
     writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
-    plan = check_before_start(config.output, checkpoint, table_commit, writer, notice, gone)
+    table = table_live.LiveTable(config.table)
+    plan = check_before_start(config.output, checkpoint, table, writer, notice, gone)
     assert plan.fence is not None  # check_before_start claims the output
     lease = LeaseKeeper(plan.fence).start()
     try:
-        _run_query(spark, config, plan, checkpoint, lease, on_batch, processor, listener)
+        _run_query(spark, config, plan, checkpoint, table, lease, on_batch, processor, listener)
     except Exception as exc:
         raise _ownership_lost(plan.fence, exc) from None
     finally:
@@ -211,6 +218,7 @@ def _run_query(
     config: JobConfig,
     plan: StartPlan,
     checkpoint: CheckpointLog,
+    table: table_live.LiveTable,
     lease: LeaseKeeper,
     on_batch: Callable[[BatchReport], None] | None,
     processor: Processor[Any],
@@ -235,8 +243,9 @@ def _run_query(
         checkpoint=checkpoint,
         engine=engine,
         mode=config.integrity,
-        table=table_commit,
+        table=table,
         fence=plan.fence,
+        history_s=config.table.history_s,
         lease=lease,
         on_batch=_reporting(on_batch, listener),
     )

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +53,16 @@ def spark_log_path() -> Path | None:
     return _JvmLog.path
 
 
-def spark_session(master: str | None = None, java_options: str = LOCAL_JAVA_OPTIONS) -> Any:
+def spark_session(
+    master: str | None = None,
+    java_options: str = LOCAL_JAVA_OPTIONS,
+    notice: Callable[[str], None] | None = None,
+) -> Any:
     """A SparkSession for the job; under spark-submit the master is already set.
 
     ``java_options``: the JVM's options where this process launches it in local
-    mode (``""``: Spark's defaults, as the bench's baselines run).
+    mode (``""``: Spark's defaults, as the bench's baselines run). ``notice``: a
+    line before and after this process launches a JVM (seconds on a laptop).
     """
     # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
@@ -93,11 +101,25 @@ def spark_session(master: str | None = None, java_options: str = LOCAL_JAVA_OPTI
     if launching and conf.get("spark.master", "").startswith("local"):
         conf.setIfMissing(JAVA_OPTIONS_KEY, java_options)  # a user's own are kept
     if launching:
+        say = notice or (lambda line: None)
+        say(f"starting Spark ({conf.get('spark.master')}): its JVM takes a few seconds")
+        began = time.monotonic()
         SparkContext(conf=conf, gateway=_launch_gateway(conf))
+        _plain_interrupt()
+        say(f"Spark started in {time.monotonic() - began:.1f} s")
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     code.ship(spark)
     return spark
+
+
+def _plain_interrupt() -> None:
+    """Ctrl-C as a plain KeyboardInterrupt again. PySpark's handler asks the JVM to cancel
+    its jobs from inside the signal, on the connection the interrupted call is using:
+    py4j then logs two tracebacks. The command's own stop (the query's, the JVM's exit
+    with this process) cancels them anyway."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def preload_daemon(conf: Any, module: str = PRELOAD_MODULE) -> bool:

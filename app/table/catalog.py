@@ -255,7 +255,7 @@ def open_table(location: Location, config: TableConfig, schema: TableSchema | No
         location.fs.create_dir(location.child(TABLE_DIR), recursive=True)
     found = catalog(config)
     try:
-        return load_table(location, config)
+        return _keep_history_properties(found, config, load_table(location, config))
     except NoSuchTableError:
         pass
     namespace = config.table.rsplit(".", 1)[0]
@@ -264,6 +264,30 @@ def open_table(location: Location, config: TableConfig, schema: TableSchema | No
     with contextlib.suppress(TableAlreadyExistsError):  # another process made it meanwhile
         _create(found, config, schema or schemas.current(location) or DEFAULT_SCHEMA)
     return load_table(location, config)
+
+
+# What the table keeps of its past (app/table/history.py): the last ten earlier metadata
+# files, the others deleted at each commit; manifests merged once a hundred accumulate,
+# so a commit's manifest list does not grow with the batches. Iceberg's names.
+HISTORY_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+    "commit.manifest-merge.enabled": "true",
+}
+
+
+def _keep_history_properties(found: Catalog, config: TableConfig, table: Table) -> Table:
+    """A table made before it set :data:`HISTORY_PROPERTIES` sets them (one commit, once)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    missing = {k: v for k, v in HISTORY_PROPERTIES.items() if table.properties.get(k) != v}
+    if not missing:
+        return table
+    with contextlib.suppress(CommitFailedException):  # another process set them meanwhile
+        with table.transaction() as transaction:
+            transaction.set_properties(missing)
+        log.info("table %s: keeps a bounded history from now on (%s)", config.table, missing)
+    return found.load_table(config.table)
 
 
 def evolve(location: Location, schema: TableSchema) -> bool:
@@ -323,6 +347,7 @@ def _create(found: Catalog, config: TableConfig, schema: TableSchema) -> None:
     from pyiceberg.transforms import DayTransform
 
     properties: dict[str, Any] = {
+        **HISTORY_PROPERTIES,
         # The sink's files: snappy Parquet; compaction writes the same.
         TableProperties.PARQUET_COMPRESSION: "snappy",
         # pyiceberg would redo a commit that lost the race on top of the winner's

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,6 +51,7 @@ from app.table.catalog import (
     threads_released,
 )
 from app.table.damage import UNREADABLE, damaged_file
+from app.table.history import ENTRY_KEY, TableHistory, expire, holding
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENTRY_KEY = "tablecast.ledger-entry"  # the ledger entry number the snapshot stands for
 END_KEY = "tablecast.end"  # that entry's end offsets, {"topic:partition": next}
 START_KEY = "tablecast.start"
 KIND_KEY = "tablecast.kind"  # batch, repair, adopt, replay, correction, compaction
@@ -122,20 +122,36 @@ def _committing(location: Location) -> Iterable[tuple[int, Table]]:
         yield attempt, open_table(location, config)
 
 
-def catch_up(location: Location, *, below: int | None = None) -> int:
+def catch_up(
+    location: Location,
+    *,
+    below: int | None = None,
+    history: TableHistory | None = None,
+    committed: Callable[[Table], None] | None = None,
+) -> int:
     """Commit every ledger entry the table does not hold yet (numbered below ``below``,
-    when given); returns how many snapshots."""
+    when given); returns how many snapshots. ``history``: each batch's commit also expires
+    the snapshots it makes older than that (the live job's); ``committed``: told of the
+    table as it is after (the live job's record of its metadata files)."""
     with location.refusing(location.child(TABLE_DIR)):  # a full disk: one line, exit 74
-        return _catching_up(location, below)
+        return _catching_up(location, below, history, committed)
 
 
-def _catching_up(location: Location, below: int | None) -> int:
+def _catching_up(
+    location: Location,
+    below: int | None,
+    history: TableHistory | None,
+    committed: Callable[[Table], None] | None,
+) -> int:
     from pyiceberg.exceptions import CommitFailedException
 
     for attempt, table in _committing(location):
         try:
             with threads_released():
-                return _catch_up(location, table, below)
+                count = _catch_up(location, table, below, history)
+                if committed is not None:
+                    committed(table)
+                return count
         except CommitFailedException:
             if attempt == COMMIT_ATTEMPTS:
                 raise
@@ -143,25 +159,36 @@ def _catching_up(location: Location, below: int | None) -> int:
     return 0
 
 
-def _catch_up(location: Location, table: Table, below: int | None) -> int:
+def _catch_up(
+    location: Location, table: Table, below: int | None, history: TableHistory | None
+) -> int:
     ledger = Ledger(location)
-    numbers = [n for n in ledger.numbers() if below is None or n < below]
+    listed = ledger.numbers()
+    numbers = [n for n in listed if below is None or n < below]
     held = position(table)
-    if held is not None:
-        if held.entry not in ledger.numbers() or ledger.read(held.entry).end != held.end:
-            raise OutputStateError(
-                f"the Iceberg table of {location.uri} holds ledger entry {held.entry} ending at "
-                f"{offsets_mod.describe(held.end)}, which the output's ledger does not",
-                output=location.uri,
-                entry=held.entry,
-            )
-        todo = [n for n in numbers if n > held.entry]
-    else:
-        todo = numbers
+    folded = ledger.fold_head()
+    behind = held is not None and folded is not None and held.entry <= folded.through
+    if (
+        held is not None
+        and not behind
+        and (held.entry not in listed or ledger.read(held.entry).end != held.end)
+    ):
+        raise OutputStateError(
+            f"the Iceberg table of {location.uri} holds ledger entry {held.entry} ending at "
+            f"{offsets_mod.describe(held.end)}, which the output's ledger does not",
+            output=location.uri,
+            entry=held.entry,
+        )
+    todo = [n for n in numbers if held is None or n > held.entry]
     # Claims hold no offsets: the table takes the data entries (batches, repairs).
     entries = [e for e in (ledger.read(n) for n in todo) if e.kind is not ledger_mod.WRITER]
     if not entries:
         return 0
+    if (held is None and folded is not None) or behind:
+        # The entries the table lacks are folded (app.sink.fold): register what is visible,
+        # in one snapshot at the ledger's head.
+        _adopt(location, table, entries[-1])
+        return 1
     if held is None and not all(
         location.exists(location.child(f)) for e in entries for f in e.files if _is_data(f)
     ):
@@ -179,6 +206,8 @@ def _catch_up(location: Location, table: Table, below: int | None) -> int:
                     snapshot_properties=_entry_properties(entry, "batch"),
                     check_duplicate_files=False,
                 )
+                if history is not None:  # in the batch's own commit: no commit more
+                    expire(transaction, history.expiring(transaction.table_metadata))
         else:
             # A repair commits its own snapshot before its entry; one made while the
             # output had no table is reconciled with what is visible.
@@ -249,11 +278,15 @@ def overwrite(
     with table.transaction() as transaction:
         metadata = transaction.table_metadata
         added = [registered(p) for p in add]
+        # The snapshots that hold a file this one removes: its file goes (a rewrite retires
+        # it after the grace, or it is gone already), so they are not offered any more.
+        unreadable = holding(metadata, table.io, [f.file_path for f in remove])
         with transaction.update_snapshot(snapshot_properties=props).overwrite() as snapshot:
             for data_file in remove:
                 snapshot.delete_data_file(data_file)
             for data_file in added:
                 snapshot.append_data_file(data_file)
+        expire(transaction, unreadable)
 
 
 def snapshot_rewrite(location: Location, rewrite: Rewrite) -> None:
@@ -308,11 +341,20 @@ def _commit_rewrite(
     catch_up(location, below=None if entry is None else entry.number)
     for attempt, table in _committing(location):
         props = {KIND_KEY: str(kind), NOTE_KEY: note}
+        held = position(table)
         if entry is not None:
-            held = position(table)
             if held is not None and held.entry == entry.number and held.end == entry.end:
                 return True  # this repair's snapshot was committed before a crash
             props.update(_entry_properties(entry, str(kind)))
+        elif held is not None:
+            # The table still holds that entry, rewritten: every snapshot says its position,
+            # so expiring the ones before it never loses it.
+            props.update(
+                {
+                    ENTRY_KEY: str(held.entry),
+                    END_KEY: orjson.dumps(offsets_mod.to_archive_json(held.end)).decode(),
+                }
+            )
         with threads_released():
             remove = [f for f in data_files(table) if f.file_path in paths]
         try:

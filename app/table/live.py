@@ -1,5 +1,10 @@
 """What the live job (``tablecast run``) does with its output's table, beside each batch's commit.
 
+- :class:`LiveTable`, the table the sink commits after each ledger entry:
+  its commits expire the snapshots older than ``--table-history``, and the
+  files those leave unreferenced are deleted after the retire grace
+  (:mod:`app.table.history`).
+
 - :func:`prepare`, before the first batch: with ``--glue-database``, the
   output is catalogued in Glue (``<output>/_iceberg/catalog.json``), its
   table created if it is not there and caught up with the ledger. Every
@@ -30,15 +35,17 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from app import defaults
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.errors import ConfigurationError, TablecastError
+from app.sink import rewrite as rewrite_mod
 from app.sink import schemas
 from app.sink.ledger import CONTROL_DIR
-from app.sink.rewrite import Retirement
+from app.sink.rewrite import Retirement, Rewrite
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
@@ -50,6 +57,10 @@ from app.table.catalog import (
     save_config,
     threads_released,
 )
+from app.table.history import MetadataFiles, TableHistory
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +77,39 @@ class TableSettings:
     compact_every_s: float = 0.0  # 0: the job never compacts by itself
     compact_target_bytes: int = table_compact.DEFAULT_TARGET_BYTES
     retire_grace_s: float | None = None  # its compactions' grace (None: the rewrites' default)
+    history_s: float = defaults.TABLE_HISTORY_S  # --table-history (app/table/history.py)
+
+
+class LiveTable:
+    """The output's table as the live job's sink keeps it (a
+    :class:`app.sink.follower.TableUpkeep`): each batch's commit also expires the snapshots
+    older than the history; the metadata files they leave are deleted after the grace."""
+
+    def __init__(self, settings: TableSettings) -> None:
+        self.history = TableHistory(keep_s=settings.history_s)
+        grace = settings.retire_grace_s
+        self.files = MetadataFiles(grace_s=rewrite_mod.DEFAULT_GRACE_S if grace is None else grace)
+        self._table: Table | None = None
+
+    def catch_up(self, location: Location, *, below: int | None = None) -> int:
+        def committed(table: Table) -> None:
+            self._table = table
+            self.files.note(location, table)
+
+        return table_commit.catch_up(
+            location, below=below, history=self.history, committed=committed
+        )
+
+    def snapshot_rewrite(self, location: Location, rewrite: Rewrite) -> None:
+        table_commit.snapshot_rewrite(location, rewrite)
+
+    def tidy(
+        self, location: Location, before: Callable[[], None], deleted: Callable[[int], None]
+    ) -> int:
+        if self._table is None:
+            return 0
+        with threads_released():
+            return self.files.delete(location, self._table, before, deleted)
 
 
 def prepare(output: str, settings: TableSettings, schema: TableSchema = DEFAULT_SCHEMA) -> None:

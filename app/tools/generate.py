@@ -14,7 +14,9 @@ null, deletes by key object (and by bare value for a one-column key).
 
 from __future__ import annotations
 
+import base64
 import random
+import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -167,8 +169,16 @@ def write_archive(
     spec: CaptureSpec,
     progress: Callable[[int, int], None] | None = None,
 ) -> Location:
-    """Write the capture as a raw archive (CONTRACT.md section 4)."""
+    """Write the capture as a raw archive (CONTRACT.md section 4).
+
+    Each topic new to the archive gets an identity of its own, as a topic created
+    in Kafka gets an ID: a checkpoint that read it then refuses another archive's
+    topic of the same name (a swapped archive) instead of reading strangers' sessions.
+    """
     location = resolve(uri)
+    for topic in sorted({tp.topic for tp in capture.partitions}):
+        if not location.exists(location.child(topic, archive.IDENTITY_FILE)):
+            archive.write_identity(location, topic, new_identity())
     total, done = capture.messages, 0
     holes = [f for f in spec.faults if f == Fault.ARCHIVE_HOLE]
     for tp, messages in sorted(capture.partitions.items()):
@@ -187,6 +197,11 @@ def write_archive(
             if progress is not None:
                 progress(done, total)
     return location
+
+
+def new_identity() -> str:
+    """A topic identity as Kafka spells its topic IDs: 16 random bytes, base64 unpadded."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 def _table(tp: TopicPartition, messages: list[Message], start: int, end: int) -> pa.Table:

@@ -174,7 +174,9 @@ def describe_row(columns: Sequence[str], row: tuple[object, ...]) -> str:
     values = dict(zip(columns, row, strict=True))
     ts = values.get("ts")
     when = ts.isoformat().replace("+00:00", "Z") if isinstance(ts, datetime) else ts
-    declared = " ".join(f"{c}={values[c]}" for c in columns if c not in _PROVENANCE)
+    declared = " ".join(
+        f"{c}={'null' if values[c] is None else values[c]}" for c in columns if c not in _PROVENANCE
+    )
     return (
         f"{values['topic']}:{values['partition']} offset {values['offset']} "
         f"session {values['session']} seq {values['seq']} {values['type']} at {when}: "

@@ -8,7 +8,7 @@ the CDK.
 import orjson
 
 from app import handoff, metric_names
-from app.defaults import RETIRE_GRACE_S
+from app.defaults import RETIRE_GRACE_S, TABLE_HISTORY_S
 from app.sources.kafka_client import Isolation, KafkaAuth
 from infra.config import layout, parsing
 from infra.config.model import EnvironmentConfig
@@ -73,6 +73,8 @@ def table_values(config: EnvironmentConfig) -> dict[str, str]:
     values: dict[str, str] = {}
     if parsing.retire_grace_seconds(config.retire_grace) != RETIRE_GRACE_S:
         values[handoff.RETIRE_GRACE] = config.retire_grace
+    if parsing.table_history_seconds(config.table_history) != TABLE_HISTORY_S:
+        values[handoff.TABLE_HISTORY] = config.table_history
     return values
 
 

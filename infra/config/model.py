@@ -107,6 +107,9 @@ class EnvironmentConfig:
     retire_grace: str = "2 minutes"
     """How long the files a compaction replaced stay for Iceberg queries planned before it
     (``run --retire-grace``; the job's default): ``"0 seconds"`` to ``"1 hour"``."""
+    table_history: str = "5 days"
+    """How far back the output's Iceberg table keeps snapshots for time travel
+    (``run --table-history``; the job's default), e.g. ``"5 days"``, ``"12 hours"``."""
     topic_pattern: str = DEFAULT_TOPIC_PATTERN
     """Regular expression of the job's topics; must start with ``^`` and a literal prefix."""
     records_behind_alarm_threshold: int = 100_000
@@ -487,6 +490,10 @@ def _check_operations(config: EnvironmentConfig) -> None:
         parsing.retire_grace_seconds(config.retire_grace)
     except ValueError as exc:
         raise _problem(config, "retire_grace", str(exc)) from None
+    try:
+        parsing.table_history_seconds(config.table_history)
+    except ValueError as exc:
+        raise _problem(config, "table_history", str(exc)) from None
     if config.records_behind_alarm_threshold < 1:
         raise _problem(config, "records_behind_alarm_threshold", "must be positive")
     if config.archive_infrequent_access_days < MIN_INFREQUENT_ACCESS_DAYS:

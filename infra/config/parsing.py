@@ -37,6 +37,19 @@ def retire_grace_seconds(text: str) -> int:
     return seconds
 
 
+_HISTORY = re.compile(r"^(\d+)\s+(second|seconds|minute|minutes|hour|hours|day|days)$")
+
+
+def table_history_seconds(text: str) -> int:
+    """Seconds of the job's ``--table-history`` written as ``"<n> <unit>"`` up to days
+    (``"5 days"``): a form the job's own parser takes as it is."""
+    match = _HISTORY.match(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not '<n> seconds|minutes|hours|days'")
+    count, unit = int(match.group(1)), match.group(2).removesuffix("s")
+    return count * {**_UNIT_SECONDS, "day": 86400}[unit]
+
+
 def topic_prefix(pattern: str) -> str:
     """The literal prefix every topic that ``pattern`` matches starts with.
 

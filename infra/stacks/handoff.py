@@ -44,6 +44,7 @@ DESCRIPTIONS = {
     handoff.MIN_OFFSETS_PER_TRIGGER: "Offsets a batch waits for (--min-offsets-per-trigger)",
     handoff.MAX_TRIGGER_DELAY: "The longest a batch waits for them (--max-trigger-delay)",
     handoff.RETIRE_GRACE: "How long a compaction's inputs stay for readers (--retire-grace)",
+    handoff.TABLE_HISTORY: "How far back the table keeps snapshots (--table-history)",
     handoff.ARCHIVE_LOCK_DAYS: "Days the archiver locks each archive file (Object Lock)",
 }
 

@@ -243,6 +243,10 @@ def test_spark_defaults_point_at_the_master_and_the_venv() -> None:
     assert lines["spark.submit.deployMode"] == "client"
     assert lines["spark.pyspark.python"] == "/opt/tablecast/venv/bin/python"
     assert "spark.jars.packages" not in lines, "nothing is resolved at run time"
+    # A running application's executor logs are never cleaned up: they roll, bounded.
+    assert lines["spark.executor.logs.rolling.strategy"].strip() == "size"
+    assert int(lines["spark.executor.logs.rolling.maxSize"]) <= 256 * 1024 * 1024
+    assert int(lines["spark.executor.logs.rolling.maxRetainedFiles"]) <= 10
 
 
 def test_logs_flow_from_units_to_cloudwatch_log_groups() -> None:

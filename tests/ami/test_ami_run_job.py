@@ -145,6 +145,7 @@ def test_without_kafka_options_run_job_passes_the_iam_brokers_and_the_pattern(
         "--min-offsets-per-trigger",
         "--max-trigger-delay",
         "--retire-grace",
+        "--table-history",
     ):
         assert option not in names, option
 
@@ -156,8 +157,21 @@ def test_the_environments_retire_grace_reaches_tablecast_run(
     assert ("--retire-grace", "10 minutes") in job_options(argv)
     # `tablecast run` takes it as given: its compactions' inputs stay 10 minutes.
     from app import cli
+    from app.cli import options as cli_options
 
-    assert cli._retire_grace(cli.build_parser().parse_args(argv[argv.index("run") :])) == 600
+    assert cli_options.retire_grace(cli.build_parser().parse_args(argv[argv.index("run") :])) == 600
+
+
+def test_the_environments_table_history_reaches_tablecast_run(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    argv = submitted(aws, tmp_path, {handoff.TABLE_HISTORY: "30 days"})
+    assert ("--table-history", "30 days") in job_options(argv)
+    from app import cli
+    from app.cli import options as cli_options
+
+    parsed = cli.build_parser().parse_args(argv[argv.index("run") :])
+    assert cli_options.table_settings(parsed).history_s == 30 * 86_400
 
 
 DAEMON = "spark.python.daemon.module=tablecast_preload"

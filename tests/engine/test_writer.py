@@ -146,8 +146,11 @@ def test_a_redo_writes_the_same_names_and_bytes(tmp_path: Path) -> None:
 def test_quarantine_files_go_under_their_own_directory(tmp_path: Path) -> None:
     location = resolve(str(tmp_path / "out"))
     records = [
-        QuarantinedRecord("sensor-1", 0, offset, "s1", None, None, _ms(stamp), "rule 1", b"x")
-        for offset, stamp in [(7, "2026-03-01T10:00:00"), (8, "2026-03-03T10:00:00")]
+        QuarantinedRecord("sensor-1", 0, offset, "s1", seq, kind, ts, _ms(stamp), "rule 1", b"x")
+        for offset, seq, kind, ts, stamp in [
+            (7, 3, "update", _ms("2026-03-01T09:59:59"), "2026-03-01T10:00:00"),
+            (8, None, None, None, "2026-03-03T10:00:00"),  # a value that could not be read
+        ]
     ]
     table = quarantine_table(records)
     staged = stage_table(location, STAGING, QUARANTINE_DIR, table, "timestamp", NAME)
@@ -157,6 +160,13 @@ def test_quarantine_files_go_under_their_own_directory(tmp_path: Path) -> None:
     ]
     first = tmp_path / "out" / STAGING / staged[0].path
     assert pq.read_schema(first).equals(QUARANTINE_SCHEMA)
+    # Named as the output's where they mean the same: `ts` is the message's own time.
+    assert QUARANTINE_SCHEMA.field("ts").type == OUTPUT_SCHEMA.field("ts").type
+    times = [pq.read_table(tmp_path / "out" / STAGING / s.path, columns=["ts"]) for s in staged]
+    assert [t["ts"][0].as_py() for t in times] == [
+        datetime(2026, 3, 1, 9, 59, 59, tzinfo=UTC),
+        None,
+    ]
 
 
 def test_no_rows_no_file(tmp_path: Path) -> None:

@@ -225,7 +225,7 @@ def test_test_run_deploys_publishes_waits_until_caught_up_and_verifies_exactly(
             TEST_PIPELINE,
             "--wheel",
             str(wheel),
-            "--topics",
+            "--topic-count",
             "2",
             "--partitions",
             "2",

@@ -36,6 +36,7 @@ from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.metrics.consumer_group import CommitStats, GroupCommitter
 from app.metrics.listener import (
+    REPORTS_KEPT,
     BatchMetrics,
     Lag,
     MetricsListener,
@@ -311,6 +312,21 @@ def test_the_listener_merges_each_report_with_its_progress(log_lines: Lines) -> 
     assert all(set(p) == set(metric_names.ALL) for p in published)
     assert all(orjson.loads(line)["Environment"] == "test" for line in log_lines.lines)
     assert listener.batches == 3
+
+
+def test_reports_whose_progress_never_came_are_forgotten(log_lines: Lines) -> None:
+    """A job of months: Spark may drop a progress event (its listener bus full); the
+    report waiting for it must not stay forever."""
+    listener, seen = listener_with(log_lines)
+    run_id = str(uuid.uuid4())
+    listener.bind(run_id)
+    for batch in range(1000):
+        listener.on_batch(report(batch, rows=batch))
+        if batch % 10 == 0:  # nine of ten progress events lost
+            listener.onQueryProgress(progress_event(batch, run_id))
+    assert listener.waiting_reports <= REPORTS_KEPT + 1
+    listener.onQueryProgress(progress_event(999, run_id))  # a late one still merges
+    assert seen[-1].batch_id == 999 and seen[-1].rows_written == 999
 
 
 def test_the_listener_follows_its_own_run_only(log_lines: Lines) -> None:

@@ -287,9 +287,10 @@ def test_an_archive_topic_of_another_identity_is_refused_as_data_loss(tmp_path: 
     with pytest.raises(DataLossError) as lost:
         _reader(tmp_path).latestOffset(read, ReadAllAvailable())
     assert str(lost.value) == (
-        f"data loss in the archive {tmp_path}: topic sensor-a was deleted and created again (its "
-        "identity was id-1, is id-2): the checkpoint's offsets belong to the deleted topic; "
-        "restore it, or start a new run with a new --output and --checkpoint"
+        f"data loss in the archive {tmp_path}: its topic sensor-a is not the one the "
+        "checkpoint's offsets were read from (its identity was id-1, is id-2): the archive was "
+        "swapped, or the topic deleted and archived again; give --archive the archive the job "
+        "read, or start a new run with a new --output and --checkpoint"
     )
     # An archive without identities (written before them) reads as before.
     assert _reader(tmp_path).latestOffset({"sensor-a:0": 10}, ReadAllAvailable()) == {

@@ -8,14 +8,17 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.catalog import load_catalog
 
+from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
 from app.sink import ledger as ledger_mod
+from app.sink.fencing import Fence
 from app.sink.ledger import Ledger
 from app.sink.visible import visible_files
 from app.storage import resolve
 from app.table import catalog as catalog_mod
 from app.table import commit as table_commit
+from app.table.history import ENTRY_KEY
 
 
 def load_table(output: Path | str) -> Any:
@@ -43,20 +46,39 @@ def table_files(output: Path | str) -> set[str]:
     return {t.file.file_path for t in table.scan().plan_files()}
 
 
-def assert_follows_ledger(output: Path | str) -> None:
-    """One snapshot per ledger entry, in order, each with the entry's end offsets;
-    the table's files are exactly the visible data files."""
+def assert_follows_ledger(output: Path | str, *, complete: bool = False) -> None:
+    """The table follows the ledger: each batch entry in at most one snapshot, in order,
+    with the entry's end offsets; every snapshot names the entry the table held then, never
+    going back; the current one names the ledger's head; every snapshot offered can be read;
+    the table's files are exactly the visible data files. ``complete``: no snapshot was
+    expired, so every batch entry has its snapshot."""
     location = resolve(str(output))
-    entries = Ledger(location).entries()
+    ledger = Ledger(location)
+    entries = ledger.entries()
+    folded = ledger.fold_head()
+    through = -1 if folded is None else folded.through
     table = load_table(output)
-    marked = [
+    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    marks = [
         s.summary.additional_properties
-        for s in table.snapshots()
-        if s.summary is not None and table_commit.ENTRY_KEY in s.summary.additional_properties
+        for s in snapshots
+        if s.summary is not None and ENTRY_KEY in s.summary.additional_properties
     ]
-    assert [int(p[table_commit.ENTRY_KEY]) for p in marked] == [e.number for e in entries]
-    held = table_commit.position(table)
-    assert held is not None and held.entry == entries[-1].number and held.end == entries[-1].end
+    held = [int(p[ENTRY_KEY]) for p in marks]
+    assert held == sorted(held), held
+    batches = [int(p[ENTRY_KEY]) for p in marks if p.get(table_commit.KIND_KEY) == "batch"]
+    assert len(batches) == len(set(batches)), batches  # each batch committed once
+    by_number = {e.number: e for e in entries}
+    for props in marks:
+        entry = by_number[int(props[ENTRY_KEY])]
+        if entry.number > through:  # a folded entry keeps the partitions it published
+            assert offsets_mod.from_json(props[table_commit.END_KEY]) == entry.end
+    if complete:
+        assert batches == [e.number for e in entries if e.kind is ledger_mod.BATCH]
+    position = table_commit.position(table)
+    assert position is not None
+    assert position.entry == entries[-1].number and position.end == entries[-1].end
+    assert_every_snapshot_reads(output)
     # The ledger's published files, or the names a rewrite gave their rows since.
     visible = {
         table_commit.data_path(location, f)
@@ -66,10 +88,45 @@ def assert_follows_ledger(output: Path | str) -> None:
     assert table_files(output) == visible
 
 
-def publish_batches(output: str, rows: pa.Table, cuts: list[Offsets]) -> None:
+def assert_every_snapshot_reads(output: Path | str) -> None:
+    """Time travel to any snapshot the table offers reads it whole: none names a file that
+    is gone."""
+    location = resolve(str(output))
+    prefix = table_commit.data_path(location, "")
+    table = load_table(output)
+    for snapshot in table.snapshots():
+        planned = table.scan(snapshot_id=snapshot.snapshot_id).plan_files()
+        files = [t.file.file_path.removeprefix(prefix) for t in planned]
+        gone = [f for f in files if not location.exists(location.child(f))]
+        assert not gone, (snapshot.snapshot_id, snapshot.summary, gone[:3])
+
+
+def assert_no_snapshot_holds_a_replaced_file(output: Path | str) -> None:
+    """Every file any offered snapshot names is visible now: a rewrite (repair, replay,
+    correct, compaction) expired every snapshot holding a file it replaced, in its own
+    commit, although the replaced files stay through the retire grace."""
+    location = resolve(str(output))
+    visible = {
+        table_commit.data_path(location, f)
+        for f in visible_files(location)
+        if not f.startswith("_quarantine/")
+    }
+    table = load_table(output)
+    for snapshot in table.snapshots():
+        planned = {
+            t.file.file_path for t in table.scan(snapshot_id=snapshot.snapshot_id).plan_files()
+        }
+        replaced = sorted(planned - visible)
+        assert not replaced, (snapshot.snapshot_id, snapshot.summary, replaced[:3])
+
+
+def publish_batches(
+    output: str, rows: pa.Table, cuts: list[Offsets], fence: Fence | None = None
+) -> None:
     """Publish ``rows`` as the sink does, one ledger entry per cut (end offsets), without Spark:
     the sink's own writer stages each partition's range, files move to their names, the
-    ledger records the entry. For tests of the table that need no streaming query."""
+    ledger records the entry (numbered from 0, or after ``fence``'s claim by it). For tests
+    of the table that need no streaming query."""
     import pyarrow.compute as pc
 
     from app.engine.writer import stage_table
@@ -95,16 +152,18 @@ def publish_batches(output: str, rows: pa.Table, cuts: list[Offsets]) -> None:
                     location.child(ledger_mod.STAGING_DIR, f.path), location.child(f.path)
                 )
                 files.append(f.path)
-        ledger.append(
-            ledger_mod.LedgerEntry(
-                number=number,
-                kind=ledger_mod.BATCH,
-                end=dict(end),
-                files=tuple(files),
-                rows=sum(1 for _ in files),
-                start=dict(start),
-            )
+        entry = ledger_mod.LedgerEntry(
+            number=number,
+            kind=ledger_mod.BATCH,
+            end=dict(end),
+            files=tuple(files),
+            rows=sum(1 for _ in files),
+            start=dict(start),
         )
+        if fence is None:
+            ledger.append(entry)
+        else:
+            fence.append(entry)
         start = dict(end)
 
 

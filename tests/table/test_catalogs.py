@@ -52,13 +52,19 @@ def test_table_prints_what_load_catalog_needs(
     scanned = table.scan().to_arrow().select(OUTPUT_SCHEMA.names).cast(OUTPUT_SCHEMA)
     comparison = verify.compare(expected, scanned)
     assert comparison.ok, comparison.report()
+    # The metadata file alone, as DuckDB's iceberg_scan and Spark read it, without a catalog.
+    from pyiceberg.table import StaticTable
+
+    alone = StaticTable.from_metadata(printed["metadata_location"]).scan().to_arrow()
+    assert verify.compare(expected, alone.select(OUTPUT_SCHEMA.names).cast(OUTPUT_SCHEMA)).ok
     # Plain readers never see the catalog: it lives under a hidden name.
     assert verify.compare(expected, verify.read_output(output)).ok
 
 
 def test_table_without_a_catalog_for_s3_says_what_to_run(
-    capsys: pytest.CaptureFixture[str], aws: dict[str, str]
+    expected: pa.Table, capsys: pytest.CaptureFixture[str], aws: dict[str, str]
 ) -> None:
+    publish_batches("s3://lake/out", expected, cuts(expected, 1))
     assert cli.main(["table", "--output", "s3://lake/out"]) == 64
     assert "--glue-database DATABASE" in capsys.readouterr().err
 
@@ -98,6 +104,7 @@ def test_glue_catalogues_an_s3_output(
     output = "s3://lake/out"
     publish_batches(output, expected, cuts(expected, 2))
     printed = _table_json(output, "--glue-database", "tablecast", capsys=capsys)
+    metadata = printed.pop("metadata_location")
     assert printed == {
         "name": "tablecast",
         "catalog": {"type": "glue", "glue.region": "us-east-1", "s3.region": "us-east-1"},
@@ -111,6 +118,7 @@ def test_glue_catalogues_an_s3_output(
     found = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
     assert found["Parameters"]["table_type"].upper() == "ICEBERG"
     assert found["Parameters"]["metadata_location"].startswith("s3://lake/out/_iceberg/table/")
+    assert metadata.startswith("s3://lake/out/_iceberg/table/metadata/")  # as of the print
 
 
 def test_the_catalog_opened_on_a_thread_is_the_one_the_first_commit_uses(tmp_path: Path) -> None:

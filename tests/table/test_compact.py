@@ -237,18 +237,26 @@ def test_pyiceberg_cannot_write_a_replace_snapshot() -> None:
 
 
 class ReadBothSnapshots(table_compact.CompactionSteps):
-    """Right after the compaction's commit, before its inputs are retired (afterwards the
-    snapshot before it can no longer be read: its files are gone)."""
+    """The table just before the compaction's commit and just after it, each by its snapshot
+    id: the one before is expired with the commit (it holds the inputs, retired after the
+    grace), so it is read while it is offered."""
 
     def __init__(self, output: str) -> None:
         self.output = output
         self.rows: dict[str, pa.Table] = {}
+        self.before: int | None = None
+
+    def recorded(self) -> None:
+        current = load_table(self.output).current_snapshot()
+        assert current is not None
+        self.before = current.snapshot_id
+        self.rows["before"] = table_rows(self.output, snapshot_id=current.snapshot_id)
 
     def published(self) -> None:
         table = load_table(self.output)
         current = table.current_snapshot()
-        assert current is not None and current.parent_snapshot_id is not None
-        self.rows["before"] = table_rows(self.output, snapshot_id=current.parent_snapshot_id)
+        assert current is not None and self.before is not None
+        assert table.snapshot_by_id(self.before) is None  # no longer offered
         self.rows["after"] = table_rows(self.output, snapshot_id=current.snapshot_id)
 
 

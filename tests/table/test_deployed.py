@@ -13,6 +13,7 @@ import boto3
 import pytest
 
 from app import cli, handoff
+from app.cli import options as cli_options
 from app.table.live import TableSettings
 from infra.config.layout import glue_database
 from infra.config.stand_in import environment_config
@@ -62,7 +63,7 @@ def deployed_settings(
     argv = (tmp_path / "submitted").read_text().splitlines()
     command = argv[argv.index("run") + 1 :]
     monkeypatch.setenv("AWS_REGION", (tmp_path / "region").read_text().strip())
-    return command, cli._table_settings(cli.build_parser().parse_args(["run", *command]))
+    return command, cli_options.table_settings(cli.build_parser().parse_args(["run", *command]))
 
 
 def test_run_job_passes_the_glue_database_and_the_compaction_period_to_the_job(
@@ -113,6 +114,6 @@ def test_infra_hands_the_job_its_glue_database_and_a_daily_compaction() -> None:
             "eu-west-1",
         ]
     )
-    assert cli._table_settings(parsed) == TableSettings(
+    assert cli_options.table_settings(parsed) == TableSettings(
         region="eu-west-1", compact_every_s=86_400.0
     )

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from app import cli
+from app.cli import options as cli_options
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger
@@ -186,7 +187,7 @@ def test_the_jobs_compaction_never_waits_and_the_first_batch_after_its_grace_ret
     args = cli.build_parser().parse_args(
         ["run", "--archive", "a", "--output", output, "--checkpoint", "c", *schedule]
     )
-    settings = cli._table_settings(args)
+    settings = cli_options.table_settings(args)
     assert settings.retire_grace_s == 90.0
     job = ScheduledCompaction(
         sink=lambda frame, batch: None,
@@ -224,14 +225,14 @@ def test_a_run_compacts_between_batches_on_its_schedule_and_stays_exact(
         spark, archive, output, checkpoint, max_offsets_per_trigger=MAX_OFFSETS, table=settings
     )
     assert len(reports) >= 3
+    # The first batch's files are one per day: a compaction after each later batch.
+    assert len(table_compact.records(resolve(str(output)))) >= len(reports) - 1
+    # Each compaction expires the snapshots that held its inputs (every one before it):
+    # what is left is the last compaction's and the batches after it, each in order.
+    snapshots = sorted(load_table(output).snapshots(), key=lambda s: s.sequence_number)
+    kinds = [s.summary.additional_properties.get(table_commit.KIND_KEY) for s in snapshots]
+    assert kinds[0] == table_compact.KIND and set(kinds[1:]) <= {"batch"}
     compactions = _compactions(output)
-    assert len(compactions) >= len(reports) - 1  # the first batch's files are one per day
-    # Each compaction came between two batches' snapshots, never inside one.
-    kinds = [
-        s.summary.additional_properties.get(table_commit.KIND_KEY)
-        for s in load_table(output).snapshots()
-    ]
-    assert kinds[0] == "batch" and kinds.count("batch") == len(reports)
     assert all(s.summary.operation.value == "overwrite" for s in compactions)
     for snapshot in compactions:
         summary = snapshot.summary
@@ -281,7 +282,7 @@ def test_the_job_path_creates_the_glue_table_idempotently(
             "1 day",
         ]
     )
-    settings = cli._table_settings(args)
+    settings = cli_options.table_settings(args)
     assert settings == TableSettings(
         glue_database="tablecast", region="us-east-1", compact_every_s=86_400.0
     )

@@ -28,7 +28,13 @@ from tests.spark.helpers import (
     run_job,
     write_capture,
 )
-from tests.table.helpers import assert_follows_ledger, load_table, table_files, table_rows
+from tests.table.helpers import (
+    assert_follows_ledger,
+    assert_no_snapshot_holds_a_replaced_file,
+    load_table,
+    table_files,
+    table_rows,
+)
 from tests.table.planned_reader import PlannedReader
 
 
@@ -162,6 +168,7 @@ def test_a_correction_is_one_overwrite_snapshot_and_a_polling_reader_sees_old_or
     # publishes new names, commits, and only then retires the old files.
     assert all(keys in (faulty, corrected) for keys in poller.keys)
     assert_follows_ledger(out)
+    assert_no_snapshot_holds_a_replaced_file(out)
 
 
 @pytest.mark.spark
@@ -197,6 +204,10 @@ def test_a_repair_changes_the_table_in_one_snapshot_and_holds_its_ledger_entry(
     held = table_commit.position(load_table(output))
     assert held is not None and held.entry == head.number
     _assert_table_is_the_output(output)
+    # The batches' snapshots held the files the repair replaced: none is offered any more,
+    # so time travel never meets a file the grace's end deletes.
+    assert_no_snapshot_holds_a_replaced_file(output)
+    assert snapshot.snapshot_id in _snapshot_ids(output)
 
     run_job(spark, archive, output, checkpoint)
     assert_exact(archive, output)

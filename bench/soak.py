@@ -1,0 +1,586 @@
+"""Benchmark: what a batch costs however long the job runs (a year of batches, at the bench's pace).
+
+Figures, not assertions (``make bench``):
+
+1. **The sink's commit path without Spark**, for ``--batches`` (100,000)
+   batches on local disk and ``--s3-batches`` on a moto server's S3 (its
+   own process; the table catalogued in its Glue): the job's own
+   :class:`~app.sink.commit.ExactlyOnceSink` (commit steps, ledger, the
+   Iceberg table's commit with its expiry, the upkeep of steps 9 to 13),
+   engine and partition tasks, run in this process over a one-partition
+   archive, one message a batch; the checkpoint's offset log is a list in
+   memory and the tasks run where Spark would call them. At batches 100,
+   1,000, 10,000 and 100,000: the commit's time (median of the 100 commits
+   up to there), the bytes it writes (mean of those 100: this process's
+   writes locally, the bytes the S3 server received on S3), and the control
+   data kept then (the ledger's numbered files and folded parts, the
+   table's metadata folder and its current metadata file, the snapshots).
+   The history and the retire grace are the job's defaults unless given:
+   at the bench's pace the history's tiers fill within seconds (the newest
+   60 snapshots, one a minute for an hour), and the grace holds the files
+   of expired snapshots for ``--grace`` (5 s; 2 minutes would hold a few
+   thousand batches' files at this pace, two at a minute's trigger).
+2. **A real ``tablecast run``** of 1,000 micro-batches with the default
+   settings (``--max-offsets-per-trigger 4`` over 4,000 messages): the
+   same figures at batches 100 and 1,000, from the job's metrics
+   (``BatchDurationMs``), its process tree's writes (/proc) and its output.
+3. **The issue's check**: 400 micro-batches with ``--table-history 30s``
+   (and the default grace, and again with ``--retire-grace 30s``): the
+   current metadata file, the files in the table's metadata folder and in
+   the ledger, early and late batches' durations, and ``tablecast verify``
+   (plain and Iceberg readers).
+
+``python -m bench.soak --only commit --batches 2000`` runs a part quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from app.contract.offsets import Offsets, TopicPartition
+from app.contract.processor import TableProcessor
+from app.engine.driver import EngineDriver
+from app.engine.machine import IntegrityMode, Rules
+from app.engine.store import state_root
+from app.sink import fencing
+from app.sink.commit import ExactlyOnceSink
+from app.sink.ledger import Ledger
+from app.sources.archive import ArchiveBackend
+from app.sources.ranges import PlannedRange
+from app.storage import Location, resolve
+from app.table import catalog as table_catalog
+from app.table.live import LiveTable, TableSettings
+from app.tools import generate as gen
+
+OUT = Path("bench/out/soak")
+PYTHON = sys.executable
+TOPIC = "sensor-0"
+TP = TopicPartition(TOPIC, 0)
+MARKS = (100, 1_000, 10_000, 100_000)
+WINDOW = 100  # commits a figure is taken over
+
+
+def capture(messages: int) -> gen.CaptureSpec:
+    """One partition of at least ``messages`` messages of small tables."""
+    updates = 200  # a session's messages: its snapshot, the updates, resyncs among them
+    return gen.CaptureSpec(
+        topics=1,
+        partitions=1,
+        sessions=messages // updates + 1,
+        rows_min=3,
+        rows_max=6,
+        updates=updates,
+        resync_every=50,
+        records_per_file=20_000,
+        seed=3,
+    )
+
+
+def write_archive(path: Path, messages: int) -> int:
+    if path.exists():
+        shutil.rmtree(path)
+    spec = capture(messages)
+    made = gen.generate(spec)
+    gen.write_archive(made, str(path), spec)
+    return made.messages
+
+
+# -- 1. the commit path ---------------------------------------------------------
+
+
+@dataclass
+class OffsetLog:
+    """The checkpoint's offset log as the sink reads it: batch ``n`` ends at ``n + 1``."""
+
+    uri: str
+    per_batch: int = 1
+
+    def offsets(self, batch_id: int) -> Offsets | None:
+        return None if batch_id < 0 else {TP: (batch_id + 1) * self.per_batch}
+
+    def query_id(self) -> str | None:
+        return "soak-0000"
+
+
+@dataclass
+class Frame:
+    """The micro-batch as the sink's ``frame``: one range, its task run here, as Spark's
+    worker would run it (``mapInArrow(...).collect()``)."""
+
+    backend: ArchiveBackend
+    start: int
+    end: int
+
+    def mapInArrow(  # noqa: N802 (Spark's name)
+        self, task: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str
+    ) -> Frame:
+        self._task = task
+        return self
+
+    def collect(self) -> list[dict[str, Any]]:
+        planned = PlannedRange(
+            TP, self.start, self.end, self.backend.reader(TP, self.start, self.end)
+        )
+        return [
+            row for batch in self._task(iter([planned.to_batch()])) for row in batch.to_pylist()
+        ]
+
+
+@dataclass
+class Kept:
+    """The control data an output keeps."""
+
+    ledger_files: int = 0
+    ledger_bytes: int = 0
+    folded_files: int = 0
+    folded_bytes: int = 0
+    metadata_files: int = 0
+    metadata_bytes: int = 0
+    current_metadata_bytes: int = 0
+    other_control_files: int = 0
+    data_files: int = 0
+
+
+def kept(location: Location) -> Kept:
+    found = Kept()
+    newest = ("", 0)
+    for info in location.list_tree(location.path):
+        relative = info.path[len(location.path.rstrip("/")) + 1 :]
+        size = info.size or 0
+        if relative.startswith("_tablecast/ledger/folded/"):
+            found.folded_files += 1
+            found.folded_bytes += size
+        elif relative.startswith("_tablecast/ledger/") and relative.count("/") == 2:
+            found.ledger_files += 1
+            found.ledger_bytes += size
+        elif relative.startswith("_iceberg/table/metadata/"):
+            found.metadata_files += 1
+            found.metadata_bytes += size
+            if relative.endswith(".metadata.json") and relative > newest[0]:
+                newest = (relative, size)
+        elif relative.startswith(("_tablecast/", "_iceberg/")):
+            found.other_control_files += 1
+        elif relative.endswith(".parquet"):
+            found.data_files += 1
+    found.current_metadata_bytes = newest[1]
+    return found
+
+
+def _wchar(pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
+
+
+def _rchar(pid: int) -> int:
+    with open(f"/proc/{pid}/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+@dataclass
+class Figures:
+    batch: int
+    ms_per_commit: float
+    ms_worst: float
+    bytes_per_commit: float
+    kept: Kept
+    snapshots: int
+    waiting: int
+
+
+def drive(
+    output: str,
+    work: Path,
+    batches: int,
+    archive: str,
+    *,
+    grace_s: float,
+    written: Callable[[], int],
+    marks: tuple[int, ...] = MARKS,
+) -> list[Figures]:
+    """The sink's commits of ``batches`` batches of one message each; figures at ``marks``."""
+    location = resolve(output)
+    checkpoint = str(work / "checkpoint")
+    table = LiveTable(TableSettings(retire_grace_s=grace_s))
+    engine = EngineDriver(
+        TableProcessor(),
+        Rules(IntegrityMode.STRICT, 3_600_000, {}),
+        state_root(checkpoint),
+        output,
+    )
+    fence = fencing.claim(location, fencing.new_writer("run", checkpoint))
+    sink = ExactlyOnceSink(
+        output_uri=output,
+        checkpoint=OffsetLog(checkpoint),
+        engine=engine,
+        mode=IntegrityMode.STRICT,
+        table=table,
+        fence=fence,
+    )
+    backend = ArchiveBackend(archive, f"^{TOPIC}$")
+    backend.bounds()  # the listing the planner makes, once
+    times: list[float] = []
+    wrote: list[int] = []
+    figures: list[Figures] = []
+    started = time.monotonic()
+    for batch in range(batches):
+        before_bytes = written()
+        before = time.perf_counter()
+        sink(Frame(backend, batch, batch + 1), batch)
+        times.append(time.perf_counter() - before)
+        wrote.append(written() - before_bytes)
+        done = batch + 1
+        if done in marks:
+            window = times[-WINDOW:]
+            figures.append(
+                Figures(
+                    batch=done,
+                    ms_per_commit=statistics.median(window) * 1000,
+                    ms_worst=max(window) * 1000,
+                    bytes_per_commit=statistics.mean(wrote[-WINDOW:]),
+                    kept=kept(location),
+                    snapshots=_snapshots(location),
+                    waiting=table.files.waiting,
+                )
+            )
+            print(_figure_line(figures[-1]), flush=True)
+        elif done % 5_000 == 0:
+            rate = done / (time.monotonic() - started)
+            print(f"  ... {done:,} batches ({rate:,.0f}/s)", flush=True)
+    return figures
+
+
+def _snapshots(location: Location) -> int:
+    config = table_catalog.config_for(location)
+    assert config is not None
+    with table_catalog.threads_released():
+        return len(table_catalog.load_table(location, config).snapshots())
+
+
+FIGURE_HEADER = (
+    f"{'batch':>8} {'ms/commit':>10} {'worst':>7} {'KiB written':>12} "
+    f"{'ledger files':>13} {'folded parts':>13} {'table metadata':>18} "
+    f"{'current':>9} {'snapshots':>9} {'waiting':>8}"
+)
+
+
+def _figure_line(f: Figures) -> str:
+    k = f.kept
+    return (
+        f"{f.batch:>8,} {f.ms_per_commit:>10.1f} {f.ms_worst:>7.0f} "
+        f"{f.bytes_per_commit / 1024:>12.1f} "
+        f"{k.ledger_files:>5} {k.ledger_bytes / 1024:>5.0f} KiB "
+        f"{k.folded_files:>3} {k.folded_bytes / 1024:>6.0f} KiB "
+        f"{k.metadata_files:>5} {k.metadata_bytes / 2**20:>7.1f} MiB "
+        f"{k.current_metadata_bytes / 1024:>5.0f} KiB {f.snapshots:>9} {f.waiting:>8}"
+    )
+
+
+def commit_path_local(batches: int, grace_s: float) -> None:
+    work = OUT / "local"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    archive = work / "archive"
+    messages = write_archive(archive, batches)
+    print(f"\n1. the commit path on local disk: {batches:,} batches of one message ({messages:,})")
+    print(FIGURE_HEADER)
+    drive(
+        str(work / "out"),
+        work,
+        min(batches, messages),
+        str(archive),
+        grace_s=grace_s,
+        written=_wchar,
+    )
+
+
+def commit_path_s3(batches: int, grace_s: float) -> None:
+    work = OUT / "s3"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    archive = work / "archive"
+    messages = write_archive(archive, batches)
+    with MotoServer() as server:
+        output = "s3://soak/out"
+        location = resolve(output)
+        table_catalog.save_config(
+            location, table_catalog.glue_config(location, database="soak", region="us-east-1")
+        )
+        print(
+            f"\n1. the commit path on S3 (a moto server, Glue its catalog): {batches:,} batches "
+            f"of one message ({messages:,} written); KiB written: what the server received"
+        )
+        print(FIGURE_HEADER)
+        drive(
+            output,
+            work,
+            min(batches, messages),
+            str(archive),
+            grace_s=grace_s,
+            written=server.received,
+        )
+
+
+class MotoServer:
+    """S3 and Glue on loopback, in a process of its own (what it receives is measured)."""
+
+    def __enter__(self) -> MotoServer:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/").close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.saved = {k: os.environ.get(k) for k in _AWS}
+        os.environ.update(
+            {**_AWS, "AWS_ENDPOINT_URL": self.endpoint, "TABLECAST_S3_ENDPOINT": self.endpoint}
+        )
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket="soak")
+        boto3.client("glue", endpoint_url=self.endpoint).create_database(
+            DatabaseInput={"Name": "soak"}
+        )
+        return self
+
+    def received(self) -> int:
+        return _rchar(self.process.pid)
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        os.environ.pop("AWS_ENDPOINT_URL", None)
+        os.environ.pop("TABLECAST_S3_ENDPOINT", None)
+        table_catalog._catalog.cache_clear()
+
+
+_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+# -- 2. and 3. real runs -------------------------------------------------------
+
+
+@dataclass
+class Run:
+    durations_ms: list[float] = field(default_factory=list)
+    at: dict[int, tuple[Kept, int]] = field(default_factory=dict)  # batch -> kept, bytes written
+    seconds: float = 0.0
+
+
+def real_run(name: str, batches: int, extra: list[str], marks: tuple[int, ...]) -> Run:
+    work = OUT / name
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    archive = work / "archive"
+    write_archive(archive, 4 * batches)
+    output = work / "out"
+    argv = [
+        PYTHON,
+        "-m",
+        "app",
+        "run",
+        "--archive",
+        str(archive),
+        "--output",
+        str(output),
+        "--checkpoint",
+        str(work / "checkpoint"),
+        "--trigger",
+        "available-now",
+        "--max-offsets-per-trigger",
+        "4",
+        "--metrics",
+        "log",
+        *extra,
+    ]
+    run = Run()
+    started = time.monotonic()
+    errors = (work / "stderr.txt").open("w")  # the job's log lines; its metrics on stdout
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True)
+    location = resolve(str(output))
+    done = threading.Event()
+
+    def watch() -> None:  # the control data and the writes when the ledger reaches a mark
+        pending = list(marks)
+        while pending and not done.is_set():
+            try:
+                head = Ledger(location).head()
+            except Exception:  # a fold moved what it read: look again
+                head = None
+            if head is not None and head.batch_id is not None and head.batch_id + 1 >= pending[0]:
+                run.at[pending.pop(0)] = (kept(location), _tree_wchar(process.pid))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("{") and '"BatchDurationMs"' in line:
+            run.durations_ms.append(float(json.loads(line)["metrics"]["BatchDurationMs"]))
+    process.wait()
+    errors.close()
+    done.set()
+    watcher.join()
+    run.seconds = time.monotonic() - started
+    if process.returncode != 0:
+        raise SystemExit(f"tablecast run ({name}) failed with exit code {process.returncode}")
+    run.at[len(run.durations_ms)] = run.at.get(len(run.durations_ms), (kept(location), 0))
+    return run
+
+
+def _tree_wchar(root: int) -> int:
+    """What ``root`` and its descendants wrote so far (/proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        with contextlib.suppress(OSError, StopIteration):  # a process that just ended
+            total += _wchar(pid)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def verify_line(name: str) -> str:
+    work = OUT / name
+    done = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "app",
+            "verify",
+            "--archive",
+            str(work / "archive"),
+            "--output",
+            str(work / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    table = next((line for line in lines if line.startswith("table:")), "table: none")
+    return f"verify: exit {done.returncode}; {lines[-1] if lines else ''}; {table}"
+
+
+def print_run(name: str, run: Run, marks: tuple[int, ...]) -> None:
+    durations = run.durations_ms
+    print(
+        f"{'batch':>8} {'ms/batch':>9} {'KiB written/batch':>18} {'ledger files':>13} "
+        f"{'table metadata':>18} {'current':>9}"
+    )
+    previous: tuple[int, int] = (0, 0)
+    for mark in marks:
+        if mark not in run.at:
+            continue
+        found, wrote = run.at[mark]
+        window = durations[max(0, mark - WINDOW) : mark]
+        per_batch = (wrote - previous[1]) / max(1, mark - previous[0]) if wrote else 0.0
+        previous = (mark, wrote)
+        median = statistics.median(window) if window else 0.0
+        print(
+            f"{mark:>8,} {median:>9.0f} {per_batch / 1024:>18.1f} {found.ledger_files:>13} "
+            f"{found.metadata_files:>6} {found.metadata_bytes / 2**20:>7.1f} MiB "
+            f"{found.current_metadata_bytes / 1024:>5.0f} KiB"
+        )
+    print(f"{len(durations):,} batches in {run.seconds:.0f} s")
+
+
+def check_run(name: str, extra: list[str]) -> None:
+    run = real_run(name, 400, extra, (100, 400))
+    found = kept(resolve(str(OUT / name / "out")))
+    early = statistics.median(run.durations_ms[10:60])
+    late = statistics.median(run.durations_ms[-50:])
+    current = found.current_metadata_bytes / 1024
+    print(
+        f"{' '.join(extra):<44} {len(run.durations_ms):>7} {current:>9.0f} KiB "
+        f"{found.metadata_files:>9} {found.ledger_files + found.folded_files:>7} "
+        f"{early:>7.0f} ms {late:>7.0f} ms   {verify_line(name)}",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["commit", "s3", "run", "check"], action="append")
+    parser.add_argument("--batches", type=int, default=100_000, help="local commits [100,000]")
+    parser.add_argument(
+        "--s3-batches", type=int, default=10_000, help="commits on moto's S3 [10,000]"
+    )
+    parser.add_argument(
+        "--grace", type=float, default=5.0, help="the retire grace of part 1, seconds [5]"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    parts = set(args.only or ["commit", "s3", "run", "check"])
+    if "commit" in parts:
+        commit_path_local(args.batches, args.grace)
+    if "s3" in parts:
+        commit_path_s3(args.s3_batches, args.grace)
+    if "run" in parts:
+        print("\n2. tablecast run, 1,000 micro-batches of 4 messages, the default settings")
+        run = real_run("run-1000", 1_000, [], (100, 1_000))
+        print_run("run-1000", run, (100, 1_000))
+        print(verify_line("run-1000"))
+    if "check" in parts:
+        print("\n3. 400 micro-batches of 4 messages with --table-history 30s")
+        print(
+            f"{'options':<44} {'batches':>7} {'current':>13} {'metadata':>9} {'ledger':>7} "
+            f"{'early':>10} {'late':>10}"
+        )
+        check_run("history-30s", ["--table-history", "30s"])
+        check_run("history-30s-grace-30s", ["--table-history", "30s", "--retire-grace", "30s"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
