@@ -39,8 +39,8 @@ demo: setup
 	$(BIN)/python scripts/archive_demo.py
 
 lint: setup
-	$(BIN)/ruff check app infra scripts tests bench ami/files/python
-	$(BIN)/ruff format --check app infra scripts tests bench ami/files/python
+	$(BIN)/ruff check app tablecast infra scripts tests bench ami/files/python examples
+	$(BIN)/ruff format --check app tablecast infra scripts tests bench ami/files/python examples
 
 typecheck: setup
 	$(BIN)/mypy

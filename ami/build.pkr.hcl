@@ -2,7 +2,8 @@
 #   1. require IMDSv2 on the build instance (from the build host, AWS CLI),
 #      then check it from inside;
 #   2. upload what the scripts need: versions.toml, requirements.lock, the
-#      node files and the shared shell library;
+#      node files, the shared shell library and the publishers' keys committed
+#      here (ami/keys: the SSM Agent's);
 #   3. provision, one concern per script (each checks its inputs first and
 #      verifies every download against the publisher's checksum);
 #   4. clean up, then validate the result (the last step on the instance);
@@ -27,7 +28,7 @@ build {
 
   # Step 2.
   provisioner "shell" {
-    inline = ["mkdir -p ${local.build_dir}/files ${local.build_dir}/lib"]
+    inline = ["mkdir -p ${local.build_dir}/files ${local.build_dir}/lib ${local.build_dir}/keys"]
   }
 
   provisioner "file" {
@@ -50,6 +51,11 @@ build {
     destination = "${local.build_dir}/lib"
   }
 
+  provisioner "file" {
+    source      = "${path.root}/keys/"
+    destination = "${local.build_dir}/keys"
+  }
+
   # Step 3 and 4: scripts run in this order, as root, with these inputs.
   provisioner "shell" {
     execute_command = "chmod +x {{ .Path }}; sudo -E env {{ .Vars }} bash {{ .Path }}"
@@ -57,6 +63,7 @@ build {
       "TABLECAST_BUILD_DIR=${local.build_dir}",
       "VERSIONS_FILE=${local.build_dir}/versions.toml",
       "DEBIAN_FRONTEND=noninteractive",
+      "AWS_REGION=${var.region}",
     ]
     scripts = [
       "${path.root}/scripts/base-packages.sh",
@@ -65,6 +72,7 @@ build {
       "${path.root}/scripts/hadoop.sh",
       "${path.root}/scripts/spark-jars.sh",
       "${path.root}/scripts/cloudwatch-agent.sh",
+      "${path.root}/scripts/ssm-agent.sh",
       "${path.root}/scripts/node-files.sh",
       "${path.root}/scripts/cleanup.sh",
       "${path.root}/scripts/validate.sh",

@@ -34,7 +34,7 @@ source "amazon-ebs" "spark_node" {
   }
 
   ami_name        = local.ami_name
-  ami_description = "tablecast Spark node: Spark ${local.spark_version} (PySpark), HDFS, connector jars, CloudWatch agent"
+  ami_description = "tablecast Spark node: Spark ${local.spark_version} (PySpark), HDFS, connector jars, CloudWatch agent, SSM Agent"
   ena_support     = true
   encrypt_boot    = true
 

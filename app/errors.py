@@ -43,6 +43,7 @@ class ExitCode(IntEnum):
     STATE = 6
     OWNERSHIP_LOST = 7
     DAMAGED_OUTPUT = 8
+    PROCESSOR = 9
     USAGE = 64  # EX_USAGE
     UNEXPECTED = 70  # EX_SOFTWARE
     STORAGE = 74  # EX_IOERR
@@ -70,6 +71,8 @@ _MEANINGS: dict[ExitCode, str] = {
     ExitCode.OWNERSHIP_LOST: "another writer took the output over; this one changed nothing",
     ExitCode.DAMAGED_OUTPUT: "a published file or the output's table cannot be read (the "
     "line names what mends it)",
+    ExitCode.PROCESSOR: "the processor (--processor, your code) failed: the line names the "
+    "step, the message and the line of its code; nothing of the batch is visible",
     ExitCode.USAGE: "bad usage: an option, a path or a setting (the line names it)",
     ExitCode.UNEXPECTED: "unexpected error (the line names the file holding its traceback)",
     ExitCode.STORAGE: "the storage refused a read or a write (full disk, denied, read-only); "
@@ -347,6 +350,17 @@ class DamagedOutputError(TablecastError):
     """
 
     exit_code = ExitCode.DAMAGED_OUTPUT
+
+
+class ProcessorError(TablecastError):
+    """A processor (``--processor``, the user's code) failed: it raised, returned what is not
+    a state and its changes, rows its output schema refuses, or it cannot be loaded.
+
+    Facts: ``processor`` (its name), ``step`` (apply, start, end, timeout, migrate,
+    output), and ``topic``, ``partition``, ``offset``, ``session`` where it was.
+    """
+
+    exit_code = ExitCode.PROCESSOR
 
 
 class StorageAccessError(TablecastError):

@@ -102,6 +102,26 @@ OPTIONAL: Final = KAFKA_OPTIONAL + TABLE_OPTIONAL
 ARCHIVE_LOCK_DAYS: Final = "archive-lock-days"
 
 
+# Several jobs per environment (infra/config/jobs.py): where the deployment settings
+# declare jobs, ``jobs`` names them (comma-separated) and each has its own parameters
+# under /tablecast/<env>/jobs/<name>/ (job_parameter_name), run-job's for that job:
+# the environment's trigger, Kafka options, wheel and Glue database are every job's.
+JOBS: Final = "jobs"
+GLUE_TABLE: Final = "glue-table"  # run --glue-table
+# The SHA-256 of the job's table schema (run --schema): the deploy tool uploads the
+# document to <artifacts-uri>/schemas/<sha256>.toml and writes it; "none" until then.
+SCHEMA_SHA256: Final = "schema-sha256"
+CORES: Final = "cores"  # spark.cores.max, where the settings give one
+NO_SCHEMA: Final = "none"
+
+JOB_ALL: Final = (TOPIC_PATTERN, OUTPUT_URI, CHECKPOINT_URI, GLUE_TABLE, SCHEMA_SHA256)
+"""The parameters of every declared job."""
+JOB_OPTIONAL: Final = (CORES,)
+"""A declared job's parameters, where its settings give them."""
+SCHEMAS_FOLDER: Final = "schemas"
+"""Below the artifacts prefix: each deployed table schema, named ``<sha256>.toml``."""
+
+
 # Kafka consumer groups the job and its tools may use (`tablecast run
 # --consumer-group`, the archiver): the nodes' IAM role grants these only.
 CONSUMER_GROUP_PREFIX: Final = "tablecast-"
@@ -115,3 +135,13 @@ def driver_name(environment: str) -> str:
 def parameter_name(environment: str, name: str) -> str:
     """The full SSM parameter name of ``name`` in ``environment``."""
     return f"{PREFIX}/{environment}/{name}"
+
+
+def job_parameter_name(environment: str, job: str, name: str) -> str:
+    """The full SSM parameter name of a declared job's ``name``."""
+    return f"{PREFIX}/{environment}/{JOBS}/{job}/{name}"
+
+
+def job_unit(job: str | None) -> str:
+    """The job's service on the driver: the environment's one job, or a declared one's."""
+    return "tablecast-job.service" if job is None else f"tablecast-job@{job}.service"

@@ -10,6 +10,9 @@ from typing import Final
 
 NAMESPACE: Final = "Tablecast"
 ENVIRONMENT_DIMENSION: Final = "Environment"
+# A declared job's metrics (``tablecast run --job NAME``) carry its name beside the
+# environment; the environment's one job publishes without it.
+JOB_DIMENSION: Final = "Job"
 
 # Published once per micro-batch; its absence means the job is not running.
 HEARTBEAT: Final = "Heartbeat"
@@ -31,6 +34,11 @@ SESSIONS_IN_STATE: Final = "SessionsInState"
 STATE_BYTES: Final = "StateBytes"
 INTEGRITY_VIOLATIONS: Final = "IntegrityViolations"
 QUARANTINED_MESSAGES: Final = "QuarantinedMessages"
+# Integrity classes ordered and once (``run --integrity``): messages dropped for their seq
+# (at or below the last applied, or applied before), and seqs that never arrived (skipped
+# under ordered; missing when a session ended or timed out, under once). 0 otherwise.
+DROPPED_MESSAGES: Final = "DroppedMessages"
+MISSING_SEQS: Final = "MissingSeqs"
 OUTPUT_FILES: Final = "OutputFiles"
 OUTPUT_BYTES: Final = "OutputBytes"
 
@@ -47,6 +55,8 @@ ALL: Final = (
     STATE_BYTES,
     INTEGRITY_VIOLATIONS,
     QUARANTINED_MESSAGES,
+    DROPPED_MESSAGES,
+    MISSING_SEQS,
     OUTPUT_FILES,
     OUTPUT_BYTES,
 )
@@ -83,3 +93,22 @@ ARMED_BY_DEPLOY: Final = (
     "checkpoint-backup-missing",
     "archiver-heartbeat-missing",
 )
+
+
+JOB_ALARM_PREFIX: Final = "job-"
+
+
+def job_alarm(alarm: str, job: str | None) -> str:
+    """A job alarm's name (``job-heartbeat-missing``) for the environment's one job, or for
+    a declared job: ``job-<name>-heartbeat-missing``."""
+    if not alarm.startswith(JOB_ALARM_PREFIX):
+        raise ValueError(f"{alarm!r} is not a job alarm")
+    return alarm if job is None else f"{JOB_ALARM_PREFIX}{job}-{alarm[len(JOB_ALARM_PREFIX) :]}"
+
+
+def armed_by_deploy(job: str | None) -> tuple[str, ...]:
+    """The alarms a deploy of ``job`` arms: its heartbeat's, and the environment's own."""
+    return tuple(
+        job_alarm(name, job) if name.startswith(JOB_ALARM_PREFIX) else name
+        for name in ARMED_BY_DEPLOY
+    )

@@ -313,7 +313,7 @@ def cold_task_main(
 
 def _cold_plan(work: str) -> Any:
     from app.contract.offsets import TopicPartition
-    from app.contract.processor import TableProcessor
+    from app.contract.table_processor import TableProcessor
     from app.engine.machine import Rules
     from app.engine.state import StateVersion
     from app.engine.task import BatchPlan
@@ -336,7 +336,7 @@ def _cold_plan(work: str) -> Any:
 def prepare_cold_task(broker: KafkaEndpoint, topic: str, count: int, work: Path) -> None:
     """The state of the partition's first half, as the batch before the cold task saved it."""
     from app.contract.offsets import TopicPartition
-    from app.contract.processor import TableProcessor
+    from app.contract.table_processor import TableProcessor
     from app.engine.machine import Rules
     from app.engine.reports import BatchOutcome
     from app.engine.task import BatchPlan, PartitionTask

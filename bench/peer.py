@@ -34,7 +34,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from app.contract.envelope import MessageType, parse_envelope
-from app.contract.processor import Table, TableProcessor
+from app.contract.table_processor import Table, TableProcessor
 
 OUTPUT_DDL = (
     "topic string, partition int, offset long, session string, seq long, type string, "
@@ -169,11 +169,13 @@ def update_session_with_engine_code(
         if message.type is MessageType.END:
             table = None
             continue
-        table, changes = processor.apply(table, message)
+        table, changes = processor.apply(
+            processor.start(message) if table is None else table, message
+        )
         rows: list[tuple[str, float | None, str | None, bool]] = [
             (row_id, None, None, True) for row_id in changes.deleted
         ]
-        rows += [(row_id, value_, status, False) for row_id, value_, status in changes.upserted]
+        rows += [(row_id, value_, status, False) for row_id, value_, status in changes.rows]
         for row_id, value_, status, deleted in rows:
             out["topic"].append(topic)
             out["partition"].append(partition)

@@ -56,7 +56,7 @@ from typing import Any
 import pyarrow as pa
 
 from app.contract.offsets import Offsets, TopicPartition
-from app.contract.processor import TableProcessor
+from app.contract.table_processor import TableProcessor
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root

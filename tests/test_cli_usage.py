@@ -48,7 +48,7 @@ def _one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
                 "relaxed",
             ],
             "tablecast run: argument --integrity: invalid choice: 'relaxed' (choose from "
-            "'strict', 'resync') (see `tablecast run --help`)",
+            "'strict', 'resync', 'ordered', 'once', 'none') (see `tablecast run --help`)",
         ),
         (
             TABLECAST,

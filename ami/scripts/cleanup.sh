@@ -3,7 +3,8 @@ set -euo pipefail
 # Leave nothing of the build machine in the image: the build's uploads and
 # caches, the package lists, SSH host keys and authorized keys (cloud-init
 # creates fresh ones on each instance), shell history, logs, cloud-init's
-# per-instance state and the machine id. validate.sh checks the result.
+# per-instance state, what the SSM Agent kept of the build instance and the
+# machine id. validate.sh checks the result.
 
 SCRIPT_NAME="cleanup"
 : "${TABLECAST_BUILD_DIR:?TABLECAST_BUILD_DIR must be set}"
@@ -29,6 +30,12 @@ if command -v cloud-init >/dev/null 2>&1; then
   cloud-init clean --logs
 fi
 truncate -s 0 /etc/machine-id
+
+# The SSM Agent ran on the build instance (its package starts it): its state
+# names that instance. Each node's agent registers itself from its own
+# instance identity at boot.
+systemctl stop amazon-ssm-agent.service
+find /var/lib/amazon/ssm -mindepth 1 -delete
 
 # Logs. Stop rsyslog (socket too, or the next line would start it again) and
 # move journald to /run for the rest of this session, so nothing the build

@@ -59,8 +59,14 @@ systemctl daemon-reload
 # written node.env, and then starts it.
 systemctl enable tablecast-bootstrap.service
 for unit in "${NODE_UNITS[@]}" tablecast-bootstrap; do
-  systemd-analyze verify "/etc/systemd/system/${unit}.service" ||
-    die "systemd rejects ${unit}.service"
+  unit_file="/etc/systemd/system/${unit}.service"
+  if [[ "${unit}" == *@ ]]; then
+    # A template is verified as one of its instances.
+    instance_dir="$(mktemp -d)"
+    cp "${unit_file}" "${instance_dir}/${unit}verify.service"
+    unit_file="${instance_dir}/${unit}verify.service"
+  fi
+  systemd-analyze verify "${unit_file}" || die "systemd rejects ${unit}.service"
 done
 rsyslogd -N1 -f /etc/rsyslog.conf >/dev/null || die "rsyslog rejects its configuration"
 log "node files installed; units ${NODE_UNITS[*]} are installed and left disabled"

@@ -120,6 +120,12 @@ for unit in spark-master spark-worker hdfs-namenode hdfs-secondarynamenode hdfs-
     fail "${unit}.service is not installed"
   fi
 done
+# A declared job's service (tablecast-job@<name>.service): the template, started by name.
+if systemctl cat tablecast-job@verify.service 2>/dev/null | grep -qx 'ExecStart=/opt/tablecast/bin/run-job %i'; then
+  pass "tablecast-job@.service installed: run-job <name> for a declared job"
+else
+  fail "tablecast-job@.service is not installed"
+fi
 check_equal "tablecast-bootstrap.service runs node-bootstrap on every boot" enabled \
   "$(systemctl is-enabled tablecast-bootstrap.service 2>/dev/null || true)"
 # Every program the units and node-bootstrap's timers run (as the bootstrap
@@ -138,6 +144,12 @@ for template in core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent
 done
 check "the CloudWatch agent is installed" \
   test -x /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
+# Run Command (tablecast-ops deploy, start, stop) and Session Manager need the
+# SSM Agent running on every node from its first boot.
+ssm_version="$(dpkg-query --show --showformat='${Version}' amazon-ssm-agent 2>/dev/null || true)"
+check_equal "SSM Agent" "$(pin ssm_agent version)" "${ssm_version%-*}"
+check_equal "amazon-ssm-agent.service enabled (started at every boot)" enabled \
+  "$(systemctl is-enabled amazon-ssm-agent.service 2>/dev/null || true)"
 for user in spark hdfs; do
   check_equal "login shell of system user ${user}" /usr/sbin/nologin \
     "$(getent passwd "${user}" | cut -d: -f7)"
@@ -164,6 +176,7 @@ leftovers "logs" find /var/log -type f -size +0 \
   ! -name wtmp ! -name btmp ! -name lastlog -print
 leftovers "build uploads" find /tmp -maxdepth 1 -name 'tablecast-build'
 leftovers "cloud-init instance state" find /var/lib/cloud/instances -mindepth 1 -maxdepth 1
+leftovers "SSM Agent state of the build instance" find /var/lib/amazon/ssm -mindepth 1 -maxdepth 1
 
 if ((failures > 0)); then
   printf '[validate] %d check(s) failed\n' "${failures}" >&2

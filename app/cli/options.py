@@ -22,6 +22,7 @@ from app.sources.kafka_client import KafkaAuth, KafkaEndpoint, parse_option
 from app.storage import Location, resolve
 
 if TYPE_CHECKING:
+    from app.contract.processor import Processor
     from app.contract.schema import TableSchema
     from app.sink.rewrite import Retirement
     from app.table.live import TableSettings
@@ -205,6 +206,33 @@ def schema(args: argparse.Namespace) -> TableSchema:
     from app.contract.schema import DEFAULT_SCHEMA, load_schema
 
     return DEFAULT_SCHEMA if args.schema is None else load_schema(args.schema)
+
+
+def processor(args: argparse.Namespace) -> Processor[Any]:
+    """``--processor`` (the built-in without it), reading messages with ``--schema``."""
+    from app.contract import loader
+
+    return loader.load(args.processor, schema(args), schema_given=args.schema is not None)
+
+
+def recorded_processor(args: argparse.Namespace) -> Processor[Any] | None:
+    """A user's processor for a command on ``--output``: ``--processor``, else the one the
+    output's ledger names; None for the built-in."""
+    from app.contract import loader
+    from app.sink import processors
+
+    location = resolve(args.output)
+    if args.processor is None:
+        found = processors.current(location)
+    else:
+        found = processor(args)
+        held = processors.current_record(location)
+        if held is not None and held.name != found.name:
+            raise ConfigurationError(
+                f"--processor {args.processor}: output {args.output} was written by processor "
+                f"{held.name}; leave --processor out"
+            )
+    return None if found is None or found.name == loader.BUILT_IN else found
 
 
 def say(line: str) -> None:

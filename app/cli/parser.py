@@ -99,6 +99,11 @@ def _run(commands: Commands[CommandParser]) -> None:
     _schema_option(
         where, "the table schema (TOML, local path or s3://) [the default: row_id, value, status]"
     )
+    _processor_option(
+        where,
+        "the processor: a tablecast.Processor installed beside tablecast (docs/processors.md) "
+        "[table: the built-in table rebuild]",
+    )
     topics = where.add_mutually_exclusive_group()
     _topic_options(topics)
 
@@ -116,7 +121,9 @@ def _run(commands: Commands[CommandParser]) -> None:
         default=IntegrityMode.STRICT.value,
         help="strict: the first violation stops the run (exit 2) and nothing of its batch "
         "is written; resync: a violating session's messages go to <output>/_quarantine/ "
-        "until a snapshot re-establishes it [strict]",
+        "until a snapshot re-establishes it; ordered: rising seqs only (repeats and late "
+        "ones dropped, gaps counted); once: each seq once, in arrival order; none: every "
+        "message [strict]",
     )
     batches.add_argument(
         "--starting-offsets",
@@ -247,6 +254,12 @@ def _run(commands: Commands[CommandParser]) -> None:
     )
     seeing.add_argument(
         "--environment", default="local", help="the metrics' Environment dimension [local]"
+    )
+    seeing.add_argument(
+        "--job",
+        default=None,
+        metavar="NAME",
+        help="a declared job's name: the metrics' Job dimension beside the environment [none]",
     )
     seeing.add_argument(
         "--region",
@@ -422,6 +435,7 @@ def _verify(commands: Commands[CommandParser]) -> None:
         help="the live job's --integrity [the output's ledger's; else strict]",
     )
     _schema_option(verify, "the table schema the job ran with [the one the output's ledger names]")
+    _processor_option(verify, "the processor the job ran [the one the output's ledger names]")
 
 
 def _repair(commands: Commands[CommandParser]) -> None:
@@ -490,6 +504,9 @@ def _replay(commands: Commands[CommandParser]) -> None:
         "into an output without a ledger: the table schema the rows follow [the default]; "
         "an output's ledger names its own",
     )
+    _processor_option(
+        replay, "into an output without a ledger: the processor [table]; a ledger names its own"
+    )
     _recompute_options(replay)
 
 
@@ -499,7 +516,8 @@ def _correct(commands: Commands[CommandParser]) -> None:
         "correct",
         summary="recompute every range one job version published",
         description="Recompute, on Spark, every range the ledger says the faulty version (or "
-        "commit) published, with this version's code; refused while the newest batch is "
+        "commit, or processor version) published, with this version's code; refused while "
+        "the newest batch is "
         "still from it (deploy the fix first). --dry-run prints the ranges.",
         examples=[
             "tablecast correct --archive s3://bucket/archive --output s3://bucket/output "
@@ -511,6 +529,12 @@ def _correct(commands: Commands[CommandParser]) -> None:
     which = correct.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", help="the faulty package version, as the ledger records it")
     which.add_argument("--commit", help="the faulty commit (7 or more hex digits)")
+    which.add_argument(
+        "--processor-version",
+        metavar="VERSION",
+        help="the faulty version of the processor's package (--processor), as the ledger "
+        "records it",
+    )
     correct.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     _recompute_options(correct)
 
@@ -568,6 +592,10 @@ def _compact(commands: Commands[CommandParser]) -> None:
 
 def _schema_option(group: argparse._ActionsContainer, text: str) -> None:
     group.add_argument("--schema", default=None, metavar="FILE", help=text)
+
+
+def _processor_option(group: argparse._ActionsContainer, text: str) -> None:
+    group.add_argument("--processor", default=None, metavar="MODULE:CLASS", help=text)
 
 
 def _topic_options(group: argparse._MutuallyExclusiveGroup) -> None:

@@ -84,6 +84,7 @@ def replay(args: argparse.Namespace) -> int:
         until,
         topic_pattern=options.topics_of(args),
         schema=options.schema(args),
+        processor=options.recorded_processor(args),
         **options.recompute_rules(args),
     )
     return _carry_out(args, planned, retirement, "replaying partitions")
@@ -100,6 +101,7 @@ def correct(args: argparse.Namespace) -> int:
         args.output,
         version=args.version,
         commit=args.commit,
+        processor_version=args.processor_version,
         **options.recompute_rules(args),
     )
     return _carry_out(args, planned, retirement, "correcting partitions")

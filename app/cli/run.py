@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING
 
 from app import handoff
@@ -52,16 +53,21 @@ def run(args: argparse.Namespace) -> int:
         schema_document=args.schema or "(default)",
         writer_lease_s=options.writer_lease(args),
     )
-    from app.sink import schemas
+    # A processor that cannot load costs no JVM start.
+    processor = options.processor(args)
+    config = dataclasses.replace(config, processor=processor.name)
+    from app.sink import processors
 
-    # A schema the output cannot take costs no JVM start (the job checks again, and records it).
-    schemas.check(resolve(config.output), config.schema, config.schema_document)
+    # A processor or schema the output cannot take costs no JVM start (the job checks
+    # again, and records them).
+    processors.check(resolve(config.output), processor, config.schema_document)
     console = Console()
     publisher = make_publisher(
         PublisherKind(args.metrics),
         environment=args.environment,
         region=args.region,
         write=console.line,
+        job=args.job,
     )
     committer = _group_committer(args)  # a refused group costs no JVM start
     location = resolve(args.output)
@@ -77,7 +83,15 @@ def run(args: argparse.Namespace) -> int:
     listener = MetricsListener(publisher, [display.on_metrics] + ([committer] if committer else []))
     finished = False
     try:
-        job.run(spark, config, display.on_report, listener=listener, notice=console.line, gone=gone)
+        job.run(
+            spark,
+            config,
+            display.on_report,
+            processor=processor,
+            listener=listener,
+            notice=console.line,
+            gone=gone,
+        )
         finished = True
     finally:
         stats = publisher.close()  # bounded: what CloudWatch does not take in time is dropped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
@@ -11,6 +12,10 @@ from app.storage import resolve
 from app.tools import generate as gen
 
 from . import options
+
+if TYPE_CHECKING:
+    from app.contract.offsets import TopicPartition
+    from app.contract.schema import TableSchema
 from .progress import Progress
 
 
@@ -76,11 +81,17 @@ def verify(args: argparse.Namespace) -> int:
     from app.table.check import check_table
     from app.tools import verify as verify_mod  # duckdb and pyarrow.dataset: only for verify
 
-    # The schema given, or each range's as the output's ledger records it.
-    first, changes = (
-        (options.schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
-    )
-    last = first if args.schema else verify_mod.output_table_schema(args.output)
+    # A user's processor runs over all of it; the built-in reads each range with the schema
+    # given, or each range's as the output's ledger records it.
+    processor = options.recorded_processor(args)
+    changes: dict[TopicPartition, list[tuple[int, TableSchema]]] = {}
+    if processor is not None:
+        first, last = processor.output, processor.output
+    else:
+        first, changes = (
+            (options.schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
+        )
+        last = first if args.schema else verify_mod.output_table_schema(args.output)
     actual = verify_mod.read_output(args.output, required=True, schema=last, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
     table = check_table(resolve(args.output), archive=args.archive)
@@ -94,10 +105,15 @@ def verify(args: argparse.Namespace) -> int:
         timeout_ms=rules.timeout_ms,
         schema=first,
         changes=changes,
+        processor=processor,
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")
     print(f"rules: {rules.describe()}")
+    if processor is not None:
+        print(f"processor: {processor.name} (state version {processor.state_version})")
+    if expected.repeats or expected.gaps:
+        print(f"integrity class: {expected.repeats:,} dropped, {expected.gaps:,} seqs missing")
     if table is not None:
         print(f"table: {table}")
     print(comparison.report())

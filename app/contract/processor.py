@@ -1,182 +1,192 @@
-"""The per-session processor interface and its reference implementation.
+"""A session's transformation: the :class:`Processor` a user writes (public as ``tablecast``).
 
-A processor turns one session's messages, one at a time and in order, into
-changes of the session's table while carrying arbitrary state of its own.
-It knows nothing of Spark, Kafka or files: the partition engine
-(:class:`app.engine.machine.PartitionMachine`) feeds it messages that
-already passed the sequence rules, turns its :class:`Changes` into output
-rows (CONTRACT.md section 3) and stores the bytes that
-:meth:`Processor.encode` returns in the partition's state.
+The engine (:class:`app.engine.machine.PartitionMachine`) feeds a processor
+one session's messages, one at a time and in the order the job's integrity
+class allows (CONTRACT.md section 2 by default), and writes the rows it
+returns as output rows (section 3's metadata columns, then the processor's
+declared output columns). It carries the processor's state per session,
+encodes it beside the checkpoint with the processor's state version, and
+keeps everything else: ordering, integrity, exactly-once output, repair,
+replay, corrections and verification.
 
-To build another stateful transformation on the same pipeline, implement
-:class:`Processor` for your state type and pass it to the job; the ordering,
-integrity, state versioning and exactly-once output come with it.
+A processor knows nothing of Spark, Kafka or files. The built-in table
+rebuild (:class:`app.contract.table_processor.TableProcessor`) is one,
+written against this module as a user's is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import date, datetime
-from decimal import Decimal
-from functools import partial
-from operator import itemgetter
-from typing import Any, NamedTuple, Protocol, TypeVar
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, get_args, get_origin
 
-import orjson
+import msgspec
 
 from app.contract.envelope import Envelope, Key, MessageType, Row
-from app.contract.schema import DEFAULT_SCHEMA, ColumnType, TableSchema
-from app.errors import Rule
+from app.contract.schema import TableSchema, parse_schema
 
-StateT = TypeVar("StateT")
+__all__ = [
+    "NO_CHANGES",
+    "Changes",
+    "Key",
+    "Message",
+    "MessageType",
+    "Processor",
+    "Reject",
+    "Row",
+    "StateT",
+    "schema",
+]
+
+S = TypeVar("S")
+StateT = TypeVar("StateT")  # the engine's name for a processor's state type
+
+# One producer message, validated (CONTRACT.md section 1): session, seq, type, ts, rows
+# (tuples of the input schema's columns, in declared order) and deleted keys.
+Message = Envelope
 
 
 class Changes(NamedTuple):
-    """What one message did to a session's table.
+    """The output rows of one call: one ``deleted=true`` row per key of ``deleted`` (its key
+    columns set, every other column null), written before ``rows``.
 
-    The engine writes one output row per deleted key (``deleted=true``, the
-    key columns set and every other column null), then one per upserted
-    row, so that the last row of a message for a key is its state after the
-    message.
+    A row is a tuple of the output schema's columns in declared order, as
+    :mod:`app.contract.values` stores them (str, int, float, bool, an aware
+    ``datetime``, ``date``, ``Decimal``, or None where the column is nullable);
+    a key is the key column's value, or a tuple of the key columns' values.
     """
 
-    deleted: Sequence[Key]
-    upserted: Sequence[Row]
+    rows: Sequence[Row] = ()
+    deleted: Sequence[Key] = ()
 
 
-NO_CHANGES = Changes((), ())
-# Changes((deleted, upserted)) without NamedTuple's Python-level __new__ (one per message).
-_changes: Callable[[tuple[Sequence[Key], Sequence[Row]]], Changes] = partial(tuple.__new__, Changes)
+NO_CHANGES = Changes()
 
 
-class ProcessorViolation(Exception):
-    """Raised by a processor when a message breaks a rule it owns."""
+class Reject(Exception):
+    """Raised by a processor that refuses a message (it changes nothing).
 
-    def __init__(self, rule: Rule, expected: str, got: str) -> None:
+    The engine treats it as a violation of ``rule`` (CONTRACT.md section 2;
+    7, the message's content, unless you name another): a strict job stops on
+    it, a resync job quarantines the session until a snapshot, the other
+    integrity classes quarantine the message alone.
+    """
+
+    def __init__(self, expected: str, got: str, *, rule: int = 7) -> None:
+        if not 1 <= rule <= 7:
+            raise ValueError(f"rule {rule} is not one of CONTRACT.md's rules 1 to 7")
         super().__init__(f"expected {expected}, got {got}")
-        self.rule = rule
         self.expected = expected
         self.got = got
+        self.rule = rule
 
 
-class Processor(Protocol[StateT]):
-    """What a session's transformation implements.
+def schema(text: str, document: str = "(processor)") -> TableSchema:
+    """A table schema from its TOML text (CONTRACT.md section 1a): an output schema, or the
+    input schema a processor reads."""
+    return parse_schema(text, document)
 
-    ``schema`` is the table schema its messages are parsed with: rows reach
-    it as tuples of the declared columns' values, in declared order
-    (:mod:`app.contract.values` says each type's Python form), and the rows
-    it returns are written as those columns.
 
-    ``apply`` receives the state left by the previous message (``None`` for
-    the first message of a session, which is always a snapshot) and returns
-    the new state with the changes the message makes. It may update the
-    state in place: the engine never reuses a state after a failed batch.
-    ``end`` messages never reach it: the session's state is dropped.
+class Processor(Generic[S]):
+    """Subclass it as ``Processor[State]`` and write :meth:`apply`; the rest is optional.
+
+    ``output``: the schema of the rows it returns (the output's declared
+    columns; its key columns are never null). ``input``: the schema its
+    messages' rows are parsed with; None takes the job's ``--schema``.
+    ``state_version``: raise it when the state's type changes, and write
+    :meth:`migrate` from the versions before.
     """
 
-    @property
-    def schema(self) -> TableSchema: ...
+    input: TableSchema | None = None
+    output: TableSchema
+    state_version: int = 1
+    # The state's type, from ``Processor[State]``; set it where the subscript cannot say.
+    state_type: ClassVar[Any] = None
+    # How the ledger and the state files name it: "module:Class", the way --processor does.
+    name: ClassVar[str] = ""
 
-    def apply(self, state: StateT | None, message: Envelope) -> tuple[StateT, Changes]: ...
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = f"{cls.__module__}:{cls.__qualname__}"
+        if "state_type" in cls.__dict__:
+            return
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            origin = get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Processor):
+                found = get_args(base)
+                if found and not isinstance(found[0], TypeVar):
+                    cls.state_type = found[0]
 
-    def encode(self, state: StateT) -> bytes: ...
+    def start(self, message: Message) -> S:
+        """The state a session starts with, before its first message (or its first after an
+        ``end``, or after :meth:`apply` returned None) is applied. By default the state
+        type made without arguments."""
+        kind = self.state_type
+        if kind is None:
+            raise TypeError(f"{self.name}: no state type (subclass Processor[State])")
+        made: S = kind()
+        return made
 
-    def decode(self, data: bytes) -> StateT: ...
+    def apply(self, state: S, message: Message) -> tuple[S | None, Changes]:
+        """Apply one message (a snapshot or an update) to the session's state: the new state
+        (or None: the session starts again at its next message) and the rows to write. It
+        may change ``state`` in place: a failed batch never reuses it."""
+        raise NotImplementedError(f"{self.name} does not implement apply()")
 
+    def end(self, state: S, message: Message) -> Changes:
+        """The session's ``end`` message arrived: the last rows it writes. Its state is
+        dropped after."""
+        return NO_CHANGES
 
-# key -> the row (every column); dicts keep insertion order, so output is stable.
-Table = dict[Key, Row]
+    def timeout(self, state: S, session: str) -> Changes:
+        """The session was idle for the job's ``--session-timeout`` (on its partition's
+        clock): the last rows it writes. Its state is dropped after."""
+        return NO_CHANGES
 
+    def migrate(self, version: int, old: Any) -> S:
+        """The state of an earlier ``state_version`` as this version's. ``old`` is the stored
+        state decoded without a type (dicts, lists, strings, numbers): ``msgspec.convert``
+        makes it a type again. Not written: a start on an older state is refused."""
+        raise NotImplementedError(f"{self.name} has no migration from state version {version}")
 
-class TableProcessor:
-    """Rebuilds a session's table from snapshots and updates (the reference)."""
+    def encode_state(self, state: S) -> bytes:
+        """The state as bytes (MessagePack); the job versions and checksums them."""
+        encoded: bytes = _codec(type(self))[0].encode(state)
+        return encoded
 
-    def __init__(self, schema: TableSchema = DEFAULT_SCHEMA) -> None:
-        self._schema = schema
-        self._key: Callable[[Row], Key] = itemgetter(*schema.key_indexes)
+    def decode_state(self, data: bytes) -> S:
+        """The state :meth:`encode_state` wrote, typed."""
+        decoded: S = _codec(type(self))[1].decode(data)
+        return decoded
 
-    @property
-    def schema(self) -> TableSchema:
-        return self._schema
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"schema": self._schema}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["schema"])  # type: ignore[misc]
-
-    def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
-        _, _, kind, _, rows, deleted = message
-        key = self._key
-        if kind is MessageType.SNAPSHOT:
-            table: Table = {key(row): row for row in rows}
-            if len(table) != len(rows):
-                raise ProcessorViolation(
-                    Rule.ENVELOPE, "unique keys in a snapshot", f"key {_twice(rows, key)!r} twice"
-                )
-            gone = [k for k in state if k not in table] if state else []
-            return table, _changes((gone, rows))
-
-        table = state if state is not None else {}
-        for k in deleted:  # all checked before any is removed: a violation changes nothing
-            if k not in table:
-                raise ProcessorViolation(
-                    Rule.DELETE_UNKNOWN_ROW,
-                    "a key present in the table",
-                    f"delete of unknown key {k!r}",
-                )
-        for k in deleted:
-            del table[k]
-        for row in rows:
-            table[key(row)] = row
-        return table, _changes((deleted, rows))
-
-    def encode(self, state: Table) -> bytes:
-        """The table as ``[column names, rows]`` (decimals, times and dates as text): a
-        state saved before columns were added reads them as null."""
-        return orjson.dumps([self._schema.names, list(state.values())], default=str)
-
-    def decode(self, data: bytes) -> Table:
-        return decode_table(self._schema, orjson.loads(data))
-
-
-def decode_table(schema: TableSchema, raw: Any) -> Table:
-    """A table from :meth:`TableProcessor.encode`, under ``schema``: columns matched by
-    name, a column the state lacks (added since) null. A state of versions 1.x (``{id:
-    [value, status]}``) reads as the default schema's."""
-    if isinstance(raw, dict):
-        raw = [("id", "value", "status"), [[k, *v] for k, v in raw.items()]]
-    names, rows = raw
-    key = itemgetter(*schema.key_indexes)
-    where = {name: i for i, name in enumerate(names)}
-    places = [where.get(c.name) for c in schema.columns]
-    # What JSON holds as text: decimals, times and dates.
-    typed = [(i, _FROM_TEXT[c.type]) for i, c in enumerate(schema.columns) if c.type in _FROM_TEXT]
-    if places == list(range(len(names))) and not typed:
-        return {key(row): row for row in map(tuple, rows)}
-    table: Table = {}
-    for stored in rows:
-        cells: list[Any] = [None if at is None else stored[at] for at in places]
-        for i, read in typed:
-            if cells[i] is not None:
-                cells[i] = read(cells[i])
-        row = tuple(cells)
-        table[key(row)] = row
-    return table
+    def decode_old(self, data: bytes) -> Any:
+        """A state of an earlier version, untyped, for :meth:`migrate`."""
+        return msgspec.msgpack.decode(data)
 
 
-_FROM_TEXT: dict[ColumnType, Callable[[str], Any]] = {
-    ColumnType.DECIMAL: Decimal,
-    ColumnType.TIMESTAMP: datetime.fromisoformat,
-    ColumnType.DATE: date.fromisoformat,
-}
+_Codec = tuple[msgspec.msgpack.Encoder, msgspec.msgpack.Decoder[Any]]
+_CODECS: dict[type, _Codec] = {}
 
 
-def _twice(rows: Sequence[Row], key: Callable[[Row], Key]) -> Key:
-    seen: set[Key] = set()
-    for row in rows:
-        k = key(row)
-        if k in seen:
-            return k
-        seen.add(k)
-    raise AssertionError("no repeated key")
+def _codec(cls: type) -> _Codec:
+    """The encoder and the typed decoder of a processor class's state (made once a process)."""
+    found = _CODECS.get(cls)
+    if found is None:
+        state_type = getattr(cls, "state_type", None)
+        found = _CODECS[cls] = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(state_type)
+    return found
+
+
+def overrides(processor: Processor[Any], method: str) -> bool:
+    """Whether ``processor``'s class writes ``method`` itself."""
+    return getattr(type(processor), method) is not getattr(Processor, method)
+
+
+def state_kind(state_type: Any) -> str | None:
+    """What is wrong with a state type for the default codec, or None."""
+    if isinstance(state_type, type) and (
+        issubclass(state_type, msgspec.Struct) or dataclasses.is_dataclass(state_type)
+    ):
+        return None
+    return f"{state_type!r} is neither a msgspec Struct nor a dataclass"

@@ -30,7 +30,7 @@ from app.engine.machine import IntegrityMode, Rules
 from app.engine.ownership import Foreign, Registry, settle
 from app.engine.reports import REPORT_DDL, BatchOutcome
 from app.engine.state import StateVersion
-from app.engine.store import StateStore, owned_sessions
+from app.engine.store import StateFacts, StateStore, decode, owned_sessions, user_decoder
 from app.engine.task import BatchPlan, PartitionTask
 from app.errors import DataLossError, StateError
 
@@ -101,7 +101,12 @@ class EngineDriver:
         for tp, version in sorted(states.items()):
             self._keep(tp, version)
             data = self.store.read(tp, version)
-            held, owned = owned_sessions(data, self.store.uri(tp, version))
+            where = self.store.uri(tp, version)
+            facts = StateFacts.read(data, where)
+            user_decoder(self.processor, facts, where)  # another processor's: refused
+            if facts.state_version != self.processor.state_version:
+                decode(data, self.processor, where)  # a migration that fails fails here
+            held, owned = owned_sessions(data, where)
             for session in owned:
                 registry.owners.setdefault(session, tp)
             self.sessions[tp], self.state_bytes[tp] = held, len(data)

@@ -80,6 +80,14 @@ class InProcessOutcome:
     def messages(self) -> int:
         return sum(r.messages for r in self.results.values())
 
+    @property
+    def repeats(self) -> int:
+        return sum(r.repeats for r in self.results.values())
+
+    @property
+    def gaps(self) -> int:
+        return sum(r.gaps for r in self.results.values())
+
 
 def run_partitions(
     partitions: Sequence[TopicPartition],
@@ -91,17 +99,17 @@ def run_partitions(
     """Run every partition from an empty state; rule 6 settled across them. ``changes``:
     where a partition goes on with another schema's processor (the last one is
     ``processor``'s or a superset of it)."""
-    last = processor.schema
+    last = processor.output
     for switches in (changes or {}).values():
         if switches:
-            last = switches[-1][1].schema
+            last = switches[-1][1].output
 
     def run_pass(foreign: Foreign) -> InProcessOutcome:
         outcome = InProcessOutcome(schema=last)
         for tp in partitions:
             machine = PartitionMachine(processor, rules, foreign.get(tp))
             state: PartitionState[Any] = PartitionState.empty(tp, 0)
-            result = PartitionResult(RowColumns(tp, machine.processor.schema))
+            result = PartitionResult(RowColumns(tp, processor.output, processor.name))
             pending = list((changes or {}).get(tp, ()))
             for records in read(tp):
                 for part in _at_changes(records, pending):
@@ -110,7 +118,7 @@ def run_partitions(
                         if switched is not machine.processor:
                             outcome.earlier.setdefault(tp, []).append(result.rows.to_table())
                             machine.switch(state, switched)
-                            result.rows = RowColumns(tp, switched.schema)
+                            result.rows = RowColumns(tp, switched.output, switched.name)
                     machine.run(state, part, result)
                     if result.violations and rules.mode is IntegrityMode.STRICT:
                         break

@@ -15,35 +15,56 @@ timeout behind that clock is dropped before its next message and at the
 end of every range. The outcome depends on the records alone, never on how
 they were cut into micro-batches or when they were processed, so a redone
 batch leaves exactly the same state, and catching up after an outage
-expires nothing that was not idle in the data itself.
+expires nothing that was not idle in the data itself. The rows a processor
+writes when a session times out carry the offset of the record whose time
+made it idle (or of its own last message, where that came late), whichever
+slice found it so.
+
+The integrity class (:class:`IntegrityMode`) says what a message's ``seq``
+does: ``strict`` and ``resync`` enforce rules 1 to 5; ``ordered`` drops a
+seq at or below the last applied and counts the seqs it skips; ``once``
+applies each seq exactly once in arrival order, drops repeats and counts
+the seqs missing when the session ends or times out; ``none`` applies every
+message. Under the last three a message that breaks a rule the class still
+has (the envelope, a processor's refusal, rule 6) is quarantined alone.
 """
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import itemgetter
 from typing import Any, Generic, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from app import defaults
 from app.contract.envelope import Envelope, MessageType, parser_for
 from app.contract.offsets import TopicPartition
-from app.contract.processor import NO_CHANGES, Processor, ProcessorViolation, StateT
-from app.contract.schema import TableSchema
+from app.contract.processor import NO_CHANGES, Changes, Processor, Reject, StateT
+from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
 from app.engine.state import PartitionState, SessionState
-from app.errors import EnvelopeError, Rule, Violation
+from app.errors import EnvelopeError, ProcessorError, Rule, Violation
 
 
 class IntegrityMode(StrEnum):
-    """What a violation does (CONTRACT.md section 2)."""
+    """What a message's seq means, and what a violation does (CONTRACT.md section 2)."""
 
-    STRICT = "strict"  # fail the job, publish nothing of the micro-batch
-    RESYNC = "resync"  # quarantine the session until a snapshot re-establishes it
+    STRICT = "strict"  # rules 1-7; fail the job, publish nothing of the micro-batch
+    RESYNC = "resync"  # rules 1-7; quarantine the session until a snapshot re-establishes it
+    ORDERED = "ordered"  # seqs rise: one at or below the last applied is dropped; gaps counted
+    ONCE = "once"  # each seq applied once, in arrival order; repeats dropped, gaps reported
+    NONE = "none"  # every message applied as it arrives
+
+    @property
+    def checks_sequence(self) -> bool:
+        """Whether rules 1 to 5 hold (strict, resync)."""
+        return self in (IntegrityMode.STRICT, IntegrityMode.RESYNC)
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,15 @@ class TraceEvent(NamedTuple):
     keys: str = ""  # the keys the message names, in the declared key columns
 
 
+class Gap(NamedTuple):
+    """Class once: seqs of a session that never arrived, found when it ended or timed out."""
+
+    session: str
+    offset: int  # the end message's, or where the session timed out
+    missing: int
+    seqs: str  # the first few: "4-6, 9"
+
+
 @dataclass(slots=True)
 class PartitionResult:
     """What one range of a topic-partition produced."""
@@ -117,6 +147,9 @@ class PartitionResult:
     claims: list[Claim] = field(default_factory=list)
     dropped: list[Drop] = field(default_factory=list)  # sessions expired (idle)
     messages: int = 0
+    repeats: int = 0  # ordered, once: messages dropped for their seq
+    gaps: int = 0  # ordered: seqs skipped; once: seqs missing at a session's end or timeout
+    gap_reports: list[Gap] = field(default_factory=list)  # once: where each was found
 
 
 class PartitionMachine(Generic[StateT]):
@@ -138,9 +171,10 @@ class PartitionMachine(Generic[StateT]):
         self.use(processor)
 
     def use(self, processor: Processor[StateT]) -> None:
-        """Apply the records from now on with ``processor`` (and its schema's parser)."""
+        """Apply the records from now on with ``processor`` (and its input schema's parser)."""
         self.processor = processor
-        self.parse = parser_for(processor.schema)
+        self.input = processor.input or DEFAULT_SCHEMA
+        self.parse = parser_for(self.input)
 
     def switch(self, state: PartitionState[StateT], processor: Processor[StateT]) -> None:
         """Go on with ``processor`` where the live job restarted with another table schema:
@@ -151,7 +185,7 @@ class PartitionMachine(Generic[StateT]):
             return
         for session in state.sessions.values():
             if session.user is not None:
-                session.user = processor.decode(before.encode(session.user))
+                session.user = processor.decode_state(before.encode_state(session.user))
         self.use(processor)
 
     def run(
@@ -178,14 +212,16 @@ class PartitionMachine(Generic[StateT]):
     ) -> PartitionResult:
         tp = state.tp
         if result is None:
-            result = PartitionResult(RowColumns(tp, self.processor.schema))
+            result = PartitionResult(RowColumns(tp, self.processor.output, self.processor.name))
         sessions = state.sessions
         strict = self.rules.mode is IntegrityMode.STRICT
+        apply = self._apply if self.rules.mode.checks_sequence else self._apply_class
         timeout = self.rules.timeout_ms
         traced = self.rules.trace
         keys, values, offsets, stamps = records
         violation: Violation | None
         clock = state.clock_ms
+        idle = _IdleClock(clock, offsets, stamps)
         parse = self.parse
         for i in range(len(offsets)):
             offset = offsets[i]
@@ -210,6 +246,7 @@ class PartitionMachine(Generic[StateT]):
             if current is not None and current.seen_ms < clock - timeout:
                 del sessions[session]  # idle for longer than the timeout: gone
                 result.dropped.append(Drop(session, offset))
+                self._timed_out(result, tp, current, idle.passed(current, timeout))
                 current = None
             message: Envelope | None = None
             rows = 0
@@ -220,19 +257,13 @@ class PartitionMachine(Generic[StateT]):
                 if current is None:
                     result.claims.append(Claim(session, offset, False))
             else:
-                violation, rows = self._apply(
+                violation, rows = apply(
                     result, state, current, session, message, offset, seen, values[i]
                 )
             if session in traced:
                 result.trace.append(
                     _trace(
-                        offset,
-                        session,
-                        message,
-                        sessions.get(session),
-                        rows,
-                        violation,
-                        self.processor.schema,
+                        offset, session, message, sessions.get(session), rows, violation, self.input
                     )
                 )
             if violation is not None:
@@ -244,7 +275,7 @@ class PartitionMachine(Generic[StateT]):
                 )
         state.clock_ms = clock
         if not strict or not result.violations:
-            self._expire(state, result, offsets[-1] + 1 if len(offsets) else state.offset)
+            self._expire(state, result, offsets[-1] + 1 if len(offsets) else state.offset, idle)
         return result
 
     def _apply(
@@ -258,7 +289,8 @@ class PartitionMachine(Generic[StateT]):
         seen: int,
         value: bytes | None,
     ) -> tuple[Violation | None, int]:
-        """Apply one valid envelope; the violation it makes, or the rows it produced."""
+        """Strict, resync: apply one valid envelope under rules 1 to 5; the violation it
+        makes, or the rows it produced."""
         _, seq, kind, ts, _, _ = message
         if (  # the common case first: an open session's next message
             current is not None
@@ -267,13 +299,17 @@ class PartitionMachine(Generic[StateT]):
             and current.owner is None
             and not current.closed
             and kind is not MessageType.END
+            and current.user is not None
         ):
             try:
                 current.user, changes = self.processor.apply(current.user, message)
-            except ProcessorViolation as exc:
-                return _violation(state.tp, offset, session, exc.rule, exc.expected, exc.got), 0
+                rows = result.rows.emit(offset, session, seq, kind, ts, changes)
+            except Reject as exc:
+                return _refused(state.tp, offset, session, exc), 0
+            except Exception as exc:
+                raise self._failed("apply", state.tp, offset, session, exc) from exc
             current.advance(seq, offset, ts, seen)
-            return None, result.rows.emit(offset, session, seq, kind, ts, changes)
+            return None, rows
 
         tp = state.tp
         snapshot = kind is MessageType.SNAPSHOT
@@ -349,17 +385,16 @@ class PartitionMachine(Generic[StateT]):
         else:
             user = current.user
 
-        if message.type is MessageType.END:
-            user, changes = None, NO_CHANGES
-        else:
-            try:
-                user, changes = self.processor.apply(user, message)
-            except ProcessorViolation as exc:
-                if current is None:
-                    result.claims.append(Claim(session, offset, False))
-                return _violation(tp, offset, session, exc.rule, exc.expected, exc.got), 0
-            if current is None and self.rules.adopt.get(session) == offset:
-                changes = NO_CHANGES  # published before the repair that adopted this session
+        try:
+            user, changes = self._changes(user, message)
+        except Reject as exc:
+            if current is None:
+                result.claims.append(Claim(session, offset, False))
+            return _refused(tp, offset, session, exc), 0
+        except Exception as exc:
+            raise self._failed(_step(message), tp, offset, session, exc) from exc
+        if current is None and self.rules.adopt.get(session) == offset:
+            changes = NO_CHANGES  # published before the repair that adopted this session
         if current is None:
             current = SessionState.opened(session, message.seq, offset, message.ts, seen)
             state.sessions[session] = current
@@ -370,8 +405,180 @@ class PartitionMachine(Generic[StateT]):
         current.advance(message.seq, offset, message.ts, seen)
         current.closed = message.type is MessageType.END
         current.user = user
-        rows = result.rows.emit(offset, session, message.seq, message.type, message.ts, changes)
-        return None, rows
+        return None, self._emit(result, tp, offset, session, message, changes)
+
+    def _apply_class(
+        self,
+        result: PartitionResult,
+        state: PartitionState[StateT],
+        current: SessionState[StateT] | None,
+        session: str,
+        message: Envelope,
+        offset: int,
+        seen: int,
+        value: bytes | None,
+    ) -> tuple[Violation | None, int]:
+        """Ordered, once, none: what the class says of the message's seq, then the
+        processor. The rows it produced; -1: the class dropped the message."""
+        tp = state.tp
+        if current is not None and current.owner is not None:
+            result.quarantined.append(
+                _quarantined(
+                    tp,
+                    offset,
+                    session,
+                    message,
+                    seen,
+                    value,
+                    f"rule 6: the session belongs to {current.owner}",
+                )
+            )
+            current.seen_ms = seen
+            return None, 0
+        owner = self.foreign.get(session)
+        if owner is not None and current is None:
+            return _rule_6(tp, offset, session, owner), 0
+        mode = self.rules.mode
+        seq = message.seq
+        opened = current is None
+        if current is None:
+            current = SessionState.opened(session, -1, offset, message.ts, seen)
+        elif (mode is IntegrityMode.ORDERED and seq <= current.last_seq) or (
+            mode is IntegrityMode.ONCE
+            and (seq <= current.last_seq or (current.ahead is not None and seq in current.ahead))
+        ):
+            return self._repeat(result, current)
+
+        try:
+            user, changes = self._changes(current.user, message)
+        except Reject as exc:
+            if opened:
+                result.claims.append(Claim(session, offset, False))
+            return _refused(tp, offset, session, exc), 0
+        except Exception as exc:
+            raise self._failed(_step(message), tp, offset, session, exc) from exc
+        if opened:
+            if self.rules.adopt.get(session) == offset:
+                changes = NO_CHANGES  # published before the repair that adopted this session
+            state.sessions[session] = current
+            result.claims.append(Claim(session, offset, True))
+        ts = message.ts
+        if mode is IntegrityMode.ONCE and seq != current.last_seq + 1:
+            if current.ahead is None:
+                current.ahead = set()
+            current.ahead.add(seq)
+            current.last_offset, current.last_ts, current.seen_ms = offset, ts, seen
+        elif mode is IntegrityMode.ONCE:
+            ahead, last = current.ahead, seq
+            while ahead and last + 1 in ahead:
+                last += 1
+                ahead.remove(last)
+            current.advance(last, offset, ts, seen)
+        else:
+            if mode is IntegrityMode.ORDERED and seq > current.last_seq + 1:
+                skipped = seq - current.last_seq - 1
+                current.gaps += skipped
+                result.gaps += skipped
+            current.advance(seq, offset, ts, seen)
+        current.user = user
+        current.closed = message.type is MessageType.END
+        if current.closed and mode is IntegrityMode.ONCE:
+            self._report_gap(result, current, offset)
+        return None, self._emit(result, tp, offset, session, message, changes)
+
+    def _changes(self, user: StateT | None, message: Envelope) -> tuple[StateT | None, Changes]:
+        """The processor's state and changes after ``message``: its end hook for an end
+        (the state is dropped), else its start (where there is no state) and apply."""
+        processor = self.processor
+        if message.type is MessageType.END:
+            return None, NO_CHANGES if user is None else processor.end(user, message)
+        if user is None:
+            user = processor.start(message)
+        return processor.apply(user, message)
+
+    def _emit(
+        self,
+        result: PartitionResult,
+        tp: TopicPartition,
+        offset: int,
+        session: str,
+        message: Envelope,
+        changes: Changes,
+    ) -> int:
+        try:
+            return result.rows.emit(offset, session, message.seq, message.type, message.ts, changes)
+        except Exception as exc:  # not a Changes of rows and keys
+            raise self._failed(_step(message), tp, offset, session, exc) from exc
+
+    def _repeat(
+        self, result: PartitionResult, current: SessionState[StateT]
+    ) -> tuple[Violation | None, int]:
+        """Ordered, once: the message's seq was applied already (or passed): dropped."""
+        current.repeats += 1
+        result.repeats += 1
+        return None, -1
+
+    def _report_gap(self, result: PartitionResult, current: SessionState[StateT], at: int) -> None:
+        """Once: count the seqs below the highest applied that never arrived, where the
+        session ends or times out; a late one is then dropped as a repeat."""
+        ahead = sorted(current.ahead or ())
+        if not ahead:
+            return
+        missing: list[int] = []
+        expected = current.last_seq + 1
+        for seq in ahead:
+            missing.extend(range(expected, seq))
+            expected = seq + 1
+        current.gaps += len(missing)
+        result.gaps += len(missing)
+        result.gap_reports.append(Gap(current.session, at, len(missing), _runs(missing)))
+        current.last_seq, current.ahead = ahead[-1], None
+
+    def _timed_out(
+        self,
+        result: PartitionResult,
+        tp: TopicPartition,
+        current: SessionState[StateT],
+        at: int,
+    ) -> None:
+        """A session went idle: its processor's timeout rows, written at offset ``at`` (the
+        record that made it idle), and, class once, its missing seqs."""
+        if self.rules.mode is IntegrityMode.ONCE and not current.closed:
+            self._report_gap(result, current, at)
+        user = current.user
+        if user is None or current.quarantine is not None or current.owner is not None:
+            return  # nothing to close, or a state awaiting its snapshot
+        try:
+            changes = self.processor.timeout(user, current.session)
+            rows = result.rows.emit(
+                at, current.session, current.last_seq, TIMEOUT, current.last_ts, changes
+            )
+        except Exception as exc:
+            raise self._failed("timeout", tp, at, current.session, exc) from exc
+        if current.session in self.rules.trace:
+            result.trace.append(
+                TraceEvent(at, current.session, current.last_seq, TIMEOUT, rows, "timed out")
+            )
+
+    def _failed(
+        self, step: str, tp: TopicPartition, offset: int, session: str, exc: Exception
+    ) -> ProcessorError:
+        """The processor raised (or returned what is not a state and changes): one line,
+        with where in its code."""
+        name = self.processor.name or type(self.processor).__qualname__
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" ({frames[-1].filename} line {frames[-1].lineno})" if frames else ""
+        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        return ProcessorError(
+            f"processor {name} failed in {step} at {tp} offset {offset}, session "
+            f"{session!r}: {type(exc).__name__}{': ' + text if text else ''}{where}",
+            processor=name,
+            step=step,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+            session=session,
+        )
 
     def _on_violation(
         self,
@@ -386,7 +593,8 @@ class PartitionMachine(Generic[StateT]):
     ) -> bool:
         """Record a violation; return whether to go on with the range."""
         result.violations.append(violation)
-        if self.rules.mode is IntegrityMode.STRICT:
+        mode = self.rules.mode
+        if mode is IntegrityMode.STRICT:
             return False  # the batch fails: nothing after this matters
         reason = f"rule {int(violation.rule)}: expected {violation.expected}, got {violation.got}"
         result.quarantined.append(
@@ -396,23 +604,77 @@ class PartitionMachine(Generic[StateT]):
         if current is None:
             current = SessionState.quarantined_at(session, offset, seen)
             state.sessions[session] = current
-        current.seen_ms = seen
-        if current.quarantine is None:
+        if mode is IntegrityMode.RESYNC or current.last_seq < 0:
+            # Under the other classes a session's idle clock runs from its last applied
+            # message (where its timeout rows are written), a refused one left out.
+            current.seen_ms = seen
+        # Resync sets the session aside until a snapshot; the other classes the message only.
+        if current.quarantine is None and mode is IntegrityMode.RESYNC:
             current.quarantine = f"{reason} at {state.tp} offset {offset}"
         if violation.rule is Rule.ONE_PARTITION and session in self.foreign:
             current.owner = self.foreign[session]
         return True
 
-    def _expire(self, state: PartitionState[StateT], result: PartitionResult, at: int) -> None:
+    def _expire(
+        self,
+        state: PartitionState[StateT],
+        result: PartitionResult,
+        at: int,
+        idle: _IdleClock,
+    ) -> None:
         """Drop every session idle for longer than the timeout on the partition's clock.
 
         ``at``: the offset after the records just run, where the drops take effect.
         """
-        horizon = state.clock_ms - self.rules.timeout_ms
-        idle = [name for name, s in state.sessions.items() if s.seen_ms < horizon]
-        for name in idle:
-            del state.sessions[name]
-        result.dropped.extend(Drop(name, at) for name in idle)
+        timeout = self.rules.timeout_ms
+        horizon = state.clock_ms - timeout
+        gone = [s for s in state.sessions.values() if s.seen_ms < horizon]
+        for current in gone:
+            del state.sessions[current.session]
+            self._timed_out(result, state.tp, current, idle.passed(current, timeout))
+        result.dropped.extend(Drop(s.session, at) for s in gone)
+
+
+# The ``type`` of the rows a processor writes when a session times out.
+TIMEOUT = "timeout"
+
+
+class _IdleClock:
+    """Where, in one run's records, a session became idle: the first record at or after its
+    last message whose time put the partition's clock more than the timeout past it."""
+
+    def __init__(self, clock: int, offsets: Sequence[int], stamps: Sequence[int]) -> None:
+        self._clock = clock
+        self._offsets = offsets
+        self._stamps = stamps
+        self._running: np.ndarray | None = None  # the clock after each record, made once
+
+    def passed(self, session: SessionState[Any], timeout: int) -> int:
+        if not len(self._offsets):
+            return session.last_offset
+        if self._running is None:
+            stamps = np.asarray(self._stamps, dtype=np.int64)
+            self._running = np.maximum.accumulate(np.maximum(stamps, self._clock))
+        offsets = np.asarray(self._offsets, dtype=np.int64)
+        first = int(np.searchsorted(self._running, session.seen_ms + timeout, side="right"))
+        own = int(np.searchsorted(offsets, session.last_offset, side="left"))
+        return int(offsets[min(max(first, own), len(offsets) - 1)])
+
+
+def _step(message: Envelope) -> str:
+    return "end" if message.type is MessageType.END else "apply"
+
+
+def _runs(seqs: Sequence[int], shown: int = 5) -> str:
+    """Missing seqs as runs: ``4-6, 9`` (the first few, then how many more)."""
+    runs: list[tuple[int, int]] = []
+    for seq in seqs:
+        if runs and runs[-1][1] == seq - 1:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:shown])
+    return text + (f" and {len(runs) - shown} more" if len(runs) > shown else "")
 
 
 def _session_of(key: bytes | None) -> tuple[str, str | None]:
@@ -458,6 +720,11 @@ def _envelope_violation(
     )
 
 
+def _refused(tp: TopicPartition, offset: int, session: str, exc: Reject) -> Violation:
+    """A processor's refusal, as a violation of the rule it names."""
+    return _violation(tp, offset, session, Rule(exc.rule), exc.expected, exc.got)
+
+
 def _rule_6(tp: TopicPartition, offset: int, session: str, owner: TopicPartition) -> Violation:
     return _violation(tp, offset, session, Rule.ONE_PARTITION, str(owner), str(tp))
 
@@ -496,6 +763,9 @@ def _trace(
 ) -> TraceEvent:
     if violation is not None:
         outcome = violation.describe()
+    elif rows < 0:
+        outcome = "dropped: its seq was applied or passed already"
+        rows = 0
     elif current is not None and (current.quarantine is not None or current.owner is not None):
         outcome = "quarantined"
     else:

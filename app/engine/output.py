@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +25,7 @@ from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes
 from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
 from app.engine.gc_pause import cyclic_gc_paused
+from app.errors import ProcessorError
 
 _US_UTC = pa.timestamp("us", tz="UTC")
 # The output's own columns before the declared ones (CONTRACT.md section 3), never null.
@@ -113,13 +116,22 @@ class QuarantinedRecord(NamedTuple):
 
 
 class RowColumns:
-    """One topic-partition's output rows, in the order they were produced."""
+    """One topic-partition's output rows, in the order they were produced.
 
-    __slots__ = ("_deleted_row", "_messages", "_rows", "schema", "tp")
+    Rows are taken as the processor returns them and converted to Arrow
+    whole; a row the output schema refuses is found only then, and named
+    with its message and column (:class:`~app.errors.ProcessorError`).
+    ``producer`` names the processor that wrote them, for that line.
+    """
 
-    def __init__(self, tp: TopicPartition, schema: TableSchema = DEFAULT_SCHEMA) -> None:
+    __slots__ = ("_deleted_row", "_messages", "_rows", "producer", "schema", "tp")
+
+    def __init__(
+        self, tp: TopicPartition, schema: TableSchema = DEFAULT_SCHEMA, producer: str = ""
+    ) -> None:
         self.tp = tp
         self.schema = schema
+        self.producer = producer
         # (offset, session, seq, type, ts, rows, deleted rows): one per message with rows.
         self._messages: list[tuple[int, str, int, str, int, int, int]] = []
         self._rows: list[Row] = []  # a deleted row: its key, null elsewhere
@@ -128,11 +140,15 @@ class RowColumns:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def emptied(self) -> RowColumns:
+        """A new, empty collection of the same partition, schema and producer."""
+        return RowColumns(self.tp, self.schema, self.producer)
+
     def emit(
         self, offset: int, session: str, seq: int, kind: str, ts: int, changes: Changes
     ) -> int:
         """Add a message's rows: its deletions, then its upserts. Returns the row count."""
-        deleted, upserted = changes
+        upserted, deleted = changes
         count = len(deleted) + len(upserted)
         if count:
             self._messages.append((offset, session, seq, kind, ts, count, len(deleted)))
@@ -156,7 +172,13 @@ class RowColumns:
         offsets, sessions, seqs, kinds, stamps, counts, deleted_counts = pa.array(
             self._messages, _MESSAGE
         ).flatten()
-        declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
+        try:
+            declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise self._refused(str(exc)) from None
+        keys = self.schema.key_indexes
+        if any(declared[i].null_count for i in keys):
+            raise self._refused("a key column is null")
         repeat = counts.to_numpy()
         per_row = np.repeat(np.arange(len(repeat)), repeat)
         # Each message's rows start with its deletions.
@@ -177,6 +199,82 @@ class RowColumns:
             ],
             schema=schema,
         )
+
+    def _refused(self, arrow: str) -> ProcessorError:
+        """The first row the output schema refuses, named with its message and column."""
+        columns = self.schema.columns
+        keys = set(self.schema.key_indexes)
+        found = next(
+            (
+                (n, problem)
+                for n, row in enumerate(self._rows)
+                for problem in [_row_problem(columns, keys, row)]
+                if problem is not None
+            ),
+            (None, arrow.splitlines()[0] if arrow else "rows Arrow cannot convert"),
+        )
+        at, problem = found
+        where = ""
+        facts: dict[str, str | int] = {"step": "output", "processor": self.producer}
+        if at is not None:
+            first = 0
+            for offset, session, _, _, _, count, _ in self._messages:
+                if at < first + count:
+                    where = f" at {self.tp} offset {offset}, session {session!r}"
+                    facts |= {
+                        "topic": self.tp.topic,
+                        "partition": self.tp.partition,
+                        "offset": offset,
+                        "session": session,
+                    }
+                    break
+                first += count
+        who = f"processor {self.producer}" if self.producer else "a processor"
+        return ProcessorError(
+            f"{who} wrote a row its output schema refuses{where}: {problem}", **facts
+        )
+
+
+def _row_problem(columns: tuple[Column, ...], keys: set[int], row: Any) -> str | None:
+    """What is wrong with one output row, or None."""
+    if not isinstance(row, tuple) or len(row) != len(columns):
+        names = ", ".join(c.output for c in columns)
+        got = f"a tuple of {len(row)}" if isinstance(row, tuple) else type(row).__name__
+        return f"expected a tuple of the {len(columns)} output columns ({names}), got {got}"
+    for i, (column, value) in enumerate(zip(columns, row, strict=True)):
+        if value is None:
+            if i in keys:
+                return f"column {column.output!r}: a key column is never null"
+            continue
+        if not _fits(column, value):
+            return (
+                f"column {column.output!r}: expected {column.type_name}, got "
+                f"{type(value).__name__} {value!r:.60}"
+            )
+    return None
+
+
+def _fits(column: Column, value: Any) -> bool:
+    kind = column.type
+    if kind is ColumnType.STRING:
+        return isinstance(value, str)
+    if kind is ColumnType.BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind is ColumnType.INT64:
+        return isinstance(value, int) and -(2**63) <= value < 2**63
+    if kind is ColumnType.FLOAT64:
+        return isinstance(value, int | float)
+    if kind is ColumnType.TIMESTAMP:
+        return isinstance(value, datetime)
+    if kind is ColumnType.DATE:
+        return isinstance(value, date) and not isinstance(value, datetime)
+    if not isinstance(value, Decimal | int):
+        return False
+    digits = Decimal(value).as_tuple()
+    scale = -int(digits.exponent) if isinstance(digits.exponent, int) else 0
+    return scale <= column.scale and len(digits.digits) - scale <= column.precision - column.scale
 
 
 @functools.lru_cache(maxsize=16)

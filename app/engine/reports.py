@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 
 from app.contract.offsets import TopicPartition
-from app.engine.machine import Claim, Drop, TraceEvent
+from app.engine.machine import Claim, Drop, Gap, TraceEvent
 from app.engine.state import StateVersion
 from app.errors import Rule, Violation
 
@@ -33,6 +33,7 @@ class ReportKind(StrEnum):
     TRACE = "trace"
     CLAIM = "claim"
     DROPPED = "dropped"
+    GAP = "gap"
     PARTITION = "partition"
 
 
@@ -81,6 +82,8 @@ class PartitionSummary:
     digest: str = ""  # the saved version's content digest ("" if not saved)
     records: str = ""  # the records' fingerprint: every pass of a batch must read the same
     violations: int = 0  # every violation found (the rows carry a sample)
+    repeats: int = 0  # integrity classes ordered, once: messages dropped for their seq
+    gaps: int = 0  # ordered: seqs skipped; once: seqs missing at sessions' ends or timeouts
 
     @property
     def version(self) -> StateVersion | None:
@@ -134,6 +137,9 @@ class Reports:
     def dropped(self, d: Drop) -> None:
         self._add(ReportKind.DROPPED, offset=d.offset, session=d.session)
 
+    def gap(self, g: Gap) -> None:
+        self._add(ReportKind.GAP, offset=g.offset, session=g.session, rows=g.missing, path=g.seqs)
+
     def partition(self, s: PartitionSummary) -> None:
         detail = orjson.dumps(
             {
@@ -143,6 +149,8 @@ class Reports:
                 "digest": s.digest,
                 "records": s.records,
                 "violations": s.violations,
+                "repeats": s.repeats,
+                "gaps": s.gaps,
             }
         ).decode()
         self._add(
@@ -168,6 +176,7 @@ class BatchOutcome:
     trace: list[tuple[TopicPartition, TraceEvent]] = field(default_factory=list)
     claims: dict[TopicPartition, list[Claim]] = field(default_factory=dict)
     dropped: dict[TopicPartition, list[Drop]] = field(default_factory=dict)
+    gaps: list[tuple[TopicPartition, Gap]] = field(default_factory=list)  # a sample
     partitions: dict[TopicPartition, PartitionSummary] = field(default_factory=dict)
     # Sessions the tasks were told belong to another partition (rule 6, resync).
     foreign: Mapping[TopicPartition, Mapping[str, TopicPartition]] = field(default_factory=dict)
@@ -214,6 +223,9 @@ class BatchOutcome:
                 )
             elif kind is ReportKind.DROPPED:
                 outcome.dropped.setdefault(tp, []).append(Drop(r["session"], r["offset"]))
+            elif kind is ReportKind.GAP:
+                gap = Gap(r["session"], r["offset"], r["rows"], r["path"])
+                outcome.gaps.append((tp, gap))
             else:
                 d = orjson.loads(r["detail"])
                 outcome.partitions[tp] = PartitionSummary(
@@ -228,10 +240,13 @@ class BatchOutcome:
                     d.get("digest", ""),
                     d.get("records", ""),
                     int(d.get("violations", 0)),
+                    int(d.get("repeats", 0)),
+                    int(d.get("gaps", 0)),
                 )
         outcome.files.sort(key=lambda f: f.path)
         outcome.violations.sort(key=lambda v: (v.topic, v.partition, v.offset))
         outcome.trace.sort(key=lambda t: (t[0], t[1].offset))
+        outcome.gaps.sort(key=lambda g: (g[0], g[1].offset))
         for claims in outcome.claims.values():
             claims.sort(key=lambda c: c.offset)
         return outcome
@@ -249,6 +264,16 @@ class BatchOutcome:
     def violation_count(self) -> int:
         """Every violation of the batch (:attr:`violations` holds a sample of each partition's)."""
         return max(len(self.violations), sum(s.violations for s in self.partitions.values()))
+
+    @property
+    def repeats(self) -> int:
+        """Messages the integrity class dropped for their seq (ordered, once)."""
+        return sum(s.repeats for s in self.partitions.values())
+
+    @property
+    def gap_count(self) -> int:
+        """Seqs that never arrived: skipped (ordered), or missing at an end or timeout (once)."""
+        return sum(s.gaps for s in self.partitions.values())
 
     @property
     def quarantined(self) -> int:

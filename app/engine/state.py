@@ -35,6 +35,13 @@ class SessionState(Generic[StateT]):
     # every message of it here is quarantined, snapshots included.
     owner: TopicPartition | None = None
     user: StateT | None = None  # the processor's state
+    # Integrity classes ordered and once: messages dropped (a seq at or below the last
+    # applied, or applied before) and seqs that never arrived, over the session's life.
+    repeats: int = 0
+    gaps: int = 0
+    # Class once: the seqs applied above ``last_seq``, which is then the highest seq up to
+    # which every one was applied (-1: none yet).
+    ahead: set[int] | None = None
 
     @classmethod
     def opened(

@@ -15,7 +15,11 @@ completely or not at all.
 A file is ``MAGIC``, the payload (an Arrow IPC stream of the sessions, one
 row each, with the partition's facts in the schema metadata) and the
 payload's SHA-256: a torn or altered file is refused with its name, never
-read as a shorter state.
+read as a shorter state. The metadata names the processor whose states it
+holds and their ``state_version``: a state of another processor is refused,
+one of an earlier version is read through the processor's
+:meth:`~app.contract.processor.Processor.migrate` (files without these
+facts hold the built-in table processor's, version 1).
 
 The driver decides which version each task loads (the one the ledger
 records) and removes the versions it no longer needs
@@ -31,7 +35,8 @@ import posixpath
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -39,9 +44,9 @@ import pyarrow.fs as pafs
 from pyarrow import ipc
 
 from app.contract.offsets import TopicPartition, parse_key
-from app.contract.processor import Processor
+from app.contract.processor import Processor, overrides
 from app.engine.state import PartitionState, SessionState, StateVersion
-from app.errors import StateError
+from app.errors import ProcessorError, StateError
 from app.storage import Location, resolve
 
 STATE_DIR = posixpath.join("tablecast", "state")
@@ -60,9 +65,15 @@ _SCHEMA = pa.schema(
         pa.field("closed", pa.bool_(), nullable=False),
         pa.field("quarantine", pa.string()),
         pa.field("owner", pa.string()),  # "topic:partition" of the owning partition
-        pa.field("user", pa.binary()),  # Processor.encode of the session's state
+        pa.field("user", pa.binary()),  # Processor.encode_state of the session's state
+        # Integrity classes ordered and once (SessionState); absent from older files: none.
+        pa.field("repeats", pa.int64(), nullable=False),
+        pa.field("gaps", pa.int64(), nullable=False),
+        pa.field("ahead", pa.list_(pa.int64())),
     ]
 )
+# What a file without processor facts holds: the built-in table processor's states.
+BUILT_IN = "table"
 
 
 def state_root(checkpoint_uri: str) -> str:
@@ -78,7 +89,7 @@ def content_digest(data: bytes) -> str:
 def encode(state: PartitionState[Any], processor: Processor[Any]) -> bytes:
     """A state as the bytes of one file (magic, payload, checksum)."""
     sessions = list(state.sessions.values())
-    encode_user = processor.encode
+    encode_user = processor.encode_state
     table = pa.table(
         [
             pa.array([s.session for s in sessions], pa.string()),
@@ -92,6 +103,12 @@ def encode(state: PartitionState[Any], processor: Processor[Any]) -> bytes:
             pa.array(
                 [None if s.user is None else encode_user(s.user) for s in sessions], pa.binary()
             ),
+            pa.array([s.repeats for s in sessions], pa.int64()),
+            pa.array([s.gaps for s in sessions], pa.int64()),
+            pa.array(
+                [None if not s.ahead else sorted(s.ahead) for s in sessions],
+                pa.list_(pa.int64()),
+            ),
         ],
         schema=_SCHEMA.with_metadata(
             {
@@ -99,6 +116,8 @@ def encode(state: PartitionState[Any], processor: Processor[Any]) -> bytes:
                 "partition": str(state.tp.partition),
                 "offset": str(state.offset),
                 "clock_ms": str(state.clock_ms),
+                "processor": processor.name,
+                "state_version": str(processor.state_version),
             }
         ),
     )
@@ -123,17 +142,35 @@ def _table(data: bytes, where: str) -> pa.Table:
     return ipc.open_stream(pa.BufferReader(_payload(data, where))).read_all()
 
 
-def decode(data: bytes, processor: Processor[Any], where: str) -> PartitionState[Any]:
-    """The state a file holds; :class:`StateError` naming ``where`` if it is damaged."""
+def decode(data: bytes, processor: Processor[Any] | None, where: str) -> PartitionState[Any]:
+    """The state a file holds; :class:`StateError` naming ``where`` if it is damaged, or if
+    ``processor`` cannot read it (another processor's, or a version it cannot migrate).
+    Without a processor, each session's state is left encoded (bytes)."""
     table = _table(data, where)
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     tp = TopicPartition(meta["topic"], int(meta["partition"]))
     state: PartitionState[Any] = PartitionState(tp, int(meta["offset"]), int(meta["clock_ms"]))
-    decode_user = processor.decode
-    columns = [table.column(name).to_pylist() for name in _SCHEMA.names]
-    for session, seq, offset, ts, seen, closed, quarantine, owner, user in zip(
-        *columns, strict=True
-    ):
+    decode_user: Callable[[bytes], Any] = (
+        bytes if processor is None else user_decoder(processor, StateFacts.of(meta), where)
+    )
+    columns = [
+        table.column(name).to_pylist() if name in table.column_names else [None] * len(table)
+        for name in _SCHEMA.names
+    ]
+    for (
+        session,
+        seq,
+        offset,
+        ts,
+        seen,
+        closed,
+        quarantine,
+        owner,
+        user,
+        repeats,
+        gaps,
+        ahead,
+    ) in zip(*columns, strict=True):
         state.sessions[session] = SessionState(
             session=session,
             last_seq=seq,
@@ -144,8 +181,74 @@ def decode(data: bytes, processor: Processor[Any], where: str) -> PartitionState
             quarantine=quarantine,
             owner=None if owner is None else parse_key(owner),
             user=None if user is None else decode_user(user),
+            repeats=repeats or 0,
+            gaps=gaps or 0,
+            ahead=None if not ahead else set(ahead),
         )
     return state
+
+
+@dataclass(frozen=True, slots=True)
+class StateFacts:
+    """Which processor's states a file holds, and their state version."""
+
+    processor: str
+    state_version: int
+
+    @classmethod
+    def of(cls, meta: dict[str, str]) -> StateFacts:
+        return cls(meta.get("processor", BUILT_IN), int(meta.get("state_version", "1")))
+
+    @classmethod
+    def read(cls, data: bytes, where: str) -> StateFacts:
+        meta = ipc.open_stream(pa.BufferReader(_payload(data, where))).schema.metadata or {}
+        return cls.of({k.decode(): v.decode() for k, v in meta.items()})
+
+
+def user_decoder(
+    processor: Processor[Any], facts: StateFacts, where: str
+) -> Callable[[bytes], Any]:
+    """How ``processor`` reads the sessions' states of a file with ``facts``: as they are,
+    or through its migration from their version; refused in one line naming both."""
+    if facts.processor != processor.name:
+        raise StateError(
+            f"state file {where} holds the states of processor {facts.processor}, not of "
+            f"{processor.name}: a processor's checkpoint is its own",
+            path=where,
+        )
+    old, new = facts.state_version, processor.state_version
+    if old == new:
+        return processor.decode_state
+    if old > new or not overrides(processor, "migrate"):
+        raise StateError(refusal(processor.name, old, new), path=where)
+
+    def migrated(data: bytes) -> Any:
+        try:
+            return processor.migrate(old, processor.decode_old(data))
+        except Exception as exc:
+            raise ProcessorError(
+                f"processor {processor.name} failed to migrate a state of version {old} to "
+                f"{new} in {where}: {type(exc).__name__}: {exc}",
+                processor=processor.name,
+                step="migrate",
+                path=where,
+            ) from exc
+
+    return migrated
+
+
+def refusal(name: str, old: int, new: int) -> str:
+    """Why a processor of state version ``new`` cannot carry on from states of ``old``."""
+    if old > new:
+        return (
+            f"the checkpoint holds states of version {old} of processor {name}, newer than "
+            f"this code's state version {new}: run the code that wrote them, or a newer one"
+        )
+    return (
+        f"processor {name} has state version {new} but the checkpoint holds version {old}, "
+        f"and it has no migrate() from version {old}: write one, or start it on a new "
+        "output and checkpoint"
+    )
 
 
 def owned_sessions(data: bytes, where: str) -> tuple[int, list[str]]:
@@ -241,8 +344,10 @@ class StateStore:
         return data
 
     def load(
-        self, tp: TopicPartition, version: StateVersion, processor: Processor[Any]
+        self, tp: TopicPartition, version: StateVersion, processor: Processor[Any] | None
     ) -> PartitionState[Any]:
+        """The state of exactly ``version``, read by ``processor`` (None: each session's state
+        left encoded, whichever processor wrote it)."""
         return decode(self.read(tp, version), processor, self.uri(tp, version))
 
     def save(

@@ -31,7 +31,9 @@ order. For each of its partitions a task:
 5. returns report rows (:mod:`app.engine.reports`), never output rows: among
    them its partition's summary, with the version it saved, its records'
    fingerprint and the records each source tier served; violations as a
-   count and a sample (every violating record is in a quarantine file).
+   count and a sample (every violating record is in a quarantine file);
+   under the integrity classes ordered and once, the messages dropped and
+   the seqs missing as counts, and where once found its gaps as a sample.
 
 Everything a task does depends only on the plan and the records, so a
 retried or speculative attempt stages the same files and saves the same
@@ -188,7 +190,7 @@ class PartitionTask:
             state, cache = self._load(store, tp, start)
         machine = PartitionMachine(plan.processor, plan.rules, plan.foreign.get(tp))
         location = resolve(plan.output_uri)
-        result = PartitionResult(RowColumns(tp, machine.processor.schema))
+        result = PartitionResult(RowColumns(tp, plan.processor.output, plan.processor.name))
         offsets_np = records.column("offset").to_numpy()
         for segment in plan_segments(offsets_np, [(start, end)], tp):
             run_segment(machine, state, records, segment, result)
@@ -214,6 +216,8 @@ class PartitionTask:
             reports.claim(claim)
         for drop in result.dropped:
             reports.dropped(drop)
+        for gap in result.gap_reports[:VIOLATION_SAMPLE]:
+            reports.gap(gap)
         summary = PartitionSummary(
             tp=tp,
             start=start,
@@ -226,6 +230,8 @@ class PartitionTask:
             digest="" if saved is None else saved.digest,
             records=read,
             violations=len(result.violations),
+            repeats=result.repeats,
+            gaps=result.gaps,
         )
         reports.partition(summary)
         return reports.rows
@@ -391,7 +397,7 @@ def stage_segment(
     if result.quarantined:
         table = quarantine_table(result.quarantined)
         staged += stage_table(location, staging_dir, QUARANTINE_DIR, table, "timestamp", name)
-    result.rows = RowColumns(result.rows.tp, result.rows.schema)
+    result.rows = result.rows.emptied()
     result.quarantined = []
     return staged
 

@@ -149,6 +149,8 @@ class BatchMetrics:
     output_bytes: int = 0
     violations: int = 0
     quarantined: int = 0
+    dropped: int = 0  # integrity classes ordered, once: messages dropped for their seq
+    missing: int = 0  # seqs that never arrived (ordered: skipped; once: at an end or timeout)
     published: bool = True  # False: the sink found the batch published before a restart
     # Records read per source tier ("archive", "kafka"), for a job reading both; else empty.
     served: Mapping[str, int] = field(default_factory=dict)
@@ -169,6 +171,8 @@ class BatchMetrics:
             (names.STATE_BYTES, self.state_bytes, size),
             (names.INTEGRITY_VIOLATIONS, self.violations, count),
             (names.QUARANTINED_MESSAGES, self.quarantined, count),
+            (names.DROPPED_MESSAGES, self.dropped, count),
+            (names.MISSING_SEQS, self.missing, count),
             (names.OUTPUT_FILES, self.output_files, count),
             (names.OUTPUT_BYTES, self.output_bytes, size),
         ]
@@ -217,6 +221,8 @@ def batch_metrics(
         output_bytes=report.bytes,
         violations=report.violations,
         quarantined=report.quarantined,
+        dropped=report.dropped,
+        missing=report.missing,
         published=report.published,
         sessions_in_state=report.sessions,
         state_bytes=report.state_bytes,

@@ -76,6 +76,8 @@ class RunTotals:
     bytes: int = 0
     quarantined: int = 0
     violations: int = 0
+    dropped: int = 0
+    missing: int = 0
     sessions: int = 0  # in state after the last batch
     lag: SourceLag | None = None  # after the last batch
     served: dict[str, int] = field(default_factory=dict)  # records per source tier
@@ -88,6 +90,8 @@ class RunTotals:
         self.bytes += m.output_bytes
         self.quarantined += m.quarantined
         self.violations += m.violations
+        self.dropped += m.dropped
+        self.missing += m.missing
         self.sessions = m.sessions_in_state
         self.lag = m.lag
         for tier, count in m.served.items():
@@ -114,9 +118,12 @@ class ProgressDisplay:
         self._lock = threading.Lock()
 
     def on_report(self, report: BatchReport) -> None:
-        """``--trace``: every message of a traced session, as the job applied it."""
+        """``--trace``: every message of a traced session, as the job applied it; and, class
+        once, where sessions ended or timed out with seqs missing (a sample)."""
         for line in report.trace:
             self.console.line(f"trace {line}")
+        for line in report.gaps:
+            self.console.line(f"gap {line}")
 
     def on_metrics(self, metrics: BatchMetrics) -> None:
         with self._lock:
@@ -176,6 +183,10 @@ def batch_line(m: BatchMetrics) -> str:
         parts.append(f"{m.quarantined:,} quarantined")
     if m.violations:
         parts.append(f"{m.violations:,} violations")
+    if m.dropped:
+        parts.append(f"{m.dropped:,} dropped")
+    if m.missing:
+        parts.append(f"{m.missing:,} seqs missing")
     line = ", ".join(parts)
     return line if m.published else f"{line} (already published)"
 
@@ -193,6 +204,10 @@ def status_line(totals: RunTotals, elapsed_s: float) -> str:
     ]
     if totals.quarantined:
         parts.append(f"{totals.quarantined:,} quarantined")
+    if totals.dropped:
+        parts.append(f"{totals.dropped:,} dropped")
+    if totals.missing:
+        parts.append(f"{totals.missing:,} seqs missing")
     return " | ".join(parts)
 
 
@@ -213,6 +228,12 @@ def summary_lines(
     ]
     if totals.served:
         lines.insert(1, f"messages served: {_served(totals.served)}")
+    if totals.dropped or totals.missing:
+        lines.insert(
+            1,
+            f"integrity class: {totals.dropped:,} messages dropped, "
+            f"{totals.missing:,} seqs missing",
+        )
     if sink != "none":  # nothing to say of metrics nobody asked for
         lines.append(
             f"metrics ({sink}): {stats.sent:,} sent, {stats.dropped:,} dropped"

@@ -140,8 +140,10 @@ class LogPublisher:
         environment: str,
         write: Callable[[str], None] | None = None,
         namespace: str = metric_names.NAMESPACE,
+        job: str | None = None,
     ) -> None:
         self.environment = environment
+        self.job = job
         self.namespace = namespace
         self._write = write or _stderr_line
         self._lock = threading.Lock()
@@ -160,6 +162,7 @@ class LogPublisher:
                 "event": "metrics",
                 "namespace": self.namespace,
                 metric_names.ENVIRONMENT_DIMENSION: self.environment,
+                **({metric_names.JOB_DIMENSION: self.job} if self.job is not None else {}),
                 "metrics": _by_name(datums),
             }
         ).decode()
@@ -212,8 +215,10 @@ class CloudWatchPublisher:
         namespace: str = metric_names.NAMESPACE,
         capacity: int = 10_000,
         timeouts: Timeouts = Timeouts(),
+        job: str | None = None,
     ) -> None:
         self.environment = environment
+        self.job = job
         self.namespace = namespace
         self._client = client or _client(region, endpoint_url, timeouts)
         self._queue: queue.Queue[Datum | _Stop] = queue.Queue(maxsize=capacity)
@@ -338,6 +343,8 @@ class CloudWatchPublisher:
         dimensions: list[DimensionTypeDef] = [
             {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": self.environment}
         ]
+        if self.job is not None:
+            dimensions.append({"Name": metric_names.JOB_DIMENSION, "Value": self.job})
         dimensions += [{"Name": name, "Value": value} for name, value in datum.dimensions]
         return {
             "MetricName": datum.name,
@@ -354,14 +361,18 @@ def make_publisher(
     environment: str,
     region: str | None = None,
     write: Callable[[str], None] | None = None,
+    job: str | None = None,
 ) -> MetricsPublisher:
-    """The publisher ``tablecast run --metrics KIND`` publishes through."""
+    """The publisher ``tablecast run --metrics KIND`` publishes through; ``job`` (``run
+    --job``): a declared job's name, its metrics' ``Job`` dimension beside the environment."""
     if not environment.strip():
         raise ConfigurationError("--environment must not be empty")
+    if job is not None and not job.strip():
+        raise ConfigurationError("--job must not be empty")
     if kind is PublisherKind.CLOUDWATCH:
-        return CloudWatchPublisher(environment=environment, region=region)
+        return CloudWatchPublisher(environment=environment, region=region, job=job)
     if kind is PublisherKind.LOG:
-        return LogPublisher(environment=environment, write=write)
+        return LogPublisher(environment=environment, write=write, job=job)
     return NullPublisher()
 
 

@@ -89,8 +89,14 @@ def build_parser() -> CommandParser:
         summary="build, upload and start a job version",
         description="Build the job's wheel (or take --wheel), upload it with its SHA-256, "
         "record it as the environment's job version, restart the job on the driver and wait "
-        "for a heartbeat from the new run. --version deploys one already uploaded (rollback).",
-        examples=["tablecast-ops deploy -e dev", "tablecast-ops deploy -e dev --version 1.4.0"],
+        "for a heartbeat from the new run. --version deploys one already uploaded (rollback). "
+        "Where the deployment settings declare jobs, every job's service is restarted and "
+        "each job's heartbeat awaited; --schema stores a job's table schema first.",
+        examples=[
+            "tablecast-ops deploy -e dev",
+            "tablecast-ops deploy -e dev --version 1.4.0",
+            "tablecast-ops deploy -e dev --schema lab=schemas/lab.toml",
+        ],
     )
     _environment(deploy, required=True)
     artifact = deploy.add_mutually_exclusive_group()
@@ -109,6 +115,14 @@ def build_parser() -> CommandParser:
         action="store_true",
         help="overwrite a different wheel uploaded under the same version",
     )
+    deploy.add_argument(
+        "--schema",
+        action="append",
+        default=[],
+        metavar="JOB=FILE",
+        help="a declared job's table schema document, stored beside the wheels as "
+        "schemas/<sha256>.toml and recorded as its schema-sha256; repeatable [the recorded ones]",
+    )
     _heartbeat(deploy)
 
     status = add_command(
@@ -118,18 +132,23 @@ def build_parser() -> CommandParser:
         description="Print the environment's job version, its last heartbeat, lag and "
         "violations, and its alarms. Exit 0 when healthy (a heartbeat in the last 3 hours, "
         "no alarm firing), 1 otherwise.",
-        examples=["tablecast-ops status -e dev --region eu-west-1"],
+        examples=[
+            "tablecast-ops status -e dev --region eu-west-1",
+            "tablecast-ops status -e dev --job lab",
+        ],
     )
     _environment(status, required=True)
+    _job(status)
 
     start = add_command(
         commands,
         "start",
         summary="start the job's service, wait for a heartbeat",
         description="Start the job's service on the driver and wait for its first heartbeat.",
-        examples=["tablecast-ops start -e dev"],
+        examples=["tablecast-ops start -e dev", "tablecast-ops start -e dev --job lab"],
     )
     _environment(start, required=True)
+    _job(start)
     _heartbeat(start)
     stop = add_command(
         commands,
@@ -137,9 +156,10 @@ def build_parser() -> CommandParser:
         summary="stop the job's service (its alarms will fire)",
         description="Stop the job's service on the driver; it resumes from its checkpoint "
         "when started again.",
-        examples=["tablecast-ops stop -e dev"],
+        examples=["tablecast-ops stop -e dev", "tablecast-ops stop -e dev --job lab"],
     )
     _environment(stop, required=True)
+    _job(stop)
 
     topics = add_command(
         commands,
@@ -448,6 +468,15 @@ def _environment(parser: argparse.ArgumentParser, *, required: bool) -> None:
     _region(parser)
 
 
+def _job(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--job",
+        metavar="NAME",
+        default=None,
+        help="one of the jobs the deployment settings declare (SSM jobs) [the one job]",
+    )
+
+
 def _heartbeat(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heartbeat-timeout",
@@ -536,6 +565,7 @@ def _commit(args: argparse.Namespace, built: wheel.Wheel | None) -> str:
 
 
 def _deploy(args: argparse.Namespace) -> int:
+    schemas = _schemas(args.schema)  # a bad form costs no build
     built = _wheel(args, _say)
     if built is not None:
         _say(f"wheel {built.name} sha256 {built.sha256}")
@@ -549,15 +579,31 @@ def _deploy(args: argparse.Namespace) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
         poll_s=args.poll,
         progress=_say,
+        schemas=schemas,
     )
     _say(*report.lines())
     return 0
 
 
+def _schemas(given: list[str]) -> dict[str, Path]:
+    """``--schema JOB=FILE``, by job."""
+    found: dict[str, Path] = {}
+    for text in given:
+        job, equals, file = text.partition("=")
+        if not (equals and job and file):
+            raise ConfigurationError(f"--schema {text!r}: give JOB=FILE")
+        if job in found:
+            raise ConfigurationError(f"--schema {text!r}: job {job} has a schema already")
+        found[job] = Path(file)
+    return found
+
+
 def _status(args: argparse.Namespace) -> int:
     from app.ops import status
 
-    found = status.read_status(AwsClients.create(args.region), args.environment)
+    clients = AwsClients.create(args.region)
+    _job_unit(read_handoff(clients.ssm, args.environment), args.job)
+    found = status.read_status(clients, args.environment, args.job)
     _say(*found.lines())
     return 0 if found.healthy else 1
 
@@ -567,13 +613,14 @@ def _service(args: argparse.Namespace) -> int:
 
     clients = AwsClients.create(args.region)
     found = read_handoff(clients.ssm, args.environment)
+    unit = _job_unit(found, args.job)
     instance = find_driver(clients.ec2, found)
     if args.command == "stop":
-        done = service.stop(clients.ssm, clients.ec2, instance)
-        _say(f"{service.UNIT} stopped on {instance} (command {done.command_id})")
+        done = service.stop(clients.ssm, clients.ec2, instance, unit=unit)
+        _say(f"{unit} stopped on {instance} (command {done.command_id})")
         return 0
-    done = service.start(clients.ssm, clients.ec2, instance)
-    _say(f"{service.UNIT} started on {instance}; waiting for a heartbeat")
+    done = service.start(clients.ssm, clients.ec2, instance, unit=unit)
+    _say(f"{unit} started on {instance}; waiting for a heartbeat")
     heartbeat = metrics.wait_for_heartbeat(
         clients.cloudwatch,
         namespace=found.metric_namespace,
@@ -581,9 +628,25 @@ def _service(args: argparse.Namespace) -> int:
         after=done.done_at,
         timeout_s=args.heartbeat_timeout,
         poll_s=args.poll,
+        job=args.job,
     )
     _say(f"heartbeat at {heartbeat.timestamp.isoformat(timespec='seconds')}")
     return 0
+
+
+def _job_unit(found: Handoff, job: str | None) -> str:
+    """The service of ``--job`` (a declared job's), or of the environment's one job."""
+    declared = ", ".join(found.jobs)
+    if job is None and found.jobs:
+        raise ConfigurationError(
+            f"environment {found.environment} declares jobs ({declared}): name one with --job"
+        )
+    if job is not None and job not in found.jobs:
+        raise ConfigurationError(
+            f"--job {job}: environment {found.environment} declares "
+            + (f"jobs {declared} only" if found.jobs else "no jobs (it runs its one job)")
+        )
+    return handoff.job_unit(job)
 
 
 def _handoff(args: argparse.Namespace) -> Handoff | None:

@@ -6,16 +6,21 @@ The order of a deploy, each step checked before the next:
 2. Upload ``tablecast-<version>-py3-none-any.whl`` to the artifacts prefix, unless
    the same bytes are there (its SHA-256 is the object's metadata). A different
    wheel under the same version is refused: a version names one artifact.
+   Each declared job's table schema given (``--schema JOB=FILE``), checked first:
+   to ``<artifacts>/schemas/<sha256>.toml``, and its SHA-256 to the job's
+   ``schema-sha256``, which run-job checks the document against.
 3. Put the wheel's SHA-256 (``job-wheel-sha256``) and ``job-version`` in SSM;
    run-job installs exactly that version, and only a wheel of that hash (the
    nodes read ``artifacts/`` and SSM, they cannot write either).
 4. Restart ``tablecast-job.service`` on the driver through SSM Run Command and
-   wait until it is active with that version installed.
-5. Wait for the job's ``Heartbeat`` metric newer than the restart: the job runs
-   micro-batches again.
+   wait until it is active with that version installed; where the deployment
+   settings declare jobs (SSM ``jobs``), each job's ``tablecast-job@<name>.service``.
+5. Wait for the job's ``Heartbeat`` metric newer than the restart (each declared
+   job's, by its ``Job`` dimension): the job runs micro-batches again.
 6. Arm the alarms that wait for the first deploy (``metric_names.ARMED_BY_DEPLOY``:
-   the job's and the archiver's heartbeats, the checkpoint copies), which infra
-   creates with their actions off; every later deploy finds them armed.
+   the job's, or each declared job's, and the archiver's heartbeats, the
+   checkpoint copies), which infra creates with their actions off; every later
+   deploy finds them armed.
 
 A failure after step 3 leaves ``job-version`` at the new version, and systemd
 keeps restarting the service with it; roll back with ``deploy --version <old>``,
@@ -24,16 +29,21 @@ which repeats steps 3 to 5 with a wheel already uploaded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
+from app import handoff
+from app.contract.schema import parse_schema
+from app.errors import ConfigurationError
 from app.ops import metrics, service
 from app.ops.aws import AwsClients
-from app.ops.environment import find_driver, read_handoff, write_job_version
+from app.ops.environment import Handoff, find_driver, read_handoff, write_job_version
 from app.ops.errors import ArtifactConflictError, ArtifactMissingError
 from app.ops.wheel import Wheel, wheel_file_name
 
@@ -107,14 +117,17 @@ def deploy(
     heartbeat_timeout_s: float = 900.0,
     poll_s: float = 20.0,
     progress: Callable[[str], None] = lambda line: None,
+    schemas: Mapping[str, Path] | None = None,
 ) -> DeployReport:
-    """Deploy ``wheel``, or re-deploy ``version`` already uploaded (exactly one of them)."""
+    """Deploy ``wheel``, or re-deploy ``version`` already uploaded (exactly one of them);
+    with ``schemas``, each declared job's table schema document, by job."""
     if (wheel is None) == (version is None):
         raise ValueError("deploy takes a wheel or a version, not both")
     # Step 1: the hand-off.
     found = read_handoff(clients.ssm, environment)
     previous = found.job_version
     prefix = found.artifacts_uri
+    documents = _read_schemas(found, schemas or {})
     # Step 2: the artifact.
     if wheel is not None:
         uri, uploaded = upload_wheel(clients.s3, prefix, wheel, replace=replace, commit=commit)
@@ -129,27 +142,44 @@ def deploy(
             raise ArtifactMissingError(uri, "no SHA-256 recorded with it: deploy it from the wheel")
         sha256 = recorded
         progress(f"found {uri}")
+    for owner, (document, digest) in documents.items():
+        schema_uri = upload_schema(clients.s3, prefix, document, digest)
+        clients.ssm.put_parameter(
+            Name=handoff.job_parameter_name(environment, owner, handoff.SCHEMA_SHA256),
+            Value=digest,
+            Type="String",
+            Overwrite=True,
+        )
+        progress(f"job {owner}: schema {schema_uri}")
     # Step 3: the version the service installs, and the only bytes it installs.
     write_job_version(clients.ssm, environment, target, sha256)
     progress(f"job-version {previous} -> {target}")
-    # Step 4: restart on the driver.
+    # Step 4: restart on the driver: the one job, or every declared job.
+    jobs = found.jobs
+    units = [handoff.job_unit(job) for job in jobs] or [service.UNIT]
     instance = find_driver(clients.ec2, found)
-    progress(f"restarting {service.UNIT} on {instance}")
-    restarted = service.restart(clients.ssm, clients.ec2, instance, target, poll_s=min(poll_s, 5.0))
+    progress(f"restarting {' '.join(units)} on {instance}")
+    restarted = service.restart(
+        clients.ssm, clients.ec2, instance, target, poll_s=min(poll_s, 5.0), units=units
+    )
     progress(
         f"restarted at {restarted.done_at.isoformat(timespec='seconds')}; waiting for a heartbeat"
     )
-    # Step 5: the job's heartbeat after the restart.
-    heartbeat = metrics.wait_for_heartbeat(
-        clients.cloudwatch,
-        namespace=found.metric_namespace,
-        environment=environment,
-        after=restarted.done_at,
-        timeout_s=heartbeat_timeout_s,
-        poll_s=poll_s,
-    )
+    # Step 5: each job's heartbeat after the restart.
+    for job in jobs or (None,):
+        heartbeat = metrics.wait_for_heartbeat(
+            clients.cloudwatch,
+            namespace=found.metric_namespace,
+            environment=environment,
+            after=restarted.done_at,
+            timeout_s=heartbeat_timeout_s,
+            poll_s=poll_s,
+            job=job,
+        )
+        if job is not None:
+            progress(f"job {job}: heartbeat {heartbeat.timestamp.isoformat(timespec='seconds')}")
     # Step 6: what runs now may page.
-    armed = metrics.arm_alarms(clients.cloudwatch, environment)
+    armed = metrics.arm_alarms(clients.cloudwatch, environment, jobs)
     if armed:
         progress(f"armed {', '.join(armed)}")
     return DeployReport(
@@ -162,6 +192,40 @@ def deploy(
         heartbeat=heartbeat,
         armed=armed,
     )
+
+
+def _read_schemas(found: Handoff, schemas: Mapping[str, Path]) -> dict[str, tuple[bytes, str]]:
+    """Each job's schema document and its SHA-256, every one checked before any upload."""
+    documents: dict[str, tuple[bytes, str]] = {}
+    for job, path in schemas.items():
+        if job not in found.jobs:
+            declared = ", ".join(found.jobs) or "none"
+            raise ConfigurationError(
+                f"--schema {job}={path}: environment {found.environment} declares no job "
+                f"{job} (its jobs: {declared})"
+            )
+        try:
+            document = path.read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"--schema {job}={path}: {exc.strerror}") from None
+        parse_schema(document, str(path))  # a malformed one names its column, here
+        documents[job] = (document, hashlib.sha256(document).hexdigest())
+    return documents
+
+
+def upload_schema(s3: S3Client, artifacts_prefix: str, document: bytes, sha256: str) -> str:
+    """Put a table schema document under ``schemas/``, named by its SHA-256; its URI."""
+    uri = f"{artifacts_prefix.rstrip('/')}/{handoff.SCHEMAS_FOLDER}/{sha256}.toml"
+    bucket, key = _split(uri)
+    if _object_sha256(s3, bucket, key) != sha256:
+        s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=document,
+            ContentType="application/toml",
+            Metadata={SHA256_METADATA: sha256},
+        )
+    return uri
 
 
 def _split(uri: str) -> tuple[str, str]:

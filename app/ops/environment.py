@@ -129,6 +129,12 @@ class Handoff:
         return self.value(handoff.METRIC_NAMESPACE)
 
     @property
+    def jobs(self) -> tuple[str, ...]:
+        """The jobs the deployment settings declare (``jobs``); none: the one job."""
+        listed = self.values.get(handoff.JOBS, "")
+        return tuple(name for name in listed.split(",") if name)
+
+    @property
     def topic_pattern(self) -> str:
         return self.value(handoff.TOPIC_PATTERN)
 

@@ -86,13 +86,17 @@ class HeartbeatTimeoutError(OpsError):
 
     exit_code = ExitCode.UNAVAILABLE
 
-    def __init__(self, environment: str, since: str, waited_s: float, last_seen: str) -> None:
+    def __init__(
+        self, environment: str, since: str, waited_s: float, last_seen: str, job: str | None = None
+    ) -> None:
+        whose = "" if job is None else f", job {job}"
         super().__init__(
-            f"environment {environment}: no Heartbeat metric newer than {since} after "
+            f"environment {environment}{whose}: no Heartbeat metric newer than {since} after "
             f"{waited_s:.0f} s (last heartbeat: {last_seen}); see the log group "
             f"/tablecast/{environment}/job"
         )
         self.environment = environment
+        self.job = job
         self.since = since
         self.waited_s = waited_s
         self.last_seen = last_seen

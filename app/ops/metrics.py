@@ -17,7 +17,7 @@ from app.ops.errors import HeartbeatTimeoutError
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
-    from mypy_boto3_cloudwatch.type_defs import MetricDataQueryTypeDef
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDataQueryTypeDef
 
 # Standard-resolution metrics are stored per minute.
 PERIOD_S = 60
@@ -49,8 +49,15 @@ def latest(
     metrics: Sequence[tuple[str, str]],
     since: datetime,
     until: datetime,
+    job: str | None = None,
 ) -> dict[str, Datapoint | None]:
-    """The newest datapoint of each ``(metric name, statistic)`` in ``[since, until]``."""
+    """The newest datapoint of each ``(metric name, statistic)`` in ``[since, until]``: of
+    the environment's one job, or of the declared job ``job`` (its ``Job`` dimension)."""
+    dimensions: list[DimensionTypeDef] = [
+        {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": environment}
+    ]
+    if job is not None:
+        dimensions.append({"Name": metric_names.JOB_DIMENSION, "Value": job})
     queries: list[MetricDataQueryTypeDef] = [
         {
             "Id": f"m{index}",
@@ -58,9 +65,7 @@ def latest(
                 "Metric": {
                     "Namespace": namespace,
                     "MetricName": name,
-                    "Dimensions": [
-                        {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": environment}
-                    ],
+                    "Dimensions": dimensions,
                 },
                 "Period": PERIOD_S,
                 "Stat": statistic,
@@ -97,6 +102,7 @@ def wait_for_heartbeat(
     poll_s: float = 20.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    job: str | None = None,
 ) -> Datapoint:
     """Wait for a ``Heartbeat`` datapoint stamped at or after ``after``.
 
@@ -118,6 +124,7 @@ def wait_for_heartbeat(
             metrics=[(metric_names.HEARTBEAT, "Sum")],
             since=min(after, now) - timedelta(hours=3),
             until=now + timedelta(minutes=1),
+            job=job,
         )[metric_names.HEARTBEAT]
         if point is not None:
             last = point
@@ -130,14 +137,20 @@ def wait_for_heartbeat(
                 after.isoformat(timespec="seconds"),
                 waited,
                 last.timestamp.isoformat(timespec="seconds") if last else "none in 3 hours",
+                job=job,
             )
         sleep(min(poll_s, max(0.0, timeout_s - waited)))
 
 
-def arm_alarms(cloudwatch: CloudWatchClient, environment: str) -> tuple[str, ...]:
+def arm_alarms(
+    cloudwatch: CloudWatchClient, environment: str, jobs: Sequence[str] = ()
+) -> tuple[str, ...]:
     """Turn on the actions of the environment's alarms that wait for the first deploy
-    (:data:`app.metric_names.ARMED_BY_DEPLOY`); the names of those that were off."""
-    names = [alarm_prefix(environment) + name for name in metric_names.ARMED_BY_DEPLOY]
+    (:data:`app.metric_names.ARMED_BY_DEPLOY`; with declared ``jobs``, each job's
+    heartbeat's instead of the one job's); the names of those that were off."""
+    each: Sequence[str | None] = list(jobs) or [None]
+    wanted = {name for job in each for name in metric_names.armed_by_deploy(job)}
+    names = [alarm_prefix(environment) + name for name in sorted(wanted)]
     found = cloudwatch.describe_alarms(AlarmNames=names, AlarmTypes=["MetricAlarm"])
     off = tuple(a["AlarmName"] for a in found["MetricAlarms"] if not a["ActionsEnabled"])
     if off:

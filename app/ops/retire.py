@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import NoReturn
 
 from app.contract.offsets import Offsets, TopicPartition
-from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.state import SessionState
 from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError, TablecastError
@@ -175,7 +173,7 @@ def _open_sessions(
     try:
         store = StateStore(state_root(where))
         for tp, version in versions.items():
-            for s in store.load(tp, version, _SessionsOnly()).sessions.values():
+            for s in store.load(tp, version, None).sessions.values():
                 if not s.closed:
                     found.append(_open(tp, s))
     except (TablecastError, OSError) as exc:
@@ -190,20 +188,3 @@ def _open_sessions(
 
 def _open(tp: TopicPartition, state: SessionState[bytes]) -> OpenSession:
     return OpenSession(tp, state.session, state.last_seq, state.last_offset)
-
-
-class _SessionsOnly:
-    """A processor that leaves each session's table encoded: only the sessions are read."""
-
-    @property
-    def schema(self) -> TableSchema:
-        return DEFAULT_SCHEMA  # never used: no row is made
-
-    def apply(self, state: bytes | None, message: object) -> NoReturn:
-        raise NotImplementedError("retire-topic reads state, it applies no message")
-
-    def encode(self, state: bytes) -> bytes:
-        return state
-
-    def decode(self, data: bytes) -> bytes:
-        return data

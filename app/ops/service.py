@@ -9,6 +9,7 @@ callers wait for (:func:`app.ops.metrics.wait_for_heartbeat`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -43,21 +44,29 @@ class ServiceAction:
     output: str
 
 
-def restart_script(version: str) -> list[str]:
-    """Restart the service, then wait until it runs with ``version`` installed."""
+def restart_script(version: str, units: Sequence[str] = (UNIT,)) -> list[str]:
+    """Restart the job's services (the environment's one job's, or each declared job's:
+    ``app.handoff.job_unit``), then wait until they run with ``version`` installed."""
     if not VERSION_PATTERN.match(version):
         raise ConfigurationError(f"{version!r} is not a version")
     attempts = INSTALL_WAIT_S // _INSTALL_POLL_S
+    names = " ".join(units)
+    # is-active of several units succeeds where any is: ask each.
+    active = " && ".join(f"systemctl is-active --quiet {unit}" for unit in units)
+    # node-bootstrap enables the one job's service; a declared job's (a template's
+    # instance) the deploy enables, so that it starts at the driver's next boot too.
+    declared = [unit for unit in units if "@" in unit]
     return [
         "set -eu",
-        f"systemctl restart {UNIT}",
+        *([f"systemctl enable --quiet {' '.join(declared)}"] if declared else []),
+        f"systemctl restart {names}",
         _STAMP,
         'installed=""',
         f"for attempt in $(seq 1 {attempts}); do",
         f"  installed=$({VENV_PYTHON} -c "
         "'import importlib.metadata as m; print(m.version(\"tablecast\"))' 2>/dev/null || true)",
-        f'  if [ "$installed" = "{version}" ] && systemctl is-active --quiet {UNIT}; then',
-        f'    echo "{UNIT} active with tablecast $installed (attempt $attempt)"',
+        f'  if [ "$installed" = "{version}" ] && {active}; then',
+        f'    echo "{names} active with tablecast $installed (attempt $attempt)"',
         # The archiver service, where there is one, runs the same installed wheel: from
         # its start limit's failed state too (before the first deploy it had no wheel).
         f"    systemctl reset-failed {ARCHIVER_UNIT} 2>/dev/null || true",
@@ -68,33 +77,39 @@ def restart_script(version: str) -> list[str]:
         "  fi",
         f"  sleep {_INSTALL_POLL_S}",
         "done",
-        f'echo "{UNIT} is not active with tablecast {version} after {INSTALL_WAIT_S} s '
+        f'echo "{names} is not active with tablecast {version} after {INSTALL_WAIT_S} s '
         '(installed: ${installed:-none})" >&2',
-        f"systemctl status --no-pager --lines=20 {UNIT} >&2 || true",
+        f"systemctl status --no-pager --lines=20 {names} >&2 || true",
         "exit 1",
     ]
 
 
-def start_script() -> list[str]:
+def start_script(unit: str = UNIT) -> list[str]:
     return [
         "set -eu",
-        f"systemctl start {UNIT}",
+        f"systemctl start {unit}",
         _STAMP,
-        f"systemctl is-active {UNIT}",
+        f"systemctl is-active {unit}",
     ]
 
 
-def stop_script() -> list[str]:
+def stop_script(unit: str = UNIT) -> list[str]:
     return [
         "set -eu",
-        f"systemctl stop {UNIT}",
-        f"if systemctl is-active --quiet {UNIT}; then echo '{UNIT} still active' >&2; exit 1; fi",
-        f"echo '{UNIT} stopped'",
+        f"systemctl stop {unit}",
+        f"if systemctl is-active --quiet {unit}; then echo '{unit} still active' >&2; exit 1; fi",
+        f"echo '{unit} stopped'",
     ]
 
 
 def _run(
-    ssm: SSMClient, ec2: EC2Client, instance_id: str, action: str, script: list[str], poll_s: float
+    ssm: SSMClient,
+    ec2: EC2Client,
+    instance_id: str,
+    action: str,
+    script: list[str],
+    poll_s: float,
+    unit: str = UNIT,
 ) -> ServiceAction:
     # Check, then act: a stopped or terminated driver fails here, by name.
     remote.driver_running_check(ec2, instance_id)
@@ -102,7 +117,7 @@ def _run(
         ssm,
         instance_id,
         script,
-        what=f"{action} of {UNIT}",
+        what=f"{action} of {unit}",
         timeout_s=INSTALL_WAIT_S + 120,
         poll_s=poll_s,
     )
@@ -126,16 +141,24 @@ def _done_at(stdout: str) -> datetime:
 
 
 def restart(
-    ssm: SSMClient, ec2: EC2Client, instance_id: str, version: str, *, poll_s: float = 2.0
+    ssm: SSMClient,
+    ec2: EC2Client,
+    instance_id: str,
+    version: str,
+    *,
+    poll_s: float = 2.0,
+    units: Sequence[str] = (UNIT,),
 ) -> ServiceAction:
-    return _run(ssm, ec2, instance_id, "restart", restart_script(version), poll_s)
+    return _run(ssm, ec2, instance_id, "restart", restart_script(version, units), poll_s)
 
 
 def start(
-    ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0
+    ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0, unit: str = UNIT
 ) -> ServiceAction:
-    return _run(ssm, ec2, instance_id, "start", start_script(), poll_s)
+    return _run(ssm, ec2, instance_id, "start", start_script(unit), poll_s, unit)
 
 
-def stop(ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0) -> ServiceAction:
-    return _run(ssm, ec2, instance_id, "stop", stop_script(), poll_s)
+def stop(
+    ssm: SSMClient, ec2: EC2Client, instance_id: str, *, poll_s: float = 2.0, unit: str = UNIT
+) -> ServiceAction:
+    return _run(ssm, ec2, instance_id, "stop", stop_script(unit), poll_s, unit)

@@ -23,6 +23,9 @@ _METRICS = (
     (metric_names.RECORDS_BEHIND_HIGH_WATERMARK, "Maximum"),
     (metric_names.STABLE_OFFSET_STALLED_SECONDS, "Maximum"),
     (metric_names.INTEGRITY_VIOLATIONS, "Sum"),
+)
+# The environment's archiver's, whichever job is asked about.
+_ARCHIVER_METRICS = (
     (metric_names.ARCHIVER_HEARTBEAT, "Sum"),
     (metric_names.ARCHIVER_RECORDS_BEHIND, "Maximum"),
 )
@@ -36,6 +39,8 @@ class JobStatus:
     now: datetime
     latest: dict[str, metrics.Datapoint | None]
     alarms: list[metrics.Alarm]
+    job: str | None = None
+    """A declared job's name; ``None``: the environment's one job."""
 
     @property
     def last_heartbeat(self) -> metrics.Datapoint | None:
@@ -52,6 +57,7 @@ class JobStatus:
         archiver = self.latest[metric_names.ARCHIVER_HEARTBEAT]
         lines = [
             f"environment:     {self.environment}",
+            *([f"job:             {self.job}"] if self.job is not None else []),
             f"job version:     {self.job_version}",
             f"driver:          {self.driver_instance_id}",
             "last heartbeat:  "
@@ -91,18 +97,24 @@ class JobStatus:
         return f"{moment.isoformat(timespec='seconds')}, {seconds // 60} min {seconds % 60} s ago"
 
 
-def read_status(clients: AwsClients, environment: str) -> JobStatus:
+def read_status(clients: AwsClients, environment: str, job: str | None = None) -> JobStatus:
+    """The environment's one job's status, or the declared job ``job``'s (its metrics by
+    its ``Job`` dimension; the archiver and the alarms are the environment's)."""
     found = read_handoff(clients.ssm, environment)
     now = datetime.now(UTC)
-    latest = metrics.latest(
-        clients.cloudwatch,
-        namespace=found.metric_namespace,
-        environment=environment,
-        metrics=_METRICS,
-        since=now - WINDOW,
-        until=now + timedelta(minutes=1),
-    )
+    latest: dict[str, metrics.Datapoint | None] = {}
+    for wanted, whose in ((_METRICS, job), (_ARCHIVER_METRICS, None)):
+        latest |= metrics.latest(
+            clients.cloudwatch,
+            namespace=found.metric_namespace,
+            environment=environment,
+            metrics=wanted,
+            since=now - WINDOW,
+            until=now + timedelta(minutes=1),
+            job=whose,
+        )
     return JobStatus(
+        job=job,
         environment=environment,
         job_version=found.job_version,
         driver_instance_id=found.driver_instance_id,

@@ -2,7 +2,8 @@
 
 The driver's service installs ``tablecast-<version>-py3-none-any.whl`` with
 ``--no-deps`` (every dependency is in the image), so the wheel carries only
-the ``app`` package. It is built from a copy of the project's sources in a
+the ``app`` package and ``tablecast``, the public API a user's processor
+imports. It is built from a copy of the project's sources in a
 temporary directory, so the working tree gets no ``build/`` or egg-info, with
 pip and the setuptools that ``pyproject.toml`` pins for the build.
 """
@@ -24,8 +25,8 @@ from app.code_version import COMMIT_FILE, checkout_commit
 from app.ops.errors import BuildError
 
 DISTRIBUTION = "tablecast"
-# What a build needs from the project: the metadata, the readme it names, the package.
-_SOURCES = ("pyproject.toml", "README.md", "app")
+# What a build needs from the project: the metadata, the readme it names, the packages.
+_SOURCES = ("pyproject.toml", "README.md", "app", "tablecast")
 _WHEEL_NAME = re.compile(rf"^{DISTRIBUTION}-([0-9A-Za-z.+_]+)-py3-none-any\.whl$")
 
 

@@ -2,7 +2,8 @@
 
 When a released version turns out to have been wrong (it dropped rows, say),
 deploy the fixed version, then correct the output: every range the ledger
-says the faulty version published is recomputed from the archive with the
+says the faulty version (of tablecast, or of the user's processor's
+package: ``--processor-version``) published is recomputed from the archive with the
 current code (:mod:`app.recompute`) and its changed files published under
 new names, the old names retired (:mod:`app.sink.rewrite`): a reader never
 misses a row, and sees a rewritten block's rows twice only between the two.
@@ -20,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.contract.processor import Processor, TableProcessor
+from app.contract import loader
+from app.contract.processor import Processor
 from app.contract.schema import TableSchema
+from app.contract.table_processor import TableProcessor
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
@@ -35,16 +38,25 @@ from app.recompute.run import (
 )
 from app.recompute.task import RecomputePlan
 from app.sink import ledger as ledger_mod
+from app.sink import processors
 from app.sink.ledger import Ledger, LedgerEntry, LiveRules
 from app.sink.rewrite import Retirement, RewriteSteps
 from app.sources import archive
 from app.storage import resolve
 
 
-def matcher(version: str | None, commit: str | None) -> tuple[str, Callable[[LedgerEntry], bool]]:
-    """The selector's description and test, for ``--version`` or ``--commit``."""
-    if (version is None) == (commit is None):
-        raise ConfigurationError("give exactly one of --version or --commit")
+def matcher(
+    version: str | None, commit: str | None, processor_version: str | None = None
+) -> tuple[str, Callable[[LedgerEntry], bool]]:
+    """The selector's description and test, for ``--version``, ``--commit`` or
+    ``--processor-version`` (the version of the user's processor's distribution)."""
+    if sum(given is not None for given in (version, commit, processor_version)) != 1:
+        raise ConfigurationError("give exactly one of --version, --commit or --processor-version")
+    if processor_version is not None:
+        return (
+            f"processor version {processor_version}",
+            lambda e: e.processor is not None and e.processor.version == processor_version,
+        )
     if version is not None:
         return f"version {version}", lambda e: e.job is not None and e.job.version == version
     assert commit is not None
@@ -67,10 +79,15 @@ class Correction:
 
 
 def plan_correction(
-    archive_uri: str, output_uri: str, *, version: str | None = None, commit: str | None = None
+    archive_uri: str,
+    output_uri: str,
+    *,
+    version: str | None = None,
+    commit: str | None = None,
+    processor_version: str | None = None,
 ) -> Correction:
     """The ranges the selected version published, and where to read each partition from."""
-    selector, selected = matcher(version, commit)
+    selector, selected = matcher(version, commit, processor_version)
     location = archive.require_root(archive_uri)
     output = resolve(output_uri)
     if not output.exists(output.path):
@@ -90,6 +107,7 @@ def plan_correction(
     chosen = plan_mod.select_entries(every, selected)
     if not chosen:
         seen = sorted({e.job.describe() for e in batches if e.job is not None})
+        seen += sorted({e.processor.describe() for e in batches if e.processor is not None})
         raise ConfigurationError(
             f"no batch of {output_uri} was published by {selector}; its batches came from "
             + (", ".join(seen) or "versions the ledger does not record")
@@ -112,17 +130,26 @@ def planned_correction(
     *,
     version: str | None = None,
     commit: str | None = None,
+    processor_version: str | None = None,
     integrity: IntegrityMode | None = None,
     session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
 ) -> Planned:
-    """The correction planned with the live job's rules; every refusal is raised here,
-    before Spark starts. Nothing is changed."""
-    correction = plan_correction(archive_uri, output_uri, version=version, commit=commit)
+    """The correction planned with the live job's rules and its newest processor (the fixed
+    code, installed here); every refusal is raised here, before Spark starts. Nothing is
+    changed."""
+    correction = plan_correction(
+        archive_uri,
+        output_uri,
+        version=version,
+        commit=commit,
+        processor_version=processor_version,
+    )
     rules = plan_mod.live_rules(correction.rules, integrity, session_timeout_ms, correction.adopt)
+    processor = processor or processors.current(resolve(output_uri)) or TableProcessor()
     plan = RecomputePlan(
-        processor=processor or TableProcessor(),
-        schemas=correction.schemas,
+        processor=processor,
+        schemas=correction.schemas if processor.name == loader.BUILT_IN else {},
         rules=rules,
         archive_uri=archive_uri,
         output_uri=output_uri,
@@ -139,6 +166,7 @@ def correct(
     *,
     version: str | None = None,
     commit: str | None = None,
+    processor_version: str | None = None,
     integrity: IntegrityMode | None = None,
     session_timeout_ms: int | None = None,
     processor: Processor[Any] | None = None,
@@ -157,6 +185,7 @@ def correct(
         output_uri,
         version=version,
         commit=commit,
+        processor_version=processor_version,
         integrity=integrity,
         session_timeout_ms=session_timeout_ms,
         processor=processor,

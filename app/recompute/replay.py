@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app.contract.processor import Processor, TableProcessor
+from app.contract import loader
+from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.contract.table_processor import TableProcessor
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
 from app.recompute import plan as plan_mod
@@ -35,6 +37,7 @@ from app.recompute.run import (
     recompute,
 )
 from app.recompute.task import RecomputePlan
+from app.sink import processors
 from app.sink.ledger import Ledger
 from app.sink.rewrite import Retirement, RewriteSteps
 from app.sources import archive
@@ -93,10 +96,16 @@ def plan_replay(
     chosen = [r for r in every if _overlaps(r, touched.get(r.tp, ()))]
     works = plan_mod.works(chosen, every, index)
     recorded = plan_mod.recorded_rules(chosen, every)
+    # With a ledger, its newest processor; without one, the processor given (or the built-in
+    # over the schema given: the live job's).
+    processor = processor or processors.current(output) or TableProcessor(schema)
     plan = RecomputePlan(
-        # Without a ledger: the schema given (the live job's); with one, the ledger's.
-        processor=processor or TableProcessor(schema),
-        schemas=plan_mod.recorded_schemas(output, works),
+        processor=processor,
+        # The built-in processor reads each range with the schema it ran with; a user's
+        # runs every range itself.
+        schemas=plan_mod.recorded_schemas(output, works)
+        if processor.name == loader.BUILT_IN
+        else {},
         rules=plan_mod.live_rules(recorded, integrity, session_timeout_ms, adopt),
         archive_uri=archive_uri,
         output_uri=output_uri,

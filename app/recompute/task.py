@@ -28,8 +28,9 @@ import pyarrow.compute as pc
 
 from app.code_version import check_code, code_digest
 from app.contract.offsets import TopicPartition
-from app.contract.processor import Processor, TableProcessor
+from app.contract.processor import Processor
 from app.contract.schema import TableSchema
+from app.contract.table_processor import TableProcessor
 from app.engine.machine import IntegrityMode, PartitionMachine, PartitionResult, Rules
 from app.engine.output import RowColumns, quarantine_table
 from app.engine.reports import StagedFile
@@ -77,7 +78,7 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
     processors = _processors(plan)
     machine = PartitionMachine(plan.processor, plan.rules)
     state: PartitionState[Any] = PartitionState.empty(tp, work.begin)
-    result = PartitionResult(RowColumns(tp, machine.processor.schema))
+    result = PartitionResult(RowColumns(tp, plan.processor.output, plan.processor.name))
     done = WorkResult(tp)
     strict = plan.rules.mode is IntegrityMode.STRICT
     block: str | None = None  # the block whose rows ``result`` holds
@@ -94,7 +95,7 @@ def run_work(plan: RecomputePlan, work: PartitionWork) -> WorkResult:
                 done.staged += _stage_own(output, plan.staging_dir, result, block, rows)
             done.blocks.append(block)
         else:  # rows of records read only to rebuild the state
-            result.rows = RowColumns(tp, machine.processor.schema)
+            result.rows = RowColumns(tp, machine.processor.output, machine.processor.name)
             result.quarantined = []
 
     archive = resolve(plan.archive_uri)
@@ -137,14 +138,15 @@ def _stage_own(
         held = quarantine_table(result.quarantined)
         held = held.filter(rows.mask(held, tp, *everything))
         staged += stage_table(location, staging_dir, QUARANTINE_DIR, held, "timestamp", name)
-    result.rows = RowColumns(tp, result.rows.schema)
+    result.rows = result.rows.emptied()
     result.quarantined = []
     return staged
 
 
 def _processors(plan: RecomputePlan) -> dict[str, Processor[Any]]:
-    """A processor per table schema the ranges ran with: the plan's for its own."""
-    own = plan.processor.schema.digest
+    """A processor per table schema the ranges ran with: the plan's for its own (the built-in
+    processor's; a user's processor gives no schemas, and runs every range itself)."""
+    own = plan.processor.output.digest
     return {
         digest: plan.processor if digest == own else TableProcessor(schema)
         for digest, schema in plan.schemas.items()
@@ -174,7 +176,7 @@ def _use_schema(
     machine.switch(state, processor)
     if len(result.rows) and not unstaged:
         raise AssertionError(f"{work.tp}: the table schema changes inside a block at {offset}")
-    result.rows = RowColumns(result.rows.tp, processor.schema)
+    result.rows = RowColumns(result.rows.tp, processor.output, processor.name)
 
 
 def _by_schema(

@@ -1,8 +1,10 @@
 """``tablecast inspect``: the state a checkpoint holds, session by session.
 
 The break-point view of the pipeline: what the job remembers of each
-session after a given micro-batch (its table, last seq, topic-partition and
-last offset, whether it is closed or quarantined), read from the
+session after a given micro-batch (its table, or a user's processor's state
+decoded with its state type; last seq, topic-partition and last offset,
+whether it is closed or quarantined, the messages its integrity class
+dropped and the seqs that never arrived), read from the
 partitions' state files beside the checkpoint
 (:mod:`app.engine.store`): exactly the version (offset and digest) that the
 output's ledger entry of that batch records, the one the next batch loads,
@@ -20,15 +22,16 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+from app.contract import loader
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
-from app.contract.processor import Table, TableProcessor
+from app.contract.processor import Processor
 from app.contract.schema import ColumnType, TableSchema
 from app.engine.state import SessionState, StateVersion
 from app.engine.store import StateStore, state_root
 from app.errors import ConfigurationError, StateError
 from app.sink import ledger as ledger_mod
-from app.sink import schemas
+from app.sink import processors
 from app.sink.checkpoint import CheckpointLog
 from app.sink.ledger import Ledger, LedgerEntry
 from app.storage import resolve
@@ -47,7 +50,7 @@ class SessionView:
     """One session's stored state, and the topic-partition whose state holds it."""
 
     tp: TopicPartition
-    state: SessionState[Table]
+    state: SessionState[Any]
 
     @property
     def status(self) -> str:
@@ -55,16 +58,19 @@ class SessionView:
             return "quarantined"
         return "closed" if self.state.closed else "open"
 
-    @property
-    def rows(self) -> int:
-        return 0 if self.state.user is None else len(self.state.user)
+    def rows(self, table: bool) -> str:
+        """The rows of a built-in processor's table; "-" for a user's processor's state."""
+        if not table:
+            return "-"
+        return "0" if self.state.user is None else str(len(self.state.user))
 
 
 @dataclass(frozen=True, slots=True)
 class StateSnapshot:
     """The state after batch ``batch_id`` of a checkpoint."""
 
-    schema: TableSchema  # the table schema of the sessions' rows
+    schema: TableSchema  # the table schema of the sessions' rows (the processor's output)
+    processor: Processor[Any]  # the processor whose states they are (the batch's)
     checkpoint: str
     batch_id: int
     end: Offsets  # the batch's end offsets: the state holds every record before them
@@ -73,9 +79,17 @@ class StateSnapshot:
     closed: int
     quarantined: int
 
+    repeats: int = 0  # over every session: messages its integrity class dropped
+    gaps: int = 0  # over every session: seqs that never arrived
+
     @property
     def open(self) -> int:
         return self.total - self.closed - self.quarantined
+
+    @property
+    def table(self) -> bool:
+        """Whether the states are the built-in processor's tables."""
+        return self.processor.name == loader.BUILT_IN
 
 
 def read_state(
@@ -99,9 +113,8 @@ def read_state(
     store = StateStore(state_root(log.uri))
     entry = _entry(log, output, batch_id)
     recorded = entry.states
-    # The state holds rows of the schema the batch ran with (the ledger names it).
-    schema = schemas.of_entry(resolve(output), entry)
-    processor = TableProcessor(schema)
+    # The state holds the states of the processor the batch ran with (the ledger names it).
+    processor = processors.of_entry(resolve(output), entry)
     views: list[SessionView] = []
     head = Ledger(resolve(output)).head()
     loaded_next = head.states if head is not None and head.states is not None else {}
@@ -132,7 +145,8 @@ def read_state(
             )
     shown = views if limit is None else views[:limit]
     return StateSnapshot(
-        schema,
+        processor.output,
+        processor,
         log.uri,
         batch_id,
         end,
@@ -140,6 +154,8 @@ def read_state(
         len(views),
         sum(v.status == "closed" for v in views),
         sum(v.status == "quarantined" for v in views),
+        sum(v.state.repeats for v in views),
+        sum(v.state.gaps for v in views),
     )
 
 
@@ -203,12 +219,25 @@ def format_session(snapshot: StateSnapshot, view: SessionView) -> str:
         f"  last offset     {s.last_offset}",
         f"  last ts         {_ts(s.last_ts)}",
     ]
+    if s.repeats or s.gaps:
+        lines.append(f"  dropped         {s.repeats} (seq applied or passed already)")
+        lines.append(f"  seqs missing    {s.gaps}")
+    if s.ahead:
+        lines.append(f"  applied ahead   {', '.join(map(str, sorted(s.ahead)[:20]))}")
     if s.owner is not None:
         lines.append(f"  belongs to      {s.owner} (rule 6): quarantined here")
     if s.quarantine is not None:
         lines.append(f"  quarantined     {s.quarantine}")
+    what = "table" if snapshot.table else "state"
     if s.user is None:
-        lines.append("  table           (none)" + (": the session ended" if s.closed else ""))
+        lines.append(f"  {what:<16}(none)" + (": the session ended" if s.closed else ""))
+        return "\n".join(lines)
+    if not snapshot.table:
+        lines.append(
+            f"  state           {snapshot.processor.name} version "
+            f"{snapshot.processor.state_version}"
+        )
+        lines.extend("    " + line for line in _state_lines(s.user))
         return "\n".join(lines)
     lines.append(f"  table           {len(s.user)} rows")
     columns = snapshot.schema.columns
@@ -229,9 +258,23 @@ def format_summary(snapshot: StateSnapshot) -> str:
         f"{snapshot.total:,} sessions in state: {snapshot.open:,} open, "
         f"{snapshot.closed:,} closed, {snapshot.quarantined:,} quarantined",
     ]
+    if not snapshot.table:
+        lines.append(
+            f"processor {snapshot.processor.name} (state version "
+            f"{snapshot.processor.state_version})"
+        )
+    if snapshot.repeats or snapshot.gaps:
+        lines.append(
+            f"integrity class: {snapshot.repeats:,} messages dropped, "
+            f"{snapshot.gaps:,} seqs missing"
+        )
     if not snapshot.sessions:
         return "\n".join(lines)
-    cells = [("session", "status", "topic", "partition", "last seq", "last offset", "rows")]
+    counted = bool(snapshot.repeats or snapshot.gaps)  # the integrity class's columns
+    cells = [
+        ("session", "status", "topic", "partition", "last seq", "last offset", "rows")
+        + (("dropped", "missing") if counted else ())
+    ]
     for view in snapshot.sessions:
         s = view.state
         cells.append(
@@ -242,16 +285,28 @@ def format_summary(snapshot: StateSnapshot) -> str:
                 str(view.tp.partition),
                 str(s.last_seq),
                 str(s.last_offset),
-                str(view.rows),
+                view.rows(snapshot.table),
             )
+            + ((str(s.repeats), str(s.gaps)) if counted else ())
         )
-    lines.extend(_columns(cells, right={3, 4, 5, 6}))
+    lines.extend(_columns(cells, right={3, 4, 5, 6, 7, 8}))
     if len(snapshot.sessions) < snapshot.total:
         lines.append(
             f"(the first {len(snapshot.sessions):,} of {snapshot.total:,} sessions; "
             "--limit N shows more, --session ID one in full)"
         )
     return "\n".join(lines)
+
+
+def _state_lines(state: Any) -> list[str]:
+    """A user's processor's state as indented JSON lines (its fields by name)."""
+    import msgspec
+
+    try:
+        text = msgspec.json.format(msgspec.json.encode(state), indent=2)
+    except (TypeError, msgspec.EncodeError):
+        return [repr(state)]
+    return text.decode().splitlines()
 
 
 def _columns(cells: Sequence[Sequence[str]], right: set[int]) -> list[str]:

@@ -9,7 +9,7 @@ repeating a row:
    holding the output refuses the repair (:mod:`app.sink.fencing`).
 2. Find each partition's restart offset (:mod:`app.recovery.restart`): the latest
    offset from which every session that goes on past it can be rebuilt from
-   one of its snapshots.
+   one of its snapshots (under a user's processor, from its first message).
 3. Print the plan; with ``--dry-run`` stop here.
 4. Claim the output (a job that held it can change nothing after this; the
    ledger must still end where the plan read it), tidy what earlier writers
@@ -40,13 +40,14 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from app.contract import loader
 from app.contract import offsets as offsets_mod
 from app.contract.envelope import Record
 from app.contract.offsets import Offsets, TopicPartition
 from app.engine.writer import write_data_file
 from app.errors import ConfigurationError, DataLossError, OutputStateError
 from app.recovery.restart import CannotRebuildError, RestartPoint, headers, restart_point
-from app.sink import fencing
+from app.sink import fencing, processors
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
@@ -141,10 +142,12 @@ def plan_repair(output_uri: str, read: RecordReader, *, archive: str | None = No
         return RepairPlan((), {}, ())
     partitions: list[PartitionPlan] = []
     end: Offsets = {}
+    # A snapshot rebuilds a session of the built-in processor; a user's, its first message.
+    snapshots = processors.recorded(head).name == loader.BUILT_IN
     for tp in sorted(head.end):
         committed = head.end[tp]
         try:
-            point = restart_point(headers(read(tp, committed)), committed)
+            point = restart_point(headers(read(tp, committed)), committed, snapshots=snapshots)
         except CannotRebuildError as exc:
             raise OutputStateError(
                 f"cannot repair {tp}: {exc}",
@@ -226,6 +229,7 @@ def apply_repair(
                     adopt=plan.adopt,
                     # Its files keep the schema their rows were computed with.
                     schema=head.schema,
+                    processor=head.processor,
                 ),
                 doing="recording the repair",
             )

@@ -90,6 +90,7 @@ from app.errors import (
 )
 from app.sink import fold as fold_mod
 from app.sink import ledger as ledger_mod
+from app.sink import processors
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import OffsetLog
 from app.sink.fencing import Fence, LeaseKeeper
@@ -148,6 +149,11 @@ class BatchReport:
     # Records read per tier that served them ("archive", "kafka"): which
     # source served the batch (app.sources.tiered).
     served: Mapping[str, int] = field(default_factory=dict)
+    # Integrity classes ordered and once: messages dropped for their seq, seqs that never
+    # arrived, and (once) a sample of where sessions ended or timed out with seqs missing.
+    dropped: int = 0
+    missing: int = 0
+    gaps: tuple[str, ...] = ()
 
 
 @dataclass
@@ -320,7 +326,8 @@ class ExactlyOnceSink:
                 states=states,
                 rules=LiveRules.of(self.engine.rules),
                 foreign={tp: dict(sessions) for tp, sessions in outcome.foreign.items()},
-                schema=self.engine.processor.schema.digest,
+                schema=self.engine.processor.output.digest,
+                processor=processors.record(self.engine.processor),
             ),
             doing=f"recording batch {batch_id}",
         )
@@ -401,6 +408,13 @@ class ExactlyOnceSink:
             state_bytes=sum(self.engine.state_bytes.values()),
             sessions=sum(self.engine.sessions.values()),
             served=outcome.served,
+            dropped=outcome.repeats,
+            missing=outcome.gap_count,
+            gaps=tuple(
+                f"{tp.key()}@{g.offset} session {g.session}: {g.missing:,} seqs never "
+                f"arrived ({g.seqs})"
+                for tp, g in outcome.gaps
+            ),
         )
 
 

@@ -138,6 +138,43 @@ class LiveRules:
         return cls(mode=IntegrityMode(doc["integrity"]), timeout_ms=int(doc["session_timeout_ms"]))
 
 
+@dataclass(frozen=True)
+class ProcessorRecord:
+    """The processor an entry's rows were computed with: its name (``module:Class``, or
+    ``table``, the built-in), its state version, the digest of the input schema its
+    messages were read with (its document in ``_tablecast/schemas/``) and the version of
+    the distribution that held it ("" where none did). The entry's ``schema`` is its
+    output schema's."""
+
+    name: str
+    state_version: int
+    input: str
+    version: str = ""
+
+    def describe(self) -> str:
+        shown = f" {self.version}" if self.version else ""
+        return f"processor {self.name}{shown} (state version {self.state_version})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "state_version": self.state_version,
+            "input": self.input,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> ProcessorRecord | None:
+        if doc is None:
+            return None
+        return cls(
+            name=str(doc["name"]),
+            state_version=int(doc["state_version"]),
+            input=str(doc["input"]),
+            version=str(doc.get("version") or ""),
+        )
+
+
 # Sessions a resync batch treated as another partition's (rule 6): partition -> session -> owner.
 ForeignSessions = dict[TopicPartition, dict[str, TopicPartition]]
 
@@ -175,6 +212,9 @@ class LedgerEntry:
     # The digest of the table schema the entry's rows were computed with, its document
     # in _tablecast/schemas/ (app.sink.schemas); None in older entries: the default.
     schema: str | None = None
+    # The processor the rows were computed with (None in older entries: the built-in table
+    # processor over ``schema``).
+    processor: ProcessorRecord | None = None
 
     def ranges(self, previous: LedgerEntry | None) -> dict[TopicPartition, tuple[int, int]]:
         """The offsets this batch entry published, per partition (empty ranges left out)."""
@@ -216,6 +256,7 @@ class LedgerEntry:
             "claim": self.claim,
             "writer": None if self.writer is None else self.writer.to_json(),
             "schema": self.schema,
+            "processor": None if self.processor is None else self.processor.to_json(),
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -249,6 +290,7 @@ class LedgerEntry:
             claim=doc.get("claim"),
             writer=None if doc.get("writer") is None else WriterInfo.from_json(doc["writer"]),
             schema=doc.get("schema"),
+            processor=ProcessorRecord.from_json(doc.get("processor")),
         )
 
 

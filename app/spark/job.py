@@ -17,8 +17,9 @@ from enum import StrEnum
 from typing import Any
 
 from app import defaults
+from app.contract import loader
 from app.contract.offsets import Offsets
-from app.contract.processor import Processor, TableProcessor
+from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.durations import EXAMPLES as DURATION_EXAMPLES
 from app.durations import parse_duration_ms, spark_interval
@@ -28,7 +29,7 @@ from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
 from app.errors import ConfigurationError, OwnershipLostError
 from app.metrics.listener import MetricsListener
-from app.sink import fencing, schemas
+from app.sink import fencing, processors
 from app.sink import rewrite as rewrite_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.commit import BatchReport, ExactlyOnceSink
@@ -129,6 +130,8 @@ class JobConfig:
     table: table_live.TableSettings = field(default_factory=table_live.TableSettings)
     schema: TableSchema = DEFAULT_SCHEMA  # the table schema (CONTRACT.md section 1a)
     schema_document: str = "(default)"  # where it was read from, for the operator's eyes
+    # The processor (``--processor``): "table", the built-in, or "package.module:Class".
+    processor: str = loader.BUILT_IN
     # How long this job may go without renewing its hold on the output (app.sink.fencing).
     writer_lease_s: float = defaults.WRITER_LEASE_S
 
@@ -181,9 +184,12 @@ def run(
     waits to see whether a previous holder of the output is still running;
     ``gone``: the holder the command line already found quiet, before Spark started.
     """
-    processor = processor or TableProcessor(config.schema)
-    # A schema the output cannot take is refused before anything is written (a claim too).
-    schemas.check(resolve(config.output), processor.schema, config.schema_document)
+    processor = processor or loader.load(
+        config.processor, config.schema, schema_given=config.schema_document != "(default)"
+    )
+    # A processor or schema the output cannot take is refused before anything is written
+    # (a claim too).
+    processors.check(resolve(config.output), processor, config.schema_document)
     warm_workers(spark)  # while the checks, the table and the query start
     checkpoint = CheckpointLog(spark, config.checkpoint)
     writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
@@ -225,10 +231,10 @@ def _run_query(
     listener: MetricsListener | None,
 ) -> None:
     assert plan.fence is not None
-    # The output is this run's now: its schema is recorded, and Glue's table evolved to it
-    # (made, with --glue-database), before the first batch.
-    schemas.check_start(resolve(config.output), processor.schema, config.schema_document)
-    table_live.prepare(config.output, config.table, processor.schema)
+    # The output is this run's now: its processor's schemas are recorded, and Glue's table
+    # evolved to its output schema (made, with --glue-database), before the first batch.
+    processors.check_start(resolve(config.output), processor, config.schema_document)
+    table_live.prepare(config.output, config.table, processor.output)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(

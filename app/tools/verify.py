@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -20,8 +21,9 @@ import pyarrow.dataset as ds
 
 from app import defaults
 from app.contract.offsets import Offsets, TopicPartition
-from app.contract.processor import TableProcessor
+from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.contract.table_processor import TableProcessor
 from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.output import QuarantinedRecord, output_schema
@@ -45,6 +47,8 @@ class Expected:
     messages: int
     sessions: int
     schema: TableSchema = DEFAULT_SCHEMA  # the last table schema: the rows' columns
+    repeats: int = 0  # integrity classes ordered, once: messages dropped for their seq
+    gaps: int = 0  # seqs skipped (ordered) or missing at sessions' ends and timeouts (once)
 
 
 def expected_output(
@@ -56,10 +60,12 @@ def expected_output(
     timeout_ms: int = defaults.SESSION_TIMEOUT_MS,
     schema: TableSchema = DEFAULT_SCHEMA,
     changes: Mapping[TopicPartition, Sequence[tuple[int, TableSchema]]] | None = None,
+    processor: Processor[Any] | None = None,
 ) -> Expected:
     """What the job outputs for every record of the archive (or only below ``below``),
-    with the table schema ``schema``, and where ``changes`` says, from an offset on, another
-    (:func:`recorded_schemas`: where the live job restarted with one)."""
+    with the built-in processor over the table schema ``schema``, and where ``changes``
+    says, from an offset on, another (:func:`recorded_schemas`: where the live job
+    restarted with one); or with ``processor`` (a user's) over all of it."""
     location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
     if not index.files:
@@ -73,21 +79,21 @@ def expected_output(
             for lo in range(0, batch.num_rows, SLICE):
                 yield RecordColumns.from_arrow(batch.slice(lo, SLICE))
 
-    processors: dict[TableSchema, TableProcessor] = {}
+    built: dict[TableSchema, TableProcessor] = {}
 
-    def processor(of: TableSchema) -> TableProcessor:
-        return processors.setdefault(of, TableProcessor(of))
+    def table_processor(of: TableSchema) -> TableProcessor:
+        return built.setdefault(of, TableProcessor(of))
 
     switches = {
-        tp: [(offset, processor(changed)) for offset, changed in found]
+        tp: [(offset, table_processor(changed)) for offset, changed in found]
         for tp, found in (changes or {}).items()
     }
     outcome = run_partitions(
         sorted(index.files),
         read,
-        processor(schema),
+        processor or table_processor(schema),
         Rules(mode, timeout_ms, dict(adopt or {})),
-        switches,
+        {} if processor is not None else switches,
     )
     rows = outcome.rows()
     if below is not None:
@@ -101,6 +107,8 @@ def expected_output(
         outcome.messages,
         len(sessions),
         outcome.schema,
+        outcome.repeats,
+        outcome.gaps,
     )
 
 

@@ -58,7 +58,29 @@ def handoff_values(
         | kafka_job_values(config, bootstrap_brokers)
         | table_values(config)
         | archive_values(config)
+        | ({handoff.JOBS: ",".join(job.name for job in config.jobs)} if config.jobs else {})
     )
+
+
+def job_values(
+    config: EnvironmentConfig, *, bucket_name: str, driver_private_ip: str
+) -> dict[str, dict[str, str]]:
+    """Each declared job's parameters (``/tablecast/<env>/jobs/<name>/``), by job: every
+    name of ``app.handoff.JOB_ALL`` and those of ``JOB_OPTIONAL`` its settings give."""
+    found: dict[str, dict[str, str]] = {}
+    for job in config.jobs:
+        values = {
+            handoff.TOPIC_PATTERN: job.topic_pattern,
+            handoff.OUTPUT_URI: layout.job_output_uri(bucket_name, job.output_prefix),
+            handoff.CHECKPOINT_URI: layout.job_checkpoint_uri(driver_private_ip, job.name),
+            handoff.GLUE_TABLE: job.glue_table,
+            # The deploy tool uploads the schema and owns this from then on.
+            handoff.SCHEMA_SHA256: handoff.NO_SCHEMA,
+        }
+        if job.cores is not None:
+            values[handoff.CORES] = str(job.cores)
+        found[job.name] = values
+    return found
 
 
 def archive_values(config: EnvironmentConfig) -> dict[str, str]:

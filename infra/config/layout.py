@@ -27,7 +27,11 @@ HDFS_SNAPSHOT_TAG: Final = "tablecast:hdfs-snapshots"
 HDFS_NAMENODE_PORT: Final = 8020
 SPARK_MASTER_PORT: Final = 7077
 CHECKPOINT_PATH: Final = f"/tablecast/checkpoints/{JOB_NAME}"
+JOB_CHECKPOINTS_PATH: Final = "/tablecast/checkpoints/jobs"
 JOB_SERVICE: Final = "tablecast-job.service"
+# The Iceberg table of an environment's one job in its Glue database (declared jobs name
+# theirs: infra/config/jobs.py).
+DEFAULT_GLUE_TABLE: Final = "output"
 
 # The AMI build names and tags every image it makes like this.
 AMI_NAME_PATTERN: Final = "tablecast-spark-node-*"
@@ -55,6 +59,17 @@ LOG_RETENTION_DAYS: Final = 365
 def checkpoint_uri(driver_host: str) -> str:
     """Where the job keeps its checkpoint: HDFS on the Spark nodes."""
     return f"hdfs://{driver_host}:{HDFS_NAMENODE_PORT}{CHECKPOINT_PATH}"
+
+
+def job_checkpoint_uri(driver_host: str, job: str) -> str:
+    """Where a declared job keeps its checkpoint: beside the environment's one job's, in a
+    folder of its own (hdfs-checkpoint-backup copies every job's with /tablecast)."""
+    return f"hdfs://{driver_host}:{HDFS_NAMENODE_PORT}{JOB_CHECKPOINTS_PATH}/{job}"
+
+
+def job_output_uri(bucket: str, output_prefix: str) -> str:
+    """A declared job's output, below the bucket's ``output/``."""
+    return s3_uri(bucket, f"{OUTPUT_PREFIX}/{output_prefix}")
 
 
 def glue_database(environment: str) -> str:

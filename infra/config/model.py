@@ -6,10 +6,11 @@ from dataclasses import dataclass, fields
 from dataclasses import field as default_field
 
 from app import handoff
-from infra.config import parsing
+from infra.config import layout, parsing
 from infra.config.addressing import SubnetPlan, plan_subnets
 from infra.config.declared import DeclaredPipeline
 from infra.config.errors import ConfigError
+from infra.config.jobs import JobSettings, jobs_problem
 from infra.config.kafka_job import KafkaJobSettings
 from infra.config.settings import HOW_TO_SUPPLY, DeploymentSettings, EndpointKind
 from infra.config.sizing import MSK_MAX_VOLUME_GIB, required_broker_volume_gib
@@ -143,6 +144,18 @@ class EnvironmentConfig:
         """Whether the archive is under S3 Object Lock: production's only (the raw archive is
         the only copy once Kafka's retention has passed)."""
         return self.is_production
+
+    @property
+    def jobs(self) -> tuple[JobSettings, ...]:
+        """The jobs the deployment settings declare; none: the environment's one job."""
+        # Before the settings are checked, deployment may still be missing (None).
+        jobs: tuple[JobSettings, ...] = getattr(self.deployment, "jobs", ())
+        return jobs
+
+    @property
+    def glue_tables(self) -> tuple[str, ...]:
+        """The Iceberg tables the jobs commit in the environment's Glue database."""
+        return tuple(job.glue_table for job in self.jobs) or (layout.DEFAULT_GLUE_TABLE,)
 
     @property
     def trigger_seconds(self) -> int:
@@ -365,6 +378,12 @@ def _check_kafka(config: EnvironmentConfig) -> None:
     problem = config.kafka.problem(region=config.region, topic_pattern=config.topic_pattern)
     if problem is not None:
         raise _problem(config, *problem)
+    problem = jobs_problem(
+        config.jobs, topic_pattern=config.topic_pattern, explicit_topics=bool(config.kafka.topics)
+    )
+    if problem is not None:
+        field, text = problem
+        raise _problem(config, field, f"{text} (in {config.deployment.source})")
 
 
 def _check_spark(config: EnvironmentConfig) -> None:

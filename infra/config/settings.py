@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from infra.config.errors import ConfigError
+from infra.config.jobs import JobSettings, parse_jobs
 
 SETTINGS_VARIABLE = "TABLECAST_SETTINGS"
 """Environment variable naming the operator's settings file."""
@@ -125,6 +126,9 @@ class DeploymentSettings:
     """The zone of the Spark nodes, one of the environment's broker zones (its first when
     unset). Every broker zone has a Spark subnet ready: moving Spark after losing its
     zone changes this setting and no broker (docs/infra.md, 'What a failure costs')."""
+    jobs: tuple[JobSettings, ...] = ()
+    """The environment's jobs by name (``[<env>.jobs.<name>]``, infra/config/jobs.py); none:
+    the one job of an environment without jobs."""
     source: str = "<code>"
     """The file these came from, for messages."""
 
@@ -213,6 +217,7 @@ def parse_settings(
         producer_networks=reader.networks(),
         topic_admin_principals=reader.principals(),
         spark_zone=reader.optional_text("spark_zone", _ZONE, "is not an availability zone name"),
+        jobs=parse_jobs(environment, table.get("jobs", {}), source=source),
         source=source,
     )
     reader.no_unknown_keys()
@@ -231,6 +236,7 @@ class _Reader:
             "producer_networks",
             "topic_admin_principals",
             "spark_zone",
+            "jobs",
         }
     )
 

@@ -25,14 +25,17 @@ def dashboard_body(
     trigger_ms: int,
     nodes: Mapping[str, str],
     alarm_arns: Sequence[str],
+    jobs: Sequence[str | None] = (None,),
 ) -> str:
     """The dashboard as CloudWatch's JSON; token values resolve inside it.
 
     :param nodes: instance ids by node name.
     :param alarm_arns: alarms shown in the status widget.
+    :param jobs: the declared jobs, each with rows of its own; ``None``: the environment's
+        one job.
     """
 
-    def job_metrics(*names: str, stat: str = "Sum") -> list[list[Any]]:
+    def environment_metrics(*names: str, stat: str = "Sum") -> list[list[Any]]:
         return [
             [
                 metric_names.NAMESPACE,
@@ -42,20 +45,6 @@ def dashboard_body(
                 {"stat": stat},
             ]
             for name in names
-        ]
-
-    def by_source(name: str) -> list[list[Any]]:
-        return [
-            [
-                metric_names.NAMESPACE,
-                name,
-                metric_names.ENVIRONMENT_DIMENSION,
-                environment,
-                metric_names.SOURCE_DIMENSION,
-                source,
-                {"stat": "Sum", "label": source},
-            ]
-            for source in metric_names.SOURCES
         ]
 
     def brokers(metric: str, stat: str) -> list[list[Any]]:
@@ -83,60 +72,17 @@ def dashboard_body(
 
     widgets = [
         _alarms("Alarms", alarm_arns),
-        _metrics(
-            "Job: heartbeat and throughput",
-            region,
-            job_metrics(
-                metric_names.HEARTBEAT, metric_names.INPUT_MESSAGES, metric_names.ROWS_WRITTEN
-            ),
-        ),
-        _metrics(
-            "Job: records served, by source (the archive: what Kafka no longer holds)",
-            region,
-            [line for name in metric_names.BY_SOURCE for line in by_source(name)],
-        ),
-        _metrics(
-            "Job: records behind the newest offsets",
-            region,
-            job_metrics(
-                metric_names.RECORDS_BEHIND,
-                metric_names.RECORDS_BEHIND_WORST_PARTITION,
-                metric_names.RECORDS_BEHIND_HIGH_WATERMARK,
-                stat="Maximum",
-            ),
-        ),
-        _metrics(
-            "Job: a last stable offset stalled behind its high watermark (s)",
-            region,
-            job_metrics(metric_names.STABLE_OFFSET_STALLED_SECONDS, stat="Maximum"),
-        ),
-        _metrics(
-            "Job: batch duration (ms)",
-            region,
-            job_metrics(metric_names.BATCH_DURATION_MS, stat="Maximum"),
-            annotation=("trigger interval", trigger_ms),
-        ),
-        _metrics(
-            "Job: integrity",
-            region,
-            job_metrics(metric_names.INTEGRITY_VIOLATIONS, metric_names.QUARANTINED_MESSAGES),
-        ),
-        _metrics(
-            "Job: state",
-            region,
-            job_metrics(metric_names.SESSIONS_IN_STATE, metric_names.STATE_BYTES, stat="Maximum"),
-        ),
-        _metrics(
-            "Job: output", region, job_metrics(metric_names.OUTPUT_FILES, metric_names.OUTPUT_BYTES)
-        ),
+        *(widget for job in jobs for widget in _job_widgets(environment, region, job, trigger_ms)),
         _metrics(
             "Archiver: heartbeat and records Kafka holds that the archive does not yet",
             region,
             [
-                *job_metrics(metric_names.ARCHIVER_HEARTBEAT),
-                *job_metrics(metric_names.ARCHIVER_RECORDS_BEHIND, stat="Maximum"),
+                *environment_metrics(metric_names.ARCHIVER_HEARTBEAT),
+                *environment_metrics(metric_names.ARCHIVER_RECORDS_BEHIND, stat="Maximum"),
             ],
         ),
+    ]
+    widgets += [
         _metrics(
             "Kafka: data disk used (%)",
             region,
@@ -161,6 +107,87 @@ def dashboard_body(
     for index, widget in enumerate(widgets):
         widget.update(x=(index % 2) * WIDTH, y=(index // 2) * HEIGHT, width=WIDTH, height=HEIGHT)
     return json.dumps({"widgets": widgets})
+
+
+def _job_widgets(environment: str, region: str, job: str | None, trigger_ms: int) -> list[Widget]:
+    """One job's rows: its metrics carry the environment and, for a declared job, its name."""
+    dimensions: list[str] = [metric_names.ENVIRONMENT_DIMENSION, environment]
+    if job is not None:
+        dimensions += [metric_names.JOB_DIMENSION, job]
+    title = "Job" if job is None else f"Job {job}"
+
+    def job_metrics(*names: str, stat: str = "Sum") -> list[list[Any]]:
+        return [[metric_names.NAMESPACE, name, *dimensions, {"stat": stat}] for name in names]
+
+    def by_source(name: str) -> list[list[Any]]:
+        return [
+            [
+                metric_names.NAMESPACE,
+                name,
+                *dimensions,
+                metric_names.SOURCE_DIMENSION,
+                source,
+                {"stat": "Sum", "label": source},
+            ]
+            for source in metric_names.SOURCES
+        ]
+
+    return [
+        _metrics(
+            f"{title}: heartbeat and throughput",
+            region,
+            job_metrics(
+                metric_names.HEARTBEAT, metric_names.INPUT_MESSAGES, metric_names.ROWS_WRITTEN
+            ),
+        ),
+        _metrics(
+            f"{title}: records served, by source (the archive: what Kafka no longer holds)",
+            region,
+            [line for name in metric_names.BY_SOURCE for line in by_source(name)],
+        ),
+        _metrics(
+            f"{title}: records behind the newest offsets",
+            region,
+            job_metrics(
+                metric_names.RECORDS_BEHIND,
+                metric_names.RECORDS_BEHIND_WORST_PARTITION,
+                metric_names.RECORDS_BEHIND_HIGH_WATERMARK,
+                stat="Maximum",
+            ),
+        ),
+        _metrics(
+            f"{title}: a last stable offset stalled behind its high watermark (s)",
+            region,
+            job_metrics(metric_names.STABLE_OFFSET_STALLED_SECONDS, stat="Maximum"),
+        ),
+        _metrics(
+            f"{title}: batch duration (ms)",
+            region,
+            job_metrics(metric_names.BATCH_DURATION_MS, stat="Maximum"),
+            annotation=("trigger interval", trigger_ms),
+        ),
+        _metrics(
+            f"{title}: integrity",
+            region,
+            # Under ordered and once, what the integrity class dropped and skipped.
+            job_metrics(
+                metric_names.INTEGRITY_VIOLATIONS,
+                metric_names.QUARANTINED_MESSAGES,
+                metric_names.DROPPED_MESSAGES,
+                metric_names.MISSING_SEQS,
+            ),
+        ),
+        _metrics(
+            f"{title}: state",
+            region,
+            job_metrics(metric_names.SESSIONS_IN_STATE, metric_names.STATE_BYTES, stat="Maximum"),
+        ),
+        _metrics(
+            f"{title}: output",
+            region,
+            job_metrics(metric_names.OUTPUT_FILES, metric_names.OUTPUT_BYTES),
+        ),
+    ]
 
 
 def _metrics(

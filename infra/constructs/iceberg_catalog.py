@@ -20,6 +20,8 @@
   and to read and write encrypted results. Nothing else.
 """
 
+from collections.abc import Sequence
+
 from cdktf_cdktf_provider_aws.athena_workgroup import (
     AthenaWorkgroup,
     AthenaWorkgroupConfiguration,
@@ -34,7 +36,8 @@ from infra.cdk import TerraformOutput
 from infra.config import layout
 from infra.constructs.policies import Statement, allow, policy_json
 
-TABLE = "output"
+TABLE = layout.DEFAULT_GLUE_TABLE
+"""The table of an environment's one job; declared jobs name theirs (``glue_table``)."""
 RESULTS_PREFIX = layout.ATHENA_RESULTS_PREFIX
 GLUE_READ_ACTIONS = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
 GLUE_COMMIT_ACTIONS = ("glue:CreateTable", "glue:UpdateTable")
@@ -81,6 +84,7 @@ class IcebergCatalog(Construct):
         region: str,
         account: str,
         partition: str,
+        tables: Sequence[str] = (TABLE,),
     ) -> None:
         """Create the database and the workgroup.
 
@@ -90,6 +94,7 @@ class IcebergCatalog(Construct):
         :param kms_key_arn: the pipeline's data key, which encrypts the results.
         :param force_destroy: a test environment's workgroup goes with its saved queries.
         :param bucket_arn, region, account, partition: for the Athena readers' policy.
+        :param tables: the jobs' tables in the database, which the readers may read.
         """
         super().__init__(scope, id_)
         self.database = GlueCatalogDatabase(
@@ -122,8 +127,8 @@ class IcebergCatalog(Construct):
             self,
             "athena-reader",
             name=f"{prefix}-athena-reader",
-            description=f"Query {database}.{TABLE} of {prefix} in Athena workgroup {prefix} "
-            "(attach to analysts' roles)",
+            description=f"Query {database}.{'/'.join(tables)} of {prefix} in Athena workgroup "
+            f"{prefix} (attach to analysts' roles)",
             policy=policy_json(
                 reader_statements(
                     workgroup=prefix,
@@ -133,6 +138,7 @@ class IcebergCatalog(Construct):
                     region=region,
                     account=account,
                     partition=partition,
+                    tables=tables,
                 )
             ),
         )
@@ -144,20 +150,36 @@ class IcebergCatalog(Construct):
         )
 
 
-def job_statements(*, database: str, region: str, account: str, partition: str) -> list[Statement]:
-    """What the job may do in Glue: commit its own table, read its database, nothing else."""
-    resources = _table_resources(database, region=region, account=account, partition=partition)
+def job_statements(
+    *,
+    database: str,
+    region: str,
+    account: str,
+    partition: str,
+    tables: Sequence[str] = (TABLE,),
+) -> list[Statement]:
+    """What the jobs may do in Glue: commit their own tables, read their database, nothing
+    else."""
+    resources = _table_resources(
+        database, region=region, account=account, partition=partition, tables=tables
+    )
     return [
         allow("ReadOutputTableCatalog", GLUE_READ_ACTIONS, resources),
         allow("CommitOutputTable", GLUE_COMMIT_ACTIONS, resources),
     ]
 
 
-def _table_resources(database: str, *, region: str, account: str, partition: str) -> list[str]:
-    """The catalog, the environment's database and its one table (Glue authorizes a table's
-    calls on all three)."""
+def _table_resources(
+    database: str, *, region: str, account: str, partition: str, tables: Sequence[str]
+) -> list[str]:
+    """The catalog, the environment's database and its jobs' tables (Glue authorizes a
+    table's calls on all three)."""
     base = f"arn:{partition}:glue:{region}:{account}"
-    return [f"{base}:catalog", f"{base}:database/{database}", f"{base}:table/{database}/{TABLE}"]
+    return [
+        f"{base}:catalog",
+        f"{base}:database/{database}",
+        *(f"{base}:table/{database}/{table}" for table in tables),
+    ]
 
 
 def reader_statements(
@@ -169,8 +191,9 @@ def reader_statements(
     region: str,
     account: str,
     partition: str,
+    tables: Sequence[str] = (TABLE,),
 ) -> list[Statement]:
-    """What an Athena reader of the output's table may do, and nothing more."""
+    """What an Athena reader of the output's tables may do, and nothing more."""
     athena = f"arn:{partition}:athena:{region}:{account}"
     output, results = layout.OUTPUT_PREFIX, RESULTS_PREFIX
     return [
@@ -181,7 +204,9 @@ def reader_statements(
         allow(
             "ReadOutputTableCatalog",
             GLUE_READ_ACTIONS,
-            _table_resources(database, region=region, account=account, partition=partition),
+            _table_resources(
+                database, region=region, account=account, partition=partition, tables=tables
+            ),
         ),
         allow(
             "ListOutputAndResults",

@@ -113,6 +113,7 @@ def node_statements(
     kafka_secret_key_arn: str = "",
     archive_locked: bool = False,
     test_pipeline: bool = False,
+    glue_tables: Sequence[str] = (layout.DEFAULT_GLUE_TABLE,),
 ) -> list[Statement]:
     """Every statement of the inline policy of ``kind``'s role.
 
@@ -128,6 +129,8 @@ def node_statements(
     :param kafka_secret_key_arn: the secret's KMS key, used through Secrets Manager only.
     :param archive_locked: the archive is under Object Lock: the archiver puts each file's
         retention.
+    :param glue_tables: the jobs' Iceberg tables in the environment's Glue database, which
+        the driver commits.
     :param test_pipeline: a test pipeline's driver also creates and loads the pipeline's
         topics, so that ``tablecast-ops test-run`` runs there (it reaches the brokers).
     """
@@ -204,6 +207,7 @@ def node_statements(
             region=region,
             account=account,
             partition=partition,
+            tables=glue_tables,
         ),
         *(load_statements(kafka) if test_pipeline else []),
     ]

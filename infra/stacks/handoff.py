@@ -10,7 +10,7 @@ from constructs import Construct
 from app import handoff
 from infra.cdk import Fn, TerraformOutput, TerraformResourceLifecycle
 from infra.config import EnvironmentConfig
-from infra.config.handoff import handoff_values
+from infra.config.handoff import handoff_values, job_values
 from infra.stacks.base import EnvironmentStack
 
 DESCRIPTIONS = {
@@ -46,7 +46,18 @@ DESCRIPTIONS = {
     handoff.RETIRE_GRACE: "How long a compaction's inputs stay for readers (--retire-grace)",
     handoff.TABLE_HISTORY: "How far back the table keeps snapshots (--table-history)",
     handoff.ARCHIVE_LOCK_DAYS: "Days the archiver locks each archive file (Object Lock)",
+    handoff.JOBS: "The jobs the settings declare (tablecast-job@<name>.service each)",
 }
+JOB_DESCRIPTIONS = {
+    handoff.TOPIC_PATTERN: "Regular expression of the job's topics (--topic-pattern)",
+    handoff.OUTPUT_URI: "The job's output dataset (--output)",
+    handoff.CHECKPOINT_URI: "The job's checkpoint in HDFS on the driver (--checkpoint)",
+    handoff.GLUE_TABLE: "The job's Iceberg table in the Glue database (--glue-table)",
+    handoff.SCHEMA_SHA256: "SHA-256 of the job's deployed table schema; set by the deploy tool",
+    handoff.CORES: "The most of the cluster's cores the job takes (spark.cores.max)",
+}
+# What the deploy tool owns once it exists: Terraform writes the first value only.
+DEPLOYED = (handoff.JOB_VERSION, handoff.JOB_WHEEL_SHA256, handoff.SCHEMA_SHA256)
 
 
 class HandoffStack(EnvironmentStack):
@@ -83,24 +94,45 @@ class HandoffStack(EnvironmentStack):
             bootstrap_brokers=bootstrap_brokers,
         )
         for name, value in self.values.items():
-            parameter = SsmParameter(
-                self,
-                f"parameter-{name}",
-                name=handoff.parameter_name(config.name, name),
-                type="String",
-                tier="Standard",
-                value=value,
-                description=DESCRIPTIONS[name],
-                # The deploy tool owns the version once it exists.
-                lifecycle=TerraformResourceLifecycle(ignore_changes=["value"])
-                if name in (handoff.JOB_VERSION, handoff.JOB_WHEEL_SHA256)
-                else None,
+            self._parameter(
+                name, handoff.parameter_name(config.name, name), value, DESCRIPTIONS[name]
             )
-            TerraformOutput(
-                self,
-                name.replace("-", "_"),
-                # Addresses and names, no secrets: the provider marks every
-                # parameter value sensitive, and cdktf every cross-stack value.
-                value=Fn.nonsensitive(parameter.value),
-                description=DESCRIPTIONS[name],
-            )
+        self.job_values = job_values(
+            config, bucket_name=bucket_name, driver_private_ip=driver_private_ip
+        )
+        """Each declared job's parameters, by job."""
+        for job, values in self.job_values.items():
+            for name, value in values.items():
+                self._parameter(
+                    f"job-{job}-{name}",
+                    handoff.job_parameter_name(config.name, job, name),
+                    value,
+                    f"Job {job}: {JOB_DESCRIPTIONS[name]}",
+                    deployed=name in DEPLOYED,
+                )
+
+    def _parameter(
+        self, key: str, path: str, value: str, description: str, *, deployed: bool = False
+    ) -> None:
+        """One SSM parameter and its output, named ``key`` (``-`` as ``_``)."""
+        parameter = SsmParameter(
+            self,
+            f"parameter-{key}",
+            name=path,
+            type="String",
+            tier="Standard",
+            value=value,
+            description=description,
+            # The deploy tool owns the version once it exists.
+            lifecycle=TerraformResourceLifecycle(ignore_changes=["value"])
+            if deployed or key in DEPLOYED
+            else None,
+        )
+        TerraformOutput(
+            self,
+            key.replace("-", "_"),
+            # Addresses and names, no secrets: the provider marks every
+            # parameter value sensitive, and cdktf every cross-stack value.
+            value=Fn.nonsensitive(parameter.value),
+            description=description,
+        )

@@ -204,8 +204,24 @@ def kafka_alarms(config: EnvironmentConfig, cluster_name: str) -> list[AlarmSpec
 
 
 def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
-    """The job's own metrics (``app.metric_names``)."""
-    job = {metric_names.ENVIRONMENT_DIMENSION: config.name}
+    """The jobs' own metrics (``app.metric_names``): the environment's one job's, or each
+    declared job's (``job-<name>-...``, its ``Job`` dimension)."""
+    if not config.jobs:
+        return _job_alarms(config, None)
+    return [spec for job in config.jobs for spec in _job_alarms(config, job.name)]
+
+
+def job_dimensions(environment: str, job: str | None) -> dict[str, str]:
+    """The dimensions a job's metrics carry: its environment, and a declared job's name."""
+    dimensions = {metric_names.ENVIRONMENT_DIMENSION: environment}
+    if job is not None:
+        dimensions[metric_names.JOB_DIMENSION] = job
+    return dimensions
+
+
+def _job_alarms(config: EnvironmentConfig, job_name: str | None) -> list[AlarmSpec]:
+    job = job_dimensions(config.name, job_name)
+    the_job = "The job" if job_name is None else f"Job {job_name}"
 
     def metric(name: str, statistic: str, period: int = FIVE_MINUTES) -> Metric:
         return Metric(
@@ -216,10 +232,13 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             period=period,
         )
 
+    def named(alarm: str) -> str:
+        return metric_names.job_alarm(alarm, job_name)
+
     return [
         AlarmSpec(
-            name="job-heartbeat-missing",
-            description="The job published no heartbeat: it is not running or not progressing",
+            name=named("job-heartbeat-missing"),
+            description=f"{the_job} published no heartbeat: it is not running or not progressing",
             metric=metric(
                 metric_names.HEARTBEAT, "Sum", heartbeat_window_seconds(config.trigger_seconds)
             ),
@@ -231,8 +250,8 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             armed_by_deploy=True,
         ),
         AlarmSpec(
-            name="job-integrity-violations",
-            description="The job found messages that break a session's integrity",
+            name=named("job-integrity-violations"),
+            description=f"{the_job} found messages that break a session's integrity",
             metric=metric(metric_names.INTEGRITY_VIOLATIONS, "Sum", ONE_MINUTE),
             comparison=GREATER,
             threshold=0,
@@ -241,8 +260,8 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             missing=Missing.NOT_BREACHING,
         ),
         AlarmSpec(
-            name="job-records-behind",
-            description=f"The job is more than {config.records_behind_alarm_threshold} records "
+            name=named("job-records-behind"),
+            description=f"{the_job} is more than {config.records_behind_alarm_threshold} records "
             "behind the newest offsets",
             metric=metric(metric_names.RECORDS_BEHIND, "Maximum"),
             comparison=GREATER,
@@ -252,7 +271,7 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             missing=Missing.NOT_BREACHING,
         ),
         AlarmSpec(
-            name="job-stable-offset-stalled",
+            name=named("job-stable-offset-stalled"),
             description="A partition's last stable offset has not moved for more than "
             f"{STABLE_OFFSET_STALLED_SECONDS // ONE_MINUTE} minutes with records beyond it: a "
             "transaction left open holds back every record after it (RecordsBehind stays 0, "
@@ -265,7 +284,7 @@ def job_alarms(config: EnvironmentConfig) -> list[AlarmSpec]:
             missing=Missing.NOT_BREACHING,
         ),
         AlarmSpec(
-            name="job-batch-duration",
+            name=named("job-batch-duration"),
             description=f"Micro-batches take longer than the {config.trigger_interval} trigger: "
             "the job falls behind",
             metric=metric(metric_names.BATCH_DURATION_MS, "Average"),
@@ -620,6 +639,7 @@ class MonitoringStack(EnvironmentStack):
                 cluster_name=cluster_name,
                 broker_count=config.broker_count,
                 trigger_ms=config.trigger_seconds * 1000,
+                jobs=[job.name for job in config.jobs] or [None],
                 nodes=nodes,
                 alarm_arns=[alarm.arn for alarm in self._alarms.alarms],
             ),

@@ -238,6 +238,7 @@ class SparkStack(EnvironmentStack):
                         kafka_secret_key_arn=config.kafka.secret_key_arn,
                         archive_locked=config.archive_locked,
                         test_pipeline=config.test_pipeline is not None,
+                        glue_tables=config.glue_tables,
                     )
                 ),
             )

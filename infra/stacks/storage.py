@@ -68,4 +68,5 @@ class StorageStack(EnvironmentStack):
             region=config.region,
             account=account,
             partition=partition,
+            tables=config.glue_tables,
         )

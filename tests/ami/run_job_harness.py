@@ -99,9 +99,10 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_job(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_job(env: dict[str, str], *job: str) -> subprocess.CompletedProcess[str]:
+    """run-job, of the environment's one job or (``job``) of a declared one."""
     return subprocess.run(
-        [str(FILES / "bin" / "run-job")],
+        [str(FILES / "bin" / "run-job"), *job],
         env=env,
         capture_output=True,
         text=True,

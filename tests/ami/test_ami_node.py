@@ -105,6 +105,22 @@ def test_job_service_runs_run_job_and_restarts_on_failure() -> None:
     assert "hdfs-namenode.service" in entries["After"][0]
 
 
+def test_a_declared_jobs_service_is_the_job_service_running_run_job_with_its_name() -> None:
+    template = unit("tablecast-job@")
+    assert template["ExecStart"] == ["/opt/tablecast/bin/run-job %i"]
+    assert handoff.job_unit("lab") == "tablecast-job@lab.service"
+    # Everything else as the environment's one job's service: restarts, order, logs.
+    one = unit("tablecast-job")
+    for key in ("After", "Wants", "Restart", "StartLimitIntervalSec", "SyslogIdentifier"):
+        assert template[key] == one[key], key
+    assert sorted(template) == sorted(one)
+
+
+def test_run_job_reads_exactly_a_declared_jobs_handoff_names() -> None:
+    assert run_job_parameters("JOB_PARAMETERS") == list(handoff.JOB_ALL)
+    assert run_job_parameters("JOB_OPTIONAL_PARAMETERS") == list(handoff.JOB_OPTIONAL)
+
+
 def test_run_job_reads_exactly_handoff_names() -> None:
     parameters = run_job_parameters()
     unknown = set(parameters) - set(handoff.ALL)

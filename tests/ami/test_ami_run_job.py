@@ -3,15 +3,26 @@ the deploy tool recorded (root installs it; nodes only read artifacts/)."""
 
 from __future__ import annotations
 
+import fcntl
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 
 from app import handoff
-from tests.ami.run_job_harness import REGION, VERSION, moto_aws, prepare, run_job
+from tests.ami.helpers import FILES
+from tests.ami.run_job_harness import (
+    BUCKET,
+    REGION,
+    VERSION,
+    moto_aws,
+    prepare,
+    run_job,
+    sha256,
+)
 
 
 @pytest.fixture
@@ -43,7 +54,13 @@ def test_run_job_installs_the_wheel_whose_hash_is_recorded(
 
 
 def submitted(
-    aws: dict[str, str], tmp_path: Path, options: dict[str, str], node: dict[str, str] | None = None
+    aws: dict[str, str],
+    tmp_path: Path,
+    options: dict[str, str],
+    node: dict[str, str] | None = None,
+    *,
+    job: str | None = None,
+    before: Callable[[], object] = lambda: None,
 ) -> list[str]:
     """What run-job hands spark-submit when SSM also holds ``options`` (the job's Kafka options).
 
@@ -51,6 +68,7 @@ def submitted(
     arguments.
     """
     env = prepare(aws, tmp_path, recorded_sha256=None)
+    before()
     ssm = boto3.session.Session(
         region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
     ).client("ssm", endpoint_url=aws["AWS_ENDPOINT_URL"])
@@ -68,9 +86,113 @@ def submitted(
     spark_submit.chmod(0o755)
     env.pop("TABLECAST_KAFKA_AUTH", None)  # a node's environment: SSM says
     env.pop("TABLECAST_PRELOAD_DIR", None)
-    done = run_job(env | (node or {}))
+    done = run_job(env | (node or {}), *([job] if job else []))
     assert done.returncode == 0, done.stderr
     return arguments.read_bytes().decode().split("\0")[:-1]
+
+
+SCHEMA = b'[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\n'
+
+
+def declared(
+    aws: dict[str, str],
+    tmp_path: Path,
+    *,
+    stored: bytes = SCHEMA,
+    recorded: str | None = None,
+    jobs: str = "plant,lab",
+) -> dict[str, str]:
+    """SSM's hand-off of an environment declaring ``jobs``, job lab's own parameters, and
+    ``stored`` as lab's schema document in artifacts/schemas/ (named by its SHA-256, or
+    ``recorded``, which schema-sha256 holds)."""
+    session = boto3.session.Session(
+        region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    ssm = session.client("ssm", endpoint_url=aws["AWS_ENDPOINT_URL"])
+    s3 = session.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"])
+    digest = recorded or sha256(stored)
+    s3.put_object(Bucket=BUCKET, Key=f"artifacts/schemas/{digest}.toml", Body=stored)
+    ssm.put_parameter(Name=handoff.parameter_name("t", handoff.JOBS), Value=jobs, Type="String")
+    values = {
+        handoff.TOPIC_PATTERN: "^s-lab-.+",
+        handoff.OUTPUT_URI: f"s3://{BUCKET}/output/lab/meters",
+        handoff.CHECKPOINT_URI: "hdfs://h/tablecast/checkpoints/jobs/lab",
+        handoff.GLUE_TABLE: "lab_meters",
+        handoff.SCHEMA_SHA256: digest,
+        handoff.CORES: "2",
+    }
+    for name, value in values.items():
+        ssm.put_parameter(
+            Name=handoff.job_parameter_name("t", "lab", name), Value=value, Type="String"
+        )
+    return {}
+
+
+def test_a_declared_job_runs_with_its_own_topics_output_checkpoint_table_schema_and_cores(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    argv = submitted(aws, tmp_path, {}, job="lab", before=lambda: declared(aws, tmp_path))
+    options = job_options(argv)
+    assert ("--topic-pattern", "^s-lab-.+") in options
+    assert ("--output", f"s3://{BUCKET}/output/lab/meters") in options
+    assert ("--checkpoint", "hdfs://h/tablecast/checkpoints/jobs/lab") in options
+    assert ("--glue-table", "lab_meters") in options
+    assert ("--glue-database", "tablecast_t") in options  # the environment's
+    # The schema document fetched beside the wheels, its SHA-256 checked.
+    schema = Path(dict(options)["--schema"])
+    assert schema == tmp_path / "wheels" / "schemas" / f"{sha256(SCHEMA)}.toml"
+    assert schema.read_bytes() == SCHEMA
+    assert argv[argv.index("--name") + 1] == "tablecast-t-lab"
+    conf = [argv[i + 1] for i, word in enumerate(argv[: argv.index("run")]) if word == "--conf"]
+    assert "spark.cores.max=2" in conf
+    # `tablecast run` takes them as given.
+    from app import cli
+
+    args = cli.build_parser().parse_args(argv[argv.index("run") :])
+    assert (args.glue_table, args.schema, args.job) == ("lab_meters", str(schema), "lab")
+
+
+def test_a_declared_job_whose_schema_is_not_the_recorded_one_does_not_run(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    env = prepare(aws, tmp_path, recorded_sha256=None)
+    declared(aws, tmp_path, recorded="0" * 64)
+    done = run_job(env, "lab")
+    assert done.returncode == 1
+    assert f"schemas/{'0' * 64}.toml has SHA-256 {sha256(SCHEMA)}" in done.stderr
+    assert "job lab's schema-sha256 records 0000" in done.stderr
+    assert not list((tmp_path / "wheels" / "schemas").iterdir()), "the refused one is not kept"
+
+
+@pytest.mark.parametrize(
+    ("job", "jobs", "complaint"),
+    [
+        ("lab", "plant", "the settings of t declare no job lab (SSM jobs: 'plant')"),
+        ("Lab", "plant,lab", "'Lab' is not a job's name (1-24 of a-z, 0-9, '-', a letter first)"),
+    ],
+)
+def test_run_job_refuses_a_job_the_settings_do_not_declare(
+    aws: dict[str, str], tmp_path: Path, job: str, jobs: str, complaint: str
+) -> None:
+    env = prepare(aws, tmp_path, recorded_sha256=None)
+    declared(aws, tmp_path, jobs=jobs)
+    done = run_job(env, job)
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
+        1,
+        f"run-job: ERROR: {complaint}",
+    )
+
+
+def test_where_the_settings_declare_jobs_the_environments_one_job_does_not_run(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    env = prepare(aws, tmp_path, recorded_sha256=None)
+    declared(aws, tmp_path)
+    done = run_job(env)
+    # Exit 0: systemd does not restart it.
+    assert done.returncode == 0, done.stderr
+    assert "declare jobs (plant,lab): each runs as tablecast-job@<name>.service" in done.stderr
+    assert not (tmp_path / "pip.log").exists(), "nothing was installed"
 
 
 def job_options(argv: list[str]) -> list[tuple[str, str]]:
@@ -191,3 +313,34 @@ def test_run_job_names_the_preloading_python_daemon_only_where_the_image_install
         assert argv.index("--conf") < argv.index("run")
     else:
         assert DAEMON not in argv
+
+
+def test_one_service_at_a_time_fetches_and_installs(aws: dict[str, str], tmp_path: Path) -> None:
+    """The declared jobs' services start together: each waits for the wheels folder's lock
+    before it fetches and installs, so no two write one file or the venv at once."""
+    env = prepare(aws, tmp_path, recorded_sha256=None)
+    with (tmp_path / "wheels" / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = subprocess.Popen(
+            [str(FILES / "bin" / "run-job")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            with pytest.raises(subprocess.TimeoutExpired):
+                started.wait(timeout=5)
+            assert not (tmp_path / "pip.log").exists(), "it waits for the lock"
+            assert not list((tmp_path / "wheels").glob("*.part")), "and fetches nothing"
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            _, stderr = started.communicate(timeout=120)
+        finally:
+            if started.poll() is None:
+                started.kill()
+                started.wait()
+    # Then it went on to pip (which the stand-in refuses with 7).
+    assert started.returncode == 7, stderr
+    assert "--no-deps" in (tmp_path / "pip.log").read_text()

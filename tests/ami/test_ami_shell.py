@@ -117,10 +117,13 @@ def test_no_floating_downloads() -> None:
 def test_no_checksum_is_committed() -> None:
     """Expected digests come from the publishers at build time, never from here.
 
-    The one 40-hex-digit value allowed is the CloudWatch agent signing key's
-    fingerprint that AWS documents (a key identity, not a file checksum).
+    The 40-hex-digit values allowed are the fingerprints of the CloudWatch agent's and the
+    SSM Agent's signing keys that AWS documents (key identities, not file checksums).
     """
-    allowed = {"937616F3450B7D806CBD9725D58167303B789C72"}
+    allowed = {
+        "937616F3450B7D806CBD9725D58167303B789C72",
+        "DE92C7DA3E56E92331D62A36BC1F495C97DD04ED",
+    }
     for path in AMI.rglob("*"):
         if not path.is_file():
             continue

@@ -19,7 +19,7 @@ from typing import Any, cast
 import pytest
 
 from app.contract.offsets import TopicPartition
-from app.contract.processor import TableProcessor
+from app.contract.table_processor import TableProcessor
 from app.engine.in_process import InProcessOutcome, run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.errors import Rule

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.contract.offsets import TopicPartition
-from app.contract.processor import Table, TableProcessor
+from app.contract.table_processor import Table, TableProcessor
 from app.engine.machine import (
     Claim,
     IntegrityMode,

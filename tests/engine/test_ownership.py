@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from app.contract.offsets import TopicPartition
-from app.contract.processor import TableProcessor
+from app.contract.table_processor import TableProcessor
 from app.engine.in_process import run_partitions
 from app.engine.machine import Claim, Drop, IntegrityMode, PartitionMachine, RecordColumns, Rules
 from app.engine.ownership import Foreign, Registry, settle

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from app.contract.offsets import Offsets, TopicPartition
-from app.contract.processor import TableProcessor
+from app.contract.table_processor import TableProcessor
 from app.engine import task as task_mod
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.contract.offsets import TopicPartition
-from app.contract.processor import Table, TableProcessor
+from app.contract.table_processor import Table, TableProcessor
 from app.engine.state import PartitionState, SessionState, StateVersion
 from app.engine.store import MAGIC, StateCache, StateStore, decode, encode, owned_sessions
 from app.errors import StateError

@@ -16,7 +16,7 @@ from pyspark import TaskContext
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from app.contract.offsets import TopicPartition
-from app.contract.processor import TableProcessor
+from app.contract.table_processor import TableProcessor
 from app.engine import task as task_mod
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.reports import BatchOutcome

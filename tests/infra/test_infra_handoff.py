@@ -12,7 +12,16 @@ def value(env: SynthesizedEnvironment, name: str) -> str:
 def test_every_handoff_name_is_a_parameter(env: SynthesizedEnvironment) -> None:
     # The archive's lock, where there is one (production).
     locked = (handoff.ARCHIVE_LOCK_DAYS,) if env.config.archive_locked else ()
-    expected = {handoff.parameter_name(env.config.name, name) for name in (*handoff.ALL, *locked)}
+    # The declared jobs' names, where the settings declare jobs (staging's testing settings).
+    jobs = (handoff.JOBS,) if env.config.jobs else ()
+    expected = {
+        handoff.parameter_name(env.config.name, name) for name in (*handoff.ALL, *locked, *jobs)
+    }
+    expected |= {
+        handoff.job_parameter_name(env.config.name, job.name, name)
+        for job in env.config.jobs
+        for name in (*handoff.JOB_ALL, *((handoff.CORES,) if job.cores else ()))
+    }
     assert set(parameters(env)) == expected
     for parameter in parameters(env).values():
         assert parameter["type"] == "String"
@@ -33,6 +42,10 @@ def test_job_version_starts_as_none_and_belongs_to_the_deploy_tool(
     owned = [
         parameters(env)[handoff.parameter_name(env.config.name, name)]
         for name in (handoff.JOB_VERSION, handoff.JOB_WHEEL_SHA256)
+    ] + [
+        parameters(env)[handoff.job_parameter_name(env.config.name, job.name, name)]
+        for job in env.config.jobs
+        for name in (handoff.SCHEMA_SHA256,)
     ]
     for parameter in owned:
         assert parameter["value"] == "none"
@@ -84,3 +97,41 @@ def test_stack_names_contain_the_environment(env: SynthesizedEnvironment) -> Non
     for stack in env.synthesized.values():
         for reference in stack.data_sources("terraform_remote_state"):
             assert reference.startswith(f"cross-stack-reference-input-tablecast-{env.config.name}-")
+
+
+def test_each_declared_job_has_its_own_topics_output_checkpoint_and_table(
+    env: SynthesizedEnvironment,
+) -> None:
+    config = env.config
+    if not config.jobs:
+        assert handoff.parameter_name(config.name, handoff.JOBS) not in parameters(env)
+        return
+    assert value(env, handoff.JOBS) == ",".join(job.name for job in config.jobs)
+    bucket = value(env, handoff.BUCKET)
+    driver = env.follow(value(env, handoff.DRIVER_ADDRESS))
+    outputs = env["handoff"].outputs()
+    for job in config.jobs:
+
+        def job_value(name: str, job_name: str = job.name) -> str:
+            path = handoff.job_parameter_name(config.name, job_name, name)
+            return str(parameters(env)[path]["value"])
+
+        assert job_value(handoff.TOPIC_PATTERN) == job.topic_pattern
+        assert job_value(handoff.OUTPUT_URI) == f"s3://{bucket}/output/{job.output_prefix}"
+        assert env.follow(job_value(handoff.CHECKPOINT_URI)) == (
+            f"hdfs://{driver}:8020/tablecast/checkpoints/jobs/{job.name}"
+        )
+        assert job_value(handoff.GLUE_TABLE) == job.glue_table
+        assert job_value(handoff.SCHEMA_SHA256) == "none"
+        assert job_value(handoff.CORES) == str(job.cores)
+        for name in handoff.JOB_ALL:
+            output = outputs[f"job_{job.name}_{name}".replace("-", "_")]
+            assert output["value"].startswith("${nonsensitive(aws_ssm_parameter.")
+    # Every job its own checkpoint and output, none inside another's.
+    checkpoints = {
+        parameters(env)[handoff.job_parameter_name(config.name, j.name, handoff.CHECKPOINT_URI)][
+            "value"
+        ]
+        for j in config.jobs
+    }
+    assert len(checkpoints) == len(config.jobs)

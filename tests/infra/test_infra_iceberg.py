@@ -3,7 +3,7 @@ table, and an Athena workgroup whose results are encrypted with the pipeline's k
 
 from app import handoff
 from infra.config import layout
-from infra.constructs.iceberg_catalog import RESULTS_PREFIX, TABLE
+from infra.constructs.iceberg_catalog import RESULTS_PREFIX
 from infra.testing import SynthesizedEnvironment, policy_statements
 from tests.infra.synthesized_documents import parameters
 
@@ -59,7 +59,10 @@ def test_the_job_may_commit_its_table_and_nothing_else_in_glue(
     for statement in glue:
         assert not any(r == "*" or r.endswith("/*") for r in statement["Resource"])
         tables = [r for r in statement["Resource"] if ":table/" in r]
-        assert all(r.endswith(f":table/{database}/{TABLE}") for r in tables)
+        # Each job's own table: the one job's "output", or each declared job's.
+        assert sorted(r.rsplit(":table/", 1)[1] for r in tables) == sorted(
+            f"{database}/{table}" for table in env.config.glue_tables
+        )
     actions = {a for s in glue for a in s["Action"]}
     assert actions == {
         "glue:GetDatabase",
@@ -100,7 +103,9 @@ def test_athena_readers_get_a_least_privilege_managed_policy(
     }
     database = layout.glue_database(env.config.name)
     tables = [r for r in resources("ReadOutputTableCatalog") if ":table/" in r]
-    assert tables and all(r.endswith(f":table/{database}/{TABLE}") for r in tables)
+    assert sorted(r.rsplit(":table/", 1)[1] for r in tables) == sorted(
+        f"{database}/{table}" for table in env.config.glue_tables
+    )
     # S3: the output read-only; athena-results/ read and write; nothing else of the bucket.
     object_grants = {
         r.split("}", 1)[-1]: set(s["Action"])
@@ -148,5 +153,6 @@ def test_no_two_environments_share_a_glue_database_or_grant_on_each_others(
         assert database["name"] not in databases, (name, databases.get(database["name"]))
         databases[database["name"]] = name
         own = database["name"]
-        assert glue_resources(env) == {f"database/{own}", f"table/{own}/{TABLE}"}, name
+        tables = {f"table/{own}/{table}" for table in env.config.glue_tables}
+        assert glue_resources(env) == {f"database/{own}", *tables}, name
     assert len(databases) == len(synthesized) >= 5

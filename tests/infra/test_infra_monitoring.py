@@ -4,6 +4,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from app import metric_names
 from infra.config import EndpointKind
 from infra.config.environments import dev
@@ -13,6 +15,7 @@ from infra.stacks.monitoring import (
     HDFS_METRICS,
     STABLE_OFFSET_STALLED_SECONDS,
     heartbeat_window_seconds,
+    job_dimensions,
 )
 from infra.testing import Document, SynthesizedEnvironment, synthesize
 
@@ -29,6 +32,20 @@ def alarms(env: SynthesizedEnvironment) -> dict[str, Document]:
 
 def alarm(env: SynthesizedEnvironment, name: str) -> Document:
     return alarms(env)[f"tablecast-{env.config.name}-{name}"]
+
+
+def jobs(env: SynthesizedEnvironment) -> list[str | None]:
+    """The environment's declared jobs, or ``None``: its one job."""
+    return [job.name for job in env.config.jobs] or [None]
+
+
+def job_alarms_named(env: SynthesizedEnvironment, name: str) -> list[Document]:
+    """The alarm ``name`` (``job-...``) of every job of the environment."""
+    return [alarm(env, metric_names.job_alarm(name, job)) for job in jobs(env)]
+
+
+def armed_names(env: SynthesizedEnvironment) -> set[str]:
+    return {name for job in jobs(env) for name in metric_names.armed_by_deploy(job)}
 
 
 def watched_metrics(alarm: Document) -> list[tuple[str, str]]:
@@ -48,7 +65,7 @@ def test_every_alarm_in_every_stack_notifies_the_topic(env: SynthesizedEnvironme
     prefix = f"tablecast-{env.config.name}-"
     for stack, alarm in found:
         assert stack == f"{prefix}monitoring"
-        armed = alarm["alarm_name"].removeprefix(prefix) in metric_names.ARMED_BY_DEPLOY
+        armed = alarm["alarm_name"].removeprefix(prefix) in armed_names(env)
         # The deploy tool turns an armed alarm's actions on; Terraform leaves them to it.
         assert alarm["actions_enabled"] is not armed, alarm["alarm_name"]
         assert alarm.get("lifecycle", {}).get("ignore_changes", []) == (
@@ -60,7 +77,7 @@ def test_every_alarm_in_every_stack_notifies_the_topic(env: SynthesizedEnvironme
 
 def test_only_what_runs_after_the_first_deploy_waits_for_it(env: SynthesizedEnvironment) -> None:
     armed = {spec.name for spec in env.stacks.monitoring.specs if spec.armed_by_deploy}
-    assert armed == set(metric_names.ARMED_BY_DEPLOY)
+    assert armed == armed_names(env)
     # Each would be in alarm from the apply on: silence breaches, and nothing runs yet.
     for name in armed:
         assert alarm(env, name)["treat_missing_data"] == "breaching", name
@@ -73,55 +90,61 @@ def test_job_alarms_watch_only_metrics_the_job_publishes(env: SynthesizedEnviron
             if namespace == metric_names.NAMESPACE:
                 job_alarms += 1
                 assert metric in (*metric_names.ALL, *metric_names.ARCHIVER), alarm["alarm_name"]
-                assert alarm["dimensions"] == {metric_names.ENVIRONMENT_DIMENSION: env.config.name}
-    assert job_alarms >= 4
+                name = alarm["alarm_name"].removeprefix(f"tablecast-{env.config.name}-")
+                owner = [
+                    job for job in jobs(env) if job is not None and name.startswith(f"job-{job}-")
+                ]
+                assert alarm["dimensions"] == job_dimensions(
+                    env.config.name, owner[0] if owner else None
+                ), name
+    assert job_alarms >= 4 * len(jobs(env))
 
 
 def test_heartbeat_missing_is_breaching(env: SynthesizedEnvironment) -> None:
-    heartbeat = alarm(env, "job-heartbeat-missing")
-    assert heartbeat["metric_name"] == metric_names.HEARTBEAT
-    assert heartbeat["treat_missing_data"] == "breaching"
-    assert heartbeat["comparison_operator"] == "LessThanThreshold"
-    assert heartbeat["threshold"] == 1
-    assert heartbeat["period"] == heartbeat_window_seconds(env.config.trigger_seconds)
-    assert heartbeat["period"] % 60 == 0
-    assert heartbeat["period"] >= 3 * env.config.trigger_seconds
+    for heartbeat in job_alarms_named(env, "job-heartbeat-missing"):
+        assert heartbeat["metric_name"] == metric_names.HEARTBEAT
+        assert heartbeat["treat_missing_data"] == "breaching"
+        assert heartbeat["comparison_operator"] == "LessThanThreshold"
+        assert heartbeat["threshold"] == 1
+        assert heartbeat["period"] == heartbeat_window_seconds(env.config.trigger_seconds)
+        assert heartbeat["period"] % 60 == 0
+        assert heartbeat["period"] >= 3 * env.config.trigger_seconds
 
 
 def test_integrity_violations_above_zero(env: SynthesizedEnvironment) -> None:
-    violations = alarm(env, "job-integrity-violations")
-    assert violations["metric_name"] == metric_names.INTEGRITY_VIOLATIONS
-    assert (violations["comparison_operator"], violations["threshold"]) == (
-        "GreaterThanThreshold",
-        0,
-    )
+    for violations in job_alarms_named(env, "job-integrity-violations"):
+        assert violations["metric_name"] == metric_names.INTEGRITY_VIOLATIONS
+        assert (violations["comparison_operator"], violations["threshold"]) == (
+            "GreaterThanThreshold",
+            0,
+        )
 
 
 def test_records_behind_over_the_configured_threshold(env: SynthesizedEnvironment) -> None:
-    behind = alarm(env, "job-records-behind")
-    assert behind["metric_name"] == metric_names.RECORDS_BEHIND
-    assert behind["threshold"] == env.config.records_behind_alarm_threshold
-    assert behind["comparison_operator"] == "GreaterThanThreshold"
+    for behind in job_alarms_named(env, "job-records-behind"):
+        assert behind["metric_name"] == metric_names.RECORDS_BEHIND
+        assert behind["threshold"] == env.config.records_behind_alarm_threshold
+        assert behind["comparison_operator"] == "GreaterThanThreshold"
 
 
 def test_a_stable_offset_stalled_longer_than_any_transaction_may_stay_open(
     env: SynthesizedEnvironment,
 ) -> None:
-    stalled = alarm(env, "job-stable-offset-stalled")
-    assert stalled["metric_name"] == metric_names.STABLE_OFFSET_STALLED_SECONDS
-    assert (stalled["comparison_operator"], stalled["threshold"]) == (
-        "GreaterThanThreshold",
-        STABLE_OFFSET_STALLED_SECONDS,
-    )
-    assert STABLE_OFFSET_STALLED_SECONDS == 15 * 60  # Kafka's transaction.max.timeout.ms
-    assert (stalled["statistic"], stalled["treat_missing_data"]) == ("Maximum", "notBreaching")
+    for stalled in job_alarms_named(env, "job-stable-offset-stalled"):
+        assert stalled["metric_name"] == metric_names.STABLE_OFFSET_STALLED_SECONDS
+        assert (stalled["comparison_operator"], stalled["threshold"]) == (
+            "GreaterThanThreshold",
+            STABLE_OFFSET_STALLED_SECONDS,
+        )
+        assert STABLE_OFFSET_STALLED_SECONDS == 15 * 60  # Kafka's transaction.max.timeout.ms
+        assert (stalled["statistic"], stalled["treat_missing_data"]) == ("Maximum", "notBreaching")
 
 
 def test_batch_duration_over_the_trigger_interval(env: SynthesizedEnvironment) -> None:
-    duration = alarm(env, "job-batch-duration")
-    assert duration["metric_name"] == metric_names.BATCH_DURATION_MS
-    assert duration["threshold"] == env.config.trigger_seconds * 1000
-    assert duration["comparison_operator"] == "GreaterThanThreshold"
+    for duration in job_alarms_named(env, "job-batch-duration"):
+        assert duration["metric_name"] == metric_names.BATCH_DURATION_MS
+        assert duration["threshold"] == env.config.trigger_seconds * 1000
+        assert duration["comparison_operator"] == "GreaterThanThreshold"
 
 
 def test_kafka_alarms(env: SynthesizedEnvironment) -> None:
@@ -163,7 +186,7 @@ def test_every_alarm_says_what_silence_means(env: SynthesizedEnvironment) -> Non
         assert found["treat_missing_data"] in {"breaching", "notBreaching"}
     # Where silence means something is gone, silence alarms.
     expected = {
-        "job-heartbeat-missing",
+        *(metric_names.job_alarm("job-heartbeat-missing", job) for job in jobs(env)),
         "archiver-heartbeat-missing",
         "kafka-under-replicated-partitions",
         "kafka-under-min-isr-partitions",
@@ -370,12 +393,21 @@ def test_dashboard_shows_the_job_brokers_nodes_and_alarms(env: SynthesizedEnviro
         for line in widget["properties"]["metrics"]
         if line[1] in metric_names.BY_SOURCE
     ]
-    environment = [metric_names.ENVIRONMENT_DIMENSION, env.config.name]
+    # Each job's rows: its metrics by its dimensions.
     assert sorted(served) == sorted(
-        [*environment, metric_names.SOURCE_DIMENSION, source]
+        [
+            *(item for pair in job_dimensions(env.config.name, job).items() for item in pair),
+            metric_names.SOURCE_DIMENSION,
+            source,
+        ]
+        for job in jobs(env)
         for name in metric_names.BY_SOURCE
         for source in metric_names.SOURCES
     )
+    titles = [widget["properties"]["title"] for widget in body["widgets"]]
+    for job in jobs(env):
+        title = "Job" if job is None else f"Job {job}"
+        assert f"{title}: heartbeat and throughput" in titles
     assert ("AWS/Kafka", "KafkaDataLogsDiskUsed") in metrics
     assert ("AWS/EC2", "StatusCheckFailed") in metrics
     (alarm_widget,) = [widget for widget in body["widgets"] if widget["type"] == "alarm"]
@@ -446,3 +478,58 @@ def test_a_zookeeper_cluster_breaches_on_silent_offline_partitions(tmp_path: Pat
     )
     (zookeeper,) = synthesize([config], tmp_path / "cdktf.out").values()
     assert alarm(zookeeper, "kafka-offline-partitions")["treat_missing_data"] == "breaching"
+
+
+def test_each_declared_job_has_alarms_and_dashboard_rows_of_its_own(
+    synthesized: dict[str, SynthesizedEnvironment],
+) -> None:
+    """Staging's testing settings declare two jobs (plant, lab): each has the five job
+    alarms on its own ``Job`` dimension, and the environment has no job alarm of its own."""
+    env = synthesized["staging"]
+    assert [job.name for job in env.config.jobs] == ["plant", "lab"]
+    found = alarms(env)
+    prefix = "tablecast-staging-"
+    job_alarm_names = {name.removeprefix(prefix) for name in found if "-job-" in name}
+    assert job_alarm_names == {
+        f"job-{job}-{alarm}"
+        for job in ("plant", "lab")
+        for alarm in (
+            "heartbeat-missing",
+            "integrity-violations",
+            "records-behind",
+            "stable-offset-stalled",
+            "batch-duration",
+        )
+    }
+    for job in ("plant", "lab"):
+        for name in job_alarm_names:
+            if name.startswith(f"job-{job}-"):
+                assert found[prefix + name]["dimensions"] == {
+                    metric_names.ENVIRONMENT_DIMENSION: "staging",
+                    metric_names.JOB_DIMENSION: job,
+                }, name
+        heartbeat = found[f"{prefix}job-{job}-heartbeat-missing"]
+        assert heartbeat["alarm_description"].startswith(f"Job {job} published no heartbeat")
+        # Armed by the deploy like the one job's: silent until the job first runs.
+        assert heartbeat["actions_enabled"] is False
+    (dashboard,) = env["monitoring"].resources("aws_cloudwatch_dashboard").values()
+    titles = [w["properties"]["title"] for w in json.loads(dashboard["dashboard_body"])["widgets"]]
+    assert len(titles) == len(set(titles))
+    assert not any(title.startswith("Job:") for title in titles)
+    assert (
+        sum(title.startswith("Job plant: ") for title in titles)
+        == sum(title.startswith("Job lab: ") for title in titles)
+        == 8
+    )
+
+
+def test_a_job_alarm_is_named_for_its_job_and_nothing_else_is() -> None:
+    assert metric_names.job_alarm("job-records-behind", None) == "job-records-behind"
+    assert metric_names.job_alarm("job-records-behind", "lab") == "job-lab-records-behind"
+    assert metric_names.armed_by_deploy("lab") == (
+        "job-lab-heartbeat-missing",
+        *(name for name in metric_names.ARMED_BY_DEPLOY if not name.startswith("job-")),
+    )
+    assert metric_names.armed_by_deploy(None) == metric_names.ARMED_BY_DEPLOY
+    with pytest.raises(ValueError, match="'archiver-heartbeat-missing' is not a job alarm"):
+        metric_names.job_alarm("archiver-heartbeat-missing", "lab")

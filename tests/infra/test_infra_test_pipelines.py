@@ -7,6 +7,7 @@ through ``infra.main`` as ``make synth`` runs it, so each is one line.
 
 import ipaddress
 import json
+import shutil
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,13 @@ def declaration(name: str, **keys: object) -> str:
 def settings_file(tmp_path: Path, *tables: str) -> Path:
     path = tmp_path / "settings.toml"
     path.write_text(BASE_TEXT + "\n" + "\n".join(tables), encoding="utf-8")
+    return with_schemas(path)
+
+
+def with_schemas(path: Path) -> Path:
+    """``path`` with the testing settings' jobs' table schemas beside it, where they name them."""
+    schemas = TESTING_SETTINGS.parent / "schemas"
+    shutil.copytree(schemas, path.parent / "schemas", dirs_exist_ok=True)
     return path
 
 
@@ -314,6 +322,7 @@ def test_a_pipeline_without_a_state_backend_is_refused_in_one_line(
         + declaration("exp-local"),
         encoding="utf-8",
     )
+    with_schemas(path)
     assert load_settings(path)["sandbox"].state_backend is None
     error = synth_error(path, capsys, tmp_path)
     assert "environment 'exp-local': state_backend (in " in error

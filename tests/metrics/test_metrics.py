@@ -32,6 +32,7 @@ from pyspark.sql.streaming.listener import (
 from app import metric_names
 from app.contract.offsets import TopicPartition
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema, parse_schema
+from app.contract.table_processor import TableProcessor
 from app.engine.state import SessionState
 from app.errors import ConfigurationError, IntegrityViolationError, Rule, Violation
 from app.metrics.consumer_group import CommitStats, GroupCommitter
@@ -201,6 +202,8 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
         output_bytes=9000,
         violations=0,
         quarantined=0,
+        dropped=3,
+        missing=7,
     )
     datums = {d.name: d for d in m.datums(T0)}
     assert set(datums) == set(metric_names.ALL)
@@ -218,6 +221,8 @@ def test_a_batch_publishes_every_metric_the_alarms_may_watch() -> None:
         metric_names.STATE_BYTES: 8544,
         metric_names.INTEGRITY_VIOLATIONS: 0,
         metric_names.QUARANTINED_MESSAGES: 0,
+        metric_names.DROPPED_MESSAGES: 3,
+        metric_names.MISSING_SEQS: 7,
         metric_names.OUTPUT_FILES: 4,
         metric_names.OUTPUT_BYTES: 9000,
     }
@@ -435,6 +440,27 @@ def test_the_log_publisher_writes_one_json_line_per_publish(log_lines: Lines) ->
         "metrics": {"Heartbeat": 1.0, "RowsWritten": 12.0},
     }
     assert publisher.close() == PublishStats(accepted=2, sent=2)
+
+
+def test_a_declared_jobs_metrics_carry_its_name_beside_the_environment(
+    log_lines: Lines, moto_aws: None
+) -> None:
+    logged = make_publisher(PublisherKind.LOG, environment="dev", write=log_lines.write, job="lab")
+    logged.publish([Datum(metric_names.HEARTBEAT, 1, Unit.COUNT, T0)])
+    [line] = log_lines.lines
+    assert (orjson.loads(line)["Environment"], orjson.loads(line)["Job"]) == ("dev", "lab")
+    client = boto3.client("cloudwatch", region_name="eu-west-1")
+    publisher = CloudWatchPublisher(environment="staging", client=client, job="lab")
+    publisher.publish([Datum(metric_names.HEARTBEAT, 1.0, Unit.COUNT, datetime.now(UTC))])
+    assert publisher.close(timeout_s=30) == PublishStats(accepted=1, sent=1)
+    [metric] = client.list_metrics(Namespace=metric_names.NAMESPACE)["Metrics"]
+    # What the job's alarms watch (infra/stacks/monitoring.py, job_dimensions).
+    assert metric["Dimensions"] == [
+        {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "staging"},
+        {"Name": metric_names.JOB_DIMENSION, "Value": "lab"},
+    ]
+    with pytest.raises(ConfigurationError, match="--job"):
+        make_publisher(PublisherKind.LOG, environment="dev", job=" ")
 
 
 def test_a_log_publisher_that_cannot_write_drops_and_does_not_raise() -> None:
@@ -655,6 +681,7 @@ def snapshot_of(
 ) -> StateSnapshot:
     return StateSnapshot(
         schema,
+        TableProcessor(schema),
         "/ck",
         4,
         {TP0: 60},

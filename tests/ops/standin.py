@@ -2,7 +2,8 @@
 
 moto records SSM Run Commands but executes nothing. The stand-in watches the
 commands sent to the driver and, once the job's service was (re)started,
-publishes the job's ``Heartbeat`` metric as the running job would.
+publishes the job's ``Heartbeat`` metric as the running job would; with declared
+``jobs``, once their services were, each job's (its ``Job`` dimension).
 """
 
 from __future__ import annotations
@@ -10,14 +11,26 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import boto3
 
 from app import metric_names
 
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef
+
 
 class DriverStandIn:
-    def __init__(self, region: str, environment: str, instance_id: str, beat_s: float = 0.05):
+    def __init__(
+        self,
+        region: str,
+        environment: str,
+        instance_id: str,
+        beat_s: float = 0.05,
+        jobs: tuple[str, ...] = (),
+    ):
+        self._jobs = jobs
         self._ssm = boto3.client("ssm", region_name=region)
         self._cloudwatch = boto3.client("cloudwatch", region_name=region)
         self._environment = environment
@@ -59,12 +72,19 @@ class DriverStandIn:
                 MetricData=[
                     {
                         "MetricName": metric_names.HEARTBEAT,
-                        "Dimensions": [
-                            {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": self._environment}
-                        ],
+                        "Dimensions": self._dimensions(job),
                         "Value": 1.0,
                         "Timestamp": datetime.now(UTC),
                     }
+                    for job in self._jobs or (None,)
                 ],
             )
             self.beats += 1
+
+    def _dimensions(self, job: str | None) -> list[DimensionTypeDef]:
+        found: list[DimensionTypeDef] = [
+            {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": self._environment}
+        ]
+        if job is not None:
+            found.append({"Name": metric_names.JOB_DIMENSION, "Value": job})
+        return found

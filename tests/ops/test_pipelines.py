@@ -3,6 +3,7 @@ what of it is deployed, and the deployed ones nobody declares (moto's tagging AP
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from datetime import date
@@ -60,6 +61,10 @@ def main(argv: list[str]) -> int:
 def files(tmp_path: Path, msk: float = 0.0, ebs: float = 0.0, vpc: float = 0.0) -> list[str]:
     settings = tmp_path / "settings.toml"
     settings.write_text(BASE_TEXT + PIPELINES, encoding="utf-8")
+    # The testing settings' jobs name table schemas beside them.
+    shutil.copytree(
+        TESTING_SETTINGS.parent / "schemas", settings.parent / "schemas", dirs_exist_ok=True
+    )
     prices = tmp_path / "prices.toml"
     prices.write_text(PRICES_TEXT.format(msk=msk, ebs=ebs, vpc=vpc), encoding="utf-8")
     return ["--settings", str(settings), "--prices", str(prices), "--today", "2026-12-01"]

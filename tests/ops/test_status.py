@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,8 +15,18 @@ from app.ops.environment import read_handoff
 from app.ops.errors import HandoffError
 from tests.ops.conftest import REGION, Environment
 
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef
 
-def put(aws: AwsClients, name: str, value: float, minutes_ago: float = 1.0) -> None:
+
+def put(
+    aws: AwsClients, name: str, value: float, minutes_ago: float = 1.0, job: str | None = None
+) -> None:
+    dimensions: list[DimensionTypeDef] = [
+        {"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}
+    ]
+    if job is not None:
+        dimensions.append({"Name": metric_names.JOB_DIMENSION, "Value": job})
     aws.cloudwatch.put_metric_data(
         Namespace=metric_names.NAMESPACE,
         MetricData=[
@@ -23,7 +34,7 @@ def put(aws: AwsClients, name: str, value: float, minutes_ago: float = 1.0) -> N
                 "MetricName": name,
                 "Value": value,
                 "Timestamp": datetime.now(UTC) - timedelta(minutes=minutes_ago),
-                "Dimensions": [{"Name": metric_names.ENVIRONMENT_DIMENSION, "Value": "dev"}],
+                "Dimensions": dimensions,
             }
         ],
     )
@@ -124,3 +135,27 @@ def test_status_exit_code_says_whether_the_job_is_healthy(
     put(aws, metric_names.HEARTBEAT, 1)
     assert main(["--region", REGION, "status", "-e", "dev"]) == 0
     assert "alarms in ALARM: 0" in capsys.readouterr().out
+
+
+def test_status_of_a_declared_job_reads_its_metrics_and_the_environments_archiver(
+    aws: AwsClients, environment: Environment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name("dev", handoff.JOBS), Value="plant,lab", Type="String"
+    )
+    put(aws, metric_names.HEARTBEAT, 1, job="lab")
+    put(aws, metric_names.INPUT_MESSAGES, 700, job="lab")
+    put(aws, metric_names.INPUT_MESSAGES, 5, job="plant")
+    put(aws, metric_names.ARCHIVER_HEARTBEAT, 1)
+    assert main(["--region", REGION, "status", "-e", "dev", "--job", "lab"]) == 0
+    out = capsys.readouterr().out
+    assert "job:             lab" in out
+    assert "last batch:      700 messages in" in out
+    assert "archiver:        last heartbeat " in out
+    # plant has no heartbeat: unhealthy; without --job the question has no answer.
+    assert main(["--region", REGION, "status", "-e", "dev", "--job", "plant"]) == 1
+    assert "none: the job is not running" in capsys.readouterr().out
+    assert main(["--region", REGION, "status", "-e", "dev"]) == 64
+    assert capsys.readouterr().err.strip() == (
+        "tablecast-ops status: environment dev declares jobs (plant, lab): name one with --job"
+    )

@@ -17,7 +17,8 @@ import pytest
 from app import defaults
 from app.code_version import job_version
 from app.contract.envelope import Envelope, MessageType
-from app.contract.processor import Changes, Table, TableProcessor
+from app.contract.processor import Changes
+from app.contract.table_processor import Table, TableProcessor
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import copy_files, run_job
 
@@ -30,12 +31,15 @@ FIXED = "9.9.10"
 
 
 class DroppingProcessor(TableProcessor):
-    """A faulty version: forgets the upserted rows of every fifth update."""
+    """A faulty version of the built-in processor: forgets the upserted rows of every fifth
+    update."""
 
-    def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
+    name = TableProcessor.name  # the built-in, in another version
+
+    def apply(self, state: Table, message: Envelope) -> tuple[Table, Changes]:
         table, changes = super().apply(state, message)
         if message.type is MessageType.UPDATE and message.seq % 5 == 2:
-            return table, Changes(changes.deleted, ())
+            return table, Changes((), changes.deleted)
         return table, changes
 
 

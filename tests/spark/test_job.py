@@ -10,14 +10,19 @@ import pyarrow.parquet as pq
 import pytest
 
 import app
-from app import cli
 from app.code_version import code_digest, job_version
 from app.contract.envelope import Envelope
 from app.contract.offsets import TopicPartition
-from app.contract.processor import Changes, Table, TableProcessor
+from app.contract.processor import Changes
+from app.contract.table_processor import Table, TableProcessor
 from app.engine.machine import IntegrityMode
 from app.engine.output import OUTPUT_COLUMNS
-from app.errors import ArchiveLayoutError, DataLossError, IntegrityViolationError, TablecastError
+from app.errors import (
+    ArchiveLayoutError,
+    DataLossError,
+    IntegrityViolationError,
+    ProcessorError,
+)
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.tools import verify
@@ -156,18 +161,28 @@ def test_a_damaged_archive_file_stops_the_run_with_its_facts(spark: Any, tmp_pat
     assert ledger_end(tmp_path / "out") == {}  # nothing of the failing batch is visible
 
 
+# The line FailingProcessor raises at, which the error names.
+_BOOM_LINE = next(
+    n
+    for n, text in enumerate(Path(__file__).read_text().splitlines(), start=1)
+    if text.endswith("# _BOOM_LINE") and "raise" in text
+)
+
+
 class FailingProcessor(TableProcessor):
     """A bug in a processor: its third message fails."""
 
-    def apply(self, state: Table | None, message: Envelope) -> tuple[Table, Changes]:
+    def apply(self, state: Table, message: Envelope) -> tuple[Table, Changes]:
         if message.seq == 2:
-            raise RuntimeError(f"boom at seq {message.seq} of {message.session}")
+            raise RuntimeError(f"boom at seq {message.seq} of {message.session}")  # _BOOM_LINE
         return super().apply(state, message)
 
 
-def test_an_error_not_ours_in_a_task_stays_unexpected(spark: Any, tmp_path: Path) -> None:
+def test_a_processor_that_raises_in_a_task_is_one_line_naming_where(
+    spark: Any, tmp_path: Path
+) -> None:
     write_capture(tmp_path / "archive", CaptureSpec(topics=1, partitions=1, sessions=1, updates=4))
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ProcessorError) as info:
         run_job(
             spark,
             tmp_path / "archive",
@@ -175,8 +190,16 @@ def test_an_error_not_ours_in_a_task_stays_unexpected(spark: Any, tmp_path: Path
             tmp_path / "ckpt",
             processor=FailingProcessor(),
         )
-    assert not isinstance(info.value, TablecastError)  # the CLI: exit 70, one line
-    assert cli.root_cause(info.value) == "RuntimeError: boom at seq 2 of sensor-0-session-00000"
+    line = str(info.value)
+    name = "tests.spark.test_job:FailingProcessor"
+    assert line.startswith(
+        f"processor {name} failed in apply at topic sensor-0 partition 0 offset 2, session "
+        "'sensor-0-session-00000': RuntimeError: boom at seq 2 of sensor-0-session-00000 ("
+    ), line
+    assert line.endswith(f"{Path(__file__)} line {_BOOM_LINE})"), line
+    assert info.value.exit_code == 9 and "\n" not in line
+    assert info.value.facts["step"] == "apply" and info.value.facts["offset"] == 2
+    assert ledger_end(tmp_path / "out") == {}  # nothing of the failing batch is visible
 
 
 def test_resync_mode_quarantines_and_keeps_running(spark: Any, tmp_path: Path) -> None:

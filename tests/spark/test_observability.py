@@ -24,7 +24,7 @@ from moto.server import ThreadedMotoServer
 
 from app import cli, metric_names
 from app.contract.offsets import TopicPartition
-from app.contract.processor import Table, TableProcessor
+from app.contract.table_processor import Table, TableProcessor
 from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
 from app.engine.state import SessionState

@@ -14,7 +14,7 @@ import pytest
 
 from app import cli
 from app.contract.offsets import TopicPartition
-from app.contract.processor import TableProcessor
+from app.contract.table_processor import TableProcessor
 from app.engine.store import StateStore, content_digest, encode, state_root
 from app.errors import StateError
 from app.recovery.inspect import read_state

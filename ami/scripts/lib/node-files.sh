@@ -8,7 +8,7 @@ set -euo pipefail
 # owner, otherwise the files belong to the caller.
 
 readonly NODE_UNITS=(spark-master spark-worker hdfs-namenode hdfs-secondarynamenode hdfs-datanode
-  tablecast-job tablecast-archiver)
+  tablecast-job tablecast-job@ tablecast-archiver)
 readonly NODE_TEMPLATES=(core-site.xml hdfs-site.xml spark-defaults.conf cloudwatch-agent.json)
 
 # install_node_files FILES ROOT: ami/files (FILES) into the image root ROOT.

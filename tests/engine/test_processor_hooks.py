@@ -1,0 +1,188 @@
+"""A user's processor in the engine: its hooks, its rows, its refusals and its failures."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import pytest
+
+import tablecast
+from app.errors import ProcessorError
+
+OUTPUT = tablecast.schema(
+    """
+    [key]
+    columns = ["sid", "step"]
+
+    [columns]
+    sid = "string"
+    step = "string"
+    n = { type = "int64", nullable = true }
+    at = { type = "timestamp", nullable = true }
+    """
+)
+
+
+class Tally(msgspec.Struct):
+    starts: int = 0
+    applied: int = 0
+
+
+class Hooks(tablecast.Processor[Tally]):
+    """Writes a row from every hook: what the engine called, and when."""
+
+    output = OUTPUT
+
+    def start(self, message: tablecast.Message) -> Tally:
+        return Tally(starts=1)
+
+    def apply(
+        self, state: Tally, message: tablecast.Message
+    ) -> tuple[Tally | None, tablecast.Changes]:
+        state.applied += 1
+        row = (message.session, f"apply {message.seq}", state.applied, None)
+        if message.rows and message.rows[0][0] == "forget":
+            return None, tablecast.Changes([row])
+        return state, tablecast.Changes([row])
+
+    def end(self, state: Tally, message: tablecast.Message) -> tablecast.Changes:
+        return tablecast.Changes([(message.session, "end", state.applied, None)])
+
+    def timeout(self, state: Tally, session: str) -> tablecast.Changes:
+        return tablecast.Changes([(session, "timeout", state.applied, None)])
+
+
+def msg(
+    seq: int, kind: str = "update", ts: int = 1_000, session: str = "s", ids: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    return {
+        "session": session,
+        "seq": seq,
+        "type": kind,
+        "ts": ts + seq,
+        "rows": [{"id": i} for i in ids],
+    }
+
+
+def steps(outcome: tablecast.Outcome) -> list[tuple[Any, ...]]:
+    return [(r["offset"], r["type"], r["sid"], r["step"], r["n"]) for r in outcome.rows.to_pylist()]
+
+
+def test_start_apply_and_end_write_their_rows_with_their_messages_metadata() -> None:
+    outcome = tablecast.process(Hooks(), [msg(0, "snapshot"), msg(1), msg(2, "end")])
+    assert steps(outcome) == [
+        (0, "snapshot", "s", "apply 0", 1),
+        (1, "update", "s", "apply 1", 2),
+        (2, "end", "s", "end", 2),
+    ]
+    row = outcome.rows.to_pylist()[0]
+    assert (row["session"], row["seq"], row["deleted"]) == ("s", 0, False)
+    assert row["ts"] == datetime.fromtimestamp(1.0, UTC)
+    assert outcome.states == {}
+
+
+def test_apply_returning_none_forgets_the_state_and_the_next_message_starts_again() -> None:
+    outcome = tablecast.process(
+        Hooks(), [msg(0, "snapshot"), msg(1, ids=("forget",)), msg(2)], integrity="strict"
+    )
+    assert [s[3:] for s in steps(outcome)] == [("apply 0", 1), ("apply 1", 2), ("apply 2", 1)]
+    assert outcome.states == {"s": Tally(starts=1, applied=1)}
+
+
+def test_a_timeout_writes_at_the_record_that_made_the_session_idle() -> None:
+    idle = [
+        msg(0, "snapshot"),
+        msg(0, "snapshot", ts=9_000_000, session="t"),
+        msg(1, session="t", ts=9_000_000),
+    ]
+    outcome = tablecast.process(Hooks(), idle)
+    assert steps(outcome) == [
+        (0, "snapshot", "s", "apply 0", 1),
+        (1, "snapshot", "t", "apply 0", 1),
+        (2, "update", "t", "apply 1", 2),
+        # Found idle at the end of the records run, written where it went idle: t's first
+        # message put the partition's clock past s's hour.
+        (1, "timeout", "s", "timeout", 1),
+    ]
+    timed_out = outcome.rows.to_pylist()[3]
+    assert (timed_out["seq"], timed_out["ts"]) == (0, datetime.fromtimestamp(1.0, UTC))
+
+
+def test_a_reject_is_the_rule_it_names() -> None:
+    class Picky(Hooks):
+        def apply(
+            self, state: Tally, message: tablecast.Message
+        ) -> tuple[Tally | None, tablecast.Changes]:
+            if message.seq == 1:
+                raise tablecast.Reject("a calm message", "an angry one", rule=4)
+            return super().apply(state, message)
+
+    outcome = tablecast.process(Picky(), [msg(0, "snapshot"), msg(1), msg(2)])
+    assert outcome.violations == [
+        "integrity violation (rule 4) at topic sensor-test partition 0 offset 1, session 's': "
+        "expected a calm message, got an angry one"
+    ]
+    with pytest.raises(ValueError, match=r"rule 9 is not one of CONTRACT\.md's rules 1 to 7"):
+        tablecast.Reject("x", "y", rule=9)
+
+
+def test_a_processor_that_raises_is_one_line_naming_the_step_the_message_and_its_code() -> None:
+    class Broken(Hooks):
+        def end(self, state: Tally, message: tablecast.Message) -> tablecast.Changes:
+            return tablecast.Changes([(message.session, "end", 1 // 0, None)])
+
+    with pytest.raises(ProcessorError) as info:
+        tablecast.process(Broken(), [msg(0, "snapshot"), msg(1, "end")])
+    line = str(info.value)
+    assert line.startswith(
+        f"processor {Broken.name} failed in end at topic sensor-test partition 0 offset 1, "
+        "session 's': ZeroDivisionError: integer division or modulo by zero ("
+    )
+    assert __file__ in line and "\n" not in line
+    assert info.value.exit_code == 9
+    assert info.value.facts["step"] == "end"
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (("s", "x", "many", None), "column 'n': expected int64, got str 'many'"),
+        (("s", None, 1, None), "column 'step': a key column is never null"),
+        (
+            ("s", "x"),
+            "expected a tuple of the 4 output columns (sid, step, n, at), got a tuple of 2",
+        ),
+        (("s", "x", 1, "noon"), "column 'at': expected timestamp, got str 'noon'"),
+    ],
+)
+def test_a_row_the_output_schema_refuses_is_named_with_its_message_and_column(
+    row: tuple[Any, ...], problem: str
+) -> None:
+    class Wrong(Hooks):
+        def apply(
+            self, state: Tally, message: tablecast.Message
+        ) -> tuple[Tally, tablecast.Changes]:
+            return state, tablecast.Changes([row] if message.seq == 1 else [])
+
+    with pytest.raises(ProcessorError) as info:
+        tablecast.process(Wrong(), [msg(0, "snapshot"), msg(1)])
+    assert str(info.value) == (
+        f"processor {Wrong.name} wrote a row its output schema refuses at topic sensor-test "
+        f"partition 0 offset 1, session 's': {problem}"
+    )
+
+
+def test_deleted_keys_write_their_deleted_rows_before_the_rows() -> None:
+    class Deleting(Hooks):
+        def apply(
+            self, state: Tally, message: tablecast.Message
+        ) -> tuple[Tally, tablecast.Changes]:
+            return state, tablecast.Changes([("s", "kept", 1, None)], deleted=[("s", "gone")])
+
+    rows = tablecast.process(Deleting(), [msg(0, "snapshot")]).rows.to_pylist()
+    assert [(r["step"], r["n"], r["deleted"]) for r in rows] == [
+        ("gone", None, True),
+        ("kept", 1, False),
+    ]
