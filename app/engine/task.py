@@ -332,7 +332,7 @@ class _GroupFiles:
             self.rows.append(result.rows.to_table())
         if result.quarantined:
             self.quarantined.append(quarantine_table(result.quarantined))
-        result.rows = RowColumns(tp, result.rows.schema)
+        result.rows = result.rows.emptied()
         result.quarantined = []
 
     def stage(self, location: Location, staging_dir: str) -> list[dict[str, Any]]:
