@@ -11,6 +11,7 @@ they staged.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -290,12 +291,24 @@ def _run_query(
             failure = sink.failure or worker_error(exc) or exc
             raise failure from None
         finally:
-            if query.isActive:
-                query.stop()
+            _cleanup(lambda: query.stop() if query.isActive else None, sys.exc_info()[1])
     finally:
         if listener is not None:
             listener.finish(failure)  # waits (bounded) for the query's last event
-            spark.streams.removeListener(listener)
+            _cleanup(lambda: spark.streams.removeListener(listener), sys.exc_info()[1])
+
+
+def _cleanup(step: Callable[[], object], unwinding: BaseException | None) -> None:
+    """Run a cleanup ``step`` that calls the JVM (stop the query, remove the listener). While
+    a failure or a Ctrl-C unwinds, the JVM may be gone or its connection cut by the
+    interrupt: what the step raises then is logged, and the failure (or the interrupt, exit
+    130) stays the one the user sees."""
+    try:
+        step()
+    except Exception as exc:
+        if unwinding is None:
+            raise
+        log.warning("cleaning up after %r: %s", unwinding, exc)
 
 
 def _last_progress(query: Any) -> str | None:

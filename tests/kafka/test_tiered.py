@@ -107,6 +107,8 @@ def test_tablecast_run_takes_kafka_and_the_archive_together_and_refuses_bad_comb
 ) -> None:
     paths = ["--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt")]
     missing = tmp_path / "no-such-archive"
+    archive = tmp_path / "archive"
+    archive.mkdir()
     cases = {
         (): "give --bootstrap-servers (Kafka), --archive (the raw archive), or both (Kafka, "
         "and the archive for the offsets Kafka no longer holds)",
@@ -120,13 +122,13 @@ def test_tablecast_run_takes_kafka_and_the_archive_together_and_refuses_bad_comb
             "--bootstrap-servers",
             "b:9092",
             "--archive",
-            str(tmp_path),
+            str(archive),
             "--kafka-timeout",
             "0s",
         ): "--kafka-timeout '0s' must be positive",
         (
             "--archive",
-            str(tmp_path),
+            str(archive),
             "--kafka-client-rack",
             "euw1-az1",
         ): "--kafka-client-rack needs --bootstrap-servers",

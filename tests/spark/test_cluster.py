@@ -86,6 +86,7 @@ def run_job_submit_options(wheel: Path, master_url: str) -> list[str]:
     values = {
         "${py_files}": str(wheel),
         "${TABLECAST_ENV}": "test",
+        "${app_name}": "tablecast-test",  # one job: the environment's name
         "spark://${TABLECAST_DRIVER_HOST}:${MASTER_PORT}": master_url,
     }
     # ${spark_conf[@]}: empty, as run-job leaves it where the image's preloading daemon is
@@ -158,6 +159,8 @@ def test_a_cluster_run_without_the_executors_interpreter_is_refused(
     cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in cluster.env().items() if k != "PYSPARK_PYTHON"}
+    archive = tmp_path / "archive"
+    archive.mkdir()
     done = subprocess.run(
         [
             sys.executable,
@@ -167,7 +170,7 @@ def test_a_cluster_run_without_the_executors_interpreter_is_refused(
             "--master",
             cluster.master_url,
             "--archive",
-            str(tmp_path),
+            str(archive),
             "--output",
             str(tmp_path / "o"),
             "--checkpoint",

@@ -13,6 +13,9 @@ import pyarrow.compute as pc
 import pytest
 
 from app import cli
+from app.cli import rewrites as cli_rewrites
+from app.cli import run as cli_run
+from app.cli import tools as cli_tools
 from app.errors import OutputStateError
 from app.recompute import plan as plan_mod
 from app.recompute.correct import correct
@@ -135,11 +138,12 @@ def test_what_a_recompute_must_refuse_is_refused_before_spark_starts(
     run_job(spark, archive, output, tmp_path / "ckpt", integrity=IntegrityMode.RESYNC)
     started: list[str] = []
 
-    def the_session(*_: Any) -> Any:  # the shared session; says when a command asked for it
+    def the_session(*_: Any, **__: Any) -> Any:  # the shared session; says when asked for
         started.append("spark")
         return spark
 
-    monkeypatch.setattr(cli, "spark_session", the_session)
+    for module in (cli_rewrites, cli_run, cli_tools):  # every command that starts Spark
+        monkeypatch.setattr(module, "spark_session", the_session)
     common = ["--archive", str(archive), "--output", str(output)]
     window = ["--since", "2000-01-01T00:00:00Z", "--until", "2100-01-01T00:00:00Z"]
     capsys.readouterr()
