@@ -17,9 +17,10 @@ Figures, not assertions (``make bench``):
    table's metadata folder and its current metadata file, the snapshots).
    The history and the retire grace are the job's defaults unless given:
    at the bench's pace the history's tiers fill within seconds (the newest
-   60 snapshots, one a minute for an hour), and the grace holds the files
-   of expired snapshots for ``--grace`` (5 s; 2 minutes would hold a few
-   thousand batches' files at this pace, two at a minute's trigger).
+   60 snapshots, one a minute for an hour), and the retire grace is
+   ``--grace`` (5 s), which the metadata files of expired snapshots then
+   wait too (the job's 30 s would hold several hundred batches' files at
+   this pace, one at a minute's trigger).
 2. **A real ``tablecast run``** of 1,000 micro-batches with the default
    settings (``--max-offsets-per-trigger 4`` over 4,000 messages): the
    same figures at batches 100 and 1,000, from the job's metrics
