@@ -136,6 +136,7 @@ bench: setup
 	$(BIN)/python -m bench.job
 	$(BIN)/python -m bench.kafka_source
 	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.topics
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) cdktf.out .mypy_cache .pytest_cache .ruff_cache .pipeline

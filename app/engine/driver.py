@@ -51,8 +51,10 @@ class EngineDriver:
         state_root: str,
         output_uri: str,
         retain: int = RETAIN_VERSIONS,
+        group_offsets: int = 0,
     ) -> None:
         self.processor = processor
+        self.group_offsets = group_offsets  # the source's groupOffsets: the tasks' groups
         self.rules = rules
         self.store = StateStore(state_root)
         self.output_uri = output_uri
@@ -151,6 +153,7 @@ class EngineDriver:
             start=start,
             end=end,
             versions={tp: states[tp] for tp in end if tp in states},
+            group_offsets=self.group_offsets,
         )
         first: dict[TopicPartition, str] = {}
 

@@ -10,6 +10,16 @@ and a range recomputed by a corrected version replaces its files block for
 block (a changed file under a new name, ``...-<block>~<rewrite>.parquet``:
 :mod:`app.sink.rewrite`).
 
+A live task that runs several small topic-partitions
+(:func:`app.sources.stream.task_groups`) writes their rows to one file per
+day, named after the group: the first partition's block and the last
+partition, ``part-<topic>-<partition>-<start>-<end>-000+<topic>-<partition>.parquet``
+(:func:`group_block`). Each range of a group is one block, and the
+partitions between the two that the batch published (its ledger entry's
+ranges) are the blocks the file holds (:func:`group_members`): what replay
+and correct rewrite a group file by, as they rewrite a compaction's merged
+file.
+
 :func:`plan_segments` cuts the records of a partition at every range and
 block boundary; records outside every range (read to rebuild the state a
 range starts from) form segments that write nothing.
@@ -17,7 +27,7 @@ range starts from) form segments that write nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +41,33 @@ OFFSETS_PER_FILE = 500_000
 def range_stem(tp: TopicPartition, start: int, end: int) -> str:
     """The common part of the names of a range's files."""
     return f"{tp.topic}-{tp.partition}-{start:020d}-{end:020d}"
+
+
+_GROUP_MARK = "+"  # not in a Kafka topic's name ([a-zA-Z0-9._-])
+
+
+def group_block(first: str, last: TopicPartition) -> str:
+    """The block of a group's files: its first partition's block, then its last partition."""
+    return f"{first}{_GROUP_MARK}{last.topic}-{last.partition}"
+
+
+def group_members(
+    block: str, ranges: Mapping[TopicPartition, tuple[int, int]]
+) -> frozenset[str] | None:
+    """The blocks a group's file of ``block`` holds, given its batch's ``ranges``; None: not a
+    group's block, or not of that batch."""
+    if _GROUP_MARK not in block:
+        return None
+    first_block, last = block.split(_GROUP_MARK, 1)
+    last_topic, last_partition = last.rsplit("-", 1)
+    first_topic, first_partition, start, end, _ = first_block.rsplit("-", 4)
+    first = TopicPartition(first_topic, int(first_partition))
+    if ranges.get(first) != (int(start), int(end)):
+        return None
+    high = TopicPartition(last_topic, int(last_partition))
+    return frozenset(
+        f"{range_stem(tp, a, b)}-000" for tp, (a, b) in ranges.items() if first <= tp <= high
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
-"""The executor half of the engine: one task per topic-partition range.
+"""The executor half of the engine: one task per topic-partition range, or per group of them.
 
 Spark runs :class:`PartitionTask` with ``mapInArrow`` over a micro-batch's
-ranges, one task per topic-partition, with no shuffle. For its partition a
-task:
+ranges, one task per Spark partition of the source, with no shuffle: a
+topic-partition, or a group of small ones
+(:func:`~app.sources.stream.task_groups`), run one after another in name
+order. For each of its partitions a task:
 
 1. reads the records of the range with the reader the driver planned
    (:mod:`app.sources.ranges`: the records go from the archive or Kafka
@@ -13,13 +15,16 @@ task:
    worker's cache when it holds that very version), after checking that its
    records are those an earlier pass of the batch read. The load starts
    before the first record arrives, on a thread (:class:`_EarlyLoad`): the
-   task knows its partition from its Spark partition's index
-   (:func:`~app.sources.stream.read_in_order`), so on a new Python worker
+   task knows its partitions from its Spark partition's index
+   (:func:`~app.sources.stream.task_groups`), so on a new Python worker
    the state's read (on the cluster: libhdfs starting its JVM, then HDFS)
    runs while the source's worker makes its consumer, signs in and fetches,
    instead of after the last record;
 3. runs the :class:`~app.engine.machine.PartitionMachine` over the records,
-   a slice at a time, staging output and quarantine files as they fill;
+   a slice at a time, staging output and quarantine files as they fill; a
+   group's partitions stage theirs together, one file per day after the
+   last of them (:func:`~app.engine.segments.group_block`), rows in
+   topic-partition and offset order;
 4. saves the state at the range's end (not when a strict run found a
    violation: that batch fails), and keeps it in the worker's cache, frozen
    out of the garbage collector's walks (:mod:`app.engine.gc_pause`);
@@ -60,14 +65,14 @@ from app.engine.machine import (
 )
 from app.engine.output import RowColumns, quarantine_table
 from app.engine.reports import PartitionSummary, Reports, StagedFile, to_batch
-from app.engine.segments import Segment, plan_segments
+from app.engine.segments import Segment, group_block, plan_segments
 from app.engine.state import PartitionState, StateVersion
 from app.engine.store import StateCache, StateStore
 from app.engine.writer import QUARANTINE_DIR, stage_table
 from app.errors import DataLossError, StateError, TablecastError
 from app.sources import ranges
 from app.sources.records import served_counts
-from app.sources.stream import read_in_order
+from app.sources.stream import task_groups
 from app.storage import Location, resolve
 
 # Records converted to Python objects at a time: bounds the task's memory.
@@ -95,6 +100,8 @@ class BatchPlan:
     # The records' fingerprints of the batch's first pass: a later pass must read the same.
     records: Mapping[TopicPartition, str] = field(default_factory=dict)
     code_digest: str = field(default_factory=code_digest)  # the driver's code
+    # The source's groupOffsets: which partitions share a task (app.sources.stream.task_groups).
+    group_offsets: int = 0
 
 
 class PartitionTask:
@@ -113,33 +120,43 @@ class PartitionTask:
             for batch in _records(batches):
                 for tp, part in _split_by_partition(batch):
                     by_tp.setdefault(tp, []).append(part)
+            # A group's partitions share one file per day (app.engine.segments).
+            group = _GroupFiles() if self.plan.group_offsets > 0 and len(by_tp) > 1 else None
             for tp in sorted(by_tp):
-                loaded, early = (
-                    (early, None) if early is not None and early.tp == tp else (None, early)
-                )
+                loaded = early.take(tp) if early is not None else None
                 with cyclic_gc_paused(freeze=in_worker):
-                    rows = self._run(tp, pa.Table.from_batches(by_tp[tp]), loaded)
+                    rows = self._run(tp, pa.Table.from_batches(by_tp[tp]), loaded, group)
+                if rows:
+                    yield to_batch(rows)
+            if group is not None:
+                rows = group.stage(resolve(self.plan.output_uri), self.plan.staging_dir)
                 if rows:
                     yield to_batch(rows)
         finally:
             if early is not None:
-                early.wait()  # another partition's records came: its state is not used
+                early.wait()  # a partition without records: its state is not used
 
     def _load_early(self, index: int | None) -> _EarlyLoad | None:
-        """Start loading the state of the partition Spark's ``index`` reads, if it has one."""
+        """Start loading the states of the partitions Spark's ``index`` reads, if it has any."""
         if index is None:
             return None
-        order = read_in_order(self.plan.start, self.plan.end)
-        if not 0 <= index < len(order):
+        plan = self.plan
+        groups = task_groups(plan.start, plan.end, plan.group_offsets)
+        if not 0 <= index < len(groups):
             return None
-        tp = order[index]
-        start = self.plan.start[tp]
+        members = [(tp, plan.start[tp]) for tp in groups[index] if tp in plan.start]
+        if not members:
+            return None
         return _EarlyLoad(
-            tp, start, lambda: self._load(StateStore(self.plan.state_root), tp, start)
+            members, lambda tp, start: self._load(StateStore(plan.state_root), tp, start)
         )
 
     def _run(
-        self, tp: TopicPartition, records: pa.Table, early: _EarlyLoad | None = None
+        self,
+        tp: TopicPartition,
+        records: pa.Table,
+        early: _Loaded | None = None,
+        group: _GroupFiles | None = None,
     ) -> list[dict[str, Any]]:
         plan = self.plan
         reports = Reports(tp)
@@ -170,8 +187,6 @@ class PartitionTask:
         if early is not None and early.start == start:
             state, cache = early.result()
         else:
-            if early is not None:
-                early.wait()
             state, cache = self._load(store, tp, start)
         machine = PartitionMachine(plan.processor, plan.rules, plan.foreign.get(tp))
         location = resolve(plan.output_uri)
@@ -179,7 +194,9 @@ class PartitionTask:
         offsets_np = records.column("offset").to_numpy()
         for segment in plan_segments(offsets_np, [(start, end)], tp):
             run_segment(machine, state, records, segment, result)
-            if segment.name is not None:
+            if segment.name is not None and group is not None:
+                group.add(result, segment.name)
+            elif segment.name is not None:
                 for staged in stage_segment(location, plan.staging_dir, result, segment.name):
                     reports.file(staged.path, staged.rows, staged.bytes, staged.quarantine)
             if result.violations and plan.rules.mode is IntegrityMode.STRICT:
@@ -241,38 +258,99 @@ class PartitionTask:
         return state, "hit" if cached is not None else "miss"
 
 
+@dataclass
+class _Loaded:
+    """One partition's state as loaded early, or what failed."""
+
+    start: int
+    loaded: tuple[PartitionState[Any], str] | None = None
+    error: BaseException | None = None
+
+    def result(self) -> tuple[PartitionState[Any], str]:
+        if self.error is not None:
+            raise self.error
+        assert self.loaded is not None
+        return self.loaded
+
+
 class _EarlyLoad:
-    """One partition's state, loaded on a thread while the task waits for its records."""
+    """The states of a task's partitions, loaded in order on a thread while it waits for records."""
 
     def __init__(
         self,
-        tp: TopicPartition,
-        start: int,
-        load: Callable[[], tuple[PartitionState[Any], str]],
+        members: list[tuple[TopicPartition, int]],
+        load: Callable[[TopicPartition, int], tuple[PartitionState[Any], str]],
     ) -> None:
-        self.tp = tp
-        self.start = start
+        self._members = members
         self._load = load
-        self._loaded: tuple[PartitionState[Any], str] | None = None
-        self._error: BaseException | None = None
+        self._done: dict[TopicPartition, threading.Event] = {
+            tp: threading.Event() for tp, _ in members
+        }
+        self._loaded: dict[TopicPartition, _Loaded] = {}
         self._thread = threading.Thread(target=self._run, name="tablecast-state-load", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            self._loaded = self._load()
-        except BaseException as exc:  # raised where the state is used, in the task
-            self._error = exc
+        for tp, start in self._members:
+            found = _Loaded(start)
+            try:
+                found.loaded = self._load(tp, start)
+            except BaseException as exc:  # raised where the state is used, in the task
+                found.error = exc
+            self._loaded[tp] = found
+            self._done[tp].set()
+
+    def take(self, tp: TopicPartition) -> _Loaded | None:
+        """``tp``'s state once loaded; None: not one of the task's planned partitions."""
+        done = self._done.get(tp)
+        if done is None:
+            return None
+        done.wait()
+        return self._loaded.pop(tp)
 
     def wait(self) -> None:
         self._thread.join()
 
-    def result(self) -> tuple[PartitionState[Any], str]:
-        self.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._loaded is not None
-        return self._loaded
+
+class _GroupFiles:
+    """The rows of a group's partitions, staged together as one file per day."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None  # the first partition's block
+        self.last: TopicPartition | None = None
+        self.rows: list[pa.Table] = []
+        self.quarantined: list[pa.Table] = []
+
+    def add(self, result: PartitionResult, name: str) -> None:
+        """Take the segment's rows and quarantined records out of ``result``."""
+        if not name.endswith("-000"):
+            raise AssertionError(f"a group's partition has more than one block: {name}")
+        tp = result.rows.tp
+        self.first = self.first or name
+        self.last = tp
+        if len(result.rows):
+            self.rows.append(result.rows.to_table())
+        if result.quarantined:
+            self.quarantined.append(quarantine_table(result.quarantined))
+        result.rows = result.rows.emptied()
+        result.quarantined = []
+
+    def stage(self, location: Location, staging_dir: str) -> list[dict[str, Any]]:
+        """Stage the rows as the group's files; their report rows."""
+        if self.first is None or self.last is None:
+            return []
+        name = group_block(self.first, self.last)
+        staged: list[StagedFile] = []
+        if self.rows:
+            rows = pa.concat_tables(self.rows)
+            staged += stage_table(location, staging_dir, "", rows, "ts", name)
+        if self.quarantined:
+            held = pa.concat_tables(self.quarantined)
+            staged += stage_table(location, staging_dir, QUARANTINE_DIR, held, "timestamp", name)
+        reports = Reports(self.last)
+        for f in staged:
+            reports.file(f.path, f.rows, f.bytes, f.quarantine)
+        return reports.rows
 
 
 def _spark_partition() -> int | None:

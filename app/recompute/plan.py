@@ -39,9 +39,10 @@ from app.contract.offsets import TopicPartition
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.durations import spark_interval
 from app.engine.machine import IntegrityMode, Rules
-from app.engine.segments import OFFSETS_PER_FILE, range_stem
+from app.engine.segments import OFFSETS_PER_FILE, group_members, range_stem
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
+from app.sink import rewrite as rewrite_mod
 from app.sink import schemas as schemas_mod
 from app.sink.ledger import LedgerEntry, LiveRules
 from app.sources.archive import ArchiveFile, ArchiveIndex
@@ -204,6 +205,24 @@ def published_ranges(entries: Iterable[LedgerEntry]) -> list[PublishedRange]:
         earlier = () if began is None else _adopted(began, start, end)
         ranges.append(PublishedRange(tp, start, end, entry, number, limit, kept, earlier))
     return ranges
+
+
+def group_blocks(entries: Iterable[LedgerEntry]) -> dict[str, frozenset[str]]:
+    """The blocks each group's files hold (:func:`~app.engine.segments.group_members`), by the
+    group's block, from the batch entries that published them."""
+    found: dict[str, frozenset[str]] = {}
+    previous: LedgerEntry | None = None
+    for entry in entries:
+        if entry.kind != ledger_mod.REPAIR:
+            published = entry.ranges(previous)
+            for relative in entry.files:
+                block = rewrite_mod.block_of(relative)
+                if block not in found:
+                    members = group_members(block, published)
+                    if members is not None:
+                        found[block] = members
+        previous = entry
+    return found
 
 
 def _adopted(repair: LedgerEntry, lo: int, hi: int) -> tuple[tuple[str, int], ...]:

@@ -11,7 +11,9 @@
    one is published under a new name (``part-<block>~<rewrite>.parquet``),
    and then the visible files of the recomputed blocks it replaces are
    retired. A block a compaction merged lives in its day's merged file
-   (:func:`app.table.compact.merged_blocks`): that file is staged again with
+   (:func:`app.table.compact.merged_blocks`), and one of a group of small
+   partitions in its group's file (:func:`app.recompute.plan.group_blocks`):
+   that file is staged again with
    the block's recomputed rows in place of its old ones and, unless its bytes
    are the same, published under a new name in its place. A published object
    is never written again in place. Between the two, a plain-listing reader
@@ -41,7 +43,7 @@ import posixpath
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -50,14 +52,16 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from app import worker_errors
 from app.code_version import JobVersion, job_version
 from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode
-from app.engine.output import OUTPUT_SCHEMA
+from app.engine.output import QUARANTINE_SCHEMA
+from app.engine.writer import QUARANTINE_DIR
 from app.errors import IntegrityViolationError, OutputStateError
-from app.recompute.plan import PartitionWork, RangeRows
+from app.recompute.plan import PartitionWork, RangeRows, group_blocks
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
@@ -282,7 +286,8 @@ def _rewrite(
     """
     blocks = {b for r in results for b in r.blocks}
     owners = _owners(works, blocks)
-    every_merge = table_compact.merged_blocks(location)
+    grouped = group_blocks(ledger_mod.Ledger(location).entries())
+    every_merge = table_compact.merged_blocks(location, grouped)
     compacted = {b for held in every_merge.values() for b in held}
     merges = {m: held for m, held in every_merge.items() if held & blocks}
     current: dict[tuple[str, str], list[str]] = {}
@@ -308,16 +313,16 @@ def _rewrite(
         ]
         consumed.update(into)
         restaged = posixpath.join(staging_dir, "_merged", merged)
+        schema = _merged_schema(location, staging_dir, merged, into, grouped)
         rows = table_compact.remerge(
             location,
             merged,
             restaged,
             # Every block it holds recomputed: the merged file is not read (if damaged, mended).
             replaced=None if held <= blocks else _replaced([owners[b] for b in held & blocks]),
-            added=[
-                read_published(location, posixpath.join(staging_dir, p), schema=OUTPUT_SCHEMA)
-                for p in into
-            ],
+            # Each staged file in its own schema (the one its range ran with), conformed.
+            added=[read_published(location, posixpath.join(staging_dir, p)) for p in into],
+            schema=schema,
         )
         if rows and location.same_bytes(location.child(restaged), location.child(merged)):
             kept.append(merged)
@@ -347,6 +352,28 @@ def _rewrite(
     retire += [p for found in current.values() for p in found if p not in kept]
     rewrite = rewrite_mod.Rewrite(name, tuple(publish), tuple(sorted(retire)))
     return rewrite, kept
+
+
+def _merged_schema(
+    location: Location,
+    staging_dir: str,
+    merged: str,
+    into: Sequence[str],
+    grouped: Mapping[str, frozenset[str]],
+) -> pa.Schema | None:
+    """The schema a file holding several blocks is staged again in; None: the output's.
+
+    A compaction's merged file takes the output's schema. A group's file holds one live
+    batch's rows, all computed with its table schema: it keeps that one (the recomputed
+    rows are staged in it), so that a recompute of unchanged rows keeps its bytes; a
+    group's quarantine file keeps the quarantine's.
+    """
+    if merged.startswith(f"{QUARANTINE_DIR}/"):
+        return QUARANTINE_SCHEMA
+    if rewrite_mod.block_of(merged) not in grouped:
+        return None
+    source = location.child(staging_dir, into[0]) if into else location.child(merged)
+    return pq.read_schema(source, filesystem=location.fs)
 
 
 def _replaced(owners: list[_Owner]) -> Callable[[pa.Table], pa.ChunkedArray]:

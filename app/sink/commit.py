@@ -48,7 +48,8 @@ Then the upkeep that keeps what a batch costs flat however long the job runs
 (steps 9 to 13, each after a check of the fence before it deletes): the
 table's commit at step 7 expired the snapshots older than the history
 (:mod:`app.table.history`); step 9 deletes the table's metadata files that
-no snapshot has referenced for the retire grace; steps 10 to 13 fold old
+no snapshot has referenced for the metadata's grace (30 s: a query's
+planning, :func:`app.table.history.metadata_grace`); steps 10 to 13 fold old
 ledger entries into a few parts (:mod:`app.sink.fold`). A crash in them
 leaves the next batch to finish them, and changes nothing a reader sees.
 

@@ -240,7 +240,10 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """The records of offsets ``[start, end)``, in offset order."""
     for archive_file in files:
-        table = pq.read_table(archive_file.path, filesystem=location.fs, schema=None)
+        # The file itself, not a dataset of it: a quarter of read_table's time per file,
+        # which counts when a batch reads hundreds of partitions' small files.
+        with location.fs.open_input_file(archive_file.path) as handle:
+            table = pq.ParquetFile(handle).read()
         table = _conform(table, archive_file)
         offsets = table.column("offset")
         if len(table) and (

@@ -39,13 +39,16 @@ with ``failOnDataLoss=true``:
 - a micro-batch has one Spark partition per topic-partition, read in
   offset order (offsets the backend skips, such as transaction markers or
   compacted records, are simply absent), with the Kafka source's columns and
-  the tier that served each record (``served_by``).
+  the tier that served each record (``served_by``); with ``groupOffsets``
+  (the job's), one per group of topic-partitions (:func:`task_groups`): the
+  small ones share a Spark partition, each still read whole and in order.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -75,6 +78,11 @@ from app.sources.starting import StartingPosition, StartKind
 FORMAT = "tablecast"
 DEFAULT_MAX_TRIGGER_DELAY_S: Final = 900.0  # Spark's maxTriggerDelay: 15 minutes
 _EARLIEST: Final = StartingPosition()
+GROUP_OFFSETS_OPTION = "groupOffsets"
+# The job's bound of a task's topic-partitions (:func:`task_groups`): offsets of their
+# ranges together (0: a task each). The job keeps it below the engine's offsets per
+# output file, so that each range of a group is one block (app.engine.segments).
+GROUP_OFFSETS: Final = int(os.environ.get("TABLECAST_GROUP_OFFSETS", "50000"))
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +95,13 @@ class RangePartition(InputPartition):
     start: int
     end: int
     reader: RangeReader
+
+
+@dataclass(frozen=True)
+class GroupPartition(InputPartition):
+    """The ranges of a group of topic-partitions (:func:`task_groups`), read one after another."""
+
+    ranges: tuple[RangePartition, ...]
 
 
 class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -110,8 +125,10 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wall_clock: Callable[[], float] = time.time,
         deliver: str = ranges.RECORDS,
         retired_uri: str = "",
+        group_offsets: int = 0,
     ) -> None:
         self.backend = backend
+        self.group_offsets = group_offsets  # :func:`task_groups`' bound (0: no groups)
         self.deliver = deliver
         self.max_offsets = max_offsets
         self.starting = starting
@@ -430,16 +447,29 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = offsets_mod.from_json(start)
         finish = offsets_mod.from_json(end)
         parts: list[InputPartition] = []
-        for tp in [*read_in_order(begin, finish), *new_in_order(begin, finish)]:
-            if self._cached is None:  # a batch redone after a restart: list once
-                self._listing()
-            first = begin.get(tp, 0)
-            reader = self.backend.reader(tp, first, finish[tp])
-            parts.append(RangePartition(tp, first, finish[tp], reader))
+        for group in task_groups(begin, finish, self.group_offsets):
+            members: list[RangePartition] = []
+            for tp in group:
+                if self._cached is None:  # a batch redone after a restart: list once
+                    self._listing()
+                first = begin.get(tp, 0)
+                reader = self.backend.reader(tp, first, finish[tp])
+                members.append(RangePartition(tp, first, finish[tp], reader))
+            if self.group_offsets > 0:
+                parts.append(GroupPartition(tuple(members)))
+            else:
+                parts.extend(members)
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if isinstance(partition, GroupPartition):
+            for member in partition.ranges:
+                yield from self._read_range(member)
+        else:
+            assert isinstance(partition, RangePartition)
+            yield from self._read_range(partition)
+
+    def _read_range(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         if self.deliver == ranges.RANGES:  # the task that processes the range reads it
             yield ranges.PlannedRange(
                 partition.tp, partition.start, partition.end, partition.reader
@@ -475,6 +505,41 @@ def new_in_order(
     return [tp for tp in sorted(end) if tp not in start and end[tp] > 0]
 
 
+def task_groups(
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int], bound: int
+) -> list[tuple[TopicPartition, ...]]:
+    """The topic-partitions of a micro-batch as its Spark partitions read them: one task each.
+
+    ``bound`` 0: one topic-partition a task, in the order of :func:`read_in_order`
+    then :func:`new_in_order`. Otherwise, the topic-partitions in name order,
+    cut into runs whose ranges hold fewer than ``bound`` offsets together: a
+    range of ``bound`` offsets or more is a task alone, so that a busy
+    partition keeps its own task and the batch its parallelism. A function
+    of the batch's offsets alone, so the source (the driver) and every task
+    (:mod:`app.engine.task`) find the same groups, and a redone batch too.
+    """
+    if bound <= 0:
+        return [(tp,) for tp in [*read_in_order(start, end), *new_in_order(start, end)]]
+    groups: list[tuple[TopicPartition, ...]] = []
+    run: list[TopicPartition] = []
+    held = 0
+    for tp in sorted(end):
+        size = end[tp] - start.get(tp, 0)
+        if size <= 0:
+            continue
+        if run and (size >= bound or held + size >= bound):
+            groups.append(tuple(run))
+            run, held = [], 0
+        run.append(tp)
+        held += size
+        if size >= bound:
+            groups.append(tuple(run))
+            run, held = [], 0
+    if run:
+        groups.append(tuple(run))
+    return groups
+
+
 def _identities(bounds: Mapping[TopicPartition, Bounds]) -> Identities:
     return {tp.topic: b.identity for tp, b in bounds.items() if b.identity}
 
@@ -505,7 +570,9 @@ class TablecastSource(DataSource):
     (:class:`~app.sources.starting.StartingPosition`, for a fresh checkpoint),
     ``deliver`` (``records``, the default, or ``ranges``: one row per range,
     read where it is processed, :mod:`app.sources.ranges`), ``retiredTopics``
-    (where the output records its retired topics, :mod:`app.sources.retired`).
+    (where the output records its retired topics, :mod:`app.sources.retired`),
+    ``groupOffsets`` (:func:`task_groups`' bound: small topic-partitions share
+    a Spark partition; 0, the default: one each).
     """
 
     @classmethod
@@ -536,4 +603,5 @@ class TablecastSource(DataSource):
             or DEFAULT_MAX_TRIGGER_DELAY_S,
             deliver=self._deliver(),
             retired_uri=options.get(RETIRED_OPTION, ""),
+            group_offsets=int(options.get(GROUP_OFFSETS_OPTION, "0")),
         )

@@ -24,6 +24,7 @@ from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.durations import EXAMPLES as DURATION_EXAMPLES
 from app.durations import parse_duration_ms, spark_interval
+from app.engine import segments
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
@@ -163,6 +164,8 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     options |= backend_options.retired_options(config.output)
     # Ranges, not records: each task reads the range it processes (app.sources.ranges).
     options[ranges.DELIVER_OPTION] = ranges.RANGES
+    # Small topic-partitions share a task (app.sources.stream.task_groups).
+    options[stream.GROUP_OFFSETS_OPTION] = str(group_offsets())
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
@@ -235,7 +238,13 @@ def _run_query(
     table_live.prepare(config.output, config.table, processor.output)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
-    engine = EngineDriver(processor, rules, state_root(config.checkpoint), config.output)
+    engine = EngineDriver(
+        processor,
+        rules,
+        state_root(config.checkpoint),
+        config.output,
+        group_offsets=group_offsets(),
+    )
     sink = ExactlyOnceSink(
         output_uri=config.output,
         checkpoint=checkpoint,
@@ -321,3 +330,9 @@ def _reporting(
             on_batch(batch)
 
     return report
+
+
+def group_offsets() -> int:
+    """The bound of a task's small topic-partitions (:func:`app.sources.stream.task_groups`):
+    each range of a group is one block of the output's files."""
+    return max(0, min(stream.GROUP_OFFSETS, segments.OFFSETS_PER_FILE))

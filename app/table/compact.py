@@ -44,7 +44,7 @@ import hashlib
 import logging
 import posixpath
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -157,10 +157,14 @@ def records(location: Location) -> list[CompactionRecord]:
     ]
 
 
-def merged_blocks(location: Location) -> dict[str, frozenset[str]]:
+def merged_blocks(
+    location: Location, grouped: Mapping[str, frozenset[str]] | None = None
+) -> dict[str, frozenset[str]]:
     """The blocks (:func:`app.sink.rewrite.block_of`) each merged file holds, by the merged
-    file's own block (``compact-<digest>``), through merges of merged files."""
-    direct: dict[str, set[str]] = {}
+    file's own block (``compact-<digest>``), through merges of merged files; ``grouped``:
+    the blocks of the live job's group files (:func:`app.recompute.plan.group_blocks`), which
+    hold several blocks as merged files do."""
+    direct: dict[str, set[str]] = {block: set(held) for block, held in (grouped or {}).items()}
     for record in records(location):
         held = direct.setdefault(rewrite_mod.block_of(record.output), set())
         held.update(rewrite_mod.block_of(relative) for relative in record.inputs)
@@ -208,13 +212,15 @@ def remerge(
     *,
     replaced: Callable[[pa.Table], pa.ChunkedArray] | None,
     added: list[pa.Table],
+    schema: pa.Schema | None = None,
 ) -> int:
     """Stage ``merged`` (relative) again at ``staged`` (relative): its rows but those
     ``replaced`` selects of them, and the ``added`` rows; with ``replaced`` None every row
-    is replaced (the merged file is not read: a damaged one is mended so). Its row count."""
+    is replaced (the merged file is not read: a damaged one is mended so). Its row count.
+    ``schema``: the file's (a group's quarantine file); by default the output's."""
     # Merged files hold the output's schema now: rows computed with an older one read
     # the columns added since as null.
-    schema = output_schema(schemas.current(location) or DEFAULT_SCHEMA)
+    schema = schema or output_schema(schemas.current(location) or DEFAULT_SCHEMA)
     tables = list(added)
     if replaced is not None:
         old = read_published(location, merged, schema=schema)

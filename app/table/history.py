@@ -29,15 +29,23 @@ manifest stays. So the table keeps a bounded history:
   the batches.
 - **Files no snapshot references** (:class:`MetadataFiles`): manifest lists
   and manifests of expired snapshots, and files a crash or an older table
-  left, are deleted by the live job once the retire grace has passed since
-  it found them unreferenced, so a query planned on a snapshot just before
-  it expired still reads its manifests. It sees snapshots expire as it
-  commits; what it never saw referenced (an earlier run's leftovers) it
-  finds by listing the folder at its start and every hour, taking only
-  files older than the current snapshot (by more than a clock's skew): a
-  commit still under way writes newer ones. The table's data files
-  are the output's own: a rewrite retires them (:mod:`app.sink.rewrite`),
-  never this.
+  left, are deleted by the live job once the metadata grace
+  (:func:`metadata_grace`) has passed since it found them unreferenced, so
+  a query that loaded the table just before its snapshot expired still
+  plans on it. A query reads a snapshot's manifest list and manifests once,
+  as it plans, right after loading the table's metadata; then it opens only
+  data files, for as long as it runs, and no expiry deletes those (a
+  rewrite retires them after the retire grace, the length of a query). So
+  the metadata's grace is the length of a plan, 30 seconds, or the retire
+  grace if that is shorter: at a minute's trigger a file waits one batch,
+  at the bench's 2.4 batches a second some 70 batches' files wait instead
+  of the retire grace's 300. (Iceberg's own ``expire_snapshots`` deletes
+  them at once.) The job sees snapshots expire as it commits; what it
+  never saw referenced (an earlier run's leftovers) it finds by listing the
+  folder at its start and every hour, taking only files older than the
+  current snapshot (by more than a clock's skew): a commit still under way
+  writes newer ones. The table's data files are the output's own: a
+  rewrite retires them (:mod:`app.sink.rewrite`), never this.
 """
 
 from __future__ import annotations
@@ -66,6 +74,11 @@ NEWEST = 60  # the newest snapshots, each kept (an hour of batches at a minute's
 # each hour before it (UTC). However fast the trigger, at most 60 + 60 + 24 a day.
 TIERS = ((3600.0, 60.0), (float("inf"), 3600.0))  # (within this age, one per this long)
 SWEEP_EVERY_S = 3600.0  # the folder is listed whole at the job's start and this often
+# How long a query may take between loading the table's metadata and reading the manifest
+# list and manifests of the snapshot it plans on (Iceberg's Spark catalog, too, caches a
+# loaded table 30 seconds: cache.expiration-interval-ms): the grace of the metadata files
+# no snapshot references.
+PLANNING_GRACE_S = 30.0
 METADATA_DIR = "metadata"
 
 
@@ -101,6 +114,12 @@ class TableHistory:
                         kept.add(snapshot.snapshot_id)
                     break
         return [s.snapshot_id for s in order if s.snapshot_id not in kept]
+
+
+def metadata_grace(retire_grace_s: float) -> float:
+    """How long a metadata file no snapshot references stays: a query's planning, not its
+    run (its data files stay through ``retire_grace_s``), and never longer than that."""
+    return min(PLANNING_GRACE_S, retire_grace_s)
 
 
 def _protected(metadata: TableMetadata) -> set[int]:

@@ -2,8 +2,8 @@
 
 - :class:`LiveTable`, the table the sink commits after each ledger entry:
   its commits expire the snapshots older than ``--table-history``, and the
-  files those leave unreferenced are deleted after the retire grace
-  (:mod:`app.table.history`).
+  files those leave unreferenced are deleted after the metadata's grace
+  (:mod:`app.table.history`: a query's planning, not its run).
 
 - :func:`prepare`, before the first batch: with ``--glue-database``, the
   output is catalogued in Glue (``<output>/_iceberg/catalog.json``), its
@@ -57,7 +57,7 @@ from app.table.catalog import (
     save_config,
     threads_released,
 )
-from app.table.history import MetadataFiles, TableHistory
+from app.table.history import MetadataFiles, TableHistory, metadata_grace
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -83,12 +83,14 @@ class TableSettings:
 class LiveTable:
     """The output's table as the live job's sink keeps it (a
     :class:`app.sink.follower.TableUpkeep`): each batch's commit also expires the snapshots
-    older than the history; the metadata files they leave are deleted after the grace."""
+    older than the history; the metadata files they leave are deleted after the metadata's
+    grace (:func:`app.table.history.metadata_grace`)."""
 
     def __init__(self, settings: TableSettings) -> None:
         self.history = TableHistory(keep_s=settings.history_s)
         grace = settings.retire_grace_s
-        self.files = MetadataFiles(grace_s=rewrite_mod.DEFAULT_GRACE_S if grace is None else grace)
+        retire = rewrite_mod.DEFAULT_GRACE_S if grace is None else grace
+        self.files = MetadataFiles(grace_s=metadata_grace(retire))
         self._table: Table | None = None
 
     def catch_up(self, location: Location, *, below: int | None = None) -> int:

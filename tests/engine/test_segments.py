@@ -36,3 +36,21 @@ def test_records_outside_the_ranges_only_rebuild_state_and_skipped_offsets_are_n
         Segment(7, 9, f"{range_stem(TP, 20, 22)}-000"),  # 20, 21
     ]
     assert range_stem(TP, 8, 13) == "sensor-1-2-00000000000000000008-00000000000000000013"
+
+
+def test_a_groups_block_names_the_blocks_its_files_hold_given_its_batchs_ranges() -> None:
+    a, b, c, d = (TopicPartition(t, p) for t, p in [("s-a", 0), ("s-a", 1), ("s-b", 0), ("s-c", 0)])
+    published = {a: (10, 20), b: (0, 5), c: (7, 9), d: (3, 4)}
+    block = segments.group_block(f"{range_stem(a, 10, 20)}-000", c)
+    assert block == f"{range_stem(a, 10, 20)}-000+s-b-0"
+    # The batch's partitions from the first to the last: d is another task's.
+    assert segments.group_members(block, published) == frozenset(
+        {
+            f"{range_stem(a, 10, 20)}-000",
+            f"{range_stem(b, 0, 5)}-000",
+            f"{range_stem(c, 7, 9)}-000",
+        }
+    )
+    # Another batch's ranges: its first partition's range differs.
+    assert segments.group_members(block, {**published, a: (20, 30)}) is None
+    assert segments.group_members(f"{range_stem(a, 10, 20)}-000", published) is None

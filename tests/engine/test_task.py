@@ -306,3 +306,51 @@ def test_outside_a_spark_task_nothing_is_frozen(tmp_path: Path, capture: tuple[s
     frozen = gc.get_freeze_count()
     run(plan(tmp_path, None, last, None), records(uri, 0, last))
     assert gc.get_freeze_count() == frozen and gc.isenabled()
+
+
+def test_a_groups_partitions_are_staged_as_one_file_a_day_and_a_redo_stages_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = gen.CaptureSpec(topics=3, partitions=1, sessions=6, updates=20, seed=4)
+    uri = str(tmp_path / "archive")
+    gen.write_archive(gen.generate(spec), uri, spec)
+    location = resolve(uri)
+    index = archive.scan(location, "^sensor-.+")
+    tps = sorted(index.files)
+    ends = {tp: index.latest(tp) for tp in tps}
+    batches = [
+        b
+        for tp in tps
+        for b in archive.read_range(location, index.covering(tp, 0, ends[tp]), 0, ends[tp])
+    ]
+    group = BatchPlan(
+        processor=TableProcessor(),
+        rules=Rules(),
+        state_root=str(tmp_path / "ckpt" / "state"),
+        output_uri=str(tmp_path / "out"),
+        staging_dir="_tablecast/staging/k",
+        start={},
+        end=ends,
+        versions={},
+        group_offsets=sum(ends.values()) + 1,  # one group of the three
+    )
+    outcome = run(group, batches)
+    first_block = f"{tps[0].topic}-0-{0:020d}-{ends[tps[0]]:020d}-000"
+    name = f"part-{first_block}+{tps[-1].topic}-0.parquet"
+    days = {f.path.split("/")[0] for f in outcome.files}
+    assert {f.path for f in outcome.files} == {f"{day}/{name}" for day in days}
+    # Every partition's state, as if each had its own task.
+    assert {tp: s.end for tp, s in outcome.partitions.items()} == ends
+    order = [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+    order += [("row_id", "ascending"), ("deleted", "ascending")]
+    expected = expected_output(uri, "^sensor-.+").rows
+    assert staged_rows(tmp_path).sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
+    given = digests(tmp_path / "out") | digests(tmp_path / "ckpt")
+    # A redo on a cold worker, as Spark's task of the group (its states loaded early).
+    shutil.rmtree(tmp_path / "out")
+    shutil.rmtree(tmp_path / "ckpt")
+    monkeypatch.setattr(task_mod, "_CACHE", StateCache(4))
+    with spark_task(0):
+        again = run(group, batches)
+    assert again.files == outcome.files
+    assert digests(tmp_path / "out") | digests(tmp_path / "ckpt") == given

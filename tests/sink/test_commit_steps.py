@@ -84,6 +84,9 @@ def _cli_run(
 ) -> subprocess.CompletedProcess[bytes]:
     """A real ``tablecast run`` (its own JVM and Python workers: a cold start)."""
     env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, CRASH_MODE_ENV)}
+    # A task, and a file, for each of the batch's two partitions: a crash inside step 6 has
+    # one published and one not (app.sources.stream.task_groups).
+    env["TABLECAST_GROUP_OFFSETS"] = "0"
     process = subprocess.Popen(
         [
             sys.executable,

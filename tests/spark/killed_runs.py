@@ -10,6 +10,7 @@ import time
 
 import pyarrow.parquet as pq
 
+from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.tools import verify
 
@@ -49,3 +50,18 @@ def assert_readable_and_no_duplicates(output: str) -> None:
         pq.read_metadata(info.path, filesystem=location.fs)  # raises on a broken file
     table = verify.read_output(output)
     assert verify.compare(table, table).duplicates == 0
+
+
+def published_batches(output: str) -> int:
+    """How many batches the output's ledger holds (its head's batch number, plus one)."""
+    head = Ledger(resolve(output)).head()
+    return 0 if head is None or head.batch_id is None else head.batch_id + 1
+
+
+def wait_for_batches(process: subprocess.Popen[bytes], output: str, batches: int) -> None:
+    """Until the output's ledger holds ``batches`` batches, or ``process`` has ended."""
+    deadline = time.monotonic() + 300
+    while process.poll() is None and published_batches(output) < batches:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{output} did not reach {batches} batches in 300 s")
+        time.sleep(0.05)

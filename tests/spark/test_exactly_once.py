@@ -32,12 +32,21 @@ from tests.spark.helpers import (
     run_job,
     write_capture,
 )
-from tests.spark.killed_runs import assert_readable_and_no_duplicates, kill_group, start_cli
+from tests.spark.killed_runs import (
+    assert_readable_and_no_duplicates,
+    kill_group,
+    published_batches,
+    start_cli,
+    wait_for_batches,
+)
 from tests.table.helpers import assert_follows_ledger
 
 KILL_SPEC = CaptureSpec(
     topics=2, partitions=2, sessions=12, updates=90, records_per_file=100, resync_every=25, seed=21
 )
+# 1,104 offsets in batches of 70: 16 batches, more than the kills can use up (each kill
+# comes at most two batches and a moment after the run's start), however fast the machine.
+KILL_MAX_OFFSETS = 70
 
 
 def _kill_and_restart(
@@ -47,22 +56,32 @@ def _kill_and_restart(
     kills: int,
     seed: int,
     env: dict[str, str] | None = None,
-) -> int:
+) -> None:
+    """``kills`` runs, each SIGKILLed at a random moment of its batches (one or two
+    published, then up to half a second more: any step of the batch after them, its tasks or
+    Spark's planning), then a run to the end. A kill timed from the process's start
+    would miss a job that finished first on a quick machine, and no kill would land."""
     rng = random.Random(seed)
-    args = [*run_argv_over(archive, output, checkpoint), "--max-offsets-per-trigger", "150"]
-    survived = 0
-    for _ in range(kills):
+    args = [
+        *run_argv_over(archive, output, checkpoint),
+        "--max-offsets-per-trigger",
+        str(KILL_MAX_OFFSETS),
+    ]
+    for kill in range(kills):
         process = start_cli(*args, env=env)
-        time.sleep(rng.uniform(6.0, 16.0))
+        wait_for_batches(process, output, published_batches(output) + rng.randint(1, 2))
+        time.sleep(rng.uniform(0.0, 0.5))
         if process.poll() is not None:
-            break  # it finished before the kill
+            _, stderr = process.communicate()
+            raise AssertionError(
+                f"run {kill + 1} ended (exit {process.returncode}) before its kill: "
+                f"{stderr.decode()[-3000:]}"
+            )
         kill_group(process)
-        survived += 1
         assert_readable_and_no_duplicates(output)
     final = start_cli(*args, env=env)
     _, stderr = final.communicate(timeout=600)
     assert final.returncode == 0, stderr.decode()[-3000:]
-    return survived
 
 
 def _duckdb_rows(output: Path) -> int:
@@ -77,18 +96,16 @@ def _duckdb_rows(output: Path) -> int:
 def test_sigkills_at_random_moments_lose_and_repeat_nothing(tmp_path: Path) -> None:
     archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
     write_capture(archive, KILL_SPEC)
-    survived = _kill_and_restart(str(archive), str(output), str(checkpoint), kills=4, seed=1)
-    assert survived >= 2
+    _kill_and_restart(str(archive), str(output), str(checkpoint), kills=4, seed=1)
     comparison = assert_exact(archive, output)  # pyarrow
     assert _duckdb_rows(output) == comparison.expected_rows  # DuckDB, plain files
-    print(f"kills survived: {survived}, rows: {comparison.actual_rows}, duplicates: 0")
+    print(f"kills survived: 4, rows: {comparison.actual_rows}, duplicates: 0")
 
 
 def test_on_s3_too_through_kills(s3: dict[str, str], tmp_path: Path) -> None:
     archive, output = "s3://lake/archive", "s3://lake/output"
     write_capture(archive, KILL_SPEC)  # type: ignore[arg-type]
-    survived = _kill_and_restart(archive, output, str(tmp_path / "ckpt"), kills=2, seed=2, env=s3)
-    assert survived >= 1
+    _kill_and_restart(archive, output, str(tmp_path / "ckpt"), kills=2, seed=2, env=s3)
     assert_exact(archive, output)
 
 

@@ -89,8 +89,16 @@ def test_a_read_only_output_stops_replay_and_compact_in_one_line(
     write_capture(archive, SPEC)
     # In a process of its own: this one then holds no file of the output open for writing
     # (the table's SQLite catalog), which the read-only remount would find busy.
+    # Several batches: the day has several files for a compaction to merge.
     subprocess.run(
-        [sys.executable, "-m", "app", *run_argv_over(archive, output, checkpoint)],
+        [
+            sys.executable,
+            "-m",
+            "app",
+            *run_argv_over(archive, output, checkpoint),
+            "--max-offsets-per-trigger",
+            "100",
+        ],
         check=True,
         capture_output=True,
     )

@@ -13,8 +13,10 @@ from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from app.contract.offsets import TopicPartition
 from app.sink import fencing
 from app.sink.fold import LedgerFold
 from app.sink.ledger import Ledger
@@ -22,7 +24,13 @@ from app.storage import resolve
 from app.table import catalog as catalog_mod
 from app.table import commit as table_commit
 from app.table import compact as table_compact
-from app.table.history import ENTRY_KEY, MetadataFiles, TableHistory
+from app.table.history import (
+    ENTRY_KEY,
+    PLANNING_GRACE_S,
+    MetadataFiles,
+    TableHistory,
+    metadata_grace,
+)
 from app.table.live import LiveTable, TableSettings
 from app.tools import verify
 from tests.spark.helpers import write_capture
@@ -208,6 +216,53 @@ def test_files_of_expired_snapshots_go_after_the_grace_never_before(
     assert {os.path.basename(p) for p in _files_of(current, None)} == left
     assert_every_snapshot_reads(output)
     assert table.files.waiting == 0
+
+
+def test_a_query_planned_on_an_expiring_snapshot_plans_in_the_metadata_grace_and_reads_after_it(
+    expected: pa.Table, tmp_path: Path
+) -> None:
+    """A query needs a snapshot's manifest list and manifests to plan, its data files to
+    read: the first stay 30 seconds after the snapshot expires (however long the retire
+    grace), the data files stay (no expiry deletes them)."""
+    assert metadata_grace(120.0) == PLANNING_GRACE_S == 30.0
+    assert metadata_grace(10.0) == 10.0  # a shorter retire grace: queries are that short
+    output = str(tmp_path / "out")
+    location = resolve(output)
+    table = _live(TableSettings(history_s=0.0, retire_grace_s=120.0))
+    clock = table.files.clock = Clock()
+    publish_batches(output, expected, cuts(expected, 12))
+    table.catch_up(location, below=6)
+    loaded = load_table(output)  # a query loads the table: six batches' snapshot
+    planned = list(loaded.scan().plan_files())  # another one has planned on it too
+    its_metadata = _files_of(loaded, None)
+    table.catch_up(location)  # six more batches: that snapshot expires
+    assert [s.snapshot_id for s in load_table(output).snapshots()] != [
+        loaded.current_snapshot().snapshot_id
+    ]
+    clock.now += PLANNING_GRACE_S - 1
+    assert table.tidy(location, lambda: None, lambda n: None) == 0
+    late = list(loaded.scan().plan_files())  # within the grace, the first query plans
+    assert sorted(t.file.file_path for t in late) == sorted(t.file.file_path for t in planned)
+    clock.now += 2
+    assert table.tidy(location, lambda: None, lambda n: None) > 0
+    # Gone at the metadata's grace, not the retire grace's 120 s: its manifest list, and
+    # each of its manifests that no later snapshot carries.
+    still = set(_files_of(load_table(output), None))
+    assert not os.path.exists(its_metadata[0])
+    assert [p for p in its_metadata if os.path.exists(p)] == [p for p in its_metadata if p in still]
+    # Both queries read what they planned: six batches' rows, whole.
+    read = pa.concat_tables(
+        pq.read_table(t.file.file_path.removeprefix("file://")) for t in planned
+    )
+    six = cuts(expected, 12)[5]
+    keys = ("topic", "partition", "offset")
+    wanted = sorted(
+        k
+        for k in zip(*(expected[c].to_pylist() for c in keys), strict=True)
+        if k[2] < six[TopicPartition(k[0], k[1])]
+    )
+    assert sorted(zip(*(read[c].to_pylist() for c in keys), strict=True)) == wanted != []
+    assert_every_snapshot_reads(output)
 
 
 def _files_of(table: object, snapshot: object | None) -> list[str]:
