@@ -49,7 +49,8 @@ class DayLayout(enum.Enum):
     """Where an output puts a day's files, and how readers learn the day."""
 
     # ``<day>/``, each file with a ``date`` date32 column: pyarrow's hive dataset, DuckDB,
-    # Spark and the Iceberg table all read a date. Every output made with a layout record.
+    # Spark (recursiveFileLookup) and the Iceberg table's readers all read a date. Every
+    # output made with a layout record.
     DATE_COLUMN = "date-column"
     # ``date=<day>/``, the day in the directory only: pyarrow's hive partitioning infers a
     # string, DuckDB a DATE. Outputs made before the record; their files stay where they
