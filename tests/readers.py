@@ -31,7 +31,7 @@ def read_everywhere(output: Path) -> pa.Table:
         return table
     con = duckdb.connect()
     try:
-        glob = str(output / "date=*" / "*.parquet")
+        glob = str(output / "*" / "*.parquet")
         con.execute(
             f"CREATE VIEW duck AS SELECT * FROM read_parquet('{glob}', hive_partitioning=true)"
         )

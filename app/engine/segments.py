@@ -4,7 +4,9 @@ Output files are named by what they hold, never by who wrote them: a
 topic-partition's range of offsets (the live job's micro-batch range, or a
 range a replay or a correction recomputes) and a block of
 :data:`OFFSETS_PER_FILE` offsets within it, one file per day of the rows'
-``ts`` (``date=<day>/part-<topic>-<partition>-<start>-<end>-<block>.parquet``).
+``ts`` (``<day>/part-<topic>-<partition>-<start>-<end>-<block>.parquet``;
+``date=<day>/`` in an output made before its layout was recorded:
+:class:`app.engine.writer.DayLayout`).
 So every message's rows land in the same block whatever code computed them,
 and a range recomputed by a corrected version replaces its files block for
 block (a changed file under a new name, ``...-<block>~<rewrite>.parquet``:

@@ -123,7 +123,7 @@ _MARK = "~"  # not in a Kafka topic's name ([a-zA-Z0-9._-]): the rewrite's part 
 
 
 def block_of(relative: str) -> str:
-    """``date=<day>/part-<block>[~<rewrite>].parquet`` -> ``<block>``."""
+    """``<day directory>/part-<block>[~<rewrite>].parquet`` -> ``<block>``."""
     name = posixpath.basename(relative).removeprefix("part-").removesuffix(".parquet")
     return name.split(_MARK, 1)[0]
 

@@ -15,8 +15,10 @@ import logging
 import posixpath
 
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema, check_evolution
+from app.engine.writer import LAYOUT_FILE, DayLayout, layout_of, record_layout
 from app.errors import OutputStateError
 from app.sink.ledger import CONTROL_DIR, Ledger, LedgerEntry
+from app.sink.visible import visible_files
 from app.storage import Location
 
 log = logging.getLogger(__name__)
@@ -69,8 +71,9 @@ def check(location: Location, schema: TableSchema, document: str) -> None:
 
 def check_start(location: Location, schema: TableSchema, document: str) -> None:
     """Refuse a run whose schema the output cannot take, before anything is written; then
-    record the schema, so that every entry's digest resolves."""
+    record the schema, so that every entry's digest resolves, and a new output's layout."""
     check(location, schema, document)
+    settle_layout(location)
     held = current(location) if location.exists(location.path) else None
     if held is not None and held.digest != schema.digest:
         log.info(
@@ -82,3 +85,18 @@ def check_start(location: Location, schema: TableSchema, document: str) -> None:
         )
     if schema.digest != DEFAULT_SCHEMA.digest:
         save(location, schema)
+
+
+def settle_layout(location: Location) -> DayLayout:
+    """Record the layout of days of an output this run makes (:attr:`DayLayout.DATE_COLUMN`)
+    or of one made before the record (:attr:`DayLayout.HIVE_KEY`: its files stay in
+    ``date=<day>/``, since readers cannot open a dataset of both); once, at its first start."""
+    if location.exists(location.child(LAYOUT_FILE)):
+        return layout_of(location)
+    made = location.exists(location.path) and (
+        Ledger(location).head() is not None or bool(visible_files(location))
+    )
+    layout = DayLayout.HIVE_KEY if made else DayLayout.DATE_COLUMN
+    record_layout(location, layout)
+    log.info("output %s: days laid out as %s", location.uri, layout.value)
+    return layout

@@ -8,12 +8,14 @@ written ``<output>/_iceberg/catalog.json``; without that file the job keeps
 no table for it (the plain dataset and its ledger are unchanged).
 
 The table registers the files the sink publishes (no second copy): its data
-files are the output's own ``date=<day>/part-*.parquet``, partitioned by
-``day(ts)`` (the day directory is derived from ``ts`` too), sorted by
-topic, partition and offset as every file is; its metadata lives under
+files are the output's own ``<day>/part-*.parquet`` (``date=<day>/`` in an
+output made before its layout was recorded), partitioned by ``day(ts)``
+(the day directory is derived from ``ts`` too), sorted by topic, partition
+and offset as every file is; its metadata lives under
 ``<output>/_iceberg/table/metadata/``. Its schema is the output's
-(:func:`app.engine.output.output_schema` of the table schema the ledger
-names), required where a column is never null; a job started with a schema
+(:func:`table_schema`: :func:`app.engine.output.output_schema` of the table
+schema the ledger names, and the files' ``date`` column where they hold
+one), required where a column is never null; a job started with a schema
 that adds columns evolves it first (:func:`evolve`: new field ids, files
 written before read them as null).
 """
@@ -31,9 +33,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pyarrow as pa
 
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.output import output_schema
+from app.engine.writer import DATE_COLUMN, DayLayout, layout_of
 from app.errors import ConfigurationError, DamagedOutputError, TablecastError
 from app.sink import schemas
 from app.storage import Location, refusal
@@ -52,6 +56,8 @@ NAMESPACE = "tablecast"
 TABLE_NAME = "output"
 PARTITION_FIELD = "ts_day"
 SORT_ORDER = ("topic", "partition", "offset")
+# The day of a row's file (DayLayout.DATE_COLUMN): never null, ``day(ts)``'s value.
+_DATE = pa.field(DATE_COLUMN, pa.date32(), nullable=False)
 
 
 @dataclass(frozen=True)
@@ -262,7 +268,7 @@ def open_table(location: Location, config: TableConfig, schema: TableSchema | No
     if not found.namespace_exists(namespace):  # on AWS infra made it: the job may not
         found.create_namespace_if_not_exists(namespace)
     with contextlib.suppress(TableAlreadyExistsError):  # another process made it meanwhile
-        _create(found, config, schema or schemas.current(location) or DEFAULT_SCHEMA)
+        _create(found, location, config, schema or schemas.current(location) or DEFAULT_SCHEMA)
     return load_table(location, config)
 
 
@@ -290,6 +296,15 @@ def _keep_history_properties(found: Catalog, config: TableConfig, table: Table) 
     return found.load_table(config.table)
 
 
+def table_schema(location: Location, schema: TableSchema) -> pa.Schema:
+    """The table's Arrow schema for ``schema``: the output's, then the ``date`` column (date,
+    required) when the output's files hold it (:attr:`DayLayout.DATE_COLUMN`)."""
+    found = output_schema(schema)
+    if layout_of(location) is DayLayout.DATE_COLUMN:
+        found = found.append(_DATE)
+    return found
+
+
 def evolve(location: Location, schema: TableSchema) -> bool:
     """Bring the output's table to ``schema`` before a batch writes its columns: added
     columns get new field ids, columns made nullable become optional, the name mapping
@@ -302,7 +317,7 @@ def evolve(location: Location, schema: TableSchema) -> bool:
     from pyiceberg.table import TableProperties
 
     table = load_table(location, config)
-    wanted = output_schema(schema)
+    wanted = table_schema(location, schema)
     current = table.schema()
     held = {f.name.lower(): f for f in current.fields}
     added = [f.name for f in wanted if f.name.lower() not in held]
@@ -342,7 +357,7 @@ def _declare_sort_order(transaction: Any) -> None:
             order.asc(name, IdentityTransform(), NullOrder.NULLS_FIRST)
 
 
-def _create(found: Catalog, config: TableConfig, schema: TableSchema) -> None:
+def _create(found: Catalog, location: Location, config: TableConfig, schema: TableSchema) -> None:
     from pyiceberg.table import TableProperties
     from pyiceberg.transforms import DayTransform
 
@@ -357,7 +372,7 @@ def _create(found: Catalog, config: TableConfig, schema: TableSchema) -> None:
     }
     transaction = found.create_table_transaction(
         config.table,
-        schema=output_schema(schema),  # never-null columns required
+        schema=table_schema(location, schema),  # never-null columns required
         location=config.location or None,
         properties=properties,
     )

@@ -18,7 +18,7 @@ leaves, and is finished the same way:
    (``_tablecast/ledger/compactions/<digest>.json``: the day, the inputs it
    retires and the file that will hold their rows; what replay and correct
    read), then the rewrite: staged files, their visible names
-   ``date=<day>/part-compact-<digest>.parquet`` (the digest of the inputs'
+   ``<day directory>/part-compact-<digest>.parquet`` (the digest of the inputs'
    names: a rerun writes the same name) and the inputs to retire.
 5. Carry out the rewrite: publish the merged files, commit one snapshot of
    the table in which every group's inputs leave and its output enters
@@ -108,7 +108,10 @@ class Group:
 
     @property
     def output(self) -> str:
-        return f"date={self.day.isoformat()}/part-compact-{self.digest}.parquet"
+        # Beside its inputs: the day's directory in the output's layout.
+        return posixpath.join(
+            posixpath.dirname(self.inputs[0]), f"part-compact-{self.digest}.parquet"
+        )
 
 
 @dataclass(frozen=True)

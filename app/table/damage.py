@@ -23,13 +23,13 @@ mended by the replay of its day.
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from app.engine.writer import file_day
 from app.errors import DamagedOutputError
 from app.storage import Location, refusal
 
@@ -46,7 +46,8 @@ def read_published(
     schema: pa.Schema | None = None,
     archive: str | None = None,
 ) -> pa.Table:
-    """One published file's own columns (no ``date`` from its directory), or a
+    """One published file's own columns (a ``date=<day>/`` file's without the day, a
+    ``<day>/`` file's with its ``date`` column), or a
     :class:`DamagedOutputError` naming it and what mends it."""
     path = location.child(relative)
     with location.refusing(path, "read"):
@@ -91,17 +92,6 @@ def replay_command(location: Location, relative: str, archive: str | None) -> st
         f"tablecast replay --archive {archive or 'ARCHIVE'} --output {location.uri} "
         f"--since {since} --until {until}"
     )
-
-
-def file_day(relative: str) -> date | None:
-    """The day of ``date=YYYY-MM-DD/`` in a published file's path."""
-    found = re.search(r"(?:^|/)date=(\d{4}-\d{2}-\d{2})/", relative)
-    if found is None:
-        return None
-    try:
-        return date.fromisoformat(found.group(1))
-    except ValueError:
-        return None
 
 
 def first_names(paths: Sequence[str], shown: int = 3) -> str:

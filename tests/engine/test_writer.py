@@ -7,19 +7,27 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
 from app.engine.output import OUTPUT_SCHEMA, QUARANTINE_SCHEMA, QuarantinedRecord, quarantine_table
 from app.engine.reports import StagedFile
-from app.engine.writer import QUARANTINE_DIR, stage_table
+from app.engine.writer import (
+    QUARANTINE_DIR,
+    DayLayout,
+    record_layout,
+    stage_table,
+    write_data_file,
+)
 from app.storage import Location, resolve
 from tests.hdfs_semantics import RecordingHandler
 
@@ -226,3 +234,80 @@ def test_an_hdfs_replace_of_a_visible_file_never_removes_its_name(tmp_path: Path
     location.write_bytes_atomic(target, b"entry")  # redone: the same bytes
     assert [op for op, p in handler.log if p == target or p.endswith(f"-> {target}")] == []
     assert location.read_bytes(target) == b"entry"
+
+
+def test_the_date_column_layout_holds_the_day_in_directory_and_column(tmp_path: Path) -> None:
+    location = resolve(str(tmp_path / "out"))
+    record_layout(location, DayLayout.DATE_COLUMN)
+    stamps = ["1969-12-31T23:59:59.999", "1970-01-01T00:00:00.000", "2026-03-02T06:30:00"]
+    staged = stage_table(location, STAGING, "", _rows(stamps), "ts", NAME)
+    assert [(s.path, s.rows) for s in staged] == [
+        (f"1969-12-31/part-{NAME}.parquet", 1),
+        (f"1970-01-01/part-{NAME}.parquet", 1),
+        (f"2026-03-02/part-{NAME}.parquet", 1),
+    ]
+    base = tmp_path / "out" / STAGING
+    for item in staged:
+        written = _read(base / item.path)
+        assert written.schema.equals(OUTPUT_SCHEMA.append(pa.field("date", pa.date32(), False)))
+        day = date.fromisoformat(item.path.split("/")[0])
+        assert written["date"].to_pylist() == [day]
+        assert pc.strftime(written["ts"], "%Y-%m-%d").to_pylist() == [day.isoformat()]
+    # The quarantine is laid out alike.
+    record = QuarantinedRecord("sensor-1", 0, 7, "s1", 3, "update", 0, 1000, "bad", b"{}")
+    (held,) = stage_table(
+        location, STAGING, QUARANTINE_DIR, quarantine_table([record]), "timestamp", NAME
+    )
+    assert held.path == f"_quarantine/1970-01-01/part-{NAME}.parquet"
+    assert _read(base / held.path)["date"].to_pylist() == [date(1970, 1, 1)]
+
+
+def _dataset_day_types(root: Path) -> tuple[str, str]:
+    """How pyarrow's hive dataset and DuckDB's hive reader type ``date`` (or their error)."""
+    try:
+        found = ds.dataset(str(root), format="parquet", partitioning="hive").schema
+        arrow = str(found.field("date").type)
+    except pa.ArrowTypeError as exc:
+        arrow = f"error: {exc}"
+    con = duckdb.connect()
+    try:
+        glob = str(root / "*" / "*.parquet")
+        duck = str(
+            con.execute(
+                f"SELECT typeof(date) FROM read_parquet('{glob}', hive_partitioning=true, "
+                "union_by_name=true) LIMIT 1"
+            ).fetchone()
+        )
+    except duckdb.BinderException as exc:
+        duck = f"error: {exc}"
+    finally:
+        con.close()
+    return arrow, duck
+
+
+def test_readers_refuse_a_day_in_both_places(tmp_path: Path) -> None:
+    """Why an output made in ``date=<day>/`` keeps that layout (docs/design.md, "The day of a
+    row"): the readers open a dataset of one layout, not the alternatives."""
+    table = _rows(["2026-03-01T10:00:00"])
+    location = resolve(str(tmp_path))
+
+    def write(root: str, relative: str, with_date: bool) -> None:
+        schema = OUTPUT_SCHEMA
+        rows = table
+        if with_date:
+            schema = schema.append(pa.field("date", pa.date32(), False))
+            rows = rows.append_column("date", pa.array([date(2026, 3, 1)], pa.date32()))
+        write_data_file(location, location.child(root, relative), rows, schema)
+
+    write("hive", "date=2026-03-01/part-a.parquet", False)
+    write("column", "2026-03-01/part-a.parquet", False)  # the directory adds the column
+    write("both", "date=2026-03-01/part-a.parquet", True)
+    write("mixed", "date=2026-03-01/part-a.parquet", False)
+    write("mixed", "2026-03-02/part-a.parquet", False)
+    assert _dataset_day_types(tmp_path / "hive") == ("string", "('DATE',)")
+    assert _dataset_day_types(tmp_path / "column") == ("date32[day]", "('DATE',)")
+    arrow, _ = _dataset_day_types(tmp_path / "both")
+    assert arrow.startswith("error: Unable to merge: Field date has incompatible types")
+    arrow, duck = _dataset_day_types(tmp_path / "mixed")
+    assert arrow.startswith("error: Unable to merge: Field date has incompatible types")
+    assert duck.startswith("error: Binder Error: Hive partition mismatch")

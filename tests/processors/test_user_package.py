@@ -111,7 +111,7 @@ def _read_everywhere(output: Path, columns: list[str]) -> pa.Table:
     from meter_energy.energy import OUTPUT
 
     plain = verify.read_output(str(output), schema=OUTPUT).select(columns)
-    glob = str(output / "date=*" / "*.parquet")
+    glob = str(output / "*" / "*.parquet")
     con = duckdb.connect()
     try:
         ducked = con.execute(

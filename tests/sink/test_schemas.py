@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.contract.schema import DEFAULT_SCHEMA, parse_schema
+from app.engine.writer import LAYOUT_FILE, DayLayout, layout_of
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink import schemas
@@ -100,4 +101,43 @@ def test_the_command_line_refuses_before_starting_spark(tmp_path: Path) -> None:
     assert done.stderr.strip() == (
         f"tablecast run: schema {bad}, column 'id': unknown type 'uuid' (string, int64, float64, "
         "bool, timestamp, date, decimal(p,s))"
+    )
+
+
+def test_a_new_output_records_the_date_column_layout(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    _published(output, V1)
+    location = resolve(str(output))
+    assert layout_of(location) is DayLayout.DATE_COLUMN
+    assert (output / LAYOUT_FILE).read_text().strip() == '"date-column"'
+    # Recorded once: later starts keep it.
+    schemas.check_start(location, parse_schema(V2, "v2.toml"), "v2.toml")
+    assert layout_of(location) is DayLayout.DATE_COLUMN
+
+
+@pytest.mark.parametrize("made", ["ledger", "files"])
+def test_an_output_made_before_the_record_keeps_its_hive_directories(
+    tmp_path: Path, made: str
+) -> None:
+    """Made before: a ledger, or published files a crash left without their entry."""
+    output = tmp_path / "out"
+    location = resolve(str(output))
+    if made == "ledger":
+        Ledger(location).append(LedgerEntry(number=0, kind=ledger_mod.BATCH, end={}))
+    else:
+        (output / "date=2026-01-01").mkdir(parents=True)
+        (output / "date=2026-01-01" / "part-a.parquet").write_bytes(b"PAR1")
+    assert layout_of(location) is DayLayout.HIVE_KEY
+    schemas.check_start(location, DEFAULT_SCHEMA, "default")
+    assert (output / LAYOUT_FILE).read_text().strip() == '"hive-key"'
+
+
+def test_a_damaged_layout_record_is_named(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    (output / LAYOUT_FILE).parent.mkdir(parents=True)
+    (output / LAYOUT_FILE).write_text('"sideways"\n')
+    with pytest.raises(OutputStateError) as info:
+        layout_of(resolve(str(output)))
+    assert str(info.value) == (
+        f"{output / LAYOUT_FILE} names the layout 'sideways', not one of 'date-column', 'hive-key'"
     )
