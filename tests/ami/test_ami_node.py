@@ -16,33 +16,10 @@ import pytest
 
 from app import handoff
 from tests.ami.helpers import FILES, NODE_BOOTSTRAP, bash, shell_env
+from tests.ami.node_harness import NODE_SETTINGS, TEMPLATES, render, unit, write_node_env
 
-UNITS = FILES / "systemd"
 BIN = FILES / "bin"
-TEMPLATES = FILES / "templates"
 RUN_JOB = BIN / "run-job"
-
-# What node-bootstrap exports when it fills the templates.
-NODE_SETTINGS = {
-    "TABLECAST_ENV": "prod",
-    "TABLECAST_ROLE": "driver",
-    "TABLECAST_DRIVER_HOST": "10.0.1.23",
-    "AWS_REGION": "eu-west-1",
-    "TABLECAST_ZONE_ID": "euw1-az1",
-    "TABLECAST_HDFS_DEVICE": "/dev/sdf",
-    "TABLECAST_HDFS_REPLICATION": "2",
-}
-
-
-def unit(name: str) -> dict[str, list[str]]:
-    """A unit file's keys and their values (continuation lines joined)."""
-    text = (UNITS / f"{name}.service").read_text(encoding="utf-8").replace("\\\n", " ")
-    entries: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if "=" in line and not line.startswith(("#", "[")):
-            key, value = line.split("=", 1)
-            entries.setdefault(key.strip(), []).append(" ".join(value.split()))
-    return entries
 
 
 def run_job_parameters(array: str = "PARAMETERS") -> list[str]:
@@ -205,11 +182,6 @@ def test_template_needs_only_what_node_bootstrap_provides(template: Path) -> Non
     assert placeholders(template) <= set(NODE_SETTINGS), placeholders(template)
 
 
-def render(name: str) -> str:
-    text = (TEMPLATES / f"{name}.tmpl").read_text(encoding="utf-8")
-    return string.Template(text).substitute(NODE_SETTINGS)
-
-
 def xml_properties(name: str) -> dict[str, str]:
     root = ET.fromstring(render(name))
     return {prop.findtext("name", ""): prop.findtext("value", "") for prop in root.iter("property")}
@@ -297,21 +269,6 @@ def test_logs_flow_from_units_to_cloudwatch_log_groups() -> None:
         assert rule is not None, f"{name} does not reach {stream}.log"
     journald = (FILES / "journald" / "10-tablecast.conf").read_text(encoding="utf-8")
     assert "ForwardToSyslog=yes" in journald
-
-
-def write_node_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
-    settings = {k: v for k, v in NODE_SETTINGS.items() if k != "TABLECAST_HDFS_REPLICATION"}
-    settings.update(overrides)
-    node_env = tmp_path / "node.env"
-    node_env.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
-    image_env = tmp_path / "image.env"
-    image_env.write_text("JAVA_HOME=/usr/lib/jvm/java\n", encoding="utf-8")
-    env = shell_env(tmp_path)
-    for name in NODE_SETTINGS:
-        env.pop(name, None)
-    env["TABLECAST_NODE_ENV_FILE"] = str(node_env)
-    env["TABLECAST_IMAGE_ENV_FILE"] = str(image_env)
-    return env
 
 
 def test_node_bootstrap_accepts_the_agreed_settings(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import pytest
 
 from app import handoff
 from tests.ami.helpers import FILES, NODE_BOOTSTRAP, bash
+from tests.ami.node_harness import render, unit, write_node_env
 from tests.ami.run_job_harness import REGION, moto_aws
-from tests.ami.test_ami_node import render, unit, write_node_env
 
 RSYSLOG = FILES / "rsyslog" / "30-tablecast.conf"
 
