@@ -146,7 +146,7 @@ def deploy(
     for owner, (declared, _) in (shipped or {}).items():
         if declared.reads_own_input and owner in documents:
             raise ConfigurationError(
-                f"--schema {owner}={schemas[owner]}: the deployment settings give job "
+                f"--schema {owner}={(schemas or {})[owner]}: the deployment settings give job "
                 f"{owner} no schema, so its processor {declared.processor} reads its messages "
                 "with its own input schema: leave --schema out, or name the schema in the "
                 "settings"

@@ -3,7 +3,7 @@ heartbeat and batch, lag, the archiver's heartbeat and lag, alarms in ALARM."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from app import metric_names
@@ -42,7 +42,7 @@ class JobStatus:
     alarms: list[metrics.Alarm]
     job: str | None = None
     """A declared job's name; ``None``: the environment's one job."""
-    processor: RecordedProcessor = RecordedProcessor.of({})
+    processor: RecordedProcessor = field(default_factory=lambda: RecordedProcessor.of({}))
     """What it runs, as SSM records it (run-job's reading)."""
 
     @property

@@ -397,7 +397,7 @@ def test_a_processor_job_without_a_schema_reads_with_the_processors_own_input(
     tmp_path: Path, user_wheel: Path
 ) -> None:
     shutil.copy(user_wheel, tmp_path)
-    lab_settings = {"topic_pattern": "^sensor-lab-.+", "cores": 1}
+    lab_settings: dict[str, object] = {"topic_pattern": "^sensor-lab-.+", "cores": 1}
     lab_settings |= {"processor": PROCESSOR, "processor_wheel": user_wheel.name}
     jobs = {"lab": lab_settings, "plant": job("^sensor-plant-.+", cores=1)}
     path = settings(tmp_path, jobs)
@@ -409,7 +409,10 @@ def test_a_processor_job_without_a_schema_reads_with_the_processors_own_input(
         ("plant", False),
     ]
     # What synth writes: run-job runs lab without --schema, plant once its schema is deployed.
-    values = job_values(configured(tmp_path, jobs), bucket_name="b", driver_private_ip="10.0.0.1")
+    config = valid(
+        deployment=dataclasses.replace(load_settings(path)["team"], source=str(tmp_path))
+    )
+    values = job_values(config, bucket_name="b", driver_private_ip="10.0.0.1")
     assert values["lab"][handoff.SCHEMA_SHA256] == handoff.PROCESSOR_INPUT == "processor-input"
     assert values["plant"][handoff.SCHEMA_SHA256] == handoff.NO_SCHEMA
 
@@ -457,7 +460,7 @@ def test_a_processor_that_cannot_read_the_jobs_messages_is_refused_at_synth(
 ) -> None:
     """Synth imports the class from its wheel as the job would (in a process of its own)."""
     wheel = written_wheel(tmp_path / "dist", source)
-    table = {"topic_pattern": "^sensor-.+", "processor": COUNTS}
+    table: dict[str, object] = {"topic_pattern": "^sensor-.+", "processor": COUNTS}
     table |= {"processor_wheel": f"dist/{wheel.name}"} | ({"schema": schema} if schema else {})
     with pytest.raises(ConfigError) as refused:
         load_settings(settings(tmp_path, {"a": table}))

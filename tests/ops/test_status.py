@@ -192,8 +192,8 @@ def test_status_shows_each_jobs_processor_integrity_and_schema_as_run_job_reads_
             )
     put(aws, metric_names.HEARTBEAT, 1, job="lab")
     assert main(["--region", REGION, "status", "-e", "dev", "--job", "lab"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert [line for line in out if line.startswith(("processor:", "integrity:", "schema:"))] == [
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith(("processor:", "integrity:", "schema:"))] == [
         "processor:       meter_energy.energy:HourlyEnergy (meter_energy-1.0.0-py3-none-any.whl,"
         " SHA-256 abababababab)",
         "integrity:       ordered",
