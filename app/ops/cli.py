@@ -16,12 +16,14 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from app import handoff, storage
 from app.cli.outcome import outcome
@@ -54,6 +56,9 @@ from app.ops.pipelines import deployed as deployed_pipelines
 from app.ops.processors import JobProcessor
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
+
+if TYPE_CHECKING:
+    from app.ops.test_run import JobCode
 
 DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN
 _PROJECT = Path(__file__).resolve().parents[2]
@@ -933,7 +938,7 @@ _NOT_FOR_TEST_RUNS = ("dev", "staging", "prod")
 
 
 def _test_run(args: argparse.Namespace) -> int:
-    from app.ops import test_run, topics
+    from app.ops import test_run
 
     if not args.environment:
         raise ConfigurationError("name the test pipeline with --environment")
@@ -950,6 +955,21 @@ def _test_run(args: argparse.Namespace) -> int:
             f"{args.environment}), then test it with --no-deploy"
         )
     clients = AwsClients.create(args.region)
+    with tempfile.TemporaryDirectory(prefix="tablecast-test-run-") as directory:
+        # A processor job's wheel, fetched and checked before anything is published.
+        code = (
+            test_run.job_processor(clients.s3, found, args.job, Path(directory))
+            if args.job
+            else None
+        )
+        return _test_run_load(args, found, clients, code)
+
+
+def _test_run_load(
+    args: argparse.Namespace, found: Handoff, clients: AwsClients, code: JobCode | None
+) -> int:
+    from app.ops import test_run, topics
+
     endpoint = _endpoint(args, found)
     load = test_run.Load(
         topics=args.topic_count,
@@ -961,7 +981,9 @@ def _test_run(args: argparse.Namespace) -> int:
         rate=args.rate,
         seed=args.seed,
         one_message_per_batch=args.one_message_per_batch,
-        schema=test_run.job_schema(clients.s3, found, args.job) if args.job else DEFAULT_SCHEMA,
+        schema=test_run.job_load_schema(clients.s3, found, args.job, code)
+        if args.job
+        else DEFAULT_SCHEMA,
     )
     # The load's topics, with the environment's retention and replication.
     policy = topics.TopicPolicy(found.retention_hours, found.replication_factor, args.partitions)
@@ -988,7 +1010,7 @@ def _test_run(args: argparse.Namespace) -> int:
         )
 
     report = test_run.run(
-        test_run.Target.of(found, endpoint, job=args.job),
+        test_run.Target.of(found, endpoint, job=args.job, processor=code),
         load,
         deploy=deploy_job,
         timeout_s=args.catch_up_timeout,

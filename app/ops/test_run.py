@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import handoff
@@ -33,6 +34,8 @@ from app.contract.schema import DEFAULT_SCHEMA, TableSchema, parse_schema
 from app.errors import ConfigurationError, ExitCode, TablecastError
 from app.ops import produce
 from app.ops.environment import Handoff
+from app.ops.processor_input import declared_input
+from app.ops.processors import KEY, RecordedProcessor
 from app.sources.kafka_client import KafkaEndpoint
 from app.tools.generate import CaptureSpec
 
@@ -100,18 +103,84 @@ class Target:
         endpoint: KafkaEndpoint,
         env: Mapping[str, str] | None = None,
         job: str | None = None,
+        processor: JobCode | None = None,
     ) -> Target:
         """The environment's test run as its hand-off names it (a declared job's:
-        ``read_job_handoff``), its brokers at ``endpoint``."""
+        ``read_job_handoff``), its brokers at ``endpoint``; ``processor``: the job's, which
+        ``tablecast verify`` imports from its wheel (as the executors do)."""
+        env = dict(os.environ) if env is None else dict(env)
+        if processor is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(processor.wheel), *filter(None, [env.get("PYTHONPATH")])]
+            )
         return cls(
             environment=found.environment,
             endpoint=endpoint,
             topic_pattern=found.topic_pattern,
             output_uri=found.s3_uri(handoff.OUTPUT_URI),
             archive_uri=found.archive_uri,
-            env=dict(os.environ) if env is None else env,
+            env=env,
             job=job,
         )
+
+
+@dataclass(frozen=True)
+class JobCode:
+    """A declared job's processor as deployed: its class and its wheel, fetched and checked."""
+
+    processor: str
+    wheel: Path
+
+
+def job_processor(s3: S3Client, found: Handoff, job: str, directory: Path) -> JobCode | None:
+    """The processor a declared job runs (``found`` is its hand-off), its wheel fetched into
+    ``directory`` and refused unless its SHA-256 is the recorded one, as run-job refuses it;
+    None for the built-in table rebuild."""
+    recorded = RecordedProcessor.of(found.values)
+    if recorded.processor == handoff.NO_PROCESSOR:
+        return None
+    if not KEY.match(recorded.wheel):
+        raise ConfigurationError(
+            f"job {job} of {found.environment} runs processor {recorded.processor}, whose wheel "
+            f"no deploy has shipped (processor-wheel {recorded.wheel}): deploy it first "
+            f"(tablecast-ops deploy -e {found.environment} --settings FILE)"
+        )
+    uri = f"{found.artifacts_uri.rstrip('/')}/{recorded.wheel}"
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    wheel = directory / recorded.wheel.rpartition("/")[2]
+    wheel.write_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    with wheel.open("rb") as stream:
+        digest = hashlib.file_digest(stream, "sha256").hexdigest()
+    if digest != recorded.wheel_sha256:
+        raise ConfigurationError(
+            f"{uri}: its SHA-256 is {digest}, not job {job}'s processor-wheel-sha256 "
+            f"{recorded.wheel_sha256}: ship the processor again (tablecast-ops deploy)"
+        )
+    return JobCode(recorded.processor, wheel)
+
+
+def job_load_schema(
+    s3: S3Client, found: Handoff, job: str, processor: JobCode | None
+) -> TableSchema:
+    """The schema a declared job's messages follow: its processor's own input where it
+    declares one, else the job's deployed table schema (:func:`job_schema`)."""
+    if processor is not None:
+        declared = declared_input(processor.wheel, processor.processor)
+        if declared is not None:
+            return declared
+    if found.value(handoff.SCHEMA_SHA256) == handoff.PROCESSOR_INPUT:
+        raise ConfigurationError(
+            f"job {job} of {found.environment} has no table schema (schema-sha256 "
+            f"processor-input), and "
+            + (
+                f"its processor {processor.processor} declares no input schema"
+                if processor is not None
+                else "no processor"
+            )
+            + f": deploy its schema (tablecast-ops deploy -e {found.environment} --schema "
+            f"{job}=FILE)"
+        )
+    return job_schema(s3, found, job)
 
 
 @dataclass(frozen=True)
