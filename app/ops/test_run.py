@@ -17,6 +17,7 @@ and ``make pipeline-demo`` runs on one machine (``app/local/exercise.py``):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from app import handoff
 from app.contract.offsets import Offsets
-from app.contract.schema import DEFAULT_SCHEMA, TableSchema, parse_schema
+from app.contract.schema import TableSchema, parse_schema
 from app.errors import ConfigurationError, ExitCode, TablecastError
 from app.ops import produce
 from app.ops.environment import Handoff
@@ -52,33 +53,28 @@ class NotCaughtUpError(TablecastError):
     exit_code = ExitCode.CHECK_FAILED
 
 
+LOAD = CaptureSpec(topics=3, partitions=2, sessions=24, updates=100, resync_every=25)
+"""A test run's capture unless told otherwise: resync snapshots in every session."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Load:
     """What a test run publishes."""
 
-    topics: int = 3
-    """Topics ``<prefix>0`` .. ``<prefix><topics - 1>``."""
-    prefix: str = "sensor-"
-    partitions: int = 2
-    """Partitions the sessions spread over (each topic has at least this many)."""
-    sessions: int = 24
-    updates: int = 100
-    """Update messages per session."""
-    resync_every: int = 25
-    """A resync snapshot every N messages of a session (0: none)."""
+    capture: CaptureSpec = LOAD
+    """The sessions, over topics ``<prefix>0`` .. ``<prefix><topics - 1>``, their rows
+    following its schema (a declared job's: its deployed document, or its processor's own
+    input); its ``start_ms`` is the publishing's."""
     rate: float = 0.0
     """Messages per second over all topics; 0: as fast as the brokers take them."""
-    seed: int = 7
     run_id: str = ""
     """Suffix of every session id; empty: the UTC time, so a run never reuses a session."""
     one_message_per_batch: bool = False
     """A record batch per message, for a broker (tansu) that reports ends by batch."""
-    schema: TableSchema = DEFAULT_SCHEMA
-    """The table schema the sessions' rows follow: a declared job's (its deployed document)."""
 
     @property
     def topic_names(self) -> list[str]:
-        return [f"{self.prefix}{index}" for index in range(self.topics)]
+        return [f"{self.capture.prefix}{index}" for index in range(self.capture.topics)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,17 +275,7 @@ def publish(
 ) -> produce.ProduceReport:
     """The load, as :func:`app.ops.produce.publish` sends it (``progress`` holds the stream)."""
     spec = produce.LoadSpec(
-        capture=CaptureSpec(
-            topics=load.topics,
-            partitions=load.partitions,
-            sessions=load.sessions,
-            updates=load.updates,
-            resync_every=load.resync_every,
-            prefix=load.prefix,
-            seed=load.seed,
-            start_ms=int(time.time() * 1000),
-            schema=load.schema,
-        ),
+        capture=dataclasses.replace(load.capture, start_ms=int(time.time() * 1000)),
         run_id=load.run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
         rate=load.rate,
         one_message_per_batch=load.one_message_per_batch,
@@ -394,7 +380,10 @@ def run(
     progress("[test-run] deploying the job ...")
     deployed = deploy()
     progress(f"      {deployed}")
-    progress(f"[test-run] publishing {load.sessions} sessions to {load.topics} topics ...")
+    progress(
+        f"[test-run] publishing {load.capture.sessions} sessions to {load.capture.topics} "
+        "topics ..."
+    )
     produced = publish(target, load)
     for line in produced.lines():
         progress(f"      {line}")
