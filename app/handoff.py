@@ -113,6 +113,9 @@ GLUE_TABLE: Final = "glue-table"  # run --glue-table
 SCHEMA_SHA256: Final = "schema-sha256"
 CORES: Final = "cores"  # spark.cores.max, where the settings give one
 NO_SCHEMA: Final = "none"
+# schema-sha256 of a job whose settings name no schema: its processor reads messages with
+# its own input schema, and run-job passes no --schema.
+PROCESSOR_INPUT: Final = "processor-input"
 # The job's processor (app/ops/processors.py): infra writes the settings' processor and
 # integrity, "none" for the wheel and its SHA-256, and the deploy tool owns all four from
 # then on; run-job installs the wheel <artifacts-uri>/<processor-wheel> only if its

@@ -6,20 +6,24 @@ written where it should not be."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from app import cli
+from app.cli.capture import capture_spec
 from app.cli.parsing import CommandParser
 from app.contract.offsets import TopicPartition
 from app.errors import ExitCode, exit_code_table
 from app.ops import cli as ops_cli
+from app.ops import test_run
 from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sources import archive
 from app.storage import resolve
+from app.tools.generate import CaptureSpec
 from tests.command_lines import TABLECAST, TABLECAST_OPS, run, without_aws
 
 
@@ -138,6 +142,53 @@ def test_every_help_says_what_the_command_does_with_examples_every_default_and_t
     result = run(TABLECAST, "run", "--help", cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.rstrip().endswith(table.rstrip())
     assert "--max-offsets-per-trigger N" in result.stdout and "[500000]" in result.stdout
+
+
+SHAPING = (
+    "--topic-count",
+    "--partitions",
+    "--prefix",
+    "--sessions",
+    "--rows-min",
+    "--rows-max",
+    "--updates",
+    "--resync-every",
+    "--seed",
+)
+MAKERS = ("tablecast generate", "tablecast-ops produce", "tablecast-ops test-run")
+
+
+def test_the_options_that_shape_a_capture_read_alike_in_every_command_that_makes_one() -> None:
+    commands = {**_commands(cli.build_parser()), **_commands(ops_cli.build_parser())}
+    found = {
+        prog: {a.option_strings[0]: a for a in commands[prog]._actions if a.option_strings}
+        for prog in MAKERS
+    }
+    for option in SHAPING:
+        actions = [found[prog][option] for prog in MAKERS]
+        # One name, one type, one help but for the default each command shows.
+        assert len({(a.dest, a.type, a.metavar) for a in actions}) == 1, option
+        assert len({(a.help or "").partition(" [")[0] for a in actions}) == 1, option
+        for prog, action in zip(MAKERS, actions, strict=True):
+            if action.default is not None:
+                shown = (action.help or "").rpartition("[")[2]
+                assert shown.startswith(str(action.default)), (prog, option, action.help)
+    # The defaults read back are the spec's each command declares.
+    generate = cli.build_parser().parse_args(["generate", "--archive", "a"])
+    assert capture_spec(generate, CaptureSpec()) == CaptureSpec()
+    test_run_args = ops_cli.build_parser().parse_args(["test-run", "-e", "x"])
+    assert capture_spec(test_run_args, test_run.LOAD, prefix="p-") == dataclasses.replace(
+        test_run.LOAD, prefix="p-"
+    )
+    # Options a command takes alone stay its own.
+    assert "--concurrent-sessions" in found["tablecast generate"]
+    assert "--fault" not in found["tablecast-ops test-run"]
+    faults = {
+        a.option_strings[0]: a
+        for a in commands["tablecast-ops produce"]._actions
+        if a.option_strings
+    }["--fault"].choices
+    assert faults is not None and "archive-hole" not in faults
 
 
 def test_the_exit_code_table_holds_every_code_an_error_can_exit_with() -> None:

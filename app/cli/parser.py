@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 
 from app import defaults
+from app.cli.capture import Shape, add_capture_options
 from app.cli.parsing import (
     CommandParser,
     Commands,
     add_command,
     add_version,
     epilog,
-    hidden_alias,
-    natural,
     positive,
 )
 from app.code_version import job_version
@@ -28,8 +27,6 @@ from app.logs import LogFormat
 from app.metrics.publisher import PublisherKind
 from app.sources.kafka_client import Isolation, KafkaAuth
 from app.tools import generate as gen
-
-_SPEC = gen.CaptureSpec()  # generate's defaults
 
 
 def build_parser() -> CommandParser:
@@ -329,84 +326,7 @@ def _generate(commands: Commands[CommandParser]) -> None:
         help="write into an archive that holds other topics; each topic written must be new "
         "there (choose another --prefix) [the archive must be empty]",
     )
-    count = generate.add_mutually_exclusive_group()
-    count.add_argument(
-        "--topic-count",
-        type=positive,
-        default=_SPEC.topics,
-        metavar="N",
-        help=f"topics <prefix>0 to <prefix>N-1 [{_SPEC.topics}]",
-    )
-    hidden_alias(count, "--topics", "topic_count", type=positive)
-    generate.add_argument(
-        "--partitions",
-        type=positive,
-        default=_SPEC.partitions,
-        help=f"per topic [{_SPEC.partitions}]",
-    )
-    generate.add_argument(
-        "--prefix", default=_SPEC.prefix, help=f"the topics' names' start [{_SPEC.prefix}]"
-    )
-    generate.add_argument(
-        "--sessions", type=positive, default=_SPEC.sessions, help=f"in all [{_SPEC.sessions}]"
-    )
-    generate.add_argument(
-        "--concurrent-sessions",
-        type=positive,
-        default=_SPEC.concurrent,
-        metavar="N",
-        help=f"sessions active at once in a partition [{_SPEC.concurrent}]",
-    )
-    generate.add_argument(
-        "--rows-min",
-        type=positive,
-        default=_SPEC.rows_min,
-        metavar="N",
-        help=f"fewest rows in a session's table [{_SPEC.rows_min}]",
-    )
-    generate.add_argument(
-        "--rows-max",
-        type=positive,
-        default=_SPEC.rows_max,
-        metavar="N",
-        help=f"most rows in a session's table [{_SPEC.rows_max}]",
-    )
-    generate.add_argument(
-        "--updates",
-        type=natural,
-        default=_SPEC.updates,
-        metavar="N",
-        help=f"update messages per session, before its end [{_SPEC.updates}]",
-    )
-    generate.add_argument(
-        "--resync-every",
-        type=natural,
-        default=_SPEC.resync_every,
-        metavar="N",
-        help="a resync snapshot every N messages of a session [0: none]",
-    )
-    generate.add_argument(
-        "--records-per-file",
-        type=positive,
-        default=_SPEC.records_per_file,
-        metavar="N",
-        help=f"records per archive file [{_SPEC.records_per_file}]",
-    )
-    generate.add_argument(
-        "--seed",
-        type=int,
-        default=_SPEC.seed,
-        help=f"the same seed, the same capture [{_SPEC.seed}]",
-    )
-    generate.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        choices=[f.value for f in gen.Fault],
-        metavar="KIND",
-        help="inject one violation of this kind (" + ", ".join(f.value for f in gen.Fault) + "); "
-        "repeatable [none]",
-    )
+    add_capture_options(generate, gen.CaptureSpec(), shapes=(Shape.FAULTS, Shape.LAYOUT))
     _schema_option(generate, "the table schema the capture's rows follow [the default]")
 
 

@@ -12,6 +12,7 @@ from app.storage import resolve
 from app.tools import generate as gen
 
 from . import options
+from .capture import capture_spec
 
 if TYPE_CHECKING:
     from app.contract.offsets import TopicPartition
@@ -20,21 +21,7 @@ from .progress import Progress
 
 
 def generate(args: argparse.Namespace) -> int:
-    spec = gen.CaptureSpec(
-        topics=args.topic_count,
-        partitions=args.partitions,
-        sessions=args.sessions,
-        rows_min=args.rows_min,
-        rows_max=max(args.rows_min, args.rows_max),
-        updates=args.updates,
-        resync_every=args.resync_every,
-        concurrent=args.concurrent_sessions,
-        records_per_file=args.records_per_file,
-        prefix=args.prefix,
-        seed=args.seed,
-        faults=tuple(gen.Fault(f) for f in args.fault),
-        schema=options.schema(args),
-    )
+    spec = capture_spec(args, gen.CaptureSpec(), schema=options.schema(args))
     _refuse_overlap(args.archive, [f"{spec.prefix}{n}" for n in range(spec.topics)], args)
     capture = gen.generate(spec)
     progress = Progress("writing archive")

@@ -18,6 +18,7 @@ one by one): bring the pipeline up, feed it, check it, tear it down.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -38,13 +39,16 @@ __all__ = ["demo", "demo_load"]
 def demo_load(*, sessions: int = SESSIONS, updates: int = UPDATES, seed: int = 7) -> test_run.Load:
     """Sessions with resync snapshots over the pipeline's topics."""
     return test_run.Load(
-        topics=len(TOPICS),
-        prefix="sensor-",
-        partitions=PARTITIONS,
-        sessions=sessions,
-        updates=updates,
-        resync_every=RESYNC_EVERY,
-        seed=seed,
+        capture=dataclasses.replace(
+            test_run.LOAD,
+            topics=len(TOPICS),
+            prefix="sensor-",
+            partitions=PARTITIONS,
+            sessions=sessions,
+            updates=updates,
+            resync_every=RESYNC_EVERY,
+            seed=seed,
+        ),
         # tansu answers ListOffsets with the last batch's first offset + 1.
         one_message_per_batch=True,
     )

@@ -16,14 +16,17 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from app import handoff, storage
+from app.cli.capture import Shape, add_capture_options, capture_spec
 from app.cli.outcome import outcome
 from app.cli.parsing import (
     CommandParser,
@@ -39,7 +42,7 @@ from app.contract.schema import DEFAULT_SCHEMA
 from app.durations import parse_duration_ms
 from app.errors import ConfigurationError
 from app.metrics.publisher import MetricsPublisher, NullPublisher, PublisherKind, make_publisher
-from app.ops import deploy, wheel
+from app.ops import deploy, test_run, wheel
 from app.ops.archive_lock import ArchiveLock
 from app.ops.aws import AwsClients
 from app.ops.environment import Handoff, find_driver, read_handoff, read_job_handoff
@@ -54,6 +57,9 @@ from app.ops.pipelines import deployed as deployed_pipelines
 from app.ops.processors import JobProcessor
 from app.sources.kafka_client import Isolation, KafkaAuth, KafkaEndpoint
 from app.tools import generate as gen
+
+if TYPE_CHECKING:
+    from app.ops.test_run import JobCode
 
 DEFAULT_TOPIC_PATTERN = handoff.DEFAULT_TOPIC_PATTERN
 _PROJECT = Path(__file__).resolve().parents[2]
@@ -228,49 +234,16 @@ def build_parser() -> CommandParser:
         ],
     )
     _kafka(produce)
-    count = produce.add_mutually_exclusive_group()
-    count.add_argument(
-        "--topic-count",
-        type=positive,
-        default=2,
-        metavar="N",
-        help="topics <prefix>0 to <prefix>N-1 [2]",
-    )
-    hidden_alias(count, "--sources", "topic_count", type=positive)
-    produce.add_argument("--prefix", default="sensor-", help="the topics' names' start [sensor-]")
-    produce.add_argument(
-        "--partitions",
-        type=positive,
-        help="partitions to spread sessions over [the topics' fewest]",
-    )
-    produce.add_argument("--sessions", type=positive, default=8, help="in all [8]")
-    produce.add_argument(
-        "--updates", type=natural, default=40, help="update messages per session [40]"
-    )
-    produce.add_argument(
-        "--rows-min", type=positive, default=5, help="fewest rows in a session's table [5]"
-    )
-    produce.add_argument(
-        "--rows-max", type=positive, default=20, help="most rows in a session's table [20]"
-    )
-    produce.add_argument(
-        "--resync-every",
-        type=natural,
-        default=0,
-        metavar="N",
-        help="a resync snapshot every N messages of a session [0: none]",
-    )
-    faults = [f.value for f in gen.Fault if f is not gen.Fault.ARCHIVE_HOLE]
-    produce.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        choices=faults,
-        metavar="KIND",
-        help=f"inject one violation of this kind ({', '.join(faults)}); repeatable [none]",
+    faults = [f for f in gen.Fault if f is not gen.Fault.ARCHIVE_HOLE]
+    add_capture_options(
+        produce,
+        gen.CaptureSpec(),
+        shapes=(Shape.FAULTS,),
+        faults=faults,
+        topics_alias="--sources",
+        partitions_default="the topics' fewest",
     )
     produce.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
-    produce.add_argument("--seed", type=int, default=7, help="the same seed, the same sessions [7]")
     produce.add_argument(
         "--run-id", default=None, help="suffix of session ids; '' keeps the generator's [UTC time]"
     )
@@ -317,35 +290,13 @@ def build_parser() -> CommandParser:
     run.add_argument(
         "--project", type=Path, default=_PROJECT, help="the project to build [this checkout]"
     )
-    run_count = run.add_mutually_exclusive_group()
-    run_count.add_argument(
-        "--topic-count",
-        type=positive,
-        default=3,
-        metavar="N",
-        help="topics <prefix>0 to <prefix>N-1 [3]",
-    )
-    hidden_alias(run_count, "--topics", "topic_count", type=positive)
-    run.add_argument(
-        "--prefix",
-        default=None,
-        help="the topics' names' start [sensor-; with --job, the literal start of the job's "
-        "topic-pattern]",
-    )
-    run.add_argument("--partitions", type=positive, default=2, help="per topic [2]")
-    run.add_argument("--sessions", type=positive, default=24, help="in all [24]")
-    run.add_argument(
-        "--updates", type=natural, default=100, help="update messages per session [100]"
-    )
-    run.add_argument(
-        "--resync-every",
-        type=natural,
-        default=25,
-        metavar="N",
-        help="a resync snapshot every N messages of a session [25]",
+    add_capture_options(
+        run,
+        test_run.LOAD,
+        prefix_default=f"{test_run.LOAD.prefix}; with --job, the literal start of the job's "
+        "topic-pattern",
     )
     run.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
-    run.add_argument("--seed", type=int, default=7, help="the same seed, the same sessions [7]")
     _catch_up_timeout(run, 600.0, "to catch up after publishing [10 minutes]")
     run.add_argument(
         "--one-message-per-batch",
@@ -781,18 +732,8 @@ def _produce(args: argparse.Namespace) -> int:
     if run_id is None:
         run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     spec = produce.LoadSpec(
-        capture=gen.CaptureSpec(
-            topics=args.topic_count,
-            partitions=partitions,
-            sessions=args.sessions,
-            rows_min=args.rows_min,
-            rows_max=max(args.rows_min, args.rows_max),
-            updates=args.updates,
-            resync_every=args.resync_every,
-            prefix=args.prefix,
-            seed=args.seed,
-            start_ms=int(time.time() * 1000),
-            faults=tuple(gen.Fault(f) for f in args.fault),
+        capture=capture_spec(
+            args, gen.CaptureSpec(), partitions=partitions, start_ms=int(time.time() * 1000)
         ),
         rate=args.rate,
         run_id=run_id,
@@ -933,8 +874,6 @@ _NOT_FOR_TEST_RUNS = ("dev", "staging", "prod")
 
 
 def _test_run(args: argparse.Namespace) -> int:
-    from app.ops import test_run, topics
-
     if not args.environment:
         raise ConfigurationError("name the test pipeline with --environment")
     if args.environment in _NOT_FOR_TEST_RUNS:
@@ -950,21 +889,38 @@ def _test_run(args: argparse.Namespace) -> int:
             f"{args.environment}), then test it with --no-deploy"
         )
     clients = AwsClients.create(args.region)
+    with tempfile.TemporaryDirectory(prefix="tablecast-test-run-") as directory:
+        # A processor job's wheel, fetched and checked before anything is published.
+        code = (
+            test_run.job_processor(clients.s3, found, args.job, Path(directory))
+            if args.job
+            else None
+        )
+        return _test_run_load(args, found, clients, code)
+
+
+def _test_run_load(
+    args: argparse.Namespace, found: Handoff, clients: AwsClients, code: JobCode | None
+) -> int:
+    from app.ops import topics
+
     endpoint = _endpoint(args, found)
     load = test_run.Load(
-        topics=args.topic_count,
-        prefix=args.prefix or (_literal_start(found.topic_pattern) if args.job else "sensor-"),
-        partitions=args.partitions,
-        sessions=args.sessions,
-        updates=args.updates,
-        resync_every=args.resync_every,
+        capture=capture_spec(
+            args,
+            test_run.LOAD,
+            prefix=args.prefix or (_literal_start(found.topic_pattern) if args.job else None),
+            schema=test_run.job_load_schema(clients.s3, found, args.job, code)
+            if args.job
+            else DEFAULT_SCHEMA,
+        ),
         rate=args.rate,
-        seed=args.seed,
         one_message_per_batch=args.one_message_per_batch,
-        schema=test_run.job_schema(clients.s3, found, args.job) if args.job else DEFAULT_SCHEMA,
     )
     # The load's topics, with the environment's retention and replication.
-    policy = topics.TopicPolicy(found.retention_hours, found.replication_factor, args.partitions)
+    policy = topics.TopicPolicy(
+        found.retention_hours, found.replication_factor, load.capture.partitions
+    )
     topics.Topics(endpoint).create(load.topic_names, policy, topic_pattern=found.topic_pattern)
 
     def deploy_job() -> str:
@@ -988,7 +944,7 @@ def _test_run(args: argparse.Namespace) -> int:
         )
 
     report = test_run.run(
-        test_run.Target.of(found, endpoint, job=args.job),
+        test_run.Target.of(found, endpoint, job=args.job, processor=code),
         load,
         deploy=deploy_job,
         timeout_s=args.catch_up_timeout,

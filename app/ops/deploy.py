@@ -13,7 +13,9 @@ The order of a deploy, each step checked before the next:
    (``processors``, app/ops/processors.py), checked first too: its wheel to
    ``<artifacts>/processors/<sha256>/<file>``, and the class, the wheel's key,
    its SHA-256 and the job's integrity class to the job's parameters, which
-   run-job reads (it installs only a wheel of that SHA-256).
+   run-job reads (it installs only a wheel of that SHA-256); a job the settings
+   give no schema gets ``schema-sha256`` ``processor-input`` (its processor's
+   own input reads the messages), and ``--schema`` for it is refused.
 3. Put the wheel's SHA-256 (``job-wheel-sha256``) and ``job-version`` in SSM;
    run-job installs exactly that version, and only a wheel of that hash (the
    nodes read ``artifacts/`` and SSM, they cannot write either).
@@ -141,6 +143,14 @@ def deploy(
         if job_processors is None
         else processors.read_all(job_processors, found.jobs, environment)
     )
+    for owner, (declared, _) in (shipped or {}).items():
+        if declared.reads_own_input and owner in documents:
+            raise ConfigurationError(
+                f"--schema {owner}={(schemas or {})[owner]}: the deployment settings give job "
+                f"{owner} no schema, so its processor {declared.processor} reads its messages "
+                "with its own input schema: leave --schema out, or name the schema in the "
+                "settings"
+            )
     # Step 2: the artifact.
     if wheel is not None:
         uri, uploaded = upload_wheel(clients.s3, prefix, wheel, replace=replace, commit=commit)
@@ -166,6 +176,8 @@ def deploy(
         progress(f"job {owner}: schema {schema_uri}")
     for declared, user_wheel in (shipped or {}).values():
         _ship_processor(clients, environment, prefix, declared, user_wheel, progress)
+        if not declared.reads_own_input and declared.job not in documents:
+            _forget_processor_input(clients, environment, declared.job, progress)
     if shipped is None and found.jobs:
         progress("jobs' processors and integrity: as recorded (no deployment settings named)")
     # Step 3: the version the service installs, and the only bytes it installs.
@@ -242,6 +254,24 @@ def _ship_processor(
             Overwrite=True,
         )
     progress(f"job {declared.job}: {what}, integrity {declared.integrity}")
+
+
+def _forget_processor_input(
+    clients: AwsClients, environment: str, job: str, progress: Callable[[str], None]
+) -> None:
+    """A job the settings give a schema again reads with no processor's own input: until
+    ``--schema`` ships the document, run-job refuses to start it (``none``)."""
+    name = handoff.job_parameter_name(environment, job, handoff.SCHEMA_SHA256)
+    try:
+        recorded = clients.ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    except clients.ssm.exceptions.ParameterNotFound:
+        return
+    if recorded == handoff.PROCESSOR_INPUT:
+        clients.ssm.put_parameter(Name=name, Value=handoff.NO_SCHEMA, Type="String", Overwrite=True)
+        progress(
+            f"job {job}: the settings name a schema, none is deployed: deploy it with "
+            f"--schema {job}=FILE (the job does not start until then)"
+        )
 
 
 def _read_schemas(found: Handoff, schemas: Mapping[str, Path]) -> dict[str, tuple[bytes, str]]:

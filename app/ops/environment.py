@@ -233,16 +233,8 @@ def read_job_handoff(ssm: SSMClient, found: Handoff, job: str) -> Handoff:
     """A declared job's hand-off: its parameters (``/tablecast/<env>/jobs/<job>/``, JOB_ALL)
     over the environment's, as run-job reads them: its topics, output and checkpoint take
     the environment's place, and the environment's explicit ``topics`` (the one job's) go."""
-    path = handoff.job_parameter_name(found.environment, job, "")
     values = {name: value for name, value in found.values.items() if name != handoff.TOPICS}
-    pages = ssm.get_paginator("get_parameters_by_path").paginate(
-        Path=path, Recursive=False, WithDecryption=True
-    )
-    own = {
-        parameter["Name"][len(path) :]: parameter["Value"]
-        for page in pages
-        for parameter in page["Parameters"]
-    }
+    own = job_parameters(ssm, found.environment, job)
     missing = [name for name in handoff.JOB_ALL if not own.get(name)]
     if missing:
         raise HandoffError(
@@ -251,3 +243,16 @@ def read_job_handoff(ssm: SSMClient, found: Handoff, job: str) -> Handoff:
             "missing or empty (has infra/ been applied since the job was declared?)",
         )
     return Handoff(found.environment, values | own)
+
+
+def job_parameters(ssm: SSMClient, environment: str, job: str) -> dict[str, str]:
+    """The parameters under ``/tablecast/<env>/jobs/<job>/``, by short name, whichever exist."""
+    path = handoff.job_parameter_name(environment, job, "")
+    pages = ssm.get_paginator("get_parameters_by_path").paginate(
+        Path=path, Recursive=False, WithDecryption=True
+    )
+    return {
+        parameter["Name"][len(path) :]: parameter["Value"]
+        for page in pages
+        for parameter in page["Parameters"]
+    }

@@ -7,7 +7,9 @@ which pip reads the distribution from) with its SHA-256 as the object's metadata
 it stores ours, and records in the job's SSM parameters the class, the wheel's key
 below ``artifacts-uri``, its SHA-256 and the job's integrity class. run-job installs
 no other bytes (ami/files/bin/run-job). A job without a processor gets ``none`` in
-the three processor parameters: the built-in table rebuild.
+the three processor parameters: the built-in table rebuild. A job whose settings name
+no ``schema`` gets ``processor-input`` as its ``schema-sha256``: the processor's own
+input schema reads the messages.
 
 The wheel must be pure Python (``-none-any``): run-job ships it to the executors with
 ``--py-files``, from which Python imports no compiled module.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +49,9 @@ class JobProcessor:
     """The wheel that holds it (with ``processor``, and only then)."""
     integrity: str
     """``run --integrity``: strict, resync, ordered, once or none."""
+    reads_own_input: bool = False
+    """The settings name no ``schema``: the processor reads the messages with its own
+    ``input`` (``schema-sha256`` is ``processor-input``, and run-job passes no --schema)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +104,8 @@ def read_processor_wheel(path: Path, processor: str) -> ProcessorWheel:
 
 
 def parameters(declared: JobProcessor, wheel: ProcessorWheel | None) -> dict[str, str]:
-    """The job's processor parameters (``app.handoff.JOB_PROCESSOR``) for ``declared``."""
+    """The job's processor parameters (``app.handoff.JOB_PROCESSOR``) for ``declared``, and
+    its ``schema-sha256`` where the processor's own input reads the messages."""
     if wheel is None or declared.processor is None:
         shipped = dict.fromkeys(
             (handoff.PROCESSOR, handoff.PROCESSOR_WHEEL, handoff.PROCESSOR_WHEEL_SHA256),
@@ -111,6 +117,8 @@ def parameters(declared: JobProcessor, wheel: ProcessorWheel | None) -> dict[str
             handoff.PROCESSOR_WHEEL: wheel.key,
             handoff.PROCESSOR_WHEEL_SHA256: wheel.sha256,
         }
+    if declared.reads_own_input:
+        shipped[handoff.SCHEMA_SHA256] = handoff.PROCESSOR_INPUT
     return shipped | {handoff.INTEGRITY: declared.integrity}
 
 
@@ -136,3 +144,53 @@ def read_all(
                 raise ConfigurationError(f"job {job.job}: processor_wheel: {exc}") from None
         found[job.job] = (job, wheel)
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedProcessor:
+    """A job's processor as SSM records it, read as run-job reads it."""
+
+    processor: str
+    """``package.module:Class``, or ``none``: the built-in table rebuild."""
+    wheel: str
+    """Its wheel's key below ``artifacts-uri`` (``none``: no deploy shipped it)."""
+    wheel_sha256: str
+    integrity: str
+    schema: str
+    """The job's ``schema-sha256``: a digest, ``none`` (not deployed) or ``processor-input``."""
+
+    @classmethod
+    def of(cls, values: Mapping[str, str]) -> RecordedProcessor:
+        """From a hand-off's values: the environment's one job has none of these, and runs
+        the built-in table rebuild over its schema under ``strict``."""
+
+        def value(name: str, default: str = handoff.NO_PROCESSOR) -> str:
+            return values.get(name) or default
+
+        return cls(
+            processor=value(handoff.PROCESSOR),
+            wheel=value(handoff.PROCESSOR_WHEEL),
+            wheel_sha256=value(handoff.PROCESSOR_WHEEL_SHA256),
+            integrity=value(handoff.INTEGRITY, "strict"),
+            schema=value(handoff.SCHEMA_SHA256, ""),
+        )
+
+    def lines(self) -> list[str]:
+        """``processor:``, ``integrity:`` and, for a declared job, ``schema:``."""
+        if self.processor == handoff.NO_PROCESSOR:
+            processor = "the built-in table rebuild"
+        elif KEY.match(self.wheel) and len(self.wheel_sha256) == 64:
+            processor = (
+                f"{self.processor} ({self.wheel.rpartition('/')[2]}, "
+                f"SHA-256 {self.wheel_sha256[:12]})"
+            )
+        else:
+            processor = f"{self.processor}, no wheel deployed: the job does not start"
+        lines = [f"processor:       {processor}", f"integrity:       {self.integrity}"]
+        if self.schema == handoff.PROCESSOR_INPUT:
+            lines.append("schema:          the processor's own input schema")
+        elif self.schema == handoff.NO_SCHEMA:
+            lines.append("schema:          none deployed: the job does not start")
+        elif self.schema:
+            lines.append(f"schema:          SHA-256 {self.schema[:12]}")
+        return lines

@@ -1,15 +1,16 @@
-"""An environment at a glance: job version, last heartbeat and batch, lag, the archiver's
-heartbeat and lag, alarms in ALARM."""
+"""An environment at a glance: job version, the job's processor and integrity class, last
+heartbeat and batch, lag, the archiver's heartbeat and lag, alarms in ALARM."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from app import metric_names
 from app.ops import metrics
 from app.ops.aws import AwsClients
-from app.ops.environment import read_handoff
+from app.ops.environment import job_parameters, read_handoff
+from app.ops.processors import RecordedProcessor
 
 # How far back the status looks for the job's metrics.
 WINDOW = timedelta(hours=3)
@@ -41,6 +42,8 @@ class JobStatus:
     alarms: list[metrics.Alarm]
     job: str | None = None
     """A declared job's name; ``None``: the environment's one job."""
+    processor: RecordedProcessor = field(default_factory=lambda: RecordedProcessor.of({}))
+    """What it runs, as SSM records it (run-job's reading)."""
 
     @property
     def last_heartbeat(self) -> metrics.Datapoint | None:
@@ -59,6 +62,7 @@ class JobStatus:
             f"environment:     {self.environment}",
             *([f"job:             {self.job}"] if self.job is not None else []),
             f"job version:     {self.job_version}",
+            *self.processor.lines(),
             f"driver:          {self.driver_instance_id}",
             "last heartbeat:  "
             + (self._ago(heartbeat.timestamp) if heartbeat else "none: the job is not running"),
@@ -115,6 +119,9 @@ def read_status(clients: AwsClients, environment: str, job: str | None = None) -
         )
     return JobStatus(
         job=job,
+        processor=RecordedProcessor.of(
+            {} if job is None else job_parameters(clients.ssm, environment, job)
+        ),
         environment=environment,
         job_version=found.job_version,
         driver_instance_id=found.driver_instance_id,

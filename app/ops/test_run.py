@@ -17,6 +17,7 @@ and ``make pipeline-demo`` runs on one machine (``app/local/exercise.py``):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -25,14 +26,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import handoff
 from app.contract.offsets import Offsets
-from app.contract.schema import DEFAULT_SCHEMA, TableSchema, parse_schema
+from app.contract.schema import TableSchema, parse_schema
 from app.errors import ConfigurationError, ExitCode, TablecastError
 from app.ops import produce
 from app.ops.environment import Handoff
+from app.ops.processor_input import declared_input
+from app.ops.processors import KEY, RecordedProcessor
 from app.sources.kafka_client import KafkaEndpoint
 from app.tools.generate import CaptureSpec
 
@@ -49,33 +53,28 @@ class NotCaughtUpError(TablecastError):
     exit_code = ExitCode.CHECK_FAILED
 
 
+LOAD = CaptureSpec(topics=3, partitions=2, sessions=24, updates=100, resync_every=25)
+"""A test run's capture unless told otherwise: resync snapshots in every session."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Load:
     """What a test run publishes."""
 
-    topics: int = 3
-    """Topics ``<prefix>0`` .. ``<prefix><topics - 1>``."""
-    prefix: str = "sensor-"
-    partitions: int = 2
-    """Partitions the sessions spread over (each topic has at least this many)."""
-    sessions: int = 24
-    updates: int = 100
-    """Update messages per session."""
-    resync_every: int = 25
-    """A resync snapshot every N messages of a session (0: none)."""
+    capture: CaptureSpec = LOAD
+    """The sessions, over topics ``<prefix>0`` .. ``<prefix><topics - 1>``, their rows
+    following its schema (a declared job's: its deployed document, or its processor's own
+    input); its ``start_ms`` is the publishing's."""
     rate: float = 0.0
     """Messages per second over all topics; 0: as fast as the brokers take them."""
-    seed: int = 7
     run_id: str = ""
     """Suffix of every session id; empty: the UTC time, so a run never reuses a session."""
     one_message_per_batch: bool = False
     """A record batch per message, for a broker (tansu) that reports ends by batch."""
-    schema: TableSchema = DEFAULT_SCHEMA
-    """The table schema the sessions' rows follow: a declared job's (its deployed document)."""
 
     @property
     def topic_names(self) -> list[str]:
-        return [f"{self.prefix}{index}" for index in range(self.topics)]
+        return [f"{self.capture.prefix}{index}" for index in range(self.capture.topics)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,18 +99,84 @@ class Target:
         endpoint: KafkaEndpoint,
         env: Mapping[str, str] | None = None,
         job: str | None = None,
+        processor: JobCode | None = None,
     ) -> Target:
         """The environment's test run as its hand-off names it (a declared job's:
-        ``read_job_handoff``), its brokers at ``endpoint``."""
+        ``read_job_handoff``), its brokers at ``endpoint``; ``processor``: the job's, which
+        ``tablecast verify`` imports from its wheel (as the executors do)."""
+        env = dict(os.environ) if env is None else dict(env)
+        if processor is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(processor.wheel), *filter(None, [env.get("PYTHONPATH")])]
+            )
         return cls(
             environment=found.environment,
             endpoint=endpoint,
             topic_pattern=found.topic_pattern,
             output_uri=found.s3_uri(handoff.OUTPUT_URI),
             archive_uri=found.archive_uri,
-            env=dict(os.environ) if env is None else env,
+            env=env,
             job=job,
         )
+
+
+@dataclass(frozen=True)
+class JobCode:
+    """A declared job's processor as deployed: its class and its wheel, fetched and checked."""
+
+    processor: str
+    wheel: Path
+
+
+def job_processor(s3: S3Client, found: Handoff, job: str, directory: Path) -> JobCode | None:
+    """The processor a declared job runs (``found`` is its hand-off), its wheel fetched into
+    ``directory`` and refused unless its SHA-256 is the recorded one, as run-job refuses it;
+    None for the built-in table rebuild."""
+    recorded = RecordedProcessor.of(found.values)
+    if recorded.processor == handoff.NO_PROCESSOR:
+        return None
+    if not KEY.match(recorded.wheel):
+        raise ConfigurationError(
+            f"job {job} of {found.environment} runs processor {recorded.processor}, whose wheel "
+            f"no deploy has shipped (processor-wheel {recorded.wheel}): deploy it first "
+            f"(tablecast-ops deploy -e {found.environment} --settings FILE)"
+        )
+    uri = f"{found.artifacts_uri.rstrip('/')}/{recorded.wheel}"
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    wheel = directory / recorded.wheel.rpartition("/")[2]
+    wheel.write_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    with wheel.open("rb") as stream:
+        digest = hashlib.file_digest(stream, "sha256").hexdigest()
+    if digest != recorded.wheel_sha256:
+        raise ConfigurationError(
+            f"{uri}: its SHA-256 is {digest}, not job {job}'s processor-wheel-sha256 "
+            f"{recorded.wheel_sha256}: ship the processor again (tablecast-ops deploy)"
+        )
+    return JobCode(recorded.processor, wheel)
+
+
+def job_load_schema(
+    s3: S3Client, found: Handoff, job: str, processor: JobCode | None
+) -> TableSchema:
+    """The schema a declared job's messages follow: its processor's own input where it
+    declares one, else the job's deployed table schema (:func:`job_schema`)."""
+    if processor is not None:
+        declared = declared_input(processor.wheel, processor.processor)
+        if declared is not None:
+            return declared
+    if found.value(handoff.SCHEMA_SHA256) == handoff.PROCESSOR_INPUT:
+        raise ConfigurationError(
+            f"job {job} of {found.environment} has no table schema (schema-sha256 "
+            f"processor-input), and "
+            + (
+                f"its processor {processor.processor} declares no input schema"
+                if processor is not None
+                else "no processor"
+            )
+            + f": deploy its schema (tablecast-ops deploy -e {found.environment} --schema "
+            f"{job}=FILE)"
+        )
+    return job_schema(s3, found, job)
 
 
 @dataclass(frozen=True)
@@ -210,17 +275,7 @@ def publish(
 ) -> produce.ProduceReport:
     """The load, as :func:`app.ops.produce.publish` sends it (``progress`` holds the stream)."""
     spec = produce.LoadSpec(
-        capture=CaptureSpec(
-            topics=load.topics,
-            partitions=load.partitions,
-            sessions=load.sessions,
-            updates=load.updates,
-            resync_every=load.resync_every,
-            prefix=load.prefix,
-            seed=load.seed,
-            start_ms=int(time.time() * 1000),
-            schema=load.schema,
-        ),
+        capture=dataclasses.replace(load.capture, start_ms=int(time.time() * 1000)),
         run_id=load.run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
         rate=load.rate,
         one_message_per_batch=load.one_message_per_batch,
@@ -325,7 +380,10 @@ def run(
     progress("[test-run] deploying the job ...")
     deployed = deploy()
     progress(f"      {deployed}")
-    progress(f"[test-run] publishing {load.sessions} sessions to {load.topics} topics ...")
+    progress(
+        f"[test-run] publishing {load.capture.sessions} sessions to {load.capture.topics} "
+        "topics ..."
+    )
     produced = publish(target, load)
     for line in produced.lines():
         progress(f"      {line}")

@@ -75,8 +75,11 @@ def job_values(
             handoff.OUTPUT_URI: layout.job_output_uri(bucket_name, job.output_prefix),
             handoff.CHECKPOINT_URI: layout.job_checkpoint_uri(driver_private_ip, job.name),
             handoff.GLUE_TABLE: job.glue_table,
-            # The deploy tool uploads the schema and owns this from then on.
-            handoff.SCHEMA_SHA256: handoff.NO_SCHEMA,
+            # The deploy tool uploads the schema and owns this from then on; a job without
+            # one reads with its processor's own input schema.
+            handoff.SCHEMA_SHA256: handoff.NO_SCHEMA
+            if job.schema is not None
+            else handoff.PROCESSOR_INPUT,
         }
         if job.cores is not None:
             values[handoff.CORES] = str(job.cores)

@@ -4,7 +4,8 @@ An environment's table may declare jobs, each a table of its own::
 
     [dev.jobs.sensors]
     topic_pattern = "^sensor-.+"        # its topics: within the environment's pattern
-    schema = "schemas/sensors.toml"     # its table schema, beside the settings file
+    schema = "schemas/sensors.toml"     # its table schema, beside the settings file [with
+                                        # a processor: the processor's own input schema]
     output_prefix = "sensors"           # s3://<bucket>/output/sensors [the name]
     glue_table = "sensors"              # tablecast_<env>.sensors [the name, - as _]
     cores = 4                           # spark.cores.max: its share of the cluster
@@ -32,6 +33,7 @@ from app.contract import loader
 from app.contract.schema import TableSchema, parse_schema
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
+from app.ops.processor_input import declared_input
 from app.ops.processors import JobProcessor, read_processor_wheel
 from infra.config import parsing
 from infra.config.errors import ConfigError
@@ -55,10 +57,12 @@ class JobSettings:
     topic_pattern: str
     """Its topics (``run --topic-pattern``); its literal prefix lies within the environment's
     (the nodes may read only those topics) and no other job's prefix overlaps it."""
-    schema: Path
+    schema: Path | None
     """Its table schema (``run --schema``), a TOML document checked at synth; the deploy
-    uploads it beside the wheel and records its SHA-256, which run-job checks."""
-    schema_document: TableSchema
+    uploads it beside the wheel and records its SHA-256, which run-job checks. None: the
+    job's processor declares its own ``input``, which reads the messages (run-job passes
+    no ``--schema``)."""
+    schema_document: TableSchema | None
     """The schema the document declares (read at synth: a malformed one stops it)."""
     output_prefix: str
     """Its output, ``s3://<bucket>/output/<output_prefix>``; no job's lies inside another's."""
@@ -84,6 +88,7 @@ class JobSettings:
             processor=self.processor,
             wheel=self.processor_wheel,
             integrity=str(self.integrity),
+            reads_own_input=self.schema is None,
         )
 
 
@@ -145,8 +150,8 @@ FIELDS: Mapping[str, Callable[[Any, str], Any]] = {
 }
 """Each setting of a job and its parser (the value, the settings file's folder): a parser
 raises ``ValueError`` saying what is wrong."""
-REQUIRED = ("topic_pattern", "schema")
-"""Settings without a default."""
+REQUIRED = ("topic_pattern",)
+"""Settings without a default; ``schema`` too, unless a processor declares its input."""
 
 
 def parse_jobs(environment: str, value: Any, *, source: str) -> tuple[JobSettings, ...]:
@@ -181,13 +186,21 @@ def parse_jobs(environment: str, value: Any, *, source: str) -> tuple[JobSetting
                     values[key] = parse(table[key], base)
                 except ValueError as exc:
                     raise fail(f"jobs.{name}.{key}", str(exc)) from None
-        try:
-            document = parse_schema(values["schema"].read_bytes(), str(values["schema"]))
-        except OSError as exc:
-            raise fail(f"jobs.{name}.schema", f"cannot be read: {exc.strerror}") from None
-        except ConfigurationError as exc:
-            raise fail(f"jobs.{name}.schema", str(exc)) from None
-        _check_processor(fail, name, values)
+        document = None
+        if "schema" in values:
+            try:
+                document = parse_schema(values["schema"].read_bytes(), str(values["schema"]))
+            except OSError as exc:
+                raise fail(f"jobs.{name}.schema", f"cannot be read: {exc.strerror}") from None
+            except ConfigurationError as exc:
+                raise fail(f"jobs.{name}.schema", str(exc)) from None
+        elif "processor" not in values:
+            raise fail(
+                f"jobs.{name}.schema",
+                "is missing: the built-in table rebuild writes the table it declares",
+            )
+        _check_processor(fail, name, values, document)
+        values.setdefault("schema", None)
         values.setdefault("output_prefix", name)
         values.setdefault("glue_table", name.replace("-", "_"))
         jobs.append(JobSettings(name=name, schema_document=document, **values))
@@ -195,9 +208,14 @@ def parse_jobs(environment: str, value: Any, *, source: str) -> tuple[JobSetting
 
 
 def _check_processor(
-    fail: Callable[[str, str], ConfigError], job: str, values: Mapping[str, Any]
+    fail: Callable[[str, str], ConfigError],
+    job: str,
+    values: Mapping[str, Any],
+    schema: TableSchema | None,
 ) -> None:
-    """A processor comes with its wheel, and the wheel holds it."""
+    """A processor comes with its wheel, the wheel holds it, and exactly one schema reads the
+    job's messages: the processor's own ``input``, or else the job's ``schema`` (given both,
+    they are one schema, or the job would refuse the start)."""
     processor, wheel = values.get("processor"), values.get("processor_wheel")
     if processor is not None and wheel is None:
         raise fail(
@@ -214,8 +232,21 @@ def _check_processor(
     if processor is not None and wheel is not None:
         try:
             read_processor_wheel(wheel, processor)
+            declared = declared_input(wheel, processor)
         except ConfigurationError as exc:
             raise fail(f"jobs.{job}.processor_wheel", str(exc)) from None
+        if declared is None and schema is None:
+            raise fail(
+                f"jobs.{job}.schema",
+                f"is missing: processor {processor} declares no input schema of its own, so "
+                "the job's schema gives its messages' columns",
+            )
+        if declared is not None and schema is not None and declared.digest != schema.digest:
+            raise fail(
+                f"jobs.{job}.schema",
+                f"declares {schema.describe()}, but processor {processor} reads its messages "
+                f"with its own input schema ({declared.describe()}): leave schema out",
+            )
 
 
 def jobs_problem(

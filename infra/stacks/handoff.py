@@ -53,7 +53,8 @@ JOB_DESCRIPTIONS = {
     handoff.OUTPUT_URI: "The job's output dataset (--output)",
     handoff.CHECKPOINT_URI: "The job's checkpoint in HDFS on the driver (--checkpoint)",
     handoff.GLUE_TABLE: "The job's Iceberg table in the Glue database (--glue-table)",
-    handoff.SCHEMA_SHA256: "SHA-256 of the job's deployed table schema; set by the deploy tool",
+    handoff.SCHEMA_SHA256: "SHA-256 of the job's deployed table schema (processor-input: the "
+    "processor's own); set by the deploy tool",
     handoff.CORES: "The most of the cluster's cores the job takes (spark.cores.max)",
     handoff.PROCESSOR: "The job's processor (--processor; none: the built-in); set by deploy",
     handoff.PROCESSOR_WHEEL: "Its wheel below artifacts-uri; set by the deploy tool",

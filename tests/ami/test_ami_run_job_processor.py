@@ -69,7 +69,10 @@ def start(
     ssm = session.client("ssm", endpoint_url=aws["AWS_ENDPOINT_URL"])
     for name, value in parameters.items():
         ssm.put_parameter(
-            Name=handoff.job_parameter_name("t", "lab", name), Value=value, Type="String"
+            Name=handoff.job_parameter_name("t", "lab", name),
+            Value=value,
+            Type="String",
+            Overwrite=True,
         )
     # pip installs ours as a stand-in (the harness's empty zip), the user's for real.
     python = Path(env["TABLECAST_VENV"]) / "bin" / "python"
@@ -203,3 +206,32 @@ def test_a_job_without_a_processor_runs_the_built_in_as_before(
     assert "--processor" not in run
     assert [run[i + 1] for i, word in enumerate(run) if word == "--integrity"] == integrity
     assert not (wheels / "jobs").exists()
+
+
+def test_a_job_without_a_schema_runs_its_processor_without_schema(
+    aws: dict[str, str], tmp_path: Path, user_wheel: Path
+) -> None:
+    """schema-sha256 processor-input (the settings name no schema): no --schema, no download."""
+    parameters, key = shipped(user_wheel)
+    parameters[handoff.SCHEMA_SHA256] = handoff.PROCESSOR_INPUT
+    done, recorded = start(aws, tmp_path, parameters, stored=user_wheel.read_bytes(), key=key)
+    assert done.returncode == 0, done.stderr
+    _, *argv = recorded.read_bytes().decode().split("\0")[:-1]
+    args = build_parser().parse_args(argv[argv.index("run") :])
+    assert (args.schema, args.processor, args.job) == (None, PROCESSOR, "lab")
+    assert not (tmp_path / "wheels" / "schemas").exists()
+    assert "job lab: no table schema, its processor's own input schema" in done.stderr
+
+
+def test_processor_input_without_a_processor_does_not_run(
+    aws: dict[str, str], tmp_path: Path
+) -> None:
+    parameters = {handoff.SCHEMA_SHA256: handoff.PROCESSOR_INPUT, handoff.PROCESSOR: "none"}
+    done, recorded = start(aws, tmp_path, parameters)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "run-job: ERROR: job lab: schema-sha256 is processor-input, but the job has no "
+        "processor whose input schema could read its messages: deploy its table schema "
+        "(tablecast-ops deploy --schema lab=FILE)"
+    )
+    assert not recorded.exists()

@@ -164,7 +164,9 @@ def test_synth_writes_each_jobs_processor_and_integrity_for_the_deploy_to_own(
         f'glue_table = "lab_meters"\nprocessor = "{PROCESSOR}"\n'
         f'processor_wheel = "{wheel}"\nintegrity = "ordered"\n',
     )
-    assert PROCESSOR in text
+    # The processor declares its input: lab names no schema of its own.
+    text = text.replace('schema = "schemas/lab.toml"\n', "")
+    assert PROCESSOR in text and "lab.toml" not in text
     shutil.copytree(TESTING_SETTINGS.parent / "schemas", tmp_path / "schemas")
     path = tmp_path / "settings.toml"
     path.write_text(text, encoding="utf-8")
@@ -187,6 +189,8 @@ def test_synth_writes_each_jobs_processor_and_integrity_for_the_deploy_to_own(
         handoff.PROCESSOR_WHEEL_SHA256: "none",
         handoff.INTEGRITY: "strict",
     }
+    assert parameter("lab", handoff.SCHEMA_SHA256)["value"] == handoff.PROCESSOR_INPUT
+    assert parameter("plant", handoff.SCHEMA_SHA256)["value"] == handoff.NO_SCHEMA
     for name in handoff.JOB_PROCESSOR:
         assert parameter("lab", name)["lifecycle"] == {"ignore_changes": ["value"]}
         output = env["handoff"].outputs()[f"job_lab_{name}".replace("-", "_")]

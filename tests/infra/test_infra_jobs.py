@@ -8,20 +8,29 @@ from pathlib import Path
 
 import pytest
 
+from app import handoff
 from app.engine.machine import IntegrityMode
 from app.ops.processors import JobProcessor
 from infra.config import ConfigError
+from infra.config.handoff import job_values
 from infra.config.jobs import FIELDS, REQUIRED
 from infra.config.pipeline_listing import job_processors
 from infra.config.settings import load_settings
 from infra.config.spark_cores import vcpus
 from infra.main import main
 from tests.infra.valid_config import SHARED, valid
-from tests.processor_wheel import PROCESSOR, example_wheel
+from tests.processor_wheel import (
+    COUNTS,
+    PROCESSOR,
+    READS_THE_JOBS_SCHEMA,
+    example_wheel,
+    written_wheel,
+)
 
+# The example processor's own input schema: a job naming both reads with the one schema.
 SCHEMA = (
-    '[key]\ncolumns = ["id"]\n\n[columns]\nid = "int64"\n'
-    'name = { type = "string", nullable = true }\n'
+    '[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\nkwh = "float64"\n'
+    'read_at = "timestamp"\n'
 )
 HEAD = (
     '[team]\naccount_id = "111122223333"\nspark_image_id = "ami-0123456789abcdef0"\n'
@@ -68,7 +77,8 @@ def test_declared_jobs_are_read_with_their_defaults(tmp_path: Path) -> None:
     )
     # The schema beside the settings file, read at synth.
     assert plant.schema == tmp_path / "s.toml"
-    assert [column.name for column in plant.schema_document.columns] == ["id", "name"]
+    assert plant.schema_document is not None
+    assert [column.name for column in plant.schema_document.columns] == ["meter", "kwh", "read_at"]
     assert (lab.output_prefix, lab.glue_table) == ("lab/meters", "meters")
     assert config.glue_tables == ("plant_a", "meters")  # type: ignore[attr-defined]
 
@@ -381,3 +391,96 @@ def test_a_bad_processor_setting_is_refused_in_one_line_naming_file_job_and_key(
         load_settings(settings(tmp_path, {"a": job("^sensor-.+", **given)}))
     assert complaint.format(path=tmp_path / "settings.toml", dir=tmp_path) in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_a_processor_job_without_a_schema_reads_with_the_processors_own_input(
+    tmp_path: Path, user_wheel: Path
+) -> None:
+    shutil.copy(user_wheel, tmp_path)
+    lab_settings: dict[str, object] = {"topic_pattern": "^sensor-lab-.+", "cores": 1}
+    lab_settings |= {"processor": PROCESSOR, "processor_wheel": user_wheel.name}
+    jobs = {"lab": lab_settings, "plant": job("^sensor-plant-.+", cores=1)}
+    path = settings(tmp_path, jobs)
+    lab, plant = load_settings(path)["team"].jobs
+    assert (lab.schema, lab.schema_document) == (None, None)
+    assert plant.schema == tmp_path / "s.toml"
+    assert [(j.job, j.reads_own_input) for j in job_processors(path, "team")] == [
+        ("lab", True),
+        ("plant", False),
+    ]
+    # What synth writes: run-job runs lab without --schema, plant once its schema is deployed.
+    config = valid(
+        deployment=dataclasses.replace(load_settings(path)["team"], source=str(tmp_path))
+    )
+    values = job_values(config, bucket_name="b", driver_private_ip="10.0.0.1")
+    assert values["lab"][handoff.SCHEMA_SHA256] == handoff.PROCESSOR_INPUT == "processor-input"
+    assert values["plant"][handoff.SCHEMA_SHA256] == handoff.NO_SCHEMA
+
+
+def test_a_processor_that_reads_the_jobs_schema_takes_it_from_the_settings(
+    tmp_path: Path,
+) -> None:
+    wheel = written_wheel(tmp_path / "dist", READS_THE_JOBS_SCHEMA)
+    lab = job("^sensor-.+", processor=COUNTS, processor_wheel=f"dist/{wheel.name}")
+    (found,) = load_settings(settings(tmp_path, {"lab": lab}))["team"].jobs
+    assert found.schema == tmp_path / "s.toml" and found.processor == COUNTS
+
+
+FAILS_ON_IMPORT = "raise RuntimeError('no meters table here')\n"
+NO_OUTPUT = READS_THE_JOBS_SCHEMA.replace("    output =", "    result =")
+
+
+@pytest.mark.parametrize(
+    ("source", "schema", "complaint"),
+    [
+        (
+            READS_THE_JOBS_SCHEMA,
+            None,
+            f"jobs.a.schema (in {{path}}): is missing: processor {COUNTS} declares no input "
+            "schema of its own, so the job's schema gives its messages' columns",
+        ),
+        (
+            FAILS_ON_IMPORT,
+            "s.toml",
+            f"jobs.a.processor_wheel (in {{path}}): processor {COUNTS} from "
+            f"plain_counts-1.0.0-py3-none-any.whl: --processor {COUNTS}: importing "
+            "plain_counts.counts failed: RuntimeError: no meters table here",
+        ),
+        (
+            NO_OUTPUT,
+            "s.toml",
+            f"jobs.a.processor_wheel (in {{path}}): processor {COUNTS} from "
+            f"plain_counts-1.0.0-py3-none-any.whl: --processor {COUNTS}: declares no output "
+            "schema (output = tablecast.schema(...))",
+        ),
+    ],
+)
+def test_a_processor_that_cannot_read_the_jobs_messages_is_refused_at_synth(
+    tmp_path: Path, source: str, schema: str | None, complaint: str
+) -> None:
+    """Synth imports the class from its wheel as the job would (in a process of its own)."""
+    wheel = written_wheel(tmp_path / "dist", source)
+    table: dict[str, object] = {"topic_pattern": "^sensor-.+", "processor": COUNTS}
+    table |= {"processor_wheel": f"dist/{wheel.name}"} | ({"schema": schema} if schema else {})
+    with pytest.raises(ConfigError) as refused:
+        load_settings(settings(tmp_path, {"a": table}))
+    assert str(refused.value).endswith(complaint.format(path=tmp_path / "settings.toml"))
+    assert "\n" not in str(refused.value)
+
+
+def test_a_schema_other_than_the_processors_own_input_is_refused_at_synth(
+    tmp_path: Path, user_wheel: Path
+) -> None:
+    """The job would refuse it at start (exit 64), over and over under systemd."""
+    shutil.copy(user_wheel, tmp_path)
+    (tmp_path / "other.toml").write_text('[key]\ncolumns = ["id"]\n\n[columns]\nid = "int64"\n')
+    lab = job("^sensor-.+", schema="other.toml", processor=PROCESSOR)
+    lab["processor_wheel"] = user_wheel.name
+    with pytest.raises(ConfigError) as refused:
+        load_settings(settings(tmp_path, {"lab": lab}))
+    assert str(refused.value) == (
+        f"environment 'team': jobs.lab.schema (in {tmp_path / 'settings.toml'}): declares key "
+        f"(id); id int64 not null, but processor {PROCESSOR} reads its messages with its own "
+        "input schema (key (meter); meter string not null, kwh float64 not null, read_at "
+        "timestamp not null): leave schema out"
+    )

@@ -25,7 +25,11 @@ from tests.ops.deploy_harness import commands, declare_jobs, job_version
 from tests.ops.standin import DriverStandIn
 from tests.processor_wheel import PROCESSOR, example_wheel
 
-SCHEMA = '[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\n'
+# The example processor's own input schema: a job naming both reads with the one schema.
+SCHEMA = (
+    '[key]\ncolumns = ["meter"]\n\n[columns]\nmeter = "string"\nkwh = "float64"\n'
+    'read_at = "timestamp"\n'
+)
 HEAD = (
     '[dev]\naccount_id = "111122223333"\nspark_image_id = "ami-0123456789abcdef0"\n'
     'alarm_endpoints = ["oncall@tablecast-ops.net"]\n'
@@ -199,3 +203,47 @@ def test_deploy_settings_without_infras_reading_are_refused(
     assert "deploy --settings reads infra's configuration: run it from a checkout" in (
         capsys.readouterr().err
     )
+
+
+def test_a_job_the_settings_give_no_schema_reads_with_its_processors_own_input(
+    aws: AwsClients,
+    environment: Environment,
+    job_wheel: Wheel,
+    user_wheel: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    declare_jobs(aws, environment, "lab")
+    shutil.copy(user_wheel, tmp_path)
+    lab = {"processor": PROCESSOR, "processor_wheel": user_wheel.name}
+    path = settings(tmp_path, {"lab": lab})
+    text = path.read_text(encoding="utf-8").replace('schema = "s.toml"\n', "")
+    path.write_text(text, encoding="utf-8")
+    schema = handoff.job_parameter_name(environment.name, "lab", handoff.SCHEMA_SHA256)
+    aws.ssm.put_parameter(Name=schema, Value=handoff.NO_SCHEMA, Type="String")
+    argv = ["--region", REGION, "deploy", "-e", "dev", "--wheel", str(job_wheel.path), *POLL]
+    argv += ["--settings", str(path)]
+    # A schema for it contradicts the settings: refused before anything changes.
+    schema_file = f"lab={tmp_path / 's.toml'}"
+    assert main([*argv, "--schema", schema_file], declarations=declarations()) == 64
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert error.endswith(
+        f"the deployment settings give job lab no schema, so its processor {PROCESSOR} reads "
+        "its messages with its own input schema: leave --schema out, or name the schema in "
+        "the settings"
+    )
+    assert aws.s3.list_objects_v2(Bucket=environment.bucket).get("KeyCount") == 0
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
+        assert main(argv, declarations=declarations()) == 0
+    # run-job runs it without --schema (tests/ami/test_ami_run_job_processor.py).
+    assert aws.ssm.get_parameter(Name=schema)["Parameter"]["Value"] == "processor-input"
+    assert recorded(aws, environment, "lab")[handoff.PROCESSOR] == PROCESSOR
+    # The settings name a schema again: until one is deployed, the job does not start.
+    path = settings(tmp_path, {"lab": lab})
+    with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
+        assert main(argv, declarations=declarations()) == 0
+    assert aws.ssm.get_parameter(Name=schema)["Parameter"]["Value"] == "none"
+    assert (
+        "job lab: the settings name a schema, none is deployed: deploy it with --schema "
+        "lab=FILE (the job does not start until then)"
+    ) in capsys.readouterr().out

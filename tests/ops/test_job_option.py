@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from app.ops.errors import HandoffError
 from app.sources.kafka_client import KafkaAuth, KafkaEndpoint
 from app.sources.retired import EndsFrom, RetiredTopic, retired_uri, write
 from app.tools.generate import CaptureSpec, generate, write_archive
+from tests.processor_wheel import PROCESSOR, example_wheel
 from tests.s3_server import S3Server
 from tests.spark.helpers import run_job
 
@@ -231,3 +235,115 @@ def test_a_test_run_of_a_job_verifies_its_output_against_its_topics_of_the_share
     assert exact, said
     exact, said = test_run.verify(dataclasses.replace(lab, job=None))
     assert not exact, said
+
+
+def _processor_job(aws: AwsClients, environment: str, wheel: bytes, **recorded: str) -> str:
+    """Lab of ``environment`` running the example processor from ``wheel`` (stored under the
+    SHA-256 of its bytes, recorded as ``recorded`` says otherwise); the wheel's key."""
+    digest = hashlib.sha256(wheel).hexdigest()
+    key = f"processors/{digest}/meter_energy-1.0.0-py3-none-any.whl"
+    aws.s3.put_object(Bucket=BUCKET, Key=f"artifacts/{key}", Body=wheel)
+    values = {
+        handoff.TOPIC_PATTERN: "^sensor-lab-.+",
+        handoff.OUTPUT_URI: f"s3://{BUCKET}/output/lab/meters",
+        handoff.CHECKPOINT_URI: "hdfs://10.0.1.23:8020/tablecast/checkpoints/jobs/lab",
+        handoff.GLUE_TABLE: "lab",
+        handoff.SCHEMA_SHA256: handoff.PROCESSOR_INPUT,
+        handoff.PROCESSOR: PROCESSOR,
+        handoff.PROCESSOR_WHEEL: key,
+        handoff.PROCESSOR_WHEEL_SHA256: digest,
+        handoff.INTEGRITY: "ordered",
+    } | recorded
+    for name, value in values.items():
+        aws.ssm.put_parameter(
+            Name=handoff.job_parameter_name(environment, "lab", name),
+            Value=value,
+            Type="String",
+            Overwrite=True,
+        )
+    return key
+
+
+def test_a_test_run_of_a_processor_job_loads_its_input_and_verifies_with_its_wheel(
+    aws: AwsClients, tmp_path: Path, user_wheel: Path
+) -> None:
+    environment(aws)
+    _processor_job(aws, "dev", user_wheel.read_bytes())
+    lab = read_job_handoff(aws.ssm, read_handoff(aws.ssm, "dev"), "lab")
+    code = test_run.job_processor(aws.s3, lab, "lab", tmp_path)
+    assert code is not None and code.processor == PROCESSOR
+    assert code.wheel.read_bytes() == user_wheel.read_bytes()
+    # The load follows the processor's own input (the job has no schema of its own).
+    schema = test_run.job_load_schema(aws.s3, lab, "lab", code)
+    assert [column.name for column in schema.columns] == ["meter", "kwh", "read_at"]
+    # verify runs in an environment that imports the processor the output's ledger names.
+    target = test_run.Target.of(
+        lab, KafkaEndpoint("127.0.0.1:9", KafkaAuth.NONE), job="lab", processor=code
+    )
+    load = (
+        "from app.contract import loader; from app.contract.schema import DEFAULT_SCHEMA; "
+        f"print(loader.load({PROCESSOR!r}, DEFAULT_SCHEMA).name)"
+    )
+    loaded = _python(load, target.env)
+    assert loaded.stdout.strip() == PROCESSOR, loaded.stderr
+    without = _python(load, os.environ)
+    assert "no module named 'meter_energy'" in without.stderr
+
+
+def _python(code: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("recorded", "stored", "complaint"),
+    [
+        (
+            {handoff.PROCESSOR_WHEEL: "none", handoff.PROCESSOR_WHEEL_SHA256: "none"},
+            None,
+            f"job lab of sandbox-x runs processor {PROCESSOR}, whose wheel no deploy has shipped "
+            "(processor-wheel none): deploy it first (tablecast-ops deploy -e sandbox-x "
+            "--settings FILE)",
+        ),
+        (
+            {},
+            b"not the wheel",
+            "its SHA-256 is {actual}, not job lab's processor-wheel-sha256 {recorded}: ship the "
+            "processor again (tablecast-ops deploy)",
+        ),
+    ],
+)
+def test_a_test_run_of_a_processor_job_without_its_deployed_wheel_is_refused(
+    aws: AwsClients,
+    capsys: pytest.CaptureFixture[str],
+    user_wheel: Path,
+    recorded: dict[str, str],
+    stored: bytes | None,
+    complaint: str,
+) -> None:
+    """Before any topic is created or any message published (no broker answers here)."""
+    environment(aws)
+    write_handoff(aws.ssm, "sandbox-x", dict(read_handoff(aws.ssm, "dev").values))
+    key = _processor_job(aws, "sandbox-x", user_wheel.read_bytes(), **recorded)
+    if stored is not None:
+        aws.s3.put_object(Bucket=BUCKET, Key=f"artifacts/{key}", Body=stored)
+    assert ops("test-run", "-e", "sandbox-x", "--job", "lab", "--no-deploy") == 64
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert error.startswith("tablecast-ops test-run: ")
+    assert error.endswith(
+        complaint.format(
+            actual=hashlib.sha256(stored or b"").hexdigest(),
+            recorded=hashlib.sha256(user_wheel.read_bytes()).hexdigest(),
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def user_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return example_wheel(tmp_path_factory)

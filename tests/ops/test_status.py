@@ -159,3 +159,62 @@ def test_status_of_a_declared_job_reads_its_metrics_and_the_environments_archive
     assert capsys.readouterr().err.strip() == (
         "tablecast-ops status: environment dev declares jobs (plant, lab): name one with --job"
     )
+
+
+def test_status_shows_each_jobs_processor_integrity_and_schema_as_run_job_reads_them(
+    aws: AwsClients, environment: Environment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    aws.ssm.put_parameter(
+        Name=handoff.parameter_name("dev", handoff.JOBS), Value="plant,lab,new", Type="String"
+    )
+    digest = "ab" * 32
+    recorded = {
+        "lab": {
+            handoff.PROCESSOR: "meter_energy.energy:HourlyEnergy",
+            handoff.PROCESSOR_WHEEL: f"processors/{digest}/meter_energy-1.0.0-py3-none-any.whl",
+            handoff.PROCESSOR_WHEEL_SHA256: digest,
+            handoff.INTEGRITY: "ordered",
+            handoff.SCHEMA_SHA256: handoff.PROCESSOR_INPUT,
+        },
+        "plant": {handoff.INTEGRITY: "resync", handoff.SCHEMA_SHA256: "cd" * 32},
+        # As synth writes it before the first deploy.
+        "new": {
+            handoff.PROCESSOR: "meter_energy.energy:HourlyEnergy",
+            handoff.PROCESSOR_WHEEL: "none",
+            handoff.PROCESSOR_WHEEL_SHA256: "none",
+            handoff.SCHEMA_SHA256: "none",
+        },
+    }
+    for job, values in recorded.items():
+        for name, value in values.items():
+            aws.ssm.put_parameter(
+                Name=handoff.job_parameter_name("dev", job, name), Value=value, Type="String"
+            )
+    put(aws, metric_names.HEARTBEAT, 1, job="lab")
+    assert main(["--region", REGION, "status", "-e", "dev", "--job", "lab"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith(("processor:", "integrity:", "schema:"))] == [
+        "processor:       meter_energy.energy:HourlyEnergy (meter_energy-1.0.0-py3-none-any.whl,"
+        " SHA-256 abababababab)",
+        "integrity:       ordered",
+        "schema:          the processor's own input schema",
+    ]
+    main(["--region", REGION, "status", "-e", "dev", "--job", "plant"])
+    out = capsys.readouterr().out
+    assert "processor:       the built-in table rebuild\nintegrity:       resync\n" in out
+    assert "schema:          SHA-256 cdcdcdcdcdcd\n" in out
+    main(["--region", REGION, "status", "-e", "dev", "--job", "new"])
+    out = capsys.readouterr().out
+    assert (
+        "processor:       meter_energy.energy:HourlyEnergy, no wheel deployed: the job does "
+        "not start\nintegrity:       strict\nschema:          none deployed: the job does not "
+        "start\n"
+    ) in out
+
+
+def test_status_of_the_one_job_shows_the_built_in_under_strict(
+    aws: AwsClients, environment: Environment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["--region", REGION, "status", "-e", "dev"])
+    out = capsys.readouterr().out
+    assert "processor:       the built-in table rebuild\nintegrity:       strict\ndriver:" in out
