@@ -206,7 +206,7 @@ def test_a_batchs_tasks_are_given_the_outputs_layout_read_once_on_the_driver(
         given.append(task.plan.layout)
         return run(task, ddl)
 
-    workers.run = tasks  # type: ignore[method-assign]
+    monkeypatch.setattr(workers, "run", tasks)
     outcome = _batch(driver, workers, {}, {A: 1}, tmp_path)
     assert given == [DayLayout.DATE_COLUMN]
     assert outcome.files and all(not f.path.startswith("date=") for f in outcome.files)
