@@ -207,15 +207,30 @@ class DecimalReader:
 def float_column(column: Column) -> Callable[[Sequence[msgspec.Raw]], list[float | None]]:
     """A ``float64`` column of a message's rows from the JSON texts msgspec leaves raw.
 
-    Python's ``float`` reads a JSON number literal correctly rounded, as msgspec
-    does, but in constant time: msgspec's own float decoding takes a slow path
-    (tens of microseconds a value) for exponents beyond about 1e288 or below
-    1e-307, and for literals its fast algorithm cannot round.
+    orjson reads the whole column as one JSON array in one C call, each number
+    correctly rounded as the full checks read it (an integer literal as an int made a
+    float, so ``-0`` is 0.0 there as here); msgspec's own float decoding takes a slow
+    path (tens of microseconds a value) for exponents beyond about 1e288 or below
+    1e-307, and for literals its fast algorithm cannot round. A column orjson refuses
+    (a number beyond a float64's range), or one holding anything but numbers and
+    nulls, is read a value at a time by Python's ``float``, which refuses every JSON
+    value but a number, and says which.
     """
     nullable = column.nullable
+    kinds = {float, int, type(None)} if nullable else {float, int}
 
     def read(given: Sequence[msgspec.Raw]) -> list[float | None]:
-        texts = b",".join(given).split(b",")
+        joined = b",".join(given)
+        try:
+            whole: list[float | int | None] = orjson.loads(b"[" + joined + b"]")
+        except orjson.JSONDecodeError:
+            whole = []
+        found_kinds = set(map(type, whole))
+        if len(whole) == len(given) and found_kinds <= kinds:
+            if int not in found_kinds:
+                return whole
+            return [float(v) if type(v) is int else v for v in whole]
+        texts = joined.split(b",")
         if len(texts) != len(given):  # a comma inside a value: a string, an array, an object
             raise _bad(column, "rows", "not a number")
         found: list[float | None]
@@ -238,9 +253,13 @@ def timestamp_column(column: Column) -> Callable[[Sequence[Any]], Sequence[Any]]
     milliseconds, nulls): the milliseconds made times."""
 
     def read(given: Sequence[Any]) -> Sequence[Any]:
-        if int not in set(map(type, given)):
+        millis = [v for v in given if type(v) is int]
+        if not millis:
             return given
-        return [timestamp_ms(column, v, "rows") if type(v) is int else v for v in given]
+        if min(millis) < MS_MIN or max(millis) > MS_MAX:  # each refused where it is
+            return [timestamp_ms(column, v, "rows") if type(v) is int else v for v in given]
+        epoch, ms = _EPOCH, timedelta(milliseconds=1)
+        return [epoch + v * ms if type(v) is int else v for v in given]
 
     return read
 

@@ -32,7 +32,9 @@ from app.engine.reports import REPORT_DDL, BatchOutcome
 from app.engine.state import StateVersion
 from app.engine.store import StateFacts, StateStore, decode, owned_sessions, user_decoder
 from app.engine.task import BatchPlan, PartitionTask
+from app.engine.writer import layout_of
 from app.errors import DataLossError, StateError
+from app.storage import resolve
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,7 @@ class EngineDriver:
             end=end,
             versions={tp: states[tp] for tp in end if tp in states},
             group_offsets=self.group_offsets,
+            layout=layout_of(resolve(self.output_uri)),
         )
         first: dict[TopicPartition, str] = {}
 

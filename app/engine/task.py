@@ -68,7 +68,7 @@ from app.engine.reports import PartitionSummary, Reports, StagedFile, to_batch
 from app.engine.segments import Segment, group_block, plan_segments
 from app.engine.state import PartitionState, StateVersion
 from app.engine.store import StateCache, StateStore
-from app.engine.writer import QUARANTINE_DIR, stage_table
+from app.engine.writer import QUARANTINE_DIR, DayLayout, stage_table
 from app.errors import DataLossError, StateError, TablecastError
 from app.sources import ranges
 from app.sources.records import served_counts
@@ -102,6 +102,8 @@ class BatchPlan:
     code_digest: str = field(default_factory=code_digest)  # the driver's code
     # The source's groupOffsets: which partitions share a task (app.sources.stream.task_groups).
     group_offsets: int = 0
+    # The output's layout of days, read once on the driver (None: each task reads its record).
+    layout: DayLayout | None = None
 
 
 class PartitionTask:
@@ -121,7 +123,11 @@ class PartitionTask:
                 for tp, part in _split_by_partition(batch):
                     by_tp.setdefault(tp, []).append(part)
             # A group's partitions share one file per day (app.engine.segments).
-            group = _GroupFiles() if self.plan.group_offsets > 0 and len(by_tp) > 1 else None
+            group = (
+                _GroupFiles(self.plan.layout)
+                if self.plan.group_offsets > 0 and len(by_tp) > 1
+                else None
+            )
             for tp in sorted(by_tp):
                 loaded = early.take(tp) if early is not None else None
                 with cyclic_gc_paused(freeze=in_worker):
@@ -197,7 +203,9 @@ class PartitionTask:
             if segment.name is not None and group is not None:
                 group.add(result, segment.name)
             elif segment.name is not None:
-                for staged in stage_segment(location, plan.staging_dir, result, segment.name):
+                for staged in stage_segment(
+                    location, plan.staging_dir, result, segment.name, plan.layout
+                ):
                     reports.file(staged.path, staged.rows, staged.bytes, staged.quarantine)
             if result.violations and plan.rules.mode is IntegrityMode.STRICT:
                 break
@@ -315,7 +323,8 @@ class _EarlyLoad:
 class _GroupFiles:
     """The rows of a group's partitions, staged together as one file per day."""
 
-    def __init__(self) -> None:
+    def __init__(self, layout: DayLayout | None) -> None:
+        self.layout = layout
         self.first: str | None = None  # the first partition's block
         self.last: TopicPartition | None = None
         self.rows: list[pa.Table] = []
@@ -343,10 +352,12 @@ class _GroupFiles:
         staged: list[StagedFile] = []
         if self.rows:
             rows = pa.concat_tables(self.rows)
-            staged += stage_table(location, staging_dir, "", rows, "ts", name)
+            staged += stage_table(location, staging_dir, "", rows, "ts", name, self.layout)
         if self.quarantined:
             held = pa.concat_tables(self.quarantined)
-            staged += stage_table(location, staging_dir, QUARANTINE_DIR, held, "timestamp", name)
+            staged += stage_table(
+                location, staging_dir, QUARANTINE_DIR, held, "timestamp", name, self.layout
+            )
         reports = Reports(self.last)
         for f in staged:
             reports.file(f.path, f.rows, f.bytes, f.quarantine)
@@ -390,13 +401,20 @@ def run_segment(
 
 
 def stage_segment(
-    location: Location, staging_dir: str, result: PartitionResult, name: str
+    location: Location,
+    staging_dir: str,
+    result: PartitionResult,
+    name: str,
+    layout: DayLayout | None = None,
 ) -> list[StagedFile]:
-    """Stage the segment's rows and quarantined records as its files; empty the result's."""
-    staged = stage_table(location, staging_dir, "", result.rows.to_table(), "ts", name)
+    """Stage the segment's rows and quarantined records as its files (in the output's
+    ``layout``; None: its record, read here); empty the result's."""
+    staged = stage_table(location, staging_dir, "", result.rows.to_table(), "ts", name, layout)
     if result.quarantined:
         table = quarantine_table(result.quarantined)
-        staged += stage_table(location, staging_dir, QUARANTINE_DIR, table, "timestamp", name)
+        staged += stage_table(
+            location, staging_dir, QUARANTINE_DIR, table, "timestamp", name, layout
+        )
     result.rows = result.rows.emptied()
     result.quarantined = []
     return staged

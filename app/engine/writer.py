@@ -140,15 +140,17 @@ def stage_table(
     table: pa.Table,
     time_column: str,
     name: str,
+    layout: DayLayout | None = None,
 ) -> list[StagedFile]:
     """Write ``table`` under ``staging_dir`` as ``<subdir>/<day directory>/part-<name>.parquet``
-    (:meth:`DayLayout.directory` of the output's layout).
+    (:meth:`DayLayout.directory` of the output's ``layout``; None: its record, read here).
 
     One file per day of ``time_column`` (UTC), rows kept in their order.
     """
     if not len(table):
         return []
-    layout = layout_of(location)
+    if layout is None:
+        layout = layout_of(location)
     quarantine = subdir == QUARANTINE_DIR
     schema = QUARANTINE_SCHEMA if quarantine else table.schema
     # Whole UTC days since the epoch: integer arithmetic, not a date string per row.

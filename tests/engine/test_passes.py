@@ -18,13 +18,16 @@ import pytest
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.table_processor import TableProcessor
 from app.engine import task as task_mod
+from app.engine import writer
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.reports import BatchOutcome
 from app.engine.store import StateCache
 from app.engine.task import PartitionTask
+from app.engine.writer import DayLayout, record_layout
 from app.errors import DataLossError
 from app.sources.records import SCHEMA, no_headers
+from app.storage import Location, resolve
 
 A = TopicPartition("sensor-0", 0)
 B = TopicPartition("sensor-0", 1)
@@ -178,3 +181,33 @@ def test_bad_records_reach_the_driver_as_counts_and_a_sample(
     assert shipped[0] <= task_mod.VIOLATION_SAMPLE < bad
     assert outcome.violation_count == bad and outcome.quarantined == bad
     assert [v.offset for v in outcome.violations] == list(range(1, task_mod.VIOLATION_SAMPLE + 1))
+
+
+def test_a_batchs_tasks_are_given_the_outputs_layout_read_once_on_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_layout(resolve(str(tmp_path / "out")), DayLayout.DATE_COLUMN)
+    driver, workers = _driver(tmp_path), Workers(monkeypatch)
+    workers.schedule = ["w1"]
+    workers.records = {A: _records(A, 0, [("s1", _value("s1", 0, "snapshot"))])}
+    given: list[DayLayout | None] = []
+    read_by_tasks: list[str] = []
+    read = writer.layout_of
+
+    def counted(location: Location) -> DayLayout:
+        read_by_tasks.append(location.uri)
+        return read(location)
+
+    # The writer's own look-up: what a task would call without the plan's layout.
+    monkeypatch.setattr(writer, "layout_of", counted)
+    run = workers.run
+
+    def tasks(task: PartitionTask, ddl: str) -> list[dict[str, Any]]:
+        given.append(task.plan.layout)
+        return run(task, ddl)
+
+    monkeypatch.setattr(workers, "run", tasks)
+    outcome = _batch(driver, workers, {}, {A: 1}, tmp_path)
+    assert given == [DayLayout.DATE_COLUMN]
+    assert outcome.files and all(not f.path.startswith("date=") for f in outcome.files)
+    assert read_by_tasks == []

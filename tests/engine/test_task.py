@@ -23,6 +23,7 @@ from app.engine.reports import BatchOutcome
 from app.engine.state import StateVersion
 from app.engine.store import StateCache, StateStore
 from app.engine.task import BatchPlan, PartitionTask
+from app.engine.writer import DayLayout, record_layout
 from app.errors import TablecastError
 from app.sources import archive, ranges
 from app.sources.archive import ArchiveBackend
@@ -354,3 +355,21 @@ def test_a_groups_partitions_are_staged_as_one_file_a_day_and_a_redo_stages_the_
         again = run(group, batches)
     assert again.files == outcome.files
     assert digests(tmp_path / "out") | digests(tmp_path / "ckpt") == given
+
+
+def test_a_task_stages_in_the_layout_its_plan_names_without_reading_the_outputs_record(
+    tmp_path: Path, capture: tuple[str, int]
+) -> None:
+    uri, last = capture
+    output = resolve(str(tmp_path / "out"))
+    record_layout(output, DayLayout.DATE_COLUMN)
+    # The driver read the layout for the batch: the task takes the plan's, not the record's.
+    given = replace(plan(tmp_path, None, last, None), layout=DayLayout.HIVE_KEY)
+    outcome = run(given, records(uri, 0, last))
+    assert outcome.files and all(f.path.startswith("date=") for f in outcome.files)
+    # Without one in the plan, the task reads the record itself.
+    shutil.rmtree(tmp_path / "ckpt")
+    again = run(plan(tmp_path, None, last, None), records(uri, 0, last))
+    assert {f.path.split("/")[0] for f in again.files} == {
+        f.path.split("/")[0].removeprefix("date=") for f in outcome.files
+    }
