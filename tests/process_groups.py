@@ -1,0 +1,26 @@
+"""A process group a test started, ended whole: nothing of it outlives the test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+__all__ = ["reap_group"]
+
+
+def reap_group(group: int, timeout_s: float = 20) -> None:
+    """SIGKILL every process of ``group`` until none is left (a stopped one is woken to
+    die); a JVM leaves once its driver is gone, and this makes sure of it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-g", str(group)], capture_output=True, check=False).returncode:
+            return
+        try:
+            os.killpg(group, signal.SIGKILL)
+            os.killpg(group, signal.SIGCONT)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"processes of group {group} still running")
