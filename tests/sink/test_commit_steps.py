@@ -106,7 +106,7 @@ def _cli_run(
     try:
         _, stderr = process.communicate(timeout=300)
     finally:
-        reap_group(process.pid)
+        reap_group(process)
     return subprocess.CompletedProcess(process.args, process.returncode, b"", stderr)
 
 

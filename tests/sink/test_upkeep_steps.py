@@ -81,7 +81,7 @@ def _run(archive: Path, output: Path, checkpoint: Path, crash: str | None) -> st
     try:
         _, stderr = process.communicate(timeout=600)
     finally:
-        reap_group(process.pid)
+        reap_group(process)
     text = stderr.decode()
     if crash is None:
         assert process.returncode == 0, text[-3000:]

@@ -122,7 +122,7 @@ def _ended(process: subprocess.Popen[bytes], timeout: float = 300) -> tuple[int,
 
 def _reap(process: subprocess.Popen[bytes]) -> None:
     """Nothing of the process group outlives the test (a stopped one is killed too)."""
-    reap_group(process.pid)
+    reap_group(process)
     if process.poll() is None:
         process.wait(timeout=20)
 
