@@ -45,24 +45,33 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-unit: setup
-	$(BIN)/pytest -q -m "not terraform and not chain" --durations=25
+# pytest-xdist: a lane's test files spread over PYTEST_WORKERS processes, each
+# with its own SparkSession, tansu broker and leak checks (tests/leaks.py), a
+# whole file to a process at a time, so that a module's fixtures start once and
+# tests/local/test_pipeline.py, the one file binding the image's fixed Spark
+# ports, never runs beside itself. PYTEST_WORKERS=0 runs a lane in one process.
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 
-# The SIGKILL chain (tests/sink/test_commit_steps.py): ten cold `tablecast run`
-# processes, six minutes; `make test` runs it beside the suite, after the
-# infrastructure checks.
+unit: setup
+	$(BIN)/pytest -q $(XDIST) -m "not terraform and not chain" --durations=25
+
+# The SIGKILL chains (marked chain, in tests/sink): cold `tablecast run`
+# processes killed inside each commit and upkeep step, and second writers;
+# about twelve minutes in one process, which `make test` runs beside the suite.
 commit-chain: setup
 	$(BIN)/pytest -q -m chain tests/sink
 
-# Two jobs at most, each job's output printed whole when it ends: the pytest
-# suite in one; in the other ruff, mypy (minutes on a fresh clone: it reads
-# the AWS provider's bindings) and the infrastructure checks, which mostly
-# wait (terraform's apply to moto is minutes of the AWS provider's polling).
-# The pipeline demo binds the image's fixed Spark ports, as tests/local
-# does, so it runs after the suite; the commit chain follows the
-# infrastructure checks in the second job.
+# The lanes, at most four at once, each printed whole when it ends: the suite
+# (two pytest processes), the commit chain, the infrastructure checks (their
+# two terraform lanes mostly wait on the AWS provider's polling of moto), and
+# ruff and mypy (minutes on a fresh clone: it reads the AWS provider's
+# bindings) in the slots the short infrastructure checks leave. Most of each
+# lane waits (JVM starts, kills and restarts, polling), so the two cores stay
+# busy. The pipeline demo binds the image's fixed Spark ports, as
+# tests/local/test_pipeline.py does, so it runs after the suite.
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit lint typecheck infra-checks commit-chain
+	$(MAKE) --no-print-directory -j4 --output-sync=target unit commit-chain infra-checks lint typecheck
 	$(MAKE) --no-print-directory pipeline-demo
 
 infra-checks: synth checkov terraform-check packer-validate shellcheck
@@ -73,7 +82,8 @@ infra-checks: synth checkov terraform-check packer-validate shellcheck
 # which deploys the sandbox to moto on loopback and destroys it; and the
 # production environment applied to moto, rolled and destroyed
 # (tests/infra/moto_apply.py says what moto cannot apply). The production
-# apply runs beside the rest: both mostly wait on the provider's polling.
+# apply runs beside the rest, whose files take two pytest processes: all of
+# them mostly wait on the provider's polling.
 # The CLI comes from npm (its cache) at versions.toml's [cdktf] version.
 terraform-check: setup
 	@command -v terraform >/dev/null || { echo "terraform-check: no terraform binary (Terraform >= 1.10 is needed)" >&2; exit 1; }
@@ -82,7 +92,7 @@ terraform-check: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=target terraform-stacks terraform-prod
 
 terraform-stacks: setup
-	$(BIN)/pytest -q -p no:logging -m terraform tests/infra --ignore=tests/infra/test_infra_terraform_prod.py
+	$(BIN)/pytest -q $(XDIST) -p no:logging -m terraform tests/infra --ignore=tests/infra/test_infra_terraform_prod.py --durations=5
 
 terraform-prod: setup
 	$(BIN)/pytest -q -p no:logging -m terraform tests/infra/test_infra_terraform_prod.py

@@ -101,13 +101,15 @@ def sha256(data: bytes) -> str:
 
 def run_job(env: dict[str, str], *job: str) -> subprocess.CompletedProcess[str]:
     """run-job, of the environment's one job or (``job``) of a declared one."""
+    # Seconds alone; a machine loaded many times over its cores (the suite's lanes beside
+    # other work) took over 120 s for one run with a pip install.
     return subprocess.run(
         [str(FILES / "bin" / "run-job"), *job],
         env=env,
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=300,
     )
 
 

@@ -8,24 +8,16 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
-import pytest
 
 from app import handoff
 from tests.ami.helpers import FILES, NODE_BOOTSTRAP, bash
 from tests.ami.node_harness import render, unit, write_node_env
-from tests.ami.run_job_harness import REGION, moto_aws
+from tests.ami.run_job_harness import REGION
 
 RSYSLOG = FILES / "rsyslog" / "30-tablecast.conf"
-
-
-@pytest.fixture
-def aws() -> Iterator[dict[str, str]]:
-    with moto_aws() as env:
-        yield env
 
 
 def declare(aws: dict[str, str], environment: str, jobs: str) -> None:

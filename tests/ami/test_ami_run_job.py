@@ -6,7 +6,7 @@ from __future__ import annotations
 import fcntl
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
@@ -21,17 +21,10 @@ from tests.ami.run_job_harness import (
     VERSION,
     declared,
     job_options,
-    moto_aws,
     prepare,
     run_job,
     sha256,
 )
-
-
-@pytest.fixture
-def aws() -> Iterator[dict[str, str]]:
-    with moto_aws() as env:
-        yield env
 
 
 def test_run_job_refuses_a_wheel_whose_hash_is_not_the_recorded_one(

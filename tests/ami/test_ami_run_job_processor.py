@@ -9,10 +9,8 @@ arguments and the PYTHONPATH it was given.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -26,26 +24,16 @@ from tests.ami.run_job_harness import (
     VERSION,
     declared,
     job_options,
-    moto_aws,
     prepare,
     run_job,
+    sha256,
 )
 from tests.processor_wheel import PROCESSOR, example_wheel
-
-
-@pytest.fixture
-def aws() -> Iterator[dict[str, str]]:
-    with moto_aws() as env:
-        yield env
 
 
 @pytest.fixture(scope="module")
 def user_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return example_wheel(tmp_path_factory)
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def start(

@@ -183,14 +183,30 @@ def test_no_rows_no_file(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_a_timestamp_before_the_epoch_is_in_its_own_day(tmp_path: Path) -> None:
+# Days on both sides of the epoch, a millisecond apart at it, given out of order.
+STAMPS = [
+    "1969-12-31T23:59:59.999",
+    "1970-01-01T00:00:00.000",
+    "2026-03-02T06:30:00",
+    "1969-12-30T00:00:00.000",
+]
+
+
+@pytest.mark.parametrize(
+    ("layout", "directory"),
+    [(None, "date={}"), (DayLayout.DATE_COLUMN, "{}")],
+    ids=["no layout recorded", "date column"],
+)
+def test_a_timestamp_before_the_epoch_is_in_its_own_day(
+    tmp_path: Path, layout: DayLayout | None, directory: str
+) -> None:
     location = resolve(str(tmp_path / "out"))
-    stamps = ["1969-12-31T23:59:59.999", "1970-01-01T00:00:00.000", "1969-12-30T00:00:00.000"]
-    staged = stage_table(location, STAGING, "", _rows(stamps), "ts", NAME)
+    if layout is not None:
+        record_layout(location, layout)
+    staged = stage_table(location, STAGING, "", _rows(STAMPS), "ts", NAME)
     assert [(s.path, s.rows) for s in staged] == [
-        (f"date=1969-12-30/part-{NAME}.parquet", 1),
-        (f"date=1969-12-31/part-{NAME}.parquet", 1),
-        (f"date=1970-01-01/part-{NAME}.parquet", 1),
+        (f"{directory.format(day)}/part-{NAME}.parquet", 1)
+        for day in ("1969-12-30", "1969-12-31", "1970-01-01", "2026-03-02")
     ]
 
 
@@ -239,13 +255,9 @@ def test_an_hdfs_replace_of_a_visible_file_never_removes_its_name(tmp_path: Path
 def test_the_date_column_layout_holds_the_day_in_directory_and_column(tmp_path: Path) -> None:
     location = resolve(str(tmp_path / "out"))
     record_layout(location, DayLayout.DATE_COLUMN)
-    stamps = ["1969-12-31T23:59:59.999", "1970-01-01T00:00:00.000", "2026-03-02T06:30:00"]
-    staged = stage_table(location, STAGING, "", _rows(stamps), "ts", NAME)
-    assert [(s.path, s.rows) for s in staged] == [
-        (f"1969-12-31/part-{NAME}.parquet", 1),
-        (f"1970-01-01/part-{NAME}.parquet", 1),
-        (f"2026-03-02/part-{NAME}.parquet", 1),
-    ]
+    # Its directories: test_a_timestamp_before_the_epoch_is_in_its_own_day[date column].
+    staged = stage_table(location, STAGING, "", _rows(STAMPS), "ts", NAME)
+    assert len(staged) == 4
     base = tmp_path / "out" / STAGING
     for item in staged:
         written = _read(base / item.path)

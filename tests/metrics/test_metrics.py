@@ -649,7 +649,12 @@ def test_plain_progress_is_a_line_per_batch_and_a_summary() -> None:
     ]
 
 
-def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines() -> None:
+def test_on_a_terminal_the_status_line_is_redrawn_under_other_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A terminal wider than the status line: it is cut at the terminal's width, which
+    # pytest-xdist's workers (COLUMNS=80) and a narrow terminal would make shorter.
+    monkeypatch.setenv("COLUMNS", "200")
     out = io.StringIO()
     clock = Clock()
     console = Console(out, tty=True)

@@ -1,10 +1,28 @@
-"""What a deploy leaves in moto, read back: the version, the scripts sent, the declared jobs."""
+"""A deploy as the tests run it, and what it leaves in moto, read back: the version, the
+scripts sent, the declared jobs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from app import handoff
+from app.ops import deploy
 from app.ops.aws import AwsClients
 from tests.ops.conftest import Environment
+
+
+def deploy_polled(
+    aws: AwsClients, environment: Environment, *, heartbeat_timeout_s: float = 20, **options: Any
+) -> deploy.DeployReport:
+    """``deploy.deploy`` to ``environment``, polling every 50 ms: a driver's stand-in
+    (tests/ops/standin.py) answers its restart with a heartbeat well within 20 s."""
+    return deploy.deploy(
+        aws,
+        environment.name,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+        poll_s=0.05,
+        **options,
+    )
 
 
 def job_version(aws: AwsClients, env: Environment) -> str:

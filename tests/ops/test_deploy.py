@@ -25,7 +25,7 @@ from app.ops.errors import (
 )
 from app.ops.wheel import Wheel, read_wheel
 from tests.ops.conftest import PROJECT, REGION, Environment
-from tests.ops.deploy_harness import commands, declare_jobs, job_version
+from tests.ops.deploy_harness import commands, declare_jobs, deploy_polled, job_version
 from tests.ops.standin import DriverStandIn
 
 
@@ -61,13 +61,11 @@ def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
     aws: AwsClients, environment: Environment, job_wheel: Wheel
 ) -> None:
     with DriverStandIn(REGION, environment.name, environment.driver) as driver:
-        report = deploy.deploy(
+        report = deploy_polled(
             aws,
-            environment.name,
+            environment,
             wheel=job_wheel,
             commit="abc123",
-            heartbeat_timeout_s=20,
-            poll_s=0.05,
         )
     key = f"artifacts/{job_wheel.name}"
     head = aws.s3.head_object(Bucket=environment.bucket, Key=key)
@@ -112,12 +110,8 @@ def test_the_first_deploy_arms_the_alarms_that_waited_for_it(
     alarm(aws, environment, "job-records-behind", enabled=False)  # off for another reason
     alarm(aws, environment, "job-batch-duration", enabled=True)
     with DriverStandIn(REGION, environment.name, environment.driver):
-        first = deploy.deploy(
-            aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
-        )
-        second = deploy.deploy(
-            aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
-        )
+        first = deploy_polled(aws, environment, wheel=job_wheel)
+        second = deploy_polled(aws, environment, wheel=job_wheel)
     prefix = f"tablecast-{environment.name}-"
     assert set(first.armed) == {prefix + name for name in metric_names.ARMED_BY_DEPLOY}
     assert f"armed:        {', '.join(first.armed)}" in first.lines()
@@ -142,12 +136,10 @@ def test_where_the_settings_declare_jobs_a_deploy_restarts_each_and_waits_for_it
         alarm(aws, environment, name, enabled=False)
     lines: list[str] = []
     with DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant", "lab")):
-        report = deploy.deploy(
+        report = deploy_polled(
             aws,
-            environment.name,
+            environment,
             wheel=job_wheel,
-            heartbeat_timeout_s=20,
-            poll_s=0.05,
             progress=lines.append,
         )
     (script,) = commands(aws, environment)
@@ -250,7 +242,7 @@ def test_a_declared_job_without_a_heartbeat_fails_the_deploy(
         DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant",)),
         pytest.raises(HeartbeatTimeoutError) as failed,
     ):
-        deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=5, poll_s=0.05)
+        deploy_polled(aws, environment, wheel=job_wheel, heartbeat_timeout_s=5)
     assert str(failed.value).startswith(
         f"environment {environment.name}, job lab: no Heartbeat metric newer than"
     )
@@ -267,7 +259,7 @@ def test_the_same_wheel_is_not_uploaded_twice_and_a_changed_one_is_refused(
     assert again[1] is False
     changed = variant(job_wheel, tmp_path)
     with pytest.raises(ArtifactConflictError) as refused:
-        deploy.deploy(aws, environment.name, wheel=changed, heartbeat_timeout_s=1, poll_s=0.05)
+        deploy_polled(aws, environment, wheel=changed, heartbeat_timeout_s=1)
     assert refused.value.existing_sha256 == job_wheel.sha256
     # Refused before anything changed: no version recorded, no command sent.
     assert job_version(aws, environment) == "none"
@@ -292,7 +284,7 @@ def test_no_heartbeat_after_the_restart_fails_naming_the_wait(
         ],
     )
     with pytest.raises(HeartbeatTimeoutError) as failed:
-        deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=0.5, poll_s=0.05)
+        deploy_polled(aws, environment, wheel=job_wheel, heartbeat_timeout_s=0.5)
     assert failed.value.environment == "dev"
     assert failed.value.last_seen != "none in 3 hours"
     assert "/tablecast/dev/job" in str(failed.value)
@@ -304,13 +296,11 @@ def test_rollback_redeploys_an_uploaded_version_and_refuses_a_missing_one(
     aws: AwsClients, environment: Environment, job_wheel: Wheel
 ) -> None:
     with pytest.raises(ArtifactMissingError):
-        deploy.deploy(aws, environment.name, version="0.0.9", heartbeat_timeout_s=1, poll_s=0.05)
+        deploy_polled(aws, environment, version="0.0.9", heartbeat_timeout_s=1)
     assert commands(aws, environment) == []
     deploy.upload_wheel(aws.s3, environment.artifacts_uri, job_wheel)
     with DriverStandIn(REGION, environment.name, environment.driver):
-        report = deploy.deploy(
-            aws, environment.name, version=job_wheel.version, heartbeat_timeout_s=20, poll_s=0.05
-        )
+        report = deploy_polled(aws, environment, version=job_wheel.version)
     assert not report.uploaded
     assert job_version(aws, environment) == job_wheel.version
     # The hash recorded with the upload, read from the artifact's metadata.
@@ -323,9 +313,7 @@ def test_a_redeploy_of_a_wheel_without_a_recorded_hash_is_refused(
     key = f"artifacts/{job_wheel.name}"
     aws.s3.put_object(Bucket=environment.bucket, Key=key, Body=job_wheel.path.read_bytes())
     with pytest.raises(ArtifactMissingError, match="no SHA-256 recorded"):
-        deploy.deploy(
-            aws, environment.name, version=job_wheel.version, heartbeat_timeout_s=1, poll_s=0.05
-        )
+        deploy_polled(aws, environment, version=job_wheel.version, heartbeat_timeout_s=1)
     assert job_version(aws, environment) == "none"
     assert commands(aws, environment) == []
 
@@ -335,7 +323,7 @@ def test_a_stopped_driver_is_reported_before_any_command(
 ) -> None:
     aws.ec2.stop_instances(InstanceIds=[environment.driver])
     with pytest.raises(DriverStateError) as stopped:
-        deploy.deploy(aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=1, poll_s=0.05)
+        deploy_polled(aws, environment, wheel=job_wheel, heartbeat_timeout_s=1)
     assert stopped.value.state in {"stopping", "stopped"}
     assert commands(aws, environment) == []
 
@@ -441,7 +429,5 @@ def test_a_rolled_driver_is_found_by_its_name_tag_not_the_handoffs_old_id(
     )["Instances"]
     aws.ec2.terminate_instances(InstanceIds=[environment.driver])
     with DriverStandIn(REGION, environment.name, new["InstanceId"]):
-        report = deploy.deploy(
-            aws, environment.name, wheel=job_wheel, heartbeat_timeout_s=20, poll_s=0.05
-        )
+        report = deploy_polled(aws, environment, wheel=job_wheel)
     assert report.restart.instance_id == new["InstanceId"]

@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 
 from app import handoff
-from app.ops import deploy
 from app.ops.aws import AwsClients
 from app.ops.cli import main
 from app.ops.wheel import Wheel
 from infra.config.pipeline_listing import declarations
 from tests.ops.conftest import REGION, Environment
-from tests.ops.deploy_harness import commands, declare_jobs, job_version
+from tests.ops.deploy_harness import commands, declare_jobs, deploy_polled, job_version
 from tests.ops.standin import DriverStandIn
 from tests.processor_wheel import PROCESSOR, example_wheel
 
@@ -45,6 +44,11 @@ def user_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _no_operator_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TABLECAST_SETTINGS", raising=False)
+
+
+def deploy_argv(job_wheel: Wheel, *more: str) -> list[str]:
+    """``tablecast-ops deploy`` of ``job_wheel`` to dev."""
+    return ["--region", REGION, "deploy", "-e", "dev", "--wheel", str(job_wheel.path), *more]
 
 
 def settings(tmp_path: Path, jobs: dict[str, dict[str, str]]) -> Path:
@@ -92,7 +96,7 @@ def test_a_deploy_ships_a_jobs_processor_wheel_beside_ours_and_records_it(
             "plant": {"integrity": "resync"},
         },
     )
-    argv = ["--region", REGION, "deploy", "-e", "dev", "--wheel", str(job_wheel.path), *POLL]
+    argv = deploy_argv(job_wheel, *POLL)
     with DriverStandIn(REGION, environment.name, environment.driver, jobs=("plant", "lab")):
         assert main([*argv, "--settings", str(path)], declarations=declarations()) == 0
         digest = hashlib.sha256(user_wheel.read_bytes()).hexdigest()
@@ -162,7 +166,7 @@ def test_settings_unlike_ssms_jobs_or_a_bad_processor_are_refused_before_anythin
         for job, table in jobs.items()
     }
     path = settings(tmp_path, given)
-    argv = ["--region", REGION, "deploy", "-e", "dev", "--wheel", str(job_wheel.path)]
+    argv = deploy_argv(job_wheel)
     assert main([*argv, "--settings", str(path)], declarations=declarations()) == 64
     (error,) = capsys.readouterr().err.strip().splitlines()
     assert complaint.format(path=path, w=user_wheel.name) in error
@@ -178,12 +182,10 @@ def test_without_settings_a_deploy_leaves_the_recorded_processors_and_says_so(
     aws.ssm.put_parameter(Name=lab, Value=PROCESSOR, Type="String")
     lines: list[str] = []
     with DriverStandIn(REGION, environment.name, environment.driver, jobs=("lab",)):
-        deploy.deploy(
+        deploy_polled(
             aws,
-            environment.name,
+            environment,
             wheel=job_wheel,
-            heartbeat_timeout_s=20,
-            poll_s=0.05,
             progress=lines.append,
         )
     assert "jobs' processors and integrity: as recorded (no deployment settings named)" in lines
@@ -198,7 +200,7 @@ def test_deploy_settings_without_infras_reading_are_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """On a node (``python -m app.ops``, no ``infra/``), --settings cannot be read."""
-    argv = ["--region", REGION, "deploy", "-e", "dev", "--wheel", str(job_wheel.path)]
+    argv = deploy_argv(job_wheel)
     assert main([*argv, "--settings", str(tmp_path / "s.toml")]) == 64
     assert "deploy --settings reads infra's configuration: run it from a checkout" in (
         capsys.readouterr().err

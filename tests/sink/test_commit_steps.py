@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import verify
+from tests.process_groups import reap_group
 from tests.sink.commit_steps_harness import CRASH_BATCH, MAX_OFFSETS, SPEC, crash_in_process
 from tests.spark.helpers import assert_exact, expected_rows, run_argv_over, run_job, write_capture
 from tests.table.helpers import assert_follows_ledger
@@ -106,22 +106,8 @@ def _cli_run(
     try:
         _, stderr = process.communicate(timeout=300)
     finally:
-        _reap_group(process.pid)
+        reap_group(process)
     return subprocess.CompletedProcess(process.args, process.returncode, b"", stderr)
-
-
-def _reap_group(group: int) -> None:
-    """The JVM leaves once its driver is gone; make sure nothing of the group outlives it."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-g", str(group)], capture_output=True, check=False).returncode:
-            return
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"processes of group {group} still running")
 
 
 def _assert_at_crash(

@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +38,7 @@ from app.table.catalog import threads_released
 from app.table.history import MetadataFiles
 from app.tools import verify
 from app.tools.generate import CaptureSpec
+from tests.process_groups import reap_group
 from tests.spark.helpers import assert_exact, expected_rows, run_argv_over, write_capture
 from tests.table.helpers import (
     assert_every_snapshot_reads,
@@ -81,7 +81,7 @@ def _run(archive: Path, output: Path, checkpoint: Path, crash: str | None) -> st
     try:
         _, stderr = process.communicate(timeout=600)
     finally:
-        _reap_group(process.pid)
+        reap_group(process)
     text = stderr.decode()
     if crash is None:
         assert process.returncode == 0, text[-3000:]
@@ -89,19 +89,6 @@ def _run(archive: Path, output: Path, checkpoint: Path, crash: str | None) -> st
         assert process.returncode == -signal.SIGKILL, text[-3000:]
         assert f"after step {crash} of batch" in text, text[-3000:]
     return text
-
-
-def _reap_group(group: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-g", str(group)], capture_output=True, check=False).returncode:
-            return
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"processes of group {group} still running")
 
 
 def _assert_readers_exact(archive: Path, output: Path) -> None:

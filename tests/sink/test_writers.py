@@ -40,6 +40,7 @@ from app.sink.crash_points import CRASH_ENV, CRASH_MODE_ENV
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table.catalog import threads_released
+from tests.process_groups import reap_group
 from tests.s3_server import S3Server
 from tests.sink.commit_steps_harness import SPEC
 from tests.spark.helpers import assert_exact, run_argv_over, write_capture
@@ -121,17 +122,7 @@ def _ended(process: subprocess.Popen[bytes], timeout: float = 300) -> tuple[int,
 
 def _reap(process: subprocess.Popen[bytes]) -> None:
     """Nothing of the process group outlives the test (a stopped one is killed too)."""
-    group = process.pid
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-g", str(group)], capture_output=True, check=False).returncode:
-            break
-        try:
-            os.killpg(group, signal.SIGKILL)
-            os.killpg(group, signal.SIGCONT)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
+    reap_group(process)
     if process.poll() is None:
         process.wait(timeout=20)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.processor import Processor
+from app.contract.schema import TableSchema, parse_schema
 from app.engine.machine import IntegrityMode
 from app.sink.commit import BatchReport
 from app.sink.ledger import Ledger
@@ -43,10 +44,44 @@ def run_job(
     return reports
 
 
+# The topics every generated capture writes to.
+PATTERN = "^sensor-.+"
+
+# A capture that resync mode runs through, quarantining a record of each fault: the job's
+# quarantine and its metrics read it (test_job.py, test_observability.py).
+QUARANTINING_SPEC = gen.CaptureSpec(
+    topics=2,
+    partitions=2,
+    sessions=8,
+    updates=24,
+    records_per_file=40,
+    resync_every=6,
+    seed=9,
+    faults=(gen.Fault.SEQ_GAP, gen.Fault.BAD_JSON, gen.Fault.DELETE_UNKNOWN, gen.Fault.AFTER_END),
+)
+
+# The head of the declared schemas the schema tests write: rows keyed by site and id.
+KEYED_BY_SITE_AND_ID = """
+[key]
+columns = ["site", "id"]
+
+[columns]
+site    = "string"
+id      = "int64"
+"""
+
+
+def declared_schema(text: str, name: str, root: Path) -> tuple[TableSchema, str]:
+    """The schema document ``text`` written to ``root/name``: parsed, and its path."""
+    path = root / name
+    path.write_text(text)
+    return parse_schema(text, str(path)), str(path)
+
+
 def expected_rows(
     archive: Path | str, mode: IntegrityMode = IntegrityMode.STRICT
 ) -> verify.Expected:
-    return verify.expected_output(str(archive), "^sensor-.+", mode)
+    return verify.expected_output(str(archive), PATTERN, mode)
 
 
 def assert_exact(

@@ -17,7 +17,6 @@ import pytest
 from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DateType
 
-from app.contract.schema import TableSchema, parse_schema
 from app.engine.output import METADATA_NAMES
 from app.engine.writer import LAYOUT_FILE, DayLayout, layout_of, record_layout
 from app.sink.visible import visible_files
@@ -25,37 +24,34 @@ from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import generate as gen
 from app.tools import verify
-from tests.spark.helpers import copy_files, run_job, write_capture
+from tests.spark.helpers import (
+    KEYED_BY_SITE_AND_ID,
+    PATTERN,
+    copy_files,
+    declared_schema,
+    run_job,
+    write_capture,
+)
 from tests.table.helpers import duckdb_table_rows, load_table
 
 pytestmark = pytest.mark.spark
 
-PATTERN = "^sensor-.+"
-BEFORE = """
-[key]
-columns = ["site", "id"]
-
-[columns]
-site    = "string"
-id      = "int64"
+BEFORE = (
+    KEYED_BY_SITE_AND_ID
+    + """\
 alarm   = "bool"
 reading = { type = "float64", nullable = true }
 """
+)
 AFTER = BEFORE + 'extra   = { type = "int64", nullable = true }\n'
-
-
-def _schema(text: str, name: str, root: Path) -> tuple[TableSchema, str]:
-    path = root / name
-    path.write_text(text)
-    return parse_schema(text, str(path)), str(path)
 
 
 def _run_in_halves(spark: Any, root: Path, output: Path, *, made_before: bool) -> None:
     """The first half of a capture with BEFORE, the rest with AFTER (a column added).
     ``made_before``: the first half writes as a job did before outputs recorded their
     layout (``date=<day>/``, no record left)."""
-    before, before_path = _schema(BEFORE, "before.toml", root)
-    after, after_path = _schema(AFTER, "after.toml", root)
+    before, before_path = declared_schema(BEFORE, "before.toml", root)
+    after, after_path = declared_schema(AFTER, "after.toml", root)
     full, archive, checkpoint = root / "full", root / "archive", root / "ckpt"
     if not full.exists():
         spec = gen.CaptureSpec(

@@ -20,19 +20,23 @@ from app.recompute.replay import replay
 from app.table.catalog import threads_released
 from app.tools import generate as gen
 from app.tools import verify
-from tests.spark.helpers import copy_files, ledger_end, run_job, tp_of, write_capture
+from tests.spark.helpers import (
+    KEYED_BY_SITE_AND_ID,
+    PATTERN,
+    copy_files,
+    declared_schema,
+    ledger_end,
+    run_job,
+    tp_of,
+    write_capture,
+)
 from tests.table.helpers import duckdb_table_rows, load_table
 
 pytestmark = pytest.mark.spark
 
-PATTERN = "^sensor-.+"
-BEFORE = """
-[key]
-columns = ["site", "id"]
-
-[columns]
-site    = "string"
-id      = "int64"
+BEFORE = (
+    KEYED_BY_SITE_AND_ID
+    + """\
 reading = { type = "float64", nullable = true }
 alarm   = "bool"
 seen_at = { type = "timestamp", nullable = true }
@@ -40,17 +44,12 @@ day     = { type = "date", nullable = true }
 price   = { type = "decimal(12,4)", nullable = true }
 label   = { type = "string", nullable = true, output = "site_label" }
 """
+)
 # The restart's schema: a column added, and alarm made nullable.
 AFTER = BEFORE.replace('alarm   = "bool"', 'alarm   = { type = "bool", nullable = true }') + (
     'extra   = { type = "int64", nullable = true }\n'
 )
 RETYPED = AFTER.replace("decimal(12,4)", "decimal(14,4)")
-
-
-def _schema(text: str, name: str, root: Path) -> tuple[TableSchema, str]:
-    path = root / name
-    path.write_text(text)
-    return parse_schema(text, str(path)), str(path)
 
 
 def _spec(schema: TableSchema) -> gen.CaptureSpec:
@@ -89,8 +88,8 @@ def _expected(archive: Path, schema: TableSchema, end: dict[Any, int], after: bo
 def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refused(
     spark: Any, tmp_path: Path
 ) -> None:
-    before, before_path = _schema(BEFORE, "before.toml", tmp_path)
-    after, after_path = _schema(AFTER, "after.toml", tmp_path)
+    before, before_path = declared_schema(BEFORE, "before.toml", tmp_path)
+    after, after_path = declared_schema(AFTER, "after.toml", tmp_path)
     full, archive = tmp_path / "full", tmp_path / "archive"
     # Producers send the new column from the start, and alarm always.
     sent = parse_schema(BEFORE + 'extra   = { type = "int64", nullable = true }\n', "sent")
@@ -175,7 +174,7 @@ def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refuse
 
     # A retyped column is refused at start, in one line, before anything is written.
     untouched = _tree(output)
-    retyped, retyped_path = _schema(RETYPED, "retyped.toml", tmp_path)
+    retyped, retyped_path = declared_schema(RETYPED, "retyped.toml", tmp_path)
     with pytest.raises(ConfigurationError) as info:
         run_job(spark, archive, output, checkpoint, schema=retyped, schema_document=retyped_path)
     message = str(info.value)

@@ -28,6 +28,7 @@ from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import FAULT_RULES, CaptureSpec, Fault
 from tests.spark.helpers import (
+    QUARANTINING_SPEC,
     assert_exact,
     copy_files,
     expected_rows,
@@ -203,18 +204,7 @@ def test_a_processor_that_raises_in_a_task_is_one_line_naming_where(
 
 
 def test_resync_mode_quarantines_and_keeps_running(spark: Any, tmp_path: Path) -> None:
-    faults = (Fault.SEQ_GAP, Fault.BAD_JSON, Fault.DELETE_UNKNOWN, Fault.AFTER_END)
-    spec = CaptureSpec(
-        topics=2,
-        partitions=2,
-        sessions=8,
-        updates=24,
-        records_per_file=40,
-        resync_every=6,
-        seed=9,
-        faults=faults,
-    )
-    capture = write_capture(tmp_path / "archive", spec)
+    capture = write_capture(tmp_path / "archive", QUARANTINING_SPEC)
     reports = run_job(
         spark,
         tmp_path / "archive",

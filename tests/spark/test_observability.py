@@ -37,26 +37,21 @@ from app.sources import archive
 from app.spark.job import ArchiveSource, JobConfig, Trigger, run
 from app.storage import resolve
 from app.tools import verify
-from app.tools.generate import Capture, CaptureSpec, Fault
+from app.tools.generate import Capture, CaptureSpec
 from tests.ports import closed_port
-from tests.spark.helpers import assert_exact, expected_rows, run_argv, write_capture
+from tests.spark.helpers import (
+    QUARANTINING_SPEC,
+    assert_exact,
+    expected_rows,
+    run_argv,
+    write_capture,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
 
 ENVIRONMENT = "obs-test"
 REGION = "eu-west-1"
-FAULTS = (Fault.SEQ_GAP, Fault.BAD_JSON, Fault.DELETE_UNKNOWN, Fault.AFTER_END)
-SPEC = CaptureSpec(
-    topics=2,
-    partitions=2,
-    sessions=8,
-    updates=24,
-    records_per_file=40,
-    resync_every=6,
-    seed=9,
-    faults=FAULTS,
-)
 MAX_OFFSETS = 80
 
 
@@ -96,7 +91,7 @@ def published(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
                 env.setenv(name, "testing")
             env.setenv("AWS_ENDPOINT_URL_CLOUDWATCH", endpoint)
-            capture = write_capture(root / "archive", SPEC)
+            capture = write_capture(root / "archive", QUARANTINING_SPEC)
             started = datetime.now(UTC)
             stdout = io.StringIO()
             with contextlib.redirect_stdout(stdout):
@@ -181,7 +176,11 @@ def test_a_run_publishes_every_alarm_metric_with_the_values_of_its_input(
     assert run.statistic(metric_names.STABLE_OFFSET_STALLED_SECONDS, "Maximum") == 0
     # Sessions stay in state (closed ones until their idle timeout): the last count is the most.
     in_state = read_state(spark, str(run.checkpoint), str(run.output)).total
-    assert run.statistic(metric_names.SESSIONS_IN_STATE, "Maximum") == in_state == SPEC.sessions
+    assert (
+        run.statistic(metric_names.SESSIONS_IN_STATE, "Maximum")
+        == in_state
+        == QUARANTINING_SPEC.sessions
+    )
     assert run.statistic(metric_names.STATE_BYTES, "Minimum") > 0
 
     sent = len(metric_names.ALL) * batches
