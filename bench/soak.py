@@ -102,7 +102,7 @@ MARKS = (100, 1_000, 10_000, 100_000)
 WINDOW = 100  # commits a figure is taken over
 MINUTE_MS = 60_000  # between part 1's messages: a batch a minute
 DAY_S = 86_400.0  # part 1's compaction period, as deployed (--compact-every 1d)
-PROGRESS_EVERY = 5_000  # batches between part 1's progress lines
+PROGRESS_EVERY = 1_000  # batches between part 1's progress lines
 
 
 def capture(messages: int) -> gen.CaptureSpec:
@@ -466,7 +466,8 @@ def _figures(
 def _progress(done: int, batches: int, since: int, started: float) -> str:
     rate = (done - since) / (time.monotonic() - started)
     left = (batches - done) / rate
-    return f"  ... {done:,} batches ({rate:,.1f}/s, {left / 3600:.1f} h left at this pace)"
+    at = datetime.now(UTC).strftime("%H:%M UTC")
+    return f"  ... {done:,} batches at {at} ({rate:,.1f}/s, {left / 3600:.1f} h left at this pace)"
 
 
 def _stop_on_signals() -> threading.Event:
