@@ -18,7 +18,8 @@ Figures, not assertions (``make bench``):
    tasks run where Spark would call them. At batches 100, 1,000, 10,000 and
    100,000: the commit's time (median of the 100 commits up to there: the
    sink's call; the compactions are counted apart, their number and median
-   time), the bytes it writes (mean of those 100: this process's writes
+   time) and its CPU time (this process's, which other work on the machine
+   does not stretch as it stretches the time), the bytes it writes (mean of those 100: this process's writes
    locally, the bytes the S3 server received on S3), and the control data
    kept then (the ledger's numbered files and folded parts, the table's
    metadata folder and its current metadata file, the snapshots, the live
@@ -265,6 +266,7 @@ class Commit(msgspec.Struct, array_like=True):
 
     batch: int
     seconds: float  # the sink's call: the batch's commit
+    cpu_s: float  # this process's CPU time in it (its threads' too): what load does not stretch
     written: int  # the bytes it wrote
     compaction_s: float | None  # the scheduled compaction after it, when one ran
 
@@ -275,6 +277,7 @@ class Figures(msgspec.Struct):
     batch: int
     ms_per_commit: float
     ms_worst: float
+    cpu_ms_per_commit: float  # median of the same commits' CPU time
     bytes_per_commit: float
     kept: Kept
     snapshots: int
@@ -288,7 +291,7 @@ class Params(msgspec.Struct):
 
     batches: int
     grace_s: float
-    layout: int = 2  # of this folder: minutely messages, compaction (1: neither)
+    layout: int = 3  # of this folder: minutely messages, compaction, CPU time (1: none)
 
 
 @dataclass(frozen=True)
@@ -419,9 +422,9 @@ def drive(
                 break
             clock.batch = batch
             before_bytes = written()
-            before = time.perf_counter()
+            before, before_cpu = time.perf_counter(), time.process_time()
             sink(Frame(backend, batch, batch + 1), batch)
-            seconds = time.perf_counter() - before
+            seconds, cpu = time.perf_counter() - before, time.process_time() - before_cpu
             wrote = written() - before_bytes
             runs = compaction.runs
             before = time.perf_counter()
@@ -429,7 +432,7 @@ def drive(
             ran = time.perf_counter() - before if compaction.runs > runs else None
             if ran is not None:
                 compacted.append(ran)
-            commits.append(Commit(batch, seconds, wrote, ran))
+            commits.append(Commit(batch, seconds, cpu, wrote, ran))
             record.write(msgspec.json.encode(commits[-1]) + b"\n")
             record.flush()
             if batch + 1 in marks:
@@ -454,6 +457,7 @@ def _figures(
         batch=batch,
         ms_per_commit=statistics.median(window) * 1000,
         ms_worst=max(window) * 1000,
+        cpu_ms_per_commit=statistics.median(c.cpu_s for c in commits[-WINDOW:]) * 1000,
         bytes_per_commit=statistics.mean(c.written for c in commits[-WINDOW:]),
         kept=kept(location),
         snapshots=_snapshots(location),
@@ -489,7 +493,7 @@ def _snapshots(location: Location) -> int:
 
 
 FIGURE_HEADER = (
-    f"{'batch':>8} {'ms/commit':>10} {'worst':>7} {'KiB written':>12} "
+    f"{'batch':>8} {'ms/commit':>10} {'worst':>7} {'CPU ms':>7} {'KiB written':>12} "
     f"{'ledger files':>13} {'folded parts':>13} {'table metadata':>18} "
     f"{'current':>9} {'snapshots':>9} {'waiting':>8} {'data files':>10} "
     f"{'compactions: runs, median, records':>34}"
@@ -499,7 +503,7 @@ FIGURE_HEADER = (
 def _figure_line(f: Figures) -> str:
     k = f.kept
     return (
-        f"{f.batch:>8,} {f.ms_per_commit:>10.1f} {f.ms_worst:>7.0f} "
+        f"{f.batch:>8,} {f.ms_per_commit:>10.1f} {f.ms_worst:>7.0f} {f.cpu_ms_per_commit:>7.1f} "
         f"{f.bytes_per_commit / 1024:>12.1f} "
         f"{k.ledger_files:>5} {k.ledger_bytes / 1024:>5.0f} KiB "
         f"{k.folded_files:>3} {k.folded_bytes / 1024:>6.0f} KiB "
