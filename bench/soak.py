@@ -9,8 +9,8 @@ Figures, not assertions (``make bench``):
    Iceberg table's commit with its expiry, the upkeep of steps 9 to 13),
    engine and partition tasks, run in this process over a one-partition
    archive, one message a batch, the messages a minute apart (their
-   envelopes' ``ts``, which a row's day is: 1,440 batches a day, and a day
-   closes as it does deployed); after each batch the job's
+   envelopes' ``ts``, which a row's day is: 1,440 batches a day from 20:00
+   UTC, and a day closes as it does deployed); after each batch the job's
    :class:`~app.table.live.ScheduledCompaction` as ``--compact-every 1d``
    runs it, on a clock at the batch's minute, so that each closed day's
    files are merged once the next day starts. The checkpoint's offset log is
@@ -19,13 +19,14 @@ Figures, not assertions (``make bench``):
    100,000: the commit's time (median of the 100 commits up to there: the
    sink's call; the compactions are counted apart, their number and median
    time) and its CPU time (this process's, which other work on the machine
-   does not stretch as it stretches the time), the bytes it writes (mean of those 100: this process's writes
-   locally, the bytes the S3 server received on S3), and the control data
-   kept then (the ledger's numbered files and folded parts, the table's
-   metadata folder and its current metadata file, the snapshots, the live
-   data files). The history and the retire grace are the job's defaults
-   unless given: at the bench's pace the history's tiers fill within
-   seconds (the newest 60 snapshots, one a minute for an hour), and the
+   does not stretch as it stretches the time), the bytes it writes (mean
+   of those 100: this process's writes locally, the bytes the S3 server
+   received on S3), and the control data kept then (the ledger's numbered
+   files and folded parts, the table's metadata folder and its current
+   metadata file, the snapshots, the live data files). The history and the
+   retire grace are the job's defaults unless given: at the bench's pace the
+   history's tiers fill within seconds (the newest 60 snapshots, one a
+   minute for an hour), and the
    retire grace is ``--grace`` (5 s), which the metadata files of expired
    snapshots and a compaction's inputs then wait too (the job's 30 s would
    hold several hundred batches' files at this pace, one at a minute's
@@ -102,6 +103,9 @@ TP = TopicPartition(TOPIC, 0)
 MARKS = (100, 1_000, 10_000, 100_000)
 WINDOW = 100  # commits a figure is taken over
 MINUTE_MS = 60_000  # between part 1's messages: a batch a minute
+# Part 1's first message, at 20:00 UTC: its first day closes at batch 240 (a job deployed in
+# the evening), so that a soak of a few hundred batches (on S3) compacts too.
+FIRST_MS = gen.START_MS + 20 * 60 * MINUTE_MS
 DAY_S = 86_400.0  # part 1's compaction period, as deployed (--compact-every 1d)
 PROGRESS_EVERY = 1_000  # batches between part 1's progress lines
 
@@ -136,12 +140,12 @@ def write_archive(path: Path, messages: int) -> int:
 
 def minutely(made: gen.Capture) -> None:
     """Stamp the capture's messages a minute apart (envelope ``ts`` and Kafka timestamp), in
-    offset order from the capture's start: a batch a minute, each row's day the day of its
+    offset order from ``FIRST_MS``: a batch a minute, each row's day the day of its
     minute, so that 1,440 batches fill a day and the day then closes as it does deployed."""
     for tp, messages in made.partitions.items():
         stamped = []
         for offset, message in enumerate(messages):
-            ts = gen.START_MS + offset * MINUTE_MS
+            ts = FIRST_MS + offset * MINUTE_MS
             doc = orjson.loads(message.value)
             doc["ts"] = ts
             stamped.append(replace(message, value=orjson.dumps(doc), ts=ts))
@@ -181,7 +185,7 @@ class SimulatedClock:
     batch: int = 0
 
     def __call__(self) -> datetime:
-        return datetime.fromtimestamp((gen.START_MS + self.batch * MINUTE_MS) / 1000, UTC)
+        return datetime.fromtimestamp((FIRST_MS + self.batch * MINUTE_MS) / 1000, UTC)
 
 
 @dataclass
@@ -291,7 +295,7 @@ class Params(msgspec.Struct):
 
     batches: int
     grace_s: float
-    layout: int = 3  # of this folder: minutely messages, compaction, CPU time (1: none)
+    layout: int = 4  # of this folder: minutely messages from 20:00, compaction, CPU time
 
 
 @dataclass(frozen=True)
