@@ -20,14 +20,14 @@ Figures, not assertions (``make bench``):
    sink's call; the compactions are counted apart, their number and median
    time) and its CPU time (this process's, which other work on the machine
    does not stretch as it stretches the time), the bytes it writes (mean
-   of those 100: this process's writes locally, the bytes the S3 server
-   received on S3), and the control data kept then (the ledger's numbered
-   files and folded parts, the table's metadata folder and its current
-   metadata file, the snapshots, the live data files). The history and the
-   retire grace are the job's defaults unless given: at the bench's pace the
-   history's tiers fill within seconds (the newest 60 snapshots, one a
-   minute for an hour), and the
-   retire grace is ``--grace`` (5 s), which the metadata files of expired
+   of those 100: this process's writes, locally; not on S3, where they go
+   through sockets, which /proc's counters leave out), and the control
+   data kept then (the ledger's numbered files and folded parts, the
+   table's metadata folder and its current metadata file, the snapshots,
+   the live data files). The history and the retire grace are the job's
+   defaults unless given: at the bench's pace the history's tiers fill
+   within seconds (the newest 60 snapshots, one a minute for an hour), and
+   the retire grace is ``--grace`` (5 s), which the metadata files of expired
    snapshots and a compaction's inputs then wait too (the job's 30 s would
    hold several hundred batches' files at this pace, one at a minute's
    trigger). On local disk the soak resumes: its folder
@@ -260,11 +260,6 @@ def _wchar(pid: int | str = "self") -> int:
         return next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
 
 
-def _rchar(pid: int) -> int:
-    with open(f"/proc/{pid}/io") as io:
-        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
-
-
 class Commit(msgspec.Struct, array_like=True):
     """One batch of part 1, a line of its ``commits.jsonl``: a resumed soak reads them back."""
 
@@ -282,7 +277,7 @@ class Figures(msgspec.Struct):
     ms_per_commit: float
     ms_worst: float
     cpu_ms_per_commit: float  # median of the same commits' CPU time
-    bytes_per_commit: float
+    bytes_per_commit: float | None  # None: not measured (S3)
     kept: Kept
     snapshots: int
     waiting: int
@@ -362,7 +357,7 @@ def committed_batches(location: Location) -> int:
 def drive(
     soak: Soak,
     *,
-    written: Callable[[], int],
+    written: Callable[[], int] | None,
     resumed: bool,
     marks: tuple[int, ...] = MARKS,
 ) -> list[Figures]:
@@ -425,11 +420,11 @@ def drive(
                 print(f"stopped after {batch:,} batches: run it again to go on", flush=True)
                 break
             clock.batch = batch
-            before_bytes = written()
+            before_bytes = written() if written else 0
             before, before_cpu = time.perf_counter(), time.process_time()
             sink(Frame(backend, batch, batch + 1), batch)
             seconds, cpu = time.perf_counter() - before, time.process_time() - before_cpu
-            wrote = written() - before_bytes
+            wrote = written() - before_bytes if written else 0
             runs = compaction.runs
             before = time.perf_counter()
             compaction.after_batch()
@@ -440,7 +435,9 @@ def drive(
             record.write(msgspec.json.encode(commits[-1]) + b"\n")
             record.flush()
             if batch + 1 in marks:
-                figures.append(_figures(batch + 1, commits, compacted, location, table))
+                figures.append(
+                    _figures(batch + 1, commits, compacted, location, table, written is not None)
+                )
                 marked.write(msgspec.json.encode(figures[-1]) + b"\n")
                 marked.flush()
                 print(_figure_line(figures[-1]), flush=True)
@@ -455,6 +452,7 @@ def _figures(
     compacted: list[float],
     location: Location,
     table: LiveTable,
+    measured: bool,
 ) -> Figures:
     window = [c.seconds for c in commits[-WINDOW:]]
     return Figures(
@@ -462,7 +460,9 @@ def _figures(
         ms_per_commit=statistics.median(window) * 1000,
         ms_worst=max(window) * 1000,
         cpu_ms_per_commit=statistics.median(c.cpu_s for c in commits[-WINDOW:]) * 1000,
-        bytes_per_commit=statistics.mean(c.written for c in commits[-WINDOW:]),
+        bytes_per_commit=(
+            statistics.mean(c.written for c in commits[-WINDOW:]) if measured else None
+        ),
         kept=kept(location),
         snapshots=_snapshots(location),
         waiting=table.files.waiting,
@@ -508,7 +508,7 @@ def _figure_line(f: Figures) -> str:
     k = f.kept
     return (
         f"{f.batch:>8,} {f.ms_per_commit:>10.1f} {f.ms_worst:>7.0f} {f.cpu_ms_per_commit:>7.1f} "
-        f"{f.bytes_per_commit / 1024:>12.1f} "
+        f"{'n/a' if f.bytes_per_commit is None else f'{f.bytes_per_commit / 1024:.1f}':>12} "
         f"{k.ledger_files:>5} {k.ledger_bytes / 1024:>5.0f} KiB "
         f"{k.folded_files:>3} {k.folded_bytes / 1024:>6.0f} KiB "
         f"{k.metadata_files:>5} {k.metadata_bytes / 2**20:>7.1f} MiB "
@@ -535,21 +535,21 @@ def commit_path_s3(batches: int, grace_s: float) -> None:
     # moto's server keeps the bucket in memory: an S3 soak is never resumed.
     soak = Soak(work, "s3://soak/out", Params(batches, grace_s))
     soak.begin(resume=False)
-    with MotoServer() as server:
+    with MotoServer():
         location = resolve(soak.output)
         table_catalog.save_config(
             location, table_catalog.glue_config(location, database="soak", region="us-east-1")
         )
         print(
             f"\n1. the commit path on S3 (a moto server, Glue its catalog): {batches:,} batches "
-            "of one message, a minute apart; KiB written: what the server received"
+            "of one message, a minute apart; KiB written: not measured (sockets)"
         )
         print(FIGURE_HEADER)
-        drive(soak, written=server.received, resumed=False)
+        drive(soak, written=None, resumed=False)
 
 
 class MotoServer:
-    """S3 and Glue on loopback, in a process of its own (what it receives is measured)."""
+    """S3 and Glue on loopback, in a process of its own."""
 
     def __enter__(self) -> MotoServer:
         with socket.socket() as probe:
@@ -581,9 +581,6 @@ class MotoServer:
             DatabaseInput={"Name": "soak"}
         )
         return self
-
-    def received(self) -> int:
-        return _rchar(self.process.pid)
 
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()
