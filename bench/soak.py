@@ -333,12 +333,23 @@ class Soak:
         return False
 
     def commits(self, below: int) -> list[Commit]:
-        """The batches committed before ``below`` that earlier pieces recorded."""
+        """The batches committed before ``below`` that earlier pieces recorded, the file
+        rewritten with them alone: a piece killed while writing its last line left it torn,
+        and its last batch may be unrecorded (committed, then killed)."""
         if not self.commits_file.exists():
             return []
         decoder = msgspec.json.Decoder(Commit)
-        lines = self.commits_file.read_bytes().splitlines()
-        return [c for c in (decoder.decode(line) for line in lines if line) if c.batch < below]
+        found: list[Commit] = []
+        for line in self.commits_file.read_bytes().splitlines():
+            with contextlib.suppress(msgspec.DecodeError):
+                commit = decoder.decode(line)
+                if commit.batch < below:
+                    found.append(commit)
+        encoder = msgspec.json.Encoder()
+        kept = self.commits_file.with_suffix(".kept")
+        kept.write_bytes(b"".join(encoder.encode(c) + b"\n" for c in found))
+        kept.replace(self.commits_file)
+        return found
 
     def figures(self, below: int) -> list[Figures]:
         if not self.figures_file.exists():
