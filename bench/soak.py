@@ -12,8 +12,8 @@ Figures, not assertions (``make bench``):
    envelopes' ``ts``, which a row's day is: 1,440 batches a day from 20:00
    UTC, and a day closes as it does deployed); after each batch the job's
    :class:`~app.table.live.ScheduledCompaction` as ``--compact-every 1d``
-   runs it, on a clock at the batch's minute, so that each closed day's
-   files are merged once the next day starts. The checkpoint's offset log is
+   runs it, on a clock at the batch's minute: a day after its last run (at
+   batch 0), so at 20:00 each day, it merges the days closed before. The checkpoint's offset log is
    a list in memory; the start is the job's (``check_before_start``) and the
    tasks run where Spark would call them. At batches 100, 1,000, 10,000 and
    100,000: the commit's time (median of the 100 commits up to there: the
@@ -103,8 +103,9 @@ TP = TopicPartition(TOPIC, 0)
 MARKS = (100, 1_000, 10_000, 100_000)
 WINDOW = 100  # commits a figure is taken over
 MINUTE_MS = 60_000  # between part 1's messages: a batch a minute
-# Part 1's first message, at 20:00 UTC: its first day closes at batch 240 (a job deployed in
-# the evening), so that a soak of a few hundred batches (on S3) compacts too.
+# Part 1's first message, at 20:00 UTC, as a job deployed in the evening: its schedule then
+# compacts at 20:00, twenty hours after the day it merges closed, beside the 1,200 small files
+# of the next (the first merge at batch 1,440, of the first day's 240 files).
 FIRST_MS = gen.START_MS + 20 * 60 * MINUTE_MS
 DAY_S = 86_400.0  # part 1's compaction period, as deployed (--compact-every 1d)
 PROGRESS_EVERY = 1_000  # batches between part 1's progress lines
