@@ -8,19 +8,36 @@ Figures, not assertions (``make bench``):
    :class:`~app.sink.commit.ExactlyOnceSink` (commit steps, ledger, the
    Iceberg table's commit with its expiry, the upkeep of steps 9 to 13),
    engine and partition tasks, run in this process over a one-partition
-   archive, one message a batch; the checkpoint's offset log is a list in
-   memory and the tasks run where Spark would call them. At batches 100,
-   1,000, 10,000 and 100,000: the commit's time (median of the 100 commits
-   up to there), the bytes it writes (mean of those 100: this process's
-   writes locally, the bytes the S3 server received on S3), and the control
+   archive, one message a batch, the messages a minute apart (their
+   envelopes' ``ts``, which a row's day is: 1,440 batches a day from 20:00
+   UTC, and a day closes as it does deployed); after each batch the job's
+   :class:`~app.table.live.ScheduledCompaction` as ``--compact-every 1d``
+   runs it, on a clock at the batch's minute: a day after its last run (at
+   batch 0), so at 20:00 each day, it merges the days closed before. The checkpoint's offset log is
+   a list in memory; the start is the job's (``check_before_start``) and the
+   tasks run where Spark would call them. At batches 100, 1,000, 10,000 and
+   100,000: the commit's time (median of the 100 commits up to there: the
+   sink's call; the compactions are counted apart, their number and median
+   time) and its CPU time (this process's, which other work on the machine
+   does not stretch as it stretches the time), the bytes it writes (mean
+   of those 100: this process's writes, locally; not on S3, where they go
+   through sockets, which /proc's counters leave out), and the control
    data kept then (the ledger's numbered files and folded parts, the
-   table's metadata folder and its current metadata file, the snapshots).
-   The history and the retire grace are the job's defaults unless given:
-   at the bench's pace the history's tiers fill within seconds (the newest
-   60 snapshots, one a minute for an hour), and the retire grace is
-   ``--grace`` (5 s), which the metadata files of expired snapshots then
-   wait too (the job's 30 s would hold several hundred batches' files at
-   this pace, one at a minute's trigger).
+   table's metadata folder and its current metadata file, the snapshots,
+   the live data files). The history and the retire grace are the job's
+   defaults unless given: at the bench's pace the history's tiers fill
+   within seconds (the newest 60 snapshots, one a minute for an hour), and
+   the retire grace is ``--grace`` (5 s), which the metadata files of expired
+   snapshots and a compaction's inputs then wait too (the job's 30 s would
+   hold several hundred batches' files at this pace, one at a minute's
+   trigger). On local disk the soak resumes: its folder
+   (``bench/out/soak/local-<batches>``) keeps each batch's figures
+   (``commits.jsonl``) and the marks' (``figures.jsonl``); run again, it
+   starts after the last batch its ledger holds, as the job does after a
+   stop (SIGINT or SIGTERM stop it after the batch under way; a kill is
+   resumed too), so a long soak is run in pieces and a mark's figures are
+   the 100 commits before it, whichever pieces ran them (``--fresh``
+   starts it again). moto keeps its S3 in memory: the S3 soak runs whole.
 2. **A real ``tablecast run``** of 1,000 micro-batches with the default
    settings (``--max-offsets-per-trigger 4`` over 4,000 messages): the
    same figures at batches 100 and 1,000, from the job's metrics
@@ -42,6 +59,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -50,26 +68,33 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+import msgspec
+import orjson
 import pyarrow as pa
 
+from app import defaults
 from app.contract.offsets import Offsets, TopicPartition
 from app.contract.table_processor import TableProcessor
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
 from app.engine.store import state_root
-from app.sink import fencing
+from app.sink import fencing, guard
 from app.sink.commit import ExactlyOnceSink
 from app.sink.ledger import Ledger
 from app.sources.archive import ArchiveBackend
 from app.sources.ranges import PlannedRange
 from app.storage import Location, resolve
 from app.table import catalog as table_catalog
-from app.table.live import LiveTable, TableSettings
+from app.table.live import LiveTable, ScheduledCompaction, TableSettings
 from app.tools import generate as gen
+
+if TYPE_CHECKING:
+    from app.sink.checkpoint import CheckpointLog
 
 OUT = Path("bench/out/soak")
 PYTHON = sys.executable
@@ -77,6 +102,13 @@ TOPIC = "sensor-0"
 TP = TopicPartition(TOPIC, 0)
 MARKS = (100, 1_000, 10_000, 100_000)
 WINDOW = 100  # commits a figure is taken over
+MINUTE_MS = 60_000  # between part 1's messages: a batch a minute
+# Part 1's first message, at 20:00 UTC, as a job deployed in the evening: its schedule then
+# compacts at 20:00, twenty hours after the day it merges closed, beside the 1,200 small files
+# of the next (the first merge at batch 1,440, of the first day's 240 files).
+FIRST_MS = gen.START_MS + 20 * 60 * MINUTE_MS
+DAY_S = 86_400.0  # part 1's compaction period, as deployed (--compact-every 1d)
+PROGRESS_EVERY = 1_000  # batches between part 1's progress lines
 
 
 def capture(messages: int) -> gen.CaptureSpec:
@@ -107,11 +139,28 @@ def write_archive(path: Path, messages: int) -> int:
 # -- 1. the commit path ---------------------------------------------------------
 
 
+def minutely(made: gen.Capture) -> None:
+    """Stamp the capture's messages a minute apart (envelope ``ts`` and Kafka timestamp), in
+    offset order from ``FIRST_MS``: a batch a minute, each row's day the day of its
+    minute, so that 1,440 batches fill a day and the day then closes as it does deployed."""
+    for tp, messages in made.partitions.items():
+        stamped = []
+        for offset, message in enumerate(messages):
+            ts = FIRST_MS + offset * MINUTE_MS
+            doc = orjson.loads(message.value)
+            doc["ts"] = ts
+            stamped.append(replace(message, value=orjson.dumps(doc), ts=ts))
+        made.partitions[tp] = stamped
+
+
 @dataclass
 class OffsetLog:
-    """The checkpoint's offset log as the sink reads it: batch ``n`` ends at ``n + 1``."""
+    """The checkpoint's offset log as the sink and the start's checks read it: batch ``n``
+    ends at ``n + 1``; a soak resumed at batch ``next_batch`` has planned it and committed
+    the one before, as Spark's checkpoint has after a stop."""
 
     uri: str
+    next_batch: int = 0
     per_batch: int = 1
 
     def offsets(self, batch_id: int) -> Offsets | None:
@@ -119,6 +168,25 @@ class OffsetLog:
 
     def query_id(self) -> str | None:
         return "soak-0000"
+
+    def is_fresh(self) -> bool:
+        return self.next_batch == 0
+
+    def last_planned(self) -> int | None:
+        return self.next_batch
+
+    def last_committed(self) -> int | None:
+        return self.next_batch - 1 if self.next_batch else None
+
+
+@dataclass
+class SimulatedClock:
+    """The deployed job's clock at a batch a minute: batch ``n`` runs at its message's minute."""
+
+    batch: int = 0
+
+    def __call__(self) -> datetime:
+        return datetime.fromtimestamp((FIRST_MS + self.batch * MINUTE_MS) / 1000, UTC)
 
 
 @dataclass
@@ -156,6 +224,7 @@ class Kept:
     metadata_files: int = 0
     metadata_bytes: int = 0
     current_metadata_bytes: int = 0
+    compaction_records: int = 0
     other_control_files: int = 0
     data_files: int = 0
 
@@ -169,6 +238,8 @@ def kept(location: Location) -> Kept:
         if relative.startswith("_tablecast/ledger/folded/"):
             found.folded_files += 1
             found.folded_bytes += size
+        elif relative.startswith("_tablecast/ledger/compactions/"):
+            found.compaction_records += 1
         elif relative.startswith("_tablecast/ledger/") and relative.count("/") == 2:
             found.ledger_files += 1
             found.ledger_bytes += size
@@ -190,82 +261,244 @@ def _wchar(pid: int | str = "self") -> int:
         return next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
 
 
-def _rchar(pid: int) -> int:
-    with open(f"/proc/{pid}/io") as io:
-        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+class Commit(msgspec.Struct, array_like=True):
+    """One batch of part 1, a line of its ``commits.jsonl``: a resumed soak reads them back."""
+
+    batch: int
+    seconds: float  # the sink's call: the batch's commit
+    cpu_s: float  # this process's CPU time in it (its threads' too): what load does not stretch
+    written: int  # the bytes it wrote
+    compaction_s: float | None  # the scheduled compaction after it, when one ran
 
 
-@dataclass
-class Figures:
+class Figures(msgspec.Struct):
+    """Part 1 at a mark, a line of its ``figures.jsonl``."""
+
     batch: int
     ms_per_commit: float
     ms_worst: float
-    bytes_per_commit: float
+    cpu_ms_per_commit: float  # median of the same commits' CPU time
+    bytes_per_commit: float | None  # None: not measured (S3)
     kept: Kept
     snapshots: int
     waiting: int
+    compactions: int  # run so far (the first, at batch 0, finds no closed day)
+    compaction_ms: float  # their median
+
+
+class Params(msgspec.Struct):
+    """What a part-1 folder holds: a soak resumes only the folder of the same soak."""
+
+    batches: int
+    grace_s: float
+    layout: int = 4  # of this folder: minutely messages from 20:00, compaction, CPU time
+
+
+@dataclass(frozen=True)
+class Soak:
+    """Part 1's folder: the archive, the output, the checkpoint's state, and the figures."""
+
+    work: Path
+    output: str  # the output's URI (local: ``work/out``)
+    params: Params
+
+    @property
+    def archive(self) -> Path:
+        return self.work / "archive"
+
+    @property
+    def commits_file(self) -> Path:
+        return self.work / "commits.jsonl"
+
+    @property
+    def figures_file(self) -> Path:
+        return self.work / "figures.jsonl"
+
+    def begin(self, *, resume: bool) -> bool:
+        """Resume the soak the folder holds, if it is this one and ``resume``; else start it
+        again (a new archive). Whether it resumed."""
+        params_file = self.work / "soak.json"
+        if resume and params_file.exists():
+            held = msgspec.json.decode(params_file.read_bytes(), type=Params)
+            if held == self.params:
+                return True
+            print(f"{self.work} holds another soak ({held}): starting again")
+        if self.work.exists():
+            shutil.rmtree(self.work)
+        self.work.mkdir(parents=True)
+        spec = capture(self.params.batches)
+        made = gen.generate(spec)
+        minutely(made)
+        gen.write_archive(made, str(self.archive), spec)
+        params_file.write_bytes(msgspec.json.encode(self.params))
+        return False
+
+    def commits(self, below: int) -> list[Commit]:
+        """The batches committed before ``below`` that earlier pieces recorded, the file
+        rewritten with them alone: a piece killed while writing its last line left it torn,
+        and its last batch may be unrecorded (committed, then killed)."""
+        if not self.commits_file.exists():
+            return []
+        decoder = msgspec.json.Decoder(Commit)
+        found: list[Commit] = []
+        for line in self.commits_file.read_bytes().splitlines():
+            with contextlib.suppress(msgspec.DecodeError):
+                commit = decoder.decode(line)
+                if commit.batch < below:
+                    found.append(commit)
+        encoder = msgspec.json.Encoder()
+        kept = self.commits_file.with_suffix(".kept")
+        kept.write_bytes(b"".join(encoder.encode(c) + b"\n" for c in found))
+        kept.replace(self.commits_file)
+        return found
+
+    def figures(self, below: int) -> list[Figures]:
+        if not self.figures_file.exists():
+            return []
+        decoder = msgspec.json.Decoder(Figures)
+        lines = self.figures_file.read_bytes().splitlines()
+        return [f for f in (decoder.decode(line) for line in lines if line) if f.batch <= below]
+
+
+def committed_batches(location: Location) -> int:
+    """How many batches the output's ledger holds (batch ``n`` ends at offset ``n + 1``)."""
+    head = Ledger(location).head()
+    return 0 if head is None else head.end.get(TP, 0)
 
 
 def drive(
-    output: str,
-    work: Path,
-    batches: int,
-    archive: str,
+    soak: Soak,
     *,
-    grace_s: float,
-    written: Callable[[], int],
+    written: Callable[[], int] | None,
+    resumed: bool,
     marks: tuple[int, ...] = MARKS,
 ) -> list[Figures]:
-    """The sink's commits of ``batches`` batches of one message each; figures at ``marks``."""
-    location = resolve(output)
-    checkpoint = str(work / "checkpoint")
-    table = LiveTable(TableSettings(retire_grace_s=grace_s))
+    """The sink's commits of the soak's batches of one message each, a minute apart, the
+    job's scheduled compaction once a simulated day; figures at ``marks``. A resumed soak
+    starts after the last batch its ledger holds, as the job starts after a stop; SIGINT or
+    SIGTERM stop it after the batch under way."""
+    location = resolve(soak.output)
+    done = committed_batches(location) if resumed else 0
+    commits = soak.commits(below=done)
+    figures = soak.figures(below=done)
+    for earlier in figures:
+        print(_figure_line(earlier), flush=True)
+    if done:
+        print(f"  ... resumed after {done:,} of {soak.params.batches:,} batches", flush=True)
+    checkpoint = OffsetLog(str(soak.work / "checkpoint"), next_batch=done)
+    table = LiveTable(TableSettings(retire_grace_s=soak.params.grace_s))
     engine = EngineDriver(
         TableProcessor(),
-        Rules(IntegrityMode.STRICT, 3_600_000, {}),
-        state_root(checkpoint),
-        output,
+        Rules(IntegrityMode.STRICT, defaults.SESSION_TIMEOUT_MS, {}),
+        state_root(checkpoint.uri),
+        soak.output,
     )
-    fence = fencing.claim(location, fencing.new_writer("run", checkpoint))
+    # The job's start: its checks, its claim, what an earlier piece left tidied. That piece
+    # has stopped (it is this soak's), so its lease is not watched.
+    plan = guard.check_before_start(
+        soak.output,
+        # What the checks read of Spark's checkpoint (its offsets, is_fresh, last_planned,
+        # last_committed, query_id, uri), the soak's offset log has.
+        cast("CheckpointLog", checkpoint),
+        table,
+        fencing.new_writer("run", checkpoint.uri),
+        gone=fencing.find_holder(Ledger(location)),
+    )
+    assert plan.fence is not None
     sink = ExactlyOnceSink(
-        output_uri=output,
-        checkpoint=OffsetLog(checkpoint),
+        output_uri=soak.output,
+        checkpoint=checkpoint,
         engine=engine,
         mode=IntegrityMode.STRICT,
         table=table,
-        fence=fence,
+        fence=plan.fence,
     )
-    backend = ArchiveBackend(archive, f"^{TOPIC}$")
+    clock = SimulatedClock()
+    compaction = ScheduledCompaction(
+        sink=sink,
+        output=soak.output,
+        every_s=DAY_S,
+        retire_grace_s=soak.params.grace_s,
+        clock=clock,
+    )
+    compacted = [c.compaction_s for c in commits if c.compaction_s is not None]
+    backend = ArchiveBackend(str(soak.archive), f"^{TOPIC}$")
     backend.bounds()  # the listing the planner makes, once
-    times: list[float] = []
-    wrote: list[int] = []
-    figures: list[Figures] = []
-    started = time.monotonic()
-    for batch in range(batches):
-        before_bytes = written()
-        before = time.perf_counter()
-        sink(Frame(backend, batch, batch + 1), batch)
-        times.append(time.perf_counter() - before)
-        wrote.append(written() - before_bytes)
-        done = batch + 1
-        if done in marks:
-            window = times[-WINDOW:]
-            figures.append(
-                Figures(
-                    batch=done,
-                    ms_per_commit=statistics.median(window) * 1000,
-                    ms_worst=max(window) * 1000,
-                    bytes_per_commit=statistics.mean(wrote[-WINDOW:]),
-                    kept=kept(location),
-                    snapshots=_snapshots(location),
-                    waiting=table.files.waiting,
+    stop = _stop_on_signals()
+    started, pace_from = time.monotonic(), done
+    with soak.commits_file.open("ab") as record, soak.figures_file.open("ab") as marked:
+        for batch in range(done, soak.params.batches):
+            if stop.is_set():
+                print(f"stopped after {batch:,} batches: run it again to go on", flush=True)
+                break
+            clock.batch = batch
+            before_bytes = written() if written else 0
+            before, before_cpu = time.perf_counter(), time.process_time()
+            sink(Frame(backend, batch, batch + 1), batch)
+            seconds, cpu = time.perf_counter() - before, time.process_time() - before_cpu
+            wrote = written() - before_bytes if written else 0
+            runs = compaction.runs
+            before = time.perf_counter()
+            compaction.after_batch()
+            ran = time.perf_counter() - before if compaction.runs > runs else None
+            if ran is not None:
+                compacted.append(ran)
+            commits.append(Commit(batch, seconds, cpu, wrote, ran))
+            record.write(msgspec.json.encode(commits[-1]) + b"\n")
+            record.flush()
+            if batch + 1 in marks:
+                figures.append(
+                    _figures(batch + 1, commits, compacted, location, table, written is not None)
                 )
-            )
-            print(_figure_line(figures[-1]), flush=True)
-        elif done % 5_000 == 0:
-            rate = done / (time.monotonic() - started)
-            print(f"  ... {done:,} batches ({rate:,.0f}/s)", flush=True)
+                marked.write(msgspec.json.encode(figures[-1]) + b"\n")
+                marked.flush()
+                print(_figure_line(figures[-1]), flush=True)
+            elif (batch + 1) % PROGRESS_EVERY == 0:
+                print(_progress(batch + 1, soak.params.batches, pace_from, started), flush=True)
     return figures
+
+
+def _figures(
+    batch: int,
+    commits: list[Commit],
+    compacted: list[float],
+    location: Location,
+    table: LiveTable,
+    measured: bool,
+) -> Figures:
+    window = [c.seconds for c in commits[-WINDOW:]]
+    return Figures(
+        batch=batch,
+        ms_per_commit=statistics.median(window) * 1000,
+        ms_worst=max(window) * 1000,
+        cpu_ms_per_commit=statistics.median(c.cpu_s for c in commits[-WINDOW:]) * 1000,
+        bytes_per_commit=(
+            statistics.mean(c.written for c in commits[-WINDOW:]) if measured else None
+        ),
+        kept=kept(location),
+        snapshots=_snapshots(location),
+        waiting=table.files.waiting,
+        compactions=len(compacted),
+        compaction_ms=statistics.median(compacted) * 1000 if compacted else 0.0,
+    )
+
+
+def _progress(done: int, batches: int, since: int, started: float) -> str:
+    rate = (done - since) / (time.monotonic() - started)
+    left = (batches - done) / rate
+    at = datetime.now(UTC).strftime("%H:%M UTC")
+    return f"  ... {done:,} batches at {at} ({rate:,.1f}/s, {left / 3600:.1f} h left at this pace)"
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def asked(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, asked)
+    signal.signal(signal.SIGTERM, asked)
+    return stop
 
 
 def _snapshots(location: Location) -> int:
@@ -276,73 +509,59 @@ def _snapshots(location: Location) -> int:
 
 
 FIGURE_HEADER = (
-    f"{'batch':>8} {'ms/commit':>10} {'worst':>7} {'KiB written':>12} "
+    f"{'batch':>8} {'ms/commit':>10} {'worst':>7} {'CPU ms':>7} {'KiB written':>12} "
     f"{'ledger files':>13} {'folded parts':>13} {'table metadata':>18} "
-    f"{'current':>9} {'snapshots':>9} {'waiting':>8}"
+    f"{'current':>9} {'snapshots':>9} {'waiting':>8} {'data files':>10} "
+    f"{'compactions: runs, median, records':>34}"
 )
 
 
 def _figure_line(f: Figures) -> str:
     k = f.kept
     return (
-        f"{f.batch:>8,} {f.ms_per_commit:>10.1f} {f.ms_worst:>7.0f} "
-        f"{f.bytes_per_commit / 1024:>12.1f} "
+        f"{f.batch:>8,} {f.ms_per_commit:>10.1f} {f.ms_worst:>7.0f} {f.cpu_ms_per_commit:>7.1f} "
+        f"{'n/a' if f.bytes_per_commit is None else f'{f.bytes_per_commit / 1024:.1f}':>12} "
         f"{k.ledger_files:>5} {k.ledger_bytes / 1024:>5.0f} KiB "
         f"{k.folded_files:>3} {k.folded_bytes / 1024:>6.0f} KiB "
         f"{k.metadata_files:>5} {k.metadata_bytes / 2**20:>7.1f} MiB "
-        f"{k.current_metadata_bytes / 1024:>5.0f} KiB {f.snapshots:>9} {f.waiting:>8}"
+        f"{k.current_metadata_bytes / 1024:>5.0f} KiB {f.snapshots:>9} {f.waiting:>8} "
+        f"{k.data_files:>10} {f.compactions:>16}, {f.compaction_ms:>6.0f} ms, "
+        f"{k.compaction_records:>4}"
     )
 
 
-def commit_path_local(batches: int, grace_s: float) -> None:
-    work = OUT / "local"
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    archive = work / "archive"
-    messages = write_archive(archive, batches)
-    print(f"\n1. the commit path on local disk: {batches:,} batches of one message ({messages:,})")
+def commit_path_local(batches: int, grace_s: float, *, resume: bool) -> None:
+    work = OUT / f"local-{batches}"
+    soak = Soak(work, str(work / "out"), Params(batches, grace_s))
+    resumed = soak.begin(resume=resume)
+    print(
+        f"\n1. the commit path on local disk: {batches:,} batches of one message, a minute "
+        f"apart ({work}{', resumed' if resumed else ''})"
+    )
     print(FIGURE_HEADER)
-    drive(
-        str(work / "out"),
-        work,
-        min(batches, messages),
-        str(archive),
-        grace_s=grace_s,
-        written=_wchar,
-    )
+    drive(soak, written=_wchar, resumed=resumed)
 
 
 def commit_path_s3(batches: int, grace_s: float) -> None:
-    work = OUT / "s3"
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    archive = work / "archive"
-    messages = write_archive(archive, batches)
-    with MotoServer() as server:
-        output = "s3://soak/out"
-        location = resolve(output)
+    work = OUT / f"s3-{batches}"
+    # moto's server keeps the bucket in memory: an S3 soak is never resumed.
+    soak = Soak(work, "s3://soak/out", Params(batches, grace_s))
+    soak.begin(resume=False)
+    with MotoServer():
+        location = resolve(soak.output)
         table_catalog.save_config(
             location, table_catalog.glue_config(location, database="soak", region="us-east-1")
         )
         print(
             f"\n1. the commit path on S3 (a moto server, Glue its catalog): {batches:,} batches "
-            f"of one message ({messages:,} written); KiB written: what the server received"
+            "of one message, a minute apart; KiB written: not measured (sockets)"
         )
         print(FIGURE_HEADER)
-        drive(
-            output,
-            work,
-            min(batches, messages),
-            str(archive),
-            grace_s=grace_s,
-            written=server.received,
-        )
+        drive(soak, written=None, resumed=False)
 
 
 class MotoServer:
-    """S3 and Glue on loopback, in a process of its own (what it receives is measured)."""
+    """S3 and Glue on loopback, in a process of its own."""
 
     def __enter__(self) -> MotoServer:
         with socket.socket() as probe:
@@ -374,9 +593,6 @@ class MotoServer:
             DatabaseInput={"Name": "soak"}
         )
         return self
-
-    def received(self) -> int:
-        return _rchar(self.process.pid)
 
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()
@@ -574,11 +790,16 @@ def main() -> int:
     parser.add_argument(
         "--grace", type=float, default=5.0, help="the retire grace of part 1, seconds [5]"
     )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start part 1 on local disk again (default: resume the same soak's folder)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     parts = set(args.only or ["commit", "s3", "run", "check"])
     if "commit" in parts:
-        commit_path_local(args.batches, args.grace)
+        commit_path_local(args.batches, args.grace, resume=not args.fresh)
     if "s3" in parts:
         commit_path_s3(args.s3_batches, args.grace)
     if "run" in parts:

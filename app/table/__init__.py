@@ -7,4 +7,6 @@
 - :mod:`app.table.compact`: small files of closed days rewritten into large ones.
 - :mod:`app.table.live`: what ``tablecast run`` does with the table beside its
   commits: the Glue table before the first batch, compaction on a schedule.
+- :mod:`app.table.metadata_cache`: a pyiceberg transaction's metadata computed
+  once per staged state, not deep-copied at each read.
 """

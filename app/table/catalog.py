@@ -41,6 +41,7 @@ from app.engine.writer import DATE_COLUMN, DayLayout, layout_of
 from app.errors import ConfigurationError, DamagedOutputError, TablecastError
 from app.sink import schemas
 from app.storage import Location, refusal
+from app.table import metadata_cache
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -173,6 +174,8 @@ def threads_released() -> Iterator[None]:
 @functools.lru_cache(maxsize=8)
 def _catalog(name: str, frozen: tuple[tuple[str, str], ...]) -> Catalog:
     from pyiceberg.catalog import load_catalog
+
+    metadata_cache.install()  # before any of its tables' transactions
 
     return load_catalog(name, **with_endpoint(dict(frozen)))
 
