@@ -360,8 +360,11 @@ def remove_old_leases(fence: Fence) -> None:
 class LeaseKeeper:
     """Renews the holder's lease from a thread while it writes; releases it at the end.
 
-    It stops renewing as soon as the output is another's: a stale holder
-    writes nothing, not even its lease.
+    It stops renewing as soon as the output is another's. A renewal in
+    flight when the holder froze (checked before the other claimed, written
+    after) is the one write a stale holder can still make: into its own
+    claim's lease file, which no writer reads once a newer claim exists
+    (:func:`find_holder` reads the newest claim's).
     """
 
     def __init__(self, fence: Fence) -> None:
