@@ -156,6 +156,10 @@ def cli_environment(
     }
 
 
+# Alone it takes about 6 minutes (five CLI runs, each synthesizing first); inside `make test`,
+# beside the suite, the commit chain and the production apply on two cores, 14 to 16: more
+# than the suite's 900 s default twice in a row.
+@pytest.mark.timeout(1800)
 def test_every_documented_cdktf_form_runs_against_the_sandbox_in_moto(
     mirror: Mirror, terraform: Terraform, moto: str, project: Path, tmp_path: Path
 ) -> None:
