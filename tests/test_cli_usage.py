@@ -180,6 +180,8 @@ def test_the_options_that_shape_a_capture_read_alike_in_every_command_that_makes
     assert capture_spec(test_run_args, test_run.LOAD, prefix="p-") == dataclasses.replace(
         test_run.LOAD, prefix="p-"
     )
+    # What a command found nothing for (None) keeps the default, as an option not given does.
+    assert capture_spec(test_run_args, test_run.LOAD, prefix=None) == test_run.LOAD
     # Options a command takes alone stay its own.
     assert "--concurrent-sessions" in found["tablecast generate"]
     assert "--fault" not in found["tablecast-ops test-run"]

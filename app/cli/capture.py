@@ -134,7 +134,8 @@ def add_capture_options(
 def capture_spec(args: argparse.Namespace, defaults: CaptureSpec, **given: Any) -> CaptureSpec:
     """The spec the options in ``args`` give over ``defaults`` (an option a command does not
     take keeps the default), then ``given`` (what the command decides: the schema, a start
-    time, partitions or a prefix it found)."""
+    time, partitions or a prefix it found). ``None``, given or parsed, keeps the default: no
+    field of a spec is optional."""
     found: dict[str, Any] = {
         "topics": args.topic_count,
         "partitions": args.partitions,
@@ -149,5 +150,5 @@ def capture_spec(args: argparse.Namespace, defaults: CaptureSpec, **given: Any) 
         "records_per_file": getattr(args, "records_per_file", defaults.records_per_file),
         "faults": tuple(Fault(kind) for kind in getattr(args, "fault", ())),
     }
-    found = {name: value for name, value in found.items() if value is not None}
-    return dataclasses.replace(defaults, **(found | given))
+    chosen = {name: value for name, value in (found | given).items() if value is not None}
+    return dataclasses.replace(defaults, **chosen)

@@ -909,8 +909,7 @@ def _test_run_load(
         capture=capture_spec(
             args,
             test_run.LOAD,
-            prefix=args.prefix
-            or (_literal_start(found.topic_pattern) if args.job else test_run.LOAD.prefix),
+            prefix=args.prefix or (_literal_start(found.topic_pattern) if args.job else None),
             schema=test_run.job_load_schema(clients.s3, found, args.job, code)
             if args.job
             else DEFAULT_SCHEMA,
