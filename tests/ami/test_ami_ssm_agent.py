@@ -107,6 +107,10 @@ def signed_by_another_key(tmp_path: Path) -> tuple[Path, Path]:
     key = tmp_path / "other.asc"
     exported = subprocess.run([*gpg, "--armor", "--export"], capture_output=True, check=True)
     key.write_bytes(exported.stdout)
+    # Making and using the key started the homedir's agent, a daemon that outlives the test.
+    subprocess.run(
+        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=True
+    )
     return served, key
 
 
