@@ -23,6 +23,7 @@ import pyarrow as pa
 from app.sink import rewrite as rewrite_mod
 from app.storage import resolve
 from app.table.catalog import threads_released
+from app.table.compact import CompactionSteps
 from tests.table.helpers import load_table
 
 _GIVE_UP_S = 120.0  # a rewrite that never moves on fails the test, it does not hang it
@@ -94,3 +95,23 @@ class PlannedReader:
                 ).to_table(self._tasks)
         except BaseException as exc:  # reported to the test, which asserts there was none
             self.errors.append(exc)
+
+
+class ReadPlannedAfterCommit(CompactionSteps):
+    """A rewrite's (or a compaction's) hooks placing a :class:`PlannedReader`: it plans at
+    ``recorded()``, starts reading at ``published()``, and reads within the grace: the
+    owner's first pause of the grace waits for the read to end. How long a read of a few
+    small files takes is the machine's load (seconds on two shared cores); what is tested is
+    that the planned files are all there for a read inside the grace, not how fast it is."""
+
+    def __init__(self, reader: PlannedReader) -> None:
+        self.reader = reader
+
+    def recorded(self) -> None:
+        self.reader.plan()
+
+    def published(self) -> None:
+        self.reader.read_after_commit()
+
+    def waiting(self) -> None:
+        self.reader.join()

@@ -17,7 +17,7 @@ from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
 from tests.table.helpers import cuts, load_table, publish_batches, table_files, table_rows
-from tests.table.planned_reader import PlannedReader
+from tests.table.planned_reader import PlannedReader, ReadPlannedAfterCommit
 
 SPEC = CaptureSpec(
     topics=2, partitions=2, sessions=8, updates=30, records_per_file=40, resync_every=8, seed=7
@@ -272,21 +272,7 @@ def test_the_compaction_snapshot_changes_no_row(expected: pa.Table, tmp_path: Pa
         assert comparison.ok, (when, comparison.report())
 
 
-READER_GRACE_S = 1.0  # beside a scan of a few small files: milliseconds
-
-
-class ReadPlannedAfterCommit(table_compact.CompactionSteps):
-    """An Iceberg query that planned its scan just before the compaction's commit and
-    opens the files just after it."""
-
-    def __init__(self, reader: PlannedReader) -> None:
-        self.reader = reader
-
-    def recorded(self) -> None:
-        self.reader.plan()
-
-    def published(self) -> None:
-        self.reader.read_after_commit()
+READER_GRACE_S = 1.0  # the owner pauses in it at least once (its hook waits for the read)
 
 
 def test_a_reader_that_planned_before_the_compaction_reads_its_whole_snapshot(

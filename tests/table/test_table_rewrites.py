@@ -15,7 +15,7 @@ from app import cli
 from app.recompute.correct import correct
 from app.recompute.replay import replay
 from app.sink.ledger import Ledger
-from app.sink.rewrite import Retirement, RewriteSteps
+from app.sink.rewrite import Retirement
 from app.storage import resolve
 from app.table import commit as table_commit
 from app.table.catalog import threads_released
@@ -35,7 +35,7 @@ from tests.table.helpers import (
     table_files,
     table_rows,
 )
-from tests.table.planned_reader import PlannedReader
+from tests.table.planned_reader import PlannedReader, ReadPlannedAfterCommit
 
 
 def _assert_table_is_the_output(output: Path) -> None:
@@ -107,19 +107,6 @@ class SnapshotPoller(threading.Thread):
                     (snapshot.snapshot_id, len(rows), len(rows) - len(pc.unique(keys)))
                 )
                 self.keys.append(set(keys.to_pylist()))
-
-
-class ReadPlannedAfterCommit(RewriteSteps):
-    """An Iceberg query planned just before the correction's commit, reading just after."""
-
-    def __init__(self, reader: PlannedReader) -> None:
-        self.reader = reader
-
-    def recorded(self) -> None:
-        self.reader.plan()
-
-    def published(self) -> None:
-        self.reader.read_after_commit()
 
 
 @pytest.mark.spark
