@@ -7,8 +7,9 @@ are merged. A compaction is a rewrite of :mod:`app.sink.rewrite` (kind
 leaves, and is finished the same way:
 
 1. Catch the table up with the ledger (:func:`app.table.commit.catch_up`),
-   finish a compaction a crash interrupted (its rewrite record), and drop the
-   history of one that crashed before its rewrite was recorded.
+   finish a compaction a crash interrupted (its rewrite record), drop the
+   history of one that crashed before its rewrite was recorded (its pending
+   list's records), and move records an older tablecast wrote flat.
 2. Plan: per closed day (before ``--before``), the table's data files smaller
    than the target, packed in name order into groups of up to the target
    size; a group of one file is left alone.
@@ -17,10 +18,11 @@ leaves, and is finished the same way:
 4. Record each group beside the ledger, in its day's folder
    (``_tablecast/ledger/compactions/days/<day>/<digest>.json``: the day, the
    inputs it retires and the file that will hold their rows; what replay and
-   correct read), the records' names first in a pending list
-   (``compactions/pending/<key>.json``), then the rewrite: staged files, their visible names
-   ``<day directory>/part-compact-<digest>.parquet`` (the digest of the inputs'
-   names: a rerun writes the same name) and the inputs to retire.
+   correct read), their names first in a pending list
+   (``compactions/pending/<key>.json``); then the rewrite: staged files,
+   their visible names ``<day directory>/part-compact-<digest>.parquet``
+   (the digest of the inputs' names: a rerun writes the same name) and the
+   inputs to retire.
 5. Carry out the rewrite: publish the merged files, commit one snapshot of
    the table in which every group's inputs leave and its output enters
    (``overwrite`` tagged ``tablecast.kind=compaction``: pyiceberg 0.12 cannot
@@ -29,7 +31,8 @@ leaves, and is finished the same way:
    them meanwhile), remove the rewrite record. ``tablecast compact`` waits
    for the grace; the live job's compaction does not: the first batch after
    the grace retires the inputs (:func:`app.sink.rewrite.finish_abandoned`).
-6. Remove the staging.
+6. Remove the pending list (the records are the rewrite's now) and the
+   staging.
 
 Between publishing and retiring (inside step 5) a plain reader listing the
 day sees the inputs and the merged file (Iceberg readers never do); a crash
@@ -42,8 +45,8 @@ What a compaction or a recompute reads of the history is bounded by what it
 touches, not by the days the job has run: a merge stays on its day (merged
 files of merged files too), so a recompute reads the records of the days
 its blocks were published on and it stages (:func:`records` with
-``days``); a compaction reads only the records its pending lists name, the
-records of compactions not known to have been carried out. Records an older
+``days``); a compaction reads only the records its pending lists name, of
+compactions not known to have been carried out. Records an older
 tablecast wrote flat (``compactions/<digest>.json``) are read as well, and
 moved into their day's folder by the next compaction (copied, then deleted:
 a crash between leaves a copy the next compaction replaces).
@@ -168,7 +171,7 @@ def records(location: Location, days: Iterable[date] | None = None) -> list[Comp
     """The history of ``days`` (None: of every day), with what an older tablecast wrote
     flat and no compaction has moved since."""
     wanted = None if days is None else {d.isoformat() for d in days}
-    found = [r for _, r in _flat(location) if wanted is None or r.day in wanted]
+    found = [r for _, _, r in _flat(location) if wanted is None or r.day in wanted]
     folders = wanted
     if folders is None:
         listed = location.list_dir(location.child(DAYS_DIR))
@@ -193,9 +196,13 @@ def _read(location: Location, path: str) -> CompactionRecord:
     return CompactionRecord.from_json(location.read_bytes(path))
 
 
-def _flat(location: Location) -> list[tuple[str, CompactionRecord]]:
-    """The records an older tablecast wrote flat in ``compactions/``, with their paths."""
-    return [(p, _read(location, p)) for p in _json_files(location, location.child(RECORDS_DIR))]
+def _flat(location: Location) -> list[tuple[str, bytes, CompactionRecord]]:
+    """The records an older tablecast wrote flat in ``compactions/``: path, bytes, record."""
+    found = []
+    for path in _json_files(location, location.child(RECORDS_DIR)):
+        data = location.read_bytes(path)
+        found.append((path, data, CompactionRecord.from_json(data)))
+    return found
 
 
 def merged_blocks(
@@ -411,10 +418,10 @@ def _move_flat(location: Location, steps: CompactionSteps) -> None:
     deleted (a crash between leaves the same record twice, which reads as once, until the
     next compaction moves it again); one that was never carried out is deleted, as the
     older tablecast's next compaction would have."""
-    for path, record in _flat(location):
+    for path, data, record in _flat(location):
         if not _never_carried_out(location, record):
             moved = location.child(DAYS_DIR, record.day, posixpath.basename(path))
-            location.write_bytes_atomic(moved, location.read_bytes(path))
+            location.write_bytes_atomic(moved, data)
             steps.moved()
         location.delete_file(path)
 
