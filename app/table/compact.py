@@ -171,15 +171,17 @@ def records(location: Location, days: Iterable[date] | None = None) -> list[Comp
     """The history of ``days`` (None: of every day), with what an older tablecast wrote
     flat and no compaction has moved since."""
     wanted = None if days is None else {d.isoformat() for d in days}
+    # Flat ones first: one that a compaction moves meanwhile is found in its day's folder.
     found = [r for _, _, r in _flat(location) if wanted is None or r.day in wanted]
     folders = wanted
     if folders is None:
         listed = location.list_dir(location.child(DAYS_DIR))
         folders = {i.base_name for i in listed if i.type == pafs.FileType.Directory}
     for folder in sorted(folders):
-        found += [
-            _read(location, p) for p in _json_files(location, location.child(DAYS_DIR, folder))
-        ]
+        for path in _json_files(location, location.child(DAYS_DIR, folder)):
+            data = _read_if_there(location, path)
+            if data is not None:
+                found.append(CompactionRecord.from_json(data))
     return found
 
 
@@ -192,16 +194,21 @@ def _json_files(location: Location, directory: str) -> list[str]:
     )
 
 
-def _read(location: Location, path: str) -> CompactionRecord:
-    return CompactionRecord.from_json(location.read_bytes(path))
+def _read_if_there(location: Location, path: str) -> bytes | None:
+    """None: deleted since it was listed (moved, or forgotten, by a compaction meanwhile)."""
+    try:
+        return location.read_bytes(path)
+    except FileNotFoundError:
+        return None
 
 
 def _flat(location: Location) -> list[tuple[str, bytes, CompactionRecord]]:
     """The records an older tablecast wrote flat in ``compactions/``: path, bytes, record."""
     found = []
     for path in _json_files(location, location.child(RECORDS_DIR)):
-        data = location.read_bytes(path)
-        found.append((path, data, CompactionRecord.from_json(data)))
+        data = _read_if_there(location, path)
+        if data is not None:
+            found.append((path, data, CompactionRecord.from_json(data)))
     return found
 
 
@@ -408,7 +415,8 @@ def _forget_never_carried_out(location: Location) -> None:
     for pending in _json_files(location, location.child(PENDING_DIR)):
         for relative in orjson.loads(location.read_bytes(pending)):
             path = location.child(relative)
-            if location.exists(path) and _never_carried_out(location, _read(location, path)):
+            data = _read_if_there(location, path)  # none: the crash came before it
+            if data is not None and _never_carried_out(location, CompactionRecord.from_json(data)):
                 location.delete_file(path)
         location.delete_file(pending)
 
