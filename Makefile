@@ -146,6 +146,7 @@ bench: setup
 	$(BIN)/python -m bench.job
 	$(BIN)/python -m bench.kafka_source
 	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.compaction_records
 	$(BIN)/python -m bench.topics
 
 clean:

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -59,7 +59,7 @@ from app.code_version import JobVersion, job_version
 from app.contract.offsets import TopicPartition
 from app.engine.machine import IntegrityMode
 from app.engine.output import QUARANTINE_SCHEMA
-from app.engine.writer import QUARANTINE_DIR
+from app.engine.writer import QUARANTINE_DIR, file_day
 from app.errors import IntegrityViolationError, OutputStateError
 from app.recompute.plan import PartitionWork, RangeRows, group_blocks
 from app.recompute.task import RecomputePlan, WorkResult, run_work
@@ -286,20 +286,23 @@ def _rewrite(
     """
     blocks = {b for r in results for b in r.blocks}
     owners = _owners(works, blocks)
-    grouped = group_blocks(ledger_mod.Ledger(location).entries())
-    every_merge = table_compact.merged_blocks(location, grouped)
+    entries = ledger_mod.Ledger(location).entries()
+    grouped = group_blocks(entries)
+    visible = visible_files(location)
+    staged_files = sorted({f.path for r in results for f in r.staged})
+    days = _touched_days(location, blocks, grouped, entries, [*visible, *staged_files])
+    every_merge = table_compact.merged_blocks(location, grouped, days)
     compacted = {b for held in every_merge.values() for b in held}
     merges = {m: held for m, held in every_merge.items() if held & blocks}
     current: dict[tuple[str, str], list[str]] = {}
     merged_files: list[str] = []
-    for relative in visible_files(location):
+    for relative in visible:
         block = rewrite_mod.block_of(relative)
         if block in blocks:
             current.setdefault((posixpath.dirname(relative), block), []).append(relative)
         elif block in merges:
             merged_files.append(relative)
     name = hashlib.sha256(f"{key} {datetime.now(UTC).isoformat()}".encode()).hexdigest()[:12]
-    staged_files = sorted({f.path for r in results for f in r.staged})
     publish: list[tuple[str, str]] = []
     kept: list[str] = []
     retire: list[str] = []
@@ -352,6 +355,28 @@ def _rewrite(
     retire += [p for found in current.values() for p in found if p not in kept]
     rewrite = rewrite_mod.Rewrite(name, tuple(publish), tuple(sorted(retire)))
     return rewrite, kept
+
+
+def _touched_days(
+    location: Location,
+    blocks: set[str],
+    grouped: Mapping[str, frozenset[str]],
+    entries: Sequence[ledger_mod.LedgerEntry],
+    files: Sequence[str],
+) -> set[date]:
+    """The days whose merged files can hold rows of ``blocks``: a compaction merges files
+    of one day into a file of that day, so these are the days any file of the blocks (or
+    of a group file holding one) was ever published on, by a batch (the ledger) or an
+    earlier recompute (its record: a correction's rows may fall on other days), and the
+    days of ``files`` (visible and staged) of the blocks."""
+    holders = blocks | {group for group, held in grouped.items() if held & blocks}
+    published = [relative for entry in entries for relative in entry.files]
+    published += [relative for record in records(location) for relative in record.published]
+    return {
+        day
+        for relative in [*published, *files]
+        if rewrite_mod.block_of(relative) in holders and (day := file_day(relative)) is not None
+    }
 
 
 def _merged_schema(

@@ -7,19 +7,22 @@ are merged. A compaction is a rewrite of :mod:`app.sink.rewrite` (kind
 leaves, and is finished the same way:
 
 1. Catch the table up with the ledger (:func:`app.table.commit.catch_up`),
-   finish a compaction a crash interrupted (its rewrite record), and drop the
-   history of one that crashed before its rewrite was recorded.
+   finish a compaction a crash interrupted (its rewrite record), drop the
+   history of one that crashed before its rewrite was recorded (its pending
+   list's records), and move records an older tablecast wrote flat.
 2. Plan: per closed day (before ``--before``), the table's data files smaller
    than the target, packed in name order into groups of up to the target
    size; a group of one file is left alone.
 3. Write each group's rows, ordered by topic, partition and offset, as one
    file staged under ``_tablecast/compact/`` (hidden from every reader).
-4. Record each group beside the ledger
-   (``_tablecast/ledger/compactions/<digest>.json``: the day, the inputs it
-   retires and the file that will hold their rows; what replay and correct
-   read), then the rewrite: staged files, their visible names
-   ``<day directory>/part-compact-<digest>.parquet`` (the digest of the inputs'
-   names: a rerun writes the same name) and the inputs to retire.
+4. Record each group beside the ledger, in its day's folder
+   (``_tablecast/ledger/compactions/days/<day>/<digest>.json``: the day, the
+   inputs it retires and the file that will hold their rows; what replay and
+   correct read), their names first in a pending list
+   (``compactions/pending/<key>.json``); then the rewrite: staged files,
+   their visible names ``<day directory>/part-compact-<digest>.parquet``
+   (the digest of the inputs' names: a rerun writes the same name) and the
+   inputs to retire.
 5. Carry out the rewrite: publish the merged files, commit one snapshot of
    the table in which every group's inputs leave and its output enters
    (``overwrite`` tagged ``tablecast.kind=compaction``: pyiceberg 0.12 cannot
@@ -28,7 +31,8 @@ leaves, and is finished the same way:
    them meanwhile), remove the rewrite record. ``tablecast compact`` waits
    for the grace; the live job's compaction does not: the first batch after
    the grace retires the inputs (:func:`app.sink.rewrite.finish_abandoned`).
-6. Remove the staging.
+6. Remove the pending list (the records are the rewrite's now) and the
+   staging.
 
 Between publishing and retiring (inside step 5) a plain reader listing the
 day sees the inputs and the merged file (Iceberg readers never do); a crash
@@ -36,6 +40,16 @@ there leaves that until the live job's next batch or the next compaction
 finishes the rewrite. Replay and correct find the blocks a merged file
 holds in the records (:func:`merged_blocks`) and rewrite the merged file
 with the blocks' recomputed rows in place of the old (:func:`remerge`).
+
+What a compaction or a recompute reads of the history is bounded by what it
+touches, not by the days the job has run: a merge stays on its day (merged
+files of merged files too), so a recompute reads the records of the days
+its blocks were published on and it stages (:func:`records` with
+``days``); a compaction reads only the records its pending lists name, of
+compactions not known to have been carried out. Records an older
+tablecast wrote flat (``compactions/<digest>.json``) are read as well, and
+moved into their day's folder by the next compaction (copied, then deleted:
+a crash between leaves a copy the next compaction replaces).
 """
 
 from __future__ import annotations
@@ -44,7 +58,7 @@ import hashlib
 import logging
 import posixpath
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -52,6 +66,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from app.contract.schema import DEFAULT_SCHEMA
 from app.engine.output import output_schema
@@ -72,6 +87,8 @@ log = logging.getLogger(__name__)
 
 STAGING_DIR = posixpath.join(ledger_mod.CONTROL_DIR, "compact")
 RECORDS_DIR = posixpath.join(ledger_mod.LEDGER_DIR, "compactions")
+DAYS_DIR = posixpath.join(RECORDS_DIR, "days")  # <day>/<digest>.json
+PENDING_DIR = posixpath.join(RECORDS_DIR, "pending")  # <key>.json: a compaction's records
 KIND = "compaction"  # the rewrite's kind, and the snapshot's tablecast.kind
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024
 _EPOCH = date(1970, 1, 1)
@@ -150,25 +167,63 @@ class CompactionReport:
     bytes_after: int
 
 
-def records(location: Location) -> list[CompactionRecord]:
-    directory = location.child(RECORDS_DIR)
-    names = sorted(
-        i.base_name for i in location.list_dir(directory) if i.base_name.endswith(".json")
+def records(location: Location, days: Iterable[date] | None = None) -> list[CompactionRecord]:
+    """The history of ``days`` (None: of every day), with what an older tablecast wrote
+    flat and no compaction has moved since."""
+    wanted = None if days is None else {d.isoformat() for d in days}
+    # Flat ones first: one that a compaction moves meanwhile is found in its day's folder.
+    found = [r for _, _, r in _flat(location) if wanted is None or r.day in wanted]
+    folders = wanted
+    if folders is None:
+        listed = location.list_dir(location.child(DAYS_DIR))
+        folders = {i.base_name for i in listed if i.type == pafs.FileType.Directory}
+    for folder in sorted(folders):
+        for path in _json_files(location, location.child(DAYS_DIR, folder)):
+            data = _read_if_there(location, path)
+            if data is not None:
+                found.append(CompactionRecord.from_json(data))
+    return found
+
+
+def _json_files(location: Location, directory: str) -> list[str]:
+    """The ``.json`` files in ``directory`` (not a write's hidden temporary), by name."""
+    return sorted(
+        posixpath.join(directory, i.base_name)
+        for i in location.list_dir(directory)
+        if i.base_name.endswith(".json") and not i.base_name.startswith(".")
     )
-    return [
-        CompactionRecord.from_json(location.read_bytes(posixpath.join(directory, n))) for n in names
-    ]
+
+
+def _read_if_there(location: Location, path: str) -> bytes | None:
+    """None: deleted since it was listed (moved, or forgotten, by a compaction meanwhile)."""
+    try:
+        return location.read_bytes(path)
+    except FileNotFoundError:
+        return None
+
+
+def _flat(location: Location) -> list[tuple[str, bytes, CompactionRecord]]:
+    """The records an older tablecast wrote flat in ``compactions/``: path, bytes, record."""
+    found = []
+    for path in _json_files(location, location.child(RECORDS_DIR)):
+        data = _read_if_there(location, path)
+        if data is not None:
+            found.append((path, data, CompactionRecord.from_json(data)))
+    return found
 
 
 def merged_blocks(
-    location: Location, grouped: Mapping[str, frozenset[str]] | None = None
+    location: Location,
+    grouped: Mapping[str, frozenset[str]] | None = None,
+    days: Iterable[date] | None = None,
 ) -> dict[str, frozenset[str]]:
     """The blocks (:func:`app.sink.rewrite.block_of`) each merged file holds, by the merged
     file's own block (``compact-<digest>``), through merges of merged files; ``grouped``:
     the blocks of the live job's group files (:func:`app.recompute.plan.group_blocks`), which
-    hold several blocks as merged files do."""
+    hold several blocks as merged files do. ``days``: of the merged files of these days
+    only (a merge stays on its day, so do merges of merged files); None: of every day."""
     direct: dict[str, set[str]] = {block: set(held) for block, held in (grouped or {}).items()}
-    for record in records(location):
+    for record in records(location, days):
         held = direct.setdefault(rewrite_mod.block_of(record.output), set())
         held.update(rewrite_mod.block_of(relative) for relative in record.inputs)
 
@@ -241,6 +296,10 @@ class CompactionSteps(rewrite_mod.RewriteSteps):
     def planned(self) -> None:
         """After step 4's history records, before the rewrite's record."""
 
+    def moved(self) -> None:
+        """Inside step 1: after a flat record is copied into its day's folder, before the
+        flat one is deleted."""
+
 
 def compact(
     location: Location,
@@ -262,7 +321,7 @@ def compact(
     with threads_released():
         # Step 1
         table_commit.catch_up(location)
-        finish_interrupted(location, retirement)
+        finish_interrupted(location, retirement, steps)
         table = open_table(location, config)
         # Step 2
         files = {
@@ -281,11 +340,13 @@ def compact(
         steps.staged()
         # Step 4
         stamp = datetime.now(UTC).isoformat()
+        pending = location.child(PENDING_DIR, f"{key}.json")
+        location.write_bytes_atomic(pending, orjson.dumps([_record_path(g) for g in groups]))
         for group in groups:
             record = CompactionRecord(
                 group.day.isoformat(), group.inputs, group.output, rows[group.digest], stamp
             )
-            location.write_bytes_atomic(_record_path(location, group), record.to_json())
+            location.write_bytes_atomic(location.child(_record_path(group)), record.to_json())
         steps.planned()
         rewrite = rewrite_mod.Rewrite(
             key=key,
@@ -303,6 +364,7 @@ def compact(
             retirement=retirement,
         )
     # Step 6
+    location.delete_file(pending)
     location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
     report = CompactionReport(
@@ -317,31 +379,59 @@ def compact(
     return report
 
 
-def finish_interrupted(location: Location, retirement: rewrite_mod.Retirement | None = None) -> int:
+def finish_interrupted(
+    location: Location,
+    retirement: rewrite_mod.Retirement | None = None,
+    steps: CompactionSteps | None = None,
+) -> int:
     """Before a compaction: finish every rewrite whose owner died, a compaction's or a
     recompute's (:func:`app.sink.rewrite.finish_open`: refuses, in one line, to start beside
     one whose owner is still at work, such as the live job's scheduled compaction beside
     ``tablecast compact``, and waits out what is left of a grace unless ``retirement``
     says not to wait); forget the history of compactions a crash interrupted before
-    their rewrite record. Returns how many compactions were finished."""
+    their rewrite record; move the records an older tablecast wrote flat into their
+    days' folders. Returns how many compactions were finished."""
     finished = rewrite_mod.finish_open(
         location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
     )
     if not rewrite_mod.open_rewrites(location):
         _forget_never_carried_out(location)
+        _move_flat(location, steps or CompactionSteps())
         location.delete_dir(location.child(STAGING_DIR))
     return sum(1 for rewrite in finished if rewrite.kind == KIND)
 
 
+def _never_carried_out(location: Location, record: CompactionRecord) -> bool:
+    """Written by a compaction that crashed before its rewrite record: nothing was merged,
+    its output never appeared while every input is still there."""
+    if location.exists(location.child(record.output)):
+        return False
+    return all(location.exists(location.child(r)) for r in record.inputs)
+
+
 def _forget_never_carried_out(location: Location) -> None:
-    """A history record whose output never appeared while every input is still there was
-    written by a compaction that crashed before its rewrite record: nothing was merged."""
-    for record in records(location):
-        if location.exists(location.child(record.output)):
-            continue
-        if all(location.exists(location.child(r)) for r in record.inputs):
-            digest = posixpath.basename(record.output).removeprefix("part-compact-")
-            location.delete_file(location.child(RECORDS_DIR, digest.replace(".parquet", ".json")))
+    """Of the records the pending lists name (compactions not known to be carried out,
+    every other rewrite being finished), delete those of a compaction that never was."""
+    for pending in _json_files(location, location.child(PENDING_DIR)):
+        for relative in orjson.loads(location.read_bytes(pending)):
+            path = location.child(relative)
+            data = _read_if_there(location, path)  # none: the crash came before it
+            if data is not None and _never_carried_out(location, CompactionRecord.from_json(data)):
+                location.delete_file(path)
+        location.delete_file(pending)
+
+
+def _move_flat(location: Location, steps: CompactionSteps) -> None:
+    """Each record an older tablecast wrote flat, into its day's folder: copied, then
+    deleted (a crash between leaves the same record twice, which reads as once, until the
+    next compaction moves it again); one that was never carried out is deleted, as the
+    older tablecast's next compaction would have."""
+    for path, data, record in _flat(location):
+        if not _never_carried_out(location, record):
+            moved = location.child(DAYS_DIR, record.day, posixpath.basename(path))
+            location.write_bytes_atomic(moved, data)
+            steps.moved()
+        location.delete_file(path)
 
 
 def _key(groups: list[Group]) -> str:
@@ -349,8 +439,9 @@ def _key(groups: list[Group]) -> str:
     return "compact-" + hashlib.sha256("".join(g.digest for g in groups).encode()).hexdigest()[:20]
 
 
-def _record_path(location: Location, group: Group) -> str:
-    return location.child(RECORDS_DIR, f"{group.digest}.json")
+def _record_path(group: Group) -> str:
+    """Relative: in its day's folder."""
+    return posixpath.join(DAYS_DIR, group.day.isoformat(), f"{group.digest}.json")
 
 
 def _staged(key: str, group: Group) -> str:

@@ -36,6 +36,7 @@ from tests.spark.helpers import (
     run_job,
 )
 from tests.spark.helpers import write_capture as capture
+from tests.table.compaction_history import counting_reads, earlier_days, flatten
 from tests.table.helpers import assert_follows_ledger, table_rows
 
 EVERYTHING = (0, 4_102_444_800_000)  # 2100-01-01: every record
@@ -75,6 +76,36 @@ def test_a_replay_over_compacted_days_keeps_the_merged_files_it_recomputes_ident
     assert {p for p in record.kept if not p.startswith("_quarantine/")} == {
         p for p in before if not p.startswith("_quarantine/")
     }
+    _assert_exact_for_every_reader(archive, output)
+
+
+def test_a_replay_reads_flat_records_and_then_only_the_history_of_its_own_days(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Records as an older tablecast wrote them (flat) keep a replay over compacted days
+    exact; once the next compaction moved them, a replay reads none of the records of a
+    year of earlier days it does not recompute."""
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    capture(archive, SPEC)
+    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=150)
+    location = resolve(str(output))
+    assert table_compact.compact(location, before=EVERY_DAY).groups > 0
+    before = file_digests(output)
+    flatten(location)
+    earlier = earlier_days(location, 365, inputs=100)
+
+    # A name the replay found merged nowhere would be published beside the merged file.
+    first = replay(spark, str(archive), str(output), *EVERYTHING, topic_pattern=PATTERN)
+    assert file_digests(output) == before
+    assert first.record.kept and not first.record.rewritten and not first.record.removed
+
+    table_compact.finish_interrupted(location)  # the next compaction's step 1 moves them
+    with counting_reads(location) as reads:
+        again = replay(spark, str(archive), str(output), *EVERYTHING, topic_pattern=PATTERN)
+    assert reads.of_days(earlier) == []
+    assert reads.records()  # its own days' records were read
+    assert file_digests(output) == before
+    assert again.record.kept == first.record.kept and not again.record.rewritten
     _assert_exact_for_every_reader(archive, output)
 
 

@@ -192,6 +192,7 @@ def test_a_crash_at_each_step_of_a_compaction_is_finished_exactly(
         assert not set(record.inputs) & visible
         assert record.output in visible or record.output in merged_since
     assert not list((tmp_path / "out" / "_tablecast").rglob("compact/*"))  # no staging left
+    assert not list((tmp_path / "out" / table_compact.PENDING_DIR).glob("*"))  # nor pending
 
 
 def test_a_crash_before_the_merge_is_recorded_shows_plain_readers_no_merged_file(
