@@ -50,6 +50,7 @@ from app.recovery.restart import CannotRebuildError, RestartPoint, headers, rest
 from app.sink import fencing, processors
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink import rewriter as rewriter_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.guard import tidy_older_writers
 from app.sink.ledger import Ledger, LedgerEntry
@@ -189,7 +190,11 @@ def apply_repair(
     fencing.refuse_if_held(location, notice)
     fence = fencing.claim(location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s))
     lease = fencing.LeaseKeeper(fence).start()
+    rewriting: fencing.LeaseKeeper | None = None
     try:
+        # Beside no other rewriter (a compaction, a recompute), from here to its end:
+        claim = rewriter_mod.Claimant("repair", notice=notice).take(location)
+        rewriting = fencing.LeaseKeeper(claim, rewriter_mod.LEASES_DIR).start()
         head = ledger.head()
         if (head.number if head is not None else None) != plan.head:
             raise OutputStateError(
@@ -211,6 +216,7 @@ def apply_repair(
             files = list(plan.files_to_rewrite)
         location.delete_dir(location.child(REPAIR_DIR))  # an earlier attempt's staging
         rewrite = _rewrite(location, files, plan.end, plan.kept_offsets(), archive)
+        claim.check("recording its rewrite")
         rewrite_mod.carry_out(
             location,
             dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
@@ -237,6 +243,8 @@ def apply_repair(
         # entry follows the ledger (app.table).
         table_commit.catch_up(location)
     finally:
+        if rewriting is not None:
+            rewriting.stop(release=True)
         lease.stop(release=True)
     return moved
 
