@@ -186,15 +186,17 @@ def apply_repair(
     ``master``: Spark's, which moves an ``hdfs://`` checkpoint aside."""
     location = resolve(output_uri)
     ledger = Ledger(location)
-    # Step 4
+    # Step 4: the output's writer, and beside no other rewriter (a compaction, a
+    # recompute) from here to its end
     fencing.refuse_if_held(location, notice)
-    fence = fencing.claim(location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s))
-    lease = fencing.LeaseKeeper(fence).start()
-    rewriting: fencing.LeaseKeeper | None = None
+    rewriting = rewriter_mod.Claimant("repair", notice=notice).take(location)
+    renewing = fencing.LeaseKeeper(rewriting, rewriter_mod.LEASES_DIR).start()
+    lease: fencing.LeaseKeeper | None = None
     try:
-        # Beside no other rewriter (a compaction, a recompute), from here to its end:
-        claim = rewriter_mod.Claimant("repair", notice=notice).take(location)
-        rewriting = fencing.LeaseKeeper(claim, rewriter_mod.LEASES_DIR).start()
+        fence = fencing.claim(
+            location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s)
+        )
+        lease = fencing.LeaseKeeper(fence).start()
         head = ledger.head()
         if (head.number if head is not None else None) != plan.head:
             raise OutputStateError(
@@ -216,7 +218,7 @@ def apply_repair(
             files = list(plan.files_to_rewrite)
         location.delete_dir(location.child(REPAIR_DIR))  # an earlier attempt's staging
         rewrite = _rewrite(location, files, plan.end, plan.kept_offsets(), archive)
-        claim.check("recording its rewrite")
+        rewriting.check("recording its rewrite")
         rewrite_mod.carry_out(
             location,
             dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
@@ -243,9 +245,9 @@ def apply_repair(
         # entry follows the ledger (app.table).
         table_commit.catch_up(location)
     finally:
-        if rewriting is not None:
-            rewriting.stop(release=True)
-        lease.stop(release=True)
+        if lease is not None:
+            lease.stop(release=True)
+        renewing.stop(release=True)
     return moved
 
 

@@ -223,9 +223,11 @@ def renewing_holder(
     holder: Holder,
     notice: Callable[[str], None] | None = None,
     directory: str = LEASES_DIR,
+    named: str | None = None,
 ) -> Holder | None:
     """The holder as its latest renewal shows it, if it still renews its lease (watched
-    for up to one lease); None if it is gone."""
+    for up to one lease); None if it is gone. ``named``: the holder in the notice [its
+    description as a writer]."""
     lease = holder.lease
     if let_go(holder):
         return None
@@ -233,7 +235,8 @@ def renewing_holder(
     lease_s = holder.info.lease_s
     if notice is not None:
         notice(
-            f"output {location.uri} is claimed by {holder.describe()}: watching its lease for "
+            f"output {location.uri} is claimed by {named or holder.describe()}: watching its "
+            f"lease for "
             f"up to {lease_s:g} s to tell whether it is still running"
         )
     deadline = time.monotonic() + lease_s + lease_s / RENEWALS_PER_LEASE

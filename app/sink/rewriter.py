@@ -121,7 +121,12 @@ class RewriterClaim:
     info: WriterInfo
 
     def holds(self) -> bool:
-        return not self.location.exists(_claim_path(self.location, self.claim + 1))
+        """No newer claim: the next number is free, and this one is still there (old claims
+        are removed in order, once newer ones exist: the next number's too, after this)."""
+        location = self.location
+        if location.exists(_claim_path(location, self.claim + 1)):
+            return False
+        return location.exists(_claim_path(location, self.claim))
 
     def check(self, doing: str) -> None:
         """Raise :class:`OwnershipLostError` if another rewriter took the claim over."""
@@ -153,7 +158,13 @@ class Claimant:
 
     def _alive(self, location: Location, holder: fencing.Holder) -> fencing.Holder | None:
         if self.watch:
-            return fencing.renewing_holder(location, holder, self.notice, LEASES_DIR)
+            return fencing.renewing_holder(
+                location,
+                holder,
+                self.notice,
+                LEASES_DIR,
+                named=f"{holder.info.describe()} (rewriter claim {holder.claim})",
+            )
         if fencing.let_go(holder):
             return None
         now = time.monotonic()

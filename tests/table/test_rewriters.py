@@ -266,3 +266,16 @@ def test_rewriter_claims_on_s3_are_exclusive_and_fence_a_stale_holder(
     assert not location.create_exclusive(
         location.child(rewriter_mod.CLAIMS_DIR, f"{2:020d}.json"), b"{}"
     )
+
+
+def test_a_stale_holder_stays_fenced_after_old_claims_are_removed(tmp_path: Path) -> None:
+    location = resolve(str(tmp_path / "out"))
+    # Each taken without a lease keeper: gone at once, so the next one takes over.
+    stale = rewriter_mod.Claimant("compact").take(location)
+    later = [rewriter_mod.Claimant("replay").take(location) for _ in range(8)]
+    assert [c.claim for c in later] == list(range(1, 9))
+    claims = sorted(p.name for p in (tmp_path / "out" / rewriter_mod.CLAIMS_DIR).glob("*.json"))
+    assert len(claims) == rewriter_mod.CLAIMS_KEPT + 1  # the newest and the few before it
+    assert not stale.holds() and not later[0].holds() and later[-1].holds()
+    with pytest.raises(OwnershipLostError, match="before recording its rewrite"):
+        stale.check("recording its rewrite")
