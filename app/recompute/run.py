@@ -27,8 +27,11 @@
 
 Running the same recompute again stages the same files and keeps the ones
 it published; a crash anywhere leaves visible files whole, and running it
-(or any recompute) again finishes the work. Whatever must be refused (other
-rules, a lagging archive, a rewrite still running) is refused while
+(or any recompute) again finishes the work. Steps 1 to 4 hold the output's
+rewriter claim (:mod:`app.sink.rewriter`): no compaction or other rewrite
+plans from the files a recompute is about to replace. Whatever must be
+refused (other rules, a lagging archive, a rewrite still running, another
+rewriter at work) is refused while
 planning, before Spark starts and before other rewrites are finished
 (:func:`check_startable`).
 """

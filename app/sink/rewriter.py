@@ -207,9 +207,12 @@ class Claimant:
             fencing.lease_path(location, number, LEASES_DIR),
             fencing.Lease(number, info, renewed_at=_now_text()).to_json(),
         )
-        if last is not None:
-            log.info(
-                "output %s: rewriter claim %d taken after %s", location.uri, number, _describe(last)
+        if last is not None and not (last.lease is not None and last.lease.released):
+            log.warning(
+                "output %s: rewriter claim %d taken over from %s",
+                location.uri,
+                number,
+                _describe(last),
             )
         _remove_old(location, number)
         return RewriterClaim(location, number, info)

@@ -6,6 +6,10 @@ are merged. A compaction is a rewrite of :mod:`app.sink.rewrite` (kind
 ``compaction``), so a crash anywhere leaves what a crashed correction
 leaves, and is finished the same way:
 
+0. Take the output's rewriter claim (:mod:`app.sink.rewriter`), held to the
+   end: beside another rewriter, planning or carrying out, it refuses in one
+   line (the live job's compaction skips the period). A holder taken over
+   stops before step 4 or 5 (:meth:`~app.sink.rewriter.RewriterClaim.check`).
 1. Catch the table up with the ledger (:func:`app.table.commit.catch_up`),
    finish a compaction a crash interrupted (its rewrite record), drop the
    history of one that crashed before its rewrite was recorded (its pending

@@ -23,9 +23,10 @@
   overlaps a batch's commit; the next batch waits for it. A compaction that a
   kill interrupted is finished once its lease runs out, by the next batch's
   commit (:func:`app.sink.rewrite.finish_abandoned`) or the next compaction;
-  a compaction due while another rewrite is running (``tablecast compact``,
-  a recompute) or in its grace is left for the next period, with one line
-  in the log.
+  a compaction due while another rewriter holds the output's rewriter claim
+  (``tablecast compact``, a recompute, a repair, planning or carrying out:
+  :mod:`app.sink.rewriter`), or while a rewrite is in its grace, is left for
+  the next period, with one line in the log, never waiting.
 """
 
 from __future__ import annotations
