@@ -136,8 +136,8 @@ class RewriterClaim:
         by = taken.describe() if taken is not None else "another rewriter"
         raise OwnershipLostError(
             f"output {self.location.uri}: {by} took the rewriter claim over while this "
-            f"{self.info.role} paused past its lease; this one stops before {doing}, having "
-            "changed nothing readers see",
+            f"`tablecast {self.info.role}` paused past its lease; this one stops before "
+            f"{doing}, changing nothing more (what it staged is the other's to drop)",
             output=self.location.uri,
             claim=self.claim,
             by=self.claim + 1,
