@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from app.errors import OutputStateError, OwnershipLostError
+from app.sink import rewrite as rewrite_mod
 from app.sink import rewriter as rewriter_mod
 from app.storage import resolve
 from app.table import commit as table_commit
@@ -26,7 +27,7 @@ from app.table.live import ScheduledCompaction
 from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
-from tests.table.helpers import cuts, publish_batches, table_rows
+from tests.table.helpers import cuts, load_table, publish_batches, table_rows
 
 SPEC = CaptureSpec(
     topics=2, partitions=2, sessions=8, updates=30, records_per_file=40, resync_every=8, seed=7
@@ -100,6 +101,39 @@ def test_a_compaction_started_while_another_plans_refuses_naming_it(
     _assert_exact(expected, output)
     # Once the first has ended, the next one starts (and finds nothing left to merge).
     assert table_compact.compact(resolve(output), before=LATER).groups == 0
+    _assert_exact(expected, output)
+
+
+def test_a_compaction_of_other_groups_started_while_one_plans_refuses_and_changes_nothing(
+    expected: pa.Table, tmp_path: Path
+) -> None:
+    """Beside one planning, a compaction with another target (other groups, another key)
+    would drop the first one's staging and retire its inputs: it refuses, writing nothing
+    the first one or readers depend on."""
+    output = _output(expected, tmp_path)
+    location = resolve(output)
+    sizes = [f.file_size_in_bytes for f in table_commit.data_files(load_table(output))]
+    held = HeldAfterStaging()
+    reports: list[table_compact.CompactionReport] = []
+
+    def first() -> None:
+        reports.append(table_compact.compact(location, before=LATER, steps=held))
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert held.inside.wait(60)
+        before = _files(tmp_path / "out")
+        with pytest.raises(OutputStateError, match="is being rewritten by `tablecast compact`"):
+            table_compact.compact(location, before=LATER, target_bytes=3 * max(sizes))
+        assert _files(tmp_path / "out") == before
+    finally:
+        held.go.set()
+        thread.join()
+    [report] = reports
+    assert report.groups > 0 and not rewrite_mod.open_rewrites(location)
+    _assert_exact(expected, output)
+    table_compact.compact(location, before=LATER, target_bytes=3 * max(sizes))
     _assert_exact(expected, output)
 
 
