@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from app.errors import ConfigurationError
+from app.sink.rewriter import Claimant
 from app.sources import archive
 from app.spark.session import spark_session
 
@@ -117,7 +118,10 @@ def _carry_out(
         _print_plan(planned.works)
         return 0
     spark = spark_session(args.master, notice=options.say)
-    report = recompute(spark, planned, progress=Progress(label).update, retirement=retirement)
+    claimant = Claimant(str(args.command), notice=options.say)
+    report = recompute(
+        spark, planned, progress=Progress(label).update, retirement=retirement, claimant=claimant
+    )
     _print_recompute(report)
     return 0
 
@@ -197,7 +201,11 @@ def compact(args: argparse.Namespace) -> int:
     retirement = options.retirement(args)
     location = options.existing_output(args.output)
     report = table_compact.compact(
-        location, before=before, target_bytes=target, retirement=retirement
+        location,
+        before=before,
+        target_bytes=target,
+        retirement=retirement,
+        claimant=Claimant("compact", notice=options.say),
     )
     print(
         f"compacted {report.inputs:,} files into {report.outputs:,} ({report.rows:,} rows, "

@@ -27,8 +27,11 @@
 
 Running the same recompute again stages the same files and keeps the ones
 it published; a crash anywhere leaves visible files whole, and running it
-(or any recompute) again finishes the work. Whatever must be refused (other
-rules, a lagging archive, a rewrite still running) is refused while
+(or any recompute) again finishes the work. Steps 1 to 4 hold the output's
+rewriter claim (:mod:`app.sink.rewriter`): no compaction or other rewrite
+plans from the files a recompute is about to replace. Whatever must be
+refused (other rules, a lagging archive, a rewrite still running, another
+rewriter at work) is refused while
 planning, before Spark starts and before other rewrites are finished
 (:func:`check_startable`).
 """
@@ -65,6 +68,7 @@ from app.recompute.plan import PartitionWork, RangeRows, group_blocks
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink import rewriter as rewriter_mod
 from app.sink.visible import visible_files
 from app.storage import Location, resolve
 from app.table import commit as table_commit
@@ -175,6 +179,7 @@ def check_startable(output_uri: str, now: float | None = None) -> None:
     :func:`app.sink.rewrite.finish_open` refuses it too, but only after Spark's tasks
     have run; this is the same check at planning."""
     location = resolve(output_uri)
+    rewriter_mod.Claimant("recompute").refuse_if_held(location)
     now = time.time() if now is None else now
     for found in rewrite_mod.open_rewrites(location):
         if found.running(now):
@@ -193,13 +198,37 @@ def recompute(
     progress: Progress | None = None,
     steps: rewrite_mod.RewriteSteps | None = None,
     retirement: rewrite_mod.Retirement | None = None,
+    claimant: rewriter_mod.Claimant | None = None,
 ) -> RecomputeReport:
-    """Steps 1 to 4 for ``planned``; raises :class:`IntegrityViolationError` in step 2."""
-    plan, works, kind, selector = planned.plan, planned.works, planned.kind, planned.selector
+    """Steps 1 to 4 for ``planned``, holding the output's rewriter claim throughout
+    (:mod:`app.sink.rewriter`); raises :class:`IntegrityViolationError` in step 2."""
+    plan, kind = planned.plan, planned.kind
+    ranges = {w.tp.key(): list(w.ranges) for w in planned.works}
+    selected = [kind, planned.selector, sorted(ranges.items())]
+    key = hashlib.sha256(orjson.dumps(selected)).hexdigest()[:20]
+    plan = replace(plan, staging_dir=posixpath.join(RECOMPUTE_DIR, key))
+    location = resolve(plan.output_uri)
+    claimant = claimant or rewriter_mod.Claimant(_COMMANDS[kind])
+    with rewriter_mod.held(location, claimant) as claim:
+        return _recompute(spark, planned, plan, key, claim, progress, steps, retirement)
+
+
+_COMMANDS = {REPLAY: "replay", CORRECTION: "correct"}
+
+
+def _recompute(
+    spark: Any,
+    planned: Planned,
+    plan: RecomputePlan,
+    key: str,
+    claim: rewriter_mod.RewriterClaim,
+    progress: Progress | None,
+    steps: rewrite_mod.RewriteSteps | None,
+    retirement: rewrite_mod.Retirement | None,
+) -> RecomputeReport:
+    works, kind, selector = planned.works, planned.kind, planned.selector
     location = resolve(plan.output_uri)
     ranges = {w.tp.key(): list(w.ranges) for w in works}
-    key = hashlib.sha256(orjson.dumps([kind, selector, sorted(ranges.items())])).hexdigest()[:20]
-    plan = replace(plan, staging_dir=posixpath.join(RECOMPUTE_DIR, key))
     staging = location.child(plan.staging_dir)
 
     # Step 1
@@ -220,6 +249,7 @@ def recompute(
     started = time.monotonic()
     rewrite, kept = _rewrite(location, plan.staging_dir, results, works, key)
     rewrite = dataclasses.replace(rewrite, kind=str(kind), note=selector)
+    claim.check("recording its rewrite")
     rewrite_mod.carry_out(
         location, rewrite, steps, snapshot=table_commit.snapshot_rewrite, retirement=retirement
     )

@@ -50,6 +50,7 @@ from app.recovery.restart import CannotRebuildError, RestartPoint, headers, rest
 from app.sink import fencing, processors
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink import rewriter as rewriter_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.guard import tidy_older_writers
 from app.sink.ledger import Ledger, LedgerEntry
@@ -185,11 +186,17 @@ def apply_repair(
     ``master``: Spark's, which moves an ``hdfs://`` checkpoint aside."""
     location = resolve(output_uri)
     ledger = Ledger(location)
-    # Step 4
+    # Step 4: the output's writer, and beside no other rewriter (a compaction, a
+    # recompute) from here to its end
     fencing.refuse_if_held(location, notice)
-    fence = fencing.claim(location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s))
-    lease = fencing.LeaseKeeper(fence).start()
+    rewriting = rewriter_mod.Claimant("repair", notice=notice).take(location)
+    renewing = fencing.LeaseKeeper(rewriting, rewriter_mod.LEASES_DIR).start()
+    lease: fencing.LeaseKeeper | None = None
     try:
+        fence = fencing.claim(
+            location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s)
+        )
+        lease = fencing.LeaseKeeper(fence).start()
         head = ledger.head()
         if (head.number if head is not None else None) != plan.head:
             raise OutputStateError(
@@ -211,6 +218,7 @@ def apply_repair(
             files = list(plan.files_to_rewrite)
         location.delete_dir(location.child(REPAIR_DIR))  # an earlier attempt's staging
         rewrite = _rewrite(location, files, plan.end, plan.kept_offsets(), archive)
+        rewriting.check("recording its rewrite")
         rewrite_mod.carry_out(
             location,
             dataclasses.replace(rewrite, kind=str(ledger_mod.REPAIR), note=restart_summary(plan)),
@@ -237,7 +245,9 @@ def apply_repair(
         # entry follows the ledger (app.table).
         table_commit.catch_up(location)
     finally:
-        lease.stop(release=True)
+        if lease is not None:
+            lease.stop(release=True)
+        renewing.stop(release=True)
     return moved
 
 

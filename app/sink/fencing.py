@@ -50,7 +50,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -139,13 +139,15 @@ class Lease:
         )
 
 
-def _lease_path(location: Location, claim: int) -> str:
-    return location.child(LEASES_DIR, f"{claim:020d}.json")
+def lease_path(location: Location, claim: int, directory: str = LEASES_DIR) -> str:
+    return location.child(directory, f"{claim:020d}.json")
 
 
-def read_lease(location: Location, claim: int) -> Lease | None:
+def read_lease(location: Location, claim: int, directory: str = LEASES_DIR) -> Lease | None:
+    """``directory``: the leases of the output's writers, or of its rewriters
+    (:mod:`app.sink.rewriter`)."""
     try:
-        return Lease.from_json(location.read_bytes(_lease_path(location, claim)))
+        return Lease.from_json(location.read_bytes(lease_path(location, claim, directory)))
     except FileNotFoundError:
         return None
 
@@ -209,27 +211,38 @@ def _process_gone(info: WriterInfo) -> bool:
     return False
 
 
+def let_go(holder: Holder) -> bool:
+    """Whether the holder is known gone without watching: it released its lease, or it
+    ran on this host and its process is gone."""
+    lease = holder.lease
+    return (lease is not None and lease.released) or _process_gone(holder.info)
+
+
 def renewing_holder(
-    location: Location, holder: Holder, notice: Callable[[str], None] | None = None
+    location: Location,
+    holder: Holder,
+    notice: Callable[[str], None] | None = None,
+    directory: str = LEASES_DIR,
+    named: str | None = None,
 ) -> Holder | None:
     """The holder as its latest renewal shows it, if it still renews its lease (watched
-    for up to one lease); None if it is gone."""
+    for up to one lease); None if it is gone. ``named``: the holder in the notice [its
+    description as a writer]."""
     lease = holder.lease
-    if lease is not None and lease.released:
-        return None
-    if _process_gone(holder.info):
+    if let_go(holder):
         return None
     seen = None if lease is None else lease.renewals
     lease_s = holder.info.lease_s
     if notice is not None:
         notice(
-            f"output {location.uri} is claimed by {holder.describe()}: watching its lease for "
+            f"output {location.uri} is claimed by {named or holder.describe()}: watching its "
+            f"lease for "
             f"up to {lease_s:g} s to tell whether it is still running"
         )
     deadline = time.monotonic() + lease_s + lease_s / RENEWALS_PER_LEASE
     while time.monotonic() < deadline:
         time.sleep(min(1.0, lease_s / 10))
-        now = read_lease(location, holder.claim)
+        now = read_lease(location, holder.claim, directory)
         if now is not None and now.renewals != seen:
             return None if now.released else replace(holder, lease=now)
         if _process_gone(holder.info):
@@ -343,7 +356,7 @@ def claim(location: Location, info: WriterInfo) -> Fence:
             claim=number,
         )
     location.write_bytes_atomic(
-        _lease_path(location, number), Lease(number, info, renewed_at=_now_text()).to_json()
+        lease_path(location, number), Lease(number, info, renewed_at=_now_text()).to_json()
     )
     log.info("claimed output %s as ledger entry %d (%s)", location.uri, number, info.describe())
     return Fence(ledger, number, info)
@@ -354,7 +367,23 @@ def remove_old_leases(fence: Fence) -> None:
     location = fence.location
     older = [c for c in _lease_claims(location) if c < fence.claim]
     for claim_number in older[:-LEASES_KEPT] if len(older) > LEASES_KEPT else []:
-        location.delete_file(_lease_path(location, claim_number))
+        location.delete_file(lease_path(location, claim_number))
+
+
+class Holding(Protocol):
+    """A claim this process holds: a writer's :class:`Fence`, a rewriter's
+    (:class:`app.sink.rewriter.RewriterClaim`)."""
+
+    @property
+    def location(self) -> Location: ...
+
+    @property
+    def claim(self) -> int: ...
+
+    @property
+    def info(self) -> WriterInfo: ...
+
+    def holds(self) -> bool: ...
 
 
 class LeaseKeeper:
@@ -367,8 +396,9 @@ class LeaseKeeper:
     (:func:`find_holder` reads the newest claim's).
     """
 
-    def __init__(self, fence: Fence) -> None:
+    def __init__(self, fence: Holding, directory: str = LEASES_DIR) -> None:
         self.fence = fence
+        self.directory = directory
         self._lease = Lease(fence.claim, fence.info, renewed_at=_now_text())
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -393,7 +423,7 @@ class LeaseKeeper:
             self._lease = replace(self._lease, renewed_at=_now_text(), **changes)
             data = self._lease.to_json()
         self.fence.location.write_bytes_atomic(
-            _lease_path(self.fence.location, self.fence.claim), data
+            lease_path(self.fence.location, self.fence.claim, self.directory), data
         )
 
     def _run(self) -> None:

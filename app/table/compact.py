@@ -6,6 +6,10 @@ are merged. A compaction is a rewrite of :mod:`app.sink.rewrite` (kind
 ``compaction``), so a crash anywhere leaves what a crashed correction
 leaves, and is finished the same way:
 
+0. Take the output's rewriter claim (:mod:`app.sink.rewriter`), held to the
+   end: beside another rewriter, planning or carrying out, it refuses in one
+   line (the live job's compaction skips the period). A holder taken over
+   stops before step 4 or 5 (:meth:`~app.sink.rewriter.RewriterClaim.check`).
 1. Catch the table up with the ledger (:func:`app.table.commit.catch_up`),
    finish a compaction a crash interrupted (its rewrite record), drop the
    history of one that crashed before its rewrite was recorded (its pending
@@ -74,6 +78,7 @@ from app.engine.writer import write_data_file
 from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
+from app.sink import rewriter as rewriter_mod
 from app.sink import schemas
 from app.storage import Location
 from app.table import commit as table_commit
@@ -308,8 +313,11 @@ def compact(
     target_bytes: int = DEFAULT_TARGET_BYTES,
     steps: CompactionSteps | None = None,
     retirement: rewrite_mod.Retirement | None = None,
+    claimant: rewriter_mod.Claimant | None = None,
 ) -> CompactionReport:
-    """Steps 1 to 6 for every closed day before ``before`` (default: today, UTC)."""
+    """Steps 1 to 6 for every closed day before ``before`` (default: today, UTC), holding
+    the output's rewriter claim throughout (:mod:`app.sink.rewriter`; ``claimant``: who
+    takes it, by default `tablecast compact`, which watches a holder's lease)."""
     config = config_for(location)
     if config is None:
         raise ConfigurationError(
@@ -318,7 +326,8 @@ def compact(
         )
     steps = steps or CompactionSteps()
     cutoff = before or datetime.now(UTC).date()
-    with threads_released():
+    claimant = claimant or rewriter_mod.Claimant("compact")
+    with rewriter_mod.held(location, claimant) as claim, threads_released():
         # Step 1
         table_commit.catch_up(location)
         finish_interrupted(location, retirement, steps)
@@ -339,6 +348,7 @@ def compact(
             rows[group.digest] = _write(location, group, _staged(key, group))
         steps.staged()
         # Step 4
+        claim.check("recording its merges")
         stamp = datetime.now(UTC).isoformat()
         pending = location.child(PENDING_DIR, f"{key}.json")
         location.write_bytes_atomic(pending, orjson.dumps([_record_path(g) for g in groups]))
@@ -356,6 +366,7 @@ def compact(
             note=f"{sum(len(g.inputs) for g in groups)} files into {len(groups)}",
         )
         # Step 5
+        claim.check("recording its rewrite")
         rewrite_mod.carry_out(
             location,
             rewrite,
@@ -363,9 +374,9 @@ def compact(
             snapshot=table_commit.snapshot_rewrite,
             retirement=retirement,
         )
-    # Step 6
-    location.delete_file(pending)
-    location.delete_dir(location.child(STAGING_DIR))
+        # Step 6, still under the claim: the next rewriter's staging is its own
+        location.delete_file(pending)
+        location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
     report = CompactionReport(
         groups=len(groups),

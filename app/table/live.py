@@ -23,9 +23,10 @@
   overlaps a batch's commit; the next batch waits for it. A compaction that a
   kill interrupted is finished once its lease runs out, by the next batch's
   commit (:func:`app.sink.rewrite.finish_abandoned`) or the next compaction;
-  a compaction due while another rewrite is running (``tablecast compact``,
-  a recompute) or in its grace is left for the next period, with one line
-  in the log.
+  a compaction due while another rewriter holds the output's rewriter claim
+  (``tablecast compact``, a recompute, a repair, planning or carrying out:
+  :mod:`app.sink.rewriter`), or while a rewrite is in its grace, is left for
+  the next period, with one line in the log, never waiting.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from app.sink import rewrite as rewrite_mod
 from app.sink import schemas
 from app.sink.ledger import CONTROL_DIR
 from app.sink.rewrite import Retirement, Rewrite
+from app.sink.rewriter import Claimant
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
@@ -175,6 +177,9 @@ class ScheduledCompaction:
     target_bytes: int = table_compact.DEFAULT_TARGET_BYTES
     retire_grace_s: float | None = None
     steps: table_compact.CompactionSteps | None = None  # tests inject crashes
+    # Never waits for another rewriter: skips the period (kept across periods: it takes the
+    # claim of a holder it finds unrenewed a lease after it first saw it).
+    claimant: Claimant = field(default_factory=lambda: Claimant("run", watch=False))
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     runs: int = field(default=0, init=False)  # compactions this process ran
 
@@ -196,6 +201,7 @@ class ScheduledCompaction:
                 steps=self.steps,
                 # The job never waits: a later batch retires the inputs after the grace.
                 retirement=Retirement(grace_s=self.retire_grace_s, wait=False),
+                claimant=self.claimant,
             )
         except TablecastError as exc:
             # Compaction is upkeep: the stream goes on, and the next period tries again

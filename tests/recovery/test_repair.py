@@ -206,3 +206,28 @@ def _tree(root: Path) -> dict[str, bytes]:
         for p in root.rglob("*")
         if p.is_file() and "leases" not in p.parts
     }
+
+
+def test_a_repair_beside_a_running_rewriter_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction planning (holding the rewriter claim): repair takes no writer claim,
+    changes nothing, and names the compaction."""
+    from app import cli
+    from app.sink import rewriter
+
+    monkeypatch.setattr(rewriter, "DEFAULT_LEASE_S", 1.0)
+    root = _archive(tmp_path / "archive", [("y", 0, "snapshot"), ("y", 1, "update")])
+    out = tmp_path / "out"
+    _output_ending_at(out, 2)
+    (tmp_path / "ckpt").mkdir()
+    with rewriter.held(resolve(str(out)), rewriter.Claimant("compact")):
+        before = _tree(tmp_path)
+        argv = ["repair", "--archive", root, "--output", str(out), "--checkpoint"]
+        code = cli.main([*argv, str(tmp_path / "ckpt"), "--yes"])
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert "is being rewritten by `tablecast compact` on host" in err, err
+    [refusal] = [line for line in err.splitlines() if "being rewritten" in line]
+    assert "lease runs out 1 s after its last renewal" in refusal, err
+    assert _tree(tmp_path) == before  # no writer claim, no checkpoint moved

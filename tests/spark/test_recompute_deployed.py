@@ -21,6 +21,7 @@ from app.recompute import plan as plan_mod
 from app.recompute.correct import correct
 from app.recompute.replay import replay
 from app.sink import rewrite as rewrite_mod
+from app.sink import rewriter as rewriter_mod
 from app.sink.ledger import Ledger
 from app.sink.visible import visible_files
 from app.storage import resolve
@@ -141,6 +142,40 @@ def test_a_correction_over_compacted_days_rewrites_the_merged_files_exactly(
     # Again: nothing changes.
     again = correct(spark, str(archive), str(output), version=FAULTY)
     assert not again.record.rewritten and not again.record.removed
+    _assert_exact_for_every_reader(archive, output)
+
+
+def test_a_compaction_started_while_a_correction_stages_refuses_naming_it(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before its rewrite's record exists (its tasks have run, nothing is recorded yet), a
+    correction holds the rewriter claim: a compaction refuses in one line naming it."""
+    full, archive, output = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
+    ckpt = tmp_path / "ckpt"
+    capture(full, SPEC)
+    run_faulty(spark, full, archive, output, ckpt, monkeypatch, below=180, max_offsets=150)
+    run_fixed(spark, full, archive, output, ckpt, monkeypatch, max_offsets=150)
+    monkeypatch.setattr(rewriter_mod, "DEFAULT_LEASE_S", 1.0)
+    location = resolve(str(output))
+    beside: list[str] = []
+
+    def progress(done: int, total: int) -> None:
+        if done == total and not beside:  # the tasks' files staged, no record yet
+            assert not rewrite_mod.open_rewrites(location)
+            try:
+                table_compact.compact(location, before=EVERY_DAY)
+            except OutputStateError as exc:
+                beside.append(str(exc))
+            else:
+                beside.append("compacted beside the correction")
+
+    correct(spark, str(archive), str(output), version=FAULTY, progress=progress)
+    [refused] = beside
+    assert "is being rewritten by `tablecast correct` on host" in refused, refused
+    assert "\n" not in refused and "lease runs out 1 s after its last renewal" in refused
+    _assert_exact_for_every_reader(archive, output)
+    # The correction ended: the compaction runs.
+    assert table_compact.compact(location, before=EVERY_DAY).groups > 0
     _assert_exact_for_every_reader(archive, output)
 
 
