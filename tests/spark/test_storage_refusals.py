@@ -102,15 +102,27 @@ def test_a_read_only_output_stops_replay_and_compact_in_one_line(
         check=True,
         capture_output=True,
     )
-    _remount(small_disk, "ro")
     capsys.readouterr()
 
     window = ["--since", "2000-01-01T00:00:00Z", "--until", "2100-01-01T00:00:00Z"]
     replay = ["replay", "--archive", str(archive), "--output", str(output), *window]
+    # Only the recompute's staging read-only: the driver takes the rewriter claim, and the
+    # refusal comes to a task staging its files, in a Spark worker: it came back as itself.
+    staging = output / "_tablecast" / "recompute"
+    staging.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(staging)], check=True)
+    try:
+        assert cli.main(replay) == StorageAccessError.exit_code
+    finally:
+        subprocess.run(["umount", str(staging)], check=True)
+    line = _refusal(capsys.readouterr().err, output, "Read-only file system")
+    assert f"cannot write {output}/_tablecast/recompute/" in line, line
+
+    # The whole output read-only: refused on the driver, at the rewriter claim.
+    _remount(small_disk, "ro")
     assert cli.main(replay) == StorageAccessError.exit_code
     line = _refusal(capsys.readouterr().err, output, "Read-only file system")
-    # Refused to a task staging its files, in a Spark worker: it came back as itself.
-    assert f"cannot write {output}/_tablecast/recompute/" in line, line
+    assert f"cannot write {output}/_tablecast/rewriters/" in line, line
     compact = ["compact", "--output", str(output), "--before", "2100-01-01"]
     assert cli.main(compact) == StorageAccessError.exit_code
     _refusal(capsys.readouterr().err, output, "Read-only file system")
