@@ -59,8 +59,11 @@ unit: setup
 # The SIGKILL chains (marked chain, in tests/sink): cold `tablecast run`
 # processes killed inside each commit and upkeep step, and second writers;
 # about twelve minutes in one process, which `make test` runs beside the suite.
+# A chain's links are JVM starts and lease waits, which the lanes beside it
+# stretch three- to fourfold (the second writers' chain: 220 s alone, over
+# 900 s beside the suite): each test gets 1800 s.
 commit-chain: setup
-	$(BIN)/pytest -q -m chain tests/sink
+	$(BIN)/pytest -q -m chain --timeout=1800 --durations=5 tests/sink
 
 # The lanes, at most four at once, each printed whole when it ends: the suite
 # (two pytest processes), the commit chain, the infrastructure checks (their
