@@ -19,6 +19,9 @@ from app.storage import resolve
 from app.table import catalog as catalog_mod
 from app.table import commit as table_commit
 from app.table.history import ENTRY_KEY
+from app.tools import verify
+from app.tools.generate import CaptureSpec
+from tests.spark.helpers import write_capture
 
 
 def load_table(output: Path | str) -> Any:
@@ -200,3 +203,17 @@ def duckdb_table_rows(output: Path | str) -> pa.Table:
         return con.execute(f"SELECT * FROM iceberg_scan('{metadata}')").to_arrow_table()
     finally:
         con.close()
+
+
+def capture_rows(folder: Path, spec: CaptureSpec) -> pa.Table:
+    """The output rows of ``spec``'s capture, written under ``folder`` (plain Python's)."""
+    archive = folder / "archive"
+    write_capture(archive, spec)
+    return verify.expected_output(str(archive), "^sensor-.+").rows
+
+
+def assert_exact(expected: pa.Table, output: str) -> None:
+    """Both the table and the plain files hold exactly ``expected``."""
+    for actual in (table_rows(output), verify.read_output(output)):
+        comparison = verify.compare(expected, actual)
+        assert comparison.ok, comparison.report()

@@ -15,8 +15,15 @@ from app.table import commit as table_commit
 from app.table import compact as table_compact
 from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.spark.helpers import write_capture
-from tests.table.helpers import cuts, load_table, publish_batches, table_files, table_rows
+from tests.table.helpers import (
+    assert_exact,
+    capture_rows,
+    cuts,
+    load_table,
+    publish_batches,
+    table_files,
+    table_rows,
+)
 from tests.table.planned_reader import PlannedReader, ReadPlannedAfterCommit
 
 SPEC = CaptureSpec(
@@ -26,15 +33,7 @@ SPEC = CaptureSpec(
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
-    archive = tmp_path_factory.mktemp("compact") / "archive"
-    write_capture(archive, SPEC)
-    return verify.expected_output(str(archive), "^sensor-.+").rows
-
-
-def _assert_exact(expected: pa.Table, output: str) -> None:
-    for actual in (table_rows(output), verify.read_output(output)):
-        comparison = verify.compare(expected, actual)
-        assert comparison.ok, comparison.report()
+    return capture_rows(tmp_path_factory.mktemp("compact"), SPEC)
 
 
 def test_compaction_merges_small_files_in_one_snapshot(
@@ -59,7 +58,7 @@ def test_compaction_merges_small_files_in_one_snapshot(
     summary = snapshot.summary
     assert summary["added-records"] == summary["deleted-records"] == str(len(expected))
     assert summary["total-records"] == str(len(expected))
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     # Plain readers: the inputs are gone, the merged files are there.
     assert {table_commit.data_path(resolve(output), p) for p in verify_files(output)} == after
     records = table_compact.records(resolve(output))
@@ -87,7 +86,7 @@ def test_a_small_target_keeps_groups_under_it(expected: pa.Table, tmp_path: Path
 
     report = table_compact.compact(resolve(output), before=date(2100, 1, 1), target_bytes=target)
     assert report.groups > 1 and report.inputs > report.outputs
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 def test_compaction_after_a_crash_before_retiring_finishes_it(
@@ -109,7 +108,7 @@ def test_compaction_after_a_crash_before_retiring_finishes_it(
     later = rewrite_mod._now() + rewrite_mod.LEASE_SECONDS + 1
     monkeypatch.setattr(rewrite_mod, "_now", lambda: later)
     table_compact.compact(resolve(output))
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 def test_bad_sizes_and_days_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
@@ -175,13 +174,13 @@ def test_a_crash_at_each_step_of_a_compaction_is_finished_exactly(
     assert verify.compare(expected, table_rows(output)).ok
     _plain_rows_are_exact_or_doubled(expected, output)
     if step != "published":  # before the merged files were published, plain readers are exact
-        _assert_exact(expected, output)
+        assert_exact(expected, output)
 
     assert table_compact.finish_interrupted(resolve(output)) == (step in ("recorded", "published"))
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     sizes = [f.file_size_in_bytes for f in table_commit.data_files(load_table(output))]
     table_compact.compact(resolve(output), before=date(2100, 1, 1), target_bytes=3 * max(sizes))
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     # The history says what was merged, and nothing that was not: every input it names is
     # gone, and every merged file is visible or was itself merged since.
     visible = set(verify_files(output))
@@ -218,10 +217,10 @@ def test_a_crash_before_the_merge_is_recorded_shows_plain_readers_no_merged_file
         crashing.setattr(location.__class__, "write_bytes_atomic", crash_on_records)
         with pytest.raises(Crashed):
             table_compact.compact(location, before=date(2100, 1, 1))
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     sizes = [f.file_size_in_bytes for f in table_commit.data_files(load_table(output))]
     table_compact.compact(resolve(output), before=date(2100, 1, 1), target_bytes=3 * max(sizes))
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 def test_pyiceberg_cannot_write_a_replace_snapshot() -> None:
@@ -298,7 +297,7 @@ def test_a_reader_that_planned_before_the_compaction_reads_its_whole_snapshot(
     assert reader.rows is not None
     comparison = verify.compare(expected, reader.rows.select(expected.schema.names))
     assert comparison.ok, comparison.report()
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 def test_compact_no_wait_leaves_the_inputs_to_the_next_command_which_waits_for_them(
@@ -316,4 +315,4 @@ def test_compact_no_wait_leaves_the_inputs_to_the_next_command_which_waits_for_t
     assert cli.main(command) == 0  # finishes it first, after what is left of its grace
     assert rewrite_mod.open_rewrites(resolve(output)) == []
     assert rewrite_mod._now() >= record.retire_at
-    _assert_exact(expected, output)
+    assert_exact(expected, output)

@@ -17,11 +17,15 @@ from app.sink.visible import visible_files
 from app.storage import Location, resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
-from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.spark.helpers import write_capture
 from tests.table.compaction_history import counting_reads, earlier_days, flat_path, flatten
-from tests.table.helpers import cuts, load_table, publish_batches, table_rows
+from tests.table.helpers import (
+    assert_exact,
+    capture_rows,
+    cuts,
+    load_table,
+    publish_batches,
+)
 
 SPEC = CaptureSpec(
     topics=1, partitions=2, sessions=6, updates=20, records_per_file=40, resync_every=8, seed=11
@@ -31,9 +35,7 @@ EVERY_DAY = date(2100, 1, 1)
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
-    archive = tmp_path_factory.mktemp("records") / "archive"
-    write_capture(archive, SPEC)
-    return verify.expected_output(str(archive), "^sensor-.+").rows
+    return capture_rows(tmp_path_factory.mktemp("records"), SPEC)
 
 
 def _published(expected: pa.Table, tmp_path: Path) -> Location:
@@ -42,12 +44,6 @@ def _published(expected: pa.Table, tmp_path: Path) -> Location:
     location = resolve(output)
     table_commit.catch_up(location)
     return location
-
-
-def _assert_exact(expected: pa.Table, location: Location) -> None:
-    for actual in (table_rows(location.uri), verify.read_output(location.uri)):
-        comparison = verify.compare(expected, actual)
-        assert comparison.ok, comparison.report()
 
 
 def _flat_files(location: Location) -> list[str]:
@@ -79,7 +75,7 @@ def test_what_a_compaction_and_a_recompute_read_of_the_history_does_not_grow_wit
     assert reads.records() == []  # nothing was pending: no record read at all
     history = table_compact.records(location)
     assert len(history) == len(earlier) + report.groups  # every earlier day's still kept
-    _assert_exact(expected, location)
+    assert_exact(expected, location.uri)
 
     days = {d for p in visible_files(location) if (d := _day(p)) is not None}
     grouped = group_blocks(Ledger(location).entries())
@@ -138,7 +134,7 @@ def test_records_an_older_tablecast_wrote_flat_are_read_and_moved_by_the_next_co
         moved = location.child(table_compact.DAYS_DIR, record.day, posixpath.basename(path))
         assert location.read_bytes(moved) == data
     assert table_compact.merged_blocks(location, days=days) == blocks
-    _assert_exact(expected, location)
+    assert_exact(expected, location.uri)
 
 
 class Crashed(Exception):
@@ -179,7 +175,7 @@ def test_a_crash_while_moving_flat_records_is_finished_by_the_next_compaction(
     assert _flat_files(location) == []
     assert len(table_compact.records(location)) == len(flat)
     assert table_compact.merged_blocks(location) == blocks
-    _assert_exact(expected, location)
+    assert_exact(expected, location.uri)
 
 
 def test_a_compaction_that_crashed_before_its_rewrite_record_leaves_no_history(
@@ -199,4 +195,4 @@ def test_a_compaction_that_crashed_before_its_rewrite_record_leaves_no_history(
     report = table_compact.compact(location, before=EVERY_DAY)
     assert len(table_compact.records(location)) == report.groups > 0
     assert _pending(location) == []  # carried out: nothing left pending
-    _assert_exact(expected, location)
+    assert_exact(expected, location.uri)

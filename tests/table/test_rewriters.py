@@ -24,10 +24,14 @@ from app.storage import resolve
 from app.table import commit as table_commit
 from app.table import compact as table_compact
 from app.table.live import ScheduledCompaction
-from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.spark.helpers import write_capture
-from tests.table.helpers import cuts, load_table, publish_batches, table_rows
+from tests.table.helpers import (
+    assert_exact,
+    capture_rows,
+    cuts,
+    load_table,
+    publish_batches,
+)
 
 SPEC = CaptureSpec(
     topics=2, partitions=2, sessions=8, updates=30, records_per_file=40, resync_every=8, seed=7
@@ -37,20 +41,12 @@ LATER = date(2100, 1, 1)
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
-    archive = tmp_path_factory.mktemp("rewriters") / "archive"
-    write_capture(archive, SPEC)
-    return verify.expected_output(str(archive), "^sensor-.+").rows
+    return capture_rows(tmp_path_factory.mktemp("rewriters"), SPEC)
 
 
 @pytest.fixture(autouse=True)
 def _short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rewriter_mod, "DEFAULT_LEASE_S", 1.0)
-
-
-def _assert_exact(expected: pa.Table, output: str) -> None:
-    for actual in (table_rows(output), verify.read_output(output)):
-        comparison = verify.compare(expected, actual)
-        assert comparison.ok, comparison.report()
 
 
 class HeldAfterStaging(table_compact.CompactionSteps):
@@ -98,10 +94,10 @@ def test_a_compaction_started_while_another_plans_refuses_naming_it(
         first.join()
     [report] = reports
     assert report.groups > 0
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     # Once the first has ended, the next one starts (and finds nothing left to merge).
     assert table_compact.compact(resolve(output), before=LATER).groups == 0
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 def test_a_compaction_of_other_groups_started_while_one_plans_refuses_and_changes_nothing(
@@ -132,9 +128,9 @@ def test_a_compaction_of_other_groups_started_while_one_plans_refuses_and_change
         thread.join()
     [report] = reports
     assert report.groups > 0 and not rewrite_mod.open_rewrites(location)
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     table_compact.compact(location, before=LATER, target_bytes=3 * max(sizes))
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 # A compaction in its own process, held after staging until `go` exists; its lease 1 s.
@@ -196,7 +192,7 @@ def test_a_compaction_killed_mid_plan_is_taken_over_and_its_staging_replaced(
     # Its process gone on this host: the claim is taken at once; its staging is dropped.
     report = table_compact.compact(resolve(output), before=LATER)
     assert report.groups > 0
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     assert rewriter_mod.find_holder(resolve(output)).claim == 1  # type: ignore[union-attr]
     assert not list((tmp_path / "out" / table_compact.STAGING_DIR).rglob("*"))
     assert not list((tmp_path / "out" / table_compact.PENDING_DIR).glob("*"))
@@ -214,7 +210,7 @@ def test_a_frozen_compaction_is_taken_over_after_its_lease_and_fenced_when_it_wa
     report = table_compact.compact(resolve(output), before=LATER, claimant=claimant)
     assert report.groups > 0
     assert len(lines) == 1 and f"pid {process.pid}" in lines[0], lines
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     done = _files(tmp_path / "out")
     # Woken, it stops before recording anything: the output stays exact and unchanged.
     go.touch()
@@ -223,7 +219,7 @@ def test_a_frozen_compaction_is_taken_over_after_its_lease_and_fenced_when_it_wa
     assert process.returncode == 3, said
     assert "took the rewriter claim over" in said and "before recording its merges" in said
     assert _files(tmp_path / "out") == done
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 def _files(root: Path) -> set[str]:
@@ -272,12 +268,12 @@ def test_the_scheduled_compaction_skips_beside_a_rewriter_and_takes_a_frozen_one
     time.sleep(1.5)  # one lease and a renewal's interval, in this process's time
     job(None, 2)  # the same lease, unrenewed for longer than its length: taken over
     assert batches == [0, 1, 2] and job.runs == 1
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
     go.touch()
     process.send_signal(signal.SIGCONT)
     said, _ = process.communicate(timeout=60)
     assert process.returncode == 3, said
-    _assert_exact(expected, output)
+    assert_exact(expected, output)
 
 
 def test_rewriter_claims_on_s3_are_exclusive_and_fence_a_stale_holder(
