@@ -172,6 +172,18 @@ class Planned:
     kind: RecomputeKind
     selector: str
 
+    @property
+    def ranges(self) -> dict[str, list[tuple[int, int]]]:
+        """The offset ranges recomputed, by topic-partition (its record's ``ranges``)."""
+        return {w.tp.key(): list(w.ranges) for w in self.works}
+
+    @property
+    def key(self) -> str:
+        """The recompute's name: its staging folder, rewrite and record; the same for the
+        same selection, so that a crashed one's staging is found by the next."""
+        selected = [self.kind, self.selector, sorted(self.ranges.items())]
+        return hashlib.sha256(orjson.dumps(selected)).hexdigest()[:20]
+
 
 def check_startable(output_uri: str, now: float | None = None) -> None:
     """Refuse, before any work, a recompute beside a rewrite whose owner is still at it.
@@ -202,13 +214,10 @@ def recompute(
 ) -> RecomputeReport:
     """Steps 1 to 4 for ``planned``, holding the output's rewriter claim throughout
     (:mod:`app.sink.rewriter`); raises :class:`IntegrityViolationError` in step 2."""
-    plan, kind = planned.plan, planned.kind
-    ranges = {w.tp.key(): list(w.ranges) for w in planned.works}
-    selected = [kind, planned.selector, sorted(ranges.items())]
-    key = hashlib.sha256(orjson.dumps(selected)).hexdigest()[:20]
-    plan = replace(plan, staging_dir=posixpath.join(RECOMPUTE_DIR, key))
+    key = planned.key
+    plan = replace(planned.plan, staging_dir=posixpath.join(RECOMPUTE_DIR, key))
     location = resolve(plan.output_uri)
-    claimant = claimant or rewriter_mod.Claimant(_COMMANDS[kind])
+    claimant = claimant or rewriter_mod.Claimant(_COMMANDS[planned.kind])
     with rewriter_mod.held(location, claimant) as claim:
         return _recompute(spark, planned, plan, key, claim, progress, steps, retirement)
 
@@ -228,7 +237,6 @@ def _recompute(
 ) -> RecomputeReport:
     works, kind, selector = planned.works, planned.kind, planned.selector
     location = resolve(plan.output_uri)
-    ranges = {w.tp.key(): list(w.ranges) for w in works}
     staging = location.child(plan.staging_dir)
 
     # Step 1
@@ -259,7 +267,7 @@ def _recompute(
     record = RecomputeRecord(
         kind=kind,
         selector=selector,
-        ranges=ranges,
+        ranges=planned.ranges,
         published=tuple(sorted([*kept, *(new for _, new in rewrite.publish)])),
         removed=rewrite.retire,
         rows=sum(f.rows for r in results for f in r.staged if not f.quarantine),
