@@ -14,7 +14,12 @@ counted. So is the CDK's jsii kernel (a node process and the thread that
 drains its stderr), which the first import of ``cdktf`` starts for the rest
 of the interpreter's life: in the whole suite a module's import starts it at
 collection, run alone the first test that imports infra does. Everything
-else is: ours, moto's servers, librdkafka's Python callbacks, subprocesses.
+else is: ours, moto's servers, librdkafka's Python callbacks, subprocesses,
+and daemons a subprocess left behind: a process that detaches (forks, and
+its parent exits: gpg-agent, anything started with ``&`` by a script) is
+adopted by init and is no child of ours any more, but it still carries the
+environment variable this module sets, which every process the test process
+starts inherits.
 """
 
 from __future__ import annotations
@@ -29,11 +34,15 @@ import pytest
 
 from tests.fixture_processes import FIXTURE_OWNED
 
-__all__ = ["child_processes", "leaked_threads"]
+__all__ = ["child_processes", "detached_processes", "leaked_threads"]
 
 GRACE_S = 5.0
 _SESSION_OWNED = ("py4j", "pyspark", "jsii")
 _SESSION_PROCESSES = ("jsii-runtime.js",)
+# Set in this process's environment, so inherited by every process it starts and theirs.
+_MARK_NAME = "TABLECAST_TEST_PROCESS"
+os.environ[_MARK_NAME] = str(os.getpid())
+_MARK = f"{_MARK_NAME}={os.getpid()}".encode()
 
 
 def _origin(thread: threading.Thread) -> str:
@@ -55,9 +64,20 @@ def leaked_threads(before: set[int]) -> list[threading.Thread]:
 
 
 def child_processes() -> dict[int, str]:
-    """This process's live children: pid -> command line (from /proc)."""
+    """This process's live children, and the daemons its descendants left behind
+    (:func:`detached_processes`): pid -> command line (from /proc)."""
+    return _processes(children=True)
+
+
+def detached_processes() -> dict[int, str]:
+    """Live processes adopted by init whose environment holds this process's mark: daemons
+    that its descendants started and that detached."""
+    return _processes(children=False)
+
+
+def _processes(children: bool) -> dict[int, str]:
     me = os.getpid()
-    children: dict[int, str] = {}
+    found: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -65,13 +85,15 @@ def child_processes() -> dict[int, str]:
             stat = (entry / "stat").read_text()
             # The command name is in parentheses and may hold spaces: fields follow its ")".
             state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
-            if int(ppid) != me or state == "Z":
+            if state == "Z" or not ((children and int(ppid) == me) or int(ppid) == 1):
+                continue
+            if int(ppid) == 1 and _MARK not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             continue  # ended while we looked
-        children[int(entry.name)] = cmdline.strip()[:160]
-    return children
+        found[int(entry.name)] = cmdline.strip()[:160]
+    return found
 
 
 def _describe(threads: list[threading.Thread], processes: dict[int, str]) -> str:
