@@ -88,7 +88,7 @@ _DECODED: dict[ColumnType, Any] = {
     ColumnType.INT64: _Int64,
     ColumnType.FLOAT64: _Float64,
     ColumnType.BOOL: bool,
-    ColumnType.TIMESTAMP: _EpochMs | values.AwareTime,
+    ColumnType.TIMESTAMP: _EpochMs | str,  # its text checked by values' readers
     ColumnType.DATE: date,
     ColumnType.DECIMAL: msgspec.Raw,
 }
@@ -410,7 +410,7 @@ def _unchanged(value: Any) -> Any:
 
 def _converter(column: Column) -> Callable[[Any], Any]:
     """The fast parser's last step for a value msgspec does not decode to its stored form
-    (a decimal's JSON text, a time as epoch milliseconds); a refusal sends the value to the
+    (a decimal's JSON text, a time's text or epoch milliseconds); a refusal sends the value to the
     full checks, which name where it is."""
     if column.type is ColumnType.DECIMAL:
         read = values.DecimalReader(column).raw
@@ -419,14 +419,16 @@ def _converter(column: Column) -> Callable[[Any], Any]:
     def timestamp(value: Any) -> Any:
         if type(value) is int:
             return values.timestamp_ms(column, value, "rows")
-        return value  # None, or a time with an offset (msgspec refuses one without)
+        if type(value) is str:
+            return values.timestamp_text(column, value, "rows")
+        return value  # None
 
     return timestamp
 
 
 def _column_reader(column: Column) -> Callable[[Sequence[Any]], Sequence[Any]]:
     """The fast parser's last step for a column of rows that msgspec does not
-    decode to its stored form (a float's or a decimal's JSON text, times as epoch
+    decode to its stored form (a float's or a decimal's JSON text, times as texts or epoch
     milliseconds); a refusal sends the message to the full checks, which name where it is."""
     if column.type is ColumnType.DECIMAL:
         return values.DecimalReader(column).raw_column

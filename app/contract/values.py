@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation
+from functools import partial
 from itertools import repeat
 from math import inf
 from typing import Annotated, Any
@@ -41,6 +42,12 @@ FLOAT_MAX = 1.7976931348623157e308
 # A time with an offset, as msgspec's RFC 3339 parser reads it (refused without one).
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Years whose times an offset may carry outside years 1 to 9999 in UTC.
+_EDGE_YEARS = ("0001", "9999")
+# A column's texts, epoch milliseconds and nulls, texts made times, in one C call.
+_TIMES: Callable[[Sequence[Any]], list[Any]] = partial(
+    msgspec.convert, type=list[int | AwareTime | None]
+)
 _DECIMAL_STRING = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _DECIMAL_QUOTED = re.compile(rb'"-?[0-9]+(?:\.[0-9]+)?"')
 _DECIMAL_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -101,11 +108,26 @@ def timestamp_ms(column: Column, ms: int, where: str) -> datetime:
 
 
 def timestamp_text(column: Column, text: str, where: str) -> datetime:
-    """An RFC 3339 time with an offset, read as msgspec's typed decoding reads it."""
+    """An RFC 3339 time with an offset, read as msgspec's typed decoding reads it, whose
+    offset is ``Z`` or ``+HH:MM`` (msgspec also reads ``+HHMM``, which RFC 3339 is not) and
+    whose instant is within years 1 to 9999 in UTC, as every reader's times are."""
     try:
-        return msgspec.convert(text, AwareTime)
+        found = msgspec.convert(text, AwareTime)
     except msgspec.ValidationError:
         raise _bad(column, where, shown(text)) from None
+    if not _offset_written(text):
+        raise _bad(column, where, f"{shown(text)} (an offset is Z or +HH:MM)")
+    if text[:4] in _EDGE_YEARS:
+        try:
+            found.astimezone(UTC)
+        except OverflowError:
+            raise _bad(column, where, f"{shown(text)} (outside years 1 to 9999 in UTC)") from None
+    return found
+
+
+def _offset_written(text: str) -> bool:
+    """Whether a time msgspec read ends in ``Z`` or ``+HH:MM``."""
+    return text[-3] == ":" or text[-1] in "Zz"
 
 
 def date_text(column: Column, text: str, where: str) -> date:
@@ -249,17 +271,30 @@ def float_column(column: Column) -> Callable[[Sequence[msgspec.Raw]], list[float
 
 
 def timestamp_column(column: Column) -> Callable[[Sequence[Any]], Sequence[Any]]:
-    """A ``timestamp`` column of a message's rows as msgspec decodes it (aware times, epoch
-    milliseconds, nulls): the milliseconds made times."""
+    """A ``timestamp`` column of a message's rows as msgspec decodes it (RFC 3339 texts,
+    epoch milliseconds, nulls): every text read at once by msgspec's RFC 3339 parser (as
+    :func:`timestamp_text` reads one), the milliseconds made times. A column holding a
+    text :func:`timestamp_text` refuses, or a time in year 1 or 9999 (which may be outside
+    them in UTC), is read a value at a time by it, which says which."""
 
     def read(given: Sequence[Any]) -> Sequence[Any]:
-        millis = [v for v in given if type(v) is int]
+        try:
+            found: list[Any] = _TIMES(given)
+        except msgspec.ValidationError:
+            raise _bad(column, "rows", "not an RFC 3339 time") from None
+        # Read by msgspec, so at least 20 characters: the offset and year are where they are.
+        if not all(
+            type(v) is not str or ((v[-3] == ":" or v[-1] in "Zz") and v[:4] not in _EDGE_YEARS)
+            for v in given
+        ):
+            found = [timestamp_text(column, v, "rows") if type(v) is str else v for v in given]
+        millis = [v for v in found if type(v) is int]
         if not millis:
-            return given
+            return found
         if min(millis) < MS_MIN or max(millis) > MS_MAX:  # each refused where it is
-            return [timestamp_ms(column, v, "rows") if type(v) is int else v for v in given]
+            return [timestamp_ms(column, v, "rows") if type(v) is int else v for v in found]
         epoch, ms = _EPOCH, timedelta(milliseconds=1)
-        return [epoch + v * ms if type(v) is int else v for v in given]
+        return [epoch + v * ms if type(v) is int else v for v in found]
 
     return read
 

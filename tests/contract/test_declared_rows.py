@@ -201,6 +201,24 @@ BAD_ROWS = [
         "at",
         "string '2026-13-01T00:00:00Z'",
     ),
+    (
+        "timestamp offset without its colon",
+        _snapshot(_row(at="2026-01-01T00:00:00+0530")),
+        "at",
+        "string '2026-01-01T00:00:00+0530' (an offset is Z or +HH:MM)",
+    ),
+    (
+        "timestamp before year 1 in UTC",
+        _snapshot(_row(at="0001-01-01T00:30:00+01:00")),
+        "at",
+        "string '0001-01-01T00:30:00+01:00' (outside years 1 to 9999 in UTC)",
+    ),
+    (
+        "timestamp after year 9999 in UTC",
+        _snapshot(_row(at="9999-12-31T23:30:00-01:00")),
+        "at",
+        "string '9999-12-31T23:30:00-01:00' (outside years 1 to 9999 in UTC)",
+    ),
     ("timestamp as a float", _snapshot(_row(at=1.5)), "at", "number 1.5"),
     ("date not YYYY-MM-DD", _snapshot(_row(day="2026-1-2")), "day", "string '2026-1-2'"),
     ("date that does not exist", _snapshot(_row(day="2026-02-30")), "day", "string '2026-02-30'"),
@@ -267,6 +285,11 @@ def test_deletes_name_rows_by_key_object_or_bare_value_typed_like_rows() -> None
     assert list(parser("s", update).deleted) == [epoch, epoch + timedelta(seconds=1)]
     with pytest.raises(EnvelopeError, match=r"deleted\[0\]\.at"):
         parser("s", update.replace(b"+01:00", b""))
+    # A key is a row's value: the same offsets and years refused, with where.
+    for bad, why in ((b"+0100", "an offset is Z or"), (b"+01:00", "outside years 1 to 9999")):
+        edge = update.replace(b"1970-01-01T01:00:00+01:00", b"0001-01-01T00:30:00" + bad)
+        with pytest.raises(EnvelopeError, match=rf"deleted\[0\]\.at is .*\({why}"):
+            parser("s", edge)
 
 
 def test_a_traced_message_names_its_keys_in_the_declared_key_columns() -> None:
@@ -352,6 +375,12 @@ _TIMES = [
     b'"2026-01-01T00:00:00"',
     b"1.5",
     b"253402300800000",
+    b'"2026-01-01T00:00:00+0530"',
+    b'"0001-01-01T00:30:00+01:00"',
+    b'"0001-01-01T00:30:00-01:00"',
+    b'"9999-12-31T23:30:00-01:00"',
+    b'"2026-01-01t00:00:00.1234567z"',
+    b'"2026"',
 ]
 _COLUMN_WISE = parse_schema(
     '[key]\ncolumns = ["id"]\n[columns]\nid = "int64"\n'
