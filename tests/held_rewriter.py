@@ -49,10 +49,11 @@ class HeldRewriter:
         return (self.folder / "stderr").read_text(errors="replace")
 
     def freeze(self, timeout_s: float = 60) -> None:
-        """SIGSTOP its process group; returns once the process is stopped."""
+        """SIGSTOP its process group; returns once every thread of the process is stopped
+        (its lease's renewer too: no renewal lands after this)."""
         os.killpg(self.process.pid, signal.SIGSTOP)
         deadline = time.monotonic() + timeout_s
-        while _state(self.process.pid) != "T":
+        while not _stopped(self.process.pid):
             assert time.monotonic() < deadline, "the held process did not stop"
             time.sleep(0.05)
 
@@ -64,13 +65,16 @@ class HeldRewriter:
         return code, self.stderr
 
 
-def _state(pid: int) -> str:
-    """The process's state letter (``T``: stopped), or ``""`` once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return ""
-    return stat.rpartition(")")[2].split()[0]
+def _stopped(pid: int) -> bool:
+    """Whether every thread of the process is stopped (state ``T``)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        states.append(stat.rpartition(")")[2].split()[0])
+    return bool(states) and all(state == "T" for state in states)
 
 
 @contextmanager
