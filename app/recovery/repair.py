@@ -116,6 +116,14 @@ class RepairPlan:
         return "\n".join(lines)
 
 
+class RepairSteps:
+    """Hooks between the steps (tests hold a repair here; they do nothing by default)."""
+
+    def staged(self) -> None:
+        """Inside step 5: the rewritten files staged, before the rewriter claim's check
+        that guards recording the rewrite."""
+
+
 def archive_reader(uri: str, topic_pattern: str) -> RecordReader:
     location = archive.require_root(uri)
     index = archive.scan(location, topic_pattern)
@@ -181,9 +189,11 @@ def apply_repair(
     notice: Callable[[str], None] | None = None,
     archive: str | None = None,
     master: str | None = None,
+    steps: RepairSteps | None = None,
 ) -> str | None:
     """Steps 4 to 6; returns where the old checkpoint went (None if there was none).
-    ``master``: Spark's, which moves an ``hdfs://`` checkpoint aside."""
+    ``master``: Spark's, which moves an ``hdfs://`` checkpoint aside. ``steps``: where a
+    test holds it."""
     location = resolve(output_uri)
     ledger = Ledger(location)
     # Step 4: the output's writer, and beside no other rewriter (a compaction, a
@@ -218,6 +228,7 @@ def apply_repair(
             files = list(plan.files_to_rewrite)
         location.delete_dir(location.child(REPAIR_DIR))  # an earlier attempt's staging
         rewrite = _rewrite(location, files, plan.end, plan.kept_offsets(), archive)
+        (steps or RepairSteps()).staged()
         rewriting.check("recording its rewrite")
         rewrite_mod.carry_out(
             location,

@@ -2,26 +2,43 @@
 
 from __future__ import annotations
 
+import os
+import socket
+from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from app.contract.offsets import TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
 from app.engine.writer import stage_table
-from app.errors import DataLossError, OutputStateError
+from app.errors import DataLossError, ExitCode, OutputStateError
 from app.recovery import repair
 from app.sink import ledger as ledger_mod
+from app.sink import rewriter
 from app.sink.ledger import Ledger, LedgerEntry
 from app.sink.visible import visible_files
 from app.sources import archive
 from app.sources.records import SCHEMA, no_headers
 from app.storage import resolve
+from app.table import commit as table_commit
+from app.table import compact as table_compact
+from app.table.catalog import threads_released
+from app.tools.generate import CaptureSpec
+from tests.held_rewriter import held_rewriter
 from tests.readers import read_everywhere
+from tests.table.helpers import assert_exact, capture_rows, cuts, publish_batches
 
 A0 = TopicPartition("sensor-a", 0)
+# A capture whose sessions resync, for a repair that cuts every partition back to a snapshot.
+SPEC = CaptureSpec(
+    topics=2, partitions=2, sessions=8, updates=30, records_per_file=40, resync_every=8, seed=7
+)
+LATER = date(2100, 1, 1)  # a compaction merges every day before it
 
 
 def _output_ending_at(output: Path, end: int) -> str:
@@ -231,3 +248,93 @@ def test_a_repair_beside_a_running_rewriter_is_refused_naming_it(
     [refusal] = [line for line in err.splitlines() if "being rewritten" in line]
     assert "lease runs out 1 s after its last renewal" in refusal, err
     assert _tree(tmp_path) == before  # no writer claim, no checkpoint moved
+
+
+# A repair in its own process, held after staging its rewritten files (the test's hold),
+# its rewriter claim's lease 1 s; it fails as `tablecast repair` does: one line, its code.
+_REPAIR = """
+import logging
+from app import logs
+from app.cli.outcome import outcome
+from app.logs import LogFormat
+from app.recovery import repair
+from app.sink import rewrite, rewriter
+
+rewriter.DEFAULT_LEASE_S = 1.0
+archive, out, checkpoint = sys.argv[3:6]
+logs.configure(LogFormat.TEXT, logging.WARNING)
+
+
+class Held(repair.RepairSteps):
+    def staged(self):
+        hold()
+
+
+def run():
+    read = repair.archive_reader(archive, "^sensor-.+")
+    plan = repair.plan_repair(out, read, archive=archive)
+    assert plan.files_to_rewrite, plan.describe()
+    no_grace = rewrite.Retirement(grace_s=0)
+    repair.apply_repair(out, checkpoint, plan, no_grace, archive=archive, steps=Held())
+    return 0
+
+
+sys.exit(outcome("tablecast repair", run))
+"""
+
+
+@pytest.fixture
+def _pyiceberg_pool_ended() -> Iterator[None]:
+    """The test reads the table with pyiceberg: its shared pool ends with it (tests/leaks.py)."""
+    with threads_released():
+        yield
+
+
+@pytest.mark.usefixtures("_pyiceberg_pool_ended")
+def test_a_frozen_repair_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    """Frozen after staging its rewrite, before recording it: a compaction takes the
+    rewriter claim over once its lease has run out and merges every day's files, those
+    the repair was about to retire among them; woken, the repair stops (exit 7) in one
+    line naming the compaction, and the output is exactly what the compaction left."""
+    rows = capture_rows(tmp_path, SPEC)  # its archive in tmp_path / "archive"
+    ends = cuts(rows, 8)[:6]  # every session goes on past the ledger's end: rows to remove
+    out = tmp_path / "out"
+    publish_batches(str(out), rows, ends)
+    table_commit.catch_up(resolve(str(out)))
+    published = _before(rows, ends[-1])
+    argv = [str(tmp_path / "archive"), str(out), str(tmp_path / "ckpt")]
+    with held_rewriter(_REPAIR, *argv, folder=tmp_path / "repair") as held:
+        assert list((out / repair.REPAIR_DIR).rglob("*.parquet"))  # staged, not recorded
+        held.freeze()
+        lines: list[str] = []
+        claimant = rewriter.Claimant("compact", notice=lines.append)
+        # Its lease unrenewed for its length: taken over; the compaction does its work.
+        report = table_compact.compact(resolve(str(out)), before=LATER, claimant=claimant)
+        assert report.groups > 0
+        [watched] = lines
+        assert f"`tablecast repair` on host {socket.gethostname()} (pid {held.process.pid})" in (
+            watched
+        ), watched
+        assert_exact(published, str(out))
+        before = _tree(out)
+        code, err = held.wake()
+    assert code == ExitCode.OWNERSHIP_LOST and "Traceback" not in err, err
+    [line] = [x for x in err.splitlines() if "took the rewriter claim over" in x]
+    assert line.startswith(f"tablecast repair: output {out}: `tablecast compact` on host "), line
+    assert f"(pid {os.getpid()})" in line and "before recording its rewrite" in line, line
+    assert _tree(out) == before
+    assert_exact(published, str(out))
+
+
+def _before(rows: pa.Table, end: dict[TopicPartition, int]) -> pa.Table:
+    """The rows of offsets before ``end``, partition by partition."""
+    keep = pc.equal(pa.repeat(pa.scalar(True), len(rows)), False)
+    for tp, stop in end.items():
+        mask = pc.and_(
+            pc.and_(pc.equal(rows["topic"], tp.topic), pc.equal(rows["partition"], tp.partition)),
+            pc.less(rows["offset"], stop),
+        )
+        keep = pc.or_(keep, mask)
+    return rows.filter(keep)

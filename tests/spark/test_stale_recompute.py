@@ -1,0 +1,112 @@
+"""A replay frozen past its lease after its tasks staged their files, its rewriter claim
+taken over meanwhile: woken, it stops before recording its rewrite and changes nothing."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.errors import ExitCode
+from app.recompute import run as run_mod
+from app.sink import rewriter as rewriter_mod
+from app.storage import resolve
+from app.table import compact as table_compact
+from app.tools import verify
+from app.tools.generate import CaptureSpec
+from tests.held_rewriter import held_rewriter
+from tests.spark.helpers import PATTERN, run_job, write_capture
+from tests.table.helpers import assert_exact
+
+SPEC = CaptureSpec(
+    topics=1, partitions=2, sessions=6, updates=20, records_per_file=40, resync_every=8, seed=5
+)
+LATER = date(2100, 1, 1)  # a compaction merges every day before it
+
+pytestmark = pytest.mark.usefixtures("iceberg_pool_ended")
+
+# A replay of everything in its own process (its own local Spark), held once its tasks
+# have staged their files (the progress hook at all tasks done), its rewriter claim's
+# lease 1 s; it fails as `tablecast replay` does: one line and its exit code.
+_REPLAY = """
+import logging
+from app import logs
+from app.cli.outcome import outcome
+from app.logs import LogFormat
+from app.recompute.replay import plan_replay
+from app.recompute.run import recompute
+from app.sink.rewrite import Retirement
+from app.sink.rewriter import Claimant
+from app.spark.session import spark_session
+
+archive, out, pattern = sys.argv[3:6]
+logs.configure(LogFormat.TEXT, logging.WARNING)
+
+
+def progress(done, total):
+    if done == total:  # every task's files staged; nothing recorded
+        hold()
+
+
+def run():
+    planned = plan_replay(archive, out, 0, 4_102_444_800_000, topic_pattern=pattern)
+    spark = spark_session("local[1]")
+    claimant = Claimant("replay", lease_s=1.0)
+    recompute(spark, planned, progress, retirement=Retirement(grace_s=0), claimant=claimant)
+    return 0
+
+
+sys.exit(outcome("tablecast replay", run))
+"""
+
+
+def test_a_frozen_replay_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Frozen (its driver, JVM and workers) after its tasks staged their files: a
+    compaction takes the rewriter claim over once its lease has run out and merges the
+    files the replay recomputed; woken, the replay stops (exit 7) in one line naming the
+    compaction, and the output is exactly what the compaction left."""
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    write_capture(archive, SPEC)
+    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=50)
+    expected = verify.expected_output(str(archive), PATTERN).rows
+    argv = [str(archive), str(output), PATTERN]
+    with held_rewriter(_REPLAY, *argv, folder=tmp_path / "replay") as held:
+        assert list((output / run_mod.RECOMPUTE_DIR).rglob("*.parquet"))  # staged
+        assert not list((output / run_mod.RECORDS_DIR).glob("*"))  # not recorded
+        held.freeze()
+        lines: list[str] = []
+        claimant = rewriter_mod.Claimant("compact", notice=lines.append)
+        # Its lease unrenewed for its length: taken over; the compaction does its work.
+        report = table_compact.compact(resolve(str(output)), before=LATER, claimant=claimant)
+        assert report.groups > 0
+        [watched] = lines
+        who = f"`tablecast replay` on host {socket.gethostname()} (pid {held.process.pid})"
+        assert who in watched, watched
+        assert_exact(expected, str(output))
+        before = _tree(output)
+        code, err = held.wake()
+    assert code == ExitCode.OWNERSHIP_LOST and "Traceback" not in err, err
+    [line] = [x for x in err.splitlines() if "took the rewriter claim over" in x]
+    assert line.startswith(f"tablecast replay: output {output}: `tablecast compact` on host "), line
+    assert f"(pid {os.getpid()})" in line and "before recording its rewrite" in line, line
+    assert _tree(output) == before
+    assert_exact(expected, str(output))
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file and its bytes: data, table, ledger, history, claims; but the leases (a
+    woken holder may still write its own) and the recompute's staging, hidden from readers
+    (before its check a woken recompute stages again there the merged files that hold the
+    blocks it recomputed: what it staged is the next recompute's to drop)."""
+    staging = root / run_mod.RECOMPUTE_DIR
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "leases" not in p.parts and not p.is_relative_to(staging)
+    }
