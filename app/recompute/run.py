@@ -255,6 +255,9 @@ def _recompute(
 
     # Step 3
     started = time.monotonic()
+    # A holder woken after a takeover writes nothing more, not even its staging, which a
+    # recompute of the same selection that took over would be using.
+    claim.check("staging its rewrite")
     rewrite, kept = _rewrite(location, plan.staging_dir, results, works, key)
     rewrite = dataclasses.replace(rewrite, kind=str(kind), note=selector)
     claim.check("recording its rewrite")

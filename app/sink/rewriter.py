@@ -29,7 +29,9 @@ shares):
 - **Fence.** A holder that paused past its lease and woke after a takeover
   finds the number after its own taken (:meth:`RewriterClaim.check`, one
   small request) before each point of no return: writing a compaction's
-  history, recording its rewrite. It stops there, having only staged
+  history, a recompute's staging of its rewrite's merged files (a recompute
+  of the same selection that took over stages into the same folder),
+  recording its rewrite. It stops there, having only staged
   (which the one that took over deletes), and its lease is no longer
   renewed.
 

@@ -1,5 +1,5 @@
 """A replay frozen past its lease after its tasks staged their files, its rewriter claim
-taken over meanwhile: woken, it stops before recording its rewrite and changes nothing."""
+taken over meanwhile: woken, it stops before staging its rewrite and changes nothing."""
 
 from __future__ import annotations
 
@@ -94,19 +94,16 @@ def test_a_frozen_replay_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
     assert code == ExitCode.OWNERSHIP_LOST and "Traceback" not in err, err
     [line] = [x for x in err.splitlines() if "took the rewriter claim over" in x]
     assert line.startswith(f"tablecast replay: output {output}: `tablecast compact` on host "), line
-    assert f"(pid {os.getpid()})" in line and "before recording its rewrite" in line, line
+    assert f"(pid {os.getpid()})" in line and "before staging its rewrite" in line, line
     assert _tree(output) == before
     assert_exact(expected, str(output))
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    """Every file and its bytes: data, table, ledger, history, claims; but the leases (a
-    woken holder may still write its own) and the recompute's staging, hidden from readers
-    (before its check a woken recompute stages again there the merged files that hold the
-    blocks it recomputed: what it staged is the next recompute's to drop)."""
-    staging = root / run_mod.RECOMPUTE_DIR
+    """Every file and its bytes, its staging included: data, table, ledger, history,
+    claims; but the leases (a woken holder may still write its own)."""
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in root.rglob("*")
-        if p.is_file() and "leases" not in p.parts and not p.is_relative_to(staging)
+        if p.is_file() and "leases" not in p.parts
     }
