@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.contract.schema import load_schema
-from app.spark.session import LOCAL_JAVA_OPTIONS
+from app.spark.session import local_java_options
 from app.tools import generate as gen
 from bench.peer import TWS
 
@@ -219,7 +219,7 @@ def main() -> int:
     parser.add_argument("--peer", nargs=4, metavar=("CODE", "ARCHIVE", "OUTPUT", "CHECKPOINT"))
     parser.add_argument(
         "--java-options",
-        default=LOCAL_JAVA_OPTIONS,
+        default=local_java_options(),
         help="the local JVM's options of a --copy or --peer run ('': Spark's defaults)",
     )
     parser.add_argument(
@@ -266,7 +266,7 @@ def main() -> int:
                     f"--java-options={options}",
                 ]
             )
-            for name, options in (("tablecast", LOCAL_JAVA_OPTIONS), ("spark", ""))
+            for name, options in (("tablecast", local_java_options()), ("spark", ""))
         }
         copy = min(copies.values(), key=lambda m: m.seconds)
         ours = job("runs", archive, 1_000_000)
@@ -413,7 +413,7 @@ def wide_part() -> None:
                 f"--java-options={options}",
             ]
         )
-        for name, options in (("tablecast", LOCAL_JAVA_OPTIONS), ("spark", ""))
+        for name, options in (("tablecast", local_java_options()), ("spark", ""))
     }
     copy = min(copies.values(), key=lambda m: m.seconds)
     ours = job("wide", archive, 1_000_000, extra=("--schema", str(WIDE_SCHEMA)))

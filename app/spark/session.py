@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigurationError
-from app.spark import code
+from app.spark import class_archive, code
 
 APP_NAME = "tablecast"
 LOG_ENV = "TABLECAST_SPARK_LOG"
@@ -44,6 +44,12 @@ JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+def local_java_options() -> str:
+    """The job's JVM options in local mode: :data:`LOCAL_JAVA_OPTIONS`, and the class
+    archive ``make setup`` made (:mod:`app.spark.class_archive`) where there is one."""
+    return f"{LOCAL_JAVA_OPTIONS} {class_archive.java_options()}".strip()
+
+
 class _JvmLog:
     path: Path | None = None  # set once this process launched its JVM
 
@@ -55,13 +61,14 @@ def spark_log_path() -> Path | None:
 
 def spark_session(
     master: str | None = None,
-    java_options: str = LOCAL_JAVA_OPTIONS,
+    java_options: str | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> Any:
     """A SparkSession for the job; under spark-submit the master is already set.
 
     ``java_options``: the JVM's options where this process launches it in local
-    mode (``""``: Spark's defaults, as the bench's baselines run). ``notice``: a
+    mode (None: :func:`local_java_options`; ``""``: Spark's defaults, as the bench's
+    baselines run). ``notice``: a
     line before and after this process launches a JVM (seconds on a laptop).
     """
     # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
@@ -99,7 +106,8 @@ def spark_session(
     preload_daemon(conf)
     launching = SparkContext._active_spark_context is None and not under_submit
     if launching and conf.get("spark.master", "").startswith("local"):
-        conf.setIfMissing(JAVA_OPTIONS_KEY, java_options)  # a user's own are kept
+        options = local_java_options() if java_options is None else java_options
+        conf.setIfMissing(JAVA_OPTIONS_KEY, options)  # a user's own are kept
     if launching:
         say = notice or (lambda line: None)
         say(f"starting Spark ({conf.get('spark.master')}): its JVM takes a few seconds")
