@@ -8,8 +8,8 @@ job holds them ready to map: a session and a small query take 5.6 s with it
 against 8.9 s without (docs/design.md, "Measurements").
 
 ``make setup`` makes it (``python -m app.spark.class_archive``: the job over
-a small generated capture in a JVM that records what it loaded, then ``jcmd
-<pid> VM.cds dynamic_dump``), in the virtualenv beside the jars it was made
+a small generated capture in a JVM started with ``-XX:ArchiveClassesAtExit``,
+which writes what it loaded as it exits), in the virtualenv beside the jars it was made
 from, and again whenever the pins change. A JVM whose JDK or class path are
 not the archive's ignores it and starts as it would without: the options
 turn CDS's warnings off, so a stale archive costs seconds, never a line on
@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,47 +37,37 @@ def java_options(archive: Path = ARCHIVE) -> str:
     return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
-def _jcmd() -> str | None:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "jcmd").is_file():
-        return str(Path(java_home) / "bin" / "jcmd")
-    return shutil.which("jcmd")
-
-
 def make(archive: Path = ARCHIVE) -> str:
     """Dump ``archive`` from a JVM that ran the job over a small capture; what happened."""
-    jcmd = _jcmd()
-    if jcmd is None:
-        return "no jcmd (it comes with a JDK): local JVMs start without a class archive"
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+
     from app.cli import main as cli_main
     from app.spark.session import LOCAL_JAVA_OPTIONS, spark_session
     from app.tools import generate as gen
 
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    dumped = archive.with_name(f".{archive.name}.{os.getpid()}")
     with tempfile.TemporaryDirectory(prefix="tablecast-classes-") as work:
         spec = gen.CaptureSpec(topics=1, partitions=2, sessions=4, updates=20)
         gen.write_archive(gen.generate(spec), f"{work}/archive", spec)
-        spark = spark_session("local[2]", f"{LOCAL_JAVA_OPTIONS} -XX:+RecordDynamicDumpInfo")
-        pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        spark = spark_session("local[2]", f"{LOCAL_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={dumped}")
         argv = ["run", "--archive", f"{work}/archive", "--output", f"{work}/out"]
         argv += ["--checkpoint", f"{work}/checkpoint", "--trigger", "available-now"]
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             ran = cli_main(argv)
-        if ran != 0:
-            return f"the job's run to record its classes ended with exit {ran}: no class archive"
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        dumped = archive.with_name(f".{archive.name}.{os.getpid()}")
-        done = subprocess.run(
-            [jcmd, str(pid), "VM.cds", "dynamic_dump", str(dumped)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0 or not dumped.is_file():
-            dumped.unlink(missing_ok=True)
-            said = (done.stdout + done.stderr).strip().splitlines()
-            return f"jcmd could not dump the class archive: {said[-1] if said else done.returncode}"
-        os.replace(dumped, archive)  # whole or not at all: a JVM may be mapping the old one
+        gateway = SparkContext._gateway
+        assert gateway is not None  # the session above launched it
+        spark.stop()  # its accumulator server too, which would see the JVM's end as an error
+        # The archive is written as the JVM exits: through System.exit, which PySpark's own
+        # end (a kill) would skip; the gateway's connection drops with it.
+        with contextlib.suppress(Py4JError, OSError):
+            gateway.jvm.java.lang.System.exit(0)
+        gateway.proc.wait(timeout=300)
+    if ran != 0 or not dumped.is_file():
+        dumped.unlink(missing_ok=True)
+        return f"none: the JVM that ran the job (exit {ran}) wrote no archive"
+    os.replace(dumped, archive)  # whole or not at all: a JVM may be mapping the old one
     return f"{archive} ({archive.stat().st_size / 2**20:.0f} MiB)"
 
 
