@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 # The local JVM's class archive (app/spark/class_archive.py): Spark's classes
 # mapped at start, seconds off every local JVM; made again when the pins change.
 $(CLASS_ARCHIVE): $(STAMP)
-	@echo "setup: recording the classes a local JVM loads for the job (about 20 s)"
+	@echo "setup: recording the classes a local JVM loads for the job (about 30 s)"
 	@$(BIN)/python -m app.spark.class_archive
 
 # Regenerate the hashed locks after changing a pin in pyproject.toml.
