@@ -29,11 +29,11 @@ $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	@touch $(STAMP)
 	@echo "setup: done; .venv/bin/tablecast --help lists the commands"
 
-# The local JVM's class archive (app/spark/class_archive.py): Spark's classes
+# The local JVM's class archive (app/spark/class_archive.py, app/cli/class_archive.py): Spark's classes
 # mapped at start, seconds off every local JVM; made again when the pins change.
 $(CLASS_ARCHIVE): $(STAMP)
 	@echo "setup: recording the classes a local JVM loads for the job (about 30 s)"
-	@$(BIN)/python -m app.spark.class_archive
+	@$(BIN)/python -m app.cli.class_archive
 
 # Regenerate the hashed locks after changing a pin in pyproject.toml.
 lock:
