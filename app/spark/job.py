@@ -302,13 +302,16 @@ def _cleanup(step: Callable[[], object], unwinding: BaseException | None) -> Non
     """Run a cleanup ``step`` that calls the JVM (stop the query, remove the listener). While
     a failure or a Ctrl-C unwinds, the JVM may be gone or its connection cut by the
     interrupt: what the step raises then is logged, and the failure (or the interrupt, exit
-    130) stays the one the user sees."""
+    130) stays the one the user sees. After a Ctrl-C it is logged at debug level only: the
+    interrupt's one line is the whole answer (the JVM ends with this process), and whether
+    the interrupt cut py4j's connection mid-call is timing, not news."""
     try:
         step()
     except Exception as exc:
         if unwinding is None:
             raise
-        log.warning("cleaning up after %r: %s", unwinding, exc)
+        level = logging.DEBUG if isinstance(unwinding, KeyboardInterrupt) else logging.WARNING
+        log.log(level, "cleaning up after %r: %s", unwinding, exc)
 
 
 def _last_progress(query: Any) -> str | None:
