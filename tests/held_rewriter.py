@@ -113,3 +113,26 @@ def held_rewriter(
         reap_group(process)
         if process.poll() is None:
             process.wait(timeout=20)
+
+
+def output_files(root: Path) -> dict[str, bytes]:
+    """Every file of an output and its bytes, staging included, but the leases (a live or
+    woken holder may still renew its own)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "leases" not in p.parts
+    }
+
+
+def assert_fenced(code: int, err: str, command: str, output: Path, before: str) -> None:
+    """A woken rewriter's end: the ownership-lost exit and one line naming the compaction of
+    this process that took its claim over, and the step it stopped ``before``."""
+    from app.errors import ExitCode
+
+    assert code == ExitCode.OWNERSHIP_LOST and "Traceback" not in err, err
+    [line] = [x for x in err.splitlines() if "took the rewriter claim over" in x]
+    assert line.startswith(f"tablecast {command}: output {output}: `tablecast compact` on host "), (
+        line
+    )
+    assert f"(pid {os.getpid()})" in line and f"before {before}" in line, line

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator
 from datetime import date
@@ -16,7 +15,7 @@ import pytest
 from app.contract.offsets import TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
 from app.engine.writer import stage_table
-from app.errors import DataLossError, ExitCode, OutputStateError
+from app.errors import DataLossError, OutputStateError
 from app.recovery import repair
 from app.sink import ledger as ledger_mod
 from app.sink import rewriter
@@ -29,7 +28,7 @@ from app.table import commit as table_commit
 from app.table import compact as table_compact
 from app.table.catalog import threads_released
 from app.tools.generate import CaptureSpec
-from tests.held_rewriter import held_rewriter
+from tests.held_rewriter import assert_fenced, held_rewriter, output_files
 from tests.readers import read_everywhere
 from tests.table.helpers import assert_exact, capture_rows, cuts, publish_batches
 
@@ -205,7 +204,7 @@ def test_a_repair_beside_a_running_job_is_refused_naming_it(
     try:
         keeper.committed(live.append(LedgerEntry(-1, ledger_mod.BATCH, {A0: 2}, batch_id=0)))
         (tmp_path / "ckpt").mkdir()
-        before = _tree(tmp_path)
+        before = output_files(tmp_path)
         argv = ["repair", "--archive", root, "--output", str(out), "--checkpoint"]
         code = cli.main([*argv, str(tmp_path / "ckpt"), "--yes"])
     finally:
@@ -213,16 +212,7 @@ def test_a_repair_beside_a_running_job_is_refused_naming_it(
     err = capsys.readouterr().err
     assert code == 4, err
     assert "held by a running writer: `tablecast run`" in err and "ledger entry 1 (batch 0)" in err
-    assert _tree(tmp_path) == before and (tmp_path / "ckpt").is_dir()
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    """Every file and its bytes, but the running job's lease (it renews it)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in root.rglob("*")
-        if p.is_file() and "leases" not in p.parts
-    }
+    assert output_files(tmp_path) == before and (tmp_path / "ckpt").is_dir()
 
 
 def test_a_repair_beside_a_running_rewriter_is_refused_naming_it(
@@ -239,7 +229,7 @@ def test_a_repair_beside_a_running_rewriter_is_refused_naming_it(
     _output_ending_at(out, 2)
     (tmp_path / "ckpt").mkdir()
     with rewriter.held(resolve(str(out)), rewriter.Claimant("compact")):
-        before = _tree(tmp_path)
+        before = output_files(tmp_path)
         argv = ["repair", "--archive", root, "--output", str(out), "--checkpoint"]
         code = cli.main([*argv, str(tmp_path / "ckpt"), "--yes"])
     err = capsys.readouterr().err
@@ -247,7 +237,7 @@ def test_a_repair_beside_a_running_rewriter_is_refused_naming_it(
     assert "is being rewritten by `tablecast compact` on host" in err, err
     [refusal] = [line for line in err.splitlines() if "being rewritten" in line]
     assert "lease runs out 1 s after its last renewal" in refusal, err
-    assert _tree(tmp_path) == before  # no writer claim, no checkpoint moved
+    assert output_files(tmp_path) == before  # no writer claim, no checkpoint moved
 
 
 # A repair in its own process, held after staging its rewritten files (the test's hold),
@@ -318,13 +308,10 @@ def test_a_frozen_repair_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
             watched
         ), watched
         assert_exact(published, str(out))
-        before = _tree(out)
+        before = output_files(out)
         code, err = held.wake()
-    assert code == ExitCode.OWNERSHIP_LOST and "Traceback" not in err, err
-    [line] = [x for x in err.splitlines() if "took the rewriter claim over" in x]
-    assert line.startswith(f"tablecast repair: output {out}: `tablecast compact` on host "), line
-    assert f"(pid {os.getpid()})" in line and "before recording its rewrite" in line, line
-    assert _tree(out) == before
+    assert_fenced(code, err, "repair", out, "recording its rewrite")
+    assert output_files(out) == before
     assert_exact(published, str(out))
 
 

@@ -3,7 +3,6 @@ taken over meanwhile: woken, it stops before staging its rewrite and changes not
 
 from __future__ import annotations
 
-import os
 import socket
 from datetime import date
 from pathlib import Path
@@ -11,14 +10,13 @@ from typing import Any
 
 import pytest
 
-from app.errors import ExitCode
 from app.recompute import run as run_mod
 from app.sink import rewriter as rewriter_mod
 from app.storage import resolve
 from app.table import compact as table_compact
 from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.held_rewriter import held_rewriter
+from tests.held_rewriter import assert_fenced, held_rewriter, output_files
 from tests.spark.helpers import PATTERN, run_job, write_capture
 from tests.table.helpers import assert_exact
 
@@ -89,21 +87,8 @@ def test_a_frozen_replay_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
         who = f"`tablecast replay` on host {socket.gethostname()} (pid {held.process.pid})"
         assert who in watched, watched
         assert_exact(expected, str(output))
-        before = _tree(output)
+        before = output_files(output)
         code, err = held.wake()
-    assert code == ExitCode.OWNERSHIP_LOST and "Traceback" not in err, err
-    [line] = [x for x in err.splitlines() if "took the rewriter claim over" in x]
-    assert line.startswith(f"tablecast replay: output {output}: `tablecast compact` on host "), line
-    assert f"(pid {os.getpid()})" in line and "before staging its rewrite" in line, line
-    assert _tree(output) == before
+    assert_fenced(code, err, "replay", output, "staging its rewrite")
+    assert output_files(output) == before
     assert_exact(expected, str(output))
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    """Every file and its bytes, its staging included: data, table, ledger, history,
-    claims; but the leases (a woken holder may still write its own)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in root.rglob("*")
-        if p.is_file() and "leases" not in p.parts
-    }
