@@ -54,7 +54,11 @@ def make(archive: Path = ARCHIVE) -> str:
 
 
 def main() -> int:
-    print(f"setup: class archive of the local JVM: {make()}", flush=True)
+    try:
+        made = make()
+    except Exception as exc:  # no Java, no Spark, a full disk: one line, and setup goes on
+        made = f"none: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    print(f"setup: class archive of the local JVM: {made}", flush=True)
     return 0  # an archive only saves seconds: setup goes on without one
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -55,3 +56,24 @@ def test_an_archive_that_is_not_there_or_not_this_jvms_is_passed_over_silently(
     assert done.returncode == 0, done.stderr
     assert "cds" not in (done.stdout + done.stderr).lower(), done.stderr
     assert "archive" not in (done.stdout + done.stderr).lower(), done.stderr
+
+
+def test_setup_without_a_jvm_says_so_in_one_line_and_goes_on() -> None:
+    """The archive only saves seconds: a machine whose Java does not start gets one line from
+    `make setup`'s step, exit 0, and the archive it had stays as it was."""
+    env = {**os.environ, "JAVA_HOME": "/nonexistent"}
+    before = class_archive.ARCHIVE.stat().st_mtime_ns if class_archive.ARCHIVE.exists() else None
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli.class_archive"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert done.stdout.startswith("setup: class archive of the local JVM: none: "), said
+    assert len(done.stdout.splitlines()) == 1 and "Traceback" not in said, said
+    after = class_archive.ARCHIVE.stat().st_mtime_ns if class_archive.ARCHIVE.exists() else None
+    assert after == before
