@@ -34,7 +34,7 @@ import pytest
 
 from tests.fixture_processes import FIXTURE_OWNED
 
-__all__ = ["child_processes", "detached_processes", "leaked_threads"]
+__all__ = ["child_processes", "leaked_threads"]
 
 GRACE_S = 5.0
 _SESSION_OWNED = ("py4j", "pyspark", "jsii")
@@ -64,18 +64,8 @@ def leaked_threads(before: set[int]) -> list[threading.Thread]:
 
 
 def child_processes() -> dict[int, str]:
-    """This process's live children, and the daemons its descendants left behind
-    (:func:`detached_processes`): pid -> command line (from /proc)."""
-    return _processes(children=True)
-
-
-def detached_processes() -> dict[int, str]:
-    """Live processes adopted by init whose environment holds this process's mark: daemons
-    that its descendants started and that detached."""
-    return _processes(children=False)
-
-
-def _processes(children: bool) -> dict[int, str]:
+    """This process's live children, and the daemons its descendants left behind (adopted
+    by init, this process's mark in their environment): pid -> command line (from /proc)."""
     me = os.getpid()
     found: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
@@ -85,7 +75,7 @@ def _processes(children: bool) -> dict[int, str]:
             stat = (entry / "stat").read_text()
             # The command name is in parentheses and may hold spaces: fields follow its ")".
             state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
-            if state == "Z" or not ((children and int(ppid) == me) or int(ppid) == 1):
+            if state == "Z" or int(ppid) not in (me, 1):
                 continue
             if int(ppid) == 1 and _MARK not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
