@@ -20,9 +20,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from tests.process_groups import reap_group
+
+# A day after every day the tests' outputs hold: a compaction takes them all.
+LATER = date(2100, 1, 1)
 
 # What every held script starts with: its own arguments follow in sys.argv[3:].
 PREAMBLE = '''
@@ -136,3 +140,21 @@ def assert_fenced(code: int, err: str, command: str, output: Path, before: str) 
         line
     )
     assert f"(pid {os.getpid()})" in line and f"before {before}" in line, line
+
+
+def take_over(output: Path, command: str, held: HeldRewriter) -> None:
+    """A compaction in this process takes the frozen ``held`` rewriter's claim over once its
+    lease has gone unrenewed for its length, and does its work; its notice names the holder."""
+    import socket
+
+    from app.sink import rewriter
+    from app.storage import resolve
+    from app.table import compact as table_compact
+
+    lines: list[str] = []
+    claimant = rewriter.Claimant("compact", notice=lines.append)
+    report = table_compact.compact(resolve(str(output)), before=LATER, claimant=claimant)
+    assert report.groups > 0
+    [watched] = lines
+    who = f"`tablecast {command}` on host {socket.gethostname()} (pid {held.process.pid})"
+    assert who in watched, watched

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -25,10 +24,9 @@ from app.sources import archive
 from app.sources.records import SCHEMA, no_headers
 from app.storage import resolve
 from app.table import commit as table_commit
-from app.table import compact as table_compact
 from app.table.catalog import threads_released
 from app.tools.generate import CaptureSpec
-from tests.held_rewriter import assert_fenced, held_rewriter, output_files
+from tests.held_rewriter import assert_fenced, held_rewriter, output_files, take_over
 from tests.readers import read_everywhere
 from tests.table.helpers import assert_exact, capture_rows, cuts, publish_batches
 
@@ -221,7 +219,6 @@ def test_a_repair_beside_a_running_rewriter_is_refused_naming_it(
     """A compaction planning (holding the rewriter claim): repair takes no writer claim,
     changes nothing, and names the compaction."""
     from app import cli
-    from app.sink import rewriter
 
     monkeypatch.setattr(rewriter, "DEFAULT_LEASE_S", 1.0)
     root = _archive(tmp_path / "archive", [("y", 0, "snapshot"), ("y", 1, "update")])
@@ -298,15 +295,7 @@ def test_a_frozen_repair_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
     with held_rewriter(_REPAIR, *argv, folder=tmp_path / "repair") as held:
         assert list((out / repair.REPAIR_DIR).rglob("*.parquet"))  # staged, not recorded
         held.freeze()
-        lines: list[str] = []
-        claimant = rewriter.Claimant("compact", notice=lines.append)
-        # Its lease unrenewed for its length: taken over; the compaction does its work.
-        report = table_compact.compact(resolve(str(out)), before=LATER, claimant=claimant)
-        assert report.groups > 0
-        [watched] = lines
-        assert f"`tablecast repair` on host {socket.gethostname()} (pid {held.process.pid})" in (
-            watched
-        ), watched
+        take_over(out, "repair", held)
         assert_exact(published, str(out))
         before = output_files(out)
         code, err = held.wake()

@@ -3,7 +3,6 @@ taken over meanwhile: woken, it stops before staging its rewrite and changes not
 
 from __future__ import annotations
 
-import socket
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -11,12 +10,9 @@ from typing import Any
 import pytest
 
 from app.recompute import run as run_mod
-from app.sink import rewriter as rewriter_mod
-from app.storage import resolve
-from app.table import compact as table_compact
 from app.tools import verify
 from app.tools.generate import CaptureSpec
-from tests.held_rewriter import assert_fenced, held_rewriter, output_files
+from tests.held_rewriter import assert_fenced, held_rewriter, output_files, take_over
 from tests.spark.helpers import PATTERN, run_job, write_capture
 from tests.table.helpers import assert_exact
 
@@ -78,14 +74,7 @@ def test_a_frozen_replay_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
         assert list((output / run_mod.RECOMPUTE_DIR).rglob("*.parquet"))  # staged
         assert not list((output / run_mod.RECORDS_DIR).glob("*"))  # not recorded
         held.freeze()
-        lines: list[str] = []
-        claimant = rewriter_mod.Claimant("compact", notice=lines.append)
-        # Its lease unrenewed for its length: taken over; the compaction does its work.
-        report = table_compact.compact(resolve(str(output)), before=LATER, claimant=claimant)
-        assert report.groups > 0
-        [watched] = lines
-        who = f"`tablecast replay` on host {socket.gethostname()} (pid {held.process.pid})"
-        assert who in watched, watched
+        take_over(output, "replay", held)
         assert_exact(expected, str(output))
         before = output_files(output)
         code, err = held.wake()
