@@ -6,14 +6,17 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-CLASS_ARCHIVE := $(VENV)/share/tablecast/spark-classes.jsa
 CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: lock setup demo test infra-checks lint typecheck unit commit-chain synth checkov terraform-check terraform-stacks terraform-prod packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
 
-setup: $(STAMP) $(CLASS_ARCHIVE)
+# Then the local JVM's class archive (app/spark/class_archive.py): Spark's classes mapped at
+# start, seconds off every local JVM. Its name follows the JDK and the pins, so the step
+# makes it (about 30 s) only when this JDK's is missing, and says nothing otherwise.
+setup: $(STAMP)
+	@$(BIN)/python -m app.cli.class_archive
 
 # Re-install only when the pins change: `make setup` is quick when nothing did.
 # Each step says what it does: the first install takes minutes, with pip kept quiet.
@@ -28,12 +31,6 @@ $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	@$(BIN)/python -m tablecast_preload.pth  # PySpark from the package, not Spark's zips
 	@touch $(STAMP)
 	@echo "setup: done; .venv/bin/tablecast --help lists the commands"
-
-# The local JVM's class archive (app/spark/class_archive.py, app/cli/class_archive.py): Spark's classes
-# mapped at start, seconds off every local JVM; made again when the pins change.
-$(CLASS_ARCHIVE): $(STAMP)
-	@echo "setup: recording the classes a local JVM loads for the job (about 30 s)"
-	@$(BIN)/python -m app.cli.class_archive
 
 # Regenerate the hashed locks after changing a pin in pyproject.toml.
 lock:

@@ -2,7 +2,8 @@
 
 The job's command line over a small generated capture, in a JVM that writes
 the classes it loaded as it exits (:mod:`app.spark.class_archive` says what
-the archive is for and how a JVM uses it).
+the archive is for, how a JVM uses it and why its name changes). Silent when
+this JDK's archive is there already, so that every ``make setup`` may ask.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.spark.class_archive import ARCHIVE
+from app.spark import class_archive
 
 __all__ = ["main", "make"]
 
 
-def make(archive: Path = ARCHIVE) -> str:
+def make(archive: Path) -> str:
     """Dump ``archive`` from a JVM that ran the job over a small capture; what happened."""
     from py4j.protocol import Py4JError
     from pyspark import SparkContext
@@ -49,13 +50,26 @@ def make(archive: Path = ARCHIVE) -> str:
     if ran != 0 or not dumped.is_file():
         dumped.unlink(missing_ok=True)
         return f"none: the JVM that ran the job (exit {ran}) wrote no archive"
-    os.replace(dumped, archive)  # whole or not at all: a JVM may be mapping the old one
+    os.replace(dumped, archive)  # whole or not at all
+    # Archives of other JDKs or pins would only fill the disk; a JVM mapping one keeps it.
+    for other in archive.parent.glob("spark-classes*.jsa"):
+        if other != archive:
+            other.unlink(missing_ok=True)
     return f"{archive} ({archive.stat().st_size / 2**20:.0f} MiB)"
 
 
 def main() -> int:
+    archive = class_archive.current()
+    if archive is None:
+        print(
+            "setup: class archive of the local JVM: none: no JDK (JAVA_HOME, or java on the path)"
+        )
+        return 0
+    if archive.is_file():
+        return 0
+    print("setup: recording the classes a local JVM loads for the job (about 30 s)", flush=True)
     try:
-        made = make()
+        made = make(archive)
     except Exception as exc:  # no Java, no Spark, a full disk: one line, and setup goes on
         made = f"none: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     print(f"setup: class archive of the local JVM: {made}", flush=True)

@@ -9,25 +9,63 @@ against 8.9 s without (docs/design.md, "Measurements").
 
 ``make setup`` makes it (``python -m app.cli.class_archive``: the job over
 a small generated capture in a JVM started with ``-XX:ArchiveClassesAtExit``,
-which writes what it loaded as it exits), in the virtualenv beside the jars it was made
-from, and again whenever the pins change. A JVM whose JDK or class path are
-not the archive's ignores it and starts as it would without: the options
-turn CDS's warnings off, so a stale archive costs seconds, never a line on
-the terminal. The cluster's JVMs (spark-submit on the image) do not use it.
+which writes what it loaded as it exits), in the virtualenv beside the jars
+it was made from. A JVM maps only an archive its own JDK dumped, with the
+class path it was dumped with, and otherwise starts without a word (the
+options turn CDS's warnings off), seconds slower. So the archive's name
+carries the JDK it is for and PySpark's version (:func:`current`): after
+the JDK is upgraded or ``JAVA_HOME`` names another, or after the pins
+change, the name is new, and the next ``make setup`` makes it. The cluster's
+JVMs (spark-submit on the image) do not use it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import sys
+from importlib import metadata
 from pathlib import Path
 
-__all__ = ["ARCHIVE", "java_options"]
+__all__ = ["FOLDER", "current", "java_home", "java_options"]
 
-ARCHIVE = Path(sys.prefix) / "share" / "tablecast" / "spark-classes.jsa"
+FOLDER = Path(sys.prefix) / "share" / "tablecast"
 
 
-def java_options(archive: Path = ARCHIVE) -> str:
-    """The JVM options that map ``archive`` where it exists ("" where it does not)."""
-    if not archive.is_file():
+def java_home() -> Path | None:
+    """The JDK Spark's launcher runs: ``JAVA_HOME``'s, else that of ``java`` on the path."""
+    if home := os.environ.get("JAVA_HOME"):
+        return Path(home).resolve() if Path(home, "bin", "java").is_file() else None
+    java = shutil.which("java")
+    return Path(java).resolve().parent.parent if java else None
+
+
+def current(folder: Path = FOLDER) -> Path | None:
+    """The archive for this JDK and this PySpark (None: no JDK found).
+
+    A JDK is told by its folder and its class image (``lib/modules``: size and time,
+    which every JDK update rewrites), so that asking costs a ``stat``, not a JVM.
+    """
+    home = java_home()
+    try:
+        image = (home / "lib" / "modules").stat() if home else None
+    except OSError:
+        image = None
+    try:
+        spark = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        return None
+    if home is None or image is None:
+        return None
+    key = f"{home}|{image.st_size}|{image.st_mtime_ns}|{spark}"
+    return folder / f"spark-classes-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
+
+
+def java_options(archive: Path | None = None) -> str:
+    """The JVM options that map ``archive`` (by default :func:`current`'s) where it
+    exists ("" where it does not)."""
+    archive = current() if archive is None else archive
+    if archive is None or not archive.is_file():
         return ""
     return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"

@@ -22,9 +22,12 @@ def test_the_local_jvm_maps_the_class_archive_setup_made(spark: Any) -> None:
     """`make setup` made the archive; the session's JVM names it, and a JVM launched the
     same way with sharing required (``-Xshare:on``: no start without it) starts: the
     archive fits this JDK and the job's class path."""
-    assert class_archive.ARCHIVE.is_file(), "make setup makes it (app/spark/class_archive.py)"
+    archive = class_archive.current()
+    assert archive is not None and archive.is_file(), (
+        "make setup makes it (app/cli/class_archive.py)"
+    )
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert f"-XX:SharedArchiveFile={class_archive.ARCHIVE}" in runtime.getInputArguments()
+    assert f"-XX:SharedArchiveFile={archive}" in runtime.getInputArguments()
     script = textwrap.dedent(
         f"""
         from app.spark.session import spark_session
@@ -58,12 +61,9 @@ def test_an_archive_that_is_not_there_or_not_this_jvms_is_passed_over_silently(
     assert "archive" not in (done.stdout + done.stderr).lower(), done.stderr
 
 
-def test_setup_without_a_jvm_says_so_in_one_line_and_goes_on() -> None:
-    """The archive only saves seconds: a machine whose Java does not start gets one line from
-    `make setup`'s step, exit 0, and the archive it had stays as it was."""
-    env = {**os.environ, "JAVA_HOME": "/nonexistent"}
-    before = class_archive.ARCHIVE.stat().st_mtime_ns if class_archive.ARCHIVE.exists() else None
-    done = subprocess.run(
+def _setup_step(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`make setup`'s class archive step."""
+    return subprocess.run(
         [sys.executable, "-m", "app.cli.class_archive"],
         capture_output=True,
         text=True,
@@ -71,9 +71,47 @@ def test_setup_without_a_jvm_says_so_in_one_line_and_goes_on() -> None:
         check=False,
         env=env,
     )
+
+
+def _archives() -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in class_archive.FOLDER.glob("*.jsa")}
+
+
+def test_setup_without_a_jvm_says_so_in_one_line_and_goes_on() -> None:
+    """The archive only saves seconds: a machine without a JDK gets one line from
+    `make setup`'s step, exit 0, and the archives it had stay as they were."""
+    before = _archives()
+    done = _setup_step({**os.environ, "JAVA_HOME": "/nonexistent"})
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
     assert done.stdout.startswith("setup: class archive of the local JVM: none: "), said
     assert len(done.stdout.splitlines()) == 1 and "Traceback" not in said, said
-    after = class_archive.ARCHIVE.stat().st_mtime_ns if class_archive.ARCHIVE.exists() else None
-    assert after == before
+    assert _archives() == before
+
+
+def test_the_archive_is_named_for_its_jdk_so_that_another_jdk_gets_its_own(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A JVM passes over an archive another JDK dumped without a word: were the name fixed,
+    an upgraded JDK would run without one, seconds slower, until someone deleted it. Named
+    for the JDK, an upgrade (its class image rewritten) or another ``JAVA_HOME`` asks for an
+    archive not made yet, which the next `make setup` makes; with this JDK's there, the
+    step does nothing and says nothing."""
+    ours = class_archive.current()
+    assert ours is not None and ours.is_file()
+    before = _archives()
+    done = _setup_step(dict(os.environ))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert _archives() == before
+
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "lib").mkdir()
+    (jdk / "bin" / "java").write_text("#!/bin/sh\n", encoding="utf-8")
+    (jdk / "lib" / "modules").write_bytes(b"17.0.15")
+    monkeypatch.setenv("JAVA_HOME", str(jdk))
+    other = class_archive.current()
+    assert other is not None and other.parent == ours.parent and other != ours
+    assert class_archive.java_options() == ""  # none made for it yet: no option
+    (jdk / "lib" / "modules").write_bytes(b"17.0.16 upgraded")
+    assert class_archive.current() not in (ours, other)
