@@ -327,6 +327,28 @@ def test_an_output_in_the_archive_is_refused_before_anything_runs(tmp_path: Path
     assert _one_line(beside, 64) == "tablecast verify: output archive-out does not exist"
 
 
+def test_an_output_and_a_checkpoint_one_inside_the_other_are_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    """A run with the checkpoint in the output's folder (or the other way round) wrote both
+    there: readers of the dataset met Spark's offsets and state files, and the checkpoint
+    moved aside, as a refused start advises, took the output along."""
+    (tmp_path / "archive" / "sensor-0").mkdir(parents=True)
+    both = "the output and the checkpoint are folders of their own, never one inside the other"
+    for output, checkpoint in (("out", "out/"), ("out/rows", "out"), ("out", "./out/ckpt")):
+        argv = ["run", "--archive", "archive", "--output", output, "--checkpoint", checkpoint]
+        assert _one_line(run(TABLECAST, *argv, cwd=tmp_path), 64) == (
+            f"tablecast run: --output {output} and --checkpoint {checkpoint} overlap: {both}"
+        )
+    argv = ["run", "--archive", "archive", "--output", "out", "--checkpoint", "archive/ckpt"]
+    assert _one_line(run(TABLECAST, *argv, cwd=tmp_path), 64) == (
+        "tablecast run: --archive archive and --checkpoint archive/ckpt overlap: the archive "
+        "and the checkpoint are folders of their own, never one inside the other"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
+    assert [p.name for p in (tmp_path / "archive").iterdir()] == ["sensor-0"]
+
+
 def test_commands_that_read_an_output_refuse_a_missing_one_and_create_nothing(
     tmp_path: Path,
 ) -> None:

@@ -44,15 +44,29 @@ def check_paths(args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if value is not None:
             storage.require_scheme(option, value, schemes)
-    archive, output = getattr(args, "archive", None), getattr(args, "output", None)
-    if archive and output:
-        a, o = _place(archive), _place(output)
-        if a == o or o.startswith(a + "/") or a.startswith(o + "/"):
-            # The output's checks would find the archive's files as strays to delete.
-            raise ConfigurationError(
-                f"--output {output} and --archive {archive} overlap: the output is a folder "
-                "of its own, never inside the archive"
-            )
+    given = [(PATHS[d][0], v) for d in _APART if (v := getattr(args, d, None)) is not None]
+    for i, (option, value) in enumerate(given):
+        for other, other_value in given[i + 1 :]:
+            a, b = _place(value), _place(other_value)
+            if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+                raise ConfigurationError(
+                    f"{option} {value} and {other} {other_value} overlap: "
+                    f"{_APART_WHY[option, other]}"
+                )
+
+
+# The folders a command's files live in, each a folder of its own: the output's checks would
+# find an archive's or a checkpoint's files as strays to delete, a checkpoint moved aside (as
+# the start-up refusals advise) would take an output inside it along, and the archive's
+# listing would refuse a checkpoint's files as out of its layout.
+_APART = ("output", "archive", "checkpoint")
+_APART_WHY = {
+    ("--output", "--archive"): "the output is a folder of its own, never inside the archive",
+    ("--output", "--checkpoint"): "the output and the checkpoint are folders of their own, "
+    "never one inside the other",
+    ("--archive", "--checkpoint"): "the archive and the checkpoint are folders of their own, "
+    "never one inside the other",
+}
 
 
 def _place(uri: str) -> str:
