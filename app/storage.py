@@ -113,9 +113,6 @@ class Location:
     def exists(self, path: str) -> bool:
         return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
-    def is_file(self, path: str) -> bool:
-        return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
-
     def read_bytes(self, path: str) -> bytes:
         with self.refusing(path, "read"), self.fs.open_input_stream(path) as stream:
             return bytes(stream.readall())

@@ -166,8 +166,6 @@ def load_schema(uri: str) -> TableSchema:
     path = location.child(name)
     if not name or not location.exists(path):
         raise ConfigurationError(f"schema {uri}: no such file", document=uri)
-    if not location.is_file(path):
-        raise ConfigurationError(f"schema {uri}: is a folder, not a file", document=uri)
     return parse_schema(location.read_bytes(path), uri)
 
 
