@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
 import tablecast
@@ -186,3 +188,46 @@ def test_deleted_keys_write_their_deleted_rows_before_the_rows() -> None:
         ("gone", None, True),
         ("kept", 1, False),
     ]
+
+
+class Totals(msgspec.Struct):
+    total: float = 0.0
+    count: int = 0
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            {"total": Decimal("2.50")},  # a decimal column's value, kept in a float field
+            "ValueError: it does not read back as Totals: Expected `float`, got `str` - at "
+            "`$.total`",
+        ),
+        (
+            {"count": np.int64(3)},
+            "TypeError: Encoding objects of type numpy.int64 is unsupported",
+        ),
+    ],
+)
+def test_a_state_the_job_could_not_load_again_fails_where_it_is_saved(
+    change: dict[str, Any], problem: str
+) -> None:
+    class Careless(tablecast.Processor[Totals]):
+        output = OUTPUT
+
+        def apply(
+            self, state: Totals, message: tablecast.Message
+        ) -> tuple[Totals, tablecast.Changes]:
+            if message.seq == 1:
+                for field, value in change.items():
+                    setattr(state, field, value)
+            return state, tablecast.NO_CHANGES
+
+    with pytest.raises(ProcessorError) as info:
+        tablecast.process(Careless(), [msg(0, "snapshot"), msg(1), msg(0, "snapshot", session="t")])
+    assert str(info.value) == (
+        f"processor {Careless.name} left a state that cannot be saved at topic sensor-test "
+        f"partition 0 offset 1, session 's': {problem}"
+    )
+    assert info.value.exit_code == 9
+    assert info.value.facts["step"] == "state"
