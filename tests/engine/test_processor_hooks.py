@@ -157,10 +157,22 @@ def test_a_processor_that_raises_is_one_line_naming_the_step_the_message_and_its
             "expected a tuple of the 4 output columns (sid, step, n, at), got a tuple of 2",
         ),
         (("s", "x", 1, "noon"), "column 'at': expected timestamp, got str 'noon'"),
+        # Values Arrow would convert without a word: truncated, read as microseconds or days,
+        # a naive time read as UTC, a dict's missing column left null.
+        (("s", "x", 2.5, None), "column 'n': expected int64, got float 2.5"),
+        (("s", "x", 2, 1_000), "column 'at': expected timestamp, got int 1000"),
+        (
+            ("s", "x", 2, datetime(2026, 1, 1, 12)),
+            "column 'at': expected an aware datetime, got datetime.datetime(2026, 1, 1, 12, 0)",
+        ),
+        (
+            {"sid": "s", "step": "x", "at": None},
+            "expected a tuple of the 4 output columns (sid, step, n, at), got dict",
+        ),
     ],
 )
 def test_a_row_the_output_schema_refuses_is_named_with_its_message_and_column(
-    row: tuple[Any, ...], problem: str
+    row: Any, problem: str
 ) -> None:
     class Wrong(Hooks):
         def apply(
