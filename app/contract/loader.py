@@ -119,9 +119,11 @@ def check(name: str, processor: Processor[Any]) -> None:
             "or write encode_state and decode_state)"
         )
     try:
-        processor.decode_state(processor.encode_state(processor.state_type()))
+        made = processor.state_type()
     except TypeError:
-        pass  # a state type without defaults: made by start() only
+        return  # a state type without defaults: made by start() only
+    try:
+        processor.decode_state(processor.encode_state(made))
     except Exception as exc:  # msgspec cannot encode one of its fields
         raise ConfigurationError(
             f"--processor {name}: its state {processor.state_type.__qualname__} cannot be "

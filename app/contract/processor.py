@@ -64,7 +64,8 @@ NO_CHANGES = Changes()
 
 
 class Reject(Exception):
-    """Raised by a processor that refuses a message (it changes nothing).
+    """Raised by a processor that refuses a message: no rows are written for it. Raise it
+    before changing the state in place: what was changed stays.
 
     The engine treats it as a violation of ``rule`` (CONTRACT.md section 2;
     7, the message's content, unless you name another): a strict job stops on
