@@ -151,8 +151,19 @@ class RowColumns:
         self, offset: int, session: str, seq: int, kind: str, ts: int, changes: Changes
     ) -> int:
         """Add a message's rows: its deletions, then its upserts. Returns the row count."""
+        if changes.__class__ is not Changes:  # a list of rows would unpack as two rows
+            raise TypeError(
+                f"it returned {type(changes).__name__} {changes!r:.60} as its changes, not "
+                "tablecast.Changes(rows, deleted) (or tablecast.NO_CHANGES)"
+            )
         upserted, deleted = changes
-        count = len(deleted) + len(upserted)
+        try:
+            count = len(deleted) + len(upserted)
+        except TypeError:  # a generator, say
+            raise TypeError(
+                f"its Changes holds {type(upserted).__name__} rows and {type(deleted).__name__} "
+                "deleted keys: give each as a list"
+            ) from None
         if count:
             self._messages.append((offset, session, seq, kind, ts, count, len(deleted)))
             if deleted:

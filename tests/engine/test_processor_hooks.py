@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -243,3 +244,53 @@ def test_a_state_the_job_could_not_load_again_fails_where_it_is_saved(
     )
     assert info.value.exit_code == 9
     assert info.value.facts["step"] == "state"
+
+
+def test_a_failure_inside_a_library_names_the_line_of_the_processor_that_called_it() -> None:
+    class Parsing(Hooks):
+        def apply(
+            self, state: Tally, message: tablecast.Message
+        ) -> tuple[Tally | None, tablecast.Changes]:
+            at = datetime.strptime(message.rows[0][0], "%H:%M")  # _PARSE_LINE
+            return state, tablecast.Changes([(message.session, "x", 1, at)])
+
+    with pytest.raises(ProcessorError) as info:
+        tablecast.process(Parsing(), [msg(0, "snapshot", ids=("noon",))])
+    line = str(info.value)
+    assert "ValueError: time data 'noon' does not match format '%H:%M'" in line
+    parse_line = next(
+        n
+        for n, text in enumerate(Path(__file__).read_text().splitlines(), start=1)
+        if text.endswith("# _PARSE_LINE")
+    )
+    assert line.endswith(f"({__file__} line {parse_line})"), line  # not _strptime.py's
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        (
+            [("s", "x", 1, None), ("s", "y", 2, None)],  # would unpack as Changes(rows, deleted)
+            "TypeError: it returned list [('s', 'x', 1, None), ('s', 'y', 2, None)] as its "
+            "changes, not tablecast.Changes(rows, deleted) (or tablecast.NO_CHANGES)",
+        ),
+        (
+            tablecast.Changes(r for r in [("s", "x", 1, None)]),  # type: ignore[arg-type]
+            "TypeError: its Changes holds generator rows and tuple deleted keys: give each as "
+            "a list",
+        ),
+    ],
+)
+def test_what_is_not_changes_is_named_without_pointing_into_the_engine(
+    changes: Any, problem: str
+) -> None:
+    class Loose(Hooks):
+        def apply(self, state: Tally, message: tablecast.Message) -> Any:
+            return state, changes
+
+    with pytest.raises(ProcessorError) as info:
+        tablecast.process(Loose(), [msg(0, "snapshot")])
+    assert str(info.value) == (
+        f"processor {Loose.name} failed in apply at topic sensor-test partition 0 offset 0, "
+        f"session 's': {problem}"
+    )
