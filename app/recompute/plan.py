@@ -27,14 +27,17 @@ next epoch's ranges never own the kept snapshots' rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app import defaults
+from app.code_version import JobVersion
 from app.contract.offsets import TopicPartition
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.durations import spark_interval
@@ -44,7 +47,7 @@ from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink import schemas as schemas_mod
-from app.sink.ledger import LedgerEntry, LiveRules
+from app.sink.ledger import LedgerEntry, LiveRules, ProcessorRecord
 from app.sources.archive import ArchiveFile, ArchiveIndex
 from app.storage import Location
 
@@ -343,10 +346,42 @@ def live_rules(recorded: LiveRules | None, given: GivenRules, adopt: Mapping[str
     return Rules(recorded.mode, recorded.timeout_ms, dict(adopt))
 
 
+class Recomputed(Protocol):
+    """A recompute, as its record (:class:`app.recompute.run.RecomputeRecord`) says."""
+
+    @property
+    def ranges(self) -> Mapping[str, Sequence[tuple[int, int]]]: ...
+    @property
+    def written_at(self) -> str: ...
+    @property
+    def job(self) -> JobVersion: ...
+    @property
+    def processor(self) -> ProcessorRecord | None: ...
+
+
+def last_computed(r: PublishedRange, recomputes: Iterable[Recomputed]) -> LedgerEntry:
+    """The batch entry of ``r`` as it names the code that computed its rows last: its own
+    job and processor, or those of the newest recompute (a replay, a correction) that
+    rewrote the range after it."""
+    entry = r.entry
+    assert entry is not None
+    found, at = entry, datetime.fromisoformat(entry.written_at)
+    for done in recomputes:
+        when = datetime.fromisoformat(done.written_at)
+        if when > at and (r.start, r.end) in done.ranges.get(r.tp.key(), ()):
+            processor = done.processor or entry.processor  # older records name none
+            found, at = replace(entry, job=done.job, processor=processor), when
+    return found
+
+
 def select_entries(
-    ranges: Iterable[PublishedRange], keep: Callable[[LedgerEntry], bool]
+    ranges: Iterable[PublishedRange],
+    keep: Callable[[LedgerEntry], bool],
+    recomputes: Iterable[Recomputed] = (),
 ) -> list[PublishedRange]:
-    return [r for r in ranges if r.entry is not None and keep(r.entry)]
+    """The published ranges whose rows the code ``keep`` selects computed last."""
+    done = list(recomputes)
+    return [r for r in ranges if r.entry is not None and keep(last_computed(r, done))]
 
 
 def files_in_window(
