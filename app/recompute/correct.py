@@ -105,7 +105,7 @@ def plan_correction(
             "it; deploy the fixed version and let it publish a batch, then correct"
         )
     every = plan_mod.published_ranges(entries)
-    # By the code that computed each range last: a recompute since rewrote it with its own.
+    # By each code that computed a range: the batch's, and each recompute's that rewrote it.
     chosen = plan_mod.select_entries(every, selected, records(output))
     if not chosen:
         seen = sorted({e.job.describe() for e in batches if e.job is not None})

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Protocol
 
 import pyarrow as pa
@@ -352,25 +351,22 @@ class Recomputed(Protocol):
     @property
     def ranges(self) -> Mapping[str, Sequence[tuple[int, int]]]: ...
     @property
-    def written_at(self) -> str: ...
-    @property
     def job(self) -> JobVersion: ...
     @property
     def processor(self) -> ProcessorRecord | None: ...
 
 
-def last_computed(r: PublishedRange, recomputes: Iterable[Recomputed]) -> LedgerEntry:
-    """The batch entry of ``r`` as it names the code that computed its rows last: its own
-    job and processor, or those of the newest recompute (a replay, a correction) that
-    rewrote the range after it."""
+def computed_by(r: PublishedRange, recomputes: Iterable[Recomputed]) -> list[LedgerEntry]:
+    """The batch entry of ``r`` as it names each code that computed its rows: its own job
+    and processor, then those of every recompute (a replay, a correction) that rewrote the
+    range."""
     entry = r.entry
     assert entry is not None
-    found, at = entry, datetime.fromisoformat(entry.written_at)
+    found = [entry]
     for done in recomputes:
-        when = datetime.fromisoformat(done.written_at)
-        if when > at and (r.start, r.end) in done.ranges.get(r.tp.key(), ()):
+        if (r.start, r.end) in done.ranges.get(r.tp.key(), ()):
             processor = done.processor or entry.processor  # older records name none
-            found, at = replace(entry, job=done.job, processor=processor), when
+            found.append(replace(entry, job=done.job, processor=processor))
     return found
 
 
@@ -379,9 +375,11 @@ def select_entries(
     keep: Callable[[LedgerEntry], bool],
     recomputes: Iterable[Recomputed] = (),
 ) -> list[PublishedRange]:
-    """The published ranges whose rows the code ``keep`` selects computed last."""
+    """The published ranges whose rows a code ``keep`` selects computed, when it published
+    them or rewrote them since (recomputing a range again only takes time; missing one
+    leaves that code's rows)."""
     done = list(recomputes)
-    return [r for r in ranges if r.entry is not None and keep(last_computed(r, done))]
+    return [r for r in ranges if r.entry is not None and any(map(keep, computed_by(r, done)))]
 
 
 def files_in_window(
