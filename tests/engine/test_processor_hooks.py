@@ -294,3 +294,22 @@ def test_what_is_not_changes_is_named_without_pointing_into_the_engine(
         f"processor {Loose.name} failed in apply at topic sensor-test partition 0 offset 0, "
         f"session 's': {problem}"
     )
+
+
+@pytest.mark.parametrize("integrity", ["strict", "resync", "ordered", "once", "none"])
+def test_a_processor_that_raises_stops_every_integrity_class_in_one_line(integrity: str) -> None:
+    class Failing(Hooks):
+        def apply(
+            self, state: Tally, message: tablecast.Message
+        ) -> tuple[Tally | None, tablecast.Changes]:
+            state.applied += 1
+            if message.seq == 2:
+                raise KeyError("m9")
+            return super().apply(state, message)
+
+    with pytest.raises(ProcessorError) as info:
+        tablecast.process(Failing(), [msg(0, "snapshot"), msg(1), msg(2)], integrity=integrity)
+    assert str(info.value).startswith(
+        f"processor {Failing.name} failed in apply at topic sensor-test partition 0 offset 2, "
+        f"session 's': KeyError: 'm9' ({__file__} line "
+    )
