@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -55,6 +57,20 @@ class WithoutDefaults(tablecast.Processor[Counted]):
         return state, tablecast.NO_CHANGES
 
 
+class Locked(WithoutDefaults):
+    """Holds a lock, which no pickler takes: Spark could not send it to its workers."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+class WithLambda(WithoutDefaults):
+    """Holds a lambda, which Spark's pickler takes (the standard one does not)."""
+
+    def __init__(self) -> None:
+        self.key: Callable[[tuple[str]], str] = lambda row: row[0]
+
+
 HERE = __name__
 
 
@@ -65,6 +81,12 @@ HERE = __name__
             f"{HERE}:Unencodable",
             f"--processor {HERE}:Unencodable: its state Windowed cannot be encoded: Encoding "
             "objects of type Window is unsupported",
+        ),
+        (
+            f"{HERE}:Locked",
+            f"--processor {HERE}:Locked: Spark cannot send it to its workers: TypeError: cannot "
+            "pickle '_thread.lock' object (hold only what pickles; make the rest where it is "
+            "first used, in start() or apply())",
         ),
         (
             "no_such_package.energy:Hourly",
@@ -88,3 +110,8 @@ def test_a_processor_the_job_cannot_run_is_refused_in_one_line(name: str, line: 
 def test_a_state_type_without_defaults_is_left_to_start() -> None:
     processor = loader.load(f"{HERE}:WithoutDefaults", DEFAULT_SCHEMA)
     assert isinstance(processor, WithoutDefaults)
+
+
+def test_what_spark_pickles_is_taken() -> None:
+    processor = loader.load(f"{HERE}:WithLambda", DEFAULT_SCHEMA)
+    assert isinstance(processor, WithLambda) and processor.key(("a",)) == "a"
