@@ -272,7 +272,9 @@ def user_decoder(
 
     def migrated(data: bytes) -> Any:
         try:
-            return processor.migrate(old, processor.decode_old(data))
+            state = processor.migrate(old, processor.decode_old(data))
+            processor.encode_state(state)  # what it returned must save, as a state it made
+            return state
         except Exception as exc:
             raise ProcessorError(
                 f"processor {processor.name} failed to migrate a state of version {old} to "
