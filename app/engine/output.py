@@ -11,6 +11,7 @@ object is made.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
@@ -191,7 +192,9 @@ class RowColumns:
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise self._refused(str(exc)) from None
         # The built-in's rows are its input's, which rule 7 typed: only a user's are checked.
-        if self.producer != TableProcessor.name and not _converted_exactly(self.schema, self._rows):
+        if self.producer != TableProcessor.name and not (
+            _converted_exactly(self.schema, self._rows) and _finite(self.schema, declared)
+        ):
             raise self._refused("")
         keys = self.schema.key_indexes
         if any(declared[i].null_count for i in keys):
@@ -283,6 +286,17 @@ def _converted_exactly(schema: TableSchema, rows: list[Row]) -> bool:
     return True
 
 
+def _finite(schema: TableSchema, declared: Sequence[pa.Array]) -> bool:
+    """Whether the float64 columns hold numbers only: not NaN or infinite (CONTRACT.md 1a)."""
+    for i, column in enumerate(schema.columns):
+        if (
+            column.type is ColumnType.FLOAT64
+            and pc.any(pc.invert(pc.is_finite(declared[i]))).as_py()
+        ):
+            return False
+    return True
+
+
 @functools.lru_cache(maxsize=16)
 def _lenient_columns(schema: TableSchema) -> tuple[tuple[int, ColumnType], ...]:
     return tuple((i, c.type) for i, c in enumerate(schema.columns) if c.type in _LENIENT)
@@ -320,12 +334,14 @@ def _fits(column: Column, value: Any) -> bool:
     if kind is ColumnType.INT64:
         return isinstance(value, int) and -(2**63) <= value < 2**63
     if kind is ColumnType.FLOAT64:
-        return isinstance(value, int | float)
+        return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
     if kind is ColumnType.TIMESTAMP:
         return isinstance(value, datetime) and value.tzinfo is not None
     if kind is ColumnType.DATE:
         return isinstance(value, date) and not isinstance(value, datetime)
-    if not isinstance(value, Decimal | int):
+    if not isinstance(value, Decimal | int) or (
+        isinstance(value, Decimal) and not value.is_finite()
+    ):
         return False
     digits = Decimal(value).as_tuple()
     scale = -int(digits.exponent) if isinstance(digits.exponent, int) else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -312,4 +313,51 @@ def test_a_processor_that_raises_stops_every_integrity_class_in_one_line(integri
     assert str(info.value).startswith(
         f"processor {Failing.name} failed in apply at topic sensor-test partition 0 offset 2, "
         f"session 's': KeyError: 'm9' ({__file__} line "
+    )
+
+
+MEASURED = tablecast.schema(
+    """
+    [key]
+    columns = ["sid"]
+
+    [columns]
+    sid = "string"
+    mean = { type = "float64", nullable = true }
+    price = { type = "decimal(8,2)", nullable = true }
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (("s", math.nan, None), "column 'mean': expected float64, got float nan"),
+        (("s", -math.inf, None), "column 'mean': expected float64, got float -inf"),
+        (
+            ("s", None, Decimal("NaN")),
+            "column 'price': expected decimal(8,2), got Decimal Decimal('NaN')",
+        ),
+        (
+            ("s", None, Decimal("1.005")),
+            "column 'price': expected decimal(8,2), got Decimal Decimal('1.005')",
+        ),
+    ],
+)
+def test_a_value_the_columns_type_does_not_hold_is_refused_naming_it(
+    row: tuple[Any, ...], problem: str
+) -> None:
+    class Measuring(tablecast.Processor[Tally]):
+        output = MEASURED
+
+        def apply(
+            self, state: Tally, message: tablecast.Message
+        ) -> tuple[Tally, tablecast.Changes]:
+            return state, tablecast.Changes([row])
+
+    with pytest.raises(ProcessorError) as info:
+        tablecast.process(Measuring(), [msg(0, "snapshot")])
+    assert str(info.value) == (
+        f"processor {Measuring.name} wrote a row its output schema refuses at topic sensor-test "
+        f"partition 0 offset 0, session 's': {problem}"
     )
