@@ -632,13 +632,14 @@ def _own_frame(cls: type, exc: BaseException) -> traceback.FrameSummary | None:
     """The innermost frame of ``exc`` in the code of ``cls``'s package (not a library's it
     called, nor the engine's); None where it raised in none."""
     top = sys.modules.get(cls.__module__.partition(".")[0])
-    found = getattr(top, "__file__", None)
-    if found is None:
-        return None
-    package = getattr(top, "__path__", None) is not None
-    root = os.path.dirname(found) + os.sep if package else found
+    folders = getattr(top, "__path__", None)  # a package's, a namespace package's too
+    if folders is not None:
+        roots = tuple(os.path.join(folder, "") for folder in folders)
+    else:
+        found = getattr(top, "__file__", None)
+        roots = () if found is None else (found,)
     frames = traceback.extract_tb(exc.__traceback__)
-    return next((f for f in reversed(frames) if f.filename.startswith(root)), None)
+    return next((f for f in reversed(frames) if roots and f.filename.startswith(roots)), None)
 
 
 def _step(message: Envelope) -> str:
