@@ -20,6 +20,7 @@ from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA
 from app.engine.in_process import run_partitions
 from app.engine.machine import IntegrityMode, RecordColumns, Rules
+from app.engine.store import encode
 
 _TP = TopicPartition("sensor-test", 0)
 
@@ -56,6 +57,7 @@ def process(
     outcome = run_partitions([_TP], lambda tp: [records], processor, rules)
     result = outcome.results[_TP]
     state = outcome.states[_TP]
+    encode(state, processor)  # as the job saves it: a state it cannot save fails here too
     return Outcome(
         rows=outcome.rows(),
         violations=[v.describe() for v in outcome.violations],

@@ -110,6 +110,7 @@ def check(name: str, processor: Processor[Any]) -> None:
         )
     if not overrides(processor, "apply"):
         raise ConfigurationError(f"--processor {name}: writes no apply()")
+    _check_shippable(name, processor)
     if overrides(processor, "encode_state") and overrides(processor, "decode_state"):
         return
     problem = state_kind(processor.state_type)
@@ -119,13 +120,33 @@ def check(name: str, processor: Processor[Any]) -> None:
             "or write encode_state and decode_state)"
         )
     try:
-        processor.decode_state(processor.encode_state(processor.state_type()))
+        made = processor.state_type()
     except TypeError:
-        pass  # a state type without defaults: made by start() only
+        return  # a state type without defaults: made by start() only
+    try:
+        processor.decode_state(processor.encode_state(made))
     except Exception as exc:  # msgspec cannot encode one of its fields
         raise ConfigurationError(
             f"--processor {name}: its state {processor.state_type.__qualname__} cannot be "
             f"encoded: {exc}"
+        ) from None
+
+
+def _check_shippable(name: str, processor: Processor[Any]) -> None:
+    """Refuse a processor Spark cannot send to its workers (it pickles it into every
+    micro-batch's task): one that holds a lock, a connection, an open file, ..."""
+    # The pickler Spark's tasks are sent with: it takes what the standard one does not (a
+    # lambda, a class defined in a function).
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps(processor)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConfigurationError(
+            f"--processor {name}: Spark cannot send it to its workers: "
+            f"{type(exc).__name__}{': ' + text if text else ''} (hold only what pickles; make "
+            "the rest where it is first used, in start() or apply())"
         ) from None
 
 

@@ -64,7 +64,8 @@ NO_CHANGES = Changes()
 
 
 class Reject(Exception):
-    """Raised by a processor that refuses a message (it changes nothing).
+    """Raised by a processor that refuses a message: no rows are written for it. Raise it
+    before changing the state in place: what was changed stays.
 
     The engine treats it as a violation of ``rule`` (CONTRACT.md section 2;
     7, the message's content, unless you name another): a strict job stops on
@@ -151,8 +152,17 @@ class Processor(Generic[S]):
         raise NotImplementedError(f"{self.name} has no migration from state version {version}")
 
     def encode_state(self, state: S) -> bytes:
-        """The state as bytes (MessagePack); the job versions and checksums them."""
-        encoded: bytes = _codec(type(self))[0].encode(state)
+        """The state as bytes (MessagePack); the job versions and checksums them. Raises
+        ValueError where they would not read back as the state type."""
+        encoder, decoder = _codec(type(self))
+        encoded: bytes = encoder.encode(state)
+        # msgspec encodes any value a field holds but decodes only what its type declares (a
+        # float in an int field): a state saved so would fail every later load.
+        try:
+            decoder.decode(encoded)
+        except msgspec.ValidationError as exc:
+            kind = getattr(self.state_type, "__qualname__", repr(self.state_type))
+            raise ValueError(f"it does not read back as {kind}: {exc}") from None
         return encoded
 
     def decode_state(self, data: bytes) -> S:

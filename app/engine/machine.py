@@ -31,6 +31,8 @@ has (the envelope, a processor's refusal, rule 6) is quarantined alone.
 
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -531,8 +533,8 @@ class PartitionMachine(Generic[StateT]):
         """The processor raised (or returned what is not a state and changes): one line,
         with where in its code."""
         name = self.processor.name or type(self.processor).__qualname__
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f" ({frames[-1].filename} line {frames[-1].lineno})" if frames else ""
+        frame = _own_frame(type(self.processor), exc)
+        where = f" ({frame.filename} line {frame.lineno})" if frame is not None else ""
         text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         return ProcessorError(
             f"processor {name} failed in {step} at {tp} offset {offset}, session "
@@ -624,6 +626,20 @@ class _IdleClock:
         first = int(np.searchsorted(self._running, session.seen_ms + timeout, side="right"))
         own = int(np.searchsorted(offsets, session.last_offset, side="left"))
         return int(offsets[min(max(first, own), len(offsets) - 1)])
+
+
+def _own_frame(cls: type, exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc`` in the code of ``cls``'s package (not a library's it
+    called, nor the engine's); None where it raised in none."""
+    top = sys.modules.get(cls.__module__.partition(".")[0])
+    folders = getattr(top, "__path__", None)  # a package's, a namespace package's too
+    if folders is not None:
+        roots = tuple(os.path.join(folder, "") for folder in folders)
+    else:
+        found = getattr(top, "__file__", None)
+        roots = () if found is None else (found,)
+    frames = traceback.extract_tb(exc.__traceback__)
+    return next((f for f in reversed(frames) if roots and f.filename.startswith(roots)), None)
 
 
 def _step(message: Envelope) -> str:

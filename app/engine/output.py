@@ -11,9 +11,12 @@ object is made.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
+from numbers import Integral, Number
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,6 +27,7 @@ from app.contract.envelope import Key, Row
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes
 from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
+from app.contract.table_processor import TableProcessor
 from app.engine.gc_pause import cyclic_gc_paused
 from app.errors import ProcessorError
 
@@ -148,8 +152,19 @@ class RowColumns:
         self, offset: int, session: str, seq: int, kind: str, ts: int, changes: Changes
     ) -> int:
         """Add a message's rows: its deletions, then its upserts. Returns the row count."""
+        if changes.__class__ is not Changes:  # a list of rows would unpack as two rows
+            raise TypeError(
+                f"it returned {type(changes).__name__} {changes!r:.60} as its changes, not "
+                "tablecast.Changes(rows, deleted) (or tablecast.NO_CHANGES)"
+            )
         upserted, deleted = changes
-        count = len(deleted) + len(upserted)
+        try:
+            count = len(deleted) + len(upserted)
+        except TypeError:  # a generator, say
+            raise TypeError(
+                f"its Changes holds {type(upserted).__name__} rows and {type(deleted).__name__} "
+                "deleted keys: give each as a list"
+            ) from None
         if count:
             self._messages.append((offset, session, seq, kind, ts, count, len(deleted)))
             if deleted:
@@ -176,6 +191,11 @@ class RowColumns:
             declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise self._refused(str(exc)) from None
+        # The built-in's rows are its input's, which rule 7 typed: only a user's are checked.
+        if self.producer != TableProcessor.name and not (
+            _converted_exactly(self.schema, self._rows) and _finite(self.schema, declared)
+        ):
+            raise self._refused("")
         keys = self.schema.key_indexes
         if any(declared[i].null_count for i in keys):
             raise self._refused("a key column is null")
@@ -235,6 +255,53 @@ class RowColumns:
         )
 
 
+# Arrow converts some values of another type into these columns without a word: a float
+# or a Decimal into int64 truncated, a number into a timestamp as microseconds or into a
+# date as days, a datetime into a date cut to its day; and a naive datetime as UTC.
+def _inexact(kind: ColumnType, found: type) -> bool:
+    if kind is ColumnType.INT64:
+        return issubclass(found, Number) and not issubclass(found, Integral)
+    if kind is ColumnType.DATE and issubclass(found, datetime):
+        return True
+    return issubclass(found, Number)
+
+
+_LENIENT = (ColumnType.INT64, ColumnType.TIMESTAMP, ColumnType.DATE)
+_TZ = attrgetter("tzinfo")
+
+
+def _converted_exactly(schema: TableSchema, rows: list[Row]) -> bool:
+    """Whether Arrow, having taken ``rows``, converted each value as it is."""
+    for i, kind in _lenient_columns(schema):
+        cell = itemgetter(i)
+        try:  # a type at a time: a column's values are of one or two
+            if any(_inexact(kind, found) for found in set(map(type, map(cell, rows)))):
+                return False
+            if kind is ColumnType.TIMESTAMP and None in set(
+                map(_TZ, filter(None, map(cell, rows)))
+            ):
+                return False
+        except (IndexError, KeyError, TypeError):  # a row that is not a tuple (a dict)
+            return False
+    return True
+
+
+def _finite(schema: TableSchema, declared: Sequence[pa.Array]) -> bool:
+    """Whether the float64 columns hold numbers only: not NaN or infinite (CONTRACT.md 1a)."""
+    for i, column in enumerate(schema.columns):
+        if (
+            column.type is ColumnType.FLOAT64
+            and pc.any(pc.invert(pc.is_finite(declared[i]))).as_py()
+        ):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=16)
+def _lenient_columns(schema: TableSchema) -> tuple[tuple[int, ColumnType], ...]:
+    return tuple((i, c.type) for i, c in enumerate(schema.columns) if c.type in _LENIENT)
+
+
 def _row_problem(columns: tuple[Column, ...], keys: set[int], row: Any) -> str | None:
     """What is wrong with one output row, or None."""
     if not isinstance(row, tuple) or len(row) != len(columns):
@@ -247,6 +314,8 @@ def _row_problem(columns: tuple[Column, ...], keys: set[int], row: Any) -> str |
                 return f"column {column.output!r}: a key column is never null"
             continue
         if not _fits(column, value):
+            if isinstance(value, datetime) and column.type is ColumnType.TIMESTAMP:
+                return f"column {column.output!r}: expected an aware datetime, got {value!r:.60}"
             return (
                 f"column {column.output!r}: expected {column.type_name}, got "
                 f"{type(value).__name__} {value!r:.60}"
@@ -265,12 +334,14 @@ def _fits(column: Column, value: Any) -> bool:
     if kind is ColumnType.INT64:
         return isinstance(value, int) and -(2**63) <= value < 2**63
     if kind is ColumnType.FLOAT64:
-        return isinstance(value, int | float)
+        return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
     if kind is ColumnType.TIMESTAMP:
-        return isinstance(value, datetime)
+        return isinstance(value, datetime) and value.tzinfo is not None
     if kind is ColumnType.DATE:
         return isinstance(value, date) and not isinstance(value, datetime)
-    if not isinstance(value, Decimal | int):
+    if not isinstance(value, Decimal | int) or (
+        isinstance(value, Decimal) and not value.is_finite()
+    ):
         return False
     digits = Decimal(value).as_tuple()
     scale = -int(digits.exponent) if isinstance(digits.exponent, int) else 0

@@ -46,7 +46,7 @@ from pyarrow import ipc
 from app.contract.offsets import TopicPartition, parse_key
 from app.contract.processor import Processor, overrides
 from app.engine.state import PartitionState, SessionState, StateVersion
-from app.errors import ProcessorError, StateError
+from app.errors import ProcessorError, StateError, TablecastError
 from app.storage import Location, resolve
 
 STATE_DIR = posixpath.join("tablecast", "state")
@@ -89,7 +89,6 @@ def content_digest(data: bytes) -> str:
 def encode(state: PartitionState[Any], processor: Processor[Any]) -> bytes:
     """A state as the bytes of one file (magic, payload, checksum)."""
     sessions = list(state.sessions.values())
-    encode_user = processor.encode_state
     table = pa.table(
         [
             pa.array([s.session for s in sessions], pa.string()),
@@ -100,9 +99,7 @@ def encode(state: PartitionState[Any], processor: Processor[Any]) -> bytes:
             pa.array([s.closed for s in sessions], pa.bool_()),
             pa.array([s.quarantine for s in sessions], pa.string()),
             pa.array([None if s.owner is None else s.owner.key() for s in sessions], pa.string()),
-            pa.array(
-                [None if s.user is None else encode_user(s.user) for s in sessions], pa.binary()
-            ),
+            pa.array(_user_states(state, processor), pa.binary()),
             pa.array([s.repeats for s in sessions], pa.int64()),
             pa.array([s.gaps for s in sessions], pa.int64()),
             pa.array(
@@ -127,6 +124,33 @@ def encode(state: PartitionState[Any], processor: Processor[Any]) -> bytes:
         writer.write_table(table)
     payload: bytes = sink.getvalue().to_pybytes()
     return MAGIC + payload + hashlib.sha256(payload).digest()
+
+
+def _user_states(state: PartitionState[Any], processor: Processor[Any]) -> list[bytes | None]:
+    """Each session's processor state, encoded; a state that cannot be saved stops the
+    batch (before anything of it is written) in one line naming its session."""
+    encode_user = processor.encode_state
+    encoded: list[bytes | None] = []
+    for s in state.sessions.values():
+        try:
+            encoded.append(None if s.user is None else encode_user(s.user))
+        except Exception as exc:
+            raise ProcessorError(
+                f"processor {processor.name} left a state that cannot be saved at {state.tp} "
+                f"offset {s.last_offset}, session {s.session!r}: {_first_line(exc)}",
+                processor=processor.name,
+                step="state",
+                topic=state.tp.topic,
+                partition=state.tp.partition,
+                offset=s.last_offset,
+                session=s.session,
+            ) from exc
+    return encoded
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
 
 
 def _payload(data: bytes, where: str) -> bytes:
@@ -180,12 +204,36 @@ def decode(data: bytes, processor: Processor[Any] | None, where: str) -> Partiti
             closed=closed,
             quarantine=quarantine,
             owner=None if owner is None else parse_key(owner),
-            user=None if user is None else decode_user(user),
+            user=None if user is None else _read_user(decode_user, user, processor, session, where),
             repeats=repeats or 0,
             gaps=gaps or 0,
             ahead=None if not ahead else set(ahead),
         )
     return state
+
+
+def _read_user(
+    decode_user: Callable[[bytes], Any],
+    data: bytes,
+    processor: Processor[Any] | None,
+    session: str,
+    where: str,
+) -> Any:
+    try:
+        return decode_user(data)
+    except TablecastError:
+        raise
+    except Exception as exc:
+        name = "" if processor is None else processor.name
+        raise ProcessorError(
+            f"processor {name} cannot read the state of session {session!r} in {where}: "
+            f"{_first_line(exc)}; where the state's type changed, raise state_version and "
+            "write migrate()",
+            processor=name,
+            step="state",
+            session=session,
+            path=where,
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +272,9 @@ def user_decoder(
 
     def migrated(data: bytes) -> Any:
         try:
-            return processor.migrate(old, processor.decode_old(data))
+            state = processor.migrate(old, processor.decode_old(data))
+            processor.encode_state(state)  # what it returned must save, as a state it made
+            return state
         except Exception as exc:
             raise ProcessorError(
                 f"processor {processor.name} failed to migrate a state of version {old} to "

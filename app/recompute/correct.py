@@ -35,6 +35,7 @@ from app.recompute.run import (
     RecomputeReport,
     check_startable,
     recompute,
+    records,
 )
 from app.recompute.task import RecomputePlan
 from app.sink import ledger as ledger_mod
@@ -104,7 +105,8 @@ def plan_correction(
             "it; deploy the fixed version and let it publish a batch, then correct"
         )
     every = plan_mod.published_ranges(entries)
-    chosen = plan_mod.select_entries(every, selected)
+    # By each code that computed a range: the batch's, and each recompute's that rewrote it.
+    chosen = plan_mod.select_entries(every, selected, records(output))
     if not chosen:
         seen = sorted({e.job.describe() for e in batches if e.job is not None})
         seen += sorted({e.processor.describe() for e in batches if e.processor is not None})

@@ -27,14 +27,16 @@ next epoch's ranges never own the kept snapshots' rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app import defaults
+from app.code_version import JobVersion
 from app.contract.offsets import TopicPartition
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.durations import spark_interval
@@ -44,7 +46,7 @@ from app.errors import ConfigurationError
 from app.sink import ledger as ledger_mod
 from app.sink import rewrite as rewrite_mod
 from app.sink import schemas as schemas_mod
-from app.sink.ledger import LedgerEntry, LiveRules
+from app.sink.ledger import LedgerEntry, LiveRules, ProcessorRecord
 from app.sources.archive import ArchiveFile, ArchiveIndex
 from app.storage import Location
 
@@ -343,10 +345,41 @@ def live_rules(recorded: LiveRules | None, given: GivenRules, adopt: Mapping[str
     return Rules(recorded.mode, recorded.timeout_ms, dict(adopt))
 
 
+class Recomputed(Protocol):
+    """A recompute, as its record (:class:`app.recompute.run.RecomputeRecord`) says."""
+
+    @property
+    def ranges(self) -> Mapping[str, Sequence[tuple[int, int]]]: ...
+    @property
+    def job(self) -> JobVersion: ...
+    @property
+    def processor(self) -> ProcessorRecord | None: ...
+
+
+def computed_by(r: PublishedRange, recomputes: Iterable[Recomputed]) -> list[LedgerEntry]:
+    """The batch entry of ``r`` as it names each code that computed its rows: its own job
+    and processor, then those of every recompute (a replay, a correction) that rewrote the
+    range."""
+    entry = r.entry
+    assert entry is not None
+    found = [entry]
+    for done in recomputes:
+        if (r.start, r.end) in done.ranges.get(r.tp.key(), ()):
+            processor = done.processor or entry.processor  # older records name none
+            found.append(replace(entry, job=done.job, processor=processor))
+    return found
+
+
 def select_entries(
-    ranges: Iterable[PublishedRange], keep: Callable[[LedgerEntry], bool]
+    ranges: Iterable[PublishedRange],
+    keep: Callable[[LedgerEntry], bool],
+    recomputes: Iterable[Recomputed] = (),
 ) -> list[PublishedRange]:
-    return [r for r in ranges if r.entry is not None and keep(r.entry)]
+    """The published ranges whose rows a code ``keep`` selects computed, when it published
+    them or rewrote them since (recomputing a range again only takes time; missing one
+    leaves that code's rows)."""
+    done = list(recomputes)
+    return [r for r in ranges if r.entry is not None and any(map(keep, computed_by(r, done)))]
 
 
 def files_in_window(

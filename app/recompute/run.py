@@ -67,8 +67,10 @@ from app.errors import IntegrityViolationError, OutputStateError
 from app.recompute.plan import PartitionWork, RangeRows, group_blocks
 from app.recompute.task import RecomputePlan, WorkResult, run_work
 from app.sink import ledger as ledger_mod
+from app.sink import processors
 from app.sink import rewrite as rewrite_mod
 from app.sink import rewriter as rewriter_mod
+from app.sink.ledger import ProcessorRecord
 from app.sink.visible import visible_files
 from app.storage import Location, resolve
 from app.table import commit as table_commit
@@ -106,6 +108,9 @@ class RecomputeRecord:
     job: JobVersion = field(default_factory=job_version)  # the code that recomputed
     written_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     kept: tuple[str, ...] = ()  # of ``published``: recomputed to the same bytes, kept
+    # The processor that recomputed (None in older records): with ``job``, what a correction
+    # selects the ranges by from now on (app.recompute.plan.last_computed).
+    processor: ProcessorRecord | None = None
 
     @property
     def rewritten(self) -> tuple[str, ...]:
@@ -124,6 +129,7 @@ class RecomputeRecord:
             "job": {"version": self.job.version, "commit": self.job.commit, "code": self.job.code},
             "written_at": self.written_at,
             "kept": list(self.kept),
+            "processor": None if self.processor is None else self.processor.to_json(),
         }
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -141,6 +147,7 @@ class RecomputeRecord:
             job=JobVersion(**doc["job"]),
             written_at=doc["written_at"],
             kept=tuple(doc.get("kept", ())),
+            processor=ProcessorRecord.from_json(doc.get("processor")),
         )
 
 
@@ -276,6 +283,7 @@ def _recompute(
         rows=sum(f.rows for r in results for f in r.staged if not f.quarantine),
         messages=sum(r.messages for r in results),
         kept=tuple(sorted(kept)),
+        processor=processors.record(plan.processor),
     )
     # Microseconds: the same recompute run twice in one second is recorded twice.
     stamp = re.sub(r"[^0-9T]", "", record.written_at.split("+")[0])

@@ -127,3 +127,49 @@ def test_a_migration_that_raises_is_a_processor_failure_naming_the_file() -> Non
         f"{WHERE}: ValueError: 'HOT' is not a valid Phase"
     )
     assert info.value.exit_code == 9
+
+
+class DeviceRetyped(msgspec.Struct):
+    phase: str = "new"
+    since: str = ""  # an int in version 1, changed without a new state_version
+
+
+class AlarmRetyped(tablecast.Processor[DeviceRetyped]):
+    name: ClassVar[str] = OverheatAlarm.name
+    output = OUTPUT
+
+    def apply(
+        self, state: DeviceRetyped, message: tablecast.Message
+    ) -> tuple[DeviceRetyped, tablecast.Changes]:
+        return state, tablecast.NO_CHANGES
+
+
+def test_a_state_type_changed_without_a_new_version_is_one_line_naming_the_session() -> None:
+    data = _file(AlarmV1(), d1=DeviceV1("hot", T0))
+    with pytest.raises(ProcessorError) as info:
+        decode(data, AlarmRetyped(), WHERE)
+    assert str(info.value) == (
+        f"processor {OverheatAlarm.name} cannot read the state of session 'd1' in {WHERE}: "
+        "ValidationError: Expected `str`, got `int` - at `$.since`; where the state's type "
+        "changed, raise state_version and write migrate()"
+    )
+    assert info.value.exit_code == 9
+    assert info.value.facts["step"] == "state"
+
+
+class Sloppy(OverheatAlarm):
+    name: ClassVar[str] = OverheatAlarm.name
+
+    def migrate(self, version: int, old: Any) -> Device:
+        return Device(Phase(old["phase"]), since=old["since"] / 1000)  # seconds: a float
+
+
+def test_a_migration_that_returns_a_state_that_would_not_save_is_named_at_the_migration() -> None:
+    data = _file(AlarmV1(), d1=DeviceV1("hot", T0))
+    with pytest.raises(ProcessorError) as info:
+        decode(data, Sloppy(), WHERE)
+    assert str(info.value) == (
+        f"processor {OverheatAlarm.name} failed to migrate a state of version 1 to 2 in "
+        f"{WHERE}: ValueError: it does not read back as Device: Expected `int`, got `float` - "
+        "at `$.since`"
+    )

@@ -8,8 +8,10 @@ import pytest
 from app.contract.offsets import TopicPartition
 from app.engine.segments import OFFSETS_PER_FILE
 from app.errors import ConfigurationError
-from app.recompute.plan import RangeRows, grid_ranges, published_ranges, works
-from app.sink.ledger import BATCH, REPAIR, LedgerEntry
+from app.recompute.correct import matcher
+from app.recompute.plan import RangeRows, grid_ranges, published_ranges, select_entries, works
+from app.recompute.run import CORRECTION, RecomputeRecord
+from app.sink.ledger import BATCH, REPAIR, LedgerEntry, ProcessorRecord
 from app.sources.archive import ArchiveFile, ArchiveIndex
 
 A = TopicPartition("sensor-a", 0)
@@ -113,3 +115,47 @@ def test_grid_ranges_name_the_same_offsets_the_same_way() -> None:
     (work,) = works(grid[1:], grid, _index({A: OFFSETS_PER_FILE + 5}))
     # Read from the partition's first offset; the grid's end stops at the archive's.
     assert (work.begin, work.read_end) == (0, OFFSETS_PER_FILE + 5)
+
+
+def test_a_correction_selects_the_ranges_a_release_rewrote_as_well_as_those_it_published() -> None:
+    def release(version: str) -> ProcessorRecord:
+        return ProcessorRecord("meter_energy.energy:HourlyEnergy", 1, "digest", version)
+
+    def batch(number: int, start: int, end: int, version: str, at: str) -> LedgerEntry:
+        return LedgerEntry(
+            number=number,
+            kind=BATCH,
+            end={A: end},
+            start={A: start},
+            written_at=at,
+            processor=release(version),
+        )
+
+    entries = [
+        batch(0, 0, 100, "0.9.0", "2026-11-20T10:00:00+00:00"),
+        batch(1, 100, 200, "0.9.0", "2026-11-20T11:00:00+00:00"),
+        batch(2, 200, 300, "1.0.0", "2026-11-21T09:00:00+00:00"),
+    ]
+    # 1.0.0 corrected what 0.9.0 published: those ranges' rows are 1.0.0's since.
+    corrected = RecomputeRecord.from_json(
+        RecomputeRecord(
+            kind=CORRECTION,
+            selector="processor version 0.9.0",
+            ranges={A.key(): [(0, 100), (100, 200)]},
+            published=(),
+            removed=(),
+            rows=0,
+            messages=0,
+            written_at="2026-11-21T10:00:00+00:00",
+            processor=release("1.0.0"),
+        ).to_json()
+    )
+    every = published_ranges(entries)
+
+    def chosen(version: str) -> list[tuple[int, int]]:
+        _, selected = matcher(None, None, version)
+        return [(r.start, r.end) for r in select_entries(every, selected, [corrected])]
+
+    assert chosen("1.0.0") == [(0, 100), (100, 200), (200, 300)]  # 1.0.0 turned out wrong too
+    assert chosen("0.9.0") == [(0, 100), (100, 200)]  # corrected again: the same rows
+    assert chosen("0.8.0") == []

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
 import app
+import tablecast
 from app.code_version import code_digest, job_version
 from app.contract.envelope import Envelope
 from app.contract.offsets import TopicPartition
@@ -28,6 +30,7 @@ from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import FAULT_RULES, CaptureSpec, Fault
 from tests.spark.helpers import (
+    PATTERN,
     QUARANTINING_SPEC,
     assert_exact,
     copy_files,
@@ -201,6 +204,63 @@ def test_a_processor_that_raises_in_a_task_is_one_line_naming_where(
     assert info.value.exit_code == 9 and "\n" not in line
     assert info.value.facts["step"] == "apply" and info.value.facts["offset"] == 2
     assert ledger_end(tmp_path / "out") == {}  # nothing of the failing batch is visible
+
+
+class Halves(msgspec.Struct):
+    total: int = 0
+
+
+_HALVES_OUTPUT = tablecast.schema(
+    '[key]\ncolumns = ["sid", "step"]\n[columns]\nsid = "string"\nstep = "int64"\ntotal = "int64"'
+)
+
+
+class HalvingProcessor(tablecast.Processor[Halves]):
+    """A bug in a processor's state: it puts a float in its int field, which msgspec encodes
+    and its typed decoder refuses."""
+
+    output = _HALVES_OUTPUT
+
+    def apply(self, state: Halves, message: Envelope) -> tuple[Halves, tablecast.Changes]:
+        state.total += len(message.rows) / 2  # type: ignore[assignment]
+        return state, tablecast.Changes([(message.session, message.seq, int(state.total))])
+
+
+class FixedHalvingProcessor(tablecast.Processor[Halves]):
+    """The same processor with the bug fixed (it keeps its name, as a new release does)."""
+
+    name = HalvingProcessor.name
+    output = _HALVES_OUTPUT
+
+    def apply(self, state: Halves, message: Envelope) -> tuple[Halves, tablecast.Changes]:
+        state.total += len(message.rows) // 2
+        return state, tablecast.Changes([(message.session, message.seq, state.total)])
+
+
+def test_a_state_that_would_not_load_again_fails_its_batch_and_the_fixed_code_carries_on(
+    spark: Any, tmp_path: Path
+) -> None:
+    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
+    write_capture(archive, CaptureSpec(topics=1, partitions=1, sessions=2, updates=12))
+    with pytest.raises(ProcessorError) as info:
+        run_job(spark, archive, output, checkpoint, HalvingProcessor(), max_offsets_per_trigger=8)
+    line = str(info.value)
+    assert line.startswith(
+        f"processor {HalvingProcessor.name} left a state that cannot be saved at topic "
+        "sensor-0 partition 0 offset "
+    ), line
+    assert line.endswith(
+        "ValueError: it does not read back as Halves: Expected `int`, got `float` - at `$.total`"
+    ), line
+    assert info.value.exit_code == 9 and "\n" not in line
+    assert info.value.facts["step"] == "state" and info.value.facts["session"]
+    assert ledger_end(output) == {}  # nothing of the failing batch is visible
+
+    run_job(spark, archive, output, checkpoint, FixedHalvingProcessor(), max_offsets_per_trigger=8)
+    expected = verify.expected_output(str(archive), PATTERN, processor=FixedHalvingProcessor())
+    actual = verify.read_output(str(output), schema=_HALVES_OUTPUT)
+    comparison = verify.compare(expected.rows, actual)
+    assert comparison.ok and comparison.expected_rows > 0, comparison.report()
 
 
 def test_resync_mode_quarantines_and_keeps_running(spark: Any, tmp_path: Path) -> None:

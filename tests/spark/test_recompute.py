@@ -26,8 +26,17 @@ from app.storage import resolve
 from app.tools import verify
 from app.tools.generate import CaptureSpec, Fault
 from tests.readers import read_everywhere
-from tests.spark.faulty_version import FAULTY, FIXED, PATTERN, SPEC, run_faulty, run_fixed
-from tests.spark.helpers import assert_exact, run_job, write_capture
+from tests.spark.faulty_version import (
+    FAULTY,
+    FIXED,
+    PATTERN,
+    SPEC,
+    DroppingProcessor,
+    as_version,
+    run_faulty,
+    run_fixed,
+)
+from tests.spark.helpers import assert_exact, copy_files, run_job, write_capture
 
 
 def _digests(output: Path) -> dict[str, str]:
@@ -214,6 +223,30 @@ def test_a_correction_replaces_a_faulty_versions_ranges_without_a_reader_missing
     assert_exact(archive, out)
     with pytest.raises(ConfigurationError, match=r"no batch of .* was published by version 1\.0"):
         correct(spark, str(archive), str(out), version="1.0")
+
+
+def test_a_release_that_corrected_ranges_and_turns_out_faulty_is_corrected_in_them_too(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full, archive, out = tmp_path / "full", tmp_path / "archive", tmp_path / "out"
+    ckpt = tmp_path / "ckpt"
+    write_capture(full, SPEC)
+    run_faulty(spark, full, archive, out, ckpt, monkeypatch, below=120, max_offsets=150)
+    # FIXED is faulty the same way: it goes on, then corrects FAULTY's ranges with its rows.
+    copy_files(full, archive, lambda rel: int(rel.name.split("-")[0]) < 240)
+    as_version(monkeypatch, FIXED)
+    dropping = DroppingProcessor()
+    run_job(spark, archive, out, ckpt, processor=dropping, max_offsets_per_trigger=150)
+    corrected = correct(spark, str(archive), str(out), version=FAULTY, processor=dropping)
+    assert corrected.record.job.version == FIXED
+
+    # The real fix publishes the rest, then corrects FIXED: what it published and corrected.
+    as_version(monkeypatch, "9.9.11")
+    copy_files(full, archive, lambda rel: True)
+    run_job(spark, archive, out, ckpt, max_offsets_per_trigger=150)
+    report = correct(spark, str(archive), str(out), version=FIXED)
+    assert set(corrected.record.ranges) <= set(report.record.ranges)
+    assert_exact(archive, out)
 
 
 class ReadMidRewrite(RewriteSteps):
