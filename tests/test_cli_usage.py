@@ -282,6 +282,11 @@ def test_one_duration_syntax_everywhere() -> None:
             "s3://bucket/prefix; gs:// is not supported there",
         ),
         (
+            ["run", "--archive", "a", "--output", "o", "--checkpoint", "c-pkg:Class"],
+            "tablecast run: --checkpoint 'c-pkg:Class': Spark reads the part before ':' as a "
+            "URI scheme; give it as ./c-pkg:Class",
+        ),
+        (
             ["generate", "--archive", "gs://bucket/a"],
             "tablecast generate: --archive 'gs://bucket/a': give a local path or "
             "s3://bucket/prefix; gs:// is not supported there",

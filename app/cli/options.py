@@ -44,6 +44,13 @@ def check_paths(args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if value is not None:
             storage.require_scheme(option, value, schemes)
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint and "://" not in checkpoint and ":" in checkpoint.split("/", 1)[0]:
+        # Hadoop's paths read "c-1:2" as the URI scheme "c-1" and fail deep inside Spark.
+        raise ConfigurationError(
+            f"--checkpoint {checkpoint!r}: Spark reads the part before ':' as a URI scheme; "
+            f"give it as ./{checkpoint}"
+        )
     given = [(PATHS[d][0], v) for d in _APART if (v := getattr(args, d, None)) is not None]
     for i, (option, value) in enumerate(given):
         for other, other_value in given[i + 1 :]:
