@@ -4,6 +4,8 @@ added nullable column across a restart, a retyped one refused with the output un
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from app import cli
 from app.contract.schema import TableSchema, parse_schema
 from app.engine.output import output_schema
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, IntegrityViolationError
 from app.recompute.replay import replay
 from app.table.catalog import threads_released
 from app.tools import generate as gen
@@ -181,3 +183,126 @@ def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refuse
     assert message.startswith(f"schema {retyped_path}, column 'price'")
     assert "retyped from decimal(12,4) to decimal(14,4)" in message
     assert _tree(output) == untouched
+
+
+# A start that declared the added column otherwise, then ran no batch (nothing new to read).
+NEVER_WRITTEN = BEFORE + 'extra   = { type = "string", nullable = true }\n'
+
+
+def test_a_column_a_start_declared_but_never_wrote_may_be_declared_otherwise(
+    spark: Any, tmp_path: Path
+) -> None:
+    before, before_path = declared_schema(BEFORE, "before.toml", tmp_path)
+    unwritten, unwritten_path = declared_schema(NEVER_WRITTEN, "unwritten.toml", tmp_path)
+    after, after_path = declared_schema(AFTER, "after.toml", tmp_path)
+    full, archive = tmp_path / "full", tmp_path / "archive"
+    write_capture(full, _spec(parse_schema(BEFORE + 'extra = { type = "int64" }\n', "sent")))
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) < 50)
+    run_job(spark, archive, output, checkpoint, schema=before, schema_document=before_path)
+    half = ledger_end(output)
+
+    # Started with extra as a string: the table takes the column; no batch runs with it.
+    run_job(spark, archive, output, checkpoint, schema=unwritten, schema_document=unwritten_path)
+    assert ledger_end(output) == half
+    assert str(load_table(output).schema().find_field("extra").field_type) == "string"
+
+    # The output holds no extra: the schema after, which adds it as an int64, carries on.
+    copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) >= 50)
+    run_job(spark, archive, output, checkpoint, schema=after, schema_document=after_path)
+    assert ledger_end(output) != half
+    layout = output_schema(after)
+    expected = (
+        pa.concat_tables(
+            [
+                _expected(full, before, half, after=False),
+                _expected(full, after, half, after=True),
+            ],
+            promote_options="default",
+        )
+        .select(layout.names)
+        .cast(layout)
+    )
+    assert expected.column("extra").null_count < len(expected)
+    assert cli.main(["verify", "--archive", str(full), "--output", str(output)]) == 0
+    table = load_table(output)
+    assert str(table.schema().find_field("extra").field_type) == "long"
+    with threads_released():
+        scanned = table.scan().to_arrow().select(expected.column_names)
+    comparison = verify.compare(expected, scanned)
+    assert comparison.ok, comparison.report()
+    ducked = duckdb_table_rows(output).select(expected.column_names)
+    assert verify.compare(expected, ducked).ok
+
+
+def test_a_declared_schemas_first_start_on_glue_makes_its_table_with_the_declared_columns(
+    s3: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deployed job's first start (``--glue-database``, the schema an ``s3://`` file):
+    the Glue table is made before the first batch, with the declared columns."""
+    import boto3
+
+    endpoint = s3["TABLECAST_S3_ENDPOINT"]
+    env = {**s3, "AWS_ENDPOINT_URL": endpoint}  # Glue's client too (moto serves both)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    glue = boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1")
+    glue.create_database(DatabaseInput={"Name": "tablecast"})  # what infra/ creates
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").put_object(
+        Bucket="lake", Key="schemas/before.toml", Body=BEFORE.encode()
+    )
+    before = parse_schema(BEFORE, "before.toml")
+    archive, output = tmp_path / "archive", "s3://lake/output"
+    write_capture(archive, _spec(before))
+    argv = [
+        *("run", "--archive", str(archive), "--output", output),
+        *("--checkpoint", str(tmp_path / "ckpt"), "--trigger", "available-now"),
+        *("--schema", "s3://lake/schemas/before.toml", "--glue-database", "tablecast"),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "app", *argv], env=env, capture_output=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+    # Every column Glue lists (pyiceberg lists former ones too) is a declared or metadata one.
+    found = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
+    columns = {c["Name"] for c in found["StorageDescriptor"]["Columns"]}
+    assert columns == {*output_schema(before).names, "date"}
+    expected = verify.expected_output(str(archive), PATTERN, schema=before).rows
+    table = load_table(output)
+    assert table.schema().find_field("site").required
+    with threads_released():
+        scanned = table.scan().to_arrow().select(expected.column_names)
+    comparison = verify.compare(expected, scanned)
+    assert comparison.ok, comparison.report()
+
+
+def test_a_table_made_before_the_first_batch_takes_the_declared_columns_at_the_next_start(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A first start whose schema the first row breaks (id declared a string), then
+    ``tablecast table`` (the output has no batch yet: the table is made with the default
+    schema), then the corrected schema: its first batch reaches the table's readers."""
+    wrong, wrong_path = declared_schema(
+        BEFORE.replace('id      = "int64"', 'id      = "string"'), "wrong.toml", tmp_path
+    )
+    before, before_path = declared_schema(BEFORE, "before.toml", tmp_path)
+    archive, output, checkpoint = tmp_path / "archive", tmp_path / "out", tmp_path / "ckpt"
+    write_capture(archive, _spec(before))
+    with pytest.raises(IntegrityViolationError, match="column 'id': expected a string"):
+        run_job(spark, archive, output, checkpoint, schema=wrong, schema_document=wrong_path)
+    assert cli.main(["table", "--output", str(output)]) == 0
+    capsys.readouterr()
+    assert load_table(output).schema().find_field("row_id").required  # the default's key
+
+    run_job(spark, archive, output, checkpoint, schema=before, schema_document=before_path)
+    assert cli.main(["verify", "--archive", str(archive), "--output", str(output)]) == 0
+    expected = verify.expected_output(str(archive), PATTERN, schema=before).rows
+    table = load_table(output)
+    names = {f.name for f in table.schema().fields}
+    assert names == {*output_schema(before).names, "date"}
+    with threads_released():
+        scanned = table.scan().to_arrow().select(expected.column_names)
+    comparison = verify.compare(expected, scanned)
+    assert comparison.ok, comparison.report()
+    ducked = duckdb_table_rows(output).select(expected.column_names)
+    assert verify.compare(expected, ducked).ok
