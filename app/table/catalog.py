@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.contract.schema import DEFAULT_SCHEMA, PARTITION_FIELD, TableSchema
 from app.engine.output import output_schema
 from app.engine.writer import DATE_COLUMN, DayLayout, layout_of
 from app.errors import ConfigurationError, DamagedOutputError, TablecastError
@@ -55,7 +55,6 @@ SQLITE_FILE = posixpath.join(TABLE_DIR, "catalog.db")
 CATALOG_NAME = "tablecast"
 NAMESPACE = "tablecast"
 TABLE_NAME = "output"
-PARTITION_FIELD = "ts_day"
 SORT_ORDER = ("topic", "partition", "offset")
 # The day of a row's file (DayLayout.DATE_COLUMN): never null, ``day(ts)``'s value.
 _DATE = pa.field(DATE_COLUMN, pa.date32(), nullable=False)

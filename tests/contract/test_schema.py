@@ -98,6 +98,11 @@ _KEY = '[key]\ncolumns = ["id"]\n'
             "v",
             "hive directory's",
         ),
+        (
+            _KEY + '[columns]\nid = "string"\nv = { type = "date", output = "Ts_Day" }\n',
+            "v",
+            "'Ts_Day' is the Iceberg table's partition field",
+        ),
         (_KEY + '[columns]\nid = "string"\n"a b" = "int64"\n', "a b", "not a plain name"),
         (
             _KEY + '[columns]\nid = "string"\nA = "int64"\na = "int64"\n',
