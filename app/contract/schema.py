@@ -167,13 +167,18 @@ def parse_schema(text: str | bytes, document: str) -> TableSchema:
 
 def load_schema(uri: str) -> TableSchema:
     """The schema in a file: a local path or ``s3://bucket/key``."""
+    from pyarrow import fs as pafs
+
     from app.storage import resolve
 
-    parent, _, name = uri.rstrip("/").rpartition("/")
-    location = resolve(parent or ".")
+    parent, slash, name = uri.rstrip("/").rpartition("/")
+    location = resolve(parent or slash or ".")  # "/sensors.toml": the root's
     path = location.child(name)
-    if not name or not location.exists(path):
+    found = location.fs.get_file_info(path).type if name else pafs.FileType.NotFound
+    if found is pafs.FileType.NotFound:
         raise ConfigurationError(f"schema {uri}: no such file", document=uri)
+    if found is not pafs.FileType.File:  # a local directory, or a prefix holding objects
+        raise ConfigurationError(f"schema {uri}: is a directory, not a TOML document", document=uri)
     return parse_schema(location.read_bytes(path), uri)
 
 
