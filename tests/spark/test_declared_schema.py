@@ -3,6 +3,7 @@ added nullable column across a restart, a retyped one refused with the output un
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from app.contract.schema import TableSchema, parse_schema
 from app.engine.output import output_schema
 from app.errors import ConfigurationError, IntegrityViolationError
 from app.recompute.replay import replay
+from app.sink.ledger import Ledger
+from app.storage import resolve
 from app.table.catalog import threads_released
 from app.tools import generate as gen
 from app.tools import verify
@@ -28,6 +31,7 @@ from tests.spark.helpers import (
     copy_files,
     declared_schema,
     ledger_end,
+    repair_argv,
     run_job,
     tp_of,
     write_capture,
@@ -306,3 +310,51 @@ def test_a_table_made_before_the_first_batch_takes_the_declared_columns_at_the_n
     assert comparison.ok, comparison.report()
     ducked = duckdb_table_rows(output).select(expected.column_names)
     assert verify.compare(expected, ducked).ok
+
+
+def test_a_snapshot_a_repair_kept_is_verified_in_the_schema_it_was_published_with(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A lost checkpoint repaired (its sessions restart from resync snapshots the output
+    keeps), then the job restarted with an added column: the kept snapshots' rows stay as
+    published (the column null), later rows have it, and verify expects exactly that."""
+    import shutil
+
+    before, before_path = declared_schema(BEFORE, "before.toml", tmp_path)
+    after, after_path = declared_schema(AFTER, "after.toml", tmp_path)
+    full, archive = tmp_path / "full", tmp_path / "archive"
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    sent = parse_schema(BEFORE + 'extra = { type = "int64" }\n', "sent")
+    spec = gen.CaptureSpec(
+        topics=1, updates=60, records_per_file=50, resync_every=15, concurrent=1, seed=4
+    )
+    write_capture(full, dataclasses.replace(spec, schema=sent))
+    copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) < 150)
+    run_job(
+        spark,
+        archive,
+        output,
+        checkpoint,
+        schema=before,
+        schema_document=before_path,
+        max_offsets_per_trigger=30,
+    )
+    shutil.rmtree(checkpoint)
+    copy_files(full, archive, lambda r: True)
+    assert cli.main(repair_argv(archive, output, checkpoint, "--yes")) == 0
+    location = resolve(str(output))
+    adopted = Ledger(location).adopted_sessions()
+    assert adopted  # the repair kept resync snapshots
+    run_job(spark, archive, output, checkpoint, schema=after, schema_document=after_path)
+
+    rows = verify.read_output(str(output))
+    kept = pc.equal(pa.repeat(pa.scalar(True), len(rows)), False)
+    for session, offset in adopted.items():
+        here = pc.and_(pc.equal(rows["session"], session), pc.equal(rows["offset"], offset))
+        kept = pc.or_(kept, here)
+    assert rows.filter(kept).num_rows and rows.filter(kept)["extra"].null_count == len(
+        rows.filter(kept)
+    )
+    later = rows.filter(pc.greater(rows["offset"], max(adopted.values())))
+    assert later["extra"].null_count < len(later)
+    assert cli.main(["verify", "--archive", str(full), "--output", str(output)]) == 0
