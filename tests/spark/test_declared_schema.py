@@ -91,6 +91,25 @@ def _expected(archive: Path, schema: TableSchema, end: dict[Any, int], after: bo
     return rows.filter(pc.invert(keep) if after else keep)
 
 
+def _expected_across(
+    archive: Path, before: TableSchema, after: TableSchema, end: dict[Any, int]
+) -> pa.Table:
+    """The expectation with ``before`` for the offsets before ``end``, ``after`` from it on,
+    in the output's schema (``after``'s)."""
+    layout = output_schema(after)
+    return (
+        pa.concat_tables(
+            [
+                _expected(archive, before, end, after=False),
+                _expected(archive, after, end, after=True),
+            ],
+            promote_options="default",
+        )
+        .select(layout.names)
+        .cast(layout)
+    )
+
+
 def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refused(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -113,18 +132,7 @@ def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refuse
     run_job(spark, archive, output, checkpoint, schema=after, schema_document=after_path)
     assert set(ledger_end(output)) == {tp_of(p.relative_to(full)) for p in full.rglob("*.parquet")}
 
-    layout = output_schema(after)
-    expected = (
-        pa.concat_tables(
-            [
-                _expected(full, before, half, after=False),
-                _expected(full, after, half, after=True),
-            ],
-            promote_options="default",
-        )
-        .select(layout.names)
-        .cast(layout)
-    )
+    expected = _expected_across(full, before, after, half)
     assert expected.column("extra").null_count < len(expected)  # the new column is filled
 
     # verify's expectation reads each range with the schema its ledger entry names.
@@ -189,6 +197,16 @@ def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refuse
     assert _tree(output) == untouched
 
 
+def _assert_table_readers_see(expected: pa.Table, output: Path) -> None:
+    """pyiceberg and DuckDB's iceberg extension read exactly ``expected`` from the table."""
+    with threads_released():
+        scanned = load_table(output).scan().to_arrow().select(expected.column_names)
+    comparison = verify.compare(expected, scanned)
+    assert comparison.ok, comparison.report()
+    ducked = duckdb_table_rows(output).select(expected.column_names)
+    assert verify.compare(expected, ducked).ok
+
+
 # A start that declared the added column otherwise, then ran no batch (nothing new to read).
 NEVER_WRITTEN = BEFORE + 'extra   = { type = "string", nullable = true }\n'
 
@@ -215,28 +233,11 @@ def test_a_column_a_start_declared_but_never_wrote_may_be_declared_otherwise(
     copy_files(full, archive, lambda r: int(r.stem.split("-")[0]) >= 50)
     run_job(spark, archive, output, checkpoint, schema=after, schema_document=after_path)
     assert ledger_end(output) != half
-    layout = output_schema(after)
-    expected = (
-        pa.concat_tables(
-            [
-                _expected(full, before, half, after=False),
-                _expected(full, after, half, after=True),
-            ],
-            promote_options="default",
-        )
-        .select(layout.names)
-        .cast(layout)
-    )
+    expected = _expected_across(full, before, after, half)
     assert expected.column("extra").null_count < len(expected)
     assert cli.main(["verify", "--archive", str(full), "--output", str(output)]) == 0
-    table = load_table(output)
-    assert str(table.schema().find_field("extra").field_type) == "long"
-    with threads_released():
-        scanned = table.scan().to_arrow().select(expected.column_names)
-    comparison = verify.compare(expected, scanned)
-    assert comparison.ok, comparison.report()
-    ducked = duckdb_table_rows(output).select(expected.column_names)
-    assert verify.compare(expected, ducked).ok
+    assert str(load_table(output).schema().find_field("extra").field_type) == "long"
+    _assert_table_readers_see(expected, output)
 
 
 def test_a_declared_schemas_first_start_on_glue_makes_its_table_with_the_declared_columns(
@@ -301,15 +302,9 @@ def test_a_table_made_before_the_first_batch_takes_the_declared_columns_at_the_n
     run_job(spark, archive, output, checkpoint, schema=before, schema_document=before_path)
     assert cli.main(["verify", "--archive", str(archive), "--output", str(output)]) == 0
     expected = verify.expected_output(str(archive), PATTERN, schema=before).rows
-    table = load_table(output)
-    names = {f.name for f in table.schema().fields}
+    names = {f.name for f in load_table(output).schema().fields}
     assert names == {*output_schema(before).names, "date"}
-    with threads_released():
-        scanned = table.scan().to_arrow().select(expected.column_names)
-    comparison = verify.compare(expected, scanned)
-    assert comparison.ok, comparison.report()
-    ducked = duckdb_table_rows(output).select(expected.column_names)
-    assert verify.compare(expected, ducked).ok
+    _assert_table_readers_see(expected, output)
 
 
 def test_a_snapshot_a_repair_kept_is_verified_in_the_schema_it_was_published_with(
