@@ -4,6 +4,7 @@ added nullable column across a restart, a retyped one refused with the output un
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import subprocess
 import sys
@@ -21,7 +22,9 @@ from app.engine.output import output_schema
 from app.errors import ConfigurationError, IntegrityViolationError
 from app.recompute.replay import replay
 from app.sink.ledger import Ledger
+from app.sink.rewrite import Retirement
 from app.storage import resolve
+from app.table import compact as table_compact
 from app.table.catalog import threads_released
 from app.tools import generate as gen
 from app.tools import verify
@@ -353,3 +356,48 @@ def test_a_snapshot_a_repair_kept_is_verified_in_the_schema_it_was_published_wit
     later = rows.filter(pc.greater(rows["offset"], max(adopted.values())))
     assert later["extra"].null_count < len(later)
     assert cli.main(["verify", "--archive", str(full), "--output", str(output)]) == 0
+
+
+# A second column added at a later restart.
+THIRD = AFTER + 'more    = { type = "decimal(38,10)", nullable = true }\n'
+
+
+def test_a_compaction_merges_files_of_three_schemas_into_the_newest_for_every_reader(
+    spark: Any, tmp_path: Path
+) -> None:
+    documents = [("before.toml", BEFORE), ("after.toml", AFTER), ("third.toml", THIRD)]
+    versions = [declared_schema(text, name, tmp_path) for name, text in documents]
+    full, archive = tmp_path / "full", tmp_path / "archive"
+    output, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    sent = THIRD.replace('alarm   = { type = "bool", nullable = true }', 'alarm   = "bool"')
+    write_capture(full, _spec(parse_schema(sent, "sent")))
+    for (schema, document), below in zip(versions, (25, 50, None), strict=True):
+        copy_files(full, archive, lambda r, b=below: b is None or int(r.stem.split("-")[0]) < b)
+        run_job(spark, archive, output, checkpoint, schema=schema, schema_document=document)
+    first, changes = verify.recorded_schemas(str(output))
+    assert first == versions[0][0]
+    assert all([at for at, _ in found] == [25, 50] for found in changes.values())
+
+    report = table_compact.compact(
+        resolve(str(output)), before=datetime.date(2100, 1, 1), retirement=Retirement(grace_s=0)
+    )
+    assert report.inputs > report.outputs
+    layout = output_schema(versions[2][0])
+    expected = (
+        verify.expected_output(str(full), PATTERN, schema=first, changes=changes)
+        .rows.select(layout.names)
+        .cast(layout)
+    )
+    assert expected.filter(pc.greater_equal(expected["offset"], 50))["more"].null_count < len(
+        expected.filter(pc.greater_equal(expected["offset"], 50))
+    )
+    assert cli.main(["verify", "--archive", str(full), "--output", str(output)]) == 0
+    plain = verify.read_output(str(output))
+    assert plain.schema == layout
+    assert verify.compare(expected, plain).ok
+    _assert_table_readers_see(expected, output)
+
+    # A replay of all of it reads each range with the schema it ran with: the same bytes.
+    untouched = {k: v for k, v in _tree(output).items() if not k.startswith("_")}
+    replay(spark, str(full), str(output), 0, 4_102_444_800_000, topic_pattern=PATTERN)
+    assert {k: v for k, v in _tree(output).items() if not k.startswith("_")} == untouched
