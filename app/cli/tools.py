@@ -93,6 +93,9 @@ def verify(args: argparse.Namespace) -> int:
         schema=first,
         changes=changes,
         processor=processor,
+        adopted=()
+        if processor is not None or args.schema
+        else verify_mod.adopted_snapshots(args.output),
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")

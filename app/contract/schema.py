@@ -29,6 +29,7 @@ from app.errors import ConfigurationError
 __all__ = [
     "DEFAULT_SCHEMA",
     "METADATA_COLUMNS",
+    "PARTITION_FIELD",
     "Column",
     "ColumnType",
     "TableSchema",
@@ -48,10 +49,17 @@ class ColumnType(StrEnum):
     DECIMAL = "decimal"
 
 
-# The output's own columns (CONTRACT.md section 3), and the hive directory's
-# ``date``: no declared column may take one of these names in the output.
+# The output's own columns (CONTRACT.md section 3), the hive directory's ``date``, and the
+# Iceberg table's partition field, ``day(ts)`` (app/table/catalog.py: Iceberg refuses a
+# column named like a partition field of any spec its table ever had, so no schema of the
+# output, first or later, may take it): no declared column may take one of these names.
 METADATA_COLUMNS = ("topic", "partition", "offset", "session", "seq", "type", "ts", "deleted")
-_RESERVED = (*METADATA_COLUMNS, "date")
+PARTITION_FIELD = "ts_day"
+_RESERVED = {
+    **dict.fromkeys(METADATA_COLUMNS, "an output metadata column"),
+    "date": "the hive directory's column",
+    PARTITION_FIELD: "the Iceberg table's partition field (the day of ts)",
+}
 _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 # A name every reader takes unquoted (Glue and Athena fold case: names must differ in more).
 _OUTPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -159,13 +167,18 @@ def parse_schema(text: str | bytes, document: str) -> TableSchema:
 
 def load_schema(uri: str) -> TableSchema:
     """The schema in a file: a local path or ``s3://bucket/key``."""
+    from pyarrow import fs as pafs
+
     from app.storage import resolve
 
-    parent, _, name = uri.rstrip("/").rpartition("/")
-    location = resolve(parent or ".")
+    parent, slash, name = uri.rstrip("/").rpartition("/")
+    location = resolve(parent or slash or ".")  # "/sensors.toml": the root's
     path = location.child(name)
-    if not name or not location.exists(path):
+    found = location.fs.get_file_info(path).type if name else pafs.FileType.NotFound
+    if found is pafs.FileType.NotFound:
         raise ConfigurationError(f"schema {uri}: no such file", document=uri)
+    if found is not pafs.FileType.File:  # a local directory, or a prefix holding objects
+        raise ConfigurationError(f"schema {uri}: is a directory, not a TOML document", document=uri)
     return parse_schema(location.read_bytes(path), uri)
 
 
@@ -234,10 +247,10 @@ def _column(document: str, name: str, spec: Any) -> Column:
             f"output name {output!r} is not a plain name (letters, digits, _): "
             'give output = "a_name"',
         )
-    if output.lower() in _RESERVED:
-        what = "the hive directory's" if output.lower() == "date" else "an output metadata"
+    reserved = _RESERVED.get(output.lower())
+    if reserved is not None:
         raise _refused(
-            document, name, f'output name {output!r} is {what} column: give output = "another"'
+            document, name, f'output name {output!r} is {reserved}: give output = "another"'
         )
     precision = scale = 0
     match = _DECIMAL.fullmatch(type_text.strip())

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.contract.schema import DEFAULT_SCHEMA, PARTITION_FIELD, TableSchema
 from app.engine.output import output_schema
 from app.engine.writer import DATE_COLUMN, DayLayout, layout_of
 from app.errors import ConfigurationError, DamagedOutputError, TablecastError
@@ -55,7 +55,6 @@ SQLITE_FILE = posixpath.join(TABLE_DIR, "catalog.db")
 CATALOG_NAME = "tablecast"
 NAMESPACE = "tablecast"
 TABLE_NAME = "output"
-PARTITION_FIELD = "ts_day"
 SORT_ORDER = ("topic", "partition", "offset")
 # The day of a row's file (DayLayout.DATE_COLUMN): never null, ``day(ts)``'s value.
 _DATE = pa.field(DATE_COLUMN, pa.date32(), nullable=False)
@@ -313,16 +312,29 @@ def evolve(location: Location, schema: TableSchema) -> bool:
     columns get new field ids, columns made nullable become optional, the name mapping
     follows; a table made before it declared a sort order declares the files' one.
     Returns whether it changed; an output without a table is left alone (it is made
-    with the schema, as its first batch commits)."""
+    with the schema, as its first batch commits).
+
+    A column the table holds that no published file does (a start evolved the table, or
+    made it, with a schema no batch then ran with) and that ``schema`` lacks or types
+    otherwise is dropped first: the ledger's schema is the output's, the table follows it."""
     config = config_for(location)
     if config is None or not table_exists(location, config):
         return False
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import TableProperties
 
     table = load_table(location, config)
     wanted = table_schema(location, schema)
     current = table.schema()
-    held = {f.name.lower(): f for f in current.fields}
+    written = schemas.current(location)
+    published = set() if written is None else set(table_schema(location, written).names)
+    types = {f.name: f.field_type for f in Catalog._convert_schema_if_needed(wanted).fields}
+    stray = [
+        f.name
+        for f in current.fields
+        if f.name not in published and types.get(f.name) != f.field_type
+    ]
+    held = {f.name.lower(): f for f in current.fields if f.name not in stray}
     added = [f.name for f in wanted if f.name.lower() not in held]
     relaxed = [
         f.name
@@ -330,21 +342,29 @@ def evolve(location: Location, schema: TableSchema) -> bool:
         if f.name.lower() in held and f.nullable and held[f.name.lower()].required
     ]
     unsorted = table.sort_order().is_unsorted
-    if not added and not relaxed and not unsorted:
+    if not stray and not added and not relaxed and not unsorted:
         return False
     with table.transaction() as transaction:
-        if added or relaxed:
+        if stray:
             with transaction.update_schema() as update:
+                for name in stray:
+                    update.delete_column(name)
+        if added or relaxed:
+            # Required columns are added only to a table no published file is in.
+            with transaction.update_schema(allow_incompatible_changes=written is None) as update:
                 update.union_by_name(wanted)  # new fields get new ids; required ones relaxed
+        if stray or added or relaxed:
             mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
             transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
         if unsorted:
             _declare_sort_order(transaction)
     log.info(
-        "table %s: schema evolved (columns added: %s; made nullable: %s)",
+        "table %s: schema evolved (columns added: %s; made nullable: %s; dropped, no published "
+        "file holding them: %s)",
         config.table,
         ", ".join(added) or "none",
         ", ".join(relaxed) or "none",
+        ", ".join(stray) or "none",
     )
     return True
 

@@ -56,6 +56,7 @@ from app.table.catalog import (
     config_for,
     evolve,
     glue_config,
+    open_table,
     save_config,
     threads_released,
 )
@@ -133,11 +134,16 @@ def prepare(output: str, settings: TableSettings, schema: TableSchema = DEFAULT_
             save_config(location, config)
             log.info("output %s catalogued as %s in Glue", location.uri, config.table)
         with threads_released():
-            table_commit.catch_up(location)  # creates the table when it is not there
+            # Made with the run's schema: before a first batch the ledger names none, and the
+            # default schema's columns (its key among them) are not this table's.
+            open_table(location, config, schema)
+            table_commit.catch_up(location)
     held = schemas.current(location)
-    # The columns a schema added, before a batch writes them; an unchanged schema leaves
-    # the table as it is (a start opens the local catalog only with --glue-database).
-    if settings.glue_database or (held is not None and held != schema):
+    # The columns a schema added, before a batch writes them, and a table made before the
+    # first batch (`tablecast table`: the default schema's) brought to the run's; an
+    # unchanged schema leaves the table as it is (a start opens the local catalog only with
+    # --glue-database).
+    if settings.glue_database or held != schema:
         with threads_released():
             evolve(location, schema)
     if settings.compact_every_s and config_for(location) is None:

@@ -61,11 +61,13 @@ def expected_output(
     schema: TableSchema = DEFAULT_SCHEMA,
     changes: Mapping[TopicPartition, Sequence[tuple[int, TableSchema]]] | None = None,
     processor: Processor[Any] | None = None,
+    adopted: Sequence[AdoptedSnapshot] = (),
 ) -> Expected:
     """What the job outputs for every record of the archive (or only below ``below``),
     with the built-in processor over the table schema ``schema``, and where ``changes``
     says, from an offset on, another (:func:`recorded_schemas`: where the live job
-    restarted with one); or with ``processor`` (a user's) over all of it."""
+    restarted with one), but for the snapshots a repair kept (``adopted``), each in the
+    schema it was published with; or with ``processor`` (a user's) over all of it."""
     location = archive.require_root(archive_uri)
     index = archive.scan(location, topic_pattern)
     if not index.files:
@@ -84,9 +86,14 @@ def expected_output(
     def table_processor(of: TableSchema) -> TableProcessor:
         return built.setdefault(of, TableProcessor(of))
 
+    found = {tp: list(points) for tp, points in (changes or {}).items()}
+    for kept in adopted:
+        for tp, published in kept.schemas.items():
+            if _session_at(location, index.files.get(tp, []), kept.offset) == kept.session:
+                found[tp] = _kept(found.get(tp, []), schema, kept.offset, published)
     switches = {
-        tp: [(offset, table_processor(changed)) for offset, changed in found]
-        for tp, found in (changes or {}).items()
+        tp: [(offset, table_processor(changed)) for offset, changed in points]
+        for tp, points in found.items()
     }
     outcome = run_partitions(
         sorted(index.files),
@@ -215,6 +222,69 @@ def recorded_schemas(
                 held[tp] = schema.digest
         previous = entry
     return first, changes
+
+
+@dataclass(frozen=True)
+class AdoptedSnapshot:
+    """A session a repair adopted: the resync snapshot it began again with, at ``offset``,
+    kept the rows a batch before the repair published, computed with that batch's table
+    schema (``schemas``: per partition, the schema of the batch that published ``offset``
+    there; the session's partition is the one whose record at ``offset`` is its)."""
+
+    session: str
+    offset: int
+    schemas: Mapping[TopicPartition, TableSchema]
+
+
+def adopted_snapshots(uri: str) -> list[AdoptedSnapshot]:
+    """The snapshots the output's repairs kept, each with the schemas it may have been
+    published with: a run after the repair, whatever its schema, adds no row for them."""
+    location = resolve(uri)
+    entries = Ledger(location).entries() if location.exists(location.path) else []
+    spans: dict[TopicPartition, list[tuple[int, int, LedgerEntry]]] = {}
+    found: list[AdoptedSnapshot] = []
+    previous: LedgerEntry | None = None
+    for entry in entries:
+        if entry.kind is BATCH:
+            for tp, (start, end) in entry.ranges(previous).items():
+                spans.setdefault(tp, []).append((start, end, entry))
+        elif entry.kind is ledger_mod.REPAIR:
+            for session, offset in sorted(entry.adopt.items()):
+                held = {
+                    tp: next(b for a, z, b in reversed(published) if a <= offset < z)
+                    for tp, published in spans.items()
+                    if any(a <= offset < z for a, z, _ in published)
+                }
+                published_with = {tp: schemas.of_entry(location, b) for tp, b in held.items()}
+                found.append(AdoptedSnapshot(session, offset, published_with))
+        previous = entry
+    return found
+
+
+def _session_at(location: Location, files: Sequence[archive.ArchiveFile], offset: int) -> str:
+    """The session of the record at ``offset`` ("" where the archive holds none)."""
+    covering = [f for f in files if f.start <= offset < f.end]
+    for batch in archive.read_range(location, covering, offset, offset + 1):
+        for key in batch.column("key").to_pylist():
+            return bytes(key).decode("utf-8", "replace")
+    return ""
+
+
+def _kept(
+    points: list[tuple[int, TableSchema]], first: TableSchema, at: int, published: TableSchema
+) -> list[tuple[int, TableSchema]]:
+    """``points`` (where a partition goes on with another schema) with the message at ``at``
+    read in the schema its kept rows were ``published`` with, and the next in the one the
+    points say."""
+    current = first
+    for offset, schema in points:
+        if offset <= at:
+            current = schema
+    if current == published:
+        return points
+    after = [(o, s) for o, s in points if o > at]
+    resume = [] if after and after[0][0] == at + 1 else [(at + 1, current)]
+    return [*[(o, s) for o, s in points if o < at], (at, published), *resume, *after]
 
 
 def output_table_schema(uri: str) -> TableSchema:

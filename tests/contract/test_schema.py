@@ -73,6 +73,26 @@ def test_a_schema_file_is_read_from_its_path(tmp_path: object) -> None:
         load_schema(str(path) + ".missing")
 
 
+def test_a_directory_given_as_the_schema_is_refused_in_one_line(tmp_path: object) -> None:
+    """Locally, and on S3 a prefix that holds objects (the folder of the document)."""
+    from pathlib import Path
+
+    from tests.s3_server import S3Server
+
+    folder = Path(str(tmp_path)) / "schemas"
+    folder.mkdir()
+    with pytest.raises(ConfigurationError) as local:
+        load_schema(str(folder))
+    assert str(local.value) == f"schema {folder}: is a directory, not a TOML document"
+    with S3Server() as server:
+        server.create_bucket("lake")
+        server.client().put_object(Bucket="lake", Key="jobs/sensors.toml", Body=b"")
+        for uri in ("s3://lake/jobs", "s3://lake/jobs/"):
+            with pytest.raises(ConfigurationError) as prefix:
+                load_schema(uri)
+            assert str(prefix.value) == f"schema {uri}: is a directory, not a TOML document"
+
+
 _KEY = '[key]\ncolumns = ["id"]\n'
 
 
@@ -97,6 +117,11 @@ _KEY = '[key]\ncolumns = ["id"]\n'
             _KEY + '[columns]\nid = "string"\nv = { type = "date", output = "date" }\n',
             "v",
             "hive directory's",
+        ),
+        (
+            _KEY + '[columns]\nid = "string"\nv = { type = "date", output = "Ts_Day" }\n',
+            "v",
+            "'Ts_Day' is the Iceberg table's partition field",
         ),
         (_KEY + '[columns]\nid = "string"\n"a b" = "int64"\n', "a b", "not a plain name"),
         (
