@@ -44,6 +44,8 @@ AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Years whose times an offset may carry outside years 1 to 9999 in UTC.
 _EDGE_YEARS = ("0001", "9999")
+# The longest time the contract spells, ending in Z: YYYY-MM-DDTHH:MM:SS.ffffffZ (+HH:MM: 5 more).
+_LONGEST_Z = 27
 # A column's texts, epoch milliseconds and nulls, texts made times, in one C call.
 _TIMES: Callable[[Sequence[Any]], list[Any]] = partial(
     msgspec.convert, type=list[int | AwareTime | None]
@@ -108,15 +110,22 @@ def timestamp_ms(column: Column, ms: int, where: str) -> datetime:
 
 
 def timestamp_text(column: Column, text: str, where: str) -> datetime:
-    """An RFC 3339 time with an offset, read as msgspec's typed decoding reads it, whose
-    offset is ``Z`` or ``+HH:MM`` (msgspec also reads ``+HHMM``, which RFC 3339 is not) and
-    whose instant is within years 1 to 9999 in UTC, as every reader's times are."""
+    """An RFC 3339 time with an offset, read as msgspec's typed decoding reads it, written
+    as CONTRACT.md 1a spells it (``YYYY-MM-DDTHH:MM:SS[.ffffff]`` then ``Z`` or ``+HH:MM``)
+    and within years 1 to 9999 in UTC, as every reader's times are. msgspec also reads
+    ``+HHMM`` and a space for the ``T``, which RFC 3339 is not, and more than six decimals
+    of a second, which it rounds to the microsecond the output holds: a value changed
+    without a word (``23:59:59.9999995Z`` the next day)."""
     try:
         found = msgspec.convert(text, AwareTime)
     except msgspec.ValidationError:
         raise _bad(column, where, shown(text)) from None
     if not _offset_written(text):
         raise _bad(column, where, f"{shown(text)} (an offset is Z or +HH:MM)")
+    if text[10] not in "Tt":
+        raise _bad(column, where, f"{shown(text)} (the date and the time are joined by T)")
+    if len(text) > (_LONGEST_Z if text[-1] in "Zz" else _LONGEST_Z + 5):
+        raise _bad(column, where, f"{shown(text)} (at most six decimals of a second)")
     if text[:4] in _EDGE_YEARS:
         try:
             found.astimezone(UTC)
@@ -282,10 +291,18 @@ def timestamp_column(column: Column) -> Callable[[Sequence[Any]], Sequence[Any]]
             found: list[Any] = _TIMES(given)
         except msgspec.ValidationError:
             raise _bad(column, "rows", "not an RFC 3339 time") from None
-        # Read by msgspec, so at least 20 characters: the offset and year are where they are.
-        # The offset's test is _offset_written's, inline: a call per value costs as much.
+        # Read by msgspec, so at least 20 characters: the offset, the T and the year are where
+        # they are. timestamp_text's tests, inline: a call per value costs as much.
         if not all(
-            type(v) is not str or ((v[-3] == ":" or v[-1] in "Zz") and v[:4] not in _EDGE_YEARS)
+            type(v) is not str
+            or (
+                (
+                    (v[-1] in "Zz" and len(v) <= _LONGEST_Z)
+                    or (v[-3] == ":" and len(v) <= _LONGEST_Z + 5)
+                )
+                and v[10] in "Tt"
+                and v[:4] not in _EDGE_YEARS
+            )
             for v in given
         ):
             found = [timestamp_text(column, v, "rows") if type(v) is str else v for v in given]

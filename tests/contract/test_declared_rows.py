@@ -208,6 +208,24 @@ BAD_ROWS = [
         "string '2026-01-01T00:00:00+0530' (an offset is Z or +HH:MM)",
     ),
     (
+        "timestamp joined by a space",
+        _snapshot(_row(at="2026-01-01 00:00:00Z")),
+        "at",
+        "string '2026-01-01 00:00:00Z' (the date and the time are joined by T)",
+    ),
+    (
+        "timestamp finer than microseconds",
+        _snapshot(_row(at="2026-01-01T23:59:59.9999995Z")),
+        "at",
+        "string '2026-01-01T23:59:59.9999995Z' (at most six decimals of a second)",
+    ),
+    (
+        "timestamp in nanoseconds with an offset",
+        _snapshot(_row(at="2026-01-01T00:00:00.123456789+05:30")),
+        "at",
+        "string '2026-01-01T00:00:00.123456789+05:30' (at most six decimals of a second)",
+    ),
+    (
         "timestamp before year 1 in UTC",
         _snapshot(_row(at="0001-01-01T00:30:00+01:00")),
         "at",
@@ -380,6 +398,10 @@ _TIMES = [
     b'"0001-01-01T00:30:00-01:00"',
     b'"9999-12-31T23:30:00-01:00"',
     b'"2026-01-01t00:00:00.1234567z"',
+    b'"2026-01-01t00:00:00.123456z"',
+    b'"2026-01-01T00:00:00.123456-05:30"',
+    b'"2026-01-01T00:00:00.1234567+05:30"',
+    b'"2026-01-01 00:00:00Z"',
     b'"2026"',
 ]
 _COLUMN_WISE = parse_schema(
