@@ -110,6 +110,18 @@ def check(name: str, processor: Processor[Any]) -> None:
         )
     if not overrides(processor, "apply"):
         raise ConfigurationError(f"--processor {name}: writes no apply()")
+    # The ledger names the processor that wrote each range by it: replay, correct and
+    # verify load the processor it names.
+    if not isinstance(processor.name, str) or not processor.name.strip():
+        raise ConfigurationError(
+            f"--processor {name}: its name {processor.name!r} names nothing (leave name out: "
+            "module:Class)"
+        )
+    if processor.name == BUILT_IN:
+        raise ConfigurationError(
+            f"--processor {name}: its name {processor.name!r} is the built-in's; the ledger "
+            "names the processor that wrote each range by it (leave name out: module:Class)"
+        )
     _check_shippable(name, processor)
     if overrides(processor, "encode_state") and overrides(processor, "decode_state"):
         return

@@ -71,6 +71,13 @@ class WithLambda(WithoutDefaults):
         self.key: Callable[[tuple[str]], str] = lambda row: row[0]
 
 
+class PosingAsTheBuiltIn(WithoutDefaults):
+    """Named as the built-in: the ledger would record it so, and a replay, a correction or
+    verify would then run the built-in where this one wrote the rows."""
+
+    name = "table"
+
+
 HERE = __name__
 
 
@@ -92,6 +99,12 @@ HERE = __name__
             "no_such_package.energy:Hourly",
             "--processor no_such_package.energy:Hourly: no module named 'no_such_package' "
             "(install the processor's package where tablecast runs)",
+        ),
+        (
+            f"{HERE}:PosingAsTheBuiltIn",
+            f"--processor {HERE}:PosingAsTheBuiltIn: its name 'table' is the built-in's; the "
+            "ledger names the processor that wrote each range by it (leave name out: "
+            "module:Class)",
         ),
         (f"{HERE}:Hourly", f"--processor {HERE}:Hourly: {HERE} has no Hourly"),
         (
