@@ -24,8 +24,9 @@ def check_table(location: Location, *, archive: str | None = None) -> str | None
     """That the output's Iceberg table loads and its current snapshot holds exactly the
     visible data files; a description of it, None when the output keeps no table or holds
     nothing yet. Files a batch or a rewrite is publishing (its pending list, an open
-    rewrite's names) are left out of the comparison: the table takes them at its end. A
-    live job that wrote a ledger entry meanwhile makes it look again (a few times)."""
+    rewrite's names) are left out of the comparison: the table takes them at its end; the
+    description names those published that it does not hold yet. A live job that wrote a
+    ledger entry meanwhile makes it look again (a few times)."""
     ledger = Ledger(location)
     for _ in range(_LOOKS - 1):
         before = ledger.numbers()
@@ -59,11 +60,12 @@ def _check_table(location: Location, archive: str | None) -> str | None:
     busy = {f for pending in ledger.pending_lists() for f in pending.files}
     for found in rewrite_mod.open_rewrites(location):
         busy |= set(found.retire) | {new for _, new in found.publish}
-    visible = {
-        data_path(location, f)
-        for f in visible_files(location)
-        if not f.startswith("_quarantine/") and f not in busy
-    }
+    shown = [f for f in visible_files(location) if not f.startswith("_quarantine/")]
+    # Published, but their table commit is still to come: a live job's in flight, or those of
+    # a job that stopped between its ledger entry and its table commit (its next start
+    # commits them), which readers of the table do not see until then.
+    waiting = {data_path(location, f) for f in shown if f in busy} - held
+    visible = {data_path(location, f) for f in shown if f not in busy}
     held -= {data_path(location, f) for f in busy}
     extra, missing = sorted(held - visible), sorted(visible - held)
     if extra:  # a data file lost: its rows are what is missing, the table is right
@@ -82,4 +84,10 @@ def _check_table(location: Location, archive: str | None) -> str | None:
             location,
             f"lacks {len(missing)} of the output's visible data files ({first_names(missing)})",
         )
-    return f"{config.table}: its current snapshot holds the {len(held):,} visible data files"
+    described = f"{config.table}: its current snapshot holds the {len(held):,} visible data files"
+    if waiting:
+        described += (
+            f"; {len(waiting):,} more, published, are not in it yet "
+            f"({first_names(sorted(waiting))}): the job's next batch or start commits them"
+        )
+    return described
