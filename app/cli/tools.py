@@ -115,24 +115,27 @@ def inspect(args: argparse.Namespace) -> int:
     from app.sink import guard
 
     options.existing_output(args.output)
-    if options.missing_locally(args.checkpoint):
-        recorded = guard.recorded_checkpoint(args.output)
-        raise ConfigurationError(
-            f"checkpoint {args.checkpoint} does not exist"
-            + (
-                f": output {args.output} was written with checkpoint {recorded}"
-                if recorded and not guard.same_place(recorded, args.checkpoint)
-                else ""
-            )
-        )
-    snapshot = inspect_mod.read_state(
-        spark_session(args.master, notice=options.say),
-        args.checkpoint,
-        args.output,
-        at_batch=args.at_batch,
-        session=args.session,
-        limit=None if args.session else args.limit,
+    recorded = guard.recorded_checkpoint(args.output)
+    elsewhere = (
+        f": output {args.output} was written with checkpoint {recorded}"
+        if recorded and not guard.same_place(recorded, args.checkpoint)
+        else ""
     )
+    if options.missing_locally(args.checkpoint):
+        raise ConfigurationError(f"checkpoint {args.checkpoint} does not exist{elsewhere}")
+    try:
+        snapshot = inspect_mod.read_state(
+            spark_session(args.master, notice=options.say),
+            args.checkpoint,
+            args.output,
+            at_batch=args.at_batch,
+            session=args.session,
+            limit=None if args.session else args.limit,
+        )
+    except ConfigurationError as exc:
+        if not elsewhere:  # a mistyped --checkpoint is the likeliest cause: say which it was
+            raise
+        raise ConfigurationError(f"{exc}{elsewhere}") from None
     if args.session:
         print(inspect_mod.format_session(snapshot, snapshot.sessions[0]))
     else:

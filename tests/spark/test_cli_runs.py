@@ -81,6 +81,13 @@ def test_a_run_says_when_spark_starts_and_how_far_it_is_and_refuses_a_wrong_chec
         "tablecast inspect: checkpoint ckpy does not exist: output out was written with "
         "checkpoint ckpt\n"
     )
+    (tmp_path / "ckpz").mkdir()  # there, but not this output's
+    inspected = run(TABLECAST, "inspect", "--output", "out", "--checkpoint", "ckpz", cwd=tmp_path)
+    assert inspected.returncode == ExitCode.USAGE, inspected.stderr
+    assert inspected.stderr.splitlines()[-1] == (
+        "tablecast inspect: checkpoint ckpz has no committed batch yet: output out was written "
+        "with checkpoint ckpt"
+    )
 
     # Another archive under the same topics' names: refused at the first trigger, before a
     # record of it is read, instead of integrity violations of strangers' sessions.
