@@ -8,12 +8,15 @@ traceback kept in a file the line names. No traceback reaches a terminal.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from app import storage
@@ -36,8 +39,10 @@ def outcome(
     an unexpected error's traceback goes (the Spark log this process writes, if any).
     """
     say = report or (lambda prefix, exc: print(f"{prefix}: {exc}", file=sys.stderr))
+    interrupted = _Interrupts()
     try:
-        code = call()
+        with interrupted.recorded():
+            code = call()
         sys.stdout.flush()  # a reader gone (`| head`) is found here, not at the exit's flush
         return code
     except TablecastError as exc:
@@ -50,6 +55,11 @@ def outcome(
         _drop_stdout()
         return ExitCode.CLOSED_PIPE
     except Exception as exc:  # a failure nothing above knows: one line, details kept
+        if interrupted.seen:
+            # A Ctrl-C whose KeyboardInterrupt a library took for a failure of its own
+            # (py4j's, mid-call as Spark starts) is still the operator's Ctrl-C.
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return ExitCode.INTERRUPTED
         known = _known_failure(exc)
         if known is not None:
             say(prog, known)
@@ -57,6 +67,29 @@ def outcome(
         where = _keep_traceback(prog, exc, traceback_file())
         print(f"{prog}: unexpected error {root_cause(exc)} (traceback in {where})", file=sys.stderr)
         return ExitCode.UNEXPECTED
+
+
+class _Interrupts:
+    """Whether SIGINT reached this process while a command ran (main thread only: signal
+    handlers are set there). Python's own handler still raises the KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def _record(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def recorded(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._record)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _known_failure(exc: Exception) -> TablecastError | None:

@@ -112,8 +112,9 @@ def spark_session(
         say = notice or (lambda line: None)
         say(f"starting Spark ({conf.get('spark.master')}): its JVM takes a few seconds")
         began = time.monotonic()
+        before = signal.getsignal(signal.SIGINT)
         SparkContext(conf=conf, gateway=_launch_gateway(conf))
-        _plain_interrupt()
+        _plain_interrupt(before)
         say(f"Spark started in {time.monotonic() - began:.1f} s")
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -121,13 +122,14 @@ def spark_session(
     return spark
 
 
-def _plain_interrupt() -> None:
-    """Ctrl-C as a plain KeyboardInterrupt again. PySpark's handler asks the JVM to cancel
-    its jobs from inside the signal, on the connection the interrupted call is using:
-    py4j then logs two tracebacks. The command's own stop (the query's, the JVM's exit
-    with this process) cancels them anyway."""
+def _plain_interrupt(before: Any) -> None:
+    """Ctrl-C handled as before the context again (``before``: the command's handler, or
+    Python's). PySpark's handler asks the JVM to cancel its jobs from inside the signal, on
+    the connection the interrupted call is using: py4j then logs two tracebacks. The
+    command's own stop (the query's, the JVM's exit with this process) cancels them
+    anyway."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, before if callable(before) else signal.default_int_handler)
 
 
 def preload_daemon(conf: Any, module: str = PRELOAD_MODULE) -> bool:
