@@ -235,7 +235,7 @@ def _run_query(
     # The output is this run's now: its processor's schemas are recorded, and Glue's table
     # evolved to its output schema (made, with --glue-database), before the first batch.
     processors.check_start(resolve(config.output), processor, config.schema_document)
-    table_live.prepare(config.output, config.table, processor.output)
+    table_live.prepare(config.output, config.table, processor.output, plan.fence)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from app import defaults
-from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.contract.schema import TableSchema
 from app.errors import ConfigurationError, TablecastError
 from app.sink import rewrite as rewrite_mod
 from app.sink import schemas
@@ -64,6 +64,8 @@ from app.table.history import MetadataFiles, TableHistory, metadata_grace
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+
+    from app.sink.fencing import Fence
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +119,14 @@ class LiveTable:
             return self.files.delete(location, self._table, before, deleted)
 
 
-def prepare(output: str, settings: TableSettings, schema: TableSchema = DEFAULT_SCHEMA) -> None:
+def prepare(output: str, settings: TableSettings, schema: TableSchema, fence: Fence) -> None:
     """Catalogue the output as the settings say, make its table and bring it to ``schema``
-    (the run's table schema, already checked against the output's), before the first batch."""
+    (the run's table schema, already checked against the output's), before the first batch.
+
+    ``fence``: the run's hold on the output, checked before each change. A writer that
+    paused between its claim and here, and was taken over, would otherwise bring the table
+    back to its own schema, dropping the columns its successor added before their first
+    batch: that successor's every table commit would then fail."""
     location = resolve(output)
     if settings.glue_database:
         if not settings.region:
@@ -131,8 +138,10 @@ def prepare(output: str, settings: TableSettings, schema: TableSchema = DEFAULT_
             table=settings.glue_table,
         )
         if config_for(location) != config:
+            fence.check("cataloguing the output")
             save_config(location, config)
             log.info("output %s catalogued as %s in Glue", location.uri, config.table)
+        fence.check("making the output's table")
         with threads_released():
             # Made with the run's schema: before a first batch the ledger names none, and the
             # default schema's columns (its key among them) are not this table's.
@@ -144,6 +153,7 @@ def prepare(output: str, settings: TableSettings, schema: TableSchema = DEFAULT_
     # unchanged schema leaves the table as it is (a start opens the local catalog only with
     # --glue-database).
     if settings.glue_database or held != schema:
+        fence.check("evolving the table's schema")
         with threads_released():
             evolve(location, schema)
     if settings.compact_every_s and config_for(location) is None:

@@ -11,6 +11,7 @@ from pyiceberg.catalog import load_catalog
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
+from app.sink import fencing
 from app.sink import ledger as ledger_mod
 from app.sink.fencing import Fence
 from app.sink.ledger import Ledger
@@ -168,6 +169,11 @@ def publish_batches(
         else:
             fence.append(entry)
         start = dict(end)
+
+
+def claimed(output: str) -> Fence:
+    """A run's hold on ``output``, as a start takes it before :func:`app.table.live.prepare`."""
+    return fencing.claim(resolve(output), fencing.new_writer("run", None, lease_s=1.0))
 
 
 def cuts(rows: pa.Table, batches: int) -> list[Offsets]:

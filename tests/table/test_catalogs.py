@@ -20,7 +20,13 @@ from app.table import commit as table_commit
 from app.tools import verify
 from app.tools.generate import CaptureSpec
 from tests.spark.helpers import write_capture
-from tests.table.helpers import assert_follows_ledger, cuts, publish_batches, table_rows
+from tests.table.helpers import (
+    assert_follows_ledger,
+    claimed,
+    cuts,
+    publish_batches,
+    table_rows,
+)
 
 SPEC = CaptureSpec(
     topics=1, partitions=2, sessions=6, updates=20, records_per_file=40, resync_every=8, seed=5
@@ -177,7 +183,8 @@ def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
     output = "s3://lake/evolving"
     publish_batches(output, expected, cuts(expected, 2))
     settings = live.TableSettings(glue_database="tablecast", region="us-east-1")
-    live.prepare(output, settings, DEFAULT_SCHEMA)
+    fence = claimed(output)
+    live.prepare(output, settings, DEFAULT_SCHEMA, fence)
     glue = boto3.client("glue", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1")
 
     def glue_table() -> dict[str, Any]:
@@ -185,7 +192,7 @@ def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
         return found
 
     before = glue_table()["Parameters"]["metadata_location"]
-    live.prepare(output, settings, DEFAULT_SCHEMA)  # the same schema changes nothing
+    live.prepare(output, settings, DEFAULT_SCHEMA, fence)  # the same schema changes nothing
     assert glue_table()["Parameters"]["metadata_location"] == before
 
     added = parse_schema(
@@ -196,7 +203,7 @@ def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
         "with-firmware.toml",
     )
     schemas.check_start(resolve(output), added, "with-firmware.toml")
-    live.prepare(output, settings, added)
+    live.prepare(output, settings, added, fence)
     found = glue_table()
     assert found["Parameters"]["metadata_location"] != before
     columns = [c["Name"] for c in found["StorageDescriptor"]["Columns"]]
@@ -208,6 +215,45 @@ def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
     assert fields["firmware"].field_id == max(f.field_id for f in fields.values())
     scanned = table.scan().to_arrow()
     assert scanned.num_rows == len(expected) and scanned["firmware"].null_count == len(expected)
+
+
+def test_a_writer_paused_before_its_table_was_prepared_is_fenced_when_it_wakes(
+    expected: pa.Table, aws: dict[str, str]
+) -> None:
+    """A start paused between its claim and the table's preparation, taken over by a start
+    whose schema adds a column: woken, it changes nothing (before, it dropped the column no
+    batch had written yet, and each of its successor's table commits then failed)."""
+    from app.contract.schema import DEFAULT_SCHEMA, parse_schema
+    from app.errors import OwnershipLostError
+    from app.sink import schemas
+    from app.table import live
+
+    output = "s3://lake/taken"
+    publish_batches(output, expected, cuts(expected, 2))
+    settings = live.TableSettings(glue_database="tablecast", region="us-east-1")
+    live.prepare(output, settings, DEFAULT_SCHEMA, claimed(output))
+    paused = claimed(output)  # claims, then its VM pauses past its lease
+    added = parse_schema(
+        '[key]\ncolumns = ["id"]\n[columns]\nid = { type = "string", output = "row_id" }\n'
+        'value = { type = "float64", nullable = true }\n'
+        'status = { type = "string", nullable = true }\n'
+        'firmware = { type = "string", nullable = true }\n',
+        "with-firmware.toml",
+    )
+    successor = claimed(output)
+    schemas.check_start(resolve(output), added, "with-firmware.toml")
+    live.prepare(output, settings, added, successor)
+    location = resolve(output)
+    config = catalog_mod.config_for(location)
+    assert config is not None
+    before = catalog_mod.catalog(config).load_table(config.table).metadata_location
+
+    with pytest.raises(OwnershipLostError, match="taken over while this run paused"):
+        live.prepare(output, settings, DEFAULT_SCHEMA, paused)
+    table = catalog_mod.catalog(config).load_table(config.table)
+    assert table.metadata_location == before
+    assert "firmware" in table.schema().column_names
+    successor.check("its first batch")  # still the output's writer
 
 
 def test_a_table_made_before_it_declared_a_sort_order_declares_the_files_one(

@@ -12,6 +12,7 @@ import pytest
 
 from app import cli
 from app.cli import options as cli_options
+from app.contract.schema import DEFAULT_SCHEMA
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger
@@ -27,6 +28,7 @@ from tests.sink.commit_steps_harness import SPEC as JOB_SPEC
 from tests.spark.helpers import assert_exact, run_job, write_capture
 from tests.table.helpers import (
     assert_follows_ledger,
+    claimed,
     cuts,
     load_table,
     publish_batches,
@@ -254,7 +256,12 @@ def test_a_run_compacts_between_batches_on_its_schedule_and_stays_exact(
 
 def test_compacting_needs_a_table(aws: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match="--compact-every needs the Iceberg table"):
-        table_live.prepare("s3://lake/out", TableSettings(compact_every_s=60))
+        table_live.prepare(
+            "s3://lake/out",
+            TableSettings(compact_every_s=60),
+            DEFAULT_SCHEMA,
+            claimed("s3://lake/out"),
+        )
 
 
 def test_the_job_path_creates_the_glue_table_idempotently(
@@ -289,14 +296,15 @@ def test_the_job_path_creates_the_glue_table_idempotently(
         glue_database="tablecast", region="us-east-1", compact_every_s=86_400.0
     )
 
-    table_live.prepare(output, settings)
+    fence = claimed(output)
+    table_live.prepare(output, settings, DEFAULT_SCHEMA, fence)
     found = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
     assert found["Parameters"]["table_type"].upper() == "ICEBERG"
     assert_follows_ledger(output)
     comparison = verify.compare(expected, table_rows(output))
     assert comparison.ok, comparison.report()
 
-    table_live.prepare(output, settings)  # the next start
+    table_live.prepare(output, settings, DEFAULT_SCHEMA, claimed(output))  # the next start
     again = glue.get_table(DatabaseName="tablecast", Name="output")["Table"]
     assert again["Parameters"]["metadata_location"] == found["Parameters"]["metadata_location"]
     assert [d["Name"] for d in glue.get_databases()["DatabaseList"]] == ["tablecast"]
