@@ -90,6 +90,14 @@ def exit_code_table(*, markdown: bool = False) -> str:
     return "exit codes:\n" + "\n".join(f"  {int(code):<4} {code.meaning}" for code in ExitCode)
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``Name: the first line of its message`` (``Name`` alone for an empty one): how an
+    error line quotes an exception that is not ours, whose message may run to many lines."""
+    text = str(exc).strip()
+    first = text.splitlines()[0][:limit] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 class TablecastError(Exception):
     """Root of every error the job reports to its operator.
 

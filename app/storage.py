@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from app.errors import ConfigurationError, StorageAccessError, TablecastError
+from app.errors import ConfigurationError, StorageAccessError, TablecastError, one_line
 
 # The machine's or the store's refusals: nothing is wrong with the data, something is
 # wrong with where it goes. Run again once it is fixed.
@@ -352,7 +352,7 @@ def _hdfs(uri: str) -> Location:
     except OSError as exc:
         raise ConfigurationError(
             f"cannot open {uri}: HDFS needs libhdfs (ARROW_LIBHDFS_DIR) and Hadoop's jars on "
-            f"CLASSPATH: {str(exc).splitlines()[0]}"
+            f"CLASSPATH: {one_line(exc)}"
         ) from None
     path = parts.path.rstrip("/") or "/"
     return Location(f"hdfs://{parts.netloc}{path}", fs, path, is_local=False, atomic_rename=True)

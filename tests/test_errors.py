@@ -107,3 +107,13 @@ def test_what_is_not_one_of_ours_stays_unexpected() -> None:
     # Ours, but its constructor takes other arguments and it has no from_facts of its own.
     handoff = HandoffError("dev", "driver-id", "missing")
     assert ErrorMarker.of(handoff).rebuild() is None
+
+
+def test_a_foreign_exception_is_quoted_as_its_name_and_first_line() -> None:
+    from app.errors import one_line
+
+    many = ValueError("first line of it\n  File 'x.py', line 3\nsecond")
+    assert one_line(many) == "ValueError: first line of it"
+    assert one_line(KeyError()) == "KeyError"
+    assert one_line(OSError("   \n  ")) == "OSError"
+    assert one_line(RuntimeError("x" * 500), limit=10) == "RuntimeError: " + "x" * 10

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from app.errors import one_line
 from app.spark import class_archive
 
 __all__ = ["main", "make"]
@@ -71,7 +72,7 @@ def main() -> int:
     try:
         made = make(archive)
     except Exception as exc:  # no Java, no Spark, a full disk: one line, and setup goes on
-        made = f"none: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        made = f"none: {one_line(exc)}"
     print(f"setup: class archive of the local JVM: {made}", flush=True)
     return 0  # an archive only saves seconds: setup goes on without one
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from app import storage
-from app.errors import ConfigurationError, ExitCode, TablecastError
+from app.errors import ConfigurationError, ExitCode, TablecastError, one_line
 
 _TRACEBACK = "Traceback (most recent call last):"
 
@@ -148,8 +148,7 @@ def root_cause(exc: BaseException) -> str:
             if line and not line[0].isspace():
                 name, _, message = line.partition(": ")
                 return f"{name.rsplit('.', 1)[-1]}: {message.strip()[:300]}"
-    first = (text.strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first[:300]}"
+    return one_line(exc)
 
 
 def _keep_traceback(prog: str, exc: BaseException, path: Path | None) -> Path:

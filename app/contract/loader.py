@@ -21,7 +21,7 @@ from typing import Any
 from app.contract.processor import Processor, overrides, state_kind
 from app.contract.schema import TableSchema
 from app.contract.table_processor import TableProcessor
-from app.errors import ConfigurationError, ProcessorError
+from app.errors import ConfigurationError, ProcessorError, one_line
 
 BUILT_IN = TableProcessor.name
 _NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -154,10 +154,9 @@ def _check_shippable(name: str, processor: Processor[Any]) -> None:
     try:
         cloudpickle.dumps(processor)  # type: ignore[no-untyped-call]
     except Exception as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ConfigurationError(
             f"--processor {name}: Spark cannot send it to its workers: "
-            f"{type(exc).__name__}{': ' + text if text else ''} (hold only what pickles; make "
+            f"{one_line(exc)} (hold only what pickles; make "
             "the rest where it is first used, in start() or apply())"
         ) from None
 

@@ -51,7 +51,7 @@ from app.contract.schema import DEFAULT_SCHEMA, TableSchema
 from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
 from app.engine.state import PartitionState, SessionState
-from app.errors import EnvelopeError, ProcessorError, Rule, Violation
+from app.errors import EnvelopeError, ProcessorError, Rule, Violation, one_line
 
 
 class IntegrityMode(StrEnum):
@@ -535,10 +535,9 @@ class PartitionMachine(Generic[StateT]):
         name = self.processor.name or type(self.processor).__qualname__
         frame = _own_frame(type(self.processor), exc)
         where = f" ({frame.filename} line {frame.lineno})" if frame is not None else ""
-        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         return ProcessorError(
             f"processor {name} failed in {step} at {tp} offset {offset}, session "
-            f"{session!r}: {type(exc).__name__}{': ' + text if text else ''}{where}",
+            f"{session!r}: {one_line(exc)}{where}",
             processor=name,
             step=step,
             topic=tp.topic,

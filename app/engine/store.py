@@ -46,7 +46,7 @@ from pyarrow import ipc
 from app.contract.offsets import TopicPartition, parse_key
 from app.contract.processor import Processor, overrides
 from app.engine.state import PartitionState, SessionState, StateVersion
-from app.errors import ProcessorError, StateError, TablecastError
+from app.errors import ProcessorError, StateError, TablecastError, one_line
 from app.storage import Location, resolve
 
 STATE_DIR = posixpath.join("tablecast", "state")
@@ -137,7 +137,7 @@ def _user_states(state: PartitionState[Any], processor: Processor[Any]) -> list[
         except Exception as exc:
             raise ProcessorError(
                 f"processor {processor.name} left a state that cannot be saved at {state.tp} "
-                f"offset {s.last_offset}, session {s.session!r}: {_first_line(exc)}",
+                f"offset {s.last_offset}, session {s.session!r}: {one_line(exc)}",
                 processor=processor.name,
                 step="state",
                 topic=state.tp.topic,
@@ -146,11 +146,6 @@ def _user_states(state: PartitionState[Any], processor: Processor[Any]) -> list[
                 session=s.session,
             ) from exc
     return encoded
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
 
 
 def _payload(data: bytes, where: str) -> bytes:
@@ -227,7 +222,7 @@ def _read_user(
         name = "" if processor is None else processor.name
         raise ProcessorError(
             f"processor {name} cannot read the state of session {session!r} in {where}: "
-            f"{_first_line(exc)}; where the state's type changed, raise state_version and "
+            f"{one_line(exc)}; where the state's type changed, raise state_version and "
             "write migrate()",
             processor=name,
             step="state",

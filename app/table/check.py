@@ -3,7 +3,7 @@ exactly the visible data files (:mod:`app.table.damage` says what mends it when 
 
 from __future__ import annotations
 
-from app.errors import DamagedOutputError, TablecastError
+from app.errors import DamagedOutputError, TablecastError, one_line
 from app.sink import rewrite as rewrite_mod
 from app.sink.ledger import Ledger
 from app.sink.visible import visible_files
@@ -55,7 +55,7 @@ def _check_table(location: Location, archive: str | None) -> str | None:
     except TablecastError:
         raise
     except Exception as exc:  # its metadata, or a manifest its snapshot names, lost or damaged
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        detail = one_line(exc, limit=200)
         raise damaged_table(location, f"({config.table}) cannot be loaded: {detail}") from None
     busy = {f for pending in ledger.pending_lists() for f in pending.files}
     for found in rewrite_mod.open_rewrites(location):
