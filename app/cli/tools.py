@@ -72,13 +72,15 @@ def verify(args: argparse.Namespace) -> int:
     # given, or each range's as the output's ledger records it.
     processor = options.recorded_processor(args)
     changes: dict[TopicPartition, list[tuple[int, TableSchema]]] = {}
+    adopted: list[verify_mod.AdoptedSnapshot] = []
     if processor is not None:
         first, last = processor.output, processor.output
+    elif args.schema:
+        first = last = options.schema(args)
     else:
-        first, changes = (
-            (options.schema(args), {}) if args.schema else verify_mod.recorded_schemas(args.output)
-        )
-        last = first if args.schema else verify_mod.output_table_schema(args.output)
+        recorded = verify_mod.recorded_schemas(args.output)
+        first, changes, adopted = recorded.first, recorded.changes, recorded.adopted
+        last = verify_mod.output_table_schema(args.output)
     actual = verify_mod.read_output(args.output, required=True, schema=last, archive=args.archive)
     # A damaged table, or a data file gone from under it, stops here: exit 8.
     table = check_table(resolve(args.output), archive=args.archive)
@@ -93,9 +95,7 @@ def verify(args: argparse.Namespace) -> int:
         schema=first,
         changes=changes,
         processor=processor,
-        adopted=()
-        if processor is not None or args.schema
-        else verify_mod.adopted_snapshots(args.output),
+        adopted=adopted,
     )
     comparison = verify_mod.compare(expected.rows, actual)
     print(f"archive: {expected.messages:,} messages in {expected.sessions:,} sessions")

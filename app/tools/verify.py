@@ -65,7 +65,7 @@ def expected_output(
 ) -> Expected:
     """What the job outputs for every record of the archive (or only below ``below``),
     with the built-in processor over the table schema ``schema``, and where ``changes``
-    says, from an offset on, another (:func:`recorded_schemas`: where the live job
+    says, from an offset on, another (:class:`RecordedSchemas`: where the live job
     restarted with one), but for the snapshots a repair kept (``adopted``), each in the
     schema it was published with; or with ``processor`` (a user's) over all of it."""
     location = archive.require_root(archive_uri)
@@ -199,31 +199,6 @@ def describe_row(columns: Sequence[str], row: tuple[object, ...]) -> str:
     )
 
 
-def recorded_schemas(
-    uri: str,
-) -> tuple[TableSchema, dict[TopicPartition, list[tuple[int, TableSchema]]]]:
-    """The table schema the output's first batch ran with, and per partition each offset
-    from which its batches ran with another (the ledger's ``schema`` of each entry)."""
-    location = resolve(uri)
-    entries = Ledger(location).entries() if location.exists(location.path) else []
-    batches = [e for e in entries if e.kind is ledger_mod.BATCH]
-    if not batches:
-        return output_table_schema(uri), {}
-    first = schemas.of_entry(location, batches[0])
-    held: dict[TopicPartition, str] = {}
-    changes: dict[TopicPartition, list[tuple[int, TableSchema]]] = {}
-    previous: LedgerEntry | None = None
-    for entry in entries:
-        if entry.kind is ledger_mod.BATCH:
-            schema = schemas.of_entry(location, entry)
-            for tp, (start, _) in sorted(entry.ranges(previous).items()):
-                if held.get(tp, first.digest) != schema.digest:
-                    changes.setdefault(tp, []).append((start, schema))
-                held[tp] = schema.digest
-        previous = entry
-    return first, changes
-
-
 @dataclass(frozen=True)
 class AdoptedSnapshot:
     """A session a repair adopted: the resync snapshot it began again with, at ``offset``,
@@ -236,29 +211,56 @@ class AdoptedSnapshot:
     schemas: Mapping[TopicPartition, TableSchema]
 
 
-def adopted_snapshots(uri: str) -> list[AdoptedSnapshot]:
-    """The snapshots the output's repairs kept, each with the schemas it may have been
-    published with: a run after the repair, whatever its schema, adds no row for them."""
+@dataclass(frozen=True)
+class RecordedSchemas:
+    """The table schemas the output's ledger records its ranges with (each entry's
+    ``schema``): what :func:`expected_output` needs to compute it again."""
+
+    first: TableSchema  # the first batch's
+    # Per partition, each offset from which its batches ran with another schema.
+    changes: dict[TopicPartition, list[tuple[int, TableSchema]]]
+    # The snapshots the output's repairs kept, each with the schemas it may have been
+    # published with: a run after the repair, whatever its schema, adds no row for them.
+    adopted: list[AdoptedSnapshot]
+
+
+def recorded_schemas(uri: str) -> RecordedSchemas:
+    """The output's :class:`RecordedSchemas`, in one pass over its ledger."""
     location = resolve(uri)
     entries = Ledger(location).entries() if location.exists(location.path) else []
+    loaded: dict[str | None, TableSchema] = {}  # one read per schema, not per entry
+
+    def of_entry(entry: LedgerEntry) -> TableSchema:
+        if entry.schema not in loaded:
+            loaded[entry.schema] = schemas.of_entry(location, entry)
+        return loaded[entry.schema]
+
+    first: TableSchema | None = None
+    held: dict[TopicPartition, str] = {}
+    changes: dict[TopicPartition, list[tuple[int, TableSchema]]] = {}
     spans: dict[TopicPartition, list[tuple[int, int, LedgerEntry]]] = {}
-    found: list[AdoptedSnapshot] = []
+    adopted: list[AdoptedSnapshot] = []
     previous: LedgerEntry | None = None
     for entry in entries:
         if entry.kind is BATCH:
-            for tp, (start, end) in entry.ranges(previous).items():
+            schema = of_entry(entry)
+            first = first or schema
+            for tp, (start, end) in sorted(entry.ranges(previous).items()):
+                if held.get(tp, first.digest) != schema.digest:
+                    changes.setdefault(tp, []).append((start, schema))
+                held[tp] = schema.digest
                 spans.setdefault(tp, []).append((start, end, entry))
         elif entry.kind is ledger_mod.REPAIR:
             for session, offset in sorted(entry.adopt.items()):
-                held = {
-                    tp: next(b for a, z, b in reversed(published) if a <= offset < z)
-                    for tp, published in spans.items()
-                    if any(a <= offset < z for a, z, _ in published)
+                published = {
+                    tp: next(b for a, z, b in reversed(found) if a <= offset < z)
+                    for tp, found in spans.items()
+                    if any(a <= offset < z for a, z, _ in found)
                 }
-                published_with = {tp: schemas.of_entry(location, b) for tp, b in held.items()}
-                found.append(AdoptedSnapshot(session, offset, published_with))
+                kept = {tp: of_entry(b) for tp, b in published.items()}
+                adopted.append(AdoptedSnapshot(session, offset, kept))
         previous = entry
-    return found
+    return RecordedSchemas(first or output_table_schema(uri), changes, adopted)
 
 
 def _session_at(location: Location, files: Sequence[archive.ArchiveFile], offset: int) -> str:

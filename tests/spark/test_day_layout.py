@@ -79,7 +79,7 @@ def _run_in_halves(spark: Any, root: Path, output: Path, *, made_before: bool) -
     run_job(spark, archive, output, checkpoint, schema=after, schema_document=after_path)
     assert verify.compare(
         verify.expected_output(
-            str(full), PATTERN, schema=before, changes=verify.recorded_schemas(str(output))[1]
+            str(full), PATTERN, schema=before, changes=verify.recorded_schemas(str(output)).changes
         ).rows,
         verify.read_output(str(output)),
     ).ok

@@ -139,7 +139,8 @@ def test_an_added_column_carries_on_across_a_restart_and_a_retyped_one_is_refuse
     assert expected.column("extra").null_count < len(expected)  # the new column is filled
 
     # verify's expectation reads each range with the schema its ledger entry names.
-    first, changes = verify.recorded_schemas(str(output))
+    recorded = verify.recorded_schemas(str(output))
+    first, changes = recorded.first, recorded.changes
     assert first == before and set(changes) == set(half)
     assert all(found == [(50, after)] for found in changes.values())
     recomputed = verify.expected_output(str(full), PATTERN, schema=first, changes=changes)
@@ -374,7 +375,8 @@ def test_a_compaction_merges_files_of_three_schemas_into_the_newest_for_every_re
     for (schema, document), below in zip(versions, (25, 50, None), strict=True):
         copy_files(full, archive, lambda r, b=below: b is None or int(r.stem.split("-")[0]) < b)
         run_job(spark, archive, output, checkpoint, schema=schema, schema_document=document)
-    first, changes = verify.recorded_schemas(str(output))
+    recorded = verify.recorded_schemas(str(output))
+    first, changes = recorded.first, recorded.changes
     assert first == versions[0][0]
     assert all([at for at, _ in found] == [25, 50] for found in changes.values())
 
