@@ -205,6 +205,8 @@ def apply_repair(
     renewing = fencing.LeaseKeeper(rewriting, rewriter_mod.LEASES_DIR).start()
     lease: fencing.LeaseKeeper | None = None
     try:
+        # Woken after another rewriter took over, it claims nothing, moves no checkpoint.
+        rewriting.check("claiming the output")
         fence = fencing.claim(
             location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s), number
         )
