@@ -187,6 +187,18 @@ class ExactlyOnceSink:
             self.failure = exc
             raise
 
+    def hand_back(self, batch_id: int) -> None:
+        """The fence, as the last thing ``foreachBatch`` does (after the commit, its upkeep
+        and the scheduled compaction): Spark then records the batch in the checkpoint's
+        commit log and plans the next batch. A driver that paused after its commit and woke
+        after another took over would otherwise write the log entries the new driver is
+        about to write, and the new driver's query fail on them."""
+        try:
+            self.fence.check(f"Spark records batch {batch_id} in the checkpoint")
+        except OwnershipLostError as exc:
+            self.failure = exc
+            raise
+
     def _step_done(self, step: int, batch_id: int, files: int | None = None) -> None:
         if self.step_hook is not None:
             self.step_hook(step, batch_id, files)
