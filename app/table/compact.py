@@ -374,7 +374,10 @@ def compact(
             snapshot=table_commit.snapshot_rewrite,
             retirement=retirement,
         )
-        # Step 6, still under the claim: the next rewriter's staging is its own
+        # Step 6, still under the claim: the next rewriter's staging is its own (a compaction
+        # that paused past its lease here, and was taken over, leaves it to the one that took
+        # over, whose staging it would be dropping)
+        claim.check("dropping its staging")
         location.delete_file(pending)
         location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)

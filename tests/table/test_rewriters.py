@@ -223,8 +223,9 @@ def test_a_frozen_compaction_is_taken_over_after_its_lease_and_fenced_when_it_wa
 
 
 # A compaction in its own process that freezes itself (SIGSTOP, as a paused VM) right after
-# its first step's call to the table, past its claim and before what that step tidies; its
-# lease 1 s, its target another than the default (other groups: its own staging's key).
+# its first step's call to the table, past its claim and before what that step tidies
+# ("claimed"), or once its rewrite is carried out, before its last step drops its staging
+# ("rewritten"); its lease 1 s, its target another than the default (other groups).
 _FROZEN_AFTER_ITS_CLAIM = textwrap.dedent(
     """
     import os, signal, sys
@@ -235,8 +236,8 @@ _FROZEN_AFTER_ITS_CLAIM = textwrap.dedent(
     from app.table import commit, compact
 
     rewriter.DEFAULT_LEASE_S = 1.0
-    out, target = sys.argv[1], int(sys.argv[2])
-    catch_up = commit.catch_up
+    out, target, where = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    catch_up, carry_out = commit.catch_up, compact.rewrite_mod.carry_out
     calls = []
 
     def frozen_once(location, **kwargs):
@@ -246,7 +247,16 @@ _FROZEN_AFTER_ITS_CLAIM = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGSTOP)
         return catch_up(location, **kwargs)
 
-    commit.catch_up = frozen_once
+    def frozen_after(*args, **kwargs):
+        done = carry_out(*args, **kwargs)
+        print("rewritten", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return done
+
+    if where == "claimed":
+        commit.catch_up = frozen_once
+    else:
+        compact.rewrite_mod.carry_out = frozen_after
     try:
         report = compact.compact(resolve(out), before=date(2100, 1, 1), target_bytes=target)
     except OwnershipLostError as exc:
@@ -257,17 +267,21 @@ _FROZEN_AFTER_ITS_CLAIM = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("where", ["claimed", "rewritten"])
 def test_a_compaction_frozen_after_its_claim_leaves_its_successors_staging_when_it_wakes(
-    expected: pa.Table, tmp_path: Path
+    expected: pa.Table, tmp_path: Path, where: str
 ) -> None:
-    """Woken after a takeover, a compaction stops before its first step's tidying: that
-    would drop the staged merges of the compaction that took over (which then failed to
-    publish them, its rewrite record left for an operator to remove)."""
+    """Woken after a takeover, a compaction stops before its first step's tidying, or,
+    its rewrite carried out, before its last step drops its staging: either would drop
+    the staged merges of the compaction that took over (which then failed to publish
+    them, its rewrite record left for an operator to remove)."""
     output = _output(expected, tmp_path)
     location = resolve(output)
     sizes = [f.file_size_in_bytes for f in table_commit.data_files(load_table(output))]
+    # Frozen once rewritten, it merged pairs: what the one that took over merges is left.
+    target = 3 * max(sizes) if where == "claimed" else 2 * max(sizes)
     stale = subprocess.Popen(
-        [sys.executable, "-c", _FROZEN_AFTER_ITS_CLAIM, output, str(3 * max(sizes))],
+        [sys.executable, "-c", _FROZEN_AFTER_ITS_CLAIM, output, str(target), where],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -283,7 +297,7 @@ def test_a_compaction_frozen_after_its_claim_leaves_its_successors_staging_when_
 
     thread = threading.Thread(target=successor)
     try:
-        assert stale.stdout is not None and stale.stdout.readline().strip() == "claimed"
+        assert stale.stdout is not None and stale.stdout.readline().strip() == where
         _until_stopped(stale.pid)
         thread.start()  # its lease unrenewed for its length: taken over
         assert held.inside.wait(60), failures
