@@ -247,8 +247,12 @@ def _recompute(
     staging = location.child(plan.staging_dir)
 
     # Step 1
+    # A holder woken after a takeover stops here: it would drop the staging of a recompute
+    # of the same selection that took over, which then could not publish it.
+    claim.check("finishing what earlier rewriters left")
     # A crashed rewrite's staging may be this one's:
     rewrite_mod.finish_open(location, snapshot=table_commit.snapshot_rewrite, retirement=retirement)
+    claim.check("dropping its selection's earlier staging")
     location.delete_dir(staging)
     results = _run_tasks(spark, plan, works, progress)
 

@@ -59,8 +59,10 @@ publishes the same names; after step 7, step 2 recognises the batch, and
 the redo clears the pending list a crash before step 8 left. At no step is a
 visible file broken or empty. A writer paused at any step while another took
 the output over changes nothing when it wakes: its staging is gone (step 6
-fails), its entry's number is taken (step 7 fails), and step 5's check
-stops it before it deletes anything.
+fails), its entry's number is taken (step 7 fails), step 5's check
+stops it before it deletes anything, and the check that ends each batch
+(:meth:`ExactlyOnceSink.hand_back`) before Spark records it in the
+checkpoint's commit log.
 
 Each decision is logged: published, recognised as published before, refused
 (output and checkpoint disagree, or a strict violation). After each step,
@@ -184,6 +186,18 @@ class ExactlyOnceSink:
             with worker_errors.rebuilt():  # a task's, raised in an executor
                 self._commit(frame, batch_id)
         except TablecastError as exc:
+            self.failure = exc
+            raise
+
+    def hand_back(self, batch_id: int) -> None:
+        """The fence, as the last thing ``foreachBatch`` does (after the commit, its upkeep
+        and the scheduled compaction): Spark then records the batch in the checkpoint's
+        commit log and plans the next batch. A driver that paused after its commit and woke
+        after another took over would otherwise write the log entries the new driver is
+        about to write, and the new driver's query fail on them."""
+        try:
+            self.fence.check(f"Spark records batch {batch_id} in the checkpoint")
+        except OwnershipLostError as exc:
             self.failure = exc
             raise
 

@@ -131,13 +131,13 @@ def _stop_until_continued() -> None:
     while True:
         time.sleep(_NAP_S)
         now = time.monotonic()
-        if now - last > _STOPPED_S:
+        if now - last > STOPPED_S:
             return
         last = now
 
 
 _NAP_S = 0.05
-_STOPPED_S = 2.0  # a test wakes a stopped driver after seconds, a nap never lasts this long
+STOPPED_S = 2.0  # a test wakes a stopped driver after seconds, a nap never lasts this long
 
 
 @contextmanager

@@ -13,6 +13,8 @@ on S3). Every entry it writes afterwards takes the number after its last,
 created the same way. So once another writer has claimed, the old one's
 next entry is taken: its commit fails and it stops
 (:class:`~app.errors.OwnershipLostError`), whatever its clock or its pause.
+A claim takes the number read before the writer checked the output: one that
+another writer took meanwhile refuses the start, never a number after it.
 Before anything it deletes, it checks that the number after its last is
 still free (one small request: :meth:`Fence.check`).
 
@@ -328,15 +330,28 @@ class Fence:
         return not self.ledger.exists(self.last + 1)
 
 
-def claim(location: Location, info: WriterInfo) -> Fence:
+def next_number(location: Location) -> int:
+    """The number the output's next ledger entry takes."""
+    last = Ledger(location).last()
+    return 0 if last is None else last.number + 1
+
+
+def claim(location: Location, info: WriterInfo, number: int | None = None) -> Fence:
     """Take the output: the ledger's next entry, a claim naming this writer.
 
-    Call after :func:`refuse_if_held`. Two writers starting at once: one gets
-    the number, the other is refused in one line naming it.
+    ``number``: the one :func:`next_number` gave before this writer checked the output
+    (:func:`refuse_if_held`, and what else it checks); None: the next one now. An entry
+    another writer made since, while this one watched a holder's lease or paused, takes
+    it: the claim is refused in one line naming that writer, which keeps the output (a
+    claim after it would take over a writer this one never saw). Two writers starting
+    at once: one gets the number, the other is refused the same way.
     """
     ledger = Ledger(location)
-    last = ledger.last()
-    number = 0 if last is None else last.number + 1
+    current = next_number(location)
+    if number is None:
+        number = current
+    elif current > number:  # taken, and perhaps folded since: never claimed in the past
+        raise _taken(ledger, number)
     head = ledger.head()
     entry = LedgerEntry(
         number=number,
@@ -347,19 +362,35 @@ def claim(location: Location, info: WriterInfo) -> Fence:
         writer=info,
     )
     if not ledger.append(entry):
-        other = ledger.read(number)
-        who = other.writer.describe() if other.writer is not None else f"a {other.kind} entry"
-        raise OutputStateError(
-            f"output {location.uri}: another writer took ledger entry {number} while this one "
-            f"started ({who}); only one may write it",
-            output=location.uri,
-            claim=number,
-        )
+        raise _taken(ledger, number)
     location.write_bytes_atomic(
         lease_path(location, number), Lease(number, info, renewed_at=_now_text()).to_json()
     )
     log.info("claimed output %s as ledger entry %d (%s)", location.uri, number, info.describe())
     return Fence(ledger, number, info)
+
+
+def _taken(ledger: Ledger, number: int) -> OutputStateError:
+    """The refusal of a claim whose number another writer took, naming it (the holder of
+    the output, when that entry is a batch of its)."""
+    location = ledger.location
+    try:
+        other: LedgerEntry | None = ledger.read(number)
+    except FileNotFoundError:  # folded since
+        other = None
+    holder = find_holder(ledger)
+    if other is not None and other.writer is not None:
+        who = other.writer.describe()
+    elif holder is not None:
+        who = holder.info.describe()
+    else:
+        who = "another writer" if other is None else f"a {other.kind} entry"
+    return OutputStateError(
+        f"output {location.uri}: another writer took ledger entry {number} while this one "
+        f"started ({who}); only one may write it",
+        output=location.uri,
+        claim=number,
+    )
 
 
 def remove_old_leases(fence: Fence) -> None:

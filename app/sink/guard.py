@@ -14,8 +14,11 @@ Nothing is changed until the start is found allowed, in this order:
    a crashed batch made visible before its ledger entry (commit step 6) are
    known by the pending list it wrote at step 5: a fresh checkpoint beside
    an output whose ledger is empty must find no other visible file.
-3. Claim the output (:func:`app.sink.fencing.claim`): from here on a writer
-   that held it before can change nothing.
+3. Claim the output (:func:`app.sink.fencing.claim`) under the ledger's
+   number read before step 1: a writer that claimed it meanwhile (while this
+   start watched a holder's lease, or paused) keeps it, and this start is
+   refused naming it. From here on a writer that held it before can change
+   nothing.
 4. Tidy what older writers left (:func:`tidy_older_writers`): their staging
    goes, and their pending lists' files that no ledger entry holds are
    retired, unless the checkpoint is about to redo that very batch (whose
@@ -72,12 +75,14 @@ def check_before_start(
     found quiet (:func:`app.sink.fencing.refuse_if_held`)."""
     location = resolve(output_uri)
     writer = writer or fencing.new_writer("run", checkpoint.uri)
-    # Step 1
+    # Step 1 (the claim's number first: an entry made while this start checks, or pauses,
+    # takes it, and the start is refused rather than taking over a writer it never saw)
+    number = fencing.next_number(location)
     fencing.refuse_if_held(location, notice, gone)
     # Step 2
     plan, redo_key = _agreed_start(location, output_uri, checkpoint)
     # Step 3
-    fence = fencing.claim(location, writer)
+    fence = fencing.claim(location, writer, number)
     # Step 4
     tidy_older_writers(fence, redo_key, table)
     return StartPlan(plan.starting_offsets, plan.adopt, fence)

@@ -28,12 +28,14 @@ shares):
   lease unrenewed a lease or more after it first saw it.
 - **Fence.** A holder that paused past its lease and woke after a takeover
   finds the number after its own taken (:meth:`RewriterClaim.check`, one
-  small request) before each point of no return: writing a compaction's
-  history, a recompute's staging of its rewrite's merged files (a recompute
-  of the same selection that took over stages into the same folder),
-  recording its rewrite. It stops there, having only staged
-  (which the one that took over deletes), and its lease is no longer
-  renewed.
+  small request) before each point of no return: its first step's tidying
+  (finishing others' rewrites, dropping what interrupted compactions left or
+  its selection's earlier staging, which may be the staging of the one that
+  took over), writing a compaction's history, a recompute's staging of its
+  rewrite's merged files (a recompute of the same selection that took over
+  stages into the same folder), recording its rewrite. It stops there,
+  having at most staged (which the one that took over deletes), and its
+  lease is no longer renewed.
 
 What is left to chance, as with the writers' fence: a pause of more than a
 lease between the last check and the rewrite's record it guards. Once the

@@ -259,7 +259,7 @@ def _run_query(
     writer = (
         source_frame(spark, config, plan.starting_offsets)
         .writeStream.queryName(QUERY_NAME)
-        .foreachBatch(table_live.scheduled(sink, config.output, config.table))
+        .foreachBatch(_handed_back(sink, table_live.scheduled(sink, config.output, config.table)))
         .option("checkpointLocation", config.checkpoint)
     )
     if config.trigger.kind is TriggerKind.AVAILABLE_NOW:
@@ -296,6 +296,19 @@ def _run_query(
         if listener is not None:
             listener.finish(failure)  # waits (bounded) for the query's last event
             _cleanup(lambda: spark.streams.removeListener(listener), sys.exc_info()[1])
+
+
+def _handed_back(
+    sink: ExactlyOnceSink, batch: Callable[[Any, int], None]
+) -> Callable[[Any, int], None]:
+    """``batch`` (the sink's commit, then the scheduled compaction), then the sink's fence:
+    the last check before Spark writes the checkpoint's logs."""
+
+    def run(frame: Any, batch_id: int) -> None:
+        batch(frame, batch_id)
+        sink.hand_back(batch_id)
+
+    return run
 
 
 def _cleanup(step: Callable[[], object], unwinding: BaseException | None) -> None:

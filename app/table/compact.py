@@ -330,7 +330,7 @@ def compact(
     with rewriter_mod.held(location, claimant) as claim, threads_released():
         # Step 1
         table_commit.catch_up(location)
-        finish_interrupted(location, retirement, steps)
+        finish_interrupted(location, retirement, steps, claim)
         table = open_table(location, config)
         # Step 2
         files = {
@@ -374,7 +374,10 @@ def compact(
             snapshot=table_commit.snapshot_rewrite,
             retirement=retirement,
         )
-        # Step 6, still under the claim: the next rewriter's staging is its own
+        # Step 6, still under the claim: the next rewriter's staging is its own (a compaction
+        # that paused past its lease here, and was taken over, leaves it to the one that took
+        # over, whose staging it would be dropping)
+        claim.check("dropping its staging")
         location.delete_file(pending)
         location.delete_dir(location.child(STAGING_DIR))
     after = sum(location.fs.get_file_info(location.child(g.output)).size for g in groups)
@@ -394,6 +397,7 @@ def finish_interrupted(
     location: Location,
     retirement: rewrite_mod.Retirement | None = None,
     steps: CompactionSteps | None = None,
+    claim: rewriter_mod.RewriterClaim | None = None,
 ) -> int:
     """Before a compaction: finish every rewrite whose owner died, a compaction's or a
     recompute's (:func:`app.sink.rewrite.finish_open`: refuses, in one line, to start beside
@@ -401,10 +405,21 @@ def finish_interrupted(
     ``tablecast compact``, and waits out what is left of a grace unless ``retirement``
     says not to wait); forget the history of compactions a crash interrupted before
     their rewrite record; move the records an older tablecast wrote flat into their
-    days' folders. Returns how many compactions were finished."""
+    days' folders. Returns how many compactions were finished.
+
+    ``claim``: this compaction's rewriter claim (None: taken for the call), checked before
+    each of those changes. A compaction that paused past its lease after its claim, and
+    was taken over, would otherwise drop the staged merges and the history of the one that
+    took over, which could then not publish them (its rewrite record left for an operator
+    to remove)."""
+    if claim is None:
+        with rewriter_mod.held(location, rewriter_mod.Claimant("compact")) as taken:
+            return finish_interrupted(location, retirement, steps, taken)
+    claim.check("finishing what earlier rewriters left")
     finished = rewrite_mod.finish_open(
         location, snapshot=table_commit.snapshot_rewrite, retirement=retirement
     )
+    claim.check("dropping what interrupted compactions left")
     if not rewrite_mod.open_rewrites(location):
         _forget_never_carried_out(location)
         _move_flat(location, steps or CompactionSteps())

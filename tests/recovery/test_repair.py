@@ -304,6 +304,52 @@ def test_a_frozen_repair_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
     assert_exact(published, str(out))
 
 
+# The same repair held right after it took its rewriter claim, before its writer claim.
+_REPAIR_HELD_AT_ITS_CLAIM = _REPAIR.replace(
+    "def run():",
+    """_take = rewriter.Claimant.take
+
+
+def _held_take(self, location):
+    claim = _take(self, location)
+    hold()  # its rewriter claim taken; the output not claimed yet
+    return claim
+
+
+rewriter.Claimant.take = _held_take
+
+
+def run():""",
+)
+
+
+@pytest.mark.usefixtures("_pyiceberg_pool_ended")
+def test_a_repair_frozen_right_after_its_rewriter_claim_changes_nothing_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    """Frozen after taking the rewriter claim, before claiming the output: a compaction
+    takes the rewriter claim over and does its work; woken, the repair stops (exit 7)
+    before it claims the output, moves the checkpoint aside or stages anything."""
+    rows = capture_rows(tmp_path, SPEC)  # its archive in tmp_path / "archive"
+    ends = cuts(rows, 8)[:6]
+    out = tmp_path / "out"
+    publish_batches(str(out), rows, ends)
+    table_commit.catch_up(resolve(str(out)))
+    published = _before(rows, ends[-1])
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    argv = [str(tmp_path / "archive"), str(out), str(checkpoint)]
+    with held_rewriter(_REPAIR_HELD_AT_ITS_CLAIM, *argv, folder=tmp_path / "repair") as held:
+        held.freeze()
+        take_over(out, "repair", held)
+        before = output_files(out)
+        code, err = held.wake()
+    assert_fenced(code, err, "repair", out, "claiming the output")
+    assert output_files(out) == before
+    assert checkpoint.is_dir()  # not moved aside
+    assert_exact(published, str(out))
+
+
 def _before(rows: pa.Table, end: dict[TopicPartition, int]) -> pa.Table:
     """The rows of offsets before ``end``, partition by partition."""
     keep = pc.equal(pa.repeat(pa.scalar(True), len(rows)), False)

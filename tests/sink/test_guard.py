@@ -7,7 +7,9 @@ the job reads them, so the Spark session is needed, but no query runs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from app.contract import offsets as offsets_mod
 from app.contract.offsets import Offsets, TopicPartition
 from app.errors import OutputStateError
+from app.sink import fencing
 from app.sink import ledger as ledger_mod
 from app.sink.checkpoint import CheckpointLog
 from app.sink.guard import StartPlan, check_before_start
@@ -237,3 +240,58 @@ def test_a_pending_list_the_checkpoint_redoes_is_left_to_its_batch(
     ledger.set_pending(ledger_mod.Pending(offsets_mod.fingerprint({A: 25}), (relative,)))
     _check(spark, output, tmp_path / "ckpt", caplog)
     assert not visible.exists() and ledger.pending_lists() == []
+
+
+def test_a_start_that_watched_a_holder_while_another_claimed_is_refused_naming_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Two drivers after a holder that went quiet on another host: one already knew it
+    gone and claimed while the other still watched its lease (or paused). The watcher's
+    claim is refused naming the first, which keeps the output; before, it claimed after
+    it, and the first stopped at its next fence check, taken over by a start that had
+    checked an output without it."""
+    output = tmp_path / "out"
+    location = resolve(str(output))
+    quiet = dataclasses.replace(
+        fencing.new_writer("run", "/elsewhere/ckpt", lease_s=1.0), host="another-host"
+    )
+    fencing.claim(location, quiet)  # its lease never renewed: gone after one lease
+    holder = fencing.find_holder(Ledger(location))
+    watching = threading.Event()
+    ended: list[StartPlan | BaseException] = []
+
+    def second() -> None:
+        try:
+            ended.append(
+                check_before_start(
+                    str(output),
+                    CheckpointLog(spark, str(tmp_path / "second")),
+                    table_commit,
+                    fencing.new_writer("run", str(tmp_path / "second"), lease_s=1.0),
+                    notice=lambda line: watching.set(),
+                )
+            )
+        except BaseException as exc:  # raised below, in the test's thread
+            ended.append(exc)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    try:
+        assert watching.wait(60), ended
+        first = check_before_start(
+            str(output),
+            CheckpointLog(spark, str(tmp_path / "first")),
+            table_commit,
+            fencing.new_writer("run", str(tmp_path / "first"), lease_s=1.0),
+            gone=holder,  # the quiet holder, watched before Spark started
+        )
+    finally:
+        thread.join()
+    assert first.fence is not None
+    [refused] = ended
+    assert isinstance(refused, OutputStateError), refused
+    message = str(refused)
+    assert "another writer took ledger entry 1 while this one started" in message, message
+    assert str(tmp_path / "first") in message, message
+    assert first.fence.holds()
+    assert Ledger(location).numbers() == [0, 1]

@@ -37,7 +37,7 @@ import pytest
 from app.errors import OutputStateError, OwnershipLostError
 from app.sink import fencing
 from app.sink import ledger as ledger_mod
-from app.sink.crash_points import CRASH_ENV, CRASH_MODE_ENV
+from app.sink.crash_points import CRASH_ENV, CRASH_MODE_ENV, STOPPED_S
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table.catalog import threads_released
@@ -332,3 +332,45 @@ def test_a_running_job_refuses_a_second_job_naming_itself(
     code, stderr = _ended(live)
     assert code == 130, stderr[-3000:]
     assert_exact(archive, output)
+
+
+@pytest.mark.spark
+@pytest.mark.chain
+def test_a_driver_woken_after_its_batch_leaves_the_checkpoints_log_to_the_one_that_took_over(
+    archive: Path, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """Frozen after its batch's commit (step 8), before Spark recorded the batch in the
+    checkpoint's commit log; a new driver on the same checkpoint takes over and redoes that
+    batch (recognised as published), and is frozen inside it. Woken first, the old driver
+    stops (exit 7) leaving the checkpoint's logs as they were: before, its Spark recorded
+    the batch and planned the next one, and the new driver's Spark then failed, finding
+    them written by another query."""
+    output, checkpoint, env = tmp_path / "out", tmp_path / "ckpt", dict(os.environ)
+    stale = _start(archive, str(output), checkpoint, env, stop_at="8:1")
+    processes.append(stale)
+    _until_stopped(stale)
+    successor = _start(archive, str(output), checkpoint, env, stop_at="4:1")
+    processes.append(successor)
+    _until_stopped(successor)  # claimed once the stale lease ran out; inside batch 1's redo
+
+    def logs() -> dict[str, str]:
+        return {
+            k: v
+            for k, v in _local_files(checkpoint).items()
+            if k.startswith(("commits/", "offsets/"))
+        }
+
+    stopped_at = time.monotonic()
+    before = logs()
+    os.killpg(stale.pid, signal.SIGCONT)
+    code, stderr = _ended(stale)
+    assert code == OwnershipLostError.exit_code, stderr[-3000:]
+    assert "was taken over while this run paused" in _one_line(stderr)
+    assert logs() == before
+    # The stop hook tells a stop from a nap by its length: stopped at least that long.
+    time.sleep(max(0.0, stopped_at + 2 * STOPPED_S - time.monotonic()))
+    os.killpg(successor.pid, signal.SIGCONT)
+    code, stderr = _ended(successor)
+    assert code == 0, stderr[-3000:]
+    assert_exact(archive, output)
+    _assert_each_batch_once(str(output))

@@ -1,5 +1,6 @@
-"""A replay frozen past its lease after its tasks staged their files, its rewriter claim
-taken over meanwhile: woken, it stops before staging its rewrite and changes nothing."""
+"""A replay frozen past its lease (right after its claim, or after its tasks staged their
+files), its rewriter claim taken over meanwhile: woken, it stops before what it would do
+next and changes nothing."""
 
 from __future__ import annotations
 
@@ -79,5 +80,42 @@ def test_a_frozen_replay_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
         before = output_files(output)
         code, err = held.wake()
     assert_fenced(code, err, "replay", output, "staging its rewrite")
+    assert output_files(output) == before
+    assert_exact(expected, str(output))
+
+
+# The same replay held right after it took its rewriter claim, before its first step.
+_REPLAY_HELD_AT_ITS_CLAIM = _REPLAY.replace(
+    'claimant = Claimant("replay", lease_s=1.0)', 'claimant = HeldAtItsClaim("replay", lease_s=1.0)'
+).replace(
+    "def run():",
+    """class HeldAtItsClaim(Claimant):
+    def take(self, location):
+        claim = super().take(location)
+        hold()  # claimed; nothing of its first step done
+        return claim
+
+
+def run():""",
+)
+
+
+def test_a_replay_frozen_right_after_its_claim_stops_before_its_first_step_when_it_wakes(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Woken after a takeover, a replay changes nothing: its first step would finish others'
+    rewrites and drop its selection's staging (that of a replay of the same selection that
+    took over, which then could not publish it), and its tasks would stage files."""
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    write_capture(archive, SPEC)
+    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=50)
+    expected = verify.expected_output(str(archive), PATTERN).rows
+    argv = [str(archive), str(output), PATTERN]
+    with held_rewriter(_REPLAY_HELD_AT_ITS_CLAIM, *argv, folder=tmp_path / "replay") as held:
+        held.freeze()
+        take_over(output, "replay", held)
+        before = output_files(output)
+        code, err = held.wake()
+    assert_fenced(code, err, "replay", output, "finishing what earlier rewriters left")
     assert output_files(output) == before
     assert_exact(expected, str(output))

@@ -222,6 +222,113 @@ def test_a_frozen_compaction_is_taken_over_after_its_lease_and_fenced_when_it_wa
     assert_exact(expected, output)
 
 
+# A compaction in its own process that freezes itself (SIGSTOP, as a paused VM) right after
+# its first step's call to the table, past its claim and before what that step tidies
+# ("claimed"), or once its rewrite is carried out, before its last step drops its staging
+# ("rewritten"); its lease 1 s, its target another than the default (other groups).
+_FROZEN_AFTER_ITS_CLAIM = textwrap.dedent(
+    """
+    import os, signal, sys
+    from datetime import date
+    from app.errors import OwnershipLostError
+    from app.sink import rewriter
+    from app.storage import resolve
+    from app.table import commit, compact
+
+    rewriter.DEFAULT_LEASE_S = 1.0
+    out, target, where = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    catch_up, carry_out = commit.catch_up, compact.rewrite_mod.carry_out
+    calls = []
+
+    def frozen_once(location, **kwargs):
+        if not calls:
+            calls.append(1)
+            print("claimed", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return catch_up(location, **kwargs)
+
+    def frozen_after(*args, **kwargs):
+        done = carry_out(*args, **kwargs)
+        print("rewritten", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return done
+
+    if where == "claimed":
+        commit.catch_up = frozen_once
+    else:
+        compact.rewrite_mod.carry_out = frozen_after
+    try:
+        report = compact.compact(resolve(out), before=date(2100, 1, 1), target_bytes=target)
+    except OwnershipLostError as exc:
+        print(exc, flush=True)
+        sys.exit(3)
+    print("compacted", report.groups, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["claimed", "rewritten"])
+def test_a_compaction_frozen_after_its_claim_leaves_its_successors_staging_when_it_wakes(
+    expected: pa.Table, tmp_path: Path, where: str
+) -> None:
+    """Woken after a takeover, a compaction stops before its first step's tidying, or,
+    its rewrite carried out, before its last step drops its staging: either would drop
+    the staged merges of the compaction that took over (which then failed to publish
+    them, its rewrite record left for an operator to remove)."""
+    output = _output(expected, tmp_path)
+    location = resolve(output)
+    sizes = [f.file_size_in_bytes for f in table_commit.data_files(load_table(output))]
+    # Frozen once rewritten, it merged pairs: what the one that took over merges is left.
+    target = 3 * max(sizes) if where == "claimed" else 2 * max(sizes)
+    stale = subprocess.Popen(
+        [sys.executable, "-c", _FROZEN_AFTER_ITS_CLAIM, output, str(target), where],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    held = HeldAfterStaging()
+    reports: list[table_compact.CompactionReport] = []
+    failures: list[BaseException] = []
+
+    def successor() -> None:
+        try:
+            reports.append(table_compact.compact(location, before=LATER, steps=held))
+        except BaseException as exc:  # the test's failure, raised below
+            failures.append(exc)
+
+    thread = threading.Thread(target=successor)
+    try:
+        assert stale.stdout is not None and stale.stdout.readline().strip() == where
+        _until_stopped(stale.pid)
+        thread.start()  # its lease unrenewed for its length: taken over
+        assert held.inside.wait(60), failures
+        staged = _files(tmp_path / "out")
+        stale.send_signal(signal.SIGCONT)
+        said, _ = stale.communicate(timeout=60)
+        assert stale.returncode == 3, said
+        assert "took the rewriter claim over" in said, said
+        assert _files(tmp_path / "out") == staged  # the successor's staging untouched
+    finally:
+        held.go.set()
+        thread.join()
+        if stale.poll() is None:
+            stale.kill()
+            stale.wait()
+    assert not failures, failures
+    [report] = reports
+    assert report.groups > 0 and not rewrite_mod.open_rewrites(location)
+    assert_exact(expected, output)
+
+
+def _until_stopped(pid: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rpartition(")")[2].split()[0] == "T":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not stop")
+
+
 def _files(root: Path) -> set[str]:
     """Every file readers or rewriters read: data, table, ledger and history (not leases)."""
     return {
