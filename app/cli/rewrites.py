@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from app.recompute.plan import PartitionWork
     from app.recompute.run import Planned, RecomputeReport
     from app.sink.rewrite import Retirement
+    from app.storage import Location
 
 
 def repair(args: argparse.Namespace) -> int:
@@ -169,9 +170,7 @@ def table(args: argparse.Namespace) -> int:
             f"{args.output} --glue-database DATABASE` once"
         )
     if args.rebuild:
-        from app.table import commit as table_commit
-
-        files = table_commit.rebuild(location)
+        files = _rebuilt(location)
         print(f"made the table {found.table} again: {files:,} data files", file=sys.stderr)
     with (
         location.refusing(location.child(table_catalog.TABLE_DIR)),
@@ -188,6 +187,27 @@ def table(args: argparse.Namespace) -> int:
     }
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode())
     return 0
+
+
+def _rebuilt(location: Location) -> int:
+    """``table --rebuild`` as the output's writer and its one rewriter, refused beside a
+    running job: a batch it published between the table's listing and its ledger entry
+    would be in the table twice, once its own commit came; and beside a compaction or a
+    recompute, whose commit the rebuild would drop."""
+    from app.sink import fencing
+    from app.sink import rewriter as rewriter_mod
+    from app.table import commit as table_commit
+
+    number = fencing.next_number(location)  # a writer that claims meanwhile keeps it
+    fencing.refuse_if_held(location, options.say)
+    with rewriter_mod.held(location, Claimant("table --rebuild", notice=options.say)) as rewriting:
+        rewriting.check("claiming the output")
+        fence = fencing.claim(location, fencing.new_writer("table", None), number)
+        lease = fencing.LeaseKeeper(fence).start()
+        try:
+            return table_commit.rebuild(location, fence)
+        finally:
+            lease.stop(release=True)
 
 
 def compact(args: argparse.Namespace) -> int:

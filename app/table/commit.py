@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
+    from app.sink.fencing import Fence
+
 log = logging.getLogger(__name__)
 
 END_KEY = "tablecast.end"  # that entry's end offsets, {"topic:partition": next}
@@ -375,10 +377,12 @@ def _commit_rewrite(
     return False
 
 
-def rebuild(location: Location) -> int:
+def rebuild(location: Location, fence: Fence) -> int:
     """The output's table made again (``tablecast table --rebuild``): dropped from its catalog
     (its data files and old metadata stay), created, and given the visible data files in
     one snapshot at the ledger's head, which holds its position; returns how many files.
+    ``fence``: the output held, so that no batch is published between the listing of the
+    visible files and its ledger entry (the table would hold it twice once its commit came).
 
     For a table that cannot be loaded (its metadata file lost) or no longer lists the
     output's files: the ledger and the files are the output's record, the table follows."""
@@ -392,6 +396,7 @@ def rebuild(location: Location) -> int:
             output=location.uri,
         )
     with location.refusing(location.child(TABLE_DIR)), threads_released():
+        fence.check("making the table again")
         with contextlib.suppress(NoSuchTableError):
             catalog(config).drop_table(config.table)
         table = open_table(location, config)

@@ -256,6 +256,42 @@ def test_a_writer_paused_before_its_table_was_prepared_is_fenced_when_it_wakes(
     successor.check("its first batch")  # still the output's writer
 
 
+def test_table_rebuild_beside_a_running_writer_is_refused_naming_it_and_fences_a_stale_one(
+    expected: pa.Table, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beside a running job, a rebuild listing the visible files between a batch's publish
+    and its ledger entry would put that batch in the table twice once the job's own commit
+    came: it is refused, naming the job. Once the job is gone, the rebuild holds the output,
+    so a job that only paused and wakes cannot add the batch again."""
+    from app.errors import OwnershipLostError
+    from app.sink import fencing
+
+    output = str(tmp_path / "out")
+    location = resolve(output)
+    publish_batches(output, expected, cuts(expected, 2))
+    table_commit.catch_up(location)
+    config = catalog_mod.config_for(location)
+    assert config is not None
+    before = catalog_mod.catalog(config).load_table(config.table).metadata_location
+    job = fencing.claim(location, fencing.new_writer("run", "/ckpt", lease_s=1.0))
+    keeper = fencing.LeaseKeeper(job).start()
+    try:
+        assert cli.main(["table", "--output", output, "--rebuild"]) == 4
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "is held by a running writer: `tablecast run`" in line, line
+        assert catalog_mod.catalog(config).load_table(config.table).metadata_location == before
+        job.check("its next batch")  # still the output's
+    finally:
+        keeper.stop(release=False)  # it pauses: its lease runs out
+    assert cli.main(["table", "--output", output, "--rebuild"]) == 0
+    capsys.readouterr()
+    with pytest.raises(OwnershipLostError, match="claimed by `tablecast table`"):
+        job.check("publishing its batch")
+    assert_follows_ledger(output)
+    comparison = verify.compare(expected, table_rows(output))
+    assert comparison.ok, comparison.report()
+
+
 def test_a_table_made_before_it_declared_a_sort_order_declares_the_files_one(
     tmp_path: Path,
 ) -> None:
