@@ -467,8 +467,6 @@ def parse_main(archive: str, output: str, checkpoint: str, java_options: str) ->
     from pyspark.sql import functions as F  # noqa: N812 (as PySpark writes it)
 
     from app.contract.schema import ColumnType
-    from app.sources import backend_options, stream
-    from app.spark.session import spark_session
 
     columns = load_schema(str(WIDE_SCHEMA)).columns
     # Texts where a JSON value may take two forms (epoch milliseconds or RFC 3339; a
@@ -496,14 +494,9 @@ def parse_main(archive: str, output: str, checkpoint: str, java_options: str) ->
             return text.cast(f"decimal({c.precision},{c.scale})").alias(c.output)
         return text.alias(c.output)
 
-    spark = spark_session("local[2]", java_options)
     # Lenient as Spark's JSON reader is: a value it cannot type is null, not a failure (its
     # StringType reads a decimal literal through a double: 9999999999999999.99 overflows).
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    spark.dataSource.register(stream.TablecastSource)
-    options = backend_options.common_options("^sensor-.+", 0, None)
-    options |= backend_options.archive_options(archive)
-    frame = spark.readStream.format(stream.FORMAT).options(**options).load()
+    frame = _archive_frame(archive, java_options, {"spark.sql.ansi.enabled": "false"})
     doc = F.from_json(F.col("value").cast("string"), ddl)
     parsed = frame.select("topic", "partition", "offset", doc.alias("doc")).select(
         "topic",
@@ -518,26 +511,30 @@ def parse_main(archive: str, output: str, checkpoint: str, java_options: str) ->
     out = parsed.select(
         "topic", "partition", "offset", "session", "seq", "type", "ts", *map(typed, columns)
     )
-    query = (
-        out.writeStream.format("parquet")
-        .option("path", output)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    _to_parquet(out, output, checkpoint)
 
 
 def copy_main(archive: str, output: str, checkpoint: str, java_options: str) -> None:
     """The stateless baseline: same source, Spark's own Parquet sink."""
+    _to_parquet(_archive_frame(archive, java_options), output, checkpoint)
+
+
+def _archive_frame(archive: str, java_options: str, conf: dict[str, str] | None = None) -> Any:
+    """The archive's records as the job's source reads them, on a local Spark of its own."""
     from app.sources import backend_options, stream
     from app.spark.session import spark_session
 
     spark = spark_session("local[2]", java_options)
+    for key, value in (conf or {}).items():
+        spark.conf.set(key, value)
     spark.dataSource.register(stream.TablecastSource)
     options = backend_options.common_options("^sensor-.+", 0, None)
     options |= backend_options.archive_options(archive)
-    frame = spark.readStream.format(stream.FORMAT).options(**options).load()
+    return spark.readStream.format(stream.FORMAT).options(**options).load()
+
+
+def _to_parquet(frame: Any, output: str, checkpoint: str) -> None:
+    """``frame`` into Spark's own Parquet sink, every record available now."""
     query = (
         frame.writeStream.format("parquet")
         .option("path", output)
