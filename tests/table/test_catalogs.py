@@ -13,6 +13,7 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from app import cli
+from app.contract.schema import TableSchema
 from app.engine.output import OUTPUT_SCHEMA
 from app.storage import resolve
 from app.table import catalog as catalog_mod
@@ -38,6 +39,19 @@ def expected(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
     archive = tmp_path_factory.mktemp("catalogs") / "archive"
     write_capture(archive, SPEC)
     return verify.expected_output(str(archive), "^sensor-.+").rows
+
+
+def _with_firmware() -> TableSchema:
+    """The default schema with a nullable column added: a restart that evolves the table."""
+    from app.contract.schema import parse_schema
+
+    return parse_schema(
+        '[key]\ncolumns = ["id"]\n[columns]\nid = { type = "string", output = "row_id" }\n'
+        'value = { type = "float64", nullable = true }\n'
+        'status = { type = "string", nullable = true }\n'
+        'firmware = { type = "string", nullable = true }\n',
+        "with-firmware.toml",
+    )
 
 
 def _table_json(output: str, *extra: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -176,7 +190,7 @@ def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
 ) -> None:
     import boto3
 
-    from app.contract.schema import DEFAULT_SCHEMA, parse_schema
+    from app.contract.schema import DEFAULT_SCHEMA
     from app.sink import schemas
     from app.table import live
 
@@ -195,13 +209,7 @@ def test_an_added_column_reaches_the_glue_table_before_a_batch_writes_it(
     live.prepare(output, settings, DEFAULT_SCHEMA, fence)  # the same schema changes nothing
     assert glue_table()["Parameters"]["metadata_location"] == before
 
-    added = parse_schema(
-        '[key]\ncolumns = ["id"]\n[columns]\nid = { type = "string", output = "row_id" }\n'
-        'value = { type = "float64", nullable = true }\n'
-        'status = { type = "string", nullable = true }\n'
-        'firmware = { type = "string", nullable = true }\n',
-        "with-firmware.toml",
-    )
+    added = _with_firmware()
     schemas.check_start(resolve(output), added, "with-firmware.toml")
     live.prepare(output, settings, added, fence)
     found = glue_table()
@@ -223,7 +231,7 @@ def test_a_writer_paused_before_its_table_was_prepared_is_fenced_when_it_wakes(
     """A start paused between its claim and the table's preparation, taken over by a start
     whose schema adds a column: woken, it changes nothing (before, it dropped the column no
     batch had written yet, and each of its successor's table commits then failed)."""
-    from app.contract.schema import DEFAULT_SCHEMA, parse_schema
+    from app.contract.schema import DEFAULT_SCHEMA
     from app.errors import OwnershipLostError
     from app.sink import schemas
     from app.table import live
@@ -233,13 +241,7 @@ def test_a_writer_paused_before_its_table_was_prepared_is_fenced_when_it_wakes(
     settings = live.TableSettings(glue_database="tablecast", region="us-east-1")
     live.prepare(output, settings, DEFAULT_SCHEMA, claimed(output))
     paused = claimed(output)  # claims, then its VM pauses past its lease
-    added = parse_schema(
-        '[key]\ncolumns = ["id"]\n[columns]\nid = { type = "string", output = "row_id" }\n'
-        'value = { type = "float64", nullable = true }\n'
-        'status = { type = "string", nullable = true }\n'
-        'firmware = { type = "string", nullable = true }\n',
-        "with-firmware.toml",
-    )
+    added = _with_firmware()
     successor = claimed(output)
     schemas.check_start(resolve(output), added, "with-firmware.toml")
     live.prepare(output, settings, added, successor)
