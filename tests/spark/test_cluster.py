@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from app.local.processes import poll_until
 from app.local.spark_cluster import StandaloneCluster, spark_home, start_cluster
 from app.ops.wheel import build_wheel
 from app.tools import generate as gen
@@ -75,7 +76,11 @@ def assert_ran_on_the_worker(cluster: StandaloneCluster, before: set[str]) -> No
     [app_id] = applications(cluster) - before
     logs = "".join(p.read_text() for p in (cluster.root / "work" / app_id).glob("*/stderr"))
     assert "Finished task" in logs, "no task ran in the worker's executors"
-    assert app_id in cluster.status().completed_apps
+    # The master hears of the driver's end on its own RPC thread, which may come after the
+    # driver's process has exited (seen once in CI on a loaded machine): wait for it, bounded.
+    assert poll_until(lambda: app_id in cluster.status().completed_apps, timeout_s=30), (
+        f"the master never listed {app_id} as completed: {cluster.status()}"
+    )
 
 
 def run_job_submit_options(wheel: Path, master_url: str) -> list[str]:
