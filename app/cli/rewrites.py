@@ -198,16 +198,9 @@ def _rebuilt(location: Location) -> int:
     from app.sink import rewriter as rewriter_mod
     from app.table import commit as table_commit
 
-    number = fencing.next_number(location)  # a writer that claims meanwhile keeps it
-    fencing.refuse_if_held(location, options.say)
-    with rewriter_mod.held(location, Claimant("table --rebuild", notice=options.say)) as rewriting:
-        rewriting.check("claiming the output")
-        fence = fencing.claim(location, fencing.new_writer("table", None), number)
-        lease = fencing.LeaseKeeper(fence).start()
-        try:
-            return table_commit.rebuild(location, fence)
-        finally:
-            lease.stop(release=True)
+    claimant = Claimant("table --rebuild", notice=options.say)
+    with rewriter_mod.holding_output(location, claimant, fencing.new_writer("table", None)) as held:
+        return table_commit.rebuild(location, held.fence)
 
 
 def compact(args: argparse.Namespace) -> int:

@@ -197,20 +197,12 @@ def apply_repair(
     location = resolve(output_uri)
     ledger = Ledger(location)
     # Step 4: the output's writer, and beside no other rewriter (a compaction, a
-    # recompute) from here to its end; the claim's number read before the checks (a writer
-    # that claimed meanwhile keeps the output: app.sink.fencing.claim)
-    number = fencing.next_number(location)
-    fencing.refuse_if_held(location, notice)
-    rewriting = rewriter_mod.Claimant("repair", notice=notice).take(location)
-    renewing = fencing.LeaseKeeper(rewriting, rewriter_mod.LEASES_DIR).start()
-    lease: fencing.LeaseKeeper | None = None
-    try:
-        # Woken after another rewriter took over, it claims nothing, moves no checkpoint.
-        rewriting.check("claiming the output")
-        fence = fencing.claim(
-            location, fencing.new_writer("repair", checkpoint_uri, writer_lease_s), number
-        )
-        lease = fencing.LeaseKeeper(fence).start()
+    # recompute) from here to its end.
+    writer = fencing.new_writer("repair", checkpoint_uri, writer_lease_s)
+    with rewriter_mod.holding_output(
+        location, rewriter_mod.Claimant("repair", notice=notice), writer
+    ) as held:
+        rewriting, fence = held.rewriting, held.fence
         head = ledger.head()
         if (head.number if head is not None else None) != plan.head:
             raise OutputStateError(
@@ -259,10 +251,6 @@ def apply_repair(
         # The rewrite committed the table's overwrite (step 5); its snapshot at the repair's
         # entry follows the ledger (app.table).
         table_commit.catch_up(location)
-    finally:
-        if lease is not None:
-            lease.stop(release=True)
-        renewing.stop(release=True)
     return moved
 
 

@@ -249,3 +249,35 @@ def held(location: Location, claimant: Claimant) -> Iterator[RewriterClaim]:
         yield claim
     finally:
         keeper.stop(release=True)
+
+
+@dataclass(frozen=True)
+class HeldOutput:
+    """What a rewriting tool that also writes the output holds: both claims."""
+
+    rewriting: RewriterClaim
+    fence: fencing.Fence
+
+
+@contextmanager
+def holding_output(
+    location: Location, claimant: Claimant, writer: WriterInfo
+) -> Iterator[HeldOutput]:
+    """The output held by a tool that rewrites it and writes its ledger (``repair``,
+    ``table --rebuild``), for the block: refused beside a live writer, then the rewriter
+    claim, then the writer's claim, both leases renewed and released after.
+
+    The writer's claim takes the number read before the checks: a writer that claimed
+    while this one watched a holder's lease keeps the output (:func:`fencing.claim`). A
+    holder woken after another rewriter took over stops at its check, having claimed
+    nothing."""
+    number = fencing.next_number(location)
+    fencing.refuse_if_held(location, claimant.notice)
+    with held(location, claimant) as rewriting:
+        rewriting.check("claiming the output")
+        fence = fencing.claim(location, writer, number)
+        lease = fencing.LeaseKeeper(fence).start()
+        try:
+            yield HeldOutput(rewriting, fence)
+        finally:
+            lease.stop(release=True)
