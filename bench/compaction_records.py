@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
+from app.sink import rewriter as rewriter_mod
 from app.storage import Location, resolve
 from app.table import compact as table_compact
 
@@ -97,6 +98,12 @@ def every_record_checked(location: Location) -> None:
         location.exists(location.child(record.output))
 
 
+def _step_one(location: Location) -> int:
+    """A compaction's step 1 as ``tablecast compact`` runs it: under its rewriter claim."""
+    with rewriter_mod.held(location, rewriter_mod.Claimant("compact")) as claim:
+        return table_compact.finish_interrupted(location, claim)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=365)
@@ -123,13 +130,13 @@ def main() -> int:
     measure(
         location,
         "the move into days' folders (once)",
-        lambda: table_compact.finish_interrupted(location),
+        lambda: _step_one(location),
         1,
     )
     measure(
         location,
         "by day: step 1 (finish_interrupted)",
-        lambda: table_compact.finish_interrupted(location),
+        lambda: _step_one(location),
         args.repeat,
     )
     measure(

@@ -330,7 +330,7 @@ def compact(
     with rewriter_mod.held(location, claimant) as claim, threads_released():
         # Step 1
         table_commit.catch_up(location)
-        finish_interrupted(location, retirement, steps, claim)
+        finish_interrupted(location, claim, retirement, steps)
         table = open_table(location, config)
         # Step 2
         files = {
@@ -395,9 +395,9 @@ def compact(
 
 def finish_interrupted(
     location: Location,
+    claim: rewriter_mod.RewriterClaim,
     retirement: rewrite_mod.Retirement | None = None,
     steps: CompactionSteps | None = None,
-    claim: rewriter_mod.RewriterClaim | None = None,
 ) -> int:
     """Before a compaction: finish every rewrite whose owner died, a compaction's or a
     recompute's (:func:`app.sink.rewrite.finish_open`: refuses, in one line, to start beside
@@ -407,14 +407,11 @@ def finish_interrupted(
     their rewrite record; move the records an older tablecast wrote flat into their
     days' folders. Returns how many compactions were finished.
 
-    ``claim``: this compaction's rewriter claim (None: taken for the call), checked before
+    ``claim``: this compaction's rewriter claim (:func:`app.sink.rewriter.held`), checked before
     each of those changes. A compaction that paused past its lease after its claim, and
     was taken over, would otherwise drop the staged merges and the history of the one that
     took over, which could then not publish them (its rewrite record left for an operator
     to remove)."""
-    if claim is None:
-        with rewriter_mod.held(location, rewriter_mod.Claimant("compact")) as taken:
-            return finish_interrupted(location, retirement, steps, taken)
     claim.check("finishing what earlier rewriters left")
     finished = rewrite_mod.finish_open(
         location, snapshot=table_commit.snapshot_rewrite, retirement=retirement

@@ -38,7 +38,7 @@ from tests.spark.helpers import (
 )
 from tests.spark.helpers import write_capture as capture
 from tests.table.compaction_history import counting_reads, earlier_days, flatten
-from tests.table.helpers import assert_follows_ledger, table_rows
+from tests.table.helpers import assert_follows_ledger, compaction_step_one, table_rows
 
 EVERYTHING = (0, 4_102_444_800_000)  # 2100-01-01: every record
 EVERY_DAY = date(2100, 1, 1)
@@ -100,7 +100,7 @@ def test_a_replay_reads_flat_records_and_then_only_the_history_of_its_own_days(
     assert file_digests(output) == before
     assert first.record.kept and not first.record.rewritten and not first.record.removed
 
-    table_compact.finish_interrupted(location)  # the next compaction's step 1 moves them
+    compaction_step_one(location)  # the next compaction's step 1 moves them
     with counting_reads(location) as reads:
         again = replay(spark, str(archive), str(output), *EVERYTHING, topic_pattern=PATTERN)
     assert reads.of_days(earlier) == []

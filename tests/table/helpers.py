@@ -13,12 +13,14 @@ from app.contract.offsets import Offsets, TopicPartition
 from app.engine.output import OUTPUT_SCHEMA
 from app.sink import fencing
 from app.sink import ledger as ledger_mod
+from app.sink import rewriter as rewriter_mod
 from app.sink.fencing import Fence
 from app.sink.ledger import Ledger
 from app.sink.visible import visible_files
-from app.storage import resolve
+from app.storage import Location, resolve
 from app.table import catalog as catalog_mod
 from app.table import commit as table_commit
+from app.table import compact as table_compact
 from app.table.history import ENTRY_KEY
 from app.tools import verify
 from app.tools.generate import CaptureSpec
@@ -174,6 +176,13 @@ def publish_batches(
 def claimed(output: str) -> Fence:
     """A run's hold on ``output``, as a start takes it before :func:`app.table.live.prepare`."""
     return fencing.claim(resolve(output), fencing.new_writer("run", None, lease_s=1.0))
+
+
+def compaction_step_one(location: Location) -> int:
+    """The next compaction's step 1 (:func:`table_compact.finish_interrupted`), under the
+    rewriter claim a compaction takes; how many interrupted compactions it finished."""
+    with rewriter_mod.held(location, rewriter_mod.Claimant("compact")) as claim:
+        return table_compact.finish_interrupted(location, claim)
 
 
 def cuts(rows: pa.Table, batches: int) -> list[Offsets]:

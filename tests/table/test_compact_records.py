@@ -22,6 +22,7 @@ from tests.table.compaction_history import counting_reads, earlier_days, flat_pa
 from tests.table.helpers import (
     assert_exact,
     capture_rows,
+    compaction_step_one,
     cuts,
     load_table,
     publish_batches,
@@ -66,7 +67,7 @@ def test_what_a_compaction_and_a_recompute_read_of_the_history_does_not_grow_wit
     output's own days looks up read only those days' records."""
     location = _published(expected, tmp_path)
     earlier = earlier_days(location, 120, inputs=200)
-    table_compact.finish_interrupted(location)  # moves the flat records into their days
+    compaction_step_one(location)  # moves the flat records into their days
 
     with counting_reads(location) as reads:
         report = table_compact.compact(location, before=EVERY_DAY)
@@ -171,7 +172,7 @@ def test_a_crash_while_moving_flat_records_is_finished_by_the_next_compaction(
     assert len(table_compact.records(location)) == len(flat) + 1
     assert table_compact.merged_blocks(location) == blocks
 
-    table_compact.finish_interrupted(location)  # the next compaction's step 1
+    compaction_step_one(location)  # the next compaction's step 1
     assert _flat_files(location) == []
     assert len(table_compact.records(location)) == len(flat)
     assert table_compact.merged_blocks(location) == blocks
@@ -190,7 +191,7 @@ def test_a_compaction_that_crashed_before_its_rewrite_record_leaves_no_history(
     named = location.read_bytes(location.child(table_compact.PENDING_DIR, pending))
     assert table_compact.records(location) and b"days/" in named
 
-    table_compact.finish_interrupted(location)
+    compaction_step_one(location)
     assert table_compact.records(location) == [] and _pending(location) == []
     report = table_compact.compact(location, before=EVERY_DAY)
     assert len(table_compact.records(location)) == report.groups > 0
