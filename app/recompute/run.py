@@ -294,7 +294,19 @@ def _recompute(
     location.write_bytes_atomic(
         location.child(RECORDS_DIR, f"{stamp}-{key}.json"), record.to_json()
     )
-    location.delete_dir(staging)
+    if claim.holds():
+        location.delete_dir(staging)
+    else:
+        # Paused past its lease after publishing: the staging folder may now hold the
+        # staging of a recompute of the same selection that took over. Its work is done
+        # and recorded, so it ends as it would have, without the delete.
+        log.warning(
+            "%s %s: published and recorded, but another rewriter took the claim over while "
+            "this one paused; its staging %s is left to that one",
+            kind,
+            selector,
+            staging,
+        )
     log.info(
         "%s %s: %d files published under new names, %d kept, %d removed",
         kind,

@@ -119,3 +119,54 @@ def test_a_replay_frozen_right_after_its_claim_stops_before_its_first_step_when_
     assert_fenced(code, err, "replay", output, "finishing what earlier rewriters left")
     assert output_files(output) == before
     assert_exact(expected, str(output))
+
+
+# The same replay held once it has published its rewrite, before it records it and drops
+# its staging (step 4).
+_REPLAY_HELD_AFTER_PUBLISHING = _REPLAY.replace(
+    "recompute(spark, planned, progress,", "recompute(spark, planned, None,"
+).replace(
+    "def run():",
+    """from app.recompute import run as run_mod
+
+_Record = run_mod.RecomputeRecord
+
+
+def _held_record(*args, **kwargs):
+    hold()  # its rewrite carried out; nothing of step 4 done
+    return _Record(*args, **kwargs)
+
+
+run_mod.RecomputeRecord = _held_record
+
+
+def run():""",
+)
+
+
+def test_a_replay_frozen_after_publishing_leaves_its_staging_to_the_one_that_took_over(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Woken after a takeover once it had published, a replay records what it did and ends
+    as it would have (exit 0), but leaves its staging folder alone: a replay of the same
+    selection that took over stages there, and could not publish once it was dropped."""
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    write_capture(archive, SPEC)
+    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=50)
+    expected = verify.expected_output(str(archive), PATTERN).rows
+    argv = [str(archive), str(output), PATTERN]
+    with held_rewriter(_REPLAY_HELD_AFTER_PUBLISHING, *argv, folder=tmp_path / "replay") as held:
+        assert not list((output / run_mod.RECORDS_DIR).glob("*"))  # not recorded yet
+        held.freeze()
+        take_over(output, "replay", held)
+        staging = {
+            k: v for k, v in output_files(output).items() if k.startswith(run_mod.RECOMPUTE_DIR)
+        }
+        assert staging  # its own staging, as far as this test's take-over goes
+        code, err = held.wake()
+    assert code == 0, err[-3000:]
+    assert "its staging" in err and "is left to that one" in err, err[-3000:]
+    after = output_files(output)
+    assert {k: after.get(k) for k in staging} == staging
+    assert len(list((output / run_mod.RECORDS_DIR).glob("*"))) == 1  # its work, recorded
+    assert_exact(expected, str(output))
