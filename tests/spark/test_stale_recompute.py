@@ -8,6 +8,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from app.recompute import run as run_mod
@@ -59,6 +60,15 @@ sys.exit(outcome("tablecast replay", run))
 """
 
 
+def _published(spark: Any, tmp_path: Path) -> tuple[Path, pa.Table, list[str]]:
+    """The job's output of a capture, what it must hold, and the held replay's arguments."""
+    archive, output = tmp_path / "archive", tmp_path / "out"
+    write_capture(archive, SPEC)
+    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=50)
+    expected = verify.expected_output(str(archive), PATTERN).rows
+    return output, expected, [str(archive), str(output), PATTERN]
+
+
 def test_a_frozen_replay_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -66,11 +76,7 @@ def test_a_frozen_replay_is_taken_over_after_its_lease_and_fenced_when_it_wakes(
     compaction takes the rewriter claim over once its lease has run out and merges the
     files the replay recomputed; woken, the replay stops (exit 7) in one line naming the
     compaction, and the output is exactly what the compaction left."""
-    archive, output = tmp_path / "archive", tmp_path / "out"
-    write_capture(archive, SPEC)
-    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=50)
-    expected = verify.expected_output(str(archive), PATTERN).rows
-    argv = [str(archive), str(output), PATTERN]
+    output, expected, argv = _published(spark, tmp_path)
     with held_rewriter(_REPLAY, *argv, folder=tmp_path / "replay") as held:
         assert list((output / run_mod.RECOMPUTE_DIR).rglob("*.parquet"))  # staged
         assert not list((output / run_mod.RECORDS_DIR).glob("*"))  # not recorded
@@ -106,11 +112,7 @@ def test_a_replay_frozen_right_after_its_claim_stops_before_its_first_step_when_
     """Woken after a takeover, a replay changes nothing: its first step would finish others'
     rewrites and drop its selection's staging (that of a replay of the same selection that
     took over, which then could not publish it), and its tasks would stage files."""
-    archive, output = tmp_path / "archive", tmp_path / "out"
-    write_capture(archive, SPEC)
-    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=50)
-    expected = verify.expected_output(str(archive), PATTERN).rows
-    argv = [str(archive), str(output), PATTERN]
+    output, expected, argv = _published(spark, tmp_path)
     with held_rewriter(_REPLAY_HELD_AT_ITS_CLAIM, *argv, folder=tmp_path / "replay") as held:
         held.freeze()
         take_over(output, "replay", held)
@@ -150,11 +152,7 @@ def test_a_replay_frozen_after_publishing_leaves_its_staging_to_the_one_that_too
     """Woken after a takeover once it had published, a replay records what it did and ends
     as it would have (exit 0), but leaves its staging folder alone: a replay of the same
     selection that took over stages there, and could not publish once it was dropped."""
-    archive, output = tmp_path / "archive", tmp_path / "out"
-    write_capture(archive, SPEC)
-    run_job(spark, archive, output, tmp_path / "ckpt", max_offsets_per_trigger=50)
-    expected = verify.expected_output(str(archive), PATTERN).rows
-    argv = [str(archive), str(output), PATTERN]
+    output, expected, argv = _published(spark, tmp_path)
     with held_rewriter(_REPLAY_HELD_AFTER_PUBLISHING, *argv, folder=tmp_path / "replay") as held:
         assert not list((output / run_mod.RECORDS_DIR).glob("*"))  # not recorded yet
         held.freeze()
