@@ -14,6 +14,7 @@ import errno
 import os
 import posixpath
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -255,22 +256,57 @@ def _temporary(path: str) -> str:
     return posixpath.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
 
 
+# How long a conditional PutObject that S3 answers 409 (another conditional write of the
+# key in flight) is tried again, doubling from the first pause: S3's advice is to retry.
+_CONFLICT_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+
+
 def _s3_put_if_absent(path: str, data: bytes) -> bool:
-    """``PutObject`` of ``bucket/key`` with ``If-None-Match: *``: False if the key exists."""
+    """``PutObject`` of ``bucket/key`` with ``If-None-Match: *``: False if the key holds
+    other bytes.
+
+    The SDK retries a request whose answer it did not get (a cut connection, a
+    timeout), and S3 may have done the first: the retry then finds the key taken
+    (412), or, while the first is still in flight, conflicting (409). So a 409
+    is tried again until S3 settles it, and a taken key holding exactly ``data``
+    is this call's own create: what this storage creates this way (claims,
+    ledger entries) names its writer and the time, so no other writer's bytes
+    are the same. Taken for lost, it refused a writer's own claim, or stopped a
+    job at its own ledger entry as if another writer had taken the output.
+    """
     from botocore.exceptions import ClientError
 
     bucket, _, key = path.partition("/")
+    client = _s3_client()
+    pauses = iter(_CONFLICT_PAUSES_S)
+    while True:
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "PreconditionFailed" or status == 412:
+                return _holds(client, bucket, key, data)
+            if code != "ConditionalRequestConflict" and status != 409:
+                raise
+        pause = next(pauses, None)
+        if pause is None:  # still in flight: another writer's, as far as this one knows
+            return False
+        time.sleep(pause)
+
+
+def _holds(client: Any, bucket: str, key: str, data: bytes) -> bool:
+    """Whether ``bucket/key`` holds exactly ``data`` (False if it is gone again)."""
+    from botocore.exceptions import ClientError
+
     try:
-        _s3_client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        found = client.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        # 412: the key exists. 409: another conditional write of the key is in flight,
-        # and one of the two wins: this one is the loser unless the key is still free.
-        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+        if exc.response.get("Error", {}).get("Code", "") in ("NoSuchKey", "404"):
             return False
         raise
-    return True
+    return bool(found == data)
 
 
 _s3_clients: dict[tuple[str | None, str], Any] = {}

@@ -31,6 +31,7 @@ from app.sink import ledger as ledger_mod
 from app.sink.ledger import Ledger, LedgerEntry
 from app.storage import Location, resolve
 from tests.hdfs_semantics import RecordingHandler
+from tests.lossy_proxy import LossyProxy
 from tests.s3_server import S3Server
 
 A = TopicPartition("sensor-a", 0)
@@ -251,3 +252,47 @@ def test_old_lease_files_are_bounded(tmp_path: Path) -> None:
         fencing.remove_old_leases(fencing.claim(location, _writer()))
     leases = sorted((tmp_path / "out" / fencing.LEASES_DIR).iterdir())
     assert len(leases) == fencing.LEASES_KEPT + 1
+
+
+def _conditional_put(request: tuple[str, str, dict[str, str]]) -> bool:
+    method, _, headers = request
+    return method == "PUT" and headers.get("if-none-match") == "*"
+
+
+def _s3_conflict() -> bytes:
+    return (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict'
+        b"</Code><Message>A conflicting operation is in progress</Message></Error>"
+    )
+
+
+@pytest.mark.parametrize("then", ["retried", "conflict, then retried"])
+def test_on_s3_a_create_whose_answer_was_lost_is_still_its_writers(then: str) -> None:
+    """S3 created the name, but its answer was lost (a cut connection, a client timeout):
+    the SDK's retry of the conditional PutObject finds the name taken (412), or, while the
+    first request is still in flight, conflicting (409). Still this writer's create: its
+    claim holds the output and its entries land, where it used to be refused as if
+    another writer had taken the number, naming itself."""
+    with S3Server() as server, LossyProxy(server.endpoint) as proxy:
+        server.create_bucket("lake")
+        os.environ["TABLECAST_S3_ENDPOINT"] = proxy.endpoint  # restored by the server's exit
+        location = resolve("s3://lake/out")
+        path = location.child("created-once")
+        proxy.lose_answer(_conditional_put)
+        if then == "conflict, then retried":
+            proxy.answer(_conditional_put, 409, _s3_conflict())
+        assert location.create_exclusive(path, b"writer 1")
+        assert location.read_bytes(path) == b"writer 1"
+        assert len(proxy.applied) == (2 if then == "conflict, then retried" else 1)
+        assert not location.create_exclusive(path, b"writer 2")  # another's bytes: refused
+
+        proxy.lose_answer(_conditional_put)  # the claim's ledger entry
+        fence = fencing.claim(location, fencing.new_writer("run", None))
+        fence.check("writing a batch")
+        proxy.lose_answer(_conditional_put)  # its first batch's entry
+        fence.append(LedgerEntry(number=-1, kind=ledger_mod.BATCH, end={A: 10}), doing="a batch")
+        ledger = Ledger(location)
+        assert [ledger.read(n).kind for n in ledger.numbers()] == [
+            ledger_mod.WRITER,
+            ledger_mod.BATCH,
+        ]
