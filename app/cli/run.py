@@ -29,11 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from app.metrics.progress import Console, ProgressDisplay
     from app.metrics.publisher import make_publisher
     from app.sink import crash_points, fencing, guard
-    from app.spark import job
+    from app.spark import job, planning
 
     # Test seam: a test that starts `tablecast run` as a process names the commit step
-    # to die at in the environment (app.sink.crash_points); unset, the run dies nowhere.
+    # to die at, or the trigger to stop at, in the environment (app.sink.crash_points);
+    # unset, the run dies nowhere.
     crash_points.install_from_environment()
+    planning.install_stop(crash_points.PlanningStop.from_environment())
 
     config = job.JobConfig(
         source=_source(args),

@@ -194,7 +194,8 @@ class ExactlyOnceSink:
         and the scheduled compaction): Spark then records the batch in the checkpoint's
         commit log and plans the next batch. A driver that paused after its commit and woke
         after another took over would otherwise write the log entries the new driver is
-        about to write, and the new driver's query fail on them."""
+        about to write, and the new driver's query fail on them. The source checks again
+        before Spark records the next batch's offsets (:mod:`app.spark.planning`)."""
         try:
             self.fence.check(f"Spark records batch {batch_id} in the checkpoint")
         except OwnershipLostError as exc:

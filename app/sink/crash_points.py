@@ -9,6 +9,12 @@ by the command line from the environment (:func:`install_from_environment`):
 ``TABLECAST_CRASH_MODE=sigkill|raise|sigstop`` (default ``sigkill``). Nothing in the
 protocol reads them; unset, as in production, nothing is installed and the
 hook does nothing.
+
+Between two batches, where Spark plans the next one, a :class:`PlanningStop`
+(``TABLECAST_CRASH_AFTER_STEP=plan:<n>``, with ``TABLECAST_CRASH_MODE=sigstop``)
+stops the driver as its source is about to hand Spark the end of this run's
+``n``-th trigger, before the source's fence check (:mod:`app.spark.planning`,
+which carries it to the source in Spark's planner process).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ log = logging.getLogger(__name__)
 
 CRASH_ENV = "TABLECAST_CRASH_AFTER_STEP"
 CRASH_MODE_ENV = "TABLECAST_CRASH_MODE"
+PLANNING = "plan:"  # TABLECAST_CRASH_AFTER_STEP=plan:<trigger>: a PlanningStop
 
 
 class CrashMode(enum.Enum):
@@ -70,7 +77,7 @@ class CrashPoint:
     @classmethod
     def from_environment(cls) -> CrashPoint | None:
         text = os.environ.get(CRASH_ENV, "").strip()
-        if not text:
+        if not text or text.startswith(PLANNING):
             return None
         match = re.fullmatch(r"(\d+)(?:\.(\d+))?(?::(\d+))?", text)
         if (
@@ -84,16 +91,10 @@ class CrashPoint:
                 f"to {LAST_STEP} (.<files> for steps {counted} only)"
             )
         files, batch = match.group(2), match.group(3)
-        mode_text = os.environ.get(CRASH_MODE_ENV, CrashMode.SIGKILL.value).strip()
-        try:
-            mode = CrashMode(mode_text)
-        except ValueError:
-            known = "|".join(m.value for m in CrashMode)
-            raise ConfigurationError(f"{CRASH_MODE_ENV}={mode_text!r} must be {known}") from None
         return cls(
             step=int(match.group(1)),
             batch=None if batch is None else int(batch),
-            mode=mode,
+            mode=_mode_from_environment(),
             files=None if files is None else int(files),
         )
 
@@ -115,6 +116,49 @@ class CrashPoint:
             return
         log.warning("%s: killing the driver after step %s of batch %d", CRASH_ENV, where, batch_id)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class PlanningStop:
+    """Where the driver stops between two batches: as its source is about to hand Spark
+    the end of this run's ``trigger``-th trigger (from 1), which Spark then records in the
+    checkpoint's offset log, before the source checks its fence. Spark has recorded the
+    batch before in the checkpoint's commit log by then."""
+
+    trigger: int
+
+    @classmethod
+    def from_environment(cls) -> PlanningStop | None:
+        text = os.environ.get(CRASH_ENV, "").strip()
+        if not text.startswith(PLANNING):
+            return None
+        number = text.removeprefix(PLANNING)
+        if not number.isdigit() or int(number) < 1:
+            raise ConfigurationError(
+                f"{CRASH_ENV}={text!r} must be {PLANNING}<trigger> with a trigger from 1"
+            )
+        if _mode_from_environment() is not CrashMode.SIGSTOP:
+            raise ConfigurationError(
+                f"{CRASH_ENV}={text!r} stops the driver: it needs "
+                f"{CRASH_MODE_ENV}={CrashMode.SIGSTOP.value}"
+            )
+        return cls(int(number))
+
+    def __call__(self, trigger: int) -> None:
+        """Stop the driver's process group (the planner is one of it) if ``trigger`` is the one."""
+        if trigger != self.trigger:
+            return
+        log.warning("%s: stopping the driver as Spark plans trigger %d", CRASH_ENV, trigger)
+        _stop_until_continued()
+
+
+def _mode_from_environment() -> CrashMode:
+    mode_text = os.environ.get(CRASH_MODE_ENV, CrashMode.SIGKILL.value).strip()
+    try:
+        return CrashMode(mode_text)
+    except ValueError:
+        known = "|".join(m.value for m in CrashMode)
+        raise ConfigurationError(f"{CRASH_MODE_ENV}={mode_text!r} must be {known}") from None
 
 
 def _stop_until_continued() -> None:

@@ -330,6 +330,37 @@ class Fence:
         return not self.ledger.exists(self.last + 1)
 
 
+class FollowingFence(Fence):
+    """A writer's fence in another of its processes, which does not see the writer's entries
+    being made (Spark's planner, which runs the job's source: :mod:`app.spark.planning`).
+
+    It follows them in the ledger instead: an entry of its claim after the last it knows
+    is the writer's own, any other entry there is another writer's. Each of the writer's
+    entries is read once, so a check costs a read of the entry after the last (a HEAD on
+    S3, nothing there) and a read of each entry the writer made since the check before (a
+    trigger's batch: one). A fold never deletes the newest data entries
+    (:data:`app.sink.fold.LIVE_MIN`), and a check before each batch is behind by one.
+    """
+
+    def check(self, doing: str) -> None:
+        while True:
+            number = self.last + 1
+            try:
+                entry = self.ledger.read(number)
+            except FileNotFoundError:
+                return
+            if entry.claim != self.claim:
+                raise self._lost(number, doing)
+            self.last = number
+
+    def holds(self) -> bool:
+        try:
+            self.check("nothing")
+        except OwnershipLostError:
+            return False
+        return True
+
+
 def next_number(location: Location) -> int:
     """The number the output's next ledger entry takes."""
     last = Ledger(location).last()

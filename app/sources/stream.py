@@ -36,6 +36,10 @@ with ``failOnDataLoss=true``:
   in proportion to their backlog; ``minOffsetsPerTrigger`` holds a trigger
   back until that many offsets are there, at most ``maxTriggerDelay``;
 - ``Trigger.AvailableNow`` reads up to the offsets available when it starts;
+- a check before each trigger's new end goes back to Spark
+  (``before_planning``: the job's fence, :mod:`app.spark.planning`), which
+  then records it in the checkpoint's offset log: a raise stops the query
+  with nothing recorded;
 - a micro-batch has one Spark partition per topic-partition, read in
   offset order (offsets the backend skips, such as transaction markers or
   compacted records, are simply absent), with the Kafka source's columns and
@@ -126,8 +130,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         deliver: str = ranges.RECORDS,
         retired_uri: str = "",
         group_offsets: int = 0,
+        before_planning: Callable[[], None] | None = None,
     ) -> None:
         self.backend = backend
+        # Called before a trigger's end goes back to Spark, which records it (raise: stop).
+        self.before_planning = before_planning
         self.group_offsets = group_offsets  # :func:`task_groups`' bound (0: no groups)
         self.deliver = deliver
         self.max_offsets = max_offsets
@@ -251,6 +258,8 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end[tp] = last
         for tp in bounds:  # new partitions enter from offset 0, read or not
             end.setdefault(tp, 0)
+        if self.before_planning is not None:
+            self.before_planning()
         return offsets_mod.to_source_json(end, known | _identities(bounds))
 
     def _check_identities(self, bounds: Mapping[TopicPartition, Bounds], known: Identities) -> None:
@@ -572,7 +581,9 @@ class TablecastSource(DataSource):
     read where it is processed, :mod:`app.sources.ranges`), ``retiredTopics``
     (where the output records its retired topics, :mod:`app.sources.retired`),
     ``groupOffsets`` (:func:`task_groups`' bound: small topic-partitions share
-    a Spark partition; 0, the default: one each).
+    a Spark partition; 0, the default: one each). A subclass checks something
+    before each trigger's end goes back to Spark (:meth:`before_planning`:
+    the job's fence, :class:`app.spark.planning.FencedSource`).
     """
 
     @classmethod
@@ -604,4 +615,9 @@ class TablecastSource(DataSource):
             deliver=self._deliver(),
             retired_uri=options.get(RETIRED_OPTION, ""),
             group_offsets=int(options.get(GROUP_OFFSETS_OPTION, "0")),
+            before_planning=self.before_planning(),
         )
+
+    def before_planning(self) -> Callable[[], None] | None:
+        """What the reader calls before each trigger's end goes back to Spark (None: nothing)."""
+        return None

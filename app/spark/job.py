@@ -42,6 +42,7 @@ from app.sources.kafka import DEFAULT_TIMEOUT_S
 from app.sources.kafka_client import Isolation, KafkaEndpoint
 from app.sources.records import Tier
 from app.sources.starting import StartingPosition
+from app.spark import planning
 from app.spark.warm import warm_workers
 from app.storage import resolve
 from app.table import catalog as table_catalog
@@ -137,8 +138,9 @@ class JobConfig:
     writer_lease_s: float = defaults.WRITER_LEASE_S
 
 
-def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any:
-    spark.dataSource.register(stream.TablecastSource)
+def source_frame(spark: Any, config: JobConfig, starting: Offsets | None, fence: Fence) -> Any:
+    """The job's stream: its source, which checks ``fence`` as Spark plans each batch."""
+    spark.dataSource.register(planning.FencedSource)
     options = backend_options.common_options(
         config.topic_pattern,
         config.max_offsets_per_trigger,
@@ -166,6 +168,7 @@ def source_frame(spark: Any, config: JobConfig, starting: Offsets | None) -> Any
     options[ranges.DELIVER_OPTION] = ranges.RANGES
     # Small topic-partitions share a task (app.sources.stream.task_groups).
     options[stream.GROUP_OFFSETS_OPTION] = str(group_offsets())
+    options |= planning.fence_options(fence)
     return spark.readStream.format(stream.FORMAT).options(**options).load()
 
 
@@ -257,7 +260,7 @@ def _run_query(
         on_batch=_reporting(on_batch, listener),
     )
     writer = (
-        source_frame(spark, config, plan.starting_offsets)
+        source_frame(spark, config, plan.starting_offsets, plan.fence)
         .writeStream.queryName(QUERY_NAME)
         .foreachBatch(_handed_back(sink, table_live.scheduled(sink, config.output, config.table)))
         .option("checkpointLocation", config.checkpoint)

@@ -38,7 +38,14 @@ from app.contract.offsets import Offsets, TopicPartition
 from app.errors import ConfigurationError, OutputStateError
 from app.sink import ledger as ledger_mod
 from app.sink.commit import STEPS
-from app.sink.crash_points import CRASH_ENV, CRASH_MODE_ENV, CrashMode, CrashPoint, crashing
+from app.sink.crash_points import (
+    CRASH_ENV,
+    CRASH_MODE_ENV,
+    CrashMode,
+    CrashPoint,
+    PlanningStop,
+    crashing,
+)
 from app.sink.ledger import Ledger
 from app.storage import resolve
 from app.table.catalog import threads_released
@@ -217,6 +224,20 @@ def test_the_crash_point_is_read_from_the_environment(monkeypatch: pytest.Monkey
         monkeypatch.setenv(CRASH_ENV, bad)
         with pytest.raises(ConfigurationError, match=CRASH_ENV):
             CrashPoint.from_environment()
+
+
+def test_a_planning_stop_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CRASH_ENV, "plan:3")
+    monkeypatch.setenv(CRASH_MODE_ENV, "sigstop")
+    assert PlanningStop.from_environment() == PlanningStop(3)
+    assert CrashPoint.from_environment() is None  # not a commit step
+    monkeypatch.setenv(CRASH_ENV, "8:2")
+    assert PlanningStop.from_environment() is None
+    monkeypatch.setenv(CRASH_MODE_ENV, "sigkill")  # it stops the driver, or nothing
+    for bad in ("plan:3", "plan:0", "plan:", "plan:x"):
+        monkeypatch.setenv(CRASH_ENV, bad)
+        with pytest.raises(ConfigurationError, match=CRASH_ENV):
+            PlanningStop.from_environment()
 
 
 # The SIGKILL chain: ``tablecast run`` number ``n`` (from 1) kills itself at CHAIN[n - 1]

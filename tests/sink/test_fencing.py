@@ -122,6 +122,27 @@ def test_a_stale_writers_check_and_append_fail_and_change_nothing(tmp_path: Path
     assert not old.holds() and new.holds()
 
 
+def test_a_fence_in_another_process_passes_over_its_writers_entries_and_stops_at_a_takeover(
+    location: Location,
+) -> None:
+    """Spark's planner sees no entry being made: it follows them, and knows the writer's
+    own by their claim, on every storage (a missing entry is a read that finds nothing)."""
+    writer = fencing.claim(location, _writer())
+    follower = fencing.FollowingFence(Ledger(location), writer.claim, writer.info)
+    follower.check("planning")  # nothing after the claim yet
+    for end in (10, 20, 30):
+        writer.append(LedgerEntry(-1, ledger_mod.BATCH, {A: end}))
+    follower.check("planning")
+    assert follower.holds() and follower.last == writer.last  # the next check reads on from there
+    writer.append(LedgerEntry(-1, ledger_mod.BATCH, {A: 40}))
+    new = fencing.claim(location, _writer())  # the writer paused past its lease
+    with pytest.raises(
+        OwnershipLostError, match=f"ledger entry {new.claim} was claimed by"
+    ) as lost:
+        follower.check("Spark records its next batch")
+    assert lost.value.facts["by"] == new.claim and not follower.holds()
+
+
 def test_a_renewed_lease_refuses_a_second_writer_naming_the_holder(tmp_path: Path) -> None:
     location = resolve(str(tmp_path / "out"))
     holder = fencing.claim(location, _writer(lease_s=1.0))

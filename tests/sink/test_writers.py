@@ -374,3 +374,55 @@ def test_a_driver_woken_after_its_batch_leaves_the_checkpoints_log_to_the_one_th
     assert code == 0, stderr[-3000:]
     assert_exact(archive, output)
     _assert_each_batch_once(str(output))
+
+
+@pytest.mark.spark
+@pytest.mark.chain
+def test_a_driver_woken_as_spark_plans_its_next_batch_leaves_the_checkpoints_log_to_the_one_that_took_over(  # noqa: E501
+    archive: Path, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """Frozen between two batches: Spark has recorded batch 1 in the checkpoint's commit log
+    and asks the source for batch 2's end (its third trigger). A new driver on the same
+    checkpoint takes over and is frozen as it plans batch 2 itself (its first trigger).
+    Woken first, the old driver stops (exit 7) leaving the checkpoint's logs as they were:
+    before, its Spark recorded batch 2 in the offset log, and the new driver's Spark then
+    failed on that entry (Concurrent update to the log, exit 70)."""
+    output, checkpoint, env = tmp_path / "out", tmp_path / "ckpt", dict(os.environ)
+    stale = _start(archive, str(output), checkpoint, env, stop_at="plan:3")
+    processes.append(stale)
+    _until_stopped(stale)
+
+    def logs() -> dict[str, str]:
+        return {
+            k: v
+            for k, v in _local_files(checkpoint).items()
+            if k.startswith(("commits/", "offsets/"))
+        }
+
+    assert {k for k in logs() if not k.split("/")[1].startswith(".")} == {
+        "commits/0",
+        "commits/1",
+        "offsets/0",
+        "offsets/1",
+    }
+    successor = _start(archive, str(output), checkpoint, env, stop_at="plan:1")
+    processes.append(successor)
+    _until_stopped(successor)  # claimed once the stale lease ran out; planning batch 2
+
+    stopped_at = time.monotonic()
+    before = logs()
+    os.killpg(stale.pid, signal.SIGCONT)
+    code, stderr = _ended(stale)
+    assert code == OwnershipLostError.exit_code, stderr[-3000:]
+    after = logs()
+    assert after == before, sorted(k for k in after.keys() | before.keys() if k not in before)
+    line = _one_line(stderr)
+    assert "was taken over while this run paused" in line
+    assert "stops before Spark records its next batch in the checkpoint" in line
+    # The stop hook tells a stop from a nap by its length: stopped at least that long.
+    time.sleep(max(0.0, stopped_at + 2 * STOPPED_S - time.monotonic()))
+    os.killpg(successor.pid, signal.SIGCONT)
+    code, stderr = _ended(successor)
+    assert code == 0, stderr[-3000:]
+    assert_exact(archive, output)
+    _assert_each_batch_once(str(output))
