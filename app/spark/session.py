@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -159,17 +160,42 @@ def preload_daemon(conf: Any, module: str = PRELOAD_MODULE) -> bool:
 
 def _launch_gateway(conf: Any) -> Any:
     """Start the JVM with its output in the log file."""
-    from pyspark.java_gateway import launch_gateway
+    from pyspark import java_gateway
 
     path = Path(os.environ.get(LOG_ENV) or _default_log_path())
     path.parent.mkdir(parents=True, exist_ok=True)
     log = path.open("ab")
+    popen = getattr(java_gateway, _POPEN)
+    setattr(java_gateway, _POPEN, _LaunchIgnoringCtrlC)
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
+        gateway = java_gateway.launch_gateway(  # type: ignore[no-untyped-call]
+            conf, popen_kwargs={"stdout": log, "stderr": log}
+        )
     finally:
+        setattr(java_gateway, _POPEN, popen)
         log.close()  # the JVM holds its own descriptors
     _JvmLog.path = path
     return gateway
+
+
+_POPEN = "Popen"  # the name pyspark.java_gateway.launch_gateway starts the JVM with
+
+
+class _LaunchIgnoringCtrlC(subprocess.Popen[bytes]):
+    """PySpark's launch of the JVM, which ignores SIGINT as PySpark means it to.
+
+    PySpark keeps a terminal's Ctrl-C from the JVM with a ``preexec_fn`` that ignores
+    SIGINT in the child. A ``preexec_fn`` makes this process run its at-fork hooks, in
+    Python, and a Ctrl-C arriving in one was lost: logging's hook (Python 3.11) took the
+    KeyboardInterrupt inside its lock, the interpreter printed "Exception ignored" with a
+    traceback, and the run went on. A shell's ``trap`` ignores it instead, and ``exec``
+    keeps it ignored in spark-submit and the JVM (same process, same group, so that a
+    signal to the group still stops the JVM with this process); the fork runs no Python.
+    """
+
+    def __init__(self, args: list[str], **kwargs: Any) -> None:
+        kwargs.pop("preexec_fn", None)
+        super().__init__(["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *args], **kwargs)
 
 
 def _default_log_path() -> Path:
