@@ -353,20 +353,37 @@ def test_a_driver_woken_after_its_batch_leaves_the_checkpoints_log_to_the_one_th
     processes.append(successor)
     _until_stopped(successor)  # claimed once the stale lease ran out; inside batch 1's redo
 
-    def logs() -> dict[str, str]:
-        return {
-            k: v
-            for k, v in _local_files(checkpoint).items()
-            if k.startswith(("commits/", "offsets/"))
-        }
-
     stopped_at = time.monotonic()
-    before = logs()
+    _woken_stale_stops(stale, checkpoint)
+    _wake_and_finish(successor, archive, output, stopped_at)
+
+
+def _checkpoint_logs(checkpoint: Path) -> dict[str, str]:
+    """Spark's record of its batches in ``checkpoint``: the commit and offset logs."""
+    return {
+        k: v for k, v in _local_files(checkpoint).items() if k.startswith(("commits/", "offsets/"))
+    }
+
+
+def _woken_stale_stops(stale: subprocess.Popen[bytes], checkpoint: Path) -> str:
+    """Wakes the driver that was taken over: it stops (exit 7) leaving the checkpoint's
+    logs as they were. Its one line."""
+    before = _checkpoint_logs(checkpoint)
     os.killpg(stale.pid, signal.SIGCONT)
     code, stderr = _ended(stale)
     assert code == OwnershipLostError.exit_code, stderr[-3000:]
-    assert "was taken over while this run paused" in _one_line(stderr)
-    assert logs() == before
+    after = _checkpoint_logs(checkpoint)
+    assert after == before, sorted(k for k in after.keys() | before.keys() if k not in before)
+    line = _one_line(stderr)
+    assert "was taken over while this run paused" in line
+    return line
+
+
+def _wake_and_finish(
+    successor: subprocess.Popen[bytes], archive: Path, output: Path, stopped_at: float
+) -> None:
+    """Wakes the driver that took over, frozen since ``stopped_at``: it runs to the end,
+    the output exact, each batch committed once."""
     # The stop hook tells a stop from a nap by its length: stopped at least that long.
     time.sleep(max(0.0, stopped_at + 2 * STOPPED_S - time.monotonic()))
     os.killpg(successor.pid, signal.SIGCONT)
@@ -391,15 +408,7 @@ def test_a_driver_woken_as_spark_plans_its_next_batch_leaves_the_checkpoints_log
     stale = _start(archive, str(output), checkpoint, env, stop_at="plan:3")
     processes.append(stale)
     _until_stopped(stale)
-
-    def logs() -> dict[str, str]:
-        return {
-            k: v
-            for k, v in _local_files(checkpoint).items()
-            if k.startswith(("commits/", "offsets/"))
-        }
-
-    assert {k for k in logs() if not k.split("/")[1].startswith(".")} == {
+    assert {k for k in _checkpoint_logs(checkpoint) if not k.split("/")[1].startswith(".")} == {
         "commits/0",
         "commits/1",
         "offsets/0",
@@ -410,19 +419,6 @@ def test_a_driver_woken_as_spark_plans_its_next_batch_leaves_the_checkpoints_log
     _until_stopped(successor)  # claimed once the stale lease ran out; planning batch 2
 
     stopped_at = time.monotonic()
-    before = logs()
-    os.killpg(stale.pid, signal.SIGCONT)
-    code, stderr = _ended(stale)
-    assert code == OwnershipLostError.exit_code, stderr[-3000:]
-    after = logs()
-    assert after == before, sorted(k for k in after.keys() | before.keys() if k not in before)
-    line = _one_line(stderr)
-    assert "was taken over while this run paused" in line
+    line = _woken_stale_stops(stale, checkpoint)
     assert "stops before Spark records its next batch in the checkpoint" in line
-    # The stop hook tells a stop from a nap by its length: stopped at least that long.
-    time.sleep(max(0.0, stopped_at + 2 * STOPPED_S - time.monotonic()))
-    os.killpg(successor.pid, signal.SIGCONT)
-    code, stderr = _ended(successor)
-    assert code == 0, stderr[-3000:]
-    assert_exact(archive, output)
-    _assert_each_batch_once(str(output))
+    _wake_and_finish(successor, archive, output, stopped_at)
