@@ -343,22 +343,25 @@ class FollowingFence(Fence):
     """
 
     def check(self, doing: str) -> None:
+        foreign = self._follow()
+        if foreign is not None:
+            raise self._lost(foreign, doing)
+
+    def holds(self) -> bool:
+        return self._follow() is None
+
+    def _follow(self) -> int | None:
+        """Passes over the writer's entries after the last it knows: the number of the
+        first entry of another writer's, or None when the ledger ends in the writer's."""
         while True:
             number = self.last + 1
             try:
                 entry = self.ledger.read(number)
             except FileNotFoundError:
-                return
+                return None
             if entry.claim != self.claim:
-                raise self._lost(number, doing)
+                return number
             self.last = number
-
-    def holds(self) -> bool:
-        try:
-            self.check("nothing")
-        except OwnershipLostError:
-            return False
-        return True
 
 
 def next_number(location: Location) -> int:
