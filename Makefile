@@ -54,10 +54,7 @@ typecheck: setup
 # whole file to a process at a time, so that a module's fixtures start once and
 # tests/local/test_pipeline.py, the one file binding the image's fixed Spark
 # ports, never runs beside itself. PYTEST_WORKERS=0 runs a lane in one process.
-# Three on two cores: the unit lane's own time is mostly waits (JVM starts,
-# leases, kills and restarts; 0.7 of a core on average with two workers, 32 min
-# beside the terraform lanes), which a third worker fills.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 
 unit: setup
