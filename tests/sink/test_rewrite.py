@@ -334,7 +334,9 @@ def test_a_command_waits_out_the_grace_and_returns_with_the_old_names_gone(
 ) -> None:
     """Its own rewrite's grace, and what is left of one another process left."""
     lines: list[str] = []
-    retirement = rewrite_mod.Retirement(grace_s=0.5, notice=lines.append)
+    # A grace the publish outlasts on no machine (moto's S3 took over 0.5 s between the
+    # publish and the check beside a loaded suite: nothing was left to wait).
+    retirement = rewrite_mod.Retirement(grace_s=3.0, notice=lines.append)
     rewrite = _prepare(output)
     seen: list[set[str]] = []
 
@@ -349,7 +351,7 @@ def test_a_command_waits_out_the_grace_and_returns_with_the_old_names_gone(
     assert _visible(output) == {rewrite.publish[0][1]: b"new"}
     assert rewrite_mod.open_rewrites(output) == []
     (line,) = lines
-    assert line.startswith("rewrite r1: 2 old files retire at ") and "had 0.5 s" in line
+    assert line.startswith("rewrite r1: 2 old files retire at ") and "had 3 s" in line
 
     rewrite = _prepare(output)
     # A grace the publish cannot outlast on a loaded machine (moto's S3 took over 0.5 s
@@ -449,7 +451,9 @@ def test_an_owner_that_paused_past_its_lease_changes_nothing_once_taken_over(
     """Before it publishes, snapshots or retires, the owner reads its record back: one that
     another process finished is not its own any more, and it stops (exit code 7)."""
     rewrite = _prepare(output)
-    retirement = rewrite_mod.Retirement(grace_s=1.0 if at == "waiting" else 0.0)
+    # "waiting": a grace long enough that the owner still waits once published on a loaded
+    # machine (with 1 s, moto's S3 took it all, and the takeover hook never ran).
+    retirement = rewrite_mod.Retirement(grace_s=3.0 if at == "waiting" else 0.0)
     with pytest.raises(OwnershipLostError, match="another process finished it") as lost:
         rewrite_mod.carry_out(
             output,
