@@ -225,7 +225,8 @@ def test_a_frozen_compaction_is_taken_over_after_its_lease_and_fenced_when_it_wa
 # A compaction in its own process that freezes itself (SIGSTOP, as a paused VM) right after
 # its first step's call to the table, past its claim and before what that step tidies
 # ("claimed"), or once its rewrite is carried out, before its last step drops its staging
-# ("rewritten"); its lease 1 s, its target another than the default (other groups).
+# ("rewritten"); its lease 1 s, its grace none, its target another than the default (other
+# groups).
 _FROZEN_AFTER_ITS_CLAIM = textwrap.dedent(
     """
     import os, signal, sys
@@ -236,6 +237,7 @@ _FROZEN_AFTER_ITS_CLAIM = textwrap.dedent(
     from app.table import commit, compact
 
     rewriter.DEFAULT_LEASE_S = 1.0
+    compact.rewrite_mod.DEFAULT_GRACE_S = 0.0  # as in the test's process: no two-minute wait
     out, target, where = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     catch_up, carry_out = commit.catch_up, compact.rewrite_mod.carry_out
     calls = []
