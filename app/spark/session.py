@@ -171,8 +171,15 @@ def _launch_gateway(conf: Any) -> Any:
         gateway = java_gateway.launch_gateway(  # type: ignore[no-untyped-call]
             conf, popen_kwargs={"stdout": log, "stderr": log}
         )
+    except BaseException:
+        # Given up (a Ctrl-C as it starts, an error): PySpark removes the folder where the
+        # JVM writes its gateway's port, and a JVM that had started its gateway's thread
+        # failed in its main thread and lived on, never reaching its read of our end.
+        _LaunchIgnoringCtrlC.end_launched()
+        raise
     finally:
         setattr(java_gateway, _POPEN, popen)
+        _LaunchIgnoringCtrlC.launched = None
         log.close()  # the JVM holds its own descriptors
     _JvmLog.path = path
     return gateway
@@ -193,9 +200,20 @@ class _LaunchIgnoringCtrlC(subprocess.Popen[bytes]):
     signal to the group still stops the JVM with this process); the fork runs no Python.
     """
 
+    launched: _LaunchIgnoringCtrlC | None = None  # the JVM being launched (one at a time)
+
     def __init__(self, args: list[str], **kwargs: Any) -> None:
         kwargs.pop("preexec_fn", None)
         super().__init__(["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *args], **kwargs)
+        _LaunchIgnoringCtrlC.launched = self
+
+    @classmethod
+    def end_launched(cls) -> None:
+        """Kill the JVM whose launch was given up (it ignores SIGINT), and reap it."""
+        process, cls.launched = cls.launched, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def _default_log_path() -> Path:

@@ -115,3 +115,48 @@ def test_the_archive_is_named_for_its_jdk_so_that_another_jdk_gets_its_own(
     assert class_archive.java_options() == ""  # none made for it yet: no option
     (jdk / "lib" / "modules").write_bytes(b"17.0.16 upgraded")
     assert class_archive.current() not in (ours, other)
+
+
+# A Ctrl-C half a second into Spark's start, while PySpark waits for the JVM to say where
+# its gateway listens; then this process's children that are still alive.
+_CTRL_C_WHILE_THE_JVM_STARTS = textwrap.dedent(
+    """
+    import os, signal, threading
+    from pathlib import Path
+    from app.spark.session import spark_session
+
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        spark_session("local[1]")
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise SystemExit("Spark started before the Ctrl-C")
+    alive = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(os.getpid()) and fields[0] != "Z":
+            alive.append((entry / "cmdline").read_bytes().split(b"\\0")[0].decode())
+    print(alive)
+    """
+)
+
+
+def test_a_ctrl_c_while_the_jvm_starts_leaves_no_jvm_behind(tmp_path: Path) -> None:
+    """PySpark removes the folder where the JVM writes its gateway's port when its wait is
+    interrupted; the JVM, its gateway's thread started, then failed in its main thread and
+    lived on (until killed: it never reached its read of the Python side's end)."""
+    env = {**os.environ, "TABLECAST_SPARK_LOG": str(tmp_path / "spark.log")}
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_THE_JVM_STARTS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
