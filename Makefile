@@ -10,7 +10,7 @@ CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: lock setup demo test infra-checks lint typecheck unit commit-chain synth checkov terraform-check terraform-stacks terraform-prod packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
+.PHONY: lock setup demo test pipeline-demo-beside infra-checks lint typecheck unit commit-chain synth checkov terraform-check terraform-stacks terraform-prod packer-validate shellcheck bench clean pipeline-demo pipeline-up pipeline-down
 
 # Then the local JVM's class archive (app/spark/class_archive.py): Spark's classes mapped at
 # start, seconds off every local JVM. Its name follows the JDK and the pins, so the step
@@ -78,10 +78,16 @@ commit-chain: setup
 # bindings) in the slots the short infrastructure checks leave. Most of each
 # lane waits (JVM starts, kills and restarts, polling), so the two cores stay
 # busy. The pipeline demo binds the image's fixed Spark ports, as
-# tests/local/test_pipeline.py does, so it runs after the suite.
+# tests/local/test_pipeline.py does: it runs beside the suite, each holding
+# $(PIPELINE_LOCK) while it has them, so the one that comes second waits.
 test:
-	$(MAKE) --no-print-directory -j4 --output-sync=target unit commit-chain infra-checks lint typecheck
-	$(MAKE) --no-print-directory pipeline-demo
+	$(MAKE) --no-print-directory -j4 --output-sync=target unit commit-chain infra-checks lint typecheck pipeline-demo-beside
+
+export TABLECAST_PIPELINE_LOCK := /tmp/tablecast-local-pipeline.lock
+PIPELINE_LOCK := $(TABLECAST_PIPELINE_LOCK)
+
+pipeline-demo-beside: setup
+	flock $(PIPELINE_LOCK) $(BIN)/python scripts/local_pipeline.py demo
 
 infra-checks: synth checkov terraform-check packer-validate shellcheck
 

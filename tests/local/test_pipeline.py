@@ -25,12 +25,14 @@ stands in for the test pipeline ``resync-exp`` of ``infra/settings/testing.toml`
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,14 +65,28 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPipeline
     paths = Paths(tmp_path_factory.mktemp("pipeline"), Path(".pipeline/image-venv").resolve())
     started = LocalPipeline(paths, stand_in(TEST_PIPELINE), progress=lambda line: None)
     saved = dict(os.environ)
-    started.start()
-    os.environ.update(started.aws_env())
-    try:
-        yield started
-    finally:
-        started.stop()
-        os.environ.clear()
-        os.environ.update(saved)
+    with _spark_ports_held():
+        started.start()
+        os.environ.update(started.aws_env())
+        try:
+            yield started
+        finally:
+            started.stop()
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+@contextmanager
+def _spark_ports_held() -> Iterator[None]:
+    """The image's fixed Spark ports to this module alone: `make test` runs the pipeline
+    demo beside the suite, holding the lock the Makefile names while it has them."""
+    name = os.environ.get("TABLECAST_PIPELINE_LOCK")
+    if name is None:  # not under make: nothing else of ours takes the ports meanwhile
+        yield
+        return
+    with open(name, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def batches(pipeline: LocalPipeline) -> int:
