@@ -54,10 +54,8 @@ typecheck: setup
 # whole file to a process at a time, so that a module's fixtures start once and
 # tests/local/test_pipeline.py, the one file binding the image's fixed Spark
 # ports, never runs beside itself. PYTEST_WORKERS=0 runs a lane in one process.
-# Files go out longest first (tests/longest_first.py), not xdist's most-tests
-# first, which left the longest file running alone at the lane's end.
 PYTEST_WORKERS ?= 2
-XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 
 unit: setup
 	$(BIN)/pytest -q $(XDIST) -m "not terraform and not chain" --durations=25

@@ -16,7 +16,7 @@ from app.sources.kafka_client import KafkaEndpoint
 from tests.tansu import running_broker
 
 # Every test ends the threads and processes it starts (tests/leaks.py).
-pytest_plugins = ["tests.leaks", "tests.longest_first"]
+pytest_plugins = ["tests.leaks"]
 
 # moto's servers log each request at INFO through werkzeug, whose handler keeps
 # the stream of the test that made it: later tests' output would get "Logging error".
