@@ -122,8 +122,8 @@ def test_the_archive_is_named_for_its_jdk_so_that_another_jdk_gets_its_own(
 _CTRL_C_WHILE_THE_JVM_STARTS = textwrap.dedent(
     """
     import os, signal, threading
-    from pathlib import Path
     from app.spark.session import spark_session
+    from tests.leaks import child_processes
 
     threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
     try:
@@ -132,15 +132,7 @@ _CTRL_C_WHILE_THE_JVM_STARTS = textwrap.dedent(
         pass
     else:
         raise SystemExit("Spark started before the Ctrl-C")
-    alive = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[1] == str(os.getpid()) and fields[0] != "Z":
-            alive.append((entry / "cmdline").read_bytes().split(b"\\0")[0].decode())
-    print(alive)
+    print(sorted(child_processes().values()))
     """
 )
 
