@@ -14,6 +14,7 @@ imported their libraries already (:func:`preload_daemon`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -209,11 +210,67 @@ class _LaunchIgnoringCtrlC(subprocess.Popen[bytes]):
 
     @classmethod
     def end_launched(cls) -> None:
-        """Kill the JVM whose launch was given up (it ignores SIGINT), and reap it."""
+        """Kill the JVM whose launch was given up (it ignores SIGINT), with everything it
+        started, and reap it.
+
+        Before its ``exec`` into the JVM, spark-class runs Spark's launcher (a JVM of its
+        own) in a forked shell that feeds it the command line: killing spark-class alone
+        left that shell and JVM to init, running on for seconds. Each is stopped before
+        any is killed, so that none can start another unseen or be orphaned first.
+        """
         process, cls.launched = cls.launched, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        if process is None or process.poll() is not None:
+            return
+        stopped: set[int] = set()
+        _signal(process.pid, signal.SIGSTOP)
+        while found := _descendants(process.pid) - stopped:
+            for pid in found:
+                _signal(pid, signal.SIGSTOP)
+            stopped |= found
+        process.kill()
+        for pid in stopped:
+            _signal(pid, signal.SIGKILL)
+        process.wait()
+        # Init reaps the others, in its own time: a killed process is gone once a zombie.
+        deadline = time.monotonic() + 5.0
+        while any(_running(pid) for pid in stopped) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # ended by itself meanwhile
+        os.kill(pid, signum)
+
+
+def _descendants(root: int) -> set[int]:
+    """The processes below ``root`` (read from /proc; none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended while we looked
+        # The command name is in parentheses and may hold spaces: fields follow its ")".
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    below = children.get(root, [])
+    while below:
+        pid = below.pop()
+        found.add(pid)
+        below.extend(children.get(pid, []))
+    return found
 
 
 def _default_log_path() -> Path:

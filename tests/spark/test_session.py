@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.spark import class_archive
 from app.spark.session import LOCAL_JAVA_OPTIONS, local_java_options
 
@@ -117,15 +119,35 @@ def test_the_archive_is_named_for_its_jdk_so_that_another_jdk_gets_its_own(
     assert class_archive.current() not in (ours, other)
 
 
-# A Ctrl-C half a second into Spark's start, while PySpark waits for the JVM to say where
-# its gateway listens; then this process's children that are still alive.
+# A Ctrl-C once a JVM of this process's runs the class given (Spark's launcher, which
+# spark-class runs in a forked shell before its exec; or the JVM itself, after it): then
+# what this process started that is still alive (its children and what init adopted).
 _CTRL_C_WHILE_THE_JVM_STARTS = textwrap.dedent(
     """
-    import os, signal, threading
+    import os, signal, sys, threading, time
+    from pathlib import Path
     from app.spark.session import spark_session
     from tests.leaks import child_processes
 
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    ours = f"TABLECAST_TEST_PROCESS={os.getpid()}".encode()  # tests.leaks's mark
+
+    def running(main_class):
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\\0")
+                if argv[0].endswith(b"java") and main_class.encode() in argv:
+                    if ours in (entry / "environ").read_bytes().split(b"\\0"):
+                        return True
+            except OSError:
+                continue
+        return False
+
+    def ctrl_c():
+        while not running(sys.argv[1]):
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
     try:
         spark_session("local[1]")
     except KeyboardInterrupt:
@@ -137,13 +159,19 @@ _CTRL_C_WHILE_THE_JVM_STARTS = textwrap.dedent(
 )
 
 
-def test_a_ctrl_c_while_the_jvm_starts_leaves_no_jvm_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "main_class", ["org.apache.spark.launcher.Main", "org.apache.spark.deploy.SparkSubmit"]
+)
+def test_a_ctrl_c_while_the_jvm_starts_leaves_no_jvm_behind(
+    main_class: str, tmp_path: Path
+) -> None:
     """PySpark removes the folder where the JVM writes its gateway's port when its wait is
     interrupted; the JVM, its gateway's thread started, then failed in its main thread and
-    lived on (until killed: it never reached its read of the Python side's end)."""
+    lived on (until killed: it never reached its read of the Python side's end). Killed
+    while Spark's launcher still ran, spark-class left the launcher's shell and JVM to init."""
     env = {**os.environ, "TABLECAST_SPARK_LOG": str(tmp_path / "spark.log")}
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_THE_JVM_STARTS],
+        [sys.executable, "-c", _CTRL_C_WHILE_THE_JVM_STARTS, main_class],
         env=env,
         capture_output=True,
         text=True,
