@@ -146,8 +146,8 @@ class Terraform:
         binary = shutil.which("terraform")
         if binary is None:
             raise TerraformError("no terraform binary on the PATH (CI installs Terraform 1.11)")
-        plugin_cache = workdir / "plugin-cache"
-        plugin_cache.mkdir(exist_ok=True)
+        # No plugin cache: init links each stack's provider to the mirror's unpacked
+        # directory (a symlink), so the 700 MB binary is never copied.
         environ = {
             **os.environ,
             "TF_CLI_CONFIG_FILE": str(mirror.cli_config(workdir)),
