@@ -72,8 +72,8 @@ commit-chain: setup
 # The lanes, at most four at once, each printed whole when it ends: the suite
 # (two pytest processes), the commit chain, the infrastructure checks (their
 # two terraform lanes mostly wait on the AWS provider's polling of moto), and
-# ruff and mypy (minutes on a fresh clone: it reads the AWS provider's
-# bindings) in the slots the short infrastructure checks leave. Most of each
+# ruff and mypy (about a minute on a fresh clone) in the slots the short
+# infrastructure checks leave. Most of each
 # lane waits (JVM starts, kills and restarts, polling), so the two cores stay
 # busy. The pipeline demo binds the image's fixed Spark ports, as
 # tests/local/test_pipeline.py does: it runs beside the suite, each holding
