@@ -237,12 +237,20 @@ class _LaunchIgnoringCtrlC(subprocess.Popen[bytes]):
             time.sleep(0.01)
 
 
-def _running(pid: int) -> bool:
+def _stat(pid: int | str) -> tuple[str, int] | None:
+    """A process's state letter and parent (from /proc; None once it has ended)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+        return None
+    # The command name is in parentheses and may hold spaces: fields follow its ")".
+    state, ppid = stat[stat.rindex(")") + 2 :].split(maxsplit=2)[:2]
+    return state, int(ppid)
+
+
+def _running(pid: int) -> bool:
+    found = _stat(pid)
+    return found is not None and found[0] != "Z"
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -257,13 +265,9 @@ def _descendants(root: int) -> set[int]:
     for entry in proc.iterdir() if proc.is_dir() else ():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended while we looked
-        # The command name is in parentheses and may hold spaces: fields follow its ")".
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        stat = _stat(entry.name)
+        if stat is not None:  # None: ended while we looked
+            children.setdefault(stat[1], []).append(int(entry.name))
     found: set[int] = set()
     below = children.get(root, [])
     while below:
