@@ -162,7 +162,23 @@ class Terraform:
         return cls(binary=binary, environ=environ)
 
     def __call__(self, stack: Path, *args: str) -> str:
-        result = subprocess.run(
+        result = self._run(stack, *args)
+        if result.returncode != 0:
+            raise TerraformError(
+                f"terraform {' '.join(args)} in {stack.name} failed:\n{result.stderr[-4000:]}"
+            )
+        return result.stdout
+
+    def validate(self, stack: Path) -> dict[str, Any]:
+        """``terraform validate -json``'s report, an invalid configuration's too."""
+        result = self._run(stack, "validate", "-json")
+        if result.returncode not in (0, 1) or not result.stdout.startswith("{"):
+            raise TerraformError(f"terraform validate in {stack.name} failed:\n{result.stderr}")
+        report: dict[str, Any] = json.loads(result.stdout)
+        return report
+
+    def _run(self, stack: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [self.binary, f"-chdir={stack}", *args, "-no-color"],
             env=dict(self.environ),
             capture_output=True,
@@ -170,11 +186,6 @@ class Terraform:
             check=False,
             timeout=600,
         )
-        if result.returncode != 0:
-            raise TerraformError(
-                f"terraform {' '.join(args)} in {stack.name} failed:\n{result.stderr[-4000:]}"
-            )
-        return result.stdout
 
 
 def write_override(stack: Path, document: Mapping[str, Any]) -> None:
