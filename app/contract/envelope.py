@@ -199,6 +199,8 @@ class EnvelopeParser:
         """Parse and validate one record value against the envelope and the schema."""
         if value is None:
             raise EnvelopeError("value is null")
+        if not _utf8(value):
+            return self.parse_full(key, value)
         try:
             doc = self._decode(value)
         except msgspec.MsgspecError:
@@ -219,7 +221,7 @@ class EnvelopeParser:
             return self
         decode, decoded = self._decode, []
         for value in values:
-            if value is not None:
+            if value is not None and _utf8(value):
                 try:
                     decoded.append((value, decode(value)))
                 except msgspec.MsgspecError:
@@ -315,7 +317,7 @@ class EnvelopeParser:
         try:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
-            raise EnvelopeError(f"value is not valid JSON: {exc}") from None
+            raise EnvelopeError(f"value is not valid JSON: {_not_json(value, exc)}") from None
         if self._exact:  # a decimal is the literal's exact value, never the nearest double
             doc = json.loads(value, parse_float=Decimal)
         return self.parse_checked(key, doc)
@@ -392,6 +394,28 @@ class EnvelopeParser:
                     got=f"a JSON {_json_kind(item)} in {where}",
                 )
         return found
+
+
+def _utf8(value: bytes) -> bool:
+    """Whether a value is UTF-8, as JSON text is (RFC 8259). msgspec checks only the strings
+    it decodes, not those it skips (an undeclared field) or leaves raw (a decimal's text):
+    a value that is not is left to the full checks, which refuse it."""
+    if value.isascii():  # most values, checked without a copy
+        return True
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _not_json(value: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Why orjson refused a value, in the value's terms where it is not UTF-8."""
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"not UTF-8 (byte 0x{value[bad.start]:02x} at {bad.start}: {bad.reason})"
+    return str(exc)
 
 
 def _struct_field(

@@ -464,3 +464,49 @@ def test_a_slice_parsed_together_gives_what_each_message_parsed_alone_gives(
 
 def _scales(envelope: Any) -> list[list[object]]:
     return [[v.as_tuple().exponent for v in row if isinstance(v, Decimal)] for row in envelope.rows]
+
+
+# JSON text is UTF-8 (RFC 8259): a value holding a byte that is not, wherever it is, is not
+# valid JSON. Each place a decoder reads a string from: the parsers' fast paths decode some
+# as they go, and must send the value to the full checks, never raise past them.
+_NOT_UTF8 = {
+    "session": _snapshot(_row()).replace(b'"session":"s1"', b'"session":"s1\xff"'),
+    "string column": _snapshot(_row(name="n\xff")),
+    "key column": _snapshot(_row(site="a\xff")),
+    "decimal string": _snapshot(_row(price="1.5\xff")),
+    "timestamp string": _snapshot(_row(at="2026-01-01T00:00:00Z\xff")),
+    "date string": _snapshot(_row(day="2026-01-01\xff")),
+    "undeclared row field": _snapshot(_row(extra="e\xff")),
+    "undeclared envelope field": _snapshot(_row()).replace(b'"ts":1', b'"ts":1,"note":"\xff"'),
+    "deleted key object": orjson.dumps(
+        {"session": "s1", "seq": 1, "type": "update", "ts": 1, "deleted": [{"site": "a\xff"}]}
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", list(IntegrityMode))
+@pytest.mark.parametrize("where", list(_NOT_UTF8))
+def test_a_value_that_is_not_utf8_anywhere_violates_rule_7_located(
+    where: str, mode: IntegrityMode
+) -> None:
+    """Alone and in a slice with others: a located rule-7 line (in resync modes, the message
+    set aside and the slice's next session's message applied), never an error past the
+    parser."""
+    value = _NOT_UTF8[where].replace("\xff".encode(), b"\xff")
+    assert b"\xff" in value and b"\xc3\xbf" not in value
+    parser = EnvelopeParser(WIDE)
+    for parse in (parser, parser.over([value, _snapshot(_row())])):
+        with pytest.raises(EnvelopeError, match="not valid JSON: not UTF-8"):
+            parse("s1", value)
+
+    tp = TopicPartition("sensor-9", 3)
+    machine = PartitionMachine(TableProcessor(WIDE), Rules(mode))
+    other = _snapshot(_row()).replace(b'"s1"', b'"s2"')
+    records = RecordColumns([b"s1", b"s2"], [value, other], [41, 42], [1_000, 1_000])
+    result = machine.run(PartitionState.empty(tp, 41), records)
+    (v,) = result.violations
+    assert (v.topic, v.partition, v.offset, v.session, v.rule) == ("sensor-9", 3, 41, "s1", Rule(7))
+    assert "not UTF-8" in v.describe() and "\n" not in v.describe()
+    if mode is not IntegrityMode.STRICT:
+        assert [q.offset for q in result.quarantined] == [41]
+        assert len(result.rows) == 1  # s2's snapshot, after the refused message
