@@ -510,3 +510,53 @@ def test_a_value_that_is_not_utf8_anywhere_violates_rule_7_located(
     if mode is not IntegrityMode.STRICT:
         assert [q.offset for q in result.quarantined] == [41]
         assert len(result.rows) == 1  # s2's snapshot, after the refused message
+
+
+_MUTATED_BASES = [
+    _snapshot(
+        _row(n=5, x=1.5, on=True, at="2026-01-01T00:00:00.5+05:30", day="2026-02-03", price="12.5"),
+        _row(id=2, at=1_700_000_000_000, price=3),
+    ),
+    orjson.dumps(
+        {
+            "session": "s1",
+            "seq": 1,
+            "type": "update",
+            "ts": 1,
+            "rows": [_row(price="1.00")],
+            "deleted": [{"site": "a", "id": 7}],
+        }
+    ),
+]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.sampled_from(_MUTATED_BASES),
+    st.lists(
+        st.tuples(st.integers(0, 300), st.binary(max_size=3), st.booleans()), min_size=1, max_size=3
+    ),
+)
+def test_any_bytes_parse_as_the_full_checks_say_alone_and_in_a_slice(
+    base: bytes, edits: list[tuple[int, bytes, bool]]
+) -> None:
+    """A valid value with bytes overwritten or inserted anywhere (a stray byte in a string, a
+    broken literal, a cut structure): the fast paths give the full checks' envelope or their
+    line, never another error."""
+    mutated = bytearray(base)
+    for where, data, overwrite in edits:
+        at = where % (len(mutated) + 1)
+        mutated[at : at + len(data) if overwrite else at] = data
+    value = bytes(mutated)
+    parser = EnvelopeParser(WIDE)
+
+    def said(parse: Any) -> str:
+        try:
+            envelope = parse("s1", value)
+        except EnvelopeError as exc:
+            return str(exc)
+        return repr((*envelope[:4], list(envelope.rows), list(envelope.deleted)))
+
+    full = said(parser.parse_full)
+    assert said(parser) == full
+    assert said(parser.over([value, base])) == full
