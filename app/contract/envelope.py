@@ -78,10 +78,12 @@ class Record:
 
 
 _MESSAGE_TYPES = {t.value: t for t in MessageType}
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads as integers
 _Int64 = Annotated[int, msgspec.Meta(ge=values.INT64_MIN, le=values.INT64_MAX)]
 _Float64 = Annotated[float, msgspec.Meta(ge=-values.FLOAT_MAX, le=values.FLOAT_MAX)]
+# A time within years 1 to 9999, a timestamp column's or a message's ts: its microseconds fit
+# the output's int64 (2**63 - 1 ms, made microseconds, wrapped to 1969 before it was refused).
 _EpochMs = Annotated[int, msgspec.Meta(ge=values.MS_MIN, le=values.MS_MAX)]
+_Seq = Annotated[int, msgspec.Meta(ge=0, le=values.INT64_MAX)]  # the output's int64
 # What msgspec decodes each type into; the rest of the way is values' converters.
 _DECODED: dict[ColumnType, Any] = {
     ColumnType.STRING: str,
@@ -165,9 +167,9 @@ class EnvelopeParser:
             "Document",
             [
                 ("session", str),
-                ("seq", int),
+                ("seq", _Seq),
                 ("type", MessageType),
-                ("ts", int),
+                ("ts", _EpochMs),
                 ("rows", list[row_type] | None, None),  # type: ignore[valid-type]
                 ("deleted", list[deleted_item] | None, None),
             ],
@@ -256,8 +258,7 @@ class EnvelopeParser:
         """The envelope of a decoded document; ``rows``: its rows converted already (None:
         convert them here)."""
         seq, ts, message_type = doc.seq, doc.ts, doc.type
-        # orjson, and so the full checks, read integers beyond 64 bits as floats.
-        if doc.session == key and 0 <= seq <= _INT_MAX and _INT_MIN <= ts <= _INT_MAX:
+        if doc.session == key:
             raw_rows, raw_deleted = doc.rows, doc.deleted
             try:
                 if rows is None:
@@ -333,6 +334,10 @@ class EnvelopeParser:
         seq = _field(doc, "seq", int, "an integer")
         if seq < 0:
             raise EnvelopeError(f"field 'seq' is {seq}, must be >= 0")
+        if seq > values.INT64_MAX:
+            raise EnvelopeError(
+                f"field 'seq' is {seq}, must be at most {values.INT64_MAX} (the output's int64)"
+            )
         type_name = _field(doc, "type", str, "a string")
         message_type = _MESSAGE_TYPES.get(type_name)
         if message_type is None:
@@ -340,6 +345,10 @@ class EnvelopeParser:
                 f"field 'type' is {type_name!r}, must be one of snapshot, update, end"
             )
         ts = _field(doc, "ts", int, "an integer")
+        if not values.MS_MIN <= ts <= values.MS_MAX:  # beyond the output's times
+            raise EnvelopeError(
+                f"field 'ts' is {ts}, must be milliseconds since the epoch within years 1 to 9999"
+            )
 
         raw_rows = doc.get("rows")
         raw_deleted = doc.get("deleted")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -407,3 +409,36 @@ def test_record_columns_from_arrow_are_python_values_with_nulls_as_none() -> Non
     assert (keys, values) == ([b"s1", None, b"\xff"], [b'{"a":1}', b"", None])
     assert (offsets, stamps) == ([7, 8, 2**40], [1, 2, 0])
     assert all(type(o) is int for o in [*offsets, *stamps])
+
+
+@pytest.mark.parametrize("mode", list(IntegrityMode))
+def test_a_seq_or_ts_the_output_cannot_hold_is_refused_located_never_written_wrapped(
+    mode: IntegrityMode,
+) -> None:
+    """The output holds seq as an int64 and ts as microseconds: a ts beyond years 1 to 9999
+    (2**63 - 1 ms, made microseconds, wrapped to 1969) or a seq beyond 2**63 - 1 (written by
+    the classes that do not check seqs) violates rule 7 where it is, in every class."""
+    last, first = 253_402_300_799_999, -62_135_596_800_000  # 9999-12-31T23:59:59.999Z, year 1
+    records = [
+        snap(0, 0, {"a": 1}, ts=last, key="s0"),
+        snap(1, 0, {"a": 1}, ts=first, key="s1"),
+        snap(2, 0, {"a": 1}, ts=last + 1, key="s2"),
+        snap(3, 0, {"a": 1}, ts=2**63 - 1, key="s3"),
+        snap(4, 0, {"a": 1}, ts=first - 1, key="s4"),
+        snap(5, 2**63, {"a": 1}, key="s5"),
+    ]
+    result, _ = run(records[:2] if mode is IntegrityMode.STRICT else records, mode)
+    table = result.rows.to_table()
+    assert table["ts"].to_pylist() == [
+        datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=UTC),
+    ]
+    if mode is IntegrityMode.STRICT:  # the first violation fails the batch: each alone
+        for record in records[2:]:
+            strict, _ = run([record], mode)
+            assert [(v.offset, v.rule) for v in strict.violations] == [(record.offset, Rule(7))]
+        return
+    assert [(v.offset, v.rule) for v in result.violations] == [(o, Rule(7)) for o in (2, 3, 4, 5)]
+    for violation in result.violations:
+        assert "must be" in violation.describe() and "\n" not in violation.describe()
+    assert [q.offset for q in result.quarantined] == [2, 3, 4, 5]
