@@ -56,10 +56,12 @@ def test_every_stack_validates_with_the_real_provider(
     the provider's range: an error naming the stack's file or the module's resource)."""
     assert {"dev", "staging", "prod", "sandbox", *DECLARED_PIPELINES} <= set(synthesized)
     names = sorted(stack.name for env in synthesized.values() for stack in env.synthesized.values())
+    version = provider_version_override(mirror.version)
+    for name in names:
+        write_override(copy_stack(outdir, name, tmp_path), version)
     root = tmp_path / "all-stacks"
-    for stack in [*(copy_stack(outdir, name, tmp_path) for name in names), root]:
-        stack.mkdir(exist_ok=True)
-        write_override(stack, provider_version_override(mirror.version))
+    root.mkdir()
+    write_override(root, version)
     (root / "main.tf.json").write_text(
         json.dumps({"module": {name: {"source": f"../{name}"} for name in names}}),
         encoding="utf-8",
