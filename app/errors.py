@@ -62,7 +62,8 @@ _MEANINGS: dict[ExitCode, str] = {
     ExitCode.INTEGRITY: "integrity violation (strict): the line names topic, partition, "
     "offset, session, expected and got",
     ExitCode.DATA_LOSS: "data loss: offsets neither Kafka nor the archive holds, a topic "
-    "or archive that is not the one the checkpoint read, an archive file out of layout",
+    "or archive that is not the one the checkpoint read, an archive file out of layout, a "
+    "record whose Kafka timestamp no timestamp column holds",
     ExitCode.START_REFUSED: "start refused: output and checkpoint disagree, or another job "
     "holds the output (the line says what to run)",
     ExitCode.UNAVAILABLE: "no answer in time: Kafka's brokers, the job's heartbeat, or a "
@@ -292,6 +293,19 @@ class DataLossError(TablecastError):
     ``topic``, ``partition``, ``offset`` (the next one to read),
     ``first_missing`` and ``last_missing`` (inclusive), ``earliest`` and
     ``latest`` (what the source holds, ``latest`` exclusive), ``path``.
+    """
+
+    exit_code = ExitCode.DATA_LOSS
+
+
+class UnreadableRecordError(TablecastError):
+    """A record the source holds that the Kafka source's columns cannot hold (CONTRACT.md 4).
+
+    Kafka checks nothing of a producer's CreateTime unless the brokers bound it
+    (``log.message.timestamp.after.max.ms``); Spark's Kafka source fails the
+    query on one it cannot make microseconds, and so does the job, rather than
+    write a wrapped time. Facts: ``source``, ``topic``, ``partition``,
+    ``offset``, ``timestamp_ms``.
     """
 
     exit_code = ExitCode.DATA_LOSS

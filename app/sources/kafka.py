@@ -61,7 +61,12 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from app.contract.offsets import TopicPartition
-from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
+from app.errors import (
+    ConfigurationError,
+    DataLossError,
+    SourceUnavailableError,
+    UnreadableRecordError,
+)
 from app.sources.backend import Bounds
 from app.sources.kafka_client import FETCH_WAIT_MS, Isolation, KafkaEndpoint
 from app.sources.records import HEADERS, SCHEMA, Tier, no_headers, served_by
@@ -90,6 +95,9 @@ _SPARK_TIMESTAMP_TYPES: Final = np.full(
 _SPARK_TIMESTAMP_TYPES[TIMESTAMP_CREATE_TIME] = 0
 _SPARK_TIMESTAMP_TYPES[TIMESTAMP_LOG_APPEND_TIME] = 1
 _TIMESTAMP_TYPE: Final = SCHEMA.field("timestamp").type
+# The record timestamps (milliseconds) that the column's int64 microseconds hold.
+_MILLIS_MAX: Final = (2**63 - 1) // 1000
+_MILLIS_MIN: Final = -_MILLIS_MAX
 
 
 class RangeMessage(Protocol):
@@ -706,7 +714,7 @@ class KafkaColumns:
                 pa.repeat(pa.scalar(self.tp.topic, pa.string()), count),
                 pa.repeat(pa.scalar(self.tp.partition, pa.int32()), count),
                 pa.array(self.offsets, pa.int64()),
-                pa.array(np.array(self.millis, np.int64) * 1000, _TIMESTAMP_TYPE),
+                pa.array(self._micros(), _TIMESTAMP_TYPE),
                 pa.array(_spark_timestamp_types(self.kinds), pa.int32()),
                 _headers_column(self.headers),
             ],
@@ -721,6 +729,28 @@ class KafkaColumns:
             [],
         )
         return batch
+
+    def _micros(self) -> Any:
+        """The record timestamps as microseconds (numpy int64); one past int64 is refused.
+
+        NumPy's product would wrap silently (2**62 ms comes out as 1970), where
+        Spark's source fails the query (``Math.multiplyExact``).
+        """
+        millis = np.array(self.millis, np.int64)
+        if len(millis) and (millis.min() < _MILLIS_MIN or millis.max() > _MILLIS_MAX):
+            at = int(np.flatnonzero((millis < _MILLIS_MIN) | (millis > _MILLIS_MAX))[0])
+            raise UnreadableRecordError(
+                f"{self.tp} offset {self.offsets[at]} has the Kafka timestamp "
+                f"{self.millis[at]} ms, beyond what a timestamp column holds "
+                f"({_MILLIS_MIN} to {_MILLIS_MAX} ms): its producer set it, and Spark's "
+                "Kafka source refuses it too; the brokers keep such records out with "
+                "log.message.timestamp.after.max.ms (docs/operations.md)",
+                topic=self.tp.topic,
+                partition=self.tp.partition,
+                offset=self.offsets[at],
+                timestamp_ms=self.millis[at],
+            )
+        return millis * 1000
 
 
 def _spark_timestamp_types(kinds: list[int]) -> Any:

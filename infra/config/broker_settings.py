@@ -7,6 +7,16 @@ from infra.config.model import EnvironmentConfig
 
 RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
+# How far ahead of the broker's clock a producer's CreateTime may be (Kafka
+# 3.6's KIP-937; MSK 3.8 keeps Kafka's "no limit"). The job's idle clock is a
+# partition's largest record timestamp (docs/design.md, "Idle sessions"): one
+# record stamped a year ahead would expire every session of its partition, and
+# one past int64 microseconds cannot be read at all. Well under the job's
+# session timeout (an hour by default), so a session idle for less than the
+# timeout minus this is never expired; a producer further ahead is refused
+# (INVALID_TIMESTAMP) and says so, instead of the job failing later.
+MAX_TIMESTAMP_AHEAD_MS = 5 * 60 * 1000
+
 
 def broker_properties(config: EnvironmentConfig) -> dict[str, str]:
     """Kafka broker settings, by name."""
@@ -32,6 +42,7 @@ def broker_properties(config: EnvironmentConfig) -> dict[str, str]:
         # gives each broker as broker.rack) fetch from an in-sync replica in
         # their own zone instead of crossing to the leader's (KIP-392).
         "replica.selector.class": RACK_AWARE_REPLICA_SELECTOR,
+        "log.message.timestamp.after.max.ms": str(MAX_TIMESTAMP_AHEAD_MS),
     }
 
 

@@ -6,6 +6,7 @@ asserted here, on what Terraform gets.
 
 import pytest
 
+from app import defaults
 from infra.config import MIN_RETENTION_HOURS, ConfigError, EnvironmentConfig, versions
 from infra.config.model import DEFAULT_RETENTION_HOURS
 from infra.testing import Document, SynthesizedEnvironment
@@ -77,6 +78,17 @@ def test_consumers_fetch_from_a_replica_in_their_zone(env: SynthesizedEnvironmen
     assert server_properties(env)["replica.selector.class"] == (
         "org.apache.kafka.common.replica.RackAwareReplicaSelector"
     )
+
+
+def test_producers_clocks_far_ahead_are_refused_by_the_brokers(
+    env: SynthesizedEnvironment,
+) -> None:
+    """A CreateTime ahead moves a partition's idle clock: the brokers bound it well under the
+    job's session timeout, on a Kafka that has the setting (3.6, KIP-937)."""
+    ahead = int(server_properties(env)["log.message.timestamp.after.max.ms"])
+    assert 0 < ahead <= defaults.SESSION_TIMEOUT_MS // 10
+    major, minor = (int(part) for part in versions().msk_kafka.split(".")[:2])
+    assert (major, minor) >= (3, 6)
 
 
 def test_the_cluster_is_guarded_and_its_configuration_replaced_safely(

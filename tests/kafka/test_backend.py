@@ -24,7 +24,13 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.contract.offsets import TopicPartition
-from app.errors import ConfigurationError, DataLossError, SourceUnavailableError
+from app.errors import (
+    ConfigurationError,
+    DataLossError,
+    ExitCode,
+    SourceUnavailableError,
+    UnreadableRecordError,
+)
 from app.local import tansu
 from app.local.processes import LOOPBACK, free_port
 from app.sources import kafka as kafka_source
@@ -119,6 +125,34 @@ def test_a_range_gives_its_records_in_offset_order_with_the_sources_columns(
     ]
     assert set(table.column("timestampType").to_pylist()) == {0}  # CreateTime, as Spark says
     assert set(table.column("served_by").to_pylist()) == {"kafka"}
+
+
+def test_a_record_timestamp_no_timestamp_column_holds_is_refused_naming_the_record(
+    broker: KafkaEndpoint,
+) -> None:
+    """A producer's CreateTime past int64 microseconds was wrapped by NumPy's product (2**62 ms
+    written as 1970-01-01); Spark's source fails on it, and so does a range, naming it."""
+    create_topics(broker, ["kb5-t"], partitions=1)
+    tp = TopicPartition("kb5-t", 0)
+    edge = (2**63 - 1) // 1000  # the last millisecond a timestamp column holds
+    for index, stamp in enumerate([edge, edge + 1, 2**62, 1_700_000_000_000]):
+        produce(broker, tp, [b"r%d" % index], timestamp_ms=stamp)
+    backend = KafkaBackend(broker, "^kb5-.+", timeout_s=3)
+
+    def refusal(start: int, end: int) -> UnreadableRecordError:
+        with pytest.raises(UnreadableRecordError) as caught:
+            _read(backend.reader(tp, start, end))
+        return caught.value
+
+    assert _read(backend.reader(tp, 0, 1)).column("timestamp").cast(pa.int64()).to_pylist() == [
+        edge * 1000
+    ]
+    first = refusal(0, 4)
+    assert first.facts == {"topic": "kb5-t", "partition": 0, "offset": 1, "timestamp_ms": edge + 1}
+    assert f"offset 1 has the Kafka timestamp {edge + 1} ms" in str(first)
+    assert first.exit_code == ExitCode.DATA_LOSS
+    assert refusal(2, 3).facts["timestamp_ms"] == 2**62
+    assert _read(backend.reader(tp, 3, 4)).column("offset").to_pylist() == [3]
 
 
 def test_a_range_whose_last_offsets_hold_no_record_ends_there(broker: KafkaEndpoint) -> None:
