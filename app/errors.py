@@ -304,8 +304,8 @@ class UnreadableRecordError(TablecastError):
     Kafka checks nothing of a producer's CreateTime unless the brokers bound it
     (``log.message.timestamp.after.max.ms``); Spark's Kafka source fails the
     query on one it cannot make microseconds, and so does the job, rather than
-    write a wrapped time. Facts: ``source``, ``topic``, ``partition``,
-    ``offset``, ``timestamp_ms``.
+    write a wrapped time. Facts: ``topic``, ``partition``, ``offset``,
+    ``timestamp_ms``.
     """
 
     exit_code = ExitCode.DATA_LOSS
