@@ -21,6 +21,7 @@ import posixpath
 import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -268,12 +269,42 @@ def _conform(table: pa.Table, archive_file: ArchiveFile) -> pa.Table:
             f"archive file {archive_file.path} does not have the Kafka columns: {exc}",
             **_file_facts(archive_file),
         ) from None
+    _check_whole(table, archive_file)
     offsets = table.column("offset").to_numpy()
     if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
         raise ArchiveLayoutError(
             f"archive file {archive_file.path} is not sorted by offset", **_file_facts(archive_file)
         )
     return table
+
+
+# The columns Spark's Kafka source never gives null (key and value may be).
+_NEVER_NULL: Final = ("topic", "partition", "offset", "timestamp", "timestampType")
+
+
+def _check_whole(table: pa.Table, archive_file: ArchiveFile) -> None:
+    """Every record whole and of the file's own partition (CONTRACT.md 4).
+
+    The job takes a record's partition from the file's folder, the tools
+    (verify, replay) from its columns: a record naming another would be read
+    two ways.
+    """
+    for name in _NEVER_NULL:
+        if table.column(name).null_count:
+            raise ArchiveLayoutError(
+                f"archive file {archive_file.path} holds a null {name}", **_file_facts(archive_file)
+            )
+    tp = archive_file.tp
+    for name, own in (("topic", tp.topic), ("partition", tp.partition)):
+        other = pc.not_equal(table.column(name), own)
+        if pc.any(other).as_py():
+            at = pc.index(other, True).as_py()
+            raise ArchiveLayoutError(
+                f"archive file {archive_file.path} holds a record of {name} "
+                f"{table.column(name)[at].as_py()!r} at offset "
+                f"{table.column('offset')[at].as_py()}, not of its folder's {tp}",
+                **_file_facts(archive_file),
+            )
 
 
 def _file_facts(archive_file: ArchiveFile) -> dict[str, str | int]:
