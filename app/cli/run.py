@@ -13,7 +13,7 @@ from app.errors import ConfigurationError
 from app.metrics.publisher import PublisherKind
 from app.sources import archive
 from app.sources.kafka_client import Isolation
-from app.sources.starting import StartingPosition
+from app.sources.starting import TIME_NEEDS_KAFKA, StartingPosition, StartKind
 from app.spark.session import spark_session
 from app.storage import resolve
 
@@ -123,6 +123,9 @@ def _source(args: argparse.Namespace) -> Source:
     ):
         if given and not args.bootstrap_servers:
             raise ConfigurationError(f"{name} needs --bootstrap-servers")
+    starting = StartingPosition.parse(args.starting_offsets)
+    if starting.kind is StartKind.TIMESTAMP and not args.bootstrap_servers:
+        raise ConfigurationError(TIME_NEEDS_KAFKA)
     if args.archive:
         archive.require_root(args.archive)  # a typo stops here, before anything is created
     if not args.bootstrap_servers:

@@ -33,6 +33,7 @@ from app.contract.offsets import TopicPartition
 from app.errors import ArchiveLayoutError, ConfigurationError, DataLossError
 from app.sources.backend import Bounds
 from app.sources.records import Tier, conform, served_by, typed_records
+from app.sources.starting import TIME_NEEDS_KAFKA
 from app.storage import Location, resolve
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
@@ -388,10 +389,7 @@ class ArchiveBackend:
         }
 
     def offsets_at(self, timestamp_ms: int) -> dict[TopicPartition, int]:
-        raise ConfigurationError(
-            "--starting-offsets with a time needs Kafka (--bootstrap-servers): the archive "
-            "alone starts at earliest or latest"
-        )
+        raise ConfigurationError(TIME_NEEDS_KAFKA)
 
     def reader(self, tp: TopicPartition, start: int, end: int) -> ArchiveRange:
         """The range's files, from the last listing (one listing per trigger, not per range)."""

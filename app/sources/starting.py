@@ -14,9 +14,15 @@ import datetime as dt
 from dataclasses import dataclass
 from enum import StrEnum
 
+from app.contract.values import MS_MAX
 from app.errors import ConfigurationError
 
-__all__ = ["StartKind", "StartingPosition"]
+__all__ = ["TIME_NEEDS_KAFKA", "StartKind", "StartingPosition"]
+
+TIME_NEEDS_KAFKA = (
+    "--starting-offsets with a time needs Kafka (--bootstrap-servers): the archive "
+    "alone starts at earliest or latest"
+)
 
 
 class StartKind(StrEnum):
@@ -36,7 +42,12 @@ class StartingPosition:
         value = text.strip()
         if value in (StartKind.EARLIEST, StartKind.LATEST):
             return cls(kind=StartKind(value))
-        if value.isdigit():
+        if value.isascii() and value.isdigit():  # not "²", which isdigit() takes
+            if int(value) > MS_MAX:
+                raise ConfigurationError(
+                    f"--starting-offsets {text!r} is past 9999-12-31T23:59:59.999Z "
+                    f"({MS_MAX} milliseconds since the epoch)"
+                )
             return cls(kind=StartKind.TIMESTAMP, timestamp_ms=int(value))
         try:
             moment = dt.datetime.fromisoformat(value)

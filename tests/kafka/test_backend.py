@@ -374,6 +374,18 @@ def test_the_kafka_options_of_tablecast_run_are_checked_before_spark_starts(
             "--kafka-auth",
             "iam",
         ): "MSK with IAM needs the AWS region (--region, or AWS_REGION in the environment)",
+        ("--archive", "lake", "--starting-offsets", "1000"): (
+            "--starting-offsets with a time needs Kafka (--bootstrap-servers): the archive "
+            "alone starts at earliest or latest"
+        ),
+        ("--archive", "lake", "--starting-offsets", "²"): (
+            "--starting-offsets '²' is neither earliest, latest, milliseconds since the epoch "
+            "nor an ISO 8601 time"
+        ),
+        ("--bootstrap-servers", "b:9092", "--starting-offsets", "253402300800000"): (
+            "--starting-offsets '253402300800000' is past 9999-12-31T23:59:59.999Z "
+            "(253402300799999 milliseconds since the epoch)"
+        ),
     }
     for args, message in cases.items():
         assert cli.main(["run", *args, *paths]) == 64
