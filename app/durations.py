@@ -1,7 +1,7 @@
 """One duration syntax for every option of both tools: ``90s``, ``30 minutes``, ``1h``.
 
 A whole number and a unit, with or without a space: ``ms``, ``s``, ``m``, ``h``,
-``d`` or their names (``second``, ``minutes``, ...). ``--trigger``,
+``d`` or their names (``second``, ``minutes``, ...), at most ten years. ``--trigger``,
 ``--session-timeout``, ``--kafka-timeout``, ``--retire-grace`` and the
 operator tools' waits all read it here, so a spelling one accepts every other
 accepts too.
@@ -35,15 +35,21 @@ _UNITS_MS = {
     "days": 86_400_000,
 }
 EXAMPLES = "'90s', '30 minutes' or '1h'"
+# Longer than any wait or timeout means: beyond it, a session timeout overflowed the
+# idle clock's int64 arithmetic and a trigger Spark's interval (both unexpected errors).
+MAX_MS = 3650 * 86_400_000
 
 
 def parse_duration_ms(text: str, option: str = "") -> int:
     """``1 hour``, ``30 minutes``, ``90s`` -> milliseconds; ``option`` names it in the error."""
     match = re.fullmatch(r"\s*(\d+)\s*([a-z]+)\s*", text.lower())
+    shown = f"{option} {text!r}" if option else repr(text)
     if match is None or match.group(2) not in _UNITS_MS:
-        shown = f"{option} {text!r}" if option else repr(text)
         raise ConfigurationError(f"{shown} is not a duration like {EXAMPLES}")
-    return int(match.group(1)) * _UNITS_MS[match.group(2)]
+    ms = int(match.group(1)) * _UNITS_MS[match.group(2)]
+    if ms > MAX_MS:
+        raise ConfigurationError(f"{shown} is longer than ten years (3650 days)")
+    return ms
 
 
 def spark_interval(ms: int) -> str:

@@ -28,6 +28,9 @@ def test_durations() -> None:
     assert cli.parse_duration_ms("90s") == 90_000
     with pytest.raises(ConfigurationError, match="'a while'"):
         cli.parse_duration_ms("a while")
+    assert cli.parse_duration_ms("3650 days") == 3650 * 86_400_000
+    with pytest.raises(ConfigurationError, match="'3651d' is longer than ten years"):
+        cli.parse_duration_ms("3651d")
 
 
 def test_bad_input_gets_one_line_and_an_exit_code(
@@ -266,6 +269,12 @@ def test_the_kafka_source_options_of_run_are_refused_in_one_line_when_wrong(
         "Secrets Manager secret)",
         ("--max-trigger-delay", "soon"): "--max-trigger-delay 'soon' is not a duration like "
         "'90s', '30 minutes' or '1h'",
+        # Beyond int64 in the idle clock (a TypeError from NumPy), and Spark's interval.
+        ("--session-timeout", "99999999999999999999d"): "--session-timeout "
+        "'99999999999999999999d' is longer than ten years (3650 days)",
+        ("--trigger", "processing-time=99999999999999999d"): "--trigger "
+        "'processing-time=99999999999999999d' is neither 'available-now' nor "
+        "'processing-time=<duration>' with a duration like '90s', '30 minutes' or '1h'",
     }
     for args, message in cases.items():
         assert _cli_error(["run", *kafka, *args, *paths], capsys) == (
