@@ -12,8 +12,8 @@ RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaS
 # partition's largest record timestamp (docs/design.md, "Idle sessions"): one
 # record stamped a year ahead would expire every session of its partition, and
 # one past int64 microseconds cannot be read at all. Well under the job's
-# session timeout (an hour by default), so a session idle for less than the
-# timeout minus this is never expired; a producer further ahead is refused
+# session timeout (an hour by default): another producer's clock can bring a
+# session's expiry forward by at most this. A producer further ahead is refused
 # (INVALID_TIMESTAMP) and says so, instead of the job failing later.
 MAX_TIMESTAMP_AHEAD_MS = 5 * 60 * 1000
 
