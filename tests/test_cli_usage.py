@@ -83,6 +83,18 @@ def _one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
             "tablecast-ops produce: argument --topic-count: 0 is not a positive number "
             "(see `tablecast-ops produce --help`)",
         ),
+        (  # a float's spelling that is no rate: it was taken as "no limit"
+            TABLECAST_OPS,
+            ["produce", "--rate", "nan"],
+            "tablecast-ops produce: argument --rate: nan is not a rate (a number, zero or more) "
+            "(see `tablecast-ops produce --help`)",
+        ),
+        (
+            TABLECAST_OPS,
+            ["test-run", "--rate", "-5"],
+            "tablecast-ops test-run: argument --rate: -5 is not a rate (a number, zero "
+            "or more) (see `tablecast-ops test-run --help`)",
+        ),
     ],
 )
 def test_a_mistyped_option_is_one_line_exit_64_and_a_pointer_to_help(

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -83,6 +84,17 @@ def positive(text: str) -> int:
     value = natural(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def rate(text: str) -> float:
+    """An option's value that must be a number of things a second, zero or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a rate (a number, zero or more)")
     return value
 
 

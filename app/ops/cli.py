@@ -36,6 +36,7 @@ from app.cli.parsing import (
     hidden_alias,
     natural,
     positive,
+    rate,
 )
 from app.code_version import checkout_commit, job_version
 from app.contract.schema import DEFAULT_SCHEMA
@@ -243,7 +244,7 @@ def build_parser() -> CommandParser:
         topics_alias="--sources",
         partitions_default="the topics' fewest",
     )
-    produce.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
+    produce.add_argument("--rate", type=rate, default=0.0, help="messages per second [no limit]")
     produce.add_argument(
         "--run-id", default=None, help="suffix of session ids; '' keeps the generator's [UTC time]"
     )
@@ -296,7 +297,7 @@ def build_parser() -> CommandParser:
         prefix_default=f"{test_run.LOAD.prefix}; with --job, the literal start of the job's "
         "topic-pattern",
     )
-    run.add_argument("--rate", type=float, default=0.0, help="messages per second [no limit]")
+    run.add_argument("--rate", type=rate, default=0.0, help="messages per second [no limit]")
     _catch_up_timeout(run, 600.0, "to catch up after publishing [10 minutes]")
     run.add_argument(
         "--one-message-per-batch",
