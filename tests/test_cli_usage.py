@@ -83,6 +83,17 @@ def _one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
             "tablecast-ops produce: argument --topic-count: 0 is not a positive number "
             "(see `tablecast-ops produce --help`)",
         ),
+        (  # a topic names an archive's folder: this one wrote a/../x0, beside the archive
+            TABLECAST,
+            ["generate", "--archive", "a", "--prefix", "../x"],
+            "tablecast generate: --prefix '../x': topic '../x1' is not a Kafka topic name "
+            "(ASCII letters, digits, '.', '_' and '-', at most 249)",
+        ),
+        (  # a typo's count of topics: it made a folder each, for hours
+            TABLECAST,
+            ["generate", "--archive", "a", "--topic-count", "99999999999"],
+            "tablecast generate: --topic-count 99999999999: at most 10,000",
+        ),
         (  # a float's spelling that is no rate: it was taken as "no limit"
             TABLECAST_OPS,
             ["produce", "--rate", "nan"],

@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from app import storage
+from app.contract.offsets import is_topic_name
 from app.durations import EXAMPLES, parse_duration_ms
 from app.engine.machine import IntegrityMode
 from app.errors import ConfigurationError
@@ -120,7 +121,7 @@ def topic_pattern(topics: str | None, pattern: str) -> str:
     if topics is None:
         return checked_pattern(pattern)
     names = [t.strip() for t in topics.split(",") if t.strip()]
-    bad = [t for t in names if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t)]
+    bad = [t for t in names if not is_topic_name(t)]
     if not names or bad:
         raise ConfigurationError(
             f"--topics {topics!r}: give Kafka topic names separated by commas"

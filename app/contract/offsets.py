@@ -23,10 +23,19 @@ records beyond it (:class:`SourceReport`).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def is_topic_name(name: str) -> bool:
+    """Whether Kafka takes ``name`` as a topic's: ASCII letters, digits, ``.``, ``_`` and
+    ``-``, 1 to 249 of them, not ``.`` or ``..`` (so also a safe folder of the archive)."""
+    return _TOPIC_NAME.fullmatch(name) is not None and name not in {".", ".."}
 
 
 class TopicPartition(NamedTuple):

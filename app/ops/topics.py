@@ -24,6 +24,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from app.contract.offsets import is_topic_name
 from app.ops.errors import KafkaAdminError, TopicPolicyError
 from app.sources.kafka_client import KafkaEndpoint
 
@@ -33,7 +34,6 @@ RETENTION_MS: Final = "retention.ms"
 CLEANUP_POLICY: Final = "cleanup.policy"
 # Sessions need every message: compaction would keep one per key (session).
 DELETE: Final = "delete"
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ def names_check(names: Sequence[str], topic_pattern: str | None) -> None:
     if not names:
         raise TopicPolicyError("no topic named")
     for name in names:
-        if not _TOPIC_NAME.match(name) or name in {".", ".."}:
+        if not is_topic_name(name):
             raise TopicPolicyError(f"{name!r} is not a valid Kafka topic name")
         # Spark's subscribePattern matches the whole name (Java's Matcher.matches).
         if topic_pattern is not None and not re.fullmatch(topic_pattern, name):

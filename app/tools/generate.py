@@ -26,14 +26,15 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from app.contract.offsets import TopicPartition
+from app.contract.offsets import TopicPartition, is_topic_name
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
-from app.errors import Rule
+from app.errors import ConfigurationError, Rule
 from app.sources import archive, records
 from app.storage import Location, resolve
 from app.tools.typed_rows import TypedRows
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+MAX_TOPICS = 10_000  # more than a cluster holds: a typo, not a capture
 STATUSES = ("ok", "warn", "alarm", "offline", None)
 
 
@@ -83,6 +84,17 @@ class CaptureSpec:
     start_ms: int = START_MS
     faults: tuple[Fault, ...] = ()
     schema: TableSchema = DEFAULT_SCHEMA
+
+    def __post_init__(self) -> None:
+        # A topic names a folder of the archive: "../x" wrote beside it, not in it.
+        last = f"{self.prefix}{self.topics - 1}"
+        if not is_topic_name(last):
+            raise ConfigurationError(
+                f"--prefix {self.prefix!r}: topic {last!r} is not a Kafka topic name (ASCII "
+                "letters, digits, '.', '_' and '-', at most 249)"
+            )
+        if self.topics > MAX_TOPICS:
+            raise ConfigurationError(f"--topic-count {self.topics}: at most {MAX_TOPICS:,}")
 
 
 @dataclass(frozen=True)
