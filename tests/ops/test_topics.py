@@ -48,6 +48,7 @@ def test_topics_get_the_policy_and_are_listed_with_their_retention(
         (["sensor-t2-a"], TopicPolicy(72, 2, 1), "the cluster has 1 brokers"),
         (["other-t2"], TopicPolicy(72, 1, 1), "does not match the job's pattern"),
         (["sensor t2"], TopicPolicy(72, 1, 1), "not a valid Kafka topic name"),
+        (["sensor-t2-b\n"], TopicPolicy(72, 1, 1), "not a valid Kafka topic name"),
     ],
 )
 def test_a_request_against_the_policy_creates_nothing(
