@@ -37,8 +37,10 @@ def run(args: argparse.Namespace) -> int:
     crash_points.install_from_environment()
     planning.install_stop(crash_points.PlanningStop.from_environment())
 
+    starting = _starting(args)  # first: a time with the archive alone is that, not a typo
+    source = _source(args)
     config = job.JobConfig(
-        source=_source(args),
+        source=source,
         output=args.output,
         checkpoint=args.checkpoint,
         trigger=job.Trigger.parse(args.trigger),
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         min_offsets_per_trigger=args.min_offsets_per_trigger or 0,
         max_trigger_delay_s=options.seconds(args, "max_trigger_delay"),
-        starting_position=StartingPosition.parse(args.starting_offsets),
+        starting_position=starting,
         session_timeout_ms=parse_duration_ms(args.session_timeout, "--session-timeout"),
         trace=frozenset(args.trace),
         table=options.table_settings(args),
@@ -123,9 +125,6 @@ def _source(args: argparse.Namespace) -> Source:
     ):
         if given and not args.bootstrap_servers:
             raise ConfigurationError(f"{name} needs --bootstrap-servers")
-    starting = StartingPosition.parse(args.starting_offsets)
-    if starting.kind is StartKind.TIMESTAMP and not args.bootstrap_servers:
-        raise ConfigurationError(TIME_NEEDS_KAFKA)
     if args.archive:
         archive.require_root(args.archive)  # a typo stops here, before anything is created
     if not args.bootstrap_servers:
@@ -137,6 +136,14 @@ def _source(args: argparse.Namespace) -> Source:
     kafka.endpoint.config()  # IAM without its signer or region fails here, before Spark
     # Both: Kafka, and the archive for the offsets Kafka no longer holds.
     return job.TieredSource(kafka, job.ArchiveSource(args.archive)) if args.archive else kafka
+
+
+def _starting(args: argparse.Namespace) -> StartingPosition:
+    """``--starting-offsets``; a time needs Kafka (the archive has no index by time)."""
+    starting = StartingPosition.parse(args.starting_offsets)
+    if starting.kind is StartKind.TIMESTAMP and not args.bootstrap_servers:
+        raise ConfigurationError(TIME_NEEDS_KAFKA)
+    return starting
 
 
 def _group_committer(args: argparse.Namespace) -> GroupCommitter | None:

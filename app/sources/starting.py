@@ -43,12 +43,13 @@ class StartingPosition:
         if value in (StartKind.EARLIEST, StartKind.LATEST):
             return cls(kind=StartKind(value))
         if value.isascii() and value.isdigit():  # not "²", which isdigit() takes
-            if int(value) > MS_MAX:
+            timestamp_ms = int(value)
+            if timestamp_ms > MS_MAX:
                 raise ConfigurationError(
                     f"--starting-offsets {text!r} is past 9999-12-31T23:59:59.999Z "
                     f"({MS_MAX} milliseconds since the epoch)"
                 )
-            return cls(kind=StartKind.TIMESTAMP, timestamp_ms=int(value))
+            return cls(kind=StartKind.TIMESTAMP, timestamp_ms=timestamp_ms)
         try:
             moment = dt.datetime.fromisoformat(value)
         except ValueError:
