@@ -36,3 +36,26 @@ def test_a_ctrl_c_a_library_swallowed_still_ends_as_interrupted(
     err = capsys.readouterr().err
     assert err.startswith("tablecast run: unexpected error RuntimeError: Error while obtaining")
     assert err.count("\n") == 1
+
+
+def test_kafka_brokers_that_do_not_answer_an_admin_call_are_one_line_and_exit_5(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator tool's metadata call to brokers nobody listens for (tablecast-ops produce
+    did this before it checked anything else) was an unexpected error with a traceback."""
+    from confluent_kafka.admin import AdminClient
+
+    from app.local.processes import LOOPBACK, free_port
+
+    admin = AdminClient({"bootstrap.servers": f"{LOOPBACK}:{free_port()}", "log_level": 0})
+
+    def produce() -> int:
+        admin.list_topics(timeout=1)
+        return 0
+
+    assert outcome("tablecast-ops produce", produce) == ExitCode.UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err == (
+        "tablecast-ops produce: Kafka's brokers did not answer: Failed to get metadata: "
+        "Local: Broker transport failure\n"
+    )

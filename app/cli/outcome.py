@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from app import storage
-from app.errors import ConfigurationError, ExitCode, TablecastError, one_line
+from app.errors import (
+    ConfigurationError,
+    ExitCode,
+    SourceUnavailableError,
+    TablecastError,
+    one_line,
+)
 
 _TRACEBACK = "Traceback (most recent call last):"
 
@@ -97,7 +103,22 @@ def _known_failure(exc: Exception) -> TablecastError | None:
     cause = storage.refusal(exc)
     if cause is not None:  # a write our storage layer did not make (the table's catalog)
         return storage.access_error(storage.refused_path(exc), cause)
-    return aws_settings_error(exc)
+    return aws_settings_error(exc) or kafka_unanswered(exc)
+
+
+def kafka_unanswered(exc: BaseException) -> SourceUnavailableError | None:
+    """librdkafka finding no broker to ask (an operator tool's admin call, say), as one line."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(error, KafkaError) or error.code() not in {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+    }:
+        return None
+    return SourceUnavailableError(f"Kafka's brokers did not answer: {error.str()}")
 
 
 def aws_settings_error(exc: BaseException) -> ConfigurationError | None:
