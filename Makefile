@@ -6,6 +6,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CC ?= gcc
+NATIVE := app/contract/_envelope$(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
 CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
@@ -15,8 +17,19 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 # Then the local JVM's class archive (app/spark/class_archive.py): Spark's classes mapped at
 # start, seconds off every local JVM. Its name follows the JDK and the pins, so the step
 # makes it (about 30 s) only when this JDK's is missing, and says nothing otherwise.
-setup: $(STAMP)
+setup: $(STAMP) $(NATIVE)
 	@$(BIN)/python -m app.cli.class_archive
+
+# The envelope's compiled decoder (app/contract/_envelope.c: the CPython API and nothing
+# else), built beside its source for this checkout's Python; the job's wheel stays pure
+# Python, so a node without it parses in Python: the same envelopes, slower. A machine
+# without gcc gets a warning, not a failure (its tests of the decoder fail, saying why).
+$(NATIVE): app/contract/_envelope.c $(STAMP)
+	@echo "setup: compiling the envelope's decoder ($<)"
+	@$(CC) -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers -shared -fPIC \
+		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+		$< -o $@ \
+	|| echo "setup: WARNING: no compiled decoder ($(CC) failed): the job parses in Python, slower"
 
 # Re-install only when the pins change: `make setup` is quick when nothing did.
 # Each step says what it does: the first install takes minutes, with pip kept quiet.

@@ -30,6 +30,11 @@ from app.contract import values
 from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
 from app.errors import EnvelopeError
 
+try:  # the compiled decoder, built by `make setup` (app/contract/_envelope.c)
+    from app.contract import _envelope as _native
+except ImportError:  # not built here: the parser's own paths, the same envelopes, slower
+    _native = None  # type: ignore[assignment]
+
 
 class MessageType(StrEnum):
     SNAPSHOT = "snapshot"
@@ -101,6 +106,47 @@ _CONVERTED = (ColumnType.TIMESTAMP, ColumnType.DECIMAL)
 _RAW_FLOATS = _DECODED | {ColumnType.FLOAT64: msgspec.Raw}
 
 
+# The compiled decoder's column types and message types, in its order (_envelope.c).
+NATIVE_TYPES = (
+    ColumnType.STRING,
+    ColumnType.INT64,
+    ColumnType.FLOAT64,
+    ColumnType.BOOL,
+    ColumnType.TIMESTAMP,
+    ColumnType.DATE,
+    ColumnType.DECIMAL,
+)
+_NATIVE_MESSAGES = (MessageType.SNAPSHOT, MessageType.UPDATE, MessageType.END)
+
+
+def native_decoder_built() -> bool:
+    """Whether this checkout's compiled decoder is built (``make setup`` builds it)."""
+    return _native is not None
+
+
+def decoder_in_use() -> str:
+    """Which decoder this process parses with, in the job's log's words."""
+    if _native is not None:
+        return "compiled (app/contract/_envelope.c), msgspec and the full checks behind it"
+    return (
+        "msgspec and the full checks (the compiled one is not built here, as on a cluster "
+        "node; `make setup` builds it): the same output, slower"
+    )
+
+
+def _native_decode(schema: TableSchema) -> Callable[[bytes], Any] | None:
+    """The compiled decoder of ``schema``'s canonical forms, or None where it is not built."""
+    if _native is None:
+        return None
+    columns = tuple(
+        (c.name, NATIVE_TYPES.index(c.type), c.nullable, c.precision, c.scale)
+        for c in schema.columns
+    )
+    decoder = _native.Decoder(columns, tuple(schema.key_indexes), Decimal)
+    decode: Callable[[bytes], Any] = decoder.decode
+    return decode
+
+
 def decode_key(key: bytes | None) -> str:
     """The session id carried by a record key (UTF-8)."""
     if key is None:
@@ -121,21 +167,33 @@ class EnvelopeParser:
     rule it does not check, goes through :meth:`parse_checked`, which gives
     the same envelope for the same value, or the error that names what is
     wrong: msgspec only ever takes the fast way to the same result.
+
+    Before msgspec, the compiled decoder (``app/contract/_envelope.c``, where
+    ``make setup`` built it; ``native=False`` leaves it out) takes the
+    canonical forms of the envelope and the schema straight to the rows'
+    values; whatever it does not take for certain (an escape it does not
+    know, a field the envelope or the schema does not declare, a value at
+    the edge of its range, any break of the envelope) it leaves to the
+    paths above, which accept it or name what is wrong.
     """
 
-    def __init__(self, schema: TableSchema = DEFAULT_SCHEMA) -> None:
+    def __init__(self, schema: TableSchema = DEFAULT_SCHEMA, *, native: bool = True) -> None:
         self.schema = schema
+        self.native = native
         self._build()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"schema": self.schema}  # the decoders are rebuilt where it is unpickled
+        # The decoders are rebuilt where it is unpickled, the compiled one where it is built.
+        return {"schema": self.schema, "native": self.native}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.schema = state["schema"]
+        self.native = state.get("native", True)
         self._build()
 
     def _build(self) -> None:
         schema = self.schema
+        self._native = _native_decode(schema) if self.native else None
         columns = schema.columns
         names = [f"c{i}" for i in range(len(columns))]
         converted = {ColumnType.FLOAT64, *_CONVERTED}
@@ -201,6 +259,12 @@ class EnvelopeParser:
         """Parse and validate one record value against the envelope and the schema."""
         if value is None:
             raise EnvelopeError("value is null")
+        native = self._native
+        if native is not None:
+            found = native(value)
+            if found is not None and found[0] == key:
+                _, seq, message_type, ts, rows, deleted = found
+                return _new_envelope((key, seq, _NATIVE_MESSAGES[message_type], ts, rows, deleted))
         if not _utf8(value):
             return self.parse_full(key, value)
         try:
@@ -219,8 +283,8 @@ class EnvelopeParser:
         A value that is not a record's of ``values``, or a slice holding a value its
         column refuses, is parsed alone, by :meth:`__call__`, which names what is wrong.
         """
-        if not self._converted:
-            return self
+        if not self._converted or self._native is not None:
+            return self  # each value parsed by __call__ (the compiled decoder converts as it goes)
         decode, decoded = self._decode, []
         for value in values:
             if value is not None and _utf8(value):

@@ -81,7 +81,9 @@ def build_wheel(project: Path, out_dir: Path) -> Wheel:
             source = project / name
             if source.is_dir():
                 shutil.copytree(
-                    source, staging / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+                    source,
+                    staging / name,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"),
                 )
             elif source.is_file():
                 shutil.copy2(source, staging / name)

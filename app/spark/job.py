@@ -19,6 +19,7 @@ from typing import Any
 
 from app import defaults
 from app.contract import loader
+from app.contract.envelope import decoder_in_use
 from app.contract.offsets import Offsets
 from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
@@ -240,6 +241,7 @@ def _run_query(
     processors.check_start(resolve(config.output), processor, config.schema_document)
     table_live.prepare(config.output, config.table, processor.output, plan.fence)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
+    log.info("envelope decoder: %s", decoder_in_use())
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(
         processor,

@@ -432,9 +432,10 @@ _COLUMN_WISE = parse_schema(
 def test_a_slice_parsed_together_gives_what_each_message_parsed_alone_gives(
     messages: list[list[tuple[bytes, bytes, bytes, bytes]]],
 ) -> None:
-    """The column-wise reading of a slice's rows against each message alone and the full
-    checks: the same envelopes, and the same located line for each refused message."""
-    parser = EnvelopeParser(_COLUMN_WISE)
+    """The column-wise reading of a slice's rows (the path without the compiled decoder)
+    against each message alone and the full checks: the same envelopes, and the same
+    located line for each refused message."""
+    parser = EnvelopeParser(_COLUMN_WISE, native=False)
     values = [
         b'{"session":"s","seq":0,"type":"snapshot","ts":1,"rows":['
         + b",".join(
@@ -530,6 +531,7 @@ _MUTATED_BASES = [
 ]
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "msgspec"])
 @settings(max_examples=1500, deadline=None)
 @given(
     st.sampled_from(_MUTATED_BASES),
@@ -538,7 +540,7 @@ _MUTATED_BASES = [
     ),
 )
 def test_any_bytes_parse_as_the_full_checks_say_alone_and_in_a_slice(
-    base: bytes, edits: list[tuple[int, bytes, bool]]
+    native: bool, base: bytes, edits: list[tuple[int, bytes, bool]]
 ) -> None:
     """A valid value with bytes overwritten or inserted anywhere (a stray byte in a string, a
     broken literal, a cut structure): the fast paths give the full checks' envelope or their
@@ -548,7 +550,7 @@ def test_any_bytes_parse_as_the_full_checks_say_alone_and_in_a_slice(
         at = where % (len(mutated) + 1)
         mutated[at : at + len(data) if overwrite else at] = data
     value = bytes(mutated)
-    parser = EnvelopeParser(WIDE)
+    parser = EnvelopeParser(WIDE, native=native)
 
     def said(parse: Any) -> str:
         try:

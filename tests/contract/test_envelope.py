@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from app.contract.envelope import (
     Envelope,
+    EnvelopeParser,
     MessageType,
     decode_key,
     parse_envelope,
@@ -132,14 +133,19 @@ _ENVELOPE = st.fixed_dictionaries(
 )
 
 
+# The parser with the compiled decoder first (where built), and with msgspec's first.
+_PATHS = {"compiled": parse_envelope, "msgspec": EnvelopeParser(native=False)}
+
+
+@pytest.mark.parametrize("path", list(_PATHS))
 @settings(max_examples=3000, deadline=None)
 @given(_ENVELOPE)
 def test_the_typed_decoding_accepts_and_rejects_exactly_what_the_full_checks_do(
-    doc: dict[str, object],
+    path: str, doc: dict[str, object]
 ) -> None:
-    """parse_envelope (msgspec's typed decoding first) against the field-by-field checks."""
+    """The parser's fast paths against the field-by-field checks."""
     value = orjson.dumps({k: v for k, v in doc.items() if v is not _DROP})
-    got = _parsed(lambda: parse_envelope("s1", value))
+    got = _parsed(lambda: _PATHS[path]("s1", value))
     full = _parsed(lambda: parse_envelope.parse_checked("s1", orjson.loads(value)))
     assert _content(got) == _content(full)
     if isinstance(got, Envelope):
@@ -181,10 +187,12 @@ _HEAD = b'"session":"s1","type":"update","ts":1'
         b"",
     ],
 )
-def test_values_at_the_edges_of_json_parse_as_the_full_checks_say(value: bytes) -> None:
-    """Where msgspec and orjson might read JSON differently, the result is the full checks'."""
+@pytest.mark.parametrize("path", list(_PATHS))
+def test_values_at_the_edges_of_json_parse_as_the_full_checks_say(path: str, value: bytes) -> None:
+    """Where the fast paths and orjson might read JSON differently, the result is the full
+    checks'."""
     expected = _parsed(lambda: parse_envelope.parse_full("s1", value))  # the full checks
-    assert _content(_parsed(lambda: parse_envelope("s1", value))) == _content(expected)
+    assert _content(_parsed(lambda: _PATHS[path]("s1", value))) == _content(expected)
 
 
 def _content(parsed: Envelope | str) -> object:

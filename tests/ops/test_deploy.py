@@ -55,6 +55,9 @@ def test_the_built_wheel_is_what_run_job_installs(job_wheel: Wheel) -> None:
     # A user's processor imports the public API from the job's wheel.
     assert {"tablecast/__init__.py", "tablecast/_process.py", "tablecast/py.typed"} <= names
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
+    # Pure Python wherever it is built: the checkout's compiled decoder stays out of it.
+    assert (PROJECT / "app/contract/_envelope.c").is_file()
+    assert not any(name.endswith(".so") for name in names)
 
 
 def test_deploy_uploads_records_restarts_and_waits_for_the_heartbeat(
