@@ -7,7 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CC ?= gcc
-NATIVE := app/contract/_envelope$(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+NATIVE := app/contract/_envelope$(EXT_SUFFIX) app/engine/_columns$(EXT_SUFFIX)
 CHECKOV_VENV := .venv-checkov
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
@@ -20,16 +21,17 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 setup: $(STAMP) $(NATIVE)
 	@$(BIN)/python -m app.cli.class_archive
 
-# The envelope's compiled decoder (app/contract/_envelope.c: the CPython API and nothing
-# else), built beside its source for this checkout's Python; the job's wheel stays pure
-# Python, so a node without it parses in Python: the same envelopes, slower. A machine
-# without gcc gets a warning, not a failure (its tests of the decoder fail, saying why).
-$(NATIVE): app/contract/_envelope.c $(STAMP)
-	@echo "setup: compiling the envelope's decoder ($<)"
+# The compiled parts (the CPython API and nothing else), each built beside its source for
+# this checkout's Python: the envelope's decoder (app/contract/_envelope.c) and the output
+# rows' converter to Arrow (app/engine/_columns.c). The job's wheel stays pure Python, so
+# a node without them runs the Python paths: the same output, slower. A machine without
+# gcc gets a warning, not a failure (the tests that they are built fail, saying why).
+%$(EXT_SUFFIX): %.c $(STAMP)
+	@echo "setup: compiling $<"
 	@$(CC) -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers -shared -fPIC \
 		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
 		$< -o $@ \
-	|| echo "setup: WARNING: no compiled decoder ($(CC) failed): the job parses in Python, slower"
+	|| echo "setup: WARNING: $< not built ($(CC) failed): the job runs without it, slower"
 
 # Re-install only when the pins change: `make setup` is quick when nothing did.
 # Each step says what it does: the first install takes minutes, with pip kept quiet.

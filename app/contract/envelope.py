@@ -124,16 +124,6 @@ def native_decoder_built() -> bool:
     return _native is not None
 
 
-def decoder_in_use() -> str:
-    """Which decoder this process parses with, in the job's log's words."""
-    if _native is not None:
-        return "compiled (app/contract/_envelope.c), msgspec and the full checks behind it"
-    return (
-        "msgspec and the full checks (the compiled one is not built here, as on a cluster "
-        "node; `make setup` builds it): the same output, slower"
-    )
-
-
 def _native_decode(schema: TableSchema) -> Callable[[bytes], Any] | None:
     """The compiled decoder of ``schema``'s canonical forms, or None where it is not built."""
     if _native is None:

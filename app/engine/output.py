@@ -31,6 +31,11 @@ from app.contract.table_processor import TableProcessor
 from app.engine.gc_pause import cyclic_gc_paused
 from app.errors import ProcessorError
 
+try:  # rows to Arrow's buffers, compiled: built by `make setup` (app/engine/_columns.c)
+    from app.engine import _columns as _native
+except ImportError:  # not built here: pyarrow's conversion alone, the same columns, slower
+    _native = None  # type: ignore[assignment]
+
 _US_UTC = pa.timestamp("us", tz="UTC")
 # The output's own columns before the declared ones (CONTRACT.md section 3), never null.
 _METADATA = [
@@ -187,15 +192,17 @@ class RowColumns:
         offsets, sessions, seqs, kinds, stamps, counts, deleted_counts = pa.array(
             self._messages, _MESSAGE
         ).flatten()
-        try:
-            declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            raise self._refused(str(exc)) from None
-        # The built-in's rows are its input's, which rule 7 typed: only a user's are checked.
-        if self.producer != TableProcessor.name and not (
-            _converted_exactly(self.schema, self._rows) and _finite(self.schema, declared)
-        ):
-            raise self._refused("")
+        declared = _native_columns(self.schema, self._rows)
+        if declared is None:  # not every value of its exact type (or not built): pyarrow's
+            try:
+                declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                raise self._refused(str(exc)) from None
+            # The built-in's rows are its input's, which rule 7 typed: a user's are checked.
+            if self.producer != TableProcessor.name and not (
+                _converted_exactly(self.schema, self._rows) and _finite(self.schema, declared)
+            ):
+                raise self._refused("")
         keys = self.schema.key_indexes
         if any(declared[i].null_count for i in keys):
             raise self._refused("a key column is null")
@@ -253,6 +260,49 @@ class RowColumns:
         return ProcessorError(
             f"{who} wrote a row its output schema refuses{where}: {problem}", **facts
         )
+
+
+# The compiled converter's column types, in its order (app/engine/_columns.c).
+NATIVE_TYPES = (
+    ColumnType.STRING,
+    ColumnType.INT64,
+    ColumnType.FLOAT64,
+    ColumnType.BOOL,
+    ColumnType.TIMESTAMP,
+    ColumnType.DATE,
+    ColumnType.DECIMAL,
+)
+
+
+def native_converter_built() -> bool:
+    """Whether this checkout's compiled converter is built (``make setup`` builds it)."""
+    return _native is not None
+
+
+@functools.lru_cache(maxsize=16)
+def _native_types(schema: TableSchema) -> tuple[tuple[int, int, int], ...]:
+    return tuple((NATIVE_TYPES.index(c.type), c.precision, c.scale) for c in schema.columns)
+
+
+def _native_columns(schema: TableSchema, rows: list[Row]) -> list[pa.Array] | None:
+    """The declared columns of ``rows``, written by the compiled converter: only when every
+    value is of its column's exact type, as the output holds it (an int in an int64
+    column, a finite float in a float64 one, an aware datetime, a Decimal exact at the
+    column's scale, ...), so they are what pyarrow's conversion and the checks of a
+    user's rows would give; otherwise None (and where it is not built)."""
+    if _native is None or not rows:
+        return None
+    found = _native.columns(rows, _native_types(schema), Decimal)
+    if found is None:
+        return None
+    arrays: list[pa.Array] = []
+    for column, (nulls, validity, data, offsets) in zip(schema.columns, found, strict=True):
+        mask = None if validity is None else pa.py_buffer(validity)
+        buffers = [mask, pa.py_buffer(data)]
+        if offsets is not None:  # a string column: validity, offsets, then the UTF-8
+            buffers = [mask, pa.py_buffer(offsets), pa.py_buffer(data)]
+        arrays.append(pa.Array.from_buffers(arrow_type(column), len(rows), buffers, nulls))
+    return arrays
 
 
 # Arrow converts some values of another type into these columns without a word: a float

@@ -19,7 +19,7 @@ from typing import Any
 
 from app import defaults
 from app.contract import loader
-from app.contract.envelope import decoder_in_use
+from app.contract.envelope import native_decoder_built
 from app.contract.offsets import Offsets
 from app.contract.processor import Processor
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
@@ -28,6 +28,7 @@ from app.durations import parse_duration_ms, spark_interval
 from app.engine import segments
 from app.engine.driver import EngineDriver
 from app.engine.machine import IntegrityMode, Rules
+from app.engine.output import native_converter_built
 from app.engine.store import state_root
 from app.errors import ConfigurationError, OwnershipLostError
 from app.metrics.listener import MetricsListener
@@ -224,6 +225,23 @@ def _ownership_lost(fence: Fence, exc: Exception) -> Exception:
     return exc
 
 
+def _say_compiled_parts() -> None:
+    """Which compiled parts this process has (``make setup`` builds them; the job's wheel
+    is pure Python, so a cluster node has none): without them, the same output, slower."""
+    missing = [
+        source
+        for source, built in (
+            ("app/contract/_envelope.c", native_decoder_built()),
+            ("app/engine/_columns.c", native_converter_built()),
+        )
+        if not built
+    ]
+    if missing:
+        log.info("compiled parts not built here (%s): the Python paths run", ", ".join(missing))
+    else:
+        log.info("compiled parts in use: the envelope's decoder and the rows' converter")
+
+
 def _run_query(
     spark: Any,
     config: JobConfig,
@@ -241,7 +259,7 @@ def _run_query(
     processors.check_start(resolve(config.output), processor, config.schema_document)
     table_live.prepare(config.output, config.table, processor.output, plan.fence)
     table_catalog.open_in_background(resolve(config.output))  # while the query starts
-    log.info("envelope decoder: %s", decoder_in_use())
+    _say_compiled_parts()
     rules = Rules(config.integrity, config.session_timeout_ms, plan.adopt, config.trace)
     engine = EngineDriver(
         processor,
