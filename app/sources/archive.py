@@ -248,16 +248,17 @@ def read_range(
             table = pq.ParquetFile(handle).read()
         table = _conform(table, archive_file)
         offsets = table.column("offset")
-        if len(table) and (
-            pc.min(offsets).as_py() < archive_file.start
-            or pc.max(offsets).as_py() >= archive_file.end
-        ):
-            raise ArchiveLayoutError(
-                f"archive file {archive_file.path} holds offsets outside its name's range",
-                **_file_facts(archive_file),
-            )
-        mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
-        table = table.filter(mask)
+        if len(table):
+            least, most = pc.min(offsets).as_py(), pc.max(offsets).as_py()
+            if least < archive_file.start or most >= archive_file.end:
+                raise ArchiveLayoutError(
+                    f"archive file {archive_file.path} holds offsets outside its name's range",
+                    **_file_facts(archive_file),
+                )
+            if least < start or most >= end:  # a filter copies every value, so only here
+                table = table.filter(
+                    pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
+                )
         yield from table.to_batches(max_chunksize=65_536)
 
 
