@@ -25,41 +25,8 @@ from app.engine.machine import IntegrityMode, PartitionMachine, RecordColumns, R
 from app.engine.state import PartitionState
 from app.errors import EnvelopeError, Rule
 from app.tools import generate as gen
-
-_TYPES = ["string", "int64", "float64", "bool", "timestamp", "date", "decimal(18,3)"]
-_KEY_TYPES = ["string", "int64", "timestamp", "date", "decimal(12,2)"]
-
-
-@st.composite
-def schemas(draw: st.DrawFn) -> TableSchema:
-    """A declared schema: one or two key columns, up to six others of any type."""
-    lines = [f'k0 = "{draw(st.sampled_from(_KEY_TYPES))}"']
-    key = ["k0"]
-    if draw(st.booleans()):
-        lines.append(f'k1 = "{draw(st.sampled_from(_TYPES))}"')
-        key.append("k1")
-    for i in range(draw(st.integers(0, 6))):
-        kind = draw(st.sampled_from(_TYPES))
-        nullable = str(draw(st.booleans())).lower()
-        renamed = f', output = "out_{i}"' if draw(st.booleans()) else ""
-        lines.append(f'v{i} = {{ type = "{kind}", nullable = {nullable}{renamed} }}')
-    text = f"[key]\ncolumns = {json.dumps(key)}\n[columns]\n" + "\n".join(lines)
-    return parse_schema(text, "generated.toml")
-
-
-def _capture(schema: TableSchema, seed: int, resync: int) -> gen.Capture:
-    spec = gen.CaptureSpec(
-        topics=1,
-        partitions=2,
-        sessions=3,
-        rows_min=1,
-        rows_max=6,
-        updates=8,
-        resync_every=resync,
-        seed=seed,
-        schema=schema,
-    )
-    return gen.generate(spec)
+from tests.generated_schemas import capture as generated_capture
+from tests.generated_schemas import schemas
 
 
 def _records(capture: gen.Capture, tp: TopicPartition) -> Iterator[RecordColumns]:
@@ -123,7 +90,7 @@ def _model(schema: TableSchema, capture: gen.Capture) -> list[tuple[Any, ...]]:
 def test_declared_rows_are_exactly_what_a_plain_model_of_the_contract_computes(
     schema: TableSchema, seed: int, resync: int
 ) -> None:
-    capture = _capture(schema, seed, resync)
+    capture = generated_capture(schema, seed, resync)
     parser = EnvelopeParser(schema)
     for messages in capture.partitions.values():
         for message in messages:  # the typed decoding gives what the full checks give

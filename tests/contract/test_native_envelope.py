@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from app.contract.envelope import EnvelopeParser, native_decoder_built
 from app.contract.schema import TableSchema, parse_schema
 from app.errors import EnvelopeError
-from tests.contract.test_declared_rows import _capture, schemas
+from tests.generated_schemas import capture, schemas
 
 SCHEMA = parse_schema(
     """
@@ -231,9 +231,9 @@ def test_generated_captures_of_generated_schemas_decode_as_the_full_checks_say(
 ) -> None:
     """Every message of a generated capture (with its faults and edge values): the decoder's
     envelope is the full checks', and it takes most of them itself."""
-    capture = _capture(schema, seed, resync)
+    generated = capture(schema, seed, resync)
     taken = total = 0
-    for messages in capture.partitions.values():
+    for messages in generated.partitions.values():
         for message in messages:
             total += 1
             taken += _check(schema, message.value, message.session)
