@@ -25,12 +25,13 @@ setup: $(STAMP) $(NATIVE)
 # this checkout's Python: the envelope's decoder (app/contract/_envelope.c) and the output
 # rows' converter to Arrow (app/engine/_columns.c). The job's wheel stays pure Python, so
 # a node without them runs the Python paths: the same output, slower. A machine without
-# gcc gets a warning, not a failure (the tests that they are built fail, saying why).
+# gcc gets a warning, not a failure (the tests that they are built fail, saying why). Built
+# aside and renamed into place: a job running meanwhile keeps the module it loaded.
 %$(EXT_SUFFIX): %.c $(STAMP)
 	@echo "setup: compiling $<"
 	@$(CC) -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers -shared -fPIC \
 		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
-		$< -o $@ \
+		$< -o $@.part && mv $@.part $@ \
 	|| echo "setup: WARNING: $< not built ($(CC) failed): the job runs without it, slower"
 
 # Re-install only when the pins change: `make setup` is quick when nothing did.

@@ -2,6 +2,8 @@
 from collections.abc import Sequence
 from typing import Any
 
+INTERFACE: int
+
 class Decoder:
     def __init__(
         self,

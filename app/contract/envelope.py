@@ -34,6 +34,8 @@ try:  # the compiled decoder, built by `make setup` (app/contract/_envelope.c)
     from app.contract import _envelope as _native
 except ImportError:  # not built here: the parser's own paths, the same envelopes, slower
     _native = None  # type: ignore[assignment]
+if getattr(_native, "INTERFACE", None) != 1:  # built from older source: `make setup` rebuilds
+    _native = None  # type: ignore[assignment]
 
 
 class MessageType(StrEnum):

@@ -374,5 +374,10 @@ PyMODINIT_FUNC PyInit__columns(void) {
     PyDateTime_IMPORT;
     if (PyDateTimeAPI == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* The interface's version: app/engine/output.py uses only the one it was written for, so
+     * a module built from older source is left unused, not misread. */
+    if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", 1) < 0)
+        Py_CLEAR(m);
+    return m;
 }

@@ -35,6 +35,8 @@ try:  # rows to Arrow's buffers, compiled: built by `make setup` (app/engine/_co
     from app.engine import _columns as _native
 except ImportError:  # not built here: pyarrow's conversion alone, the same columns, slower
     _native = None  # type: ignore[assignment]
+if getattr(_native, "INTERFACE", None) != 1:  # built from older source: `make setup` rebuilds
+    _native = None  # type: ignore[assignment]
 
 _US_UTC = pa.timestamp("us", tz="UTC")
 # The output's own columns before the declared ones (CONTRACT.md section 3), never null.

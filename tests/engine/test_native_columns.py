@@ -7,6 +7,7 @@ it, it leaves to pyarrow's conversion and the output's checks (None).
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import Context, Decimal
 from typing import Any
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from app.contract.schema import TableSchema, parse_schema
 from app.engine.output import _native_columns, _row_struct, native_converter_built
+from app.spark.job import _say_compiled_parts
 
 SCHEMA = parse_schema(
     """
@@ -188,3 +190,11 @@ def test_the_built_in_processors_values_are_converted_by_the_converter(name: str
 def test_values_of_other_types_are_left_to_pyarrow_and_the_checks(name: str) -> None:
     rows = [_row(), *LEFT[name]]
     assert _native_columns(SCHEMA, rows) is None
+
+
+def test_the_job_says_which_compiled_parts_it_runs(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="app.spark.job"):
+        _say_compiled_parts()
+    assert caplog.messages == [
+        "compiled parts in use: the envelope's decoder and the rows' converter"
+    ]
