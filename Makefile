@@ -199,4 +199,4 @@ bench: setup
 	$(BIN)/python -m bench.topics
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) cdktf.out .mypy_cache .pytest_cache .ruff_cache .pipeline
+	rm -rf $(VENV) $(CHECKOV_VENV) $(NATIVE) cdktf.out .mypy_cache .pytest_cache .ruff_cache .pipeline
