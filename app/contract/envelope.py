@@ -108,7 +108,8 @@ _CONVERTED = (ColumnType.TIMESTAMP, ColumnType.DECIMAL)
 _RAW_FLOATS = _DECODED | {ColumnType.FLOAT64: msgspec.Raw}
 
 
-# The compiled decoder's column types and message types, in its order (_envelope.c).
+# The compiled parts' column types, in their order (app/contract/_envelope.c and
+# app/engine/_columns.c); the decoder's message types.
 NATIVE_TYPES = (
     ColumnType.STRING,
     ColumnType.INT64,

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from app.contract.envelope import Key, Row
+from app.contract.envelope import NATIVE_TYPES, Key, Row
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes
 from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
@@ -262,18 +262,6 @@ class RowColumns:
         return ProcessorError(
             f"{who} wrote a row its output schema refuses{where}: {problem}", **facts
         )
-
-
-# The compiled converter's column types, in its order (app/engine/_columns.c).
-NATIVE_TYPES = (
-    ColumnType.STRING,
-    ColumnType.INT64,
-    ColumnType.FLOAT64,
-    ColumnType.BOOL,
-    ColumnType.TIMESTAMP,
-    ColumnType.DATE,
-    ColumnType.DECIMAL,
-)
 
 
 def native_converter_built() -> bool:
