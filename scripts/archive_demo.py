@@ -68,7 +68,8 @@ def main() -> int:
             print(f"demo failed at step '{title}' (exit {code})", file=sys.stderr)
             return code
     print(
-        f"\nThe output is a Parquet dataset at {output}/ (hive-partitioned by date); read it with\n"
+        f"\nThe output is a Parquet dataset at {output}/ (a folder per UTC day, each file with "
+        "its date column); read it with\n"
         f"  pyarrow.dataset.dataset('{output}', format='parquet', partitioning='hive')\n"
         f"The checkpoint is at {checkpoint}/; run `make demo` again to start over."
     )
