@@ -77,7 +77,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sources",),  # the streaming source over the archive and Kafka
     ("contract",),  # CONTRACT.md in code
     ("defaults", "logs", "storage", "code_version", "worker_errors", "durations"),
-    ("errors", "handoff", "metric_names", "app"),  # app: the package's own __init__
+    ("errors", "handoff", "metric_names", "compiled", "app"),  # app: the package's own __init__
 )
 LAYER = {unit: rank for rank, layer in enumerate(reversed(LAYERS)) for unit in layer}
 

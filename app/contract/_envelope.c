@@ -951,8 +951,8 @@ PyMODINIT_FUNC PyInit__envelope(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    /* The interface's version: app/contract/envelope.py uses only the one it was written for,
-     * so a module built from older source is left unused, not misread. */
+    /* The interface's number, app/compiled.py's INTERFACE: a module built from older source
+     * is left unused, not misread. */
     if (PyModule_AddIntConstant(m, "INTERFACE", 1) < 0 ||
         PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) < 0) {
         Py_DECREF(m);

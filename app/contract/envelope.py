@@ -26,6 +26,7 @@ from typing import Annotated, Any, NamedTuple
 import msgspec
 import orjson
 
+from app import compiled
 from app.contract import values
 from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
 from app.errors import EnvelopeError
@@ -34,7 +35,7 @@ try:  # the compiled decoder, built by `make setup` (app/contract/_envelope.c)
     from app.contract import _envelope as _native
 except ImportError:  # not built here: the parser's own paths, the same envelopes, slower
     _native = None  # type: ignore[assignment]
-if getattr(_native, "INTERFACE", None) != 1:  # built from older source: `make setup` rebuilds
+if not compiled.usable(_native):  # built from older source: `make setup` rebuilds it
     _native = None  # type: ignore[assignment]
 
 
@@ -269,15 +270,17 @@ class EnvelopeParser:
     def over(self, values: Sequence[bytes | None]) -> Callable[[str, bytes | None], Envelope]:
         """The parser of a run over ``values`` (a slice of records, parsed in any order).
 
-        A schema whose rows are converted (:func:`_column_reader`) has every row of
-        ``values`` decoded and converted here, a column at a time across all of them, so
-        that each conversion is one loop of C calls rather than one Python call per
-        message and column; each envelope is then checked as :meth:`__call__` checks it.
+        With the compiled decoder, it is :meth:`__call__` (the decoder converts as it
+        goes). Without it, a schema whose rows are converted (:func:`_column_reader`)
+        has every row of ``values`` decoded and converted here, a column at a time
+        across all of them, so that each conversion is one loop of C calls rather than
+        one Python call per message and column; each envelope is then checked as
+        :meth:`__call__` checks it.
         A value that is not a record's of ``values``, or a slice holding a value its
         column refuses, is parsed alone, by :meth:`__call__`, which names what is wrong.
         """
         if not self._converted or self._native is not None:
-            return self  # each value parsed by __call__ (the compiled decoder converts as it goes)
+            return self
         decode, decoded = self._decode, []
         for value in values:
             if value is not None and _utf8(value):

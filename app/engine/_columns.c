@@ -375,8 +375,8 @@ PyMODINIT_FUNC PyInit__columns(void) {
     if (PyDateTimeAPI == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    /* The interface's version: app/engine/output.py uses only the one it was written for, so
-     * a module built from older source is left unused, not misread. */
+    /* The interface's number, app/compiled.py's INTERFACE: a module built from older source
+     * is left unused, not misread. */
     if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", 1) < 0)
         Py_CLEAR(m);
     return m;

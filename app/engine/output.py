@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from app import compiled
 from app.contract.envelope import NATIVE_TYPES, Key, Row
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes
@@ -35,7 +36,7 @@ try:  # rows to Arrow's buffers, compiled: built by `make setup` (app/engine/_co
     from app.engine import _columns as _native
 except ImportError:  # not built here: pyarrow's conversion alone, the same columns, slower
     _native = None  # type: ignore[assignment]
-if getattr(_native, "INTERFACE", None) != 1:  # built from older source: `make setup` rebuilds
+if not compiled.usable(_native):  # built from older source: `make setup` rebuilds it
     _native = None  # type: ignore[assignment]
 
 _US_UTC = pa.timestamp("us", tz="UTC")
