@@ -27,7 +27,6 @@ enum { T_STRING, T_INT64, T_FLOAT64, T_BOOL, T_TIMESTAMP, T_DATE, T_DECIMAL, T_C
 /* Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z. */
 #define MS_MIN (-62135596800000LL)
 #define MS_MAX (253402300799999LL)
-#define MAX_COLUMNS 4096
 #define NUMBER_TEXT 128 /* longer number literals are left to the parser */
 
 /* A reason to leave the value to the parser; no Python error is set. */
@@ -861,8 +860,8 @@ static int Decoder_init(Decoder *d, PyObject *args, PyObject *kwargs) {
                                      &columns, &PyTuple_Type, &keys, &decimal))
         return -1;
     Py_ssize_t count = PyTuple_GET_SIZE(columns), key_count = PyTuple_GET_SIZE(keys);
-    if (count < 1 || count > MAX_COLUMNS || key_count < 1 || key_count > count) {
-        PyErr_SetString(PyExc_ValueError, "a schema of 1 to 4096 columns and a key among them");
+    if (count < 1 || key_count < 1 || key_count > count) {
+        PyErr_SetString(PyExc_ValueError, "a schema of at least one column and a key among them");
         return -1;
     }
     if (d->columns != NULL) {

@@ -274,3 +274,14 @@ def test_mutated_values_decode_as_the_full_checks_say_or_are_left_to_them(
         at = where % (len(mutated) + 1)
         mutated[at : at + len(data) if overwrite else at] = data
     _check(SCHEMA, bytes(mutated))
+
+
+def test_a_schema_of_thousands_of_columns_is_decoded_too() -> None:
+    """The decoder has no width of its own: 5,000 declared columns (an earlier build
+    refused more than 4,096 as it was made, failing the parser's construction)."""
+    lines = "\n".join(f'c{i} = {{ type = "int64", nullable = true }}' for i in range(5_000))
+    wide = parse_schema(f'[key]\ncolumns = ["k"]\n[columns]\nk = "string"\n{lines}', "w.toml")
+    value = orjson.dumps(
+        {"session": "s1", "seq": 0, "type": "snapshot", "ts": 1, "rows": [{"k": "a", "c4999": 7}]}
+    )
+    assert _check(wide, value)
