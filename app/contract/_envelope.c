@@ -319,7 +319,7 @@ static int int64_of(const Number *n, long long *out) {
     return OK;
 }
 
-static int float_of(const Number *n, PyObject **out) {
+static int double_of(const Number *n, double *out) {
     if (n->fraction == NULL && !n->exponent) {
         /* An integer literal is the int made a float, so "-0" is 0.0, as float(int) is. */
         int zero = 1;
@@ -327,8 +327,25 @@ static int float_of(const Number *n, PyObject **out) {
             if (n->digits[i] != '0')
                 zero = 0;
         if (zero) {
-            *out = PyFloat_FromDouble(0.0);
-            return *out != NULL ? OK : DEFER;
+            *out = 0.0;
+            return OK;
+        }
+    }
+    if (!n->exponent && n->whole + n->decimals <= 19 && n->decimals <= 22) {
+        /* Clinger's fast path: digits that a double holds exactly, divided by a power of
+         * ten it holds exactly, round once, so correctly (as the slow path rounds). */
+        static const double powers[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                          1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                          1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+        unsigned long long digits = 0;
+        for (Py_ssize_t i = 0; i < n->whole; i++)
+            digits = digits * 10 + (unsigned)(n->digits[i] - '0');
+        for (Py_ssize_t i = 0; i < n->decimals; i++)
+            digits = digits * 10 + (unsigned)(n->fraction[i] - '0');
+        if (digits <= (1ULL << 53)) {
+            double value = (double)digits / powers[n->decimals];
+            *out = n->negative ? -value : value;
+            return OK;
         }
     }
     if (n->length >= NUMBER_TEXT)
@@ -343,6 +360,14 @@ static int float_of(const Number *n, PyObject **out) {
         return DEFER;
     }
     if (stop != text + n->length || Py_IS_INFINITY(value) || Py_IS_NAN(value))
+        return DEFER;
+    *out = value;
+    return OK;
+}
+
+static int float_of(const Number *n, PyObject **out) {
+    double value;
+    if (!double_of(n, &value))
         return DEFER;
     *out = PyFloat_FromDouble(value);
     return *out != NULL ? OK : DEFER;
@@ -413,7 +438,12 @@ static PyObject *offset_zone(Decoder *d, int minutes) {
 /* YYYY-MM-DDTHH:MM:SS[.f{1,6}](Z|+HH:MM|-HH:MM), as CONTRACT.md 1a spells a time; its
  * first and last years (which an offset may carry outside years 1 to 9999 in UTC) are
  * the parser's. */
-static int time_text(Decoder *d, const char *p, Py_ssize_t length, PyObject **out) {
+typedef struct {
+    int year, month, day, hour, minute, second, micro;
+    int east; /* minutes east of UTC */
+} Time;
+
+static int time_fields(const char *p, Py_ssize_t length, Time *t) {
     int year, month, day, hour, minute, second, micro = 0;
     if (length < 20 || !date_parts(p, &year, &month, &day) || year == 1 || year == 9999)
         return DEFER;
@@ -447,19 +477,31 @@ static int time_text(Decoder *d, const char *p, Py_ssize_t length, PyObject **ou
     } else {
         return DEFER;
     }
-    PyObject *zone = offset_zone(d, east);
+    *t = (Time){year, month, day, hour, minute, second, micro, east};
+    return OK;
+}
+
+/* A time's fields as a datetime in its own offset, as the parser's paths make it. */
+static int datetime_of(Decoder *d, const Time *t, PyObject **out) {
+    PyObject *zone = offset_zone(d, t->east);
     if (zone == NULL) {
         PyErr_Clear();
         return DEFER;
     }
-    *out = PyDateTimeAPI->DateTime_FromDateAndTime(
-        year, month, day, hour, minute, second, micro, zone, PyDateTimeAPI->DateTimeType);
+    *out = PyDateTimeAPI->DateTime_FromDateAndTime(t->year, t->month, t->day, t->hour,
+                                                   t->minute, t->second, t->micro, zone,
+                                                   PyDateTimeAPI->DateTimeType);
     Py_DECREF(zone);
     if (*out == NULL) {
         PyErr_Clear();
         return DEFER;
     }
     return OK;
+}
+
+static int time_text(Decoder *d, const char *p, Py_ssize_t length, PyObject **out) {
+    Time t;
+    return time_fields(p, length, &t) && datetime_of(d, &t, out);
 }
 
 /* Days since 1970-01-01 as a civil date (Howard Hinnant's days_from_civil, inverted). */
@@ -496,12 +538,17 @@ static int epoch_ms(long long ms, PyObject **out) {
 
 /* A decimal(p,s) from its digits: at most p-s before the point (no leading zero) and s
  * after it, written with exactly s decimals, as quantizing at the scale writes it. */
+static int decimal_fits(const Column *column, const char *whole, Py_ssize_t whole_digits,
+                        Py_ssize_t decimals) {
+    Py_ssize_t significant = whole_digits == 1 && whole[0] == '0' ? 0 : whole_digits;
+    return whole_digits >= 1 && !(whole_digits > 1 && whole[0] == '0') &&
+           significant <= column->precision - column->scale && decimals <= column->scale;
+}
+
 static int decimal_of(Decoder *d, const Column *column, int negative, const char *whole,
                       Py_ssize_t whole_digits, const char *fraction, Py_ssize_t decimals,
                       PyObject **out) {
-    Py_ssize_t significant = whole_digits == 1 && whole[0] == '0' ? 0 : whole_digits;
-    if (whole_digits < 1 || (whole_digits > 1 && whole[0] == '0') ||
-        significant > column->precision - column->scale || decimals > column->scale)
+    if (!decimal_fits(column, whole, whole_digits, decimals))
         return DEFER;
     char text[2 * 40 + 8];
     if (whole_digits + column->scale + 3 > (Py_ssize_t)sizeof text)
@@ -532,7 +579,8 @@ static int decimal_of(Decoder *d, const Column *column, int negative, const char
     return OK;
 }
 
-static int decimal_value(Decoder *d, const Column *column, Cursor *c, PyObject **out) {
+/* A decimal's digits, written as a number or as a string of one. */
+static int decimal_number(Cursor *c, Number *n) {
     skip_space(c);
     if (c->at < c->end && *c->at == '"') {
         const char *text;
@@ -541,15 +589,15 @@ static int decimal_value(Decoder *d, const Column *column, Cursor *c, PyObject *
         if (!raw_string(c, &text, &length) || length == 0 || (text[0] != '-' && (text[0] < '0' || text[0] > '9')))
             return DEFER;
         Cursor inside = {text, text + length};
-        Number n;
-        if (!json_number(&inside, &n) || inside.at != inside.end || n.exponent)
-            return DEFER;
-        return decimal_of(d, column, n.negative, n.digits, n.whole, n.fraction, n.decimals, out);
+        return json_number(&inside, n) && inside.at == inside.end && !n->exponent;
     }
+    return json_number(c, n) && !n->exponent;
+}
+
+static int decimal_value(Decoder *d, const Column *column, Cursor *c, PyObject **out) {
     Number n;
-    if (!json_number(c, &n) || n.exponent)
-        return DEFER;
-    return decimal_of(d, column, n.negative, n.digits, n.whole, n.fraction, n.decimals, out);
+    return decimal_number(c, &n) &&
+           decimal_of(d, column, n.negative, n.digits, n.whole, n.fraction, n.decimals, out);
 }
 
 /* One column's value, as the rows hold it; null where the column is nullable. */
@@ -610,6 +658,7 @@ static int object_of(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_t
         cells[i] = NULL;
     if (!take(c, '{'))
         return DEFER;
+    Py_ssize_t hint = 0;
     skip_space(c);
     if (c->at < c->end && *c->at == '}') {
         c->at++;
@@ -619,14 +668,23 @@ static int object_of(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_t
             Py_ssize_t length;
             if (!raw_string(c, &name, &length) || !take(c, ':'))
                 goto defer;
+            /* Writers put the columns in one order: the next one is tried first. */
             Py_ssize_t slot = -1;
-            for (Py_ssize_t i = 0; i < count; i++) {
-                const Column *column = &d->columns[wanted[i]];
-                if (column->length == length && memcmp(column->name, name, (size_t)length) == 0) {
-                    slot = i;
-                    break;
+            const Column *next = hint < count ? &d->columns[wanted[hint]] : NULL;
+            if (next != NULL && next->length == length &&
+                memcmp(next->name, name, (size_t)length) == 0) {
+                slot = hint;
+            } else {
+                for (Py_ssize_t i = 0; i < count; i++) {
+                    const Column *column = &d->columns[wanted[i]];
+                    if (column->length == length &&
+                        memcmp(column->name, name, (size_t)length) == 0) {
+                        slot = i;
+                        break;
+                    }
                 }
             }
+            hint = slot + 1;
             if (slot < 0 || cells[slot] != NULL)
                 goto defer;
             if (!value_of(d, &d->columns[wanted[slot]], c, &cells[slot]))
@@ -744,16 +802,760 @@ static int array_of(Decoder *d, Cursor *c, ItemReader read, PyObject **out) {
     return DEFER;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The rows' store: rows written straight into Arrow's column buffers.
+ *
+ * The built-in processor never reads a row's values: its output is each message's own
+ * rows, and its table only needs each row's key until the state is saved. So for it,
+ * Decoder.decode_into writes a message's rows here, as the output's columns (the
+ * buffers pyarrow's conversion of the same values would give), and gives back only
+ * their keys as Python values; RowColumns takes the output's rows from these columns
+ * by index. A row becomes a tuple (RowStore.rows) only where Python asks for it: the
+ * rows a table still holds when a run ends, or a sequence's items. Each cell keeps what
+ * the tuple of the parser's other paths holds: a time its offset, a decimal its scale
+ * (a negative zero, which Decimal keeps and an integer cannot, is left to the parser).
+ * ------------------------------------------------------------------------------------- */
+
+typedef __int128 int128;
+
+typedef struct {
+    unsigned char *valid; /* one bit a row, set where not null */
+    char *data;           /* the values: fixed width; bools one bit a row; strings UTF-8 */
+    int32_t *offsets;     /* strings: where each row's text starts, rows + 1 of them */
+    int16_t *zones;       /* timestamps: the minutes east of UTC each was written in */
+    Py_ssize_t used;      /* strings: bytes of data written */
+    Py_ssize_t room;      /* strings: bytes data holds */
+} Builder;
+
+typedef struct {
+    PyObject_HEAD
+    Decoder *decoder;
+    Builder *builders;
+    Py_ssize_t rows;     /* rows written */
+    Py_ssize_t capacity; /* rows the buffers hold */
+    Py_ssize_t *seen;    /* per column: the stamp of the last row that gave it */
+    Py_ssize_t stamp;
+    PyObject *dirty;     /* a list the engine keeps its tables' handles in (app.engine) */
+} RowStore;
+
+static PyTypeObject RowStoreType;
+static PyTypeObject DecoderType;
+
+static Py_ssize_t width_of(int type) {
+    switch (type) {
+    case T_INT64:
+    case T_FLOAT64:
+    case T_TIMESTAMP:
+        return 8;
+    case T_DATE:
+        return 4;
+    case T_DECIMAL:
+        return 16;
+    default:
+        return 0; /* strings and bools: sized apart */
+    }
+}
+
+static int regrow(void **buffer, size_t size) {
+    void *bigger = PyMem_Realloc(*buffer, size > 0 ? size : 1);
+    if (bigger == NULL)
+        return DEFER;
+    *buffer = bigger;
+    return OK;
+}
+
+/* Room for one more row in every column. */
+static int reserve_row(RowStore *s) {
+    if (s->rows < s->capacity)
+        return OK;
+    Py_ssize_t capacity = s->capacity < 1024 ? 1024 : s->capacity * 2;
+    Decoder *d = s->decoder;
+    for (Py_ssize_t i = 0; i < d->count; i++) {
+        Builder *b = &s->builders[i];
+        int type = d->columns[i].type;
+        size_t bits = (size_t)(capacity + 7) / 8;
+        if (!regrow((void **)&b->valid, bits))
+            return DEFER;
+        if (type == T_BOOL && !regrow((void **)&b->data, bits))
+            return DEFER;
+        if (width_of(type) && !regrow((void **)&b->data, (size_t)(capacity * width_of(type))))
+            return DEFER;
+        if (type == T_STRING && !regrow((void **)&b->offsets, (size_t)(capacity + 1) * 4))
+            return DEFER;
+        if (type == T_TIMESTAMP && !regrow((void **)&b->zones, (size_t)capacity * 2))
+            return DEFER;
+    }
+    s->capacity = capacity;
+    return OK;
+}
+
+static void put_bit(unsigned char *bits, Py_ssize_t row, int on) {
+    unsigned char mask = (unsigned char)(1u << (row & 7));
+    if (on)
+        bits[row >> 3] |= mask;
+    else
+        bits[row >> 3] &= (unsigned char)~mask;
+}
+
+static int get_bit(const unsigned char *bits, Py_ssize_t row) {
+    return (bits[row >> 3] >> (row & 7)) & 1;
+}
+
+/* A null in row ``row``: its slot zeroed, as pyarrow writes one. */
+static void put_null(Builder *b, int type, Py_ssize_t row) {
+    put_bit(b->valid, row, 0);
+    if (type == T_STRING)
+        b->offsets[row + 1] = (int32_t)b->used;
+    else if (type == T_BOOL)
+        put_bit((unsigned char *)b->data, row, 0);
+    else
+        memset(b->data + row * width_of(type), 0, (size_t)width_of(type));
+    if (type == T_TIMESTAMP)
+        b->zones[row] = 0;
+}
+
+/* UTF-8 as Unicode defines it well formed (what Python's strict decoder takes). */
+static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char ch = s[i];
+        if (ch < 0x80) {
+            i++;
+            continue;
+        }
+        int need;
+        unsigned char low = 0x80, high = 0xBF;
+        if (ch >= 0xC2 && ch <= 0xDF)
+            need = 1;
+        else if (ch == 0xE0)
+            need = 2, low = 0xA0;
+        else if ((ch >= 0xE1 && ch <= 0xEC) || ch == 0xEE || ch == 0xEF)
+            need = 2;
+        else if (ch == 0xED)
+            need = 2, high = 0x9F; /* no surrogates */
+        else if (ch == 0xF0)
+            need = 3, low = 0x90;
+        else if (ch >= 0xF1 && ch <= 0xF3)
+            need = 3;
+        else if (ch == 0xF4)
+            need = 3, high = 0x8F; /* nothing past U+10FFFF */
+        else
+            return DEFER;
+        if (n - i <= need || s[i + 1] < low || s[i + 1] > high)
+            return DEFER;
+        for (int k = 2; k <= need; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
+                return DEFER;
+        i += need + 1;
+    }
+    return OK;
+}
+
+/* A JSON string's text appended to a string column (its escapes resolved, as
+ * json_string resolves them). */
+static int string_into(Cursor *c, Builder *b, Py_ssize_t row) {
+    if (!take(c, '"'))
+        return DEFER;
+    const char *p = c->at;
+    /* The text is never longer than its escaped form. */
+    Py_ssize_t most = c->end - p;
+    if (b->used + most > INT32_MAX)
+        return DEFER;
+    if (b->used + most > b->room) {
+        Py_ssize_t room = b->room * 2 > b->used + most ? b->room * 2 : b->used + most;
+        if (!regrow((void **)&b->data, (size_t)room))
+            return DEFER;
+        b->room = room;
+    }
+    char *start = b->data + b->used, *w = start;
+    int ascii = 1;
+    while (p < c->end) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '"') {
+            c->at = p + 1;
+            if (!ascii && !utf8_valid((const unsigned char *)start, w - start))
+                return DEFER;
+            b->used += w - start;
+            b->offsets[row + 1] = (int32_t)b->used;
+            put_bit(b->valid, row, 1);
+            return OK;
+        }
+        if (ch < 0x20)
+            return DEFER;
+        if (ch != '\\') {
+            ascii &= ch < 0x80;
+            *w++ = (char)ch;
+            p++;
+            continue;
+        }
+        if (c->end - p < 2)
+            return DEFER;
+        char kind = p[1];
+        p += 2;
+        const char *simple = strchr("\"\\/bfnrt", kind);
+        if (kind != '\0' && simple != NULL) {
+            static const char meaning[] = "\"\\/\b\f\n\r\t";
+            *w++ = meaning[simple - "\"\\/bfnrt"];
+            continue;
+        }
+        unsigned code;
+        if (kind != 'u' || c->end - p < 4 || !hex4(p, &code))
+            return DEFER;
+        p += 4;
+        if (code >= 0xD800 && code <= 0xDBFF) {
+            unsigned low;
+            if (c->end - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4(p + 2, &low) ||
+                low < 0xDC00 || low > 0xDFFF)
+                return DEFER;
+            p += 6;
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+        } else if (code >= 0xDC00 && code <= 0xDFFF) {
+            return DEFER;
+        }
+        w = put_utf8(w, code);
+    }
+    return DEFER;
+}
+
+/* Days from 1970-01-01 to a civil date (Howard Hinnant's days_from_civil). */
+static long long days_from_civil(int year, int month, int day) {
+    long long y = year - (month <= 2);
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long of_era = y - era * 400;
+    long long of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+    return era * 146097 + of_era * 365 + of_era / 4 - of_era / 100 + of_year - 719468;
+}
+
+static long long floor_div(long long a, long long b) {
+    return a / b - (a % b != 0 && (a < 0) != (b < 0));
+}
+
+/* One column's value of row ``row`` into its builder; null where the column is nullable. */
+static int value_into(const Column *column, Cursor *c, Builder *b, Py_ssize_t row) {
+    skip_space(c);
+    if (c->at >= c->end)
+        return DEFER;
+    if (*c->at == 'n') {
+        if (!column->nullable || !take_word(c, "null", 4))
+            return DEFER;
+        put_null(b, column->type, row);
+        return OK;
+    }
+    Number n;
+    long long integer;
+    switch (column->type) {
+    case T_STRING:
+        return string_into(c, b, row);
+    case T_INT64:
+        if (!json_number(c, &n) || !int64_of(&n, &integer))
+            return DEFER;
+        ((int64_t *)b->data)[row] = integer;
+        break;
+    case T_FLOAT64: {
+        double x;
+        if (!json_number(c, &n) || !double_of(&n, &x))
+            return DEFER;
+        ((double *)b->data)[row] = x;
+        break;
+    }
+    case T_BOOL:
+        if (take_word(c, "true", 4))
+            put_bit((unsigned char *)b->data, row, 1);
+        else if (take_word(c, "false", 5))
+            put_bit((unsigned char *)b->data, row, 0);
+        else
+            return DEFER;
+        break;
+    case T_TIMESTAMP: {
+        long long us;
+        int east = 0;
+        if (*c->at == '"') {
+            const char *text;
+            Py_ssize_t length;
+            Time t;
+            if (!raw_string(c, &text, &length) || !time_fields(text, length, &t))
+                return DEFER;
+            long long seconds = days_from_civil(t.year, t.month, t.day) * 86400LL +
+                                t.hour * 3600LL + t.minute * 60LL + t.second - t.east * 60LL;
+            us = seconds * 1000000LL + t.micro;
+            east = t.east;
+        } else {
+            if (!json_number(c, &n) || !int64_of(&n, &integer) || integer < MS_MIN ||
+                integer > MS_MAX)
+                return DEFER;
+            us = integer * 1000LL;
+        }
+        ((int64_t *)b->data)[row] = us;
+        b->zones[row] = (int16_t)east;
+        break;
+    }
+    case T_DATE: {
+        const char *text;
+        Py_ssize_t length;
+        int year, month, day;
+        if (!raw_string(c, &text, &length) || length != 10 || !date_parts(text, &year, &month, &day))
+            return DEFER;
+        ((int32_t *)b->data)[row] = (int32_t)days_from_civil(year, month, day);
+        break;
+    }
+    case T_DECIMAL: {
+        if (!decimal_number(c, &n) || !decimal_fits(column, n.digits, n.whole, n.decimals))
+            return DEFER;
+        int128 unscaled = 0;
+        for (Py_ssize_t i = 0; i < n.whole; i++)
+            unscaled = unscaled * 10 + (n.digits[i] - '0');
+        for (Py_ssize_t i = 0; i < column->scale; i++)
+            unscaled = unscaled * 10 + (i < n.decimals ? n.fraction[i] - '0' : 0);
+        if (n.negative && unscaled == 0)
+            return DEFER; /* Decimal keeps the sign of a zero; an integer cannot */
+        if (n.negative)
+            unscaled = -unscaled;
+        memcpy(b->data + row * 16, &unscaled, 16); /* little-endian two's complement, as Arrow's */
+        break;
+    }
+    default:
+        return DEFER;
+    }
+    put_bit(b->valid, row, 1);
+    return OK;
+}
+
+/* A cell of the store as the parser's other paths give it (a new reference). */
+static PyObject *cell_of(RowStore *s, Py_ssize_t column, Py_ssize_t row) {
+    Builder *b = &s->builders[column];
+    const Column *col = &s->decoder->columns[column];
+    if (!get_bit(b->valid, row))
+        return Py_NewRef(Py_None);
+    switch (col->type) {
+    case T_STRING:
+        return PyUnicode_DecodeUTF8(b->data + b->offsets[row],
+                                    b->offsets[row + 1] - b->offsets[row], "strict");
+    case T_INT64:
+        return PyLong_FromLongLong(((int64_t *)b->data)[row]);
+    case T_FLOAT64:
+        return PyFloat_FromDouble(((double *)b->data)[row]);
+    case T_BOOL:
+        return Py_NewRef(get_bit((unsigned char *)b->data, row) ? Py_True : Py_False);
+    case T_TIMESTAMP: {
+        int east = b->zones[row];
+        long long local = ((int64_t *)b->data)[row] + east * 60000000LL;
+        long long days = floor_div(local, 86400000000LL);
+        long long in_day = local - days * 86400000000LL;
+        int year, month, day;
+        civil(days, &year, &month, &day);
+        Time t = {year,
+                  month,
+                  day,
+                  (int)(in_day / 3600000000LL),
+                  (int)(in_day / 60000000LL % 60),
+                  (int)(in_day / 1000000LL % 60),
+                  (int)(in_day % 1000000LL),
+                  east};
+        PyObject *out = NULL;
+        if (!datetime_of(s->decoder, &t, &out) && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a time the store cannot make");
+        return out;
+    }
+    case T_DATE: {
+        int year, month, day;
+        civil(((int32_t *)b->data)[row], &year, &month, &day);
+        return PyDate_FromDate(year, month, day);
+    }
+    case T_DECIMAL: {
+        int128 unscaled;
+        memcpy(&unscaled, b->data + row * 16, 16);
+        unsigned __int128 magnitude = unscaled < 0 ? -(unsigned __int128)unscaled
+                                                   : (unsigned __int128)unscaled;
+        char digits[48], text[56];
+        int count = 0;
+        do {
+            digits[count++] = (char)('0' + (int)(magnitude % 10));
+            magnitude /= 10;
+        } while (magnitude > 0);
+        while (count <= col->scale) /* at least one digit before the point */
+            digits[count++] = '0';
+        char *w = text;
+        if (unscaled < 0)
+            *w++ = '-';
+        for (int i = count - 1; i >= 0; i--) {
+            *w++ = digits[i];
+            if (i == col->scale && i > 0)
+                *w++ = '.';
+        }
+        PyObject *literal = PyUnicode_FromStringAndSize(text, w - text);
+        if (literal == NULL)
+            return NULL;
+        PyObject *out = PyObject_CallOneArg(s->decoder->decimal, literal);
+        Py_DECREF(literal);
+        return out;
+    }
+    default:
+        PyErr_SetString(PyExc_ValueError, "a column type the store does not know");
+        return NULL;
+    }
+}
+
+static PyObject *row_tuple(RowStore *s, Py_ssize_t row) {
+    if (row < 0 || row >= s->rows) {
+        PyErr_Format(PyExc_IndexError, "row %zd of a store of %zd", row, s->rows);
+        return NULL;
+    }
+    Py_ssize_t count = s->decoder->count;
+    PyObject *tuple = PyTuple_New(count);
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *cell = cell_of(s, i, row);
+        if (cell == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tuple, i, cell);
+    }
+    return tuple;
+}
+
+/* The row's key, as the parser's other paths give it: one column's value, or a tuple. */
+static PyObject *key_at(RowStore *s, Py_ssize_t row) {
+    Decoder *d = s->decoder;
+    if (d->key_count == 1)
+        return cell_of(s, d->keys[0], row);
+    PyObject *key = PyTuple_New(d->key_count);
+    if (key == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < d->key_count; i++) {
+        PyObject *cell = cell_of(s, d->keys[i], row);
+        if (cell == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, i, cell);
+    }
+    return key;
+}
+
+/* One row object into the store, its key (a new reference) to ``key``. */
+static int row_into(Decoder *d, Cursor *c, RowStore *s, PyObject **key) {
+    if (!reserve_row(s))
+        return DEFER;
+    Py_ssize_t row = s->rows, stamp = ++s->stamp;
+    if (!take(c, '{'))
+        return DEFER;
+    Py_ssize_t hint = 0;
+    skip_space(c);
+    if (c->at < c->end && *c->at == '}') {
+        c->at++;
+    } else {
+        for (;;) {
+            const char *name;
+            Py_ssize_t length;
+            if (!raw_string(c, &name, &length) || !take(c, ':'))
+                return DEFER;
+            /* Writers put the columns in one order: the next one is tried first. */
+            Py_ssize_t slot = -1;
+            const Column *next = hint < d->count ? &d->columns[hint] : NULL;
+            if (next != NULL && next->length == length &&
+                memcmp(next->name, name, (size_t)length) == 0) {
+                slot = hint;
+            } else {
+                for (Py_ssize_t i = 0; i < d->count; i++) {
+                    const Column *column = &d->columns[i];
+                    if (column->length == length &&
+                        memcmp(column->name, name, (size_t)length) == 0) {
+                        slot = i;
+                        break;
+                    }
+                }
+            }
+            if (slot < 0 || s->seen[slot] == stamp)
+                return DEFER;
+            s->seen[slot] = stamp;
+            hint = slot + 1;
+            if (!value_into(&d->columns[slot], c, &s->builders[slot], row))
+                return DEFER;
+            skip_space(c);
+            if (c->at < c->end && *c->at == ',') {
+                c->at++;
+                continue;
+            }
+            if (c->at < c->end && *c->at == '}') {
+                c->at++;
+                break;
+            }
+            return DEFER;
+        }
+    }
+    for (Py_ssize_t i = 0; i < d->count; i++) {
+        if (s->seen[i] != stamp) {
+            if (!d->columns[i].nullable)
+                return DEFER;
+            put_null(&s->builders[i], d->columns[i].type, row);
+        }
+    }
+    s->rows = row + 1;
+    *key = key_at(s, row);
+    if (*key == NULL) {
+        PyErr_Clear();
+        s->rows = row;
+        return DEFER;
+    }
+    return OK;
+}
+
+/* null, or an array of row objects into the store: their keys' list to ``keys`` (NULL
+ * for null). */
+static int rows_into(Decoder *d, Cursor *c, RowStore *s, PyObject **keys) {
+    skip_space(c);
+    if (take_word(c, "null", 4)) {
+        *keys = NULL;
+        return OK;
+    }
+    if (!take(c, '['))
+        return DEFER;
+    PyObject *items = PyList_New(0);
+    if (items == NULL) {
+        PyErr_Clear();
+        return DEFER;
+    }
+    skip_space(c);
+    if (c->at < c->end && *c->at == ']') {
+        c->at++;
+        *keys = items;
+        return OK;
+    }
+    for (;;) {
+        PyObject *key;
+        if (!row_into(d, c, s, &key))
+            break;
+        int appended = PyList_Append(items, key);
+        Py_DECREF(key);
+        if (appended < 0) {
+            PyErr_Clear();
+            break;
+        }
+        skip_space(c);
+        if (c->at < c->end && *c->at == ',') {
+            c->at++;
+            continue;
+        }
+        if (c->at < c->end && *c->at == ']') {
+            c->at++;
+            *keys = items;
+            return OK;
+        }
+        break;
+    }
+    Py_DECREF(items);
+    return DEFER;
+}
+
+/* The store back to its first ``rows`` rows (a message it took in part). */
+static void truncate_to(RowStore *s, Py_ssize_t rows) {
+    s->rows = rows;
+    for (Py_ssize_t i = 0; i < s->decoder->count; i++)
+        if (s->decoder->columns[i].type == T_STRING)
+            s->builders[i].used = s->builders[i].offsets[rows];
+}
+
+/* RowStore(decoder): an empty store of the decoder's columns. */
+static int RowStore_init(RowStore *s, PyObject *args, PyObject *kwargs) {
+    PyObject *decoder;
+    static char *names[] = {"decoder", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!:RowStore", names, &DecoderType,
+                                     &decoder))
+        return -1;
+    if (s->decoder != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a RowStore is made once");
+        return -1;
+    }
+    Decoder *d = (Decoder *)decoder;
+    if (d->columns == NULL) {
+        PyErr_SetString(PyExc_ValueError, "a Decoder not yet made");
+        return -1;
+    }
+    s->builders = PyMem_Calloc((size_t)d->count, sizeof *s->builders);
+    s->seen = PyMem_Calloc((size_t)d->count, sizeof *s->seen);
+    s->dirty = PyList_New(0);
+    if (s->builders == NULL || s->seen == NULL || s->dirty == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->decoder = (Decoder *)Py_NewRef(decoder);
+    for (Py_ssize_t i = 0; i < d->count; i++) {
+        if (d->columns[i].type == T_STRING) {
+            s->builders[i].offsets = PyMem_Calloc(1, sizeof(int32_t)); /* the first: 0 */
+            if (s->builders[i].offsets == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void RowStore_dealloc(RowStore *s) {
+    if (s->builders != NULL && s->decoder != NULL) {
+        for (Py_ssize_t i = 0; i < s->decoder->count; i++) {
+            PyMem_Free(s->builders[i].valid);
+            PyMem_Free(s->builders[i].data);
+            PyMem_Free(s->builders[i].offsets);
+            PyMem_Free(s->builders[i].zones);
+        }
+    }
+    PyMem_Free(s->builders);
+    PyMem_Free(s->seen);
+    Py_XDECREF(s->dirty);
+    Py_XDECREF(s->decoder);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static Py_ssize_t RowStore_length(RowStore *s) {
+    return s->rows;
+}
+
+static PyObject *RowStore_row(RowStore *s, PyObject *index) {
+    Py_ssize_t row = PyLong_AsSsize_t(index);
+    if (row == -1 && PyErr_Occurred())
+        return NULL;
+    return row_tuple(s, row);
+}
+
+static PyObject *RowStore_rows(RowStore *s, PyObject *indexes) {
+    PyObject *items = PySequence_Fast(indexes, "rows takes a sequence of row numbers");
+    if (items == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        Py_ssize_t row = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(items, i));
+        PyObject *tuple = row == -1 && PyErr_Occurred() ? NULL : row_tuple(s, row);
+        if (tuple == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, tuple);
+    }
+    Py_DECREF(items);
+    return out;
+}
+
+static PyObject *copy_bytes(const void *from, Py_ssize_t size) {
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size > 0 ? size : 1);
+    if (bytes != NULL) {
+        memset(PyBytes_AS_STRING(bytes), 0, (size_t)PyBytes_GET_SIZE(bytes));
+        if (size > 0)
+            memcpy(PyBytes_AS_STRING(bytes), from, (size_t)size);
+    }
+    return bytes;
+}
+
+/* A bit buffer of ``rows`` bits, the bits past them cleared (Arrow's form). */
+static PyObject *copy_bits(const unsigned char *bits, Py_ssize_t rows) {
+    PyObject *bytes = copy_bytes(bits, (rows + 7) / 8);
+    if (bytes != NULL && rows % 8)
+        PyBytes_AS_STRING(bytes)[rows / 8] &= (char)((1u << (rows % 8)) - 1);
+    return bytes;
+}
+
+/* columns() -> [(null_count, validity, data, offsets), ...]: every row's buffers, copied,
+ * in the form app.engine._columns.columns gives them. */
+static PyObject *RowStore_columns(RowStore *s, PyObject *unused) {
+    (void)unused;
+    Decoder *d = s->decoder;
+    Py_ssize_t rows = s->rows;
+    PyObject *out = PyList_New(d->count);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < d->count; i++) {
+        Builder *b = &s->builders[i];
+        int type = d->columns[i].type;
+        Py_ssize_t valid = 0;
+        for (Py_ssize_t r = 0; r < rows; r++)
+            valid += get_bit(b->valid, r);
+        PyObject *validity = valid < rows ? copy_bits(b->valid, rows) : Py_NewRef(Py_None);
+        PyObject *data = type == T_BOOL     ? copy_bits((unsigned char *)b->data, rows)
+                         : type == T_STRING ? copy_bytes(b->data, b->offsets[rows])
+                                            : copy_bytes(b->data, rows * width_of(type));
+        PyObject *offsets = type == T_STRING ? copy_bytes(b->offsets, (rows + 1) * 4)
+                                             : Py_NewRef(Py_None);
+        PyObject *item = validity == NULL || data == NULL || offsets == NULL
+                             ? NULL
+                             : Py_BuildValue("(nOOO)", rows - valid, validity, data, offsets);
+        Py_XDECREF(validity);
+        Py_XDECREF(data);
+        Py_XDECREF(offsets);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+static PyObject *RowStore_truncate(RowStore *s, PyObject *index) {
+    Py_ssize_t rows = PyLong_AsSsize_t(index);
+    if (rows == -1 && PyErr_Occurred())
+        return NULL;
+    if (rows < 0 || rows > s->rows) {
+        PyErr_Format(PyExc_IndexError, "truncate to %zd rows of %zd", rows, s->rows);
+        return NULL;
+    }
+    truncate_to(s, rows);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef RowStore_methods[] = {
+    {"row", (PyCFunction)RowStore_row, METH_O, "row(i) -> the row's tuple"},
+    {"rows", (PyCFunction)RowStore_rows, METH_O, "rows(indexes) -> a list of the rows' tuples"},
+    {"columns", (PyCFunction)RowStore_columns, METH_NOARGS,
+     "columns() -> [(null_count, validity, data, offsets), ...] of every row"},
+    {"truncate", (PyCFunction)RowStore_truncate, METH_O, "truncate(n): keep the first n rows"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *RowStore_dirty(RowStore *s, void *closure) {
+    (void)closure;
+    return Py_NewRef(s->dirty);
+}
+
+static PyObject *RowStore_decoder(RowStore *s, void *closure) {
+    (void)closure;
+    return Py_NewRef((PyObject *)s->decoder);
+}
+
+static PyGetSetDef RowStore_getset[] = {
+    {"decoder", (getter)RowStore_decoder, NULL, "the decoder whose columns it holds", NULL},
+    {"dirty", (getter)RowStore_dirty, NULL, "a list the engine notes its tables' handles in",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods RowStore_sequence = {.sq_length = (lenfunc)RowStore_length};
+
+static PyTypeObject RowStoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.contract._envelope.RowStore",
+    .tp_basicsize = sizeof(RowStore),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RowStore(decoder): rows written as Arrow's column buffers",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RowStore_init,
+    .tp_dealloc = (destructor)RowStore_dealloc,
+    .tp_methods = RowStore_methods,
+    .tp_getset = RowStore_getset,
+    .tp_as_sequence = &RowStore_sequence,
+};
+
 enum { F_SESSION, F_SEQ, F_TYPE, F_TS, F_ROWS, F_DELETED, F_COUNT };
 static const char *const FIELDS[F_COUNT] = {"session", "seq", "type", "ts", "rows", "deleted"};
 enum { SNAPSHOT, UPDATE, END };
 
-/* decode(value) -> (session, seq, type, ts, rows, deleted) or None: see the top. */
-static PyObject *Decoder_decode(Decoder *d, PyObject *value) {
+/* The envelope of ``value``, or None; with a store, the rows go into it (see decode_into). */
+static PyObject *decode(Decoder *d, PyObject *value, RowStore *store) {
     if (!PyBytes_Check(value)) {
         PyErr_SetString(PyExc_TypeError, "decode takes bytes");
         return NULL;
     }
+    Py_ssize_t first = store != NULL ? store->rows : 0;
     Cursor c = {PyBytes_AS_STRING(value), PyBytes_AS_STRING(value) + PyBytes_GET_SIZE(value)};
     PyObject *found[F_COUNT] = {NULL};
     long long seq = 0, ts = 0;
@@ -802,7 +1604,8 @@ static PyObject *Decoder_decode(Decoder *d, PyObject *value) {
                 goto done;
             break;
         case F_ROWS:
-            if (!array_of(d, &c, row_of, &found[F_ROWS]))
+            if (store != NULL ? !rows_into(d, &c, store, &found[F_ROWS])
+                              : !array_of(d, &c, row_of, &found[F_ROWS]))
                 goto done;
             break;
         case F_DELETED:
@@ -839,18 +1642,40 @@ static PyObject *Decoder_decode(Decoder *d, PyObject *value) {
         PyErr_Clear();
         goto done;
     }
-    result = Py_BuildValue(
-        "(OLiLOO)", found[F_SESSION], seq, type, ts, rows != NULL ? rows : empty,
-        type == UPDATE && deleted != NULL ? deleted : empty);
+    PyObject *deleted_keys = type == UPDATE && deleted != NULL ? deleted : empty;
+    if (store != NULL)
+        result = Py_BuildValue("(OLiLnOO)", found[F_SESSION], seq, type, ts, first,
+                               rows != NULL ? rows : empty, deleted_keys);
+    else
+        result = Py_BuildValue("(OLiLOO)", found[F_SESSION], seq, type, ts,
+                               rows != NULL ? rows : empty, deleted_keys);
     Py_DECREF(empty);
     if (result == NULL)
         PyErr_Clear();
 done:
     for (int i = 0; i < F_COUNT; i++)
         Py_XDECREF(found[i]);
-    if (result == NULL)
+    if (result == NULL) {
+        if (store != NULL)
+            truncate_to(store, first); /* none of a message it leaves stays */
         Py_RETURN_NONE;
+    }
     return result;
+}
+
+/* decode(value) -> (session, seq, type, ts, rows, deleted) or None: see the top. */
+static PyObject *Decoder_decode(Decoder *d, PyObject *value) {
+    return decode(d, value, NULL);
+}
+
+/* decode_into(value, store) -> (session, seq, type, ts, first, keys, deleted) or None. */
+static PyObject *Decoder_decode_into(Decoder *d, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !Py_IS_TYPE(args[1], &RowStoreType) ||
+        ((RowStore *)args[1])->decoder != d) {
+        PyErr_SetString(PyExc_TypeError, "decode_into takes a value and a RowStore of this decoder");
+        return NULL;
+    }
+    return decode(d, args[0], (RowStore *)args[1]);
 }
 
 static int Decoder_init(Decoder *d, PyObject *args, PyObject *kwargs) {
@@ -925,6 +1750,9 @@ static void Decoder_dealloc(Decoder *d) {
 static PyMethodDef Decoder_methods[] = {
     {"decode", (PyCFunction)Decoder_decode, METH_O,
      "decode(value) -> (session, seq, type, ts, rows, deleted), or None: the parser's to judge"},
+    {"decode_into", (PyCFunction)(void (*)(void))Decoder_decode_into, METH_FASTCALL,
+     "decode_into(value, store) -> (session, seq, type, ts, first, keys, deleted), or None: "
+     "the rows written into the store from row ``first`` on, their keys given"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -945,15 +1773,17 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__envelope(void) {
     PyDateTime_IMPORT;
-    if (PyDateTimeAPI == NULL || PyType_Ready(&DecoderType) < 0)
+    if (PyDateTimeAPI == NULL || PyType_Ready(&DecoderType) < 0 ||
+        PyType_Ready(&RowStoreType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     /* The interface's number, app/compiled.py's INTERFACE: a module built from older source
      * is left unused, not misread. */
-    if (PyModule_AddIntConstant(m, "INTERFACE", 1) < 0 ||
-        PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) < 0) {
+    if (PyModule_AddIntConstant(m, "INTERFACE", 2) < 0 ||
+        PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) < 0 ||
+        PyModule_AddObjectRef(m, "RowStore", (PyObject *)&RowStoreType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,20 +4,25 @@ It may only ever be a faster way to the same envelope: whatever it decodes, the 
 checks (``parse_full``) give identically (types, a zero's sign, a decimal's scale, a
 time's offset); whatever it leaves (None), the parser's other paths judge. The
 canonical forms the contract spells, which captures hold, it must take itself, or
-the job is no faster for it.
+the job is no faster for it. Its store (``decode_into``, the built-in processor's
+path) is held to the same: the rows it keeps read back as those tuples, its buffers
+are pyarrow's conversion of them, and a value it leaves leaves nothing in it.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.contract.envelope import EnvelopeParser, native_decoder_built
 from app.contract.schema import TableSchema, parse_schema
+from app.engine.output import _arrays, _row_struct
 from app.errors import EnvelopeError
 from tests.generated_schemas import capture, schemas
 
@@ -68,7 +73,47 @@ def _check(schema: TableSchema, value: bytes, key: str = "s1") -> bool:
         assert not full.startswith("refused")
     python = EnvelopeParser(schema, native=False)
     assert _said(parser, key, value) == _said(python, key, value)
+    _check_store(parser, value, found)
     return found is not None
+
+
+def _check_store(parser: EnvelopeParser, value: bytes, found: Any) -> None:
+    """``decode_into`` takes what ``decode`` takes (but a decimal's negative zero, which
+    only a Decimal keeps), its rows read back as ``decode``'s, and its buffers are
+    pyarrow's of them; what it leaves, it leaves out of the store. Twice into one store:
+    the second lands after the first."""
+    decoder = parser._decoder
+    assert decoder is not None
+    store = parser.store()
+    assert store is not None
+    got = decoder.decode_into(value, store)
+    again = decoder.decode_into(value, store)
+    if got is None:
+        assert again is None and len(store) == 0
+        assert found is None or any(
+            isinstance(cell, Decimal) and cell.is_zero() and cell.is_signed()
+            for row in found[4]
+            for cell in row
+        ), "the store left a value decode takes"
+        return
+    assert found is not None and again is not None, "the store took a value decode leaves"
+    session, seq, kind, ts, first, keys, deleted = got
+    assert (first, again[4]) == (0, len(keys))
+    assert repr((session, seq, kind, ts, deleted)) == repr((*found[:4], found[5]))
+    rows = list(found[4])
+    n = len(rows)
+    assert repr(store.rows(range(n))) == repr(rows)
+    assert repr(store.rows(range(n, 2 * n))) == repr(rows)
+    indexes = parser.schema.key_indexes
+    assert repr(list(keys)) == repr(
+        [row[indexes[0]] if len(indexes) == 1 else tuple(row[i] for i in indexes) for row in rows]
+    )
+    if rows:
+        schema = parser.schema
+        expected = pa.array(rows + rows, _row_struct(schema)).flatten()
+        for column, want in zip(_arrays(schema, store.columns(), 2 * n), expected, strict=True):
+            column.validate(full=True)
+            assert column.equals(want)
 
 
 def test_the_compiled_decoder_is_built_here() -> None:
