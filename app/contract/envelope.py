@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -128,7 +128,7 @@ def native_decoder_built() -> bool:
     return _native is not None
 
 
-def _native_decode(schema: TableSchema) -> Callable[[bytes], Any] | None:
+def _native_decoder(schema: TableSchema) -> _native.Decoder | None:
     """The compiled decoder of ``schema``'s canonical forms, or None where it is not built."""
     if _native is None:
         return None
@@ -136,9 +136,49 @@ def _native_decode(schema: TableSchema) -> Callable[[bytes], Any] | None:
         (c.name, NATIVE_TYPES.index(c.type), c.nullable, c.precision, c.scale)
         for c in schema.columns
     )
-    decoder = _native.Decoder(columns, tuple(schema.key_indexes), Decimal)
-    decode: Callable[[bytes], Any] = decoder.decode
-    return decode
+    return _native.Decoder(columns, tuple(schema.key_indexes), Decimal)
+
+
+def _native_decode(schema: TableSchema) -> Callable[[bytes], Any] | None:
+    """The compiled decoder's ``decode`` of ``schema``, or None where it is not built."""
+    decoder = _native_decoder(schema)
+    return None if decoder is None else decoder.decode
+
+
+# The compiled store of rows (app/contract/_envelope.c's RowStore), where it is built.
+RowStore = Any
+
+
+class RowSpan(Sequence[Row]):
+    """A message's rows as a :class:`RowStore` holds them: its rows ``first`` on, one per
+    key of ``keys`` (the rows' keys, in order).
+
+    The compiled decoder writes the rows of :meth:`EnvelopeParser.into`'s messages
+    straight into the store's Arrow buffers, as the output stores them, and gives only
+    their keys as Python values. The built-in processor reads nothing else (its table
+    keeps each row's place, the output takes the rows from the store); anything that
+    reads the rows gets the tuples the parser's other paths would give, made as it asks.
+    """
+
+    __slots__ = ("first", "keys", "store")
+
+    def __init__(self, store: RowStore, first: int, keys: list[Key]) -> None:
+        self.store = store
+        self.first = first
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index: Any) -> Any:
+        places = range(self.first, self.first + len(self.keys))[index]  # raises as a list
+        return self.store.rows(places) if isinstance(places, range) else self.store.row(places)
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.store.rows(range(self.first, self.first + len(self.keys))))
+
+    def __repr__(self) -> str:
+        return f"RowSpan(rows {self.first} to {self.first + len(self.keys) - 1} of a store)"
 
 
 def decode_key(key: bytes | None) -> str:
@@ -187,7 +227,8 @@ class EnvelopeParser:
 
     def _build(self) -> None:
         schema = self.schema
-        self._native = _native_decode(schema) if self.native else None
+        self._decoder = _native_decoder(schema) if self.native else None
+        self._native = None if self._decoder is None else self._decoder.decode
         columns = schema.columns
         names = [f"c{i}" for i in range(len(columns))]
         converted = {ColumnType.FLOAT64, *_CONVERTED}
@@ -266,6 +307,39 @@ class EnvelopeParser:
         except msgspec.MsgspecError:
             return self.parse_full(key, value)
         return self._envelope(key, value, doc, None)
+
+    def store(self) -> RowStore | None:
+        """A new, empty store of this schema's rows for :meth:`into`; None where the
+        compiled decoder is not built (or the parser was made without it)."""
+        return None if self._decoder is None else _native.RowStore(self._decoder)
+
+    def takes(self, store: RowStore) -> bool:
+        """Whether ``store`` is one of this parser's (:meth:`store`)."""
+        return self._decoder is not None and store.decoder is self._decoder
+
+    def into(self, store: RowStore) -> Callable[[str, bytes | None], Envelope]:
+        """The parser of a run whose rows go into ``store`` (from :meth:`store`): each
+        envelope the compiled decoder takes has its rows as a :class:`RowSpan` of it; any
+        other is :meth:`__call__`'s, rows as tuples (a value the decoder leaves, a session
+        that is not the key), and nothing of it stays in the store."""
+        decoder = self._decoder
+        if decoder is None:
+            raise ValueError("a store's parser needs the compiled decoder")
+        decode_into = decoder.decode_into
+        messages = _NATIVE_MESSAGES
+
+        def parse(key: str, value: bytes | None) -> Envelope:
+            if value.__class__ is bytes:
+                found = decode_into(value, store)
+                if found is not None:
+                    session, seq, kind, ts, first, keys, deleted = found
+                    if session == key:
+                        rows = RowSpan(store, first, keys) if keys else ()
+                        return _new_envelope((key, seq, messages[kind], ts, rows, deleted))
+                    store.truncate(first)
+            return self(key, value)
+
+        return parse
 
     def over(self, values: Sequence[bytes | None]) -> Callable[[str, bytes | None], Envelope]:
         """The parser of a run over ``values`` (a slice of records, parsed in any order).

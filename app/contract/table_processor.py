@@ -10,7 +10,7 @@ before columns were added reads them as null.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from functools import partial
@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from app.contract.envelope import RowSpan
 from app.contract.processor import Changes, Key, Message, MessageType, Processor, Reject, Row
 from app.contract.schema import DEFAULT_SCHEMA, ColumnType, TableSchema
 
@@ -54,17 +55,17 @@ class TableProcessor(Processor[Table]):
 
     def apply(self, state: Table, message: Message) -> tuple[Table, Changes]:
         _, _, kind, _, rows, deleted = message
+        if rows.__class__ is RowSpan:
+            return _apply_span(state, kind, rows, deleted)
         key = self._key
         if kind is MessageType.SNAPSHOT:
             table: Table = {key(row): row for row in rows}
             if len(table) != len(rows):
-                raise Reject("unique keys in a snapshot", f"key {_twice(rows, key)!r} twice")
+                raise Reject("unique keys in a snapshot", f"key {_twice(map(key, rows))!r} twice")
             gone = [k for k in state if k not in table]
             return table, _changes((rows, gone))
 
-        for k in deleted:  # all checked before any is removed: a violation changes nothing
-            if k not in state:
-                raise Reject("a key present in the table", f"delete of unknown key {k!r}", rule=4)
+        _check_deleted(state, deleted)
         for k in deleted:
             del state[k]
         for row in rows:
@@ -115,10 +116,42 @@ _FROM_TEXT: dict[ColumnType, Callable[[str], Any]] = {
 }
 
 
-def _twice(rows: Sequence[Row], key: Callable[[Row], Key]) -> Key:
+def _apply_span(
+    state: Table, kind: MessageType, rows: RowSpan, deleted: Sequence[Key]
+) -> tuple[Table, Changes]:
+    """:meth:`TableProcessor.apply` of rows a store holds (the compiled decoder's): the
+    table keeps each row's place in the store, an int, the same changes made. The
+    engine makes the places the table still holds rows again when its run ends
+    (:func:`app.engine.machine.settle`), from the tables noted in ``store.dirty``."""
+    keys = rows.keys
+    places = range(rows.first, rows.first + len(keys))
+    if kind is MessageType.SNAPSHOT:
+        table: dict[Key, Any] = dict(zip(keys, places, strict=True))  # places: rows, later
+        if len(table) != len(keys):
+            raise Reject("unique keys in a snapshot", f"key {_twice(keys)!r} twice")
+        gone = [k for k in state if k not in table]
+        rows.store.dirty.append((table, keys))
+        return table, _changes((rows, gone))
+    _check_deleted(state, deleted)
+    for k in deleted:
+        del state[k]
+    held: dict[Key, Any] = state  # places stand for rows until the run ends
+    held.update(zip(keys, places, strict=True))
+    rows.store.dirty.append((state, keys))
+    return state, _changes((rows, deleted))
+
+
+def _check_deleted(state: Table, deleted: Sequence[Key]) -> None:
+    """Every deleted key in the table, all checked before any is removed: a violation
+    changes nothing."""
+    for k in deleted:
+        if k not in state:
+            raise Reject("a key present in the table", f"delete of unknown key {k!r}", rule=4)
+
+
+def _twice(keys: Iterable[Key]) -> Key:
     seen: set[Key] = set()
-    for row in rows:
-        k = key(row)
+    for k in keys:
         if k in seen:
             return k
         seen.add(k)

@@ -44,10 +44,11 @@ import numpy as np
 import pyarrow as pa
 
 from app import defaults
-from app.contract.envelope import Envelope, MessageType, parser_for
+from app.contract.envelope import Envelope, MessageType, RowStore, parser_for
 from app.contract.offsets import TopicPartition
 from app.contract.processor import NO_CHANGES, Changes, Processor, Reject, StateT
 from app.contract.schema import DEFAULT_SCHEMA, TableSchema
+from app.contract.table_processor import TableProcessor
 from app.engine.gc_pause import cyclic_gc_paused
 from app.engine.output import QuarantinedRecord, RowColumns
 from app.engine.state import PartitionState, SessionState
@@ -177,6 +178,9 @@ class PartitionMachine(Generic[StateT]):
         self.processor = processor
         self.input = processor.input or DEFAULT_SCHEMA
         self.parse = parser_for(self.input)
+        # The built-in processor reads only its rows' keys: its rows can stay in the
+        # compiled decoder's store (app.contract.envelope.RowSpan) until the output.
+        self._spans = processor.__class__ is TableProcessor and processor.output == self.input
 
     def switch(self, state: PartitionState[StateT], processor: Processor[StateT]) -> None:
         """Go on with ``processor`` where the live job restarted with another table schema:
@@ -203,18 +207,37 @@ class PartitionMachine(Generic[StateT]):
         time. In strict mode the run stops at the first violation: the batch
         fails, and the state is thrown away.
         """
+        if result is None:
+            result = PartitionResult(
+                RowColumns(state.tp, self.processor.output, self.processor.name)
+            )
+        store = self._store(result.rows)
         with cyclic_gc_paused():
-            return self._run(state, records, result)
+            try:
+                return self._run(state, records, result, store)
+            finally:
+                if store is not None:
+                    settle(store, [session.user for session in state.sessions.values()])
+
+    def _store(self, rows: RowColumns) -> RowStore | None:
+        """The store the run's rows go into (``rows``'), where they can: None otherwise."""
+        if not self._spans:
+            return None
+        store = rows.store
+        if store is None:
+            store = self.parse.store()
+            if store is None or not rows.use_store(store):
+                return None
+        return store if self.parse.takes(store) else None  # another schema's: tuples
 
     def _run(
         self,
         state: PartitionState[StateT],
         records: RecordColumns,
-        result: PartitionResult | None,
+        result: PartitionResult,
+        store: RowStore | None,
     ) -> PartitionResult:
         tp = state.tp
-        if result is None:
-            result = PartitionResult(RowColumns(tp, self.processor.output, self.processor.name))
         sessions = state.sessions
         strict = self.rules.mode is IntegrityMode.STRICT
         apply = self._apply if self.rules.mode.checks_sequence else self._apply_class
@@ -224,7 +247,8 @@ class PartitionMachine(Generic[StateT]):
         violation: Violation | None
         clock = state.clock_ms
         idle = _IdleClock(clock, offsets, stamps)
-        parse = self.parse.over(values)  # the slice's rows converted a column at a time
+        # The slice's rows into the store, or converted a column at a time.
+        parse = self.parse.over(values) if store is None else self.parse.into(store)
         for i in range(len(offsets)):
             offset = offsets[i]
             seen = stamps[i]
@@ -603,6 +627,24 @@ class PartitionMachine(Generic[StateT]):
 
 # The ``type`` of the rows a processor writes when a session times out.
 TIMEOUT = "timeout"
+
+
+def settle(store: RowStore, tables: Sequence[Any]) -> None:
+    """The rows the built-in processor's ``tables`` (the sessions' states) hold as places
+    in ``store`` made tuples again (:func:`app.contract.table_processor._apply_span`), so
+    that no state outlives a run with places in it. Every table that took places noted
+    itself in ``store.dirty`` with the keys it took; one a snapshot replaced since is
+    no session's, and is left as it is."""
+    dirty = store.dirty
+    live = {id(table) for table in tables}
+    for table, keys in dirty:
+        if id(table) not in live:
+            continue
+        places = [(k, place) for k in keys if (place := table.get(k)).__class__ is int]
+        if places:
+            rows = store.rows([place for _, place in places])
+            table.update(zip([k for k, _ in places], rows, strict=True))
+    dirty.clear()
 
 
 class _IdleClock:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app import compiled
-from app.contract.envelope import NATIVE_TYPES, Key, Row
+from app.contract.envelope import NATIVE_TYPES, Key, Row, RowSpan, RowStore
 from app.contract.offsets import TopicPartition
 from app.contract.processor import Changes
 from app.contract.schema import DEFAULT_SCHEMA, Column, ColumnType, TableSchema
@@ -134,9 +134,27 @@ class RowColumns:
     whole; a row the output schema refuses is found only then, and named
     with its message and column (:class:`~app.errors.ProcessorError`).
     ``producer`` names the processor that wrote them, for that line.
+
+    With a ``store`` (:meth:`use_store`: the compiled decoder's
+    :class:`~app.contract.envelope.RowStore`, which the engine's parser writes
+    the messages' rows into), rows given as a
+    :class:`~app.contract.envelope.RowSpan` of it are kept as their places,
+    and the output's columns are the store's, taken by index; other rows (a
+    message's deletions, one the decoder left) are tuples as without it.
     """
 
-    __slots__ = ("_deleted_row", "_messages", "_rows", "producer", "schema", "tp")
+    __slots__ = (
+        "_counts",
+        "_deleted_row",
+        "_length",
+        "_messages",
+        "_rows",
+        "_starts",
+        "producer",
+        "schema",
+        "store",
+        "tp",
+    )
 
     def __init__(
         self, tp: TopicPartition, schema: TableSchema = DEFAULT_SCHEMA, producer: str = ""
@@ -148,9 +166,23 @@ class RowColumns:
         self._messages: list[tuple[int, str, int, str, int, int, int]] = []
         self._rows: list[Row] = []  # a deleted row: its key, null elsewhere
         self._deleted_row = _deleted_row(schema)
+        self.store: RowStore | None = None
+        # With a store, the rows in order as runs of places: a run of the store's rows
+        # (its first place), or of the tuples' (~ their first index), and its length.
+        self._starts: list[int] = []
+        self._counts: list[int] = []
+        self._length = 0
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._rows) if self.store is None else self._length
+
+    def use_store(self, store: RowStore) -> bool:
+        """Take the rows of :class:`~app.contract.envelope.RowSpan` s of ``store`` as
+        their places from now on; False (and nothing changed) when this collection
+        already holds rows or another store."""
+        if self.store is None and not self._rows:
+            self.store = store
+        return self.store is store
 
     def emptied(self) -> RowColumns:
         """A new, empty collection of the same partition, schema and producer."""
@@ -175,9 +207,26 @@ class RowColumns:
             ) from None
         if count:
             self._messages.append((offset, session, seq, kind, ts, count, len(deleted)))
+            rows = self._rows
+            if self.store is None:
+                if deleted:
+                    rows.extend(map(self._deleted_row, deleted))
+                rows.extend(upserted)
+                return count
+            self._length += count
+            at = len(rows)
             if deleted:
-                self._rows.extend(map(self._deleted_row, deleted))
-            self._rows.extend(upserted)
+                rows.extend(map(self._deleted_row, deleted))
+            if upserted.__class__ is RowSpan and upserted.store is self.store:
+                if deleted:
+                    self._starts.append(~at)
+                    self._counts.append(len(deleted))
+                self._starts.append(upserted.first)
+                self._counts.append(len(upserted))
+            else:
+                rows.extend(upserted)
+                self._starts.append(~at)
+                self._counts.append(len(rows) - at)
         return count
 
     def to_table(self) -> pa.Table:
@@ -187,7 +236,7 @@ class RowColumns:
 
     def _table(self) -> pa.Table:
         schema = output_schema(self.schema)
-        n = len(self._rows)
+        n = len(self)
         if not n:
             return schema.empty_table()
         # One conversion each of the message and row tuples as structs: unzipping
@@ -195,17 +244,7 @@ class RowColumns:
         offsets, sessions, seqs, kinds, stamps, counts, deleted_counts = pa.array(
             self._messages, _MESSAGE
         ).flatten()
-        declared = _native_columns(self.schema, self._rows)
-        if declared is None:  # not every value of its exact type (or not built): pyarrow's
-            try:
-                declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
-            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                raise self._refused(str(exc)) from None
-            # The built-in's rows are its input's, which rule 7 typed: a user's are checked.
-            if self.producer != TableProcessor.name and not (
-                _converted_exactly(self.schema, self._rows) and _finite(self.schema, declared)
-            ):
-                raise self._refused("")
+        declared = self._declared() if self.store is None else self._declared_from_store(n)
         keys = self.schema.key_indexes
         if any(declared[i].null_count for i in keys):
             raise self._refused("a key column is null")
@@ -230,6 +269,40 @@ class RowColumns:
             schema=schema,
         )
 
+    def _declared(self) -> list[pa.Array]:
+        """The declared columns of the tuples."""
+        declared = _native_columns(self.schema, self._rows)
+        if declared is None:  # not every value of its exact type (or not built): pyarrow's
+            try:
+                declared = pa.array(self._rows, _row_struct(self.schema)).flatten()
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                raise self._refused(str(exc)) from None
+            # The built-in's rows are its input's, which rule 7 typed: a user's are checked.
+            if self.producer != TableProcessor.name and not (
+                _converted_exactly(self.schema, self._rows) and _finite(self.schema, declared)
+            ):
+                raise self._refused("")
+        return declared
+
+    def _declared_from_store(self, n: int) -> list[pa.Array]:
+        """The declared columns of the ``n`` rows: the store's, then the tuples', taken in
+        the order of the runs."""
+        assert self.store is not None
+        held = len(self.store)
+        stored = _arrays(self.schema, self.store.columns(), held)
+        starts = np.array(self._starts, np.int64)
+        counts = np.array(self._counts, np.int64)
+        # A run's places in the store's rows followed by the tuples'.
+        first = np.where(starts < 0, held + ~starts, starts)
+        index = pa.array(np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(n))
+        if not self._rows:
+            return [column.take(index) for column in stored]
+        tuples = self._declared()
+        return [
+            pa.concat_arrays([column, more]).take(index)
+            for column, more in zip(stored, tuples, strict=True)
+        ]
+
     def _refused(self, arrow: str) -> ProcessorError:
         """The first row the output schema refuses, named with its message and column."""
         columns = self.schema.columns
@@ -246,7 +319,7 @@ class RowColumns:
         at, problem = found
         where = ""
         facts: dict[str, str | int] = {"step": "output", "processor": self.producer}
-        if at is not None:
+        if at is not None and self.store is None:  # with a store, the tuples are some rows
             first = 0
             for offset, session, _, _, _, count, _ in self._messages:
                 if at < first + count:
@@ -286,13 +359,21 @@ def _native_columns(schema: TableSchema, rows: list[Row]) -> list[pa.Array] | No
     found = _native.columns(rows, _native_types(schema), Decimal)
     if found is None:
         return None
+    return _arrays(schema, found, len(rows))
+
+
+def _arrays(
+    schema: TableSchema, found: list[tuple[int, bytes | None, bytes, bytes | None]], rows: int
+) -> list[pa.Array]:
+    """The declared columns from the compiled parts' buffers (null count, validity, data,
+    a string's offsets) of ``rows`` rows."""
     arrays: list[pa.Array] = []
     for column, (nulls, validity, data, offsets) in zip(schema.columns, found, strict=True):
         mask = None if validity is None else pa.py_buffer(validity)
         buffers = [mask, pa.py_buffer(data)]
         if offsets is not None:  # a string column: validity, offsets, then the UTF-8
             buffers = [mask, pa.py_buffer(offsets), pa.py_buffer(data)]
-        arrays.append(pa.Array.from_buffers(arrow_type(column), len(rows), buffers, nulls))
+        arrays.append(pa.Array.from_buffers(arrow_type(column), rows, buffers, nulls))
     return arrays
 
 
