@@ -36,6 +36,7 @@ enum { T_STRING, T_INT64, T_FLOAT64, T_BOOL, T_TIMESTAMP, T_DATE, T_DECIMAL, T_C
 typedef struct {
     const char *name;
     Py_ssize_t length;
+    int plain; /* no quote, backslash or control character: JSON writes it as it is */
     int type;
     int nullable;
     int precision;
@@ -1249,13 +1250,20 @@ static int row_into(Decoder *d, Cursor *c, RowStore *s, PyObject **key) {
         for (;;) {
             const char *name;
             Py_ssize_t length;
-            if (!raw_string(c, &name, &length) || !take(c, ':'))
-                return DEFER;
-            /* Writers put the columns in one order: the next one is tried first. */
+            /* Writers put the columns in one order: the next one is tried first, its
+             * name matched in place (a plain name is its JSON string's bytes). */
             Py_ssize_t slot = -1;
             const Column *next = hint < d->count ? &d->columns[hint] : NULL;
-            if (next != NULL && next->length == length &&
-                memcmp(next->name, name, (size_t)length) == 0) {
+            skip_space(c);
+            if (next != NULL && next->plain && c->end - c->at > next->length + 1 &&
+                c->at[0] == '"' && c->at[next->length + 1] == '"' &&
+                memcmp(c->at + 1, next->name, (size_t)next->length) == 0) {
+                c->at += next->length + 2;
+                slot = hint;
+            } else if (!raw_string(c, &name, &length)) {
+                return DEFER;
+            } else if (next != NULL && next->length == length &&
+                       memcmp(next->name, name, (size_t)length) == 0) {
                 slot = hint;
             } else {
                 for (Py_ssize_t i = 0; i < d->count; i++) {
@@ -1267,7 +1275,7 @@ static int row_into(Decoder *d, Cursor *c, RowStore *s, PyObject **key) {
                     }
                 }
             }
-            if (slot < 0 || s->seen[slot] == stamp)
+            if (slot < 0 || s->seen[slot] == stamp || !take(c, ':'))
                 return DEFER;
             s->seen[slot] = stamp;
             hint = slot + 1;
@@ -1723,6 +1731,12 @@ static int Decoder_init(Decoder *d, PyObject *args, PyObject *kwargs) {
         PyTuple_SET_ITEM(d->names, i, encoded);
         column->name = PyBytes_AS_STRING(encoded);
         column->length = PyBytes_GET_SIZE(encoded);
+        column->plain = 1;
+        for (Py_ssize_t at = 0; at < column->length; at++) {
+            unsigned char ch = (unsigned char)column->name[at];
+            if (ch == '"' || ch == '\\' || ch < 0x20)
+                column->plain = 0;
+        }
     }
     for (Py_ssize_t i = 0; i < key_count; i++) {
         Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, i));
