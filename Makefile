@@ -18,8 +18,13 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 # Then the local JVM's class archive (app/spark/class_archive.py): Spark's classes mapped at
 # start, seconds off every local JVM. Its name follows the JDK and the pins, so the step
 # makes it (about 30 s) only when this JDK's is missing, and says nothing otherwise.
+# Last, the job's modules compiled to bytecode, as pip compiles an installed package's:
+# every Python process of a local run (the driver, each worker, Spark's planners of the
+# source) imports them, and where PYTHONDONTWRITEBYTECODE is set (CI's machines) each would
+# compile them from source again. A module edited since is compiled afresh, never misread.
 setup: $(STAMP) $(NATIVE)
 	@$(BIN)/python -m app.cli.class_archive
+	@$(BIN)/python -m compileall -q app > /dev/null
 
 # The compiled parts (the CPython API and nothing else), each built beside its source for
 # this checkout's Python: the envelope's decoder (app/contract/_envelope.c) and the output
