@@ -1512,7 +1512,62 @@ static PyObject *RowStore_truncate(RowStore *s, PyObject *index) {
     Py_RETURN_NONE;
 }
 
+/* settle(live): the places (ints) the tables noted in ``dirty`` hold for their keys made
+ * the rows' tuples, in the tables whose id() is in the set ``live``; dirty emptied. */
+static PyObject *RowStore_settle(RowStore *s, PyObject *live) {
+    if (!PyAnySet_Check(live)) {
+        PyErr_SetString(PyExc_TypeError, "settle takes a set of the live tables' ids");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(s->dirty);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(s->dirty, i);
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+            !PyDict_CheckExact(PyTuple_GET_ITEM(entry, 0)) ||
+            !PyList_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "dirty holds (table, keys) pairs");
+            return NULL;
+        }
+        PyObject *table = PyTuple_GET_ITEM(entry, 0), *keys = PyTuple_GET_ITEM(entry, 1);
+        PyObject *id = PyLong_FromVoidPtr(table);
+        if (id == NULL)
+            return NULL;
+        int found = PySet_Contains(live, id);
+        Py_DECREF(id);
+        if (found < 0)
+            return NULL;
+        if (!found)
+            continue; /* a table a snapshot replaced since: no session's */
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
+            PyObject *key = PyList_GET_ITEM(keys, k);
+            PyObject *place = PyDict_GetItemWithError(table, key);
+            if (place == NULL) {
+                if (PyErr_Occurred())
+                    return NULL;
+                continue; /* deleted since */
+            }
+            if (!PyLong_CheckExact(place))
+                continue; /* a row already */
+            Py_ssize_t row = PyLong_AsSsize_t(place);
+            if (row == -1 && PyErr_Occurred())
+                return NULL;
+            PyObject *tuple = row_tuple(s, row);
+            if (tuple == NULL)
+                return NULL;
+            int set = PyDict_SetItem(table, key, tuple);
+            Py_DECREF(tuple);
+            if (set < 0)
+                return NULL;
+        }
+    }
+    if (PyList_SetSlice(s->dirty, 0, n, NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef RowStore_methods[] = {
+    {"settle", (PyCFunction)RowStore_settle, METH_O,
+     "settle(live): the noted tables' places made rows, in the tables whose id() is in live"},
     {"row", (PyCFunction)RowStore_row, METH_O, "row(i) -> the row's tuple"},
     {"rows", (PyCFunction)RowStore_rows, METH_O, "rows(indexes) -> a list of the rows' tuples"},
     {"columns", (PyCFunction)RowStore_columns, METH_NOARGS,
@@ -1551,6 +1606,174 @@ static PyTypeObject RowStoreType = {
     .tp_methods = RowStore_methods,
     .tp_getset = RowStore_getset,
     .tp_as_sequence = &RowStore_sequence,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * A message's rows in a store: RowSpan(store, first, keys), made by decode_into. A
+ * sequence of the rows' tuples for any reader; the built-in processor reads only its
+ * keys, and puts the rows' places (ints) in its table (place, table), noting the table
+ * in the store's ``dirty`` for RowStore.settle.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    RowStore *store;
+    Py_ssize_t first;
+    PyObject *keys; /* a list: the rows' keys, in order */
+} RowSpan;
+
+static PyTypeObject RowSpanType;
+
+static PyObject *span_of(RowStore *store, Py_ssize_t first, PyObject *keys) {
+    RowSpan *span = PyObject_New(RowSpan, &RowSpanType);
+    if (span == NULL)
+        return NULL;
+    span->store = (RowStore *)Py_NewRef((PyObject *)store);
+    span->first = first;
+    span->keys = Py_NewRef(keys);
+    return (PyObject *)span;
+}
+
+static void RowSpan_dealloc(RowSpan *span) {
+    Py_XDECREF(span->store);
+    Py_XDECREF(span->keys);
+    PyObject_Free(span);
+}
+
+static Py_ssize_t RowSpan_length(RowSpan *span) {
+    return PyList_GET_SIZE(span->keys);
+}
+
+static PyObject *RowSpan_item(RowSpan *span, Py_ssize_t i) {
+    if (i < 0 || i >= PyList_GET_SIZE(span->keys)) {
+        PyErr_SetString(PyExc_IndexError, "row index out of range");
+        return NULL;
+    }
+    return row_tuple(span->store, span->first + i);
+}
+
+static PyObject *RowSpan_subscript(RowSpan *span, PyObject *item) {
+    Py_ssize_t n = PyList_GET_SIZE(span->keys);
+    if (PyIndex_Check(item)) {
+        Py_ssize_t i = PyNumber_AsSsize_t(item, PyExc_IndexError);
+        if (i == -1 && PyErr_Occurred())
+            return NULL;
+        return RowSpan_item(span, i < 0 ? i + n : i);
+    }
+    if (!PySlice_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "rows are indexed by integers or slices, not %.100s",
+                     Py_TYPE(item)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(item, &start, &stop, &step) < 0)
+        return NULL;
+    Py_ssize_t count = PySlice_AdjustIndices(n, &start, &stop, step);
+    PyObject *rows = PyList_New(count);
+    for (Py_ssize_t k = 0; rows != NULL && k < count; k++) {
+        PyObject *row = row_tuple(span->store, span->first + start + k * step);
+        if (row == NULL)
+            Py_CLEAR(rows);
+        else
+            PyList_SET_ITEM(rows, k, row);
+    }
+    return rows;
+}
+
+/* The rows' places into ``table`` (a dict), the table noted in the store's dirty list. */
+static int place_into(RowSpan *span, PyObject *table) {
+    Py_ssize_t n = PyList_GET_SIZE(span->keys);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *place = PyLong_FromSsize_t(span->first + i);
+        if (place == NULL)
+            return -1;
+        int set = PyDict_SetItem(table, PyList_GET_ITEM(span->keys, i), place);
+        Py_DECREF(place);
+        if (set < 0)
+            return -1;
+    }
+    PyObject *entry = PyTuple_Pack(2, table, span->keys);
+    if (entry == NULL)
+        return -1;
+    int appended = PyList_Append(span->store->dirty, entry);
+    Py_DECREF(entry);
+    return appended;
+}
+
+static PyObject *RowSpan_place(RowSpan *span, PyObject *table) {
+    if (!PyDict_CheckExact(table)) {
+        PyErr_SetString(PyExc_TypeError, "place takes a dict");
+        return NULL;
+    }
+    if (place_into(span, table) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *RowSpan_table(RowSpan *span, PyObject *unused) {
+    (void)unused;
+    PyObject *table = PyDict_New();
+    if (table != NULL && place_into(span, table) < 0)
+        Py_CLEAR(table);
+    return table;
+}
+
+static PyObject *RowSpan_get_store(RowSpan *span, void *closure) {
+    (void)closure;
+    return Py_NewRef((PyObject *)span->store);
+}
+
+static PyObject *RowSpan_get_first(RowSpan *span, void *closure) {
+    (void)closure;
+    return PyLong_FromSsize_t(span->first);
+}
+
+static PyObject *RowSpan_get_keys(RowSpan *span, void *closure) {
+    (void)closure;
+    return Py_NewRef(span->keys);
+}
+
+static PyObject *RowSpan_repr(RowSpan *span) {
+    return PyUnicode_FromFormat("RowSpan(rows %zd to %zd of a store)", span->first,
+                                span->first + PyList_GET_SIZE(span->keys) - 1);
+}
+
+static PyGetSetDef RowSpan_getset[] = {
+    {"store", (getter)RowSpan_get_store, NULL, "the store holding the rows", NULL},
+    {"first", (getter)RowSpan_get_first, NULL, "the first row's place in the store", NULL},
+    {"keys", (getter)RowSpan_get_keys, NULL, "the rows' keys, in order", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef RowSpan_methods[] = {
+    {"place", (PyCFunction)RowSpan_place, METH_O,
+     "place(table): table[key] = the row's place, for each row; the table noted in dirty"},
+    {"table", (PyCFunction)RowSpan_table, METH_NOARGS,
+     "table() -> a new dict of the rows' places by key, noted in dirty"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods RowSpan_sequence = {
+    .sq_length = (lenfunc)RowSpan_length,
+    .sq_item = (ssizeargfunc)RowSpan_item,
+};
+
+static PyMappingMethods RowSpan_mapping = {
+    .mp_length = (lenfunc)RowSpan_length,
+    .mp_subscript = (binaryfunc)RowSpan_subscript,
+};
+
+static PyTypeObject RowSpanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.contract._envelope.RowSpan",
+    .tp_basicsize = sizeof(RowSpan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_SEQUENCE,
+    .tp_doc = "A message's rows held in a RowStore (made by Decoder.decode_into)",
+    .tp_dealloc = (destructor)RowSpan_dealloc,
+    .tp_repr = (reprfunc)RowSpan_repr,
+    .tp_as_sequence = &RowSpan_sequence,
+    .tp_as_mapping = &RowSpan_mapping,
+    .tp_getset = RowSpan_getset,
+    .tp_methods = RowSpan_methods,
 };
 
 enum { F_SESSION, F_SEQ, F_TYPE, F_TS, F_ROWS, F_DELETED, F_COUNT };
@@ -1651,12 +1874,17 @@ static PyObject *decode(Decoder *d, PyObject *value, RowStore *store) {
         goto done;
     }
     PyObject *deleted_keys = type == UPDATE && deleted != NULL ? deleted : empty;
-    if (store != NULL)
-        result = Py_BuildValue("(OLiLnOO)", found[F_SESSION], seq, type, ts, first,
-                               rows != NULL ? rows : empty, deleted_keys);
-    else
+    PyObject *span = NULL;
+    if (store != NULL && rows != NULL && PyList_GET_SIZE(rows) > 0) {
+        span = span_of(store, first, rows);
+        if (span == NULL)
+            PyErr_Clear();
+    }
+    if (store == NULL || rows == NULL || PyList_GET_SIZE(rows) == 0 || span != NULL)
         result = Py_BuildValue("(OLiLOO)", found[F_SESSION], seq, type, ts,
-                               rows != NULL ? rows : empty, deleted_keys);
+                               span != NULL ? span : rows != NULL && store == NULL ? rows : empty,
+                               deleted_keys);
+    Py_XDECREF(span);
     Py_DECREF(empty);
     if (result == NULL)
         PyErr_Clear();
@@ -1676,7 +1904,8 @@ static PyObject *Decoder_decode(Decoder *d, PyObject *value) {
     return decode(d, value, NULL);
 }
 
-/* decode_into(value, store) -> (session, seq, type, ts, first, keys, deleted) or None. */
+/* decode_into(value, store) -> (session, seq, type, ts, rows, deleted) or None, rows a
+ * RowSpan of the store (or () for none). */
 static PyObject *Decoder_decode_into(Decoder *d, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !Py_IS_TYPE(args[1], &RowStoreType) ||
         ((RowStore *)args[1])->decoder != d) {
@@ -1765,8 +1994,8 @@ static PyMethodDef Decoder_methods[] = {
     {"decode", (PyCFunction)Decoder_decode, METH_O,
      "decode(value) -> (session, seq, type, ts, rows, deleted), or None: the parser's to judge"},
     {"decode_into", (PyCFunction)(void (*)(void))Decoder_decode_into, METH_FASTCALL,
-     "decode_into(value, store) -> (session, seq, type, ts, first, keys, deleted), or None: "
-     "the rows written into the store from row ``first`` on, their keys given"},
+     "decode_into(value, store) -> (session, seq, type, ts, rows, deleted), or None: the "
+     "rows written into the store, given as a RowSpan of it (() for none)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1788,7 +2017,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__envelope(void) {
     PyDateTime_IMPORT;
     if (PyDateTimeAPI == NULL || PyType_Ready(&DecoderType) < 0 ||
-        PyType_Ready(&RowStoreType) < 0)
+        PyType_Ready(&RowStoreType) < 0 || PyType_Ready(&RowSpanType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1797,7 +2026,8 @@ PyMODINIT_FUNC PyInit__envelope(void) {
      * is left unused, not misread. */
     if (PyModule_AddIntConstant(m, "INTERFACE", 2) < 0 ||
         PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) < 0 ||
-        PyModule_AddObjectRef(m, "RowStore", (PyObject *)&RowStoreType) < 0) {
+        PyModule_AddObjectRef(m, "RowStore", (PyObject *)&RowStoreType) < 0 ||
+        PyModule_AddObjectRef(m, "RowSpan", (PyObject *)&RowSpanType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

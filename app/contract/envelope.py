@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 from enum import StrEnum
 from functools import partial
 from operator import attrgetter
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import msgspec
 import orjson
@@ -145,40 +145,24 @@ def _native_decode(schema: TableSchema) -> Callable[[bytes], Any] | None:
     return None if decoder is None else decoder.decode
 
 
-# The compiled store of rows (app/contract/_envelope.c's RowStore), where it is built.
-RowStore = Any
+# A message's rows as the compiled decoder's store holds them (app/contract/_envelope.c):
+# ``decode_into`` writes the rows of :meth:`EnvelopeParser.into`'s messages straight into a
+# RowStore's Arrow buffers, as the output stores them, and gives them as a RowSpan: a
+# sequence of the rows' tuples (made as a reader asks) with the rows' ``keys``, ``first``
+# place and ``store``. The built-in processor reads only the keys (its table keeps each
+# row's place: RowSpan.place, RowSpan.table); the output takes the rows from the store.
+if TYPE_CHECKING:  # re-exported (as X as X) for the modules that name them
+    from app.contract._envelope import RowSpan as RowSpan  # noqa: PLC0414
+    from app.contract._envelope import RowStore as RowStore  # noqa: PLC0414
+elif _native is not None:
+    RowSpan, RowStore = _native.RowSpan, _native.RowStore
+    Sequence.register(RowSpan)
+else:  # no compiled decoder: no span is ever made
 
+    class RowSpan:
+        pass
 
-class RowSpan(Sequence[Row]):
-    """A message's rows as a :class:`RowStore` holds them: its rows ``first`` on, one per
-    key of ``keys`` (the rows' keys, in order).
-
-    The compiled decoder writes the rows of :meth:`EnvelopeParser.into`'s messages
-    straight into the store's Arrow buffers, as the output stores them, and gives only
-    their keys as Python values. The built-in processor reads nothing else (its table
-    keeps each row's place, the output takes the rows from the store); anything that
-    reads the rows gets the tuples the parser's other paths would give, made as it asks.
-    """
-
-    __slots__ = ("first", "keys", "store")
-
-    def __init__(self, store: RowStore, first: int, keys: list[Key]) -> None:
-        self.store = store
-        self.first = first
-        self.keys = keys
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, index: Any) -> Any:
-        places = range(self.first, self.first + len(self.keys))[index]  # raises as a list
-        return self.store.rows(places) if isinstance(places, range) else self.store.row(places)
-
-    def __iter__(self) -> Iterator[Row]:
-        return iter(self.store.rows(range(self.first, self.first + len(self.keys))))
-
-    def __repr__(self) -> str:
-        return f"RowSpan(rows {self.first} to {self.first + len(self.keys) - 1} of a store)"
+    RowStore = None
 
 
 def decode_key(key: bytes | None) -> str:
@@ -332,11 +316,11 @@ class EnvelopeParser:
             if value.__class__ is bytes:
                 found = decode_into(value, store)
                 if found is not None:
-                    session, seq, kind, ts, first, keys, deleted = found
+                    session, seq, kind, ts, rows, deleted = found
                     if session == key:
-                        rows = RowSpan(store, first, keys) if keys else ()
                         return _new_envelope((key, seq, messages[kind], ts, rows, deleted))
-                    store.truncate(first)
+                    if rows:  # the rows of a message the parser refuses: not kept
+                        store.truncate(rows.first)
             return self(key, value)
 
         return parse

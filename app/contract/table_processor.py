@@ -120,24 +120,19 @@ def _apply_span(
     state: Table, kind: MessageType, rows: RowSpan, deleted: Sequence[Key]
 ) -> tuple[Table, Changes]:
     """:meth:`TableProcessor.apply` of rows a store holds (the compiled decoder's): the
-    table keeps each row's place in the store, an int, the same changes made. The
-    engine makes the places the table still holds rows again when its run ends
-    (:func:`app.engine.machine.settle`), from the tables noted in ``store.dirty``."""
-    keys = rows.keys
-    places = range(rows.first, rows.first + len(keys))
+    same changes, the table keeping each row's place in the store (an int) for its key.
+    The engine makes the places a table still holds rows again when its run ends
+    (:func:`app.engine.machine.settle`), from the tables the places noted in the store."""
     if kind is MessageType.SNAPSHOT:
-        table: dict[Key, Any] = dict(zip(keys, places, strict=True))  # places: rows, later
-        if len(table) != len(keys):
-            raise Reject("unique keys in a snapshot", f"key {_twice(keys)!r} twice")
+        table: dict[Key, Any] = rows.table()  # places stand for rows until the run ends
+        if len(table) != len(rows):
+            raise Reject("unique keys in a snapshot", f"key {_twice(rows.keys)!r} twice")
         gone = [k for k in state if k not in table]
-        rows.store.dirty.append((table, keys))
         return table, _changes((rows, gone))
     _check_deleted(state, deleted)
     for k in deleted:
         del state[k]
-    held: dict[Key, Any] = state  # places stand for rows until the run ends
-    held.update(zip(keys, places, strict=True))
-    rows.store.dirty.append((state, keys))
+    rows.place(state)
     return state, _changes((rows, deleted))
 
 

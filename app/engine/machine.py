@@ -635,16 +635,7 @@ def settle(store: RowStore, tables: Sequence[Any]) -> None:
     that no state outlives a run with places in it. Every table that took places noted
     itself in ``store.dirty`` with the keys it took; one a snapshot replaced since is
     no session's, and is left as it is."""
-    dirty = store.dirty
-    live = {id(table) for table in tables}
-    for table, keys in dirty:
-        if id(table) not in live:
-            continue
-        places = [(k, place) for k in keys if (place := table.get(k)).__class__ is int]
-        if places:
-            rows = store.rows([place for _, place in places])
-            table.update(zip([k for k, _ in places], rows, strict=True))
-    dirty.clear()
+    store.settle({id(table) for table in tables})
 
 
 class _IdleClock:

@@ -97,8 +97,9 @@ def _check_store(parser: EnvelopeParser, value: bytes, found: Any) -> None:
         ), "the store left a value decode takes"
         return
     assert found is not None and again is not None, "the store took a value decode leaves"
-    session, seq, kind, ts, first, keys, deleted = got
-    assert (first, again[4]) == (0, len(keys))
+    session, seq, kind, ts, span, deleted = got
+    keys = span.keys if span else []
+    assert (span.first if span else 0, again[4].first if again[4] else len(keys)) == (0, len(keys))
     assert repr((session, seq, kind, ts, deleted)) == repr((*found[:4], found[5]))
     rows = list(found[4])
     n = len(rows)
