@@ -561,7 +561,8 @@ static int decimal_of(Decoder *d, const Column *column, int negative, const char
     w += whole_digits;
     if (column->scale > 0) {
         *w++ = '.';
-        memcpy(w, fraction, (size_t)decimals);
+        if (decimals > 0) /* no fraction: no pointer to copy from */
+            memcpy(w, fraction, (size_t)decimals);
         w += decimals;
         for (Py_ssize_t i = decimals; i < column->scale; i++)
             *w++ = '0';
