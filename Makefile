@@ -32,7 +32,7 @@ setup: $(STAMP) $(NATIVE)
 # a node without them runs the Python paths: the same output, slower. A machine without
 # gcc gets a warning, not a failure (the tests that they are built fail, saying why). Built
 # aside and renamed into place: a job running meanwhile keeps the module it loaded.
-%$(EXT_SUFFIX): %.c $(STAMP)
+%$(EXT_SUFFIX): %.c app/_compiled.h $(STAMP)
 	@echo "setup: compiling $<"
 	@$(CC) -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers -shared -fPIC \
 		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \

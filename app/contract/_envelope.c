@@ -17,12 +17,10 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "../_compiled.h"
 #include <datetime.h>
 #include <stdint.h>
 #include <string.h>
-
-/* The column types, in app.contract.envelope's NATIVE_TYPES order. */
-enum { T_STRING, T_INT64, T_FLOAT64, T_BOOL, T_TIMESTAMP, T_DATE, T_DECIMAL, T_COUNT };
 
 /* Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z. */
 #define MS_MIN (-62135596800000LL)
@@ -651,6 +649,36 @@ static int value_of(Decoder *d, const Column *column, Cursor *c, PyObject **out)
     }
 }
 
+/* The next field's name in an object of the columns ``wanted`` and its colon: its index
+ * among them to ``slot`` (-1: none of them). Writers put the columns in one order, so
+ * the one after the last (``hint``) is tried first, its name matched in place (a plain
+ * name is its JSON string's bytes). */
+static int field_slot(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_t count,
+                      Py_ssize_t hint, Py_ssize_t *slot) {
+    const Column *next = hint < count ? &d->columns[wanted[hint]] : NULL;
+    *slot = -1;
+    skip_space(c);
+    if (next != NULL && next->plain && c->end - c->at > next->length + 1 && c->at[0] == '"' &&
+        c->at[next->length + 1] == '"' &&
+        memcmp(c->at + 1, next->name, (size_t)next->length) == 0) {
+        c->at += next->length + 2;
+        *slot = hint;
+        return take(c, ':');
+    }
+    const char *name;
+    Py_ssize_t length;
+    if (!raw_string(c, &name, &length))
+        return DEFER;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Column *column = &d->columns[wanted[i]];
+        if (column->length == length && memcmp(column->name, name, (size_t)length) == 0) {
+            *slot = i;
+            break;
+        }
+    }
+    return take(c, ':');
+}
+
 /* An object of the declared columns (a row: all of them; a deleted key: the key's), each
  * at most once and nothing else; an absent nullable column is null. ``wanted`` lists the
  * columns' indexes; ``cells`` receives one new reference per wanted column. */
@@ -666,29 +694,10 @@ static int object_of(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_t
         c->at++;
     } else {
         for (;;) {
-            const char *name;
-            Py_ssize_t length;
-            if (!raw_string(c, &name, &length) || !take(c, ':'))
+            Py_ssize_t slot;
+            if (!field_slot(d, c, wanted, count, hint, &slot) || slot < 0 || cells[slot] != NULL)
                 goto defer;
-            /* Writers put the columns in one order: the next one is tried first. */
-            Py_ssize_t slot = -1;
-            const Column *next = hint < count ? &d->columns[wanted[hint]] : NULL;
-            if (next != NULL && next->length == length &&
-                memcmp(next->name, name, (size_t)length) == 0) {
-                slot = hint;
-            } else {
-                for (Py_ssize_t i = 0; i < count; i++) {
-                    const Column *column = &d->columns[wanted[i]];
-                    if (column->length == length &&
-                        memcmp(column->name, name, (size_t)length) == 0) {
-                        slot = i;
-                        break;
-                    }
-                }
-            }
             hint = slot + 1;
-            if (slot < 0 || cells[slot] != NULL)
-                goto defer;
             if (!value_of(d, &d->columns[wanted[slot]], c, &cells[slot]))
                 goto defer;
             skip_space(c);
@@ -717,9 +726,11 @@ defer:
     return DEFER;
 }
 
-typedef int (*ItemReader)(Decoder *, Cursor *, PyObject **);
+/* One item of an array; ``store``: where a row goes (decode_into), else NULL. */
+typedef int (*ItemReader)(Decoder *, Cursor *, void *store, PyObject **);
 
-static int row_of(Decoder *d, Cursor *c, PyObject **out) {
+static int row_of(Decoder *d, Cursor *c, void *store, PyObject **out) {
+    (void)store;
     PyObject *row = PyTuple_New(d->count);
     if (row == NULL) {
         PyErr_Clear();
@@ -735,7 +746,8 @@ static int row_of(Decoder *d, Cursor *c, PyObject **out) {
 }
 
 /* A deleted key: an object of the key columns, or a one-column key's bare value. */
-static int key_of(Decoder *d, Cursor *c, PyObject **out) {
+static int key_of(Decoder *d, Cursor *c, void *store, PyObject **out) {
+    (void)store;
     skip_space(c);
     int bare = c->at < c->end && *c->at != '{';
     if (d->key_count == 1) {
@@ -759,7 +771,7 @@ static int key_of(Decoder *d, Cursor *c, PyObject **out) {
 }
 
 /* null (None) or an array of items (a list). */
-static int array_of(Decoder *d, Cursor *c, ItemReader read, PyObject **out) {
+static int array_of(Decoder *d, Cursor *c, ItemReader read, void *store, PyObject **out) {
     skip_space(c);
     if (take_word(c, "null", 4)) {
         *out = Py_NewRef(Py_None);
@@ -780,7 +792,7 @@ static int array_of(Decoder *d, Cursor *c, ItemReader read, PyObject **out) {
     }
     for (;;) {
         PyObject *item;
-        if (!read(d, c, &item))
+        if (!read(d, c, store, &item))
             break;
         int appended = PyList_Append(items, item);
         Py_DECREF(item);
@@ -818,8 +830,6 @@ static int array_of(Decoder *d, Cursor *c, ItemReader read, PyObject **out) {
  * (a negative zero, which Decimal keeps and an integer cannot, is left to the parser).
  * ------------------------------------------------------------------------------------- */
 
-typedef __int128 int128;
-
 typedef struct {
     unsigned char *valid; /* one bit a row, set where not null */
     char *data;           /* the values: fixed width; bools one bit a row; strings UTF-8 */
@@ -843,21 +853,6 @@ typedef struct {
 static PyTypeObject RowStoreType;
 static PyTypeObject DecoderType;
 
-static Py_ssize_t width_of(int type) {
-    switch (type) {
-    case T_INT64:
-    case T_FLOAT64:
-    case T_TIMESTAMP:
-        return 8;
-    case T_DATE:
-        return 4;
-    case T_DECIMAL:
-        return 16;
-    default:
-        return 0; /* strings and bools: sized apart */
-    }
-}
-
 static int regrow(void **buffer, size_t size) {
     void *bigger = PyMem_Realloc(*buffer, size > 0 ? size : 1);
     if (bigger == NULL)
@@ -880,7 +875,7 @@ static int reserve_row(RowStore *s) {
             return DEFER;
         if (type == T_BOOL && !regrow((void **)&b->data, bits))
             return DEFER;
-        if (width_of(type) && !regrow((void **)&b->data, (size_t)(capacity * width_of(type))))
+        if (fixed_width(type) && !regrow((void **)&b->data, (size_t)(capacity * fixed_width(type))))
             return DEFER;
         if (type == T_STRING && !regrow((void **)&b->offsets, (size_t)(capacity + 1) * 4))
             return DEFER;
@@ -911,7 +906,7 @@ static void put_null(Builder *b, int type, Py_ssize_t row) {
     else if (type == T_BOOL)
         put_bit((unsigned char *)b->data, row, 0);
     else
-        memset(b->data + row * width_of(type), 0, (size_t)width_of(type));
+        memset(b->data + row * fixed_width(type), 0, (size_t)fixed_width(type));
     if (type == T_TIMESTAMP)
         b->zones[row] = 0;
 }
@@ -1017,15 +1012,6 @@ static int string_into(Cursor *c, Builder *b, Py_ssize_t row) {
         w = put_utf8(w, code);
     }
     return DEFER;
-}
-
-/* Days from 1970-01-01 to a civil date (Howard Hinnant's days_from_civil). */
-static long long days_from_civil(int year, int month, int day) {
-    long long y = year - (month <= 2);
-    long long era = (y >= 0 ? y : y - 399) / 400;
-    long long of_era = y - era * 400;
-    long long of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
-    return era * 146097 + of_era * 365 + of_era / 4 - of_era / 100 + of_year - 719468;
 }
 
 static long long floor_div(long long a, long long b) {
@@ -1236,8 +1222,9 @@ static PyObject *key_at(RowStore *s, Py_ssize_t row) {
     return key;
 }
 
-/* One row object into the store, its key (a new reference) to ``key``. */
-static int row_into(Decoder *d, Cursor *c, RowStore *s, PyObject **key) {
+/* One row object into the store (an ItemReader's), its key (a new reference) to ``key``. */
+static int row_into(Decoder *d, Cursor *c, void *store, PyObject **key) {
+    RowStore *s = store;
     if (!reserve_row(s))
         return DEFER;
     Py_ssize_t row = s->rows, stamp = ++s->stamp;
@@ -1249,34 +1236,9 @@ static int row_into(Decoder *d, Cursor *c, RowStore *s, PyObject **key) {
         c->at++;
     } else {
         for (;;) {
-            const char *name;
-            Py_ssize_t length;
-            /* Writers put the columns in one order: the next one is tried first, its
-             * name matched in place (a plain name is its JSON string's bytes). */
-            Py_ssize_t slot = -1;
-            const Column *next = hint < d->count ? &d->columns[hint] : NULL;
-            skip_space(c);
-            if (next != NULL && next->plain && c->end - c->at > next->length + 1 &&
-                c->at[0] == '"' && c->at[next->length + 1] == '"' &&
-                memcmp(c->at + 1, next->name, (size_t)next->length) == 0) {
-                c->at += next->length + 2;
-                slot = hint;
-            } else if (!raw_string(c, &name, &length)) {
-                return DEFER;
-            } else if (next != NULL && next->length == length &&
-                       memcmp(next->name, name, (size_t)length) == 0) {
-                slot = hint;
-            } else {
-                for (Py_ssize_t i = 0; i < d->count; i++) {
-                    const Column *column = &d->columns[i];
-                    if (column->length == length &&
-                        memcmp(column->name, name, (size_t)length) == 0) {
-                        slot = i;
-                        break;
-                    }
-                }
-            }
-            if (slot < 0 || s->seen[slot] == stamp || !take(c, ':'))
+            Py_ssize_t slot;
+            if (!field_slot(d, c, d->all, d->count, hint, &slot) || slot < 0 ||
+                s->seen[slot] == stamp)
                 return DEFER;
             s->seen[slot] = stamp;
             hint = slot + 1;
@@ -1309,53 +1271,6 @@ static int row_into(Decoder *d, Cursor *c, RowStore *s, PyObject **key) {
         return DEFER;
     }
     return OK;
-}
-
-/* null, or an array of row objects into the store: their keys' list to ``keys`` (NULL
- * for null). */
-static int rows_into(Decoder *d, Cursor *c, RowStore *s, PyObject **keys) {
-    skip_space(c);
-    if (take_word(c, "null", 4)) {
-        *keys = NULL;
-        return OK;
-    }
-    if (!take(c, '['))
-        return DEFER;
-    PyObject *items = PyList_New(0);
-    if (items == NULL) {
-        PyErr_Clear();
-        return DEFER;
-    }
-    skip_space(c);
-    if (c->at < c->end && *c->at == ']') {
-        c->at++;
-        *keys = items;
-        return OK;
-    }
-    for (;;) {
-        PyObject *key;
-        if (!row_into(d, c, s, &key))
-            break;
-        int appended = PyList_Append(items, key);
-        Py_DECREF(key);
-        if (appended < 0) {
-            PyErr_Clear();
-            break;
-        }
-        skip_space(c);
-        if (c->at < c->end && *c->at == ',') {
-            c->at++;
-            continue;
-        }
-        if (c->at < c->end && *c->at == ']') {
-            c->at++;
-            *keys = items;
-            return OK;
-        }
-        break;
-    }
-    Py_DECREF(items);
-    return DEFER;
 }
 
 /* The store back to its first ``rows`` rows (a message it took in part). */
@@ -1483,7 +1398,7 @@ static PyObject *RowStore_columns(RowStore *s, PyObject *unused) {
         PyObject *validity = valid < rows ? copy_bits(b->valid, rows) : Py_NewRef(Py_None);
         PyObject *data = type == T_BOOL     ? copy_bits((unsigned char *)b->data, rows)
                          : type == T_STRING ? copy_bytes(b->data, b->offsets[rows])
-                                            : copy_bytes(b->data, rows * width_of(type));
+                                            : copy_bytes(b->data, rows * fixed_width(type));
         PyObject *offsets = type == T_STRING ? copy_bytes(b->offsets, (rows + 1) * 4)
                                              : Py_NewRef(Py_None);
         PyObject *item = validity == NULL || data == NULL || offsets == NULL
@@ -1836,12 +1751,12 @@ static PyObject *decode(Decoder *d, PyObject *value, RowStore *store) {
                 goto done;
             break;
         case F_ROWS:
-            if (store != NULL ? !rows_into(d, &c, store, &found[F_ROWS])
-                              : !array_of(d, &c, row_of, &found[F_ROWS]))
+            /* With a store, the rows go into it and the list holds their keys. */
+            if (!array_of(d, &c, store != NULL ? row_into : row_of, store, &found[F_ROWS]))
                 goto done;
             break;
         case F_DELETED:
-            if (!array_of(d, &c, key_of, &found[F_DELETED]))
+            if (!array_of(d, &c, key_of, NULL, &found[F_DELETED]))
                 goto done;
             break;
         }

@@ -16,25 +16,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "../_compiled.h"
 #include <datetime.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-/* The column types, in app.engine.output's NATIVE_TYPES order (as the decoder's). */
-enum { T_STRING, T_INT64, T_FLOAT64, T_BOOL, T_TIMESTAMP, T_DATE, T_DECIMAL, T_COUNT };
-
-typedef __int128 int128;
-
-/* Days from 1970-01-01 to a civil date (Howard Hinnant's days_from_civil). */
-static long long days_from_civil(int year, int month, int day) {
-    long long y = year - (month <= 2);
-    long long era = (y >= 0 ? y : y - 399) / 400;
-    long long of_era = y - era * 400;
-    long long of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
-    long long of_era_days = of_era * 365 + of_era / 4 - of_era / 100 + of_year;
-    return era * 146097 + of_era_days - 719468;
-}
 
 /* One column being written: its buffers grow as bytes objects, filled in place. */
 typedef struct {
@@ -270,21 +256,6 @@ static PyObject *bytes_of(Py_ssize_t size) {
     return bytes;
 }
 
-static Py_ssize_t width(int type) {
-    switch (type) {
-    case T_INT64:
-    case T_FLOAT64:
-    case T_TIMESTAMP:
-        return 8;
-    case T_DATE:
-        return 4;
-    case T_DECIMAL:
-        return 16;
-    default:
-        return 0;
-    }
-}
-
 /* columns(rows, types, decimal) -> [(null_count, validity, data, offsets), ...] or None. */
 static PyObject *columns(PyObject *module, PyObject *args) {
     (void)module;
@@ -310,7 +281,7 @@ static PyObject *columns(PyObject *module, PyObject *args) {
         c->validity = bytes_of((n + 7) / 8);
         c->data = bytes_of(c->type == T_BOOL ? (n + 7) / 8
                            : c->type == T_STRING ? n * 8
-                                                 : n * width(c->type));
+                                                 : n * fixed_width(c->type));
         c->offsets = c->type == T_STRING ? bytes_of((n + 1) * 4) : NULL;
         if (c->validity == NULL || c->data == NULL || (c->type == T_STRING && c->offsets == NULL))
             goto fail;
