@@ -679,6 +679,51 @@ static int field_slot(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_
     return take(c, ':');
 }
 
+/* One field's value, ``slot`` its index among the object's columns, read into ``target``;
+ * DEFER for a field given twice, or a value the reader does not take. */
+typedef int (*FieldReader)(Decoder *, Cursor *, void *target, Py_ssize_t slot);
+
+/* An object of the columns ``wanted`` from its '{' to its '}', each field read by ``read``:
+ * only declared fields, each at most once (the reader refuses a repeat). */
+static int object_fields(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_t count,
+                         FieldReader read, void *target) {
+    if (!take(c, '{'))
+        return DEFER;
+    Py_ssize_t hint = 0;
+    skip_space(c);
+    if (c->at < c->end && *c->at == '}') {
+        c->at++;
+        return OK;
+    }
+    for (;;) {
+        Py_ssize_t slot;
+        if (!field_slot(d, c, wanted, count, hint, &slot) || slot < 0 || !read(d, c, target, slot))
+            return DEFER;
+        hint = slot + 1;
+        skip_space(c);
+        if (c->at < c->end && *c->at == ',') {
+            c->at++;
+            continue;
+        }
+        if (c->at < c->end && *c->at == '}') {
+            c->at++;
+            return OK;
+        }
+        return DEFER;
+    }
+}
+
+typedef struct {
+    const Py_ssize_t *wanted;
+    PyObject **cells;
+} Cells;
+
+static int cell_read(Decoder *d, Cursor *c, void *target, Py_ssize_t slot) {
+    Cells *into = target;
+    return into->cells[slot] == NULL &&
+           value_of(d, &d->columns[into->wanted[slot]], c, &into->cells[slot]);
+}
+
 /* An object of the declared columns (a row: all of them; a deleted key: the key's), each
  * at most once and nothing else; an absent nullable column is null. ``wanted`` lists the
  * columns' indexes; ``cells`` receives one new reference per wanted column. */
@@ -686,32 +731,9 @@ static int object_of(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_t
                      PyObject **cells) {
     for (Py_ssize_t i = 0; i < count; i++)
         cells[i] = NULL;
-    if (!take(c, '{'))
-        return DEFER;
-    Py_ssize_t hint = 0;
-    skip_space(c);
-    if (c->at < c->end && *c->at == '}') {
-        c->at++;
-    } else {
-        for (;;) {
-            Py_ssize_t slot;
-            if (!field_slot(d, c, wanted, count, hint, &slot) || slot < 0 || cells[slot] != NULL)
-                goto defer;
-            hint = slot + 1;
-            if (!value_of(d, &d->columns[wanted[slot]], c, &cells[slot]))
-                goto defer;
-            skip_space(c);
-            if (c->at < c->end && *c->at == ',') {
-                c->at++;
-                continue;
-            }
-            if (c->at < c->end && *c->at == '}') {
-                c->at++;
-                break;
-            }
-            goto defer;
-        }
-    }
+    Cells into = {wanted, cells};
+    if (!object_fields(d, c, wanted, count, cell_read, &into))
+        goto defer;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (cells[i] == NULL) {
             if (!d->columns[wanted[i]].nullable)
@@ -1222,40 +1244,24 @@ static PyObject *key_at(RowStore *s, Py_ssize_t row) {
     return key;
 }
 
+/* A row's field into its column's builder, at the row being written (the stamp marks the
+ * fields it has given). */
+static int store_read(Decoder *d, Cursor *c, void *target, Py_ssize_t slot) {
+    RowStore *s = target;
+    if (s->seen[slot] == s->stamp)
+        return DEFER;
+    s->seen[slot] = s->stamp;
+    return value_into(&d->columns[slot], c, &s->builders[slot], s->rows);
+}
+
 /* One row object into the store (an ItemReader's), its key (a new reference) to ``key``. */
 static int row_into(Decoder *d, Cursor *c, void *store, PyObject **key) {
     RowStore *s = store;
     if (!reserve_row(s))
         return DEFER;
     Py_ssize_t row = s->rows, stamp = ++s->stamp;
-    if (!take(c, '{'))
+    if (!object_fields(d, c, d->all, d->count, store_read, s))
         return DEFER;
-    Py_ssize_t hint = 0;
-    skip_space(c);
-    if (c->at < c->end && *c->at == '}') {
-        c->at++;
-    } else {
-        for (;;) {
-            Py_ssize_t slot;
-            if (!field_slot(d, c, d->all, d->count, hint, &slot) || slot < 0 ||
-                s->seen[slot] == stamp)
-                return DEFER;
-            s->seen[slot] = stamp;
-            hint = slot + 1;
-            if (!value_into(&d->columns[slot], c, &s->builders[slot], row))
-                return DEFER;
-            skip_space(c);
-            if (c->at < c->end && *c->at == ',') {
-                c->at++;
-                continue;
-            }
-            if (c->at < c->end && *c->at == '}') {
-                c->at++;
-                break;
-            }
-            return DEFER;
-        }
-    }
     for (Py_ssize_t i = 0; i < d->count; i++) {
         if (s->seen[i] != stamp) {
             if (!d->columns[i].nullable)

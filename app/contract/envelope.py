@@ -139,12 +139,6 @@ def _native_decoder(schema: TableSchema) -> _native.Decoder | None:
     return _native.Decoder(columns, tuple(schema.key_indexes), Decimal)
 
 
-def _native_decode(schema: TableSchema) -> Callable[[bytes], Any] | None:
-    """The compiled decoder's ``decode`` of ``schema``, or None where it is not built."""
-    decoder = _native_decoder(schema)
-    return None if decoder is None else decoder.decode
-
-
 # A message's rows as the compiled decoder's store holds them (app/contract/_envelope.c):
 # ``decode_into`` writes the rows of :meth:`EnvelopeParser.into`'s messages straight into a
 # RowStore's Arrow buffers, as the output stores them, and gives them as a RowSpan: a

@@ -55,21 +55,29 @@ class TableProcessor(Processor[Table]):
 
     def apply(self, state: Table, message: Message) -> tuple[Table, Changes]:
         _, _, kind, _, rows, deleted = message
-        if rows.__class__ is RowSpan:
-            return _apply_span(state, kind, rows, deleted)
+        # Rows the compiled decoder keeps in its store (app.contract.envelope.RowSpan): the
+        # table holds each row's place there, an int, until the engine's run ends and
+        # makes the places a table still holds rows again (app.engine.machine.settle).
+        span = rows if isinstance(rows, RowSpan) else None
         key = self._key
         if kind is MessageType.SNAPSHOT:
-            table: Table = {key(row): row for row in rows}
+            table: Table = span.table() if span is not None else {key(row): row for row in rows}
             if len(table) != len(rows):
-                raise Reject("unique keys in a snapshot", f"key {_twice(map(key, rows))!r} twice")
+                twice = _twice(span.keys if span is not None else map(key, rows))
+                raise Reject("unique keys in a snapshot", f"key {twice!r} twice")
             gone = [k for k in state if k not in table]
             return table, _changes((rows, gone))
 
-        _check_deleted(state, deleted)
+        for k in deleted:  # all checked before any is removed: a violation changes nothing
+            if k not in state:
+                raise Reject("a key present in the table", f"delete of unknown key {k!r}", rule=4)
         for k in deleted:
             del state[k]
-        for row in rows:
-            state[key(row)] = row
+        if span is not None:
+            span.place(state)
+        else:
+            for row in rows:
+                state[key(row)] = row
         return state, _changes((rows, deleted))
 
     def encode_state(self, state: Table) -> bytes:
@@ -114,34 +122,6 @@ _FROM_TEXT: dict[ColumnType, Callable[[str], Any]] = {
     ColumnType.TIMESTAMP: datetime.fromisoformat,
     ColumnType.DATE: date.fromisoformat,
 }
-
-
-def _apply_span(
-    state: Table, kind: MessageType, rows: RowSpan, deleted: Sequence[Key]
-) -> tuple[Table, Changes]:
-    """:meth:`TableProcessor.apply` of rows a store holds (the compiled decoder's): the
-    same changes, the table keeping each row's place in the store (an int) for its key.
-    The engine makes the places a table still holds rows again when its run ends
-    (:func:`app.engine.machine.settle`), from the tables the places noted in the store."""
-    if kind is MessageType.SNAPSHOT:
-        table: dict[Key, Any] = rows.table()  # places stand for rows until the run ends
-        if len(table) != len(rows):
-            raise Reject("unique keys in a snapshot", f"key {_twice(rows.keys)!r} twice")
-        gone = [k for k in state if k not in table]
-        return table, _changes((rows, gone))
-    _check_deleted(state, deleted)
-    for k in deleted:
-        del state[k]
-    rows.place(state)
-    return state, _changes((rows, deleted))
-
-
-def _check_deleted(state: Table, deleted: Sequence[Key]) -> None:
-    """Every deleted key in the table, all checked before any is removed: a violation
-    changes nothing."""
-    for k in deleted:
-        if k not in state:
-            raise Reject("a key present in the table", f"delete of unknown key {k!r}", rule=4)
 
 
 def _twice(keys: Iterable[Key]) -> Key:

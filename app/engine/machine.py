@@ -631,7 +631,7 @@ TIMEOUT = "timeout"
 
 def settle(store: RowStore, tables: Sequence[Any]) -> None:
     """The rows the built-in processor's ``tables`` (the sessions' states) hold as places
-    in ``store`` made tuples again (:func:`app.contract.table_processor._apply_span`), so
+    in ``store`` made tuples again (:meth:`app.contract.table_processor.TableProcessor.apply`), so
     that no state outlives a run with places in it. Every table that took places noted
     itself in ``store.dirty`` with the keys it took; one a snapshot replaced since is
     no session's, and is left as it is."""
