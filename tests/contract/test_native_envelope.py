@@ -11,6 +11,7 @@ are pyarrow's conversion of them, and a value it leaves leaves nothing in it.
 
 from __future__ import annotations
 
+import struct
 from decimal import Decimal
 from typing import Any
 
@@ -331,3 +332,27 @@ def test_a_schema_of_thousands_of_columns_is_decoded_too() -> None:
         {"session": "s1", "seq": 0, "type": "snapshot", "ts": 1, "rows": [{"k": "a", "c4999": 7}]}
     )
     assert _check(wide, value)
+
+
+FLOATS = parse_schema('[key]\ncolumns = ["k"]\n[columns]\nk = "string"\nx = "float64"', "f.toml")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False).map(repr),
+        st.from_regex(r"-?(0|[1-9][0-9]{0,18})(\.[0-9]{1,22})?", fullmatch=True),
+    )
+)
+def test_a_float_is_the_correctly_rounded_double_of_its_literal(literal: str) -> None:
+    """Every literal, those the fast path divides (at most 19 digits, a fraction of at most
+    22) and those the slow path rounds, decodes to ``float()``'s double, bit for bit (a
+    fast path over 2**53 digits, or a power of ten a double cannot hold, is off by one)."""
+    value = b'{"session":"s1","seq":0,"type":"snapshot","ts":1,"rows":[{"k":"a","x":%s}]}'
+    found = EnvelopeParser(FLOATS)._native
+    assert found is not None
+    decoded = found(value % literal.encode())
+    assert decoded is not None
+    got = decoded[4][0][1]
+    exact = float(literal) if "." in literal or "e" in literal else float(int(literal))
+    assert struct.pack("<d", got) == struct.pack("<d", exact), (literal, got, exact)
