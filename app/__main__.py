@@ -1,7 +1,5 @@
-"""``python -m app`` (and ``spark-submit .../app/__main__.py``) runs the CLI."""
+"""``python -m app``: the ``tablecast`` command line."""
 
-import sys
+from app.cli import command_line
 
-from app.cli import main
-
-sys.exit(main())
+command_line()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -59,3 +61,27 @@ def test_kafka_brokers_that_do_not_answer_an_admin_call_are_one_line_and_exit_5(
         "tablecast-ops produce: Kafka's brokers did not answer: Failed to get metadata: "
         "Local: Broker transport failure\n"
     )
+
+
+def test_leaving_keeps_the_exit_code_what_was_printed_and_the_exit_handlers() -> None:
+    # Buffered output on a pipe, a handler registered before and after logging's: all of it
+    # reaches the reader, and the code is the command's, with the interpreter's teardown
+    # skipped (a finalizer of an object still alive would have printed at teardown).
+    script = (
+        "import atexit, logging, sys\n"
+        "from app.cli.outcome import leave\n"
+        "atexit.register(print, 'handler')\n"
+        "logging.basicConfig(stream=sys.stderr)\n"
+        "logging.getLogger('x').warning('logged')\n"
+        "class Kept:\n"
+        "    def __del__(self): print('torn down')\n"
+        "kept = Kept()\n"
+        "print('out', end='; ')\n"
+        "leave(3)\n"
+        "print('not reached')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    expected = (3, "out; handler\n", "WARNING:x:logged\n")
+    assert (done.returncode, done.stdout, done.stderr) == expected

@@ -23,13 +23,14 @@ from app.logs import LogFormat
 from app.spark.session import spark_log_path
 
 from . import options, rewrites, run, tools
-from .outcome import outcome, root_cause
+from .outcome import leave, outcome, root_cause
 from .parser import build_parser
 from .parsing import positive
 
 __all__ = [
     "UNEXPECTED_EXIT_CODE",
     "build_parser",
+    "command_line",
     "main",
     "parse_duration_ms",
     "positive",
@@ -68,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report=_json_line if log_format is LogFormat.JSON else None,
         traceback_file=spark_log_path,
     )
+
+
+def command_line() -> None:
+    """The ``tablecast`` command (and ``python -m app``): :func:`main`, then the exit."""
+    leave(main())
 
 
 def _json_line(prog: str, exc: TablecastError) -> None:

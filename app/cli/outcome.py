@@ -8,6 +8,7 @@ traceback kept in a file the line names. No traceback reaches a terminal.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -18,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from app import storage
 from app.errors import (
@@ -73,6 +75,22 @@ def outcome(
         where = _keep_traceback(prog, exc, traceback_file())
         print(f"{prog}: unexpected error {root_cause(exc)} (traceback in {where})", file=sys.stderr)
         return ExitCode.UNEXPECTED
+
+
+def leave(code: int) -> NoReturn:
+    """End this process with ``code`` once its command is done, skipping the interpreter's
+    teardown: freeing the 1,300 modules ``tablecast run`` imports cost every run about a
+    quarter of a second. Nothing of ours needs it: what we write is closed where it is
+    written, and the exit handlers (logging's flush, finalizers) still run first. The JVM
+    this process launched ends on its closed standard input, as after a normal exit."""
+    atexit._run_exitfuncs()
+    atexit._clear()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # as Python's own exit would meet it
+        sys.exit(code)
+    os._exit(code)
 
 
 class _Interrupts:
