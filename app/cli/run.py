@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from app.metrics.publisher import make_publisher
     from app.sink import crash_points, fencing, guard
     from app.spark import job, planning
+    from app.table import catalog as table_catalog
 
     # Test seam: a test that starts `tablecast run` as a process names the commit step
     # to die at, or the trigger to stop at, in the environment (app.sink.crash_points);
@@ -80,7 +81,11 @@ def run(args: argparse.Namespace) -> int:
     gone = fencing.refuse_if_held(location, console.line)
     if options.missing_locally(args.checkpoint):
         guard.refuse_missing_checkpoint(args.output, args.checkpoint)
-    spark = spark_session(args.master, notice=console.line)
+    spark = spark_session(
+        args.master,
+        notice=console.line,
+        while_launching=lambda: table_catalog.import_modules(location),
+    )
     display = ProgressDisplay(
         console, to_the_end=config.trigger.kind is job.TriggerKind.AVAILABLE_NOW
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import signal
 import subprocess
@@ -23,12 +24,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigurationError
 from app.spark import class_archive, code
+
+log = logging.getLogger(__name__)
 
 APP_NAME = "tablecast"
 LOG_ENV = "TABLECAST_SPARK_LOG"
@@ -65,6 +68,7 @@ def spark_session(
     master: str | None = None,
     java_options: str | None = None,
     notice: Callable[[str], None] | None = None,
+    while_launching: Callable[[], None] | None = None,
 ) -> Any:
     """A SparkSession for the job; under spark-submit the master is already set.
 
@@ -72,6 +76,9 @@ def spark_session(
     mode (None: :func:`local_java_options`; ``""``: Spark's defaults, as the bench's
     baselines run). ``notice``: a
     line before and after this process launches a JVM (seconds on a laptop).
+    ``while_launching``: work with no side effects (imports) that runs on a thread while
+    this process launches the JVM, whose start leaves most of a core idle; not run when
+    the JVM is already there. It is done (or failed, logged) when the session returns.
     """
     # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
@@ -115,13 +122,36 @@ def spark_session(
         say(f"starting Spark ({conf.get('spark.master')}): its JVM takes a few seconds")
         began = time.monotonic()
         before = signal.getsignal(signal.SIGINT)
-        SparkContext(conf=conf, gateway=_launch_gateway(conf))
+        with _alongside(while_launching):
+            gateway = _launch_gateway(conf)
+        SparkContext(conf=conf, gateway=gateway)
         _plain_interrupt(before)
         say(f"Spark started in {time.monotonic() - began:.1f} s")
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     code.ship(spark)
     return spark
+
+
+@contextlib.contextmanager
+def _alongside(work: Callable[[], None] | None) -> Iterator[None]:
+    """Run ``work`` on a thread for the time of the block, then wait for it (not after a
+    failure or a Ctrl-C: the thread is a daemon). The block's own imports are done before
+    it starts: two threads importing one package's cycle may each see it half made."""
+    if work is None:
+        yield
+        return
+
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:  # what it prepares is done again where it is needed
+            log.debug("work alongside the JVM's launch failed: %s", exc)
+
+    thread = threading.Thread(target=run, name="tablecast-alongside-launch", daemon=True)
+    thread.start()
+    yield
+    thread.join()
 
 
 def _plain_interrupt(before: Any) -> None:

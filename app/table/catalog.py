@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import logging
 import os
 import posixpath
@@ -186,6 +187,17 @@ def catalog(config: TableConfig) -> Catalog:
     """The catalog (kept per process: an SQL catalog holds an engine, Glue a client)."""
     with _opening:
         return _catalog(config.name, tuple(sorted(config.catalog.items())))
+
+
+def import_modules(location: Location) -> None:
+    """Import what opening the output's catalog and its table's files will: pyiceberg's
+    catalog with SQLAlchemy (or boto3) and its pyarrow IO, 0.7 s of the driver's time. It
+    has no other effect: ``tablecast run`` does it while its JVM launches."""
+    config = config_for(location)
+    if config is None:
+        return
+    importlib.import_module(f"pyiceberg.catalog.{config.catalog.get('type', 'sql')}")
+    importlib.import_module("pyiceberg.io.pyarrow")
 
 
 def open_in_background(location: Location) -> threading.Thread | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.spark import class_archive
-from app.spark.session import LOCAL_JAVA_OPTIONS, local_java_options
+from app.spark.session import LOCAL_JAVA_OPTIONS, _alongside, local_java_options, spark_session
 
 
 def test_the_local_jvm_runs_with_c1_and_the_serial_collector(spark: Any) -> None:
@@ -30,10 +31,20 @@ def test_the_local_jvm_maps_the_class_archive_setup_made(spark: Any) -> None:
     )
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert f"-XX:SharedArchiveFile={archive}" in runtime.getInputArguments()
+    # The same launch runs work beside it (imports, in the job), on a thread of its own, done
+    # by the time the session is there.
     script = textwrap.dedent(
         f"""
+        import threading, time
         from app.spark.session import spark_session
-        spark = spark_session("local[1]", {local_java_options() + " -Xshare:on"!r})
+        beside = []
+        def work():
+            time.sleep(0.5)
+            beside.append(threading.current_thread() is not threading.main_thread())
+        spark = spark_session(
+            "local[1]", {local_java_options() + " -Xshare:on"!r}, while_launching=work
+        )
+        print("beside", beside)
         print("rows", spark.range(3).count())
         """
     )
@@ -41,6 +52,23 @@ def test_the_local_jvm_maps_the_class_archive_setup_made(spark: Any) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0 and "rows 3" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "beside [True]\n" in done.stdout
+
+
+def test_work_beside_a_launch_runs_only_then_and_its_failure_is_only_logged(
+    spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[str] = []
+    assert spark_session(while_launching=lambda: ran.append("no launch")) is spark
+    assert ran == []  # the JVM was there: nothing to overlap
+
+    def failing() -> None:
+        raise ImportError("no module named 'pyiceberg.catalog.hive'")
+
+    with caplog.at_level(logging.DEBUG, logger="app.spark.session"), _alongside(failing):
+        ran.append("block")
+    assert ran == ["block"]
+    assert "no module named 'pyiceberg.catalog.hive'" in caplog.text
 
 
 def test_an_archive_that_is_not_there_or_not_this_jvms_is_passed_over_silently(
