@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -140,9 +142,39 @@ class JobConfig:
     writer_lease_s: float = defaults.WRITER_LEASE_S
 
 
-def source_frame(spark: Any, config: JobConfig, starting: Offsets | None, fence: Fence) -> Any:
-    """The job's stream: its source, which checks ``fence`` as Spark plans each batch."""
-    spark.dataSource.register(planning.FencedSource)
+def register_source(spark: Any) -> Future[None]:
+    """Register the job's source (:class:`~app.spark.planning.FencedSource`) on a thread.
+
+    Spark's first Python data source starts two Python processes, a check of the
+    interpreter and a lookup of the installed sources: 0.6 s, which the job's checks run
+    beside. The future holds what the registration raised."""
+    registered: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            spark.dataSource.register(planning.FencedSource)
+        except BaseException as exc:  # the query's start raises it
+            registered.set_exception(exc)
+        else:
+            registered.set_result(None)
+
+    threading.Thread(target=run, name="tablecast-register-source", daemon=True).start()
+    return registered
+
+
+def source_frame(
+    spark: Any,
+    config: JobConfig,
+    starting: Offsets | None,
+    fence: Fence,
+    registered: Future[None] | None = None,
+) -> Any:
+    """The job's stream: its source, which checks ``fence`` as Spark plans each batch.
+
+    ``registered``: the source's registration (:func:`register_source`), else made here."""
+    if registered is None:
+        registered = register_source(spark)
+    registered.result()
     options = backend_options.common_options(
         config.topic_pattern,
         config.max_offsets_per_trigger,
@@ -197,6 +229,7 @@ def run(
     # (a claim too).
     processors.check(resolve(config.output), processor, config.schema_document)
     warm_workers(spark)  # while the checks, the table and the query start
+    registered = register_source(spark)  # likewise
     checkpoint = CheckpointLog(spark, config.checkpoint)
     writer = fencing.new_writer("run", config.checkpoint, config.writer_lease_s)
     table = table_live.LiveTable(config.table)
@@ -204,7 +237,9 @@ def run(
     assert plan.fence is not None  # check_before_start claims the output
     lease = LeaseKeeper(plan.fence).start()
     try:
-        _run_query(spark, config, plan, checkpoint, table, lease, on_batch, processor, listener)
+        _run_query(
+            spark, config, plan, checkpoint, table, lease, on_batch, processor, listener, registered
+        )
     except Exception as exc:
         raise _ownership_lost(plan.fence, exc) from None
     finally:
@@ -252,6 +287,7 @@ def _run_query(
     on_batch: Callable[[BatchReport], None] | None,
     processor: Processor[Any],
     listener: MetricsListener | None,
+    registered: Future[None],
 ) -> None:
     assert plan.fence is not None
     # The output is this run's now: its processor's schemas are recorded, and Glue's table
@@ -280,7 +316,7 @@ def _run_query(
         on_batch=_reporting(on_batch, listener),
     )
     writer = (
-        source_frame(spark, config, plan.starting_offsets, plan.fence)
+        source_frame(spark, config, plan.starting_offsets, plan.fence, registered)
         .writeStream.queryName(QUERY_NAME)
         .foreachBatch(_handed_back(sink, table_live.scheduled(sink, config.output, config.table)))
         .option("checkpointLocation", config.checkpoint)
