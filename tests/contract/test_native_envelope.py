@@ -337,11 +337,21 @@ def test_a_schema_of_thousands_of_columns_is_decoded_too() -> None:
 FLOATS = parse_schema('[key]\ncolumns = ["k"]\n[columns]\nk = "string"\nx = "float64"', "f.toml")
 
 
+def _decimal_literal(negative: bool, whole: int, fraction: str) -> str:
+    return f"{'-' if negative else ''}{whole}{'.' if fraction else ''}{fraction}"
+
+
 @settings(max_examples=2000, deadline=None)
 @given(
     st.one_of(
         st.floats(allow_nan=False, allow_infinity=False).map(repr),
-        st.from_regex(r"-?(0|[1-9][0-9]{0,18})(\.[0-9]{1,22})?", fullmatch=True),
+        # Up to 19 digits before the point and 22 after: the fast path's reach and past it.
+        st.builds(
+            _decimal_literal,
+            st.booleans(),
+            st.integers(0, 10**19 - 1),
+            st.text("0123456789", max_size=22),
+        ),
     )
 )
 def test_a_float_is_the_correctly_rounded_double_of_its_literal(literal: str) -> None:
