@@ -679,6 +679,16 @@ static int field_slot(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssize_
     return take(c, ':');
 }
 
+/* What follows an object's member or an array's item: a ',' and another (NEXT), the
+ * container's ``close`` (CLOSED), or anything else (STRAY); a ',' or ``close`` is taken. */
+enum { STRAY, CLOSED, NEXT };
+
+static int after_item(Cursor *c, char close) {
+    if (take(c, ','))
+        return NEXT;
+    return take(c, close) ? CLOSED : STRAY;
+}
+
 /* One field's value, ``slot`` its index among the object's columns, read into ``target``;
  * DEFER for a field given twice, or a value the reader does not take. */
 typedef int (*FieldReader)(Decoder *, Cursor *, void *target, Py_ssize_t slot);
@@ -689,27 +699,17 @@ static int object_fields(Decoder *d, Cursor *c, const Py_ssize_t *wanted, Py_ssi
                          FieldReader read, void *target) {
     if (!take(c, '{'))
         return DEFER;
-    Py_ssize_t hint = 0;
-    skip_space(c);
-    if (c->at < c->end && *c->at == '}') {
-        c->at++;
+    if (take(c, '}'))
         return OK;
-    }
+    Py_ssize_t hint = 0;
     for (;;) {
         Py_ssize_t slot;
         if (!field_slot(d, c, wanted, count, hint, &slot) || slot < 0 || !read(d, c, target, slot))
             return DEFER;
         hint = slot + 1;
-        skip_space(c);
-        if (c->at < c->end && *c->at == ',') {
-            c->at++;
-            continue;
-        }
-        if (c->at < c->end && *c->at == '}') {
-            c->at++;
-            return OK;
-        }
-        return DEFER;
+        int after = after_item(c, '}');
+        if (after != NEXT)
+            return after == CLOSED ? OK : DEFER;
     }
 }
 
@@ -806,13 +806,8 @@ static int array_of(Decoder *d, Cursor *c, ItemReader read, void *store, PyObjec
         PyErr_Clear();
         return DEFER;
     }
-    skip_space(c);
-    if (c->at < c->end && *c->at == ']') {
-        c->at++;
-        *out = items;
-        return OK;
-    }
-    for (;;) {
+    int after = take(c, ']') ? CLOSED : NEXT;
+    while (after == NEXT) {
         PyObject *item;
         if (!read(d, c, store, &item))
             break;
@@ -822,17 +817,11 @@ static int array_of(Decoder *d, Cursor *c, ItemReader read, void *store, PyObjec
             PyErr_Clear();
             break;
         }
-        skip_space(c);
-        if (c->at < c->end && *c->at == ',') {
-            c->at++;
-            continue;
-        }
-        if (c->at < c->end && *c->at == ']') {
-            c->at++;
-            *out = items;
-            return OK;
-        }
-        break;
+        after = after_item(c, ']');
+    }
+    if (after == CLOSED) {
+        *out = items;
+        return OK;
     }
     Py_DECREF(items);
     return DEFER;
