@@ -44,6 +44,16 @@ static int grow(PyObject **bytes, Py_ssize_t needed) {
     return _PyBytes_Resize(bytes, bigger);
 }
 
+/* ``*value`` * 10 + ``digit``, where that stays within int128: pyarrow reads a Decimal as
+ * the integer of its digits as written, trailing zeros too, and refuses one past it. */
+static int times_ten_plus(int128 *value, int digit) {
+    const int128 most = (int128)(((unsigned __int128)1 << 127) - 1);
+    if (*value > (most - digit) / 10)
+        return 0;
+    *value = *value * 10 + digit;
+    return 1;
+}
+
 /* A Decimal's value as an integer at the column's scale, when exact and within the
  * precision: read from its text (str(Decimal): digits, a point, an exponent). */
 static int decimal_unscaled(PyObject *value, const Column *c, int128 *out) {
@@ -53,7 +63,7 @@ static int decimal_unscaled(PyObject *value, const Column *c, int128 *out) {
     Py_ssize_t length;
     const char *p = PyUnicode_AsUTF8AndSize(text, &length);
     const char *end = p == NULL ? NULL : p + length;
-    int ok = 0, negative = 0, digits = 0, decimals = 0, seen_point = 0;
+    int ok = 0, negative = 0, decimals = 0, seen_point = 0;
     int128 unscaled = 0;
     long exponent = 0;
     if (p == NULL)
@@ -69,11 +79,8 @@ static int decimal_unscaled(PyObject *value, const Column *c, int128 *out) {
             seen_point = 1;
             continue;
         }
-        if (unscaled != 0 || *p != '0')
-            digits++;
-        if (digits > 38)
+        if (!times_ten_plus(&unscaled, *p - '0'))
             goto done;
-        unscaled = unscaled * 10 + (*p - '0');
         decimals += seen_point;
     }
     if (p < end && (*p == 'E' || *p == 'e')) {
@@ -95,9 +102,8 @@ static int decimal_unscaled(PyObject *value, const Column *c, int128 *out) {
     /* value = unscaled * 10^(exponent - decimals); at the scale: * 10^(exponent - decimals + s) */
     long shift = exponent - decimals + c->scale;
     for (; shift > 0; shift--) {
-        if (++digits > 38)
-            goto done;
-        unscaled *= 10;
+        if (!times_ten_plus(&unscaled, 0))
+            goto done; /* past any precision */
     }
     for (; shift < 0; shift++) {
         if (unscaled % 10 != 0)

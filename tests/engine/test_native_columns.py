@@ -159,6 +159,12 @@ TAKEN: dict[str, list[Any]] = {
         _row(big=Decimal("9" * 28 + "." + "9" * 10)),
         _row(z=Decimal("-9999")),
     ],
+    # Past 38 digits as written, within 128 bits, exact at the column's scale: pyarrow takes
+    # them (Hypothesis found the first left to it).
+    "39 digits as written": [
+        _row(big=Decimal("1" + "0" * 26 + "." + "0" * 12)),
+        _row(big=Decimal("-170141183460469231731687303.715884105700")),  # -(2**127 - 28) as written
+    ],
 }
 # Rows the converter leaves to pyarrow and the checks of a user's rows.
 LEFT: dict[str, list[Any]] = {
@@ -172,6 +178,11 @@ LEFT: dict[str, list[Any]] = {
     "string subclass": [_row(s=type("S", (str,), {})("a"))],
     "decimal inexact at its scale": [_row(m=Decimal("1.0001"))],
     "decimal beyond its precision": [_row(m=Decimal("100000"))],
+    # pyarrow refuses a Decimal whose digits as written pass 128 bits, even exact at the scale.
+    "decimal past 128 bits as written": [
+        _row(big=Decimal("170141183460469231731687303.715884105800")),  # as written: 2**127 + 72
+        _row(z=Decimal("9." + "0" * 38)),
+    ],
     "decimal NaN": [_row(m=Decimal("NaN"))],
     "int as decimal": [_row(m=5)],
     "lone surrogate": [_row(s="\ud800")],
