@@ -167,13 +167,10 @@ def source_frame(
     config: JobConfig,
     starting: Offsets | None,
     fence: Fence,
-    registered: Future[None] | None = None,
+    registered: Future[None],
 ) -> Any:
-    """The job's stream: its source, which checks ``fence`` as Spark plans each batch.
-
-    ``registered``: the source's registration (:func:`register_source`), else made here."""
-    if registered is None:
-        registered = register_source(spark)
+    """The job's stream: its source, which checks ``fence`` as Spark plans each batch, once
+    ``registered`` (:func:`register_source`) is done."""
     registered.result()
     options = backend_options.common_options(
         config.topic_pattern,
