@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         args.master,
         notice=console.line,
         while_launching=lambda: table_catalog.import_modules(location),
+        data_sources=True,
     )
     display = ProgressDisplay(
         console, to_the_end=config.trigger.kind is job.TriggerKind.AVAILABLE_NOW

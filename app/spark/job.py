@@ -147,7 +147,9 @@ def register_source(spark: Any) -> Future[None]:
 
     Spark's first Python data source starts two Python processes, a check of the
     interpreter and a lookup of the installed sources: 0.6 s, which the job's checks run
-    beside. The future holds what the registration raised."""
+    beside. Where ``tablecast run`` launched the JVM, the lookup began beside the session's
+    creation (``spark_session(data_sources=True)``), and the registration waits only for
+    what is left of it. The future holds what the registration raised."""
     registered: Future[None] = Future()
 
     def run() -> None:

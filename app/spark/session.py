@@ -69,6 +69,7 @@ def spark_session(
     java_options: str | None = None,
     notice: Callable[[str], None] | None = None,
     while_launching: Callable[[], None] | None = None,
+    data_sources: bool = False,
 ) -> Any:
     """A SparkSession for the job; under spark-submit the master is already set.
 
@@ -79,6 +80,9 @@ def spark_session(
     ``while_launching``: work with no side effects (imports) that runs on a thread while
     this process launches the JVM, whose start leaves most of a core idle; not run when
     the JVM is already there. It is done (or failed, logged) when the session returns.
+    ``data_sources``: this process registers a Python data source (the job's run): Spark's
+    lookup of the installed ones starts beside the session's creation
+    (:func:`_look_up_data_sources`) where this process launches the JVM.
     """
     # pandas' FutureWarnings from inside PySpark's worker are noise to an operator.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
@@ -124,8 +128,10 @@ def spark_session(
         before = signal.getsignal(signal.SIGINT)
         with _alongside(while_launching):
             gateway = _launch_gateway(conf)
-        SparkContext(conf=conf, gateway=gateway)
+        context = SparkContext(conf=conf, gateway=gateway)
         _plain_interrupt(before)
+        if data_sources:
+            _look_up_data_sources(context)
         say(f"Spark started in {time.monotonic() - began:.1f} s")
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -152,6 +158,31 @@ def _alongside(work: Callable[[], None] | None) -> Iterator[None]:
     thread.start()
     yield
     thread.join()
+
+
+def _look_up_data_sources(context: Any) -> threading.Thread:
+    """Start Spark's lookup of the installed Python data sources, on a thread.
+
+    Spark looks them up once per JVM, at the first registration of a Python data source:
+    a check of the interpreter, then a cold Python process (0.3 to 0.4 s), which the
+    registration waits for. Started once the context is up, the lookup runs beside the
+    session's creation, the JVM loading SQL's classes on the other core. The lookup is a
+    lazy value of Spark's: a registration made meanwhile waits for it, as it would have
+    run it. ``DataSourceManager`` is Spark's own class (public in its bytecode, not in
+    its API): where a Spark has it no more, the failure is logged at debug level and the
+    registration looks them up as before.
+    """
+
+    def run() -> None:
+        try:
+            manager = context._jvm.org.apache.spark.sql.execution.datasources.DataSourceManager()
+            manager.dataSourceExists(APP_NAME)  # the lookup, the first time in this JVM
+        except Exception as exc:
+            log.debug("looking up Spark's Python data sources beside the session: %s", exc)
+
+    thread = threading.Thread(target=run, name="tablecast-data-sources", daemon=True)
+    thread.start()
+    return thread
 
 
 def _plain_interrupt(before: Any) -> None:

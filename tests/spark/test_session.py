@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from app.spark import class_archive
-from app.spark.session import LOCAL_JAVA_OPTIONS, _alongside, local_java_options, spark_session
+from app.spark.session import (
+    LOCAL_JAVA_OPTIONS,
+    _alongside,
+    _look_up_data_sources,
+    local_java_options,
+    spark_session,
+)
 
 
 def test_the_local_jvm_runs_with_c1_and_the_serial_collector(spark: Any) -> None:
@@ -32,7 +38,8 @@ def test_the_local_jvm_maps_the_class_archive_setup_made(spark: Any) -> None:
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert f"-XX:SharedArchiveFile={archive}" in runtime.getInputArguments()
     # The same launch runs work beside it (imports, in the job), on a thread of its own, done
-    # by the time the session is there.
+    # by the time the session is there; and, asked to, Spark's lookup of the installed Python
+    # data sources, which no registration made here (Spark keeps its result per JVM).
     script = textwrap.dedent(
         f"""
         import threading, time
@@ -42,9 +49,18 @@ def test_the_local_jvm_maps_the_class_archive_setup_made(spark: Any) -> None:
             time.sleep(0.5)
             beside.append(threading.current_thread() is not threading.main_thread())
         spark = spark_session(
-            "local[1]", {local_java_options() + " -Xshare:on"!r}, while_launching=work
+            "local[1]",
+            {local_java_options() + " -Xshare:on"!r},
+            while_launching=work,
+            data_sources=True,
         )
         print("beside", beside)
+        datasources = spark.sparkContext._jvm.org.apache.spark.sql.execution.datasources
+        lookup = getattr(getattr(datasources, "DataSourceManager$"), "MODULE$")
+        deadline = time.monotonic() + 60
+        while not lookup.dataSourceBuilders().isDefined() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("looked up", lookup.dataSourceBuilders().isDefined())
         print("rows", spark.range(3).count())
         """
     )
@@ -53,6 +69,7 @@ def test_the_local_jvm_maps_the_class_archive_setup_made(spark: Any) -> None:
     )
     assert done.returncode == 0 and "rows 3" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "beside [True]\n" in done.stdout
+    assert "looked up True\n" in done.stdout
 
 
 def test_work_beside_a_launch_runs_only_then_and_its_failure_is_only_logged(
@@ -69,6 +86,17 @@ def test_work_beside_a_launch_runs_only_then_and_its_failure_is_only_logged(
         ran.append("block")
     assert ran == ["block"]
     assert "no module named 'pyiceberg.catalog.hive'" in caplog.text
+
+    class Moved:  # a Spark whose lookup of its data sources is no longer where it was
+        @property
+        def _jvm(self) -> Any:
+            raise AttributeError("DataSourceManager")
+
+    with caplog.at_level(logging.DEBUG, logger="app.spark.session"):
+        _look_up_data_sources(Moved()).join(timeout=30)
+    assert "looking up Spark's Python data sources beside the session: DataSourceManager" in (
+        caplog.text
+    )
 
 
 def test_an_archive_that_is_not_there_or_not_this_jvms_is_passed_over_silently(
