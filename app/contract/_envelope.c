@@ -19,13 +19,18 @@
 #include <Python.h>
 #include "../_compiled.h"
 #include <datetime.h>
+#include <locale.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z. */
 #define MS_MIN (-62135596800000LL)
 #define MS_MAX (253402300799999LL)
 #define NUMBER_TEXT 128 /* longer number literals are left to the parser */
+
+/* The C locale, for strtod_l (made at import; (locale_t)0: not made, Python's reading). */
+static locale_t c_locale = (locale_t)0;
 
 /* A reason to leave the value to the parser; no Python error is set. */
 #define DEFER 0
@@ -353,10 +358,20 @@ static int double_of(const Number *n, double *out) {
     memcpy(text, n->start, (size_t)n->length);
     text[n->length] = '\0';
     char *stop = NULL;
-    double value = PyOS_string_to_double(text, &stop, NULL); /* correctly rounded */
-    if (value == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return DEFER;
+    double value;
+    if (c_locale != (locale_t)0) {
+        /* glibc's reading, correctly rounded as Python's is (so the same double), and two to
+         * three times faster on what passes the fast path (1e+300, 17 digits); in the C
+         * locale, so a '.' is the point whatever locale a processor sets. An overflow is
+         * infinite and an underflow is its rounded value, each with ERANGE: errno is not
+         * read, the value decides. */
+        value = strtod_l(text, &stop, c_locale);
+    } else {
+        value = PyOS_string_to_double(text, &stop, NULL); /* correctly rounded */
+        if (value == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return DEFER;
+        }
     }
     if (stop != text + n->length || Py_IS_INFINITY(value) || Py_IS_NAN(value))
         return DEFER;
@@ -1933,6 +1948,8 @@ PyMODINIT_FUNC PyInit__envelope(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    if (c_locale == (locale_t)0)
+        c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0); /* kept for the process */
     /* The interface's number, app/compiled.py's INTERFACE: a module built from older source
      * is left unused, not misread. */
     if (PyModule_AddIntConstant(m, "INTERFACE", 2) < 0 ||

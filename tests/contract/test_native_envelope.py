@@ -352,6 +352,9 @@ def _decimal_literal(negative: bool, whole: int, fraction: str) -> str:
             st.integers(0, 10**19 - 1),
             st.text("0123456789", max_size=22),
         ),
+        # Long digits under a large exponent, up to just short of the largest double: the slow
+        # path's hardest roundings, and an underflow to zero.
+        st.builds("{}e{}".format, st.integers(1, 10**25), st.integers(-350, 283)),
     )
 )
 def test_a_float_is_the_correctly_rounded_double_of_its_literal(literal: str) -> None:
