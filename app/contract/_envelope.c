@@ -1426,6 +1426,237 @@ static PyObject *RowStore_columns(RowStore *s, PyObject *unused) {
     return out;
 }
 
+/* Where one column's rows are read from: the store's builder, or buffers of the same form
+ * (the compiled converter's, of rows the store does not hold). */
+typedef struct {
+    const unsigned char *valid; /* NULL: every row valid */
+    const char *data;
+    const int32_t *offsets;
+} Source;
+
+/* A buffer of ``size`` bytes, zeroed (bits past the rows are Arrow's zero padding). */
+static PyObject *zeroed(Py_ssize_t size) {
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size > 0 ? size : 1);
+    if (bytes != NULL)
+        memset(PyBytes_AS_STRING(bytes), 0, (size_t)PyBytes_GET_SIZE(bytes));
+    return bytes;
+}
+
+/* ``other``'s buffers of one column of ``rows`` rows as a Source, their sizes checked;
+ * 0 with an error set where they cannot be. */
+static int other_source(PyObject *other, int type, Py_ssize_t rows, Source *out) {
+    if (!PyTuple_Check(other) || PyTuple_GET_SIZE(other) != 4) {
+        PyErr_SetString(PyExc_TypeError, "gather: each other column is (nulls, validity, data, "
+                                         "offsets)");
+        return 0;
+    }
+    PyObject *valid = PyTuple_GET_ITEM(other, 1), *data = PyTuple_GET_ITEM(other, 2),
+             *offsets = PyTuple_GET_ITEM(other, 3);
+    Py_ssize_t bits = (rows + 7) / 8;
+    Py_ssize_t need = type == T_BOOL ? bits : type == T_STRING ? 0 : rows * fixed_width(type);
+    if ((valid != Py_None && (!PyBytes_Check(valid) || PyBytes_GET_SIZE(valid) < bits)) ||
+        !PyBytes_Check(data) || PyBytes_GET_SIZE(data) < need ||
+        (type == T_STRING) != (offsets != Py_None) ||
+        (offsets != Py_None &&
+         (!PyBytes_Check(offsets) || PyBytes_GET_SIZE(offsets) < (rows + 1) * 4))) {
+        PyErr_SetString(PyExc_ValueError, "gather: an other column's buffers do not fit its rows");
+        return 0;
+    }
+    out->valid = valid == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(valid);
+    out->data = PyBytes_AS_STRING(data);
+    out->offsets = offsets == Py_None ? NULL : (const int32_t *)PyBytes_AS_STRING(offsets);
+    if (out->offsets != NULL) {
+        const int32_t *o = out->offsets;
+        if (o[0] < 0 || o[rows] > PyBytes_GET_SIZE(data)) {
+            PyErr_SetString(PyExc_ValueError, "gather: an other column's offsets pass its data");
+            return 0;
+        }
+        for (Py_ssize_t r = 0; r < rows; r++)
+            if (o[r + 1] < o[r]) {
+                PyErr_SetString(PyExc_ValueError, "gather: an other column's offsets go back");
+                return 0;
+            }
+    }
+    return 1;
+}
+
+/* ``count`` bits of ``from`` from bit ``first`` or-ed into the cleared ``to`` from bit ``at``
+ * (``from`` NULL: all set). Without a branch on each bit: nulls fall anywhere. */
+static void or_bits(unsigned char *to, Py_ssize_t at, const unsigned char *from,
+                    Py_ssize_t first, Py_ssize_t count) {
+    for (Py_ssize_t r = 0; r < count; r++) {
+        Py_ssize_t in = first + r, out = at + r;
+        unsigned bit = from == NULL ? 1u : (from[in >> 3] >> (in & 7)) & 1u;
+        to[out >> 3] |= (unsigned char)(bit << (out & 7));
+    }
+}
+
+/* Whether the first ``rows`` bits of ``bits`` are all set (NULL: none kept, all valid). */
+static int all_set(const unsigned char *bits, Py_ssize_t rows) {
+    if (bits == NULL)
+        return 1;
+    for (Py_ssize_t i = 0; i < rows / 8; i++)
+        if (bits[i] != 0xFF)
+            return 0;
+    for (Py_ssize_t r = rows / 8 * 8; r < rows; r++)
+        if (!get_bit(bits, r))
+            return 0;
+    return 1;
+}
+
+/* One column of the runs' rows, into (null_count, validity, data, offsets). ``valid``:
+ * every row of both sources is valid, so no validity is written. */
+static PyObject *gather_column(int type, const Source *sources, const Py_ssize_t *firsts,
+                               const Py_ssize_t *counts, const int *from, Py_ssize_t runs,
+                               Py_ssize_t rows, int valid_only) {
+    Py_ssize_t width = fixed_width(type), used = 0;
+    if (type == T_STRING) {
+        for (Py_ssize_t k = 0; k < runs; k++) {
+            const int32_t *o = sources[from[k]].offsets;
+            used += o[firsts[k] + counts[k]] - o[firsts[k]];
+        }
+        if (used > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "gather: the strings pass 2 GiB");
+            return NULL;
+        }
+    }
+    PyObject *valid = zeroed((rows + 7) / 8);
+    /* Bits are set one at a time, so a bool's start zeroed; every other byte is written. */
+    PyObject *data = type == T_BOOL     ? zeroed((rows + 7) / 8)
+                     : type == T_STRING ? PyBytes_FromStringAndSize(NULL, used > 0 ? used : 1)
+                                        : PyBytes_FromStringAndSize(NULL, rows > 0 ? rows * width
+                                                                                   : 1);
+    PyObject *offsets = type == T_STRING ? zeroed((rows + 1) * 4) : Py_NewRef(Py_None);
+    if (valid == NULL || data == NULL || offsets == NULL) {
+        Py_XDECREF(valid);
+        Py_XDECREF(data);
+        Py_XDECREF(offsets);
+        return NULL;
+    }
+    unsigned char *v = (unsigned char *)PyBytes_AS_STRING(valid);
+    char *out = PyBytes_AS_STRING(data);
+    int32_t *out_offsets = type == T_STRING ? (int32_t *)PyBytes_AS_STRING(offsets) : NULL;
+    Py_ssize_t at = 0, nulls = 0, written = 0;
+    for (Py_ssize_t k = 0; k < runs; k++) {
+        const Source *src = &sources[from[k]];
+        Py_ssize_t first = firsts[k], count = counts[k];
+        if (!valid_only)
+            or_bits(v, at, src->valid, first, count);
+        if (type == T_BOOL) {
+            or_bits((unsigned char *)out, at, (const unsigned char *)src->data, first, count);
+        } else if (type == T_STRING) {
+            const int32_t *o = src->offsets;
+            int32_t base = o[first];
+            for (Py_ssize_t r = 0; r < count; r++)
+                out_offsets[at + r + 1] = (int32_t)(written + (o[first + r + 1] - base));
+            if (o[first + count] > base)
+                memcpy(out + written, src->data + base, (size_t)(o[first + count] - base));
+            written += o[first + count] - base;
+        } else if (count > 0) {
+            memcpy(out + at * width, src->data + first * width, (size_t)(count * width));
+        }
+        at += count;
+    }
+    if (!valid_only) {
+        Py_ssize_t set = 0;
+        for (Py_ssize_t i = 0; i < rows / 8; i++)
+            set += __builtin_popcount(v[i]);
+        for (Py_ssize_t r = rows / 8 * 8; r < rows; r++)
+            set += get_bit(v, r);
+        nulls = rows - set;
+    }
+    if (nulls == 0) {
+        Py_DECREF(valid);
+        valid = Py_NewRef(Py_None);
+    }
+    PyObject *item = Py_BuildValue("(nOOO)", nulls, valid, data, offsets);
+    Py_DECREF(valid);
+    Py_DECREF(data);
+    Py_DECREF(offsets);
+    return item;
+}
+
+/* gather(starts, counts, others, other_rows) -> [(null_count, validity, data, offsets), ...]:
+ * the rows of the runs, in order, of every column, in columns()'s form. A run is a first
+ * place and a length: a place >= 0 is the store's row, ~i the row i of ``others`` (the
+ * compiled converter's columns of ``other_rows`` rows the store does not hold; None when
+ * there are none). One copy, where the store's columns and a take were two. */
+static PyObject *RowStore_gather(RowStore *s, PyObject *args) {
+    PyObject *starts, *counts, *others;
+    Py_ssize_t other_rows;
+    if (!PyArg_ParseTuple(args, "O!O!On:gather", &PyList_Type, &starts, &PyList_Type, &counts,
+                          &others, &other_rows))
+        return NULL;
+    Decoder *d = s->decoder;
+    Py_ssize_t runs = PyList_GET_SIZE(starts);
+    if (PyList_GET_SIZE(counts) != runs || other_rows < 0 ||
+        (others != Py_None &&
+         (!PyList_Check(others) || PyList_GET_SIZE(others) != d->count))) {
+        PyErr_SetString(PyExc_ValueError, "gather: starts and counts of one length, and the "
+                                          "others a list of every column (or None)");
+        return NULL;
+    }
+    Py_ssize_t *firsts = PyMem_Calloc((size_t)runs + 1, sizeof *firsts);
+    Py_ssize_t *lengths = PyMem_Calloc((size_t)runs + 1, sizeof *lengths);
+    int *from = PyMem_Calloc((size_t)runs + 1, sizeof *from);
+    PyObject *out = NULL;
+    if (firsts == NULL || lengths == NULL || from == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t rows = 0, merged = 0;
+    for (Py_ssize_t k = 0; k < runs; k++) {
+        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, k));
+        Py_ssize_t count = PyLong_AsSsize_t(PyList_GET_ITEM(counts, k));
+        if ((start == -1 || count == -1) && PyErr_Occurred())
+            goto done;
+        int other = start < 0;
+        Py_ssize_t first = other ? ~start : start, held = other ? other_rows : s->rows;
+        if (count < 0 || first > held - count || (other && others == Py_None)) {
+            PyErr_Format(PyExc_IndexError, "gather: run %zd (%zd rows at %zd) outside its rows",
+                         k, count, start);
+            goto done;
+        }
+        rows += count;
+        if (merged > 0 && from[merged - 1] == other &&
+            firsts[merged - 1] + lengths[merged - 1] == first) {
+            lengths[merged - 1] += count; /* a run that goes on where the last ended */
+            continue;
+        }
+        firsts[merged] = first;
+        lengths[merged] = count;
+        from[merged] = other;
+        merged++;
+    }
+    out = PyList_New(d->count);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < d->count; i++) {
+        Builder *b = &s->builders[i];
+        int type = d->columns[i].type;
+        Source sources[2] = {{b->valid, b->data, b->offsets}, {NULL, NULL, NULL}};
+        if (others != Py_None &&
+            !other_source(PyList_GET_ITEM(others, i), type, other_rows, &sources[1])) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        int valid_only = all_set(b->valid, s->rows) &&
+                         (others == Py_None || all_set(sources[1].valid, other_rows));
+        PyObject *item =
+            gather_column(type, sources, firsts, lengths, from, merged, rows, valid_only);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+done:
+    PyMem_Free(firsts);
+    PyMem_Free(lengths);
+    PyMem_Free(from);
+    return out;
+}
+
 static PyObject *RowStore_truncate(RowStore *s, PyObject *index) {
     Py_ssize_t rows = PyLong_AsSsize_t(index);
     if (rows == -1 && PyErr_Occurred())
@@ -1499,6 +1730,8 @@ static PyMethodDef RowStore_methods[] = {
     {"columns", (PyCFunction)RowStore_columns, METH_NOARGS,
      "columns() -> [(null_count, validity, data, offsets), ...] of every row"},
     {"truncate", (PyCFunction)RowStore_truncate, METH_O, "truncate(n): keep the first n rows"},
+    {"gather", (PyCFunction)RowStore_gather, METH_VARARGS,
+     "gather(starts, counts, others, other_rows) -> the runs' rows in columns()'s form"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1952,7 +2185,7 @@ PyMODINIT_FUNC PyInit__envelope(void) {
         c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0); /* kept for the process */
     /* The interface's number, app/compiled.py's INTERFACE: a module built from older source
      * is left unused, not misread. */
-    if (PyModule_AddIntConstant(m, "INTERFACE", 2) < 0 ||
+    if (PyModule_AddIntConstant(m, "INTERFACE", 3) < 0 ||
         PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) < 0 ||
         PyModule_AddObjectRef(m, "RowStore", (PyObject *)&RowStoreType) < 0 ||
         PyModule_AddObjectRef(m, "RowSpan", (PyObject *)&RowSpanType) < 0) {

@@ -354,7 +354,7 @@ PyMODINIT_FUNC PyInit__columns(void) {
     PyObject *m = PyModule_Create(&module);
     /* The interface's number, app/compiled.py's INTERFACE: a module built from older source
      * is left unused, not misread. */
-    if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", 2) < 0)
+    if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", 3) < 0)
         Py_CLEAR(m);
     return m;
 }

@@ -285,9 +285,15 @@ class RowColumns:
         return declared
 
     def _declared_from_store(self, n: int) -> list[pa.Array]:
-        """The declared columns of the ``n`` rows: the store's, then the tuples', taken in
-        the order of the runs."""
+        """The declared columns of the ``n`` rows, in the order of the runs: the store
+        gathers its rows and the tuples' (the compiled converter's columns of them) in one
+        copy. Tuples the converter leaves go through pyarrow and its checks
+        (:meth:`_declared`), and then the store's columns and theirs are taken."""
         assert self.store is not None
+        others = _native_buffers(self.schema, self._rows) if self._rows else None
+        if not self._rows or others is not None:
+            found = self.store.gather(self._starts, self._counts, others, len(self._rows))
+            return _arrays(self.schema, found, n)
         held = len(self.store)
         stored = _arrays(self.schema, self.store.columns(), held)
         starts = np.array(self._starts, np.int64)
@@ -354,17 +360,25 @@ def _native_columns(schema: TableSchema, rows: list[Row]) -> list[pa.Array] | No
     column, a finite float in a float64 one, an aware datetime, a Decimal exact at the
     column's scale, ...), so they are what pyarrow's conversion and the checks of a
     user's rows would give; otherwise None (and where it is not built)."""
+    found = _native_buffers(schema, rows)
+    return None if found is None else _arrays(schema, found, len(rows))
+
+
+def _native_buffers(schema: TableSchema, rows: list[Row]) -> _Buffers | None:
+    """:func:`_native_columns`' buffers (null count, validity, data, a string's offsets)
+    before they are made Arrow arrays."""
     if _native is None or not rows:
         return None
-    found = _native.columns(rows, _native_types(schema), Decimal)
-    if found is None:
-        return None
-    return _arrays(schema, found, len(rows))
+    found: _Buffers | None = _native.columns(rows, _native_types(schema), Decimal)
+    return found
 
 
-def _arrays(
-    schema: TableSchema, found: list[tuple[int, bytes | None, bytes, bytes | None]], rows: int
-) -> list[pa.Array]:
+# The compiled parts' form of columns: per column its null count, validity, data and (a
+# string's) offsets.
+_Buffers = list[tuple[int, bytes | None, bytes, bytes | None]]
+
+
+def _arrays(schema: TableSchema, found: _Buffers, rows: int) -> list[pa.Array]:
     """The declared columns from the compiled parts' buffers (null count, validity, data,
     a string's offsets) of ``rows`` rows."""
     arrays: list[pa.Array] = []

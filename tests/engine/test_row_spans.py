@@ -177,6 +177,37 @@ def test_a_rejected_message_leaves_the_table_and_output_as_they_were() -> None:
     assert table.column("id").to_pylist() == [1, 1, 4, 5]
 
 
+def test_rows_a_rejected_message_left_in_the_store_are_skipped_between_kept_ones() -> None:
+    """The store holds a rejected message's rows between two kept messages' rows, with no
+    deletion between them: the output's runs of the store go around them."""
+    messages = [
+        _message(0, "snapshot", rows=[_row(1), _row(2)]),
+        _message(1, rows=[_row(3)], deleted=[{"site": "a", "id": 9}]),  # rejected: resync
+        _message(0, "snapshot", rows=[_row(1), _row(2)]),  # the same keys: no deletion
+        _message(1, rows=[_row(4)]),
+    ]
+    table = _same_run(SCHEMA, messages, IntegrityMode.RESYNC, 100)
+    assert table.column("id").to_pylist() == [1, 2, 1, 2, 4]
+
+
+def test_a_store_gathers_only_runs_within_its_rows_and_the_others() -> None:
+    """Runs past the store's rows or the others', or others whose buffers do not fit, are
+    refused before any is read."""
+    parser = EnvelopeParser(SCHEMA)
+    store = parser.store()
+    assert store is not None
+    parser.into(store)(*_message(0, "snapshot", rows=[_row(1), _row(2)]))
+    assert [n for n, *_ in store.gather([0], [2], None, 0)] == [0, 0, 2, 2, 2]
+    with pytest.raises(IndexError, match="outside its rows"):
+        store.gather([1], [2], None, 0)
+    with pytest.raises(IndexError, match="outside its rows"):
+        store.gather([~0], [1], None, 0)  # a run of others where there are none
+    room: tuple[int, bytes | None, bytes, bytes | None] = (0, None, b"", b"\0" * 4)
+    others = [room] * len(SCHEMA.columns)  # no room for one row
+    with pytest.raises(ValueError, match="do not fit"):
+        store.gather([~0], [1], others, 1)
+
+
 def test_a_row_span_reads_as_its_rows() -> None:
     """Anything but the built-in processor that reads a span's rows gets the tuples."""
     parser = EnvelopeParser(SCHEMA)
