@@ -100,8 +100,14 @@ def test_the_files_keep_the_output_schema_and_are_snappy(tmp_path: Path) -> None
     (item,) = stage_table(location, STAGING, "", table, "ts", NAME)
     path = tmp_path / "out" / STAGING / item.path
     assert pq.read_schema(path).equals(OUTPUT_SCHEMA)
-    column = pq.ParquetFile(path).metadata.row_group(0).column(0)
-    assert column.compression == "SNAPPY"
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    chunks = [group.column(i) for i in range(group.num_columns)]
+    assert {chunk.compression for chunk in chunks} == {"SNAPPY"}
+    # A message's offset and time are written plain, every other column with a dictionary
+    # (Parquet keeps booleans plain).
+    dictionary = {chunk.path_in_schema for chunk in chunks if chunk.has_dictionary_page}
+    booleans = {f.name for f in OUTPUT_SCHEMA if pa.types.is_boolean(f.type)}
+    assert dictionary == set(OUTPUT_SCHEMA.names) - {"offset", "ts"} - booleans
     # Another process and another library than the writer: DuckDB's own reader.
     script = (
         "import duckdb, json, sys\n"
