@@ -1372,14 +1372,29 @@ static PyObject *RowStore_rows(RowStore *s, PyObject *indexes) {
     return out;
 }
 
-static PyObject *copy_bytes(const void *from, Py_ssize_t size) {
+/* A buffer of ``size`` bytes, zeroed (bits past the rows are Arrow's zero padding). */
+static PyObject *zeroed(Py_ssize_t size) {
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, size > 0 ? size : 1);
-    if (bytes != NULL) {
+    if (bytes != NULL)
         memset(PyBytes_AS_STRING(bytes), 0, (size_t)PyBytes_GET_SIZE(bytes));
-        if (size > 0)
-            memcpy(PyBytes_AS_STRING(bytes), from, (size_t)size);
-    }
     return bytes;
+}
+
+static PyObject *copy_bytes(const void *from, Py_ssize_t size) {
+    PyObject *bytes = zeroed(size);
+    if (bytes != NULL && size > 0)
+        memcpy(PyBytes_AS_STRING(bytes), from, (size_t)size);
+    return bytes;
+}
+
+/* How many of the first ``rows`` bits of ``bits`` are set. */
+static Py_ssize_t count_set(const unsigned char *bits, Py_ssize_t rows) {
+    Py_ssize_t set = 0;
+    for (Py_ssize_t i = 0; i < rows / 8; i++)
+        set += __builtin_popcount(bits[i]);
+    for (Py_ssize_t r = rows / 8 * 8; r < rows; r++)
+        set += get_bit(bits, r);
+    return set;
 }
 
 /* A bit buffer of ``rows`` bits, the bits past them cleared (Arrow's form). */
@@ -1402,9 +1417,7 @@ static PyObject *RowStore_columns(RowStore *s, PyObject *unused) {
     for (Py_ssize_t i = 0; i < d->count; i++) {
         Builder *b = &s->builders[i];
         int type = d->columns[i].type;
-        Py_ssize_t valid = 0;
-        for (Py_ssize_t r = 0; r < rows; r++)
-            valid += get_bit(b->valid, r);
+        Py_ssize_t valid = rows > 0 ? count_set(b->valid, rows) : 0;
         PyObject *validity = valid < rows ? copy_bits(b->valid, rows) : Py_NewRef(Py_None);
         PyObject *data = type == T_BOOL     ? copy_bits((unsigned char *)b->data, rows)
                          : type == T_STRING ? copy_bytes(b->data, b->offsets[rows])
@@ -1433,14 +1446,6 @@ typedef struct {
     const char *data;
     const int32_t *offsets;
 } Source;
-
-/* A buffer of ``size`` bytes, zeroed (bits past the rows are Arrow's zero padding). */
-static PyObject *zeroed(Py_ssize_t size) {
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size > 0 ? size : 1);
-    if (bytes != NULL)
-        memset(PyBytes_AS_STRING(bytes), 0, (size_t)PyBytes_GET_SIZE(bytes));
-    return bytes;
-}
 
 /* ``other``'s buffers of one column of ``rows`` rows as a Source, their sizes checked;
  * 0 with an error set where they cannot be. */
@@ -1491,24 +1496,10 @@ static void or_bits(unsigned char *to, Py_ssize_t at, const unsigned char *from,
     }
 }
 
-/* Whether the first ``rows`` bits of ``bits`` are all set (NULL: none kept, all valid). */
-static int all_set(const unsigned char *bits, Py_ssize_t rows) {
-    if (bits == NULL)
-        return 1;
-    for (Py_ssize_t i = 0; i < rows / 8; i++)
-        if (bits[i] != 0xFF)
-            return 0;
-    for (Py_ssize_t r = rows / 8 * 8; r < rows; r++)
-        if (!get_bit(bits, r))
-            return 0;
-    return 1;
-}
-
-/* One column of the runs' rows, into (null_count, validity, data, offsets). ``valid``:
- * every row of both sources is valid, so no validity is written. */
+/* One column of the runs' rows, into (null_count, validity, data, offsets). */
 static PyObject *gather_column(int type, const Source *sources, const Py_ssize_t *firsts,
                                const Py_ssize_t *counts, const int *from, Py_ssize_t runs,
-                               Py_ssize_t rows, int valid_only) {
+                               Py_ssize_t rows) {
     Py_ssize_t width = fixed_width(type), used = 0;
     if (type == T_STRING) {
         for (Py_ssize_t k = 0; k < runs; k++) {
@@ -1536,12 +1527,11 @@ static PyObject *gather_column(int type, const Source *sources, const Py_ssize_t
     unsigned char *v = (unsigned char *)PyBytes_AS_STRING(valid);
     char *out = PyBytes_AS_STRING(data);
     int32_t *out_offsets = type == T_STRING ? (int32_t *)PyBytes_AS_STRING(offsets) : NULL;
-    Py_ssize_t at = 0, nulls = 0, written = 0;
+    Py_ssize_t at = 0, written = 0;
     for (Py_ssize_t k = 0; k < runs; k++) {
         const Source *src = &sources[from[k]];
         Py_ssize_t first = firsts[k], count = counts[k];
-        if (!valid_only)
-            or_bits(v, at, src->valid, first, count);
+        or_bits(v, at, src->valid, first, count);
         if (type == T_BOOL) {
             or_bits((unsigned char *)out, at, (const unsigned char *)src->data, first, count);
         } else if (type == T_STRING) {
@@ -1557,14 +1547,7 @@ static PyObject *gather_column(int type, const Source *sources, const Py_ssize_t
         }
         at += count;
     }
-    if (!valid_only) {
-        Py_ssize_t set = 0;
-        for (Py_ssize_t i = 0; i < rows / 8; i++)
-            set += __builtin_popcount(v[i]);
-        for (Py_ssize_t r = rows / 8 * 8; r < rows; r++)
-            set += get_bit(v, r);
-        nulls = rows - set;
-    }
+    Py_ssize_t nulls = rows - count_set(v, rows);
     if (nulls == 0) {
         Py_DECREF(valid);
         valid = Py_NewRef(Py_None);
@@ -1640,10 +1623,7 @@ static PyObject *RowStore_gather(RowStore *s, PyObject *args) {
             Py_CLEAR(out);
             goto done;
         }
-        int valid_only = all_set(b->valid, s->rows) &&
-                         (others == Py_None || all_set(sources[1].valid, other_rows));
-        PyObject *item =
-            gather_column(type, sources, firsts, lengths, from, merged, rows, valid_only);
+        PyObject *item = gather_column(type, sources, firsts, lengths, from, merged, rows);
         if (item == NULL) {
             Py_CLEAR(out);
             goto done;

@@ -354,6 +354,11 @@ def _native_types(schema: TableSchema) -> tuple[tuple[int, int, int], ...]:
     return tuple((NATIVE_TYPES.index(c.type), c.precision, c.scale) for c in schema.columns)
 
 
+# The compiled parts' form of columns: per column its null count, validity, data and (a
+# string's) offsets.
+_Buffers = list[tuple[int, bytes | None, bytes, bytes | None]]
+
+
 def _native_columns(schema: TableSchema, rows: list[Row]) -> list[pa.Array] | None:
     """The declared columns of ``rows``, written by the compiled converter: only when every
     value is of its column's exact type, as the output holds it (an int in an int64
@@ -371,11 +376,6 @@ def _native_buffers(schema: TableSchema, rows: list[Row]) -> _Buffers | None:
         return None
     found: _Buffers | None = _native.columns(rows, _native_types(schema), Decimal)
     return found
-
-
-# The compiled parts' form of columns: per column its null count, validity, data and (a
-# string's) offsets.
-_Buffers = list[tuple[int, bytes | None, bytes, bytes | None]]
 
 
 def _arrays(schema: TableSchema, found: _Buffers, rows: int) -> list[pa.Array]:

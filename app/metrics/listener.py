@@ -261,6 +261,7 @@ class MetricsListener(StreamingQueryListener):
         self.tiers: tuple[str, ...] = ()
         self.batches = 0  # batches published
         self.slowest_event_s = 0.0  # the longest the listener held Spark's listener thread
+        self._json_events: Any = None  # what the JVM holds of it (_jlistener), once made
 
     # -- fed by app.spark.job.run -------------------------------------------------
 
@@ -341,14 +342,12 @@ class MetricsListener(StreamingQueryListener):
     def _jlistener(self) -> Any:
         """What ``spark.streams.addListener`` (and ``removeListener``) hands the JVM:
         :class:`_JsonEvents` of this listener, made once."""
-        made: Any = self.__dict__.get("_json_events")
-        if made is None:
+        if self._json_events is None:
             from pyspark import SparkContext
 
             jvm: Any = SparkContext._jvm
-            made = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
-            self.__dict__["_json_events"] = made
-        return made
+            self._json_events = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
+        return self._json_events
 
     # -- internals ----------------------------------------------------------
 
